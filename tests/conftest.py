@@ -1,0 +1,102 @@
+"""Shared fixtures: real git repos, recipe trees and an isolated PATCHBENCH_HOME per test."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import textwrap
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def pytest_addoption(parser):
+    parser.addoption("--slow", action="store_true", help="also run tests marked slow")
+
+
+def pytest_collection_modifyitems(config, items):
+    if config.getoption("--slow"):
+        return
+    skip = pytest.mark.skip(reason="slow: run with --slow (CI does)")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)
+
+
+def git(cwd, *args):
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@t"}
+    return subprocess.run(["git", "-c", "init.defaultBranch=main", *args], cwd=cwd, env=env, check=True,
+                          capture_output=True, text=True).stdout.strip()
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    h = tmp_path / "home"
+    h.mkdir()
+    monkeypatch.setenv("PATCHBENCH_HOME", str(h))
+    return h
+
+
+class Project:
+    """A scratch project: recipes/, patches/ and an upstream git repo with python/<pkg>/."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.recipes = root / "recipes"
+        self.patches = root / "patches"
+        self.upstream = root / "upstream"
+        self.recipes.mkdir(parents=True)
+        self.patches.mkdir()
+        self.upstream.mkdir()
+        git(self.upstream, "init", "-q")
+        self.write_upstream("python/mini/__init__.py", "VERSION = '1'\n")
+        self.write_upstream("python/mini/cost.py", "STEP_MS = 10\nPREFILL_MS = 1\nNAME = 'mini'\n")
+        self.write_upstream("python/pyproject.toml", "[project]\nname='mini'\nversion='1'\n")
+        self.commit("base")
+        git(self.upstream, "tag", "v1")
+
+    def write_upstream(self, rel: str, text: str) -> None:
+        p = self.upstream / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text)
+
+    def commit(self, msg: str) -> str:
+        git(self.upstream, "add", "-A")
+        git(self.upstream, "commit", "-q", "-m", msg)
+        return git(self.upstream, "rev-parse", "HEAD")
+
+    def patch(self, name: str, text: str) -> Path:
+        p = self.patches / name
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(textwrap.dedent(text).lstrip("\n"))
+        return p
+
+    def recipe(self, name: str, text: str) -> Path:
+        p = self.recipes / f"{name}.toml"
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(textwrap.dedent(text).lstrip("\n").replace("@UPSTREAM@", str(self.upstream)))
+        return p
+
+
+@pytest.fixture
+def project(tmp_path, home):
+    return Project(tmp_path / "proj")
+
+
+def change(old: str, new: str, path: str = "python/mini/cost.py", context: tuple[str, ...] = ()) -> str:
+    """A one-line unified diff against the fixture's files (git layout)."""
+    return f"""\
+        Subject: {old} -> {new}
+
+        diff --git a/{path} b/{path}
+        --- a/{path}
+        +++ b/{path}
+        @@ -1,3 +1,3 @@
+        -{old}
+        +{new}
+         {context[0] if context else "PREFILL_MS = 1"}
+         {context[1] if len(context) > 1 else "NAME = 'mini'"}
+        """

@@ -1,0 +1,74 @@
+"""The `patchbench` command: verbs only. Each verb lives in toolkit/commands/<verb>.py."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from rich.console import Console
+
+from toolkit import __version__
+from toolkit.errors import PatchbenchError
+
+# verb -> module under toolkit.commands (one concept each).
+VERBS = {
+    "apply": "apply",
+    "patches": "patches",
+    "build": "build",
+    "env": "env",
+    "check": "check",
+    "run": "run",
+    "results": "results",
+    "import": "import_results",
+    "compare": "compare",
+    "attribute": "attribute",
+    "bisect": "bisect",
+    "report": "report",
+    "roofline": "roofline",
+}
+
+err_console = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 2, no usage dump
+        err_console.print(f"error: {self.prog}: {message}", markup=False)
+        raise SystemExit(2)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="patchbench", description="Reproducible, comparable, bisectable sglang/FlashInfer experiments.")
+    parser.add_argument("--version", action="version", version=f"patchbench {__version__}")
+    sub = parser.add_subparsers(dest="verb", metavar="VERB", parser_class=_Parser)
+    sub.required = True
+    for verb, module_name in VERBS.items():
+        try:
+            module = importlib.import_module(f"toolkit.commands.{module_name}")
+        except ModuleNotFoundError as exc:
+            if exc.name == f"toolkit.commands.{module_name}":
+                continue
+            raise
+        p = sub.add_parser(verb, help=module.HELP, description=module.HELP)
+        p.add_argument("--home", default=None, help="workspace (default $PATCHBENCH_HOME or ~/.cache/patchbench)")
+        p.add_argument("--store", default=None, help="results store (default HOME/results.sqlite)")
+        module.add_arguments(p)
+        p.set_defaults(_run=module.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args._run(args) or 0)
+    except PatchbenchError as exc:
+        err_console.print(f"error: {exc}", markup=False)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        err_console.print("error: interrupted", markup=False)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

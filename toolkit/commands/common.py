@@ -1,0 +1,49 @@
+"""Helpers shared by the verb modules: recipe loading with errors located, the console."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from rich.console import Console
+
+from toolkit.errors import PatchbenchError
+from toolkit.recipe import Recipe, load_recipe
+from toolkit.workspace import default_store, resolve_home
+
+console = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def recipe_arg(parser, many: bool = False) -> None:
+    parser.add_argument(
+        "recipes" if many else "recipe",
+        nargs="+" if many else None,
+        metavar="RECIPE",
+        help="recipe name in recipes/ (e.g. baseline, demo/fast) or a path to a .toml",
+    )
+
+
+def load(ref: str) -> Recipe:
+    try:
+        return load_recipe(ref)
+    except PatchbenchError as exc:
+        raise exc.located(step="load recipe")
+
+
+def home_of(args):
+    return resolve_home(getattr(args, "home", None))
+
+
+def store_of(args):
+    from toolkit.store import Store
+
+    home = home_of(args)
+    path = getattr(args, "store", None)
+    from pathlib import Path
+
+    return Store(Path(path).expanduser().resolve() if path else default_store(home))
+
+
+def print_json(data) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")

@@ -1,0 +1,63 @@
+"""Errors that reach the user as one line and an exit code, never a traceback."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class PatchbenchError(Exception):
+    """A failure the user can act on. Exit code 1 (an operation failed)."""
+
+    exit_code = 1
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        recipe: str | None = None,
+        step: str | None = None,
+        where: str | None = None,
+        log: Path | str | None = None,
+        hint: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.recipe = recipe
+        self.step = step
+        self.where = where
+        self.log = log
+        self.hint = hint
+
+    def located(self, *, recipe: str | None = None, step: str | None = None) -> "PatchbenchError":
+        """Fill in the recipe/step if the raiser did not know them; returns self."""
+        self.recipe = self.recipe or recipe
+        self.step = self.step or step
+        return self
+
+    def __str__(self) -> str:
+        parts = []
+        if self.recipe:
+            parts.append(f"recipe {self.recipe}")
+        if self.step:
+            parts.append(f"step {self.step}")
+        if self.where:
+            parts.append(str(self.where))
+        head = ": ".join(parts)
+        line = f"{head}: {self.message}" if head else self.message
+        if self.hint:
+            line += f" ({self.hint})"
+        if self.log:
+            line += f" [log: {self.log}]"
+        return line
+
+
+class BadInput(PatchbenchError):
+    """The user's input (recipe, patch, revision, flag) is wrong. Exit code 2."""
+
+    exit_code = 2
+
+
+class NoGPU(PatchbenchError):
+    """The pipeline reached a step that needs a CUDA GPU on a machine without one."""
+
+    exit_code = 3

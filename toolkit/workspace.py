@@ -1,0 +1,30 @@
+"""Where patchbench keeps things: `$PATCHBENCH_HOME` (default ~/.cache/patchbench).
+
+  mirrors/    bare git mirrors, one per URL
+  artifacts/  PyPI downloads by sha256 (+ index.json)
+  trees/      patched source trees, one per (base, stack) key
+  envs/       isolated envs, one per env key
+  runs/       logs of server launches and benchmarks, one directory per run
+  results.sqlite  the results store (overridable with --store / PATCHBENCH_STORE)
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def default_home() -> Path:
+    env = os.environ.get("PATCHBENCH_HOME")
+    return Path(env).expanduser().resolve() if env else Path.home() / ".cache" / "patchbench"
+
+
+def resolve_home(arg: str | os.PathLike | None) -> Path:
+    home = Path(arg).expanduser().resolve() if arg else default_home()
+    home.mkdir(parents=True, exist_ok=True)
+    return home
+
+
+def default_store(home: Path) -> Path:
+    env = os.environ.get("PATCHBENCH_STORE")
+    return Path(env).expanduser().resolve() if env else home / "results.sqlite"
