@@ -1,0 +1,141 @@
+"""apply: git sources, ordered stacks, one commit per patch, lock and --frozen, reuse."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import change, git
+from toolkit.cli import main
+from toolkit.errors import BadInput, PatchbenchError
+from toolkit.recipe import load_recipe
+from toolkit.tree import apply_recipe, check_plan, plan_source
+
+RECIPE = """
+description = "three patches"
+[sources.mini]
+git = "@UPSTREAM@"
+rev = "v1"
+package_dir = "python"
+[patches]
+mini = [{stack}]
+"""
+
+
+def three(project):
+    project.patch("p1.patch", change("STEP_MS = 10", "STEP_MS = 8"))
+    # p2 depends on p1 (its context is p1's result): order matters
+    project.patch("p2.patch", """\
+        Subject: prefill 1 -> 2
+
+        diff --git a/python/mini/cost.py b/python/mini/cost.py
+        --- a/python/mini/cost.py
+        +++ b/python/mini/cost.py
+        @@ -1,3 +1,3 @@
+         STEP_MS = 8
+        -PREFILL_MS = 1
+        +PREFILL_MS = 2
+         NAME = 'mini'
+        """)
+    project.patch("p3.patch", """\
+        diff --git a/python/mini/extra.py b/python/mini/extra.py
+        new file mode 100644
+        --- /dev/null
+        +++ b/python/mini/extra.py
+        @@ -0,0 +1 @@
+        +EXTRA = True
+        """)
+    stack = ", ".join(f'"p{i}.patch"' for i in (1, 2, 3))
+    return project.recipe("three", RECIPE.format(stack=stack))
+
+
+def test_three_patches_three_commits_and_lock(project, home, capsys):
+    path = three(project)
+    recipe = load_recipe(path)
+    [(tree, reused)] = apply_recipe(recipe, home)
+    assert not reused
+    log = git(tree.path, "log", "--format=%s", f"{tree.base_commit}..HEAD").splitlines()
+    assert log == ["p3", "prefill 1 -> 2", "STEP_MS = 10 -> STEP_MS = 8"]
+    assert len(tree.patch_commits) == 3 and tree.patch_commits[-1] == tree.head_commit
+    assert (tree.path / "python/mini/cost.py").read_text().startswith("STEP_MS = 8\nPREFILL_MS = 2")
+    assert git(tree.path, "rev-parse", "HEAD^{tree}") == tree.tree_hash
+    lock = json.loads(recipe.lock_path.read_text())
+    entry = lock["sources"]["mini"]
+    assert entry["resolved"] == git(project.upstream, "rev-parse", "v1")
+    assert [p["name"] for p in entry["patches"]] == ["p1.patch", "p2.patch", "p3.patch"]
+    assert entry["tree_hash"] == tree.tree_hash
+    # Second run: reused, same tree; --frozen passes.
+    [(again, reused)] = apply_recipe(recipe, home, frozen=True)
+    assert reused and again.tree_hash == tree.tree_hash
+    assert main(["apply", str(path), "--frozen", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["trees"][0]["reused"] is True
+    # One byte of one patch changes: --frozen refuses, naming the patch.
+    p2 = project.patches / "p2.patch"
+    p2.write_text(p2.read_text().replace("Subject: prefill 1 -> 2", "Subject: prefill 1 -> 2!"))
+    with pytest.raises(BadInput, match="patch p2.patch changed since the lock"):
+        apply_recipe(load_recipe(path), home, frozen=True)
+    assert main(["apply", str(path), "--frozen"]) == 2
+
+
+def test_order_dependence_is_checked(project, home):
+    three(project)
+    path = project.recipe("reversed", RECIPE.format(stack='"p2.patch", "p1.patch"'))
+    recipe = load_recipe(path)
+    plan = plan_source(recipe, "mini", home)
+    d = check_plan(plan, home)
+    assert d[0].status == "conflict" and d[0].file == "python/mini/cost.py" and d[0].hunk.startswith("@@ -1,3")
+    with pytest.raises(PatchbenchError, match=r"patch p2.patch does not apply in python/mini/cost.py at hunk @@ -1,3 \+1,3 @@: conflict"):
+        apply_recipe(recipe, home)
+    assert not list((home / "trees").glob("mini-*/.git")), "a failed apply must not publish a tree"
+
+
+def test_already_applied_is_detected(project, home, capsys):
+    project.patch("p1.patch", change("STEP_MS = 10", "STEP_MS = 8"))
+    project.write_upstream("python/mini/cost.py", "STEP_MS = 8\nPREFILL_MS = 1\nNAME = 'mini'\n")
+    project.commit("upstream took the change")
+    git(project.upstream, "tag", "v2")
+    path = project.recipe("dup", RECIPE.format(stack='"p1.patch"').replace('"v1"', '"v2"'))
+    assert main(["patches", "check", str(path)]) == 1
+    assert "already-applied" in capsys.readouterr().out
+
+
+def test_missing_file_and_unknown_rev(project, home):
+    project.patch("gone.patch", change("X = 1", "X = 2", path="python/mini/nothere.py"))
+    path = project.recipe("gone", RECIPE.format(stack='"gone.patch"'))
+    d = check_plan(plan_source(load_recipe(path), "mini", home), home)
+    assert d[0].status == "file-missing"
+    bad = project.recipe("badrev", RECIPE.format(stack="").replace('"v1"', '"v9"'))
+    with pytest.raises(BadInput, match="unknown revision `v9`"):
+        apply_recipe(load_recipe(bad), home)
+
+
+def test_moved_tag_fails_frozen(project, home):
+    path = project.recipe("tag", RECIPE.format(stack=""))
+    apply_recipe(load_recipe(path), home)
+    project.write_upstream("python/mini/__init__.py", "VERSION = '1.1'\n")
+    project.commit("moved")
+    git(project.upstream, "tag", "-f", "v1")
+    with pytest.raises(BadInput, match="rev `v1` moved"):
+        apply_recipe(load_recipe(path), home, frozen=True)
+
+
+def test_path_source_includes_uncommitted_changes(project, home):
+    project.write_upstream("python/mini/cost.py", "STEP_MS = 99\nPREFILL_MS = 1\nNAME = 'mini'\n")  # not committed
+    path = project.recipe("local", '[sources.mini]\npath = "@UPSTREAM@"\npackage_dir = "python"\n')
+    [(tree, _)] = apply_recipe(load_recipe(path), home)
+    assert "STEP_MS = 99" in (tree.path / "python/mini/cost.py").read_text()
+    assert tree.layout == "path" and len(tree.origin["resolved"]) == 64
+    project.write_upstream("python/mini/cost.py", "STEP_MS = 98\nPREFILL_MS = 1\nNAME = 'mini'\n")
+    [(tree2, reused)] = apply_recipe(load_recipe(path), home)
+    assert not reused and tree2.tree_hash != tree.tree_hash
+
+
+def test_damaged_tree_is_rebuilt(project, home):
+    path = three(project)
+    [(tree, _)] = apply_recipe(load_recipe(path), home)
+    (tree.path / "python/mini/cost.py").write_text("tampered\n")
+    [(again, reused)] = apply_recipe(load_recipe(path), home)
+    assert not reused and again.tree_hash == tree.tree_hash
+    assert "STEP_MS = 8" in (again.path / "python/mini/cost.py").read_text()
