@@ -17,7 +17,7 @@ def pytest_addoption(parser):
 
 
 def pytest_collection_modifyitems(config, items):
-    if config.getoption("--slow"):
+    if config.getoption("--slow") or os.environ.get("PATCHBENCH_SLOW") == "1":
         return
     skip = pytest.mark.skip(reason="slow: run with --slow (CI does)")
     for item in items:

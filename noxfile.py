@@ -1,0 +1,92 @@
+"""nox sessions: `tests`, `demo`, `compare`, `bisect`, and one `recipe-NAME` per recipe.
+
+`nox -l` lists every experiment in recipes/ with its description. The session's own venv only hosts
+the toolkit; each recipe's envs are patchbench's (content-addressed under $PATCHBENCH_HOME).
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import nox
+
+ROOT = Path(__file__).resolve().parent
+RECIPES = ROOT / "recipes"
+DEMO = ["demo/baseline", "demo/fast", "demo/slow"]
+
+nox.options.sessions = ["tests"]
+nox.options.reuse_existing_virtualenvs = True  # only the toolkit lives there; recipe envs are keyed
+
+
+def _toolkit(session: nox.Session, *extras: str) -> None:
+    session.install("-e", f".[{','.join(extras)}]" if extras else ".")
+
+
+@nox.session(python="3.11")
+def tests(session: nox.Session) -> None:
+    """The test suite (add `-- --slow` for real PyPI artifacts and CUTLASS compiles)."""
+    _toolkit(session, "test")
+    session.run("pytest", *session.posargs)
+
+
+@nox.session(python="3.11")
+def demo(session: nox.Session) -> None:
+    """The whole pipeline on the bundled miniature upstream: apply, build, run, store, compare."""
+    _toolkit(session)
+    session.run("patchbench", "run", *DEMO, *session.posargs)
+    session.run("patchbench", "compare", *DEMO)
+
+
+@nox.session(python="3.11")
+def compare(session: nox.Session) -> None:
+    """`nox -s compare -- A B [C ...] [--run]`."""
+    _toolkit(session)
+    session.run("patchbench", "compare", *session.posargs)
+
+
+@nox.session(python="3.11")
+def bisect(session: nox.Session) -> None:
+    """`nox -s bisect -- RECIPE --metric NAME[@point] [--source S --good REV --bad REV]`."""
+    _toolkit(session)
+    session.run("patchbench", "bisect", *session.posargs)
+
+
+def _recipe_table(path: Path, seen: tuple = ()) -> dict:
+    data = tomllib.loads(path.read_text())
+    parent = data.get("extends")
+    if parent and path not in seen:
+        for base in (path.parent, RECIPES):
+            p = base / f"{parent}.toml"
+            if p.is_file():
+                return {**_recipe_table(p, (*seen, path)), **{k: v for k, v in data.items() if k != "extends"}}
+    return data
+
+
+def _recipe_session(name: str, description: str, compare_to: str | None):
+    def session_fn(session: nox.Session) -> None:
+        _toolkit(session)
+        runs = [name] if not compare_to or compare_to == name else [compare_to, name]
+        session.run("patchbench", "run", *runs, *session.posargs)
+        if len(runs) > 1:
+            session.run("patchbench", "compare", *runs)
+
+    session_fn.__doc__ = description or f"recipe {name}"
+    return session_fn
+
+
+def _register_recipes() -> None:
+    for path in sorted(RECIPES.rglob("*.toml")):
+        name = str(path.relative_to(RECIPES).with_suffix(""))
+        try:
+            table = _recipe_table(path)
+        except (tomllib.TOMLDecodeError, OSError):
+            continue  # `patchbench` reports the error when the recipe is used
+        compare_to = table.get("compare_to", "demo/baseline" if name.startswith("demo/") else "baseline")
+        session_name = "recipe-" + name.replace("/", "-")
+        nox.session(name=session_name, python="3.11")(
+            _recipe_session(name, table.get("description", ""), compare_to)
+        )
+
+
+_register_recipes()

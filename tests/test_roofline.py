@@ -1,0 +1,331 @@
+"""Decode roofline (toolkit/roofline.py, toolkit/commands/roofline.py)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from itertools import pairwise
+
+import pytest
+
+from toolkit import roofline as rl
+from toolkit.commands import roofline as cmd
+from toolkit.errors import BadInput
+
+# --------------------------------------------------------------------------------------------
+# Expected distinct experts
+# --------------------------------------------------------------------------------------------
+
+
+def test_distinct_experts_batch_one_is_top_k():
+    assert rl.expected_distinct_experts(256, 8, 1) == pytest.approx(8.0)
+    assert rl.expected_distinct_experts(128, 8, 1) == pytest.approx(8.0)
+
+
+def test_distinct_experts_large_batch_tends_to_all_experts():
+    assert rl.expected_distinct_experts(256, 8, 10_000) == pytest.approx(256.0, abs=1e-6)
+    assert rl.expected_distinct_experts(256, 8, 256) == pytest.approx(256 * (1 - (1 - 8 / 256) ** 256))
+    assert rl.expected_distinct_experts(256, 8, 256) < 256
+
+
+def test_distinct_experts_formula_and_monotonic():
+    assert rl.expected_distinct_experts(256, 8, 2) == pytest.approx(256 * (1 - (31 / 32) ** 2))  # 15.75
+    values = [rl.expected_distinct_experts(256, 8, b) for b in range(1, 513)]
+    assert all(a < b for a, b in pairwise(values))
+    assert rl.expected_distinct_experts(256, 8, 0) == 0.0
+    assert rl.expected_distinct_experts(0, 0, 4) == 0.0
+
+
+# --------------------------------------------------------------------------------------------
+# Data files
+# --------------------------------------------------------------------------------------------
+
+
+def test_gpu_table_has_sources_and_datasheet_bandwidths():
+    gpus = rl.load_gpus()
+    assert {g.mem_bw_gbps for g in gpus.values()} >= {1792, 3350, 4800, 8000}
+    assert gpus["rtx-pro-6000"].mem_bw_gbps == 1792
+    assert gpus["rtx-pro-6000"].memory_gb == 96
+    assert gpus["rtx-pro-6000"].arch == "SM120"
+    assert gpus["rtx-pro-6000"].link_bw_gbps == 64
+    assert gpus["rtx-pro-6000"].allreduce_latency_us == 10
+    assert gpus["h200"].mem_bw_gbps == 4800
+    assert gpus["b200"].mem_bw_gbps == 8000
+    assert gpus["h100-sxm"].mem_bw_gbps == 3350
+    for gpu in gpus.values():
+        assert gpu.source and gpu.peak("bf16") and gpu.peak("fp8")
+    assert gpus["h100-sxm"].peak("fp4") is None and gpus["b200"].peak("fp4")
+    assert rl.get_gpu("RTX PRO 6000 Blackwell").key == "rtx-pro-6000"
+    assert rl.get_gpu("H100").key == "h100-sxm"
+
+
+def test_model_files_have_sources():
+    assert {"glm-5", "qwen3-30b-a3b", "llama-3.1-8b"} <= set(rl.known_models())
+    for name in ("glm-5", "qwen3-30b-a3b", "llama-3.1-8b"):
+        _, cfg = rl.load_model_config(name)
+        assert cfg["_source"]
+
+
+def test_glm5_shape_matches_published_sizes():
+    _, cfg = rl.load_model_config("glm-5")
+    m = rl.model_shape(cfg, "glm-5")
+    assert (m.kind, m.layers, m.dense_layers, m.moe_layers) == ("mla_moe", 78, 3, 75)
+    assert (m.n_experts, m.top_k, m.hidden) == (256, 8, 6144)
+    assert m.total_params() / 1e9 == pytest.approx(744, rel=0.005)  # "744B parameters"
+    assert m.active_params(1) / 1e9 == pytest.approx(40, rel=0.025)  # "40B active"
+
+
+def test_qwen3_moe_shape():
+    _, cfg = rl.load_model_config("qwen3-30b-a3b")
+    m = rl.model_shape(cfg, "qwen3-30b-a3b")
+    assert (m.kind, m.moe_layers, m.dense_layers, m.shared_params) == ("gqa_moe", 48, 0, 0)
+    assert m.total_params() / 1e9 == pytest.approx(30.5, rel=0.01)
+    # "3.3B activated" counts the embedding table too; a decode step reads only one row of it
+    assert (m.active_params(1) + m.vocab * m.hidden) / 1e9 == pytest.approx(3.3, rel=0.02)
+    mixed = rl.model_shape({**cfg, "mlp_only_layers": [0, 1]})
+    assert (mixed.dense_layers, mixed.moe_layers) == (2, 46)
+
+
+# --------------------------------------------------------------------------------------------
+# The seed: GLM-5 on 8x RTX PRO 6000, TP8, batch 1
+# --------------------------------------------------------------------------------------------
+
+
+def test_seed_allreduce_figures():
+    row = rl.roofline(rl.seed_glm5_inputs()).rows[0]
+    ar = row.allreduce
+    assert ar.count == 156  # 78 layers x 2
+    # 156 * 6144 * 2 B * b=1 = 1.92 MB of messages; x ring factor 2*7/8 = 1.75 -> 3.35 MB per GPU
+    assert ar.count * ar.message_bytes == 156 * 6144 * 2
+    assert ar.ring_factor == pytest.approx(1.75)
+    assert ar.bytes_per_gpu / 1e6 == pytest.approx(3.3, abs=0.06)
+    assert ar.latency_s == pytest.approx(1.56e-3)  # 156 x 10 us
+    assert ar.transfer_s == pytest.approx(ar.bytes_per_gpu / 64e9)
+
+
+def test_seed_309_tok_s_under_the_seed_assumption():
+    """309 tok/s is reproduced (within 1%; the model gives 311.1) by: every weight NVFP4 including
+    attention, DSA indexer, dense MLP, shared expert, router and lm_head; only active weights
+    (8 routed + 1 shared expert per MoE layer); every byte split evenly over the 8 GPUs (no
+    replication); KV cache negligible (context 0); 1,792 GB/s; 156 x (10 us + ring bytes / 64 GB/s)."""
+    result = rl.seed_glm5()
+    row = result.rows[0]
+    assert result.inputs.weights.spec == rl.SEED_GLM5_WEIGHTS == "all=nvfp4"
+    assert {fmt for _, fmt in result.inputs.weights.formats} == {"nvfp4"}
+    assert row.tok_s == pytest.approx(309, rel=0.01)
+    assert row.tok_s == pytest.approx(311.1, abs=0.1)
+    # ~1.6 ms of weight streaming + ~1.6 ms of all-reduce ("roughly half the time budget")
+    assert row.mem_s == pytest.approx(1.60e-3, abs=0.01e-3)
+    assert row.weight_bytes / 1e9 == pytest.approx(2.87, abs=0.01)  # per GPU
+    assert result.assumptions[0] == rl.SEED_ASSUMPTION
+    assert "NVFP4" in rl.SEED_ASSUMPTION and "context 0" in rl.SEED_ASSUMPTION
+    assert rl.theoretical_tok_s("glm-5", "rtx-pro-6000", 8, 1, 1, 0, "all=nvfp4") == pytest.approx(row.tok_s)
+
+
+def test_seed_real_checkpoint_mix_is_slower():
+    """The real GLM-5-NVFP4 checkpoint: experts NVFP4, attention and the rest BF16."""
+    seed = rl.roofline(rl.seed_glm5_inputs()).rows[0]
+    real = rl.roofline(rl.seed_glm5_inputs(rl.GLM5_CHECKPOINT_WEIGHTS)).rows[0]
+    assert real.component("experts").bytes == seed.component("experts").bytes
+    assert real.component("attention").bytes == pytest.approx(seed.component("attention").bytes * 2 / 0.5625)
+    assert real.component("attention").fmt == "bf16"
+    assert real.tok_s == pytest.approx(198.5, abs=0.5)
+    # and with sglang's replication of q_a/kv_a, the DSA indexer and the router on every rank
+    replicated = rl.roofline(rl.seed_glm5_inputs(rl.GLM5_CHECKPOINT_WEIGHTS, sharding="sglang")).rows[0]
+    assert replicated.tok_s == pytest.approx(140.9, abs=0.5)
+    assert replicated.tok_s < real.tok_s < seed.tok_s
+
+
+def test_seed_sensitivity_to_context():
+    short = rl.roofline(rl.seed_glm5_inputs()).rows[0]
+    long = rl.roofline(rl.seed_glm5_inputs(context=1024)).rows[0]
+    # bf16 MLA latent 576 x 2 B + fp8 index key 132 B, per token per layer, replicated on each rank
+    assert long.kv_bytes == 1024 * 78 * (576 * 2 + 132)
+    assert long.tok_s < short.tok_s
+    assert long.tok_s == pytest.approx(309, rel=0.02)
+
+
+# --------------------------------------------------------------------------------------------
+# Dense, batch, compute, EP
+# --------------------------------------------------------------------------------------------
+
+
+def test_dense_llama_single_gpu():
+    inputs = rl.make_inputs("llama-3.1-8b", "h100-sxm", batches=(1,), weights="all=bf16")
+    row = rl.roofline(inputs).rows[0]
+    per_layer = 2 * 4096 * 4096 + 2 * 4096 * 1024 + 3 * 4096 * 14336  # q,o + k,v + gate/up/down
+    params = 32 * per_layer + 128256 * 4096  # + lm_head; embedding lookup reads 1 row
+    assert row.weight_bytes == pytest.approx(2 * params + 2 * 4096)
+    assert row.allreduce.count == 0 and row.allreduce.time_s == 0
+    assert row.distinct_experts == 0
+    assert row.tok_s == pytest.approx(3350e9 / (2 * params), rel=1e-3)  # ~223 tok/s
+    assert row.bound == "memory"
+    assert inputs.model.total_params() / 1e9 == pytest.approx(8.03, rel=0.005)
+
+
+def test_dense_llama_kv_and_tp():
+    inputs = rl.make_inputs("llama-3.1-8b", "h100-sxm", tp=2, batches=(4,), context=2048, weights="all=fp8")
+    row = rl.roofline(inputs).rows[0]
+    assert row.kv_bytes == 4 * 32 * 2048 * 2 * (8 / 2) * 128 * 2  # b x L x C x (K,V) x heads/GPU x hd x 2 B
+    assert row.allreduce.count == 64
+    assert row.component("attention").peak_dtype == "fp8"
+
+
+def test_tok_s_monotonic_in_batch_while_memory_bound():
+    batches = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+    for model, gpu, tp in (("glm-5", "rtx-pro-6000", 8), ("qwen3-30b-a3b", "h200", 1), ("llama-3.1-8b", "b200", 1)):
+        result = rl.roofline(rl.make_inputs(model, gpu, tp=tp, batches=batches, context=512))
+        tok = [r.tok_s for r in result.rows]
+        assert all(a < b for a, b in pairwise(tok)), (model, tok)
+        assert all(r.bound != "compute" for r in result.rows), model
+        steps = [r.step_s for r in result.rows]
+        assert all(a <= b for a, b in pairwise(steps))
+
+
+def test_compute_bound_at_huge_batch():
+    row = rl.roofline(rl.make_inputs("llama-3.1-8b", "h100-sxm", batches=(8192,), weights="all=bf16")).rows[0]
+    assert row.component("dense_mlp").bound == "compute"
+    assert row.bound == "compute"
+
+
+def test_nvfp4_without_fp4_tensor_cores_computes_in_bf16():
+    row = rl.roofline(rl.make_inputs("qwen3-30b-a3b", "h100-sxm", weights="all=nvfp4")).rows[0]
+    assert row.component("experts").peak_dtype == "bf16"
+    row = rl.roofline(rl.make_inputs("qwen3-30b-a3b", "b200", weights="all=nvfp4")).rows[0]
+    assert row.component("experts").peak_dtype == "fp4"
+
+
+def test_ep_changes_average_bytes_not_and_is_stated():
+    tp8 = rl.roofline(rl.seed_glm5_inputs(batches=(1, 16)))
+    ep8 = rl.roofline(rl.seed_glm5_inputs(batches=(1, 16), ep=8))
+    for a, b in zip(tp8.rows, ep8.rows):
+        assert a.step_s == pytest.approx(b.step_s)
+    assert any("EP=8" in line for line in ep8.assumptions)
+
+
+def test_allreduce_latency_override():
+    row = rl.roofline(rl.seed_glm5_inputs(allreduce_latency_us=5)).rows[0]
+    assert row.allreduce.latency_s == pytest.approx(0.78e-3)
+    assert any("overridden" in line for line in rl.roofline(rl.seed_glm5_inputs(allreduce_latency_us=5)).assumptions)
+
+
+def test_assumptions_cover_the_numbers():
+    text = "\n".join(rl.roofline(rl.seed_glm5_inputs(rl.GLM5_CHECKPOINT_WEIGHTS)).assumptions)
+    for needle in (
+        "E*(1-(1-k/E)^b)",
+        "2(N-1)/N",
+        "max(bytes / mem_bw, FLOPs / peak)",
+        "1792 GB/s",
+        "10 us",
+        "0.5625 B/param",
+        "bf16",
+        "Sharding 'even'",
+    ):
+        assert needle in text, needle
+
+
+# --------------------------------------------------------------------------------------------
+# Weight specs and bad input
+# --------------------------------------------------------------------------------------------
+
+
+def test_weight_spec_all_but_lm_head():
+    w = rl.parse_weights("all=nvfp4,lm_head=bf16")
+    assert w.of("lm_head") == "bf16" and w.of("attention") == "nvfp4" and w.of("experts") == "nvfp4"
+
+
+def test_weight_spec_rest_and_order():
+    a = rl.parse_weights("experts=nvfp4,rest=bf16")
+    b = rl.parse_weights("rest=bf16,routed_experts=nvfp4")
+    assert a.formats == b.formats
+    assert a.of("experts") == "nvfp4" and a.of("attention") == "bf16" and a.of("shared_experts") == "bf16"
+    assert rl.parse_weights(["experts=nvfp4", "rest=fp8", "experts=fp8"]).of("experts") == "fp8"
+    partial = rl.parse_weights("experts=nvfp4")
+    assert partial.of("attention") == "bf16" and "attention" in partial.defaulted
+    assert rl.BYTES_PER_PARAM["nvfp4"] == 0.5625 and rl.BYTES_PER_PARAM["bf16"] == 2
+
+
+@pytest.mark.parametrize("spec", ["experts", "experts=nvfp3", "wings=bf16", "", "=bf16"])
+def test_bad_weight_spec(spec):
+    with pytest.raises(BadInput) as info:
+        rl.parse_weights(spec)
+    assert info.value.hint and "\n" not in str(info.value)
+
+
+def test_bad_inputs():
+    with pytest.raises(BadInput, match="unknown GPU"):
+        rl.get_gpu("gtx-1080")
+    with pytest.raises(BadInput, match="unknown model"):
+        rl.load_model_config("no-such-model")
+    with pytest.raises(BadInput, match="EP=3 must divide TP=8"):
+        rl.roofline(rl.seed_glm5_inputs(ep=3))
+    with pytest.raises(BadInput, match="dense model"):
+        rl.roofline(rl.make_inputs("llama-3.1-8b", "h200", tp=2, ep=2))
+    with pytest.raises(BadInput, match="batch"):
+        rl.roofline(rl.seed_glm5_inputs(batches=(0,)))
+
+
+def test_model_from_path_and_dict(tmp_path):
+    _, cfg = rl.load_model_config("qwen3-30b-a3b")
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    name, loaded = rl.load_model_config(tmp_path)
+    assert loaded == cfg and name == tmp_path.name
+    by_dict = rl.theoretical_tok_s(cfg, "h200", 1, 1, 8, 1024, "all=bf16")
+    by_name = rl.theoretical_tok_s("qwen3-30b-a3b", "h200", 1, 1, 8, 1024, "all=bf16")
+    assert by_dict == pytest.approx(by_name)
+
+
+# --------------------------------------------------------------------------------------------
+# CLI verb module
+# --------------------------------------------------------------------------------------------
+
+
+def _args(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    cmd.add_arguments(parser)
+    return parser.parse_args(list(argv))
+
+
+def test_cli_prints_table_and_assumptions(capsys):
+    assert isinstance(cmd.HELP, str) and cmd.HELP
+    rc = cmd.run(
+        _args("--model", "glm-5", "--gpu", "rtx-pro-6000", "--tp", "8", "--batch", "1,8", "--weights", "all=nvfp4")
+    )
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert "tok/s" in out and "311.1" in out and "156" in out
+    assert "experts" in out and "kv_cache" in out and "all-reduce" in out
+    assert "Assumptions:" in out and "2(N-1)/N" in out
+
+
+def test_cli_repeatable_weights_and_json(capsys):
+    rc = cmd.run(
+        _args(
+            "--model",
+            "glm-5",
+            "--gpu",
+            "rtx-pro-6000",
+            "--tp",
+            "8",
+            "--batch",
+            "1",
+            "--json",
+            "--weights",
+            "experts=nvfp4",
+            "--weights",
+            "rest=bf16",
+        )
+    )
+    data = json.loads(capsys.readouterr().out)
+    assert rc == 0
+    assert data["weights"]["attention"] == "bf16" and data["weights"]["experts"] == "nvfp4"
+    assert data["rows"][0]["allreduce"]["count"] == 156
+    assert data["rows"][0]["tok_s"] == pytest.approx(198.5, abs=0.5)
+    assert data["assumptions"]
+
+
+def test_cli_bad_input_raises_badinput():
+    with pytest.raises(BadInput, match="unknown GPU"):
+        cmd.run(_args("--model", "glm-5", "--gpu", "a100"))
+    with pytest.raises(BadInput, match="unknown weight format"):
+        cmd.run(_args("--model", "glm-5", "--gpu", "h200", "--weights", "experts=int3"))

@@ -1,0 +1,160 @@
+"""`patchbench roofline`: the theoretical decode ceiling of a model on a GPU, with its assumptions."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from rich.console import Console
+from rich.table import Table
+
+from toolkit import roofline as rl
+
+HELP = "theoretical decode tok/s (memory/compute/all-reduce roofline) for a model on a GPU"
+
+
+def _batches(text: str) -> list[int]:
+    try:
+        values = [int(x) for x in text.replace(" ", "").split(",") if x]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"bad batch list {text!r}: use e.g. 1,2,4,8") from None
+    if not values:
+        raise argparse.ArgumentTypeError("empty batch list: use e.g. 1,2,4,8")
+    return values
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--model",
+        required=True,
+        help=f"model NAME ({', '.join(rl.known_models())}) or path to a Hugging Face config.json (or its folder)",
+    )
+    parser.add_argument(
+        "--gpu", required=True, help="GPU name from toolkit/data/gpus.toml, e.g. rtx-pro-6000, h200, b200"
+    )
+    parser.add_argument("--tp", type=int, default=1, help="tensor-parallel size (GPUs), default 1")
+    parser.add_argument("--ep", type=int, default=1, help="expert-parallel size, must divide --tp; default 1")
+    parser.add_argument("--batch", type=_batches, default=[1, 2, 4, 8, 16, 32, 64], help="batch sizes, e.g. 1,2,4,8")
+    parser.add_argument("--context", type=int, default=0, help="tokens in each sequence's KV cache (default 0)")
+    parser.add_argument(
+        "--weights",
+        action="append",
+        metavar="SPEC",
+        help=f"weight format per component, e.g. {rl.DEFAULT_WEIGHTS!r} (default) or 'all=nvfp4,lm_head=bf16'; "
+        f"repeatable (joined, later wins); formats: {', '.join(rl.BYTES_PER_PARAM)}",
+    )
+    parser.add_argument("--kv-dtype", default="bf16", choices=sorted(rl.KV_BYTES), help="KV cache dtype (default bf16)")
+    parser.add_argument(
+        "--sharding",
+        default="even",
+        choices=rl.SHARDINGS,
+        help="'even': every weight byte split over TP (ideal, default); 'sglang': replicate what sglang replicates",
+    )
+    parser.add_argument(
+        "--allreduce-latency-us", type=float, default=None, help="latency of one all-reduce (default: the GPU table's)"
+    )
+    parser.add_argument("--json", action="store_true", help="print the result as JSON instead of tables")
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.3f}"
+
+
+def _gb(nbytes: float) -> str:
+    return f"{nbytes / 1e9:.3f}"
+
+
+def summary_table(result: rl.RooflineResult) -> Table:
+    i = result.inputs
+    title = (
+        f"Decode roofline: {i.model.name} on {i.tp}x {i.gpu.key} (TP{i.tp}, EP{i.ep}), context {i.context}, "
+        f"weights {i.weights.spec}, sharding {i.sharding}"
+    )
+    table = Table(title=title, title_justify="left")
+    for header in (
+        "batch",
+        "distinct experts",
+        "weights GB/GPU",
+        "KV GB/GPU",
+        "mem ms",
+        "compute ms",
+        "all-reduces",
+        "AR MB/GPU",
+        "AR ms",
+        "step ms",
+        "tok/s",
+        "bound",
+    ):
+        table.add_column(header, justify="left" if header == "bound" else "right")
+    for row in result.rows:
+        ar = row.allreduce
+        table.add_row(
+            str(row.batch),
+            f"{row.distinct_experts:.1f}" if i.model.is_moe else "-",
+            _gb(row.weight_bytes),
+            _gb(row.kv_bytes),
+            _ms(row.mem_s),
+            _ms(row.compute_s),
+            str(ar.count),
+            f"{ar.bytes_per_gpu / 1e6:.2f}",
+            _ms(ar.time_s),
+            _ms(row.step_s),
+            f"{row.tok_s:,.1f}",
+            row.bound,
+        )
+    return table
+
+
+def component_table(result: rl.RooflineResult) -> Table:
+    table = Table(
+        title="Per component, per GPU per step: GB read / ms (M memory-bound, C compute-bound)", title_justify="left"
+    )
+    table.add_column("component")
+    table.add_column("format")
+    for row in result.rows:
+        table.add_column(f"b={row.batch}", justify="right")
+    first = result.rows[0]
+    for comp in first.components:
+        cells = []
+        for row in result.rows:
+            c = row.component(comp.name)
+            cells.append(f"{_gb(c.bytes)} / {_ms(c.time_s)} {'C' if c.bound == 'compute' else 'M'}")
+        table.add_row(comp.name, comp.fmt, *cells)
+    cells = []
+    for row in result.rows:
+        ar = row.allreduce
+        cells.append(f"{ar.count} x / {_ms(ar.time_s)}")
+    table.add_row("all-reduce", "bf16", *cells)
+    return table
+
+
+def run(args: argparse.Namespace) -> int:
+    inputs = rl.make_inputs(
+        args.model,
+        args.gpu,
+        tp=args.tp,
+        ep=args.ep,
+        batches=args.batch,
+        context=args.context,
+        weights=args.weights,
+        kv_dtype=args.kv_dtype,
+        allreduce_latency_us=args.allreduce_latency_us,
+        sharding=args.sharding,
+    )
+    result = rl.roofline(inputs)
+    if args.json:
+        sys.stdout.write(json.dumps(result.to_dict(), indent=2) + "\n")
+        return 0
+    console = Console(file=sys.stdout)
+    if not console.is_terminal:
+        console = Console(file=sys.stdout, width=200)
+    console.print(summary_table(result))
+    console.print(component_table(result))
+    console.print("Assumptions:", style="bold")
+    for line in result.assumptions:
+        console.print(f"  - {line}", highlight=False)
+    return 0
+
+
+__all__ = ["HELP", "add_arguments", "run"]
