@@ -17,7 +17,6 @@ VERBS = {
     "patches": "patches",
     "build": "build",
     "env": "env",
-    "check": "check",
     "run": "run",
     "results": "results",
     "import": "import_results",

@@ -11,7 +11,8 @@ from toolkit.errors import PatchbenchError
 from toolkit.recipe import Recipe, load_recipe
 from toolkit.workspace import default_store, resolve_home
 
-console = Console(highlight=False, soft_wrap=True)
+_WIDTH = None if sys.stdout.isatty() else 160  # tables stay readable in logs and CI
+console = Console(highlight=False, width=_WIDTH)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 

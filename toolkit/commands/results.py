@@ -1,0 +1,85 @@
+"""`patchbench results`: list stored runs, or export them as JSON/CSV."""
+
+from __future__ import annotations
+
+import sys
+from collections import defaultdict
+
+from rich.table import Table
+
+from toolkit.commands.common import console, store_of
+
+HELP = "list stored runs (status, provenance, headline numbers) or export them (JSON/CSV)"
+
+HEADLINE = ("output_tok_s", "median_decode_throughput", "decode_tok_s")
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("recipes", nargs="*", metavar="RECIPE", help="only these recipes")
+    parser.add_argument("--status", choices=["ok", "failed", "invalid", "running"], default=None)
+    parser.add_argument("--export", choices=["json", "csv"], default=None, help="write runs and samples")
+    parser.add_argument("--output", "-o", default=None, help="export file (default: stdout)")
+    parser.add_argument("--limit", type=int, default=50)
+
+
+def _headline(samples) -> str:
+    by_metric = defaultdict(dict)
+    for s in samples:
+        by_metric[s.metric][s.point] = s.value
+    for metric in HEADLINE:
+        if metric in by_metric:
+            pts = by_metric[metric]
+            return f"{metric}: " + " ".join(f"{p}:{v:.1f}" for p, v in sorted(pts.items()))
+    return ""
+
+
+def _efficiency(run, samples) -> str:
+    """Measured tok/s at batch/concurrency 1 over the recipe's theoretical roofline, when named."""
+    roof = (run.recipe_resolved or {}).get("roofline") or {}
+    if not roof.get("model") or not roof.get("gpu"):
+        return ""
+    from toolkit.roofline import theoretical_tok_s
+
+    args = dict((run.recipe_resolved or {}).get("server", {}).get("args", {}))
+    tp = int(args.get("tp-size", args.get("tp", 1)))
+    ep = int(args.get("ep-size", args.get("ep", 1)))
+    one = [s.value for s in samples if s.point == 1 and s.metric in HEADLINE]
+    if not one:
+        return ""
+    try:
+        theo = theoretical_tok_s(roof["model"], roof["gpu"], tp=tp, ep=ep, batch=1,
+                                 context=int(roof.get("context", 0)), weights=roof.get("weights"))
+    except Exception:  # noqa: BLE001 - efficiency is a courtesy column
+        return ""
+    return f"{one[0]:.2f} of {theo:.0f} tok/s ({100 * one[0] / theo:.1f}%)"
+
+
+def render_runs(store, runs) -> Table:
+    table = Table(title="results", title_justify="left")
+    for col in ("run", "recipe", "rep", "status", "env", "gpu", "headline (point:value)", "vs roofline", "error"):
+        table.add_column(col, overflow="fold")
+    for run in runs:
+        samples = store.samples([run.run_id])
+        status = run.display_status()
+        style = {"ok": "green", "invalid": "yellow"}.get(status, "red")
+        table.add_row(run.run_id[:8], run.recipe, str(run.repeat), f"[{style}]{status}[/]",
+                      (run.env_key or "")[:10], run.gpu_key, _headline(samples), _efficiency(run, samples),
+                      (run.error or "")[:120])
+    return table
+
+
+def run(args) -> int:
+    store = store_of(args)
+    filters = {"recipe": args.recipes or None, "status": args.status}
+    if args.export:
+        out = args.output or sys.stdout
+        n = store.export(args.export, out, **filters)
+        if args.output:
+            console.print(f"exported {n} runs to {args.output}")
+        return 0
+    runs = store.runs(**filters, limit=args.limit, newest_first=True)
+    if not runs:
+        console.print(f"no runs in {store.path}")
+        return 0
+    console.print(render_runs(store, list(reversed(runs))))
+    return 0

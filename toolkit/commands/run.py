@@ -1,0 +1,42 @@
+"""`patchbench run RECIPE...`: apply, build, static check, launch, verify, benchmark, store.
+
+Several recipes interleave their repeats (A B A B ...) on the same machine. Without a CUDA GPU
+(and a recipe that needs one) it stops after the static check with a clear message.
+"""
+
+from __future__ import annotations
+
+from toolkit.commands.common import console, err, home_of, load, print_json, recipe_arg, store_of
+from toolkit.pipeline import STEPS, run_sweep
+
+HELP = "run recipes end to end (apply -> build -> check -> launch -> verify -> benchmark -> store)"
+
+
+def add_arguments(parser) -> None:
+    recipe_arg(parser, many=True)
+    parser.add_argument("--repeats", type=int, default=None, help="server launches per recipe (default: the recipe's)")
+    parser.add_argument("--until", choices=STEPS, default="store", help="stop after this step on purpose")
+    parser.add_argument("--frozen", action="store_true", help="refuse drift from the recipes' lock files")
+    parser.add_argument("--json", action="store_true", help="print the run ids as JSON")
+
+
+def run(args) -> int:
+    recipes = [load(r) for r in args.recipes]
+    home = home_of(args)
+    store = store_of(args)
+    result = run_sweep(recipes, home=home, store=store, repeats=args.repeats, until=args.until,
+                       frozen=args.frozen, console=err)
+    if args.json:
+        print_json(result)
+    elif result["runs"]:
+        from toolkit.commands.results import render_runs
+
+        ids = [rid for _, rid in result["runs"]]
+        console.print(render_runs(store, store.runs(run_ids=ids)))
+    elif args.until in ("apply", "build", "check"):
+        err.print(f"stopped after `{args.until}` as asked")
+    if result["failed"]:
+        return 1
+    statuses = {store.get_run(rid).status for _, rid in result["runs"]}
+    return 0 if statuses <= {"ok"} else 1
+

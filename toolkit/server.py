@@ -1,0 +1,174 @@
+"""Server lifecycle: launch `python -m sglang.launch_server` from an env, wait, inspect, tear down.
+
+The server runs in its own process group (session) with its output in a log file. Teardown kills
+the whole group and any descendant that escaped it, on success, on errors and on Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+from toolkit.errors import PatchbenchError
+
+CRASH_PATTERNS = re.compile(
+    r"CUDA error|cudaError\w*|illegal memory access|out of memory|Traceback \(most recent call last\)|"
+    r"Segmentation fault|core dumped|NCCL error",
+)
+
+
+class ServerFailed(PatchbenchError):
+    """The server exited, crashed or hung; carries the log tail."""
+
+    def __init__(self, message: str, *, log: Path, tail: str, kind: str):
+        super().__init__(message, log=log)
+        self.tail = tail
+        self.kind = kind  # exited | crashed | hung
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def log_tail(path: Path, lines: int = 40) -> str:
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(0, size - 64 * 1024))
+            data = fh.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+    return "\n".join(data.splitlines()[-lines:])
+
+
+@dataclass
+class Server:
+    argv: list[str]
+    host: str
+    port: int
+    log: Path
+    proc: subprocess.Popen
+    started: float = field(default_factory=time.monotonic)
+    _descendants: set = field(default_factory=set)
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    # -------------------------------------------------------------------------------- lifecycle
+
+    def _remember_children(self) -> None:
+        try:
+            for child in psutil.Process(self.proc.pid).children(recursive=True):
+                self._descendants.add(child.pid)
+        except psutil.Error:
+            pass
+
+    def check_alive(self) -> None:
+        code = self.proc.poll()
+        tail = log_tail(self.log)
+        if code is not None:
+            m = CRASH_PATTERNS.search(tail)
+            why = f"crashed ({m.group(0)})" if m else f"exited with code {code}"
+            raise ServerFailed(f"server {why}", log=self.log, tail=tail, kind="crashed" if m else "exited")
+
+    def wait_ready(self, timeout: float) -> float:
+        """Poll /health_generate until 200; return seconds taken. Raise ServerFailed otherwise."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.check_alive()
+            self._remember_children()
+            try:
+                with urllib.request.urlopen(f"{self.url}/health_generate", timeout=10) as resp:
+                    if resp.status == 200:
+                        return time.monotonic() - self.started
+            except (urllib.error.URLError, OSError, TimeoutError):
+                pass
+            time.sleep(0.2)
+        raise ServerFailed(f"server not ready after {timeout:.0f} s (hang)", log=self.log,
+                           tail=log_tail(self.log), kind="hung")
+
+    def server_info(self) -> dict:
+        """GET /server_info, falling back to the old /get_server_info."""
+        last = None
+        for path in ("/server_info", "/get_server_info"):
+            try:
+                with urllib.request.urlopen(f"{self.url}{path}", timeout=30) as resp:
+                    return json.loads(resp.read())
+            except urllib.error.HTTPError as exc:
+                last = f"{path}: HTTP {exc.code}"
+            except (urllib.error.URLError, OSError, ValueError) as exc:
+                last = f"{path}: {exc}"
+        self.check_alive()
+        raise PatchbenchError(f"server gave no server info ({last})", log=self.log)
+
+    def stop(self, grace: float = 15.0) -> None:
+        """Kill the process group and every descendant seen; wait until none is alive."""
+        self._remember_children()
+        procs = []
+        for pid in {self.proc.pid, *self._descendants}:
+            try:
+                procs.append(psutil.Process(pid))
+            except psutil.Error:
+                pass
+        try:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        except (ProcessLookupError, PermissionError):
+            pass
+        for p in procs:
+            try:
+                p.terminate()
+            except psutil.Error:
+                pass
+        _, alive = psutil.wait_procs(procs, timeout=grace)
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        for p in alive:
+            try:
+                p.kill()
+            except psutil.Error:
+                pass
+        psutil.wait_procs(alive, timeout=5)
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+
+    def __enter__(self) -> "Server":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def launch(python: Path, args: list[str], *, host: str, port: int, log: Path, environ: dict) -> Server:
+    """Start `python -m sglang.launch_server ARGS` in a new session, output to `log`."""
+    argv = [str(python), "-m", "sglang.launch_server", *args]
+    log.parent.mkdir(parents=True, exist_ok=True)
+    fh = open(log, "ab")
+    fh.write(("$ " + " ".join(argv) + "\n").encode())
+    fh.flush()
+    try:
+        proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env=environ, start_new_session=True)
+    except OSError as exc:
+        raise PatchbenchError(f"cannot start the server: {exc}", log=log) from None
+    finally:
+        fh.close()
+    return Server(argv=argv, host=host, port=port, log=log, proc=proc)
