@@ -67,6 +67,20 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         err_console.print("error: interrupted", markup=False)
         return 130
+    except Exception as exc:  # a bug: one line here, the traceback in a file
+        import traceback
+
+        from toolkit.workspace import default_home
+
+        log = default_home() / "last-error.log"
+        try:
+            log.parent.mkdir(parents=True, exist_ok=True)
+            log.write_text(traceback.format_exc())
+        except OSError:
+            log = None
+        err_console.print(f"error: internal error in patchbench {args.verb}: {type(exc).__name__}: {exc}"
+                          + (f" [traceback: {log}]" if log else ""), markup=False)
+        return 1
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ from toolkit import machine, server as srv
 from toolkit.bench import Sample
 from toolkit.errors import BadInput, NoGPU, PatchbenchError
 from toolkit.recipe import Recipe
-from toolkit.sglang_args import StaticCheck, compare_fields, launch_argv, static_check
+from toolkit.sglang_args import StaticCheck, compare_fields, launch_argv, recipe_args, static_check
 from toolkit.tree import AppliedTree, apply_recipe
 
 STEPS = ("apply", "build", "check", "launch", "verify", "benchmark", "store")
@@ -248,15 +248,14 @@ def _one_batch(p: Prepared, run_dir: Path, environ: dict, timings: dict) -> list
     out = run_dir / "one_batch.jsonl"
     log = run_dir / "one_batch.log"
     argv = one_batch_argv(
-        python=p.env.python,
-        sglang_version=_versions(p.env)[0] or (p.check.version if p.check else None),
+        python=str(p.env.python),
+        sglang_version=_versions(p.env)[0] or (p.check.version if p.check else None) or "0",
         model_path=p.recipe.server.model,
         batch_sizes=bench.batch_sizes,
         input_len=bench.input_len,
         output_len=bench.output_len,
-        result_filename=out,
-        extra_args=[a for a in launch_argv(p.recipe.server, host="127.0.0.1", port=0)
-                    if a not in ("--host", "127.0.0.1", "--port", "0", "--model-path", p.recipe.server.model)],
+        result_filename=str(out),
+        server_argv=recipe_args(p.recipe.server),
     )
     t0 = time.monotonic()
     with open(log, "wb") as fh:
@@ -266,7 +265,7 @@ def _one_batch(p: Prepared, run_dir: Path, environ: dict, timings: dict) -> list
     if proc.returncode != 0:
         raise srv.ServerFailed(f"one-batch benchmark exited with code {proc.returncode}", log=log,
                                tail=srv.log_tail(log), kind="exited")
-    return parse_one_batch_jsonl(out.read_text())
+    return parse_one_batch_jsonl(out, input_len=bench.input_len, output_len=bench.output_len)
 
 
 def run_sweep(recipes: list[Recipe], *, home: Path, store, repeats: int | None = None, until: str = "store",

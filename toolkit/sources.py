@@ -30,7 +30,10 @@ from filelock import FileLock
 
 from toolkit import gitcmd
 from toolkit.errors import BadInput, PatchbenchError
-from toolkit.recipe import SourceSpec
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # recipe -> envs -> tree -> sources: keep the import for types only
+    from toolkit.recipe import SourceSpec
 
 PYPI_INDEX = os.environ.get("PATCHBENCH_PYPI_INDEX", "https://pypi.org/simple")
 _SKIP_NAMES = {".git", "__pycache__", ".mypy_cache", ".pytest_cache"}

@@ -1,0 +1,212 @@
+"""How faithfully does patchbench's serving client measure? (benchmarks/client_fidelity.py)
+
+Runs the miniature sglang server with a known per-step schedule (--mini-step-base-ms,
+--mini-step-per-seq-us, ...) and, at each concurrency, compares what toolkit.bench.serving measured
+with the truth the server recorded: the time.perf_counter() at which it handed every token to the
+socket (GET /mini/trace; both processes read the same CLOCK_MONOTONIC). Reported per point:
+
+  * output tok/s: client (tokens / client wall time of the point) vs truth (tokens / (last token
+    sent - first request received), server clock);
+  * ITL mean and median: client vs the intervals between the server's token send times;
+  * TTFT: client vs server (request received -> first token sent), in ms (absolute; the client's
+    includes connecting and sending, which no server-side clock can see);
+  * pacing: the server's mean decode step vs the cost model's planned step (how well the
+    miniature keeps its own schedule);
+  * CPU: the client's process CPU time per generated token (time.process_time, which is
+    getrusage of this process), and the server's (psutil).
+
+A point passes when output tok/s, ITL mean and ITL median are within --tolerance (2%) of the truth.
+Exit status 0 when every point passes, 1 otherwise.
+
+    .venv/bin/python benchmarks/client_fidelity.py               # 1..256, ~1-2 minutes
+    .venv/bin/python benchmarks/client_fidelity.py --concurrency 1 16 --output-len 64 --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import statistics
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+MINI = ROOT / "upstream" / "minisglang" / "python"
+sys.path.insert(0, str(ROOT))
+
+import psutil  # noqa: E402
+from rich.console import Console  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+from toolkit.bench.serving import ServingConfig, run_serving  # noqa: E402
+
+
+def _load_test_utils():
+    spec = importlib.util.spec_from_file_location(
+        "minisglang_test_utils", MINI / "sglang" / "test" / "test_utils.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _get(base: str, path: str):
+    with urllib.request.urlopen(base + path, timeout=60) as r:
+        return json.loads(r.read())
+
+
+def _post(base: str, path: str):
+    req = urllib.request.Request(base + path, data=b"{}", method="POST")
+    with urllib.request.urlopen(req, timeout=60) as r:
+        return r.read()
+
+
+def truth_from_trace(trace: dict, output_len: int) -> dict:
+    reqs = [r for r in trace["requests"]
+            if r["kind"] != "probe" and not r["aborted"] and r["completion_tokens"] == output_len]
+    itl = [b - a for r in reqs for a, b in zip(r["token_times"], r["token_times"][1:])]
+    tokens = sum(r["completion_tokens"] for r in reqs)
+    start = min(r["arrival"] for r in reqs)
+    end = max(r["token_times"][-1] for r in reqs)
+    decode = [s for s in trace["steps"] if s["kind"] == "decode"]
+    return {
+        "requests": len(reqs),
+        "output_tok_s": tokens / (end - start),
+        "itl_ms_mean": statistics.fmean(itl) * 1e3,
+        "itl_ms_median": statistics.median(itl) * 1e3,
+        "ttft_ms_mean": statistics.fmean(r["token_times"][0] - r["arrival"] for r in reqs) * 1e3,
+        "step_ms_actual": statistics.fmean(s["actual_s"] for s in decode) * 1e3 if decode else 0,
+        "step_ms_planned": statistics.fmean(s["planned_s"] for s in decode) * 1e3 if decode else 0,
+        "late_resets": trace.get("late_resets", 0),
+        "tokens": tokens,
+    }
+
+
+def pct(a: float, b: float) -> float:
+    return (a - b) / b * 100.0 if b else float("nan")
+
+
+def bench_serving_status() -> str:
+    if importlib.util.find_spec("sglang") is not None:
+        spec = importlib.util.find_spec("sglang.bench_serving")
+        if spec is not None:
+            return "available (not run by this script)"
+    return ("not run: sglang.bench_serving needs the real sglang package (with numpy, transformers, "
+            "requests, tqdm...), which is not installed here; the miniature does not ship it")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32, 64, 128, 256])
+    ap.add_argument("--input-len", type=int, default=128)
+    ap.add_argument("--output-len", type=int, default=128)
+    ap.add_argument("--waves", type=int, default=2, help="requests per point = waves * concurrency "
+                    "(at least --min-requests)")
+    ap.add_argument("--min-requests", type=int, default=8)
+    ap.add_argument("--step-base-ms", type=float, default=15.0)
+    ap.add_argument("--step-per-seq-us", type=float, default=40.0)
+    ap.add_argument("--prefill-base-ms", type=float, default=2.0)
+    ap.add_argument("--prefill-per-token-us", type=float, default=2.0)
+    ap.add_argument("--endpoint", choices=["generate", "completions"], default="generate")
+    ap.add_argument("--tolerance", type=float, default=2.0, help="percent")
+    ap.add_argument("--json", type=Path, help="write the results here too")
+    args = ap.parse_args(argv)
+
+    console = Console()
+    tu = _load_test_utils()
+    port = tu.find_free_port()
+    base = f"http://127.0.0.1:{port}"
+    log = Path(tempfile.mkdtemp(prefix="fidelity-")) / "server.log"
+    server_args = ["--log-level", "warning",
+                   "--mini-step-base-ms", str(args.step_base_ms),
+                   "--mini-step-per-seq-us", str(args.step_per_seq_us),
+                   "--mini-prefill-base-ms", str(args.prefill_base_ms),
+                   "--mini-prefill-per-token-us", str(args.prefill_per_token_us)]
+    console.print(f"miniature server on {base} ({' '.join(server_args)}), log {log}")
+    proc = tu.popen_launch_server("mini-model", base, timeout=60, other_args=server_args,
+                                  log_path=str(log))
+    rows = []
+    try:
+        server = psutil.Process(proc.pid)
+        for c in args.concurrency:
+            n = max(args.waves * c, args.min_requests)
+            warm = ServingConfig(input_len=args.input_len, output_len=min(args.output_len, 16),
+                                 concurrency=(min(c, 4),), num_prompts=min(c, 4), warmup=0,
+                                 seed=99, endpoint=args.endpoint)
+            run_serving(base, warm)
+            cfg = ServingConfig(input_len=args.input_len, output_len=args.output_len,
+                                concurrency=(c,), num_prompts=n, warmup=0, seed=7,
+                                endpoint=args.endpoint)
+            _post(base, "/mini/trace/reset")
+            s0 = server.cpu_times()
+            cpu0 = time.process_time()
+            point = run_serving(base, cfg)[0]
+            cpu = time.process_time() - cpu0
+            s1 = server.cpu_times()
+            truth = truth_from_trace(_get(base, "/mini/trace"), args.output_len)
+            m = point.metrics
+            tokens = m.get("completed", 0) * args.output_len
+            row = {
+                "concurrency": c, "requests": n, "errors": point.errors,
+                "client": {k: m.get(k) for k in ("output_tok_s", "itl_ms_mean", "itl_ms_median",
+                                                 "ttft_ms_mean", "tpot_ms_mean")},
+                "truth": truth,
+                "delta_pct": {
+                    "output_tok_s": pct(m.get("output_tok_s", 0), truth["output_tok_s"]),
+                    "itl_ms_mean": pct(m.get("itl_ms_mean", 0), truth["itl_ms_mean"]),
+                    "itl_ms_median": pct(m.get("itl_ms_median", 0), truth["itl_ms_median"]),
+                    "pacing": pct(truth["step_ms_actual"], truth["step_ms_planned"]),
+                },
+                "ttft_delta_ms": m.get("ttft_ms_mean", 0) - truth["ttft_ms_mean"],
+                "client_cpu_us_per_token": cpu / tokens * 1e6 if tokens else None,
+                "server_cpu_us_per_token": ((s1.user + s1.system) - (s0.user + s0.system))
+                / tokens * 1e6 if tokens else None,
+            }
+            d = row["delta_pct"]
+            row["pass"] = (not point.errors and all(
+                abs(d[k]) <= args.tolerance for k in ("output_tok_s", "itl_ms_mean",
+                                                       "itl_ms_median")))
+            rows.append(row)
+            console.print(f"  c={c}: {n} requests, client {m.get('output_tok_s', 0):.1f} tok/s, "
+                          f"truth {truth['output_tok_s']:.1f} tok/s "
+                          f"({d['output_tok_s']:+.2f}%), ITL {d['itl_ms_mean']:+.2f}%")
+    finally:
+        tu.kill_process_tree(proc.pid)
+
+    table = Table(title=f"client fidelity: /{args.endpoint}, input {args.input_len}, "
+                        f"output {args.output_len}, step {args.step_base_ms} ms + "
+                        f"{args.step_per_seq_us} us/seq (tolerance {args.tolerance}%)")
+    for col in ("conc", "reqs", "tok/s client", "tok/s truth", "Δ tok/s", "ITL mean c/t (ms)",
+                "Δ mean", "ITL median c/t (ms)", "Δ median", "TTFT c-t (ms)", "pacing",
+                "client CPU µs/tok", "server CPU µs/tok", "ok"):
+        table.add_column(col, justify="right")
+    for r in rows:
+        c, t, d = r["client"], r["truth"], r["delta_pct"]
+        table.add_row(
+            str(r["concurrency"]), str(r["requests"]),
+            f"{c['output_tok_s']:.1f}", f"{t['output_tok_s']:.1f}", f"{d['output_tok_s']:+.2f}%",
+            f"{c['itl_ms_mean']:.3f}/{t['itl_ms_mean']:.3f}", f"{d['itl_ms_mean']:+.2f}%",
+            f"{c['itl_ms_median']:.3f}/{t['itl_ms_median']:.3f}", f"{d['itl_ms_median']:+.2f}%",
+            f"{r['ttft_delta_ms']:+.2f}", f"{d['pacing']:+.2f}%",
+            f"{r['client_cpu_us_per_token']:.1f}", f"{r['server_cpu_us_per_token']:.1f}",
+            "[green]yes[/]" if r["pass"] else "[red]NO[/]")
+    console.print(table)
+    console.print("pacing = the server's mean decode step vs the cost model's planned step; "
+                  "TTFT c-t = client TTFT minus server-side TTFT (connect/send/parse included).")
+    status = bench_serving_status()
+    console.print(f"sglang bench_serving cross-check: {status}")
+    if args.json:
+        args.json.write_text(json.dumps({"args": {k: (str(v) if isinstance(v, Path) else v)
+                                                  for k, v in vars(args).items()},
+                                         "rows": rows, "bench_serving": status}, indent=1))
+    ok = all(r["pass"] for r in rows)
+    console.print("[green]all points within tolerance[/]" if ok
+                  else "[red]some points outside tolerance[/]")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

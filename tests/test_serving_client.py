@@ -1,0 +1,318 @@
+"""toolkit.bench.serving and toolkit.bench.one_batch: real miniature servers on localhost, and the
+pure parts (statistics, importers, argv)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from toolkit.bench import Sample, higher_is_better
+from toolkit.bench.one_batch import (
+    one_batch_argv,
+    one_batch_module,
+    parse_bench_serving_jsonl,
+    parse_one_batch_jsonl,
+)
+from toolkit.bench.serving import (
+    PointResult,
+    RequestResult,
+    ServingConfig,
+    _int_field,
+    make_prompt,
+    percentile,
+    run_serving,
+    summarize,
+)
+from toolkit.errors import BadInput
+
+ROOT = Path(__file__).resolve().parents[1]
+MINI_PY = ROOT / "upstream" / "minisglang" / "python"
+
+
+def _load_test_utils():
+    spec = importlib.util.spec_from_file_location(
+        "minisglang_test_utils", MINI_PY / "sglang" / "test" / "test_utils.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+tu = _load_test_utils()
+
+
+@pytest.fixture
+def launch(tmp_path):
+    procs = []
+
+    def _launch(*args, pythonpath: Path = MINI_PY):
+        port = tu.find_free_port()
+        url = f"http://127.0.0.1:{port}"
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("PYTHONPATH", "SGLANG_MINI_CRASH_AFTER_REQUESTS")}
+        proc = tu.popen_launch_server("m", url, timeout=30,
+                                      other_args=["--log-level", "warning", *args], env=env,
+                                      log_path=str(tmp_path / f"server-{port}.log"),
+                                      package_root=str(pythonpath))
+        procs.append(proc)
+        return url
+
+    yield _launch
+    for p in procs:
+        tu.kill_process_tree(p.pid)
+
+
+STEP = ["--mini-step-base-ms", "4", "--mini-step-per-seq-us", "100",
+        "--mini-prefill-base-ms", "1", "--mini-prefill-per-token-us", "0"]
+
+
+def _check_point(p: PointResult, n: int, output_len: int):
+    assert p.errors == [], p.errors
+    m = p.metrics
+    assert m["completed"] == n and m["failed"] == 0
+    assert m["output_tok_s"] > 0 and m["request_s"] > 0
+    for k in ("ttft_ms_mean", "ttft_ms_median", "ttft_ms_p99", "itl_ms_mean", "itl_ms_median",
+              "itl_ms_p99", "tpot_ms_mean", "e2e_ms_mean", "e2e_ms_p99"):
+        assert m[k] > 0, k
+    assert p.units["output_tok_s"] == "tok/s" and p.units["itl_ms_p99"] == "ms"
+    samples = p.to_samples()
+    assert all(isinstance(s, Sample) and s.point == p.concurrency
+               and s.point_kind == "concurrency" for s in samples)
+    assert {s.metric for s in samples} == set(m)
+
+
+def test_sweep_generate_counts_and_timing(launch):
+    url = launch(*STEP)
+    cfg = ServingConfig(input_len=24, output_len=20, concurrency=(1, 4), num_prompts=8, warmup=1)
+    res = run_serving(url, cfg)
+    assert [p.concurrency for p in res] == [1, 4]
+    for p in res:
+        _check_point(p, 8, 20)
+        assert p.requests == 8
+        # the completion tokens cross-check held: output tok/s is consistent with 20 tokens each
+        assert p.metrics["output_tok_s"] == pytest.approx(
+            20 * p.metrics["request_s"], rel=1e-9)
+        assert p.metrics["input_tok_s"] == pytest.approx(24 * p.metrics["request_s"], rel=1e-9)
+    # the decode step is 4 ms + 0.1 ms per running sequence
+    assert res[0].metrics["itl_ms_median"] == pytest.approx(4.1, rel=0.1)
+    assert res[1].metrics["itl_ms_median"] == pytest.approx(4.4, rel=0.1)
+
+
+@pytest.mark.parametrize("prompt", ["input_ids", "text"])
+def test_completions_endpoint_and_prompt_kinds(launch, prompt):
+    url = launch(*STEP)
+    cfg = ServingConfig(input_len=16, output_len=8, concurrency=(2,), num_prompts=4, warmup=0,
+                        endpoint="completions", prompt=prompt)
+    (p,) = run_serving(url, cfg)
+    _check_point(p, 4, 8)
+
+
+def test_non_stream_mode(launch):
+    url = launch(*STEP)
+    cfg = ServingConfig(input_len=8, output_len=6, concurrency=(2,), num_prompts=4, warmup=0,
+                        stream=False)
+    (p,) = run_serving(url, cfg)
+    assert p.errors == []
+    assert p.metrics["ttft_ms_mean"] == pytest.approx(p.metrics["e2e_ms_mean"])
+    assert "itl_ms_mean" not in p.metrics
+
+
+def test_multi_token_chunks_and_token_mismatch(launch):
+    # --stream-interval 4: chunks carry several tokens; --context-length caps max_new_tokens
+    # silently (as sglang's scheduler does), which the cross-check must catch.
+    url = launch(*STEP, "--stream-interval", "4", "--context-length", "40")
+    ok = ServingConfig(input_len=10, output_len=17, concurrency=(2,), num_prompts=4, warmup=0)
+    (p,) = run_serving(url, ok)
+    _check_point(p, 4, 17)
+    assert p.metrics["itl_ms_median"] == pytest.approx(4.2, rel=0.15)
+    bad = ServingConfig(input_len=16, output_len=32, concurrency=(2,), num_prompts=4, warmup=0)
+    (p,) = run_serving(url, bad)
+    assert p.metrics["completed"] == 0 and p.metrics["failed"] == 4
+    assert any("completion_tokens=23" in e and "output_len=32" in e for e in p.errors), p.errors
+
+
+def test_faster_cost_constant_gives_higher_tok_s(launch, tmp_path):
+    """Patch STEP_BASE_S in a copy of the miniature: the client measures the speed-up."""
+    patched = tmp_path / "patched"
+    shutil.copytree(MINI_PY, patched, ignore=shutil.ignore_patterns("__pycache__", "build",
+                                                                    "*.egg-info"))
+    cost = patched / "sglang" / "srt" / "model_executor" / "cost.py"
+    text = cost.read_text()
+    assert "STEP_BASE_S = 0.012\n" in text
+    cost.write_text(text.replace("STEP_BASE_S = 0.012\n", "STEP_BASE_S = 0.006\n"))
+    base = launch()
+    fast = launch(pythonpath=patched)
+    cfg = ServingConfig(input_len=16, output_len=12, concurrency=(1, 4), num_prompts=4, warmup=0)
+    r_base = run_serving(base, cfg)
+    r_fast = run_serving(fast, cfg)
+    for a, b in zip(r_base, r_fast):
+        assert a.errors == [] and b.errors == []
+        assert b.metrics["output_tok_s"] > 1.5 * a.metrics["output_tok_s"]
+        assert b.metrics["itl_ms_median"] < 0.6 * a.metrics["itl_ms_median"]
+
+
+def test_server_crash_is_recorded_and_stops_the_sweep(launch):
+    url = launch(*STEP, "--mini-crash-after-requests", "3")
+    cfg = ServingConfig(input_len=8, output_len=8, concurrency=(1, 2, 4), num_prompts=5,
+                        warmup=0, timeout_s=20)
+    res = run_serving(url, cfg)
+    assert res[0].metrics["completed"] == 3
+    assert res[0].metrics["failed"] == 2
+    assert res[0].errors
+    assert len(res) == 2  # stopped after the point where nothing succeeded
+    assert res[1].metrics["completed"] == 0
+    assert "sweep stopped" in res[1].errors[-1]
+
+
+def test_unreachable_server():
+    port = tu.find_free_port()
+    cfg = ServingConfig(input_len=4, output_len=4, concurrency=(1, 2), num_prompts=2, warmup=0,
+                        timeout_s=5)
+    res = run_serving(f"http://127.0.0.1:{port}", cfg)
+    assert len(res) == 1 and res[0].metrics["completed"] == 0
+    assert any("ClientConnectorError" in e or "Connect" in e for e in res[0].errors)
+
+
+# -- pure parts ------------------------------------------------------------------------------------
+def test_config_validation_and_defaults():
+    cfg = ServingConfig()
+    assert cfg.concurrency == tuple(2**i for i in range(11))
+    assert cfg.requests_at(1) == 8 and cfg.requests_at(64) == 256
+    assert ServingConfig(num_prompts=5).requests_at(64) == 5
+    for bad in (dict(endpoint="chat"), dict(concurrency=()), dict(concurrency=(0,)),
+                dict(input_len=0), dict(prompt="tokens")):
+        with pytest.raises(BadInput):
+            ServingConfig(**bad)
+
+
+def test_prompts_are_deterministic_exact_and_distinct():
+    cfg = ServingConfig(input_len=50, seed=3)
+    a = make_prompt("text", cfg, 4, 0)
+    assert a == make_prompt("text", cfg, 4, 0)
+    assert len(a.split()) == 50
+    assert a != make_prompt("text", cfg, 4, 1) and a != make_prompt("text", cfg, 8, 0)
+    ids = make_prompt("input_ids", cfg, 4, 0)
+    assert len(ids) == 50 and all(1000 <= t < 31000 for t in ids)
+    assert ids != make_prompt("input_ids", ServingConfig(input_len=50, seed=4), 4, 0)
+
+
+def test_percentile_matches_numpy_linear():
+    v = [1.0, 2.0, 3.0, 4.0, 10.0]
+    assert percentile(v, 50) == 3.0
+    assert percentile(v, 99) == pytest.approx(4 + 6 * 0.96)
+    assert percentile([5.0], 99) == 5.0
+
+
+def test_summarize():
+    rs = [RequestResult(ok=True, start=0.0, prompt_tokens=10, completion_tokens=5, ttft=0.1,
+                        e2e=0.5, itl=[0.1] * 4) for _ in range(3)]
+    rs.append(RequestResult(ok=False, error="HTTP 500: boom"))
+    p = summarize(2, rs, 1.0, ["warmup: x"])
+    m = p.metrics
+    assert m["completed"] == 3 and m["failed"] == 1
+    assert m["output_tok_s"] == 15 and m["request_s"] == 3 and m["input_tok_s"] == 30
+    assert m["ttft_ms_mean"] == pytest.approx(100) and m["itl_ms_p99"] == pytest.approx(100)
+    assert m["tpot_ms_mean"] == pytest.approx(100) and m["e2e_ms_median"] == pytest.approx(500)
+    assert m["concurrency_achieved"] == pytest.approx(1.5)
+    assert p.errors == ["1 x HTTP 500: boom", "1 x warmup: x"]
+    assert not p.ok
+
+
+def test_int_field_is_not_fooled_by_text():
+    ev = (b'{"text":" say \\"completion_tokens\\": 99","meta_info":{"id":"x",'
+          b'"completion_tokens": 12,"prompt_tokens":3}}')
+    assert _int_field(ev, b'"completion_tokens"') == 12
+    assert _int_field(ev, b'"prompt_tokens"') == 3
+    assert _int_field(b'{"a":1}', b'"completion_tokens"') is None
+
+
+def test_sample_roundtrip_and_direction():
+    s = Sample("decode_tok_s", 12.5, "tok/s", 4, "batch")
+    assert Sample.from_dict(s.to_dict()) == s
+    with pytest.raises(ValueError):
+        Sample("x", 1.0, "", 1, "rate")
+    assert higher_is_better("output_tok_s") and higher_is_better("request_s")
+    assert not higher_is_better("itl_ms_p99") and not higher_is_better("failed")
+
+
+def test_one_batch_module_by_version():
+    assert one_batch_module("0.5.10.post1") == "sglang.bench_one_batch"
+    assert one_batch_module("0.5.22") == "sglang.bench_one_batch"
+    assert one_batch_module("0.5.23") == "sglang.benchmark.one_batch"
+    assert one_batch_module("0.5.23rc1") == "sglang.benchmark.one_batch"
+    assert one_batch_module("0.6") == "sglang.benchmark.one_batch"
+    assert one_batch_module("0.0.1+mini") == "sglang.bench_one_batch"
+    with pytest.raises(BadInput):
+        one_batch_module("main")
+
+
+def test_one_batch_argv():
+    argv = one_batch_argv(python="/env/bin/python", sglang_version="0.5.23", model_path="/m",
+                          batch_sizes=[1, 2, 4], input_len=128, output_len=32,
+                          result_filename="/o.jsonl", run_name="r",
+                          server_argv=["--tp-size", "8", "--ep-size", "8"])
+    assert argv == ["/env/bin/python", "-m", "sglang.benchmark.one_batch", "--model-path", "/m",
+                    "--tp-size", "8", "--ep-size", "8", "--batch-size", "1", "2", "4",
+                    "--input-len", "128", "--output-len", "32", "--result-filename", "/o.jsonl",
+                    "--run-name", "r"]
+    argv = one_batch_argv(python="p", sglang_version="0.5.10", batch_sizes=[1], input_len=1,
+                          output_len=2, result_filename="o", server_argv=["--model-path", "/x"])
+    assert argv.count("--model-path") == 1 and argv[2] == "sglang.bench_one_batch"
+    with pytest.raises(BadInput):
+        one_batch_argv(python="p", sglang_version="0.5.10", batch_sizes=[1], input_len=1,
+                       output_len=2, result_filename="o")
+
+
+def test_parse_one_batch_rows_shapes(tmp_path):
+    rows = [
+        {"run_name": "a", "batch_size": 1, "input_len": 128, "output_len": 32,
+         "prefill_latency": 0.02, "prefill_throughput": 6400.0, "median_decode_latency": 0.01,
+         "median_decode_throughput": 100.0, "total_latency": 0.33,
+         "overall_throughput": 484.8},
+        {"run_name": "a", "batch_size": 8, "input_len": 128, "output_len": 32,
+         "prefill_latency": 0.05, "prefill_throughput": 20480.0, "median_decode_latency": 0.012,
+         "median_decode_throughput": 666.7, "total_latency": 0.42,
+         "overall_throughput": 3047.6},
+        {"run_name": "a", "batch_size": 1, "input_len": 512, "output_len": 32,
+         "prefill_latency": 0.05, "median_decode_latency": 0.01,
+         "median_decode_throughput": 100.0},
+    ]
+    f = tmp_path / "r.jsonl"
+    f.write_text("\n".join(json.dumps(r) for r in rows) + "\n\n")
+    with pytest.raises(BadInput):
+        parse_one_batch_jsonl(f)
+    samples = parse_one_batch_jsonl(f, input_len=128)
+    by = {(s.metric, s.point): s for s in samples}
+    assert by[("decode_tok_s", 8)].value == 666.7
+    assert by[("decode_step_ms_median", 8)].value == pytest.approx(12.0)
+    assert by[("prefill_ms", 1)].unit == "ms" and by[("total_ms", 1)].value == pytest.approx(330)
+    assert len(parse_one_batch_jsonl(f, input_len=512)) == 3
+    with pytest.raises(BadInput):
+        parse_one_batch_jsonl('{"x": 1}\n')
+
+
+def test_parse_bench_serving_jsonl():
+    row = {"backend": "sglang", "dataset_name": "random", "request_rate": float("inf"),
+           "max_concurrency": 16, "random_input_len": 1024, "random_output_len": 128,
+           "duration": 12.5, "completed": 64, "total_input_tokens": 65536,
+           "total_output_tokens": 8192, "request_throughput": 5.12, "input_throughput": 5242.9,
+           "output_throughput": 655.4, "mean_e2e_latency_ms": 3100.0,
+           "median_e2e_latency_ms": 3050.0, "p99_e2e_latency_ms": 3400.0, "mean_ttft_ms": 210.0,
+           "median_ttft_ms": 200.0, "p99_ttft_ms": 420.0, "mean_tpot_ms": 22.0,
+           "median_tpot_ms": 21.5, "p99_tpot_ms": 30.1, "mean_itl_ms": 22.1,
+           "median_itl_ms": 21.0, "p95_itl_ms": 25.0, "p99_itl_ms": 40.2,
+           "concurrency": 15.8, "accept_length": None}
+    text = json.dumps(row) + "\n" + json.dumps(dict(row, max_concurrency=32)) + "\n"
+    samples = parse_bench_serving_jsonl(text)
+    by = {(s.metric, s.point): s for s in samples}
+    assert by[("output_tok_s", 16)].value == 655.4 and by[("output_tok_s", 16)].unit == "tok/s"
+    assert by[("itl_ms_p99", 32)].value == 40.2 and by[("itl_ms_p99", 32)].unit == "ms"
+    assert by[("e2e_ms_median", 16)].value == 3050.0
+    assert by[("completed", 16)].value == 64
+    assert all(s.point_kind == "concurrency" for s in samples)
+    with pytest.raises(BadInput):
+        parse_bench_serving_jsonl('{"batch_size": 1}\n')

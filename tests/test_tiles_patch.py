@@ -1,0 +1,311 @@
+"""patches/flashinfer/sm120-fp4-tiles.patch and toolkit.flashinfer_kernels.
+
+Fast tests run on a small synthetic FlashInfer-shaped tree. The slow test takes the real
+flashinfer-python 0.7.2 sdist from PyPI (cached under $PATCHBENCH_TEST_CACHE or
+~/.cache/patchbench-test), applies the patch with git (zero fuzz), renders the new tile's CUTLASS
+instantiation from the sdist's own template, compiles it for sm_120a with nvcc and checks with
+cuobjdump that the object holds an sm_120a ELF. It needs nvcc (skips without), ~3 min and ~7 GB.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import textwrap
+import zipfile
+from pathlib import Path, PurePosixPath
+
+import pytest
+
+from toolkit import flashinfer_kernels as fk
+from toolkit.errors import BadInput
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+PATCH = REPO_ROOT / "patches" / "flashinfer" / "sm120-fp4-tiles.patch"
+NEW_TILE = (128, 32, 64)
+
+SDIST_NAME = "flashinfer_python-0.7.2.tar.gz"
+SDIST_REQ = "flashinfer-python==0.7.2"
+SDIST_SHA256 = "31646a6c1a9a5268056ddd31f377fbb57adf0f68ba6c7714a3a3f348bd1d1454"
+# What the compile needs from the 54 MB sdist (its csrc/ subdirectories alone are 250 MB).
+SDIST_KEEP = ("flashinfer/jit/", "include/", "3rdparty/cutlass/include/",
+              "3rdparty/cutlass/tools/util/include/", "3rdparty/cccl/", "3rdparty/spdlog/include/")
+
+
+def _git(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@t"}
+    return subprocess.run(["git", "-c", "init.defaultBranch=main", "-c", "core.autocrlf=false", *args],
+                          cwd=cwd, env=env, capture_output=True, text=True)
+
+
+# --- fast: a synthetic tree --------------------------------------------------------------------
+
+_FAKE_GENERATOR = '''
+def gen_gemm_sm120_module_cutlass_fp4():
+    with open("t") as f:
+        dtype_list = ["__nv_bfloat16", "half"]
+        cta_m_n_k_list = [
+            (128, 32, 128),
+            (128, 64, 128),
+        ]
+    return gen_jit_spec(
+        "fp4_gemm_cutlass_sm120",
+        [],
+        extra_cuda_cflags=nvcc_flags + ["-DENABLE_BF16", "-DENABLE_FP4"],
+        extra_cflags=["-DFAST_BUILD"],
+    )
+'''
+_FAKE_TEMPLATE = "// inst\nLAUNCHER({{ type }}, {{ cta_m }}, {{cta_n}}, {{ cta_k }}, true)\n"
+
+
+@pytest.fixture
+def fake_tree(tmp_path) -> Path:
+    t = tmp_path / "fi"
+    (t / "flashinfer" / "jit" / "gemm").mkdir(parents=True)
+    (t / "flashinfer" / "jit" / "gemm" / "core.py").write_text(textwrap.dedent(_FAKE_GENERATOR))
+    (t / "csrc").mkdir()
+    (t / "csrc" / fk.FP4_SM120_TEMPLATE).write_text(_FAKE_TEMPLATE)
+    (t / "include" / "flashinfer").mkdir(parents=True)
+    (t / "3rdparty" / "cutlass" / "include" / "cutlass").mkdir(parents=True)
+    (t / "3rdparty" / "cccl" / "cub").mkdir(parents=True)
+    return t
+
+
+def test_tiles_dtypes_and_module_flags_come_from_the_tree(fake_tree):
+    assert fk.sm120_fp4_tiles(fake_tree) == [(128, 32, 128), (128, 64, 128)]
+    assert fk.sm120_fp4_dtypes(fake_tree) == ["__nv_bfloat16", "half"]
+    assert fk.sm120_fp4_module_flags(fake_tree) == ["-DENABLE_BF16", "-DENABLE_FP4"]
+
+
+def test_render_writes_the_jit_file_name_and_text(fake_tree, tmp_path):
+    out = fk.render_sm120_fp4_tile_source(fake_tree, 128, 64, 128, tmp_path / "gen")
+    assert out.name == "fp4_gemm_cutlass___nv_bfloat16_128_64_128.cu"
+    # jinja2 drops one trailing newline by default; the renderer matches it
+    assert out.read_text() == "// inst\nLAUNCHER(__nv_bfloat16, 128, 64, 128, true)"
+    mtime = out.stat().st_mtime_ns
+    fk.render_sm120_fp4_tile_source(fake_tree, 128, 64, 128, tmp_path / "gen")
+    assert out.stat().st_mtime_ns == mtime  # unchanged content: file left alone
+
+
+def test_render_refuses_a_tile_the_tree_does_not_build(fake_tree, tmp_path):
+    with pytest.raises(BadInput, match="not in gen_gemm_sm120_module_cutlass_fp4"):
+        fk.render_sm120_fp4_tile_source(fake_tree, *NEW_TILE, tmp_path)
+    out = fk.render_sm120_fp4_tile_source(fake_tree, *NEW_TILE, tmp_path, require_listed=False)
+    assert "128, 32, 64" in out.read_text()
+    with pytest.raises(BadInput, match="dtype"):
+        fk.render_sm120_fp4_tile_source(fake_tree, 128, 32, 128, tmp_path, dtype="float")
+
+
+@pytest.mark.parametrize("arch,gencode", [
+    ("12.0a", "-gencode=arch=compute_120a,code=sm_120a"),
+    ("120f", "-gencode=arch=compute_120f,code=sm_120f"),
+    ("sm_120a", "-gencode=arch=compute_120a,code=sm_120a"),
+    ("8.0", "-gencode=arch=compute_80,code=sm_80"),
+])
+def test_nvcc_flags(fake_tree, arch, gencode):
+    flags = fk.nvcc_flags_for_flashinfer(fake_tree, arch, module_flags=["-DX"])
+    assert flags[0] == "-std=c++17"
+    assert gencode in flags and flags.index(gencode) < flags.index("-DX")
+    assert "--expt-relaxed-constexpr" in flags and "-DNDEBUG" in flags
+    assert f"-I{(fake_tree / '3rdparty/cccl/cub').resolve()}" in flags
+    cutlass = str((fake_tree / "3rdparty/cutlass/include").resolve())
+    assert flags[flags.index(cutlass) - 1] == "-isystem"
+    # directories the tree lacks are not passed
+    assert not any("spdlog" in f for f in flags)
+
+
+@pytest.mark.parametrize("arch", ["12.0", "sm120", "hopper", "12.0x"])
+def test_bad_arch(fake_tree, arch):
+    with pytest.raises(BadInput):
+        fk.nvcc_flags_for_flashinfer(fake_tree, arch)
+
+
+def test_not_a_flashinfer_tree(tmp_path):
+    with pytest.raises(BadInput, match="not a FlashInfer source tree"):
+        fk.nvcc_flags_for_flashinfer(tmp_path, "12.0a")
+
+
+def test_patch_header_and_layout():
+    text = PATCH.read_text()
+    head = text.split("diff --git", 1)[0]
+    assert head.startswith("Subject: ") and len(head.split("\n\n", 1)[1].strip()) > 200
+    files = {line.split()[2][2:] for line in text.splitlines() if line.startswith("diff --git")}
+    assert files == {"flashinfer/jit/gemm/core.py", "include/flashinfer/gemm/cutlass_gemm_configs.h",
+                     "include/flashinfer/gemm/fp4_gemm_cutlass_template_sm120.h"}
+
+
+# --- slow: the real sdist, nvcc and cuobjdump --------------------------------------------------
+
+
+def _cache_dir() -> Path:
+    d = Path(os.environ.get("PATCHBENCH_TEST_CACHE") or Path.home() / ".cache" / "patchbench-test")
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _pip_download(args: list[str], dest: Path) -> None:
+    proc = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-d", str(dest), *args],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:]
+        pytest.skip(f"pip download {' '.join(args)} failed: {tail}")
+
+
+@pytest.fixture(scope="session")
+def flashinfer_sdist() -> Path:
+    cache = _cache_dir() / "sdist"
+    path = cache / SDIST_NAME
+    if not path.is_file():
+        cache.mkdir(parents=True, exist_ok=True)
+        _pip_download(["--no-binary", "flashinfer-python", SDIST_REQ], cache)
+    assert _sha256(path) == SDIST_SHA256, f"{path} is not the flashinfer-python 0.7.2 sdist"
+    return path
+
+
+def _unpack_subset(sdist: Path, dest: Path) -> None:
+    with tarfile.open(sdist) as tf:
+        for member in tf.getmembers():
+            if not member.isfile():
+                continue
+            parts = PurePosixPath(member.name).parts[1:]
+            if not parts or ".." in parts:
+                continue
+            rel = "/".join(parts)
+            top_csrc = len(parts) == 2 and parts[0] == "csrc"
+            if not (rel.startswith(SDIST_KEEP) or top_csrc or len(parts) == 1):
+                continue
+            target = dest / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with tf.extractfile(member) as src, open(target, "wb") as fh:
+                shutil.copyfileobj(src, fh)
+
+
+def _find_nvcc() -> Path | None:
+    for base in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
+        if base and (Path(base) / "bin" / "nvcc").is_file():
+            return Path(base) / "bin" / "nvcc"
+    found = shutil.which("nvcc")
+    return Path(found) if found else None
+
+
+def _cuda_version(nvcc: Path) -> tuple[int, int]:
+    """(major, minor) from `nvcc --version` ('... release 13.0, V13.0.88')."""
+    out = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True).stdout
+    if "release " not in out:
+        return (0, 0)
+    major, minor = out.split("release ", 1)[1].split(",", 1)[0].strip().split(".")[:2]
+    return int(major), int(minor)
+
+
+def _wheel_member(cache: Path, requirement: str, member_suffix: str) -> Path:
+    """Download the manylinux x86_64 wheel of `requirement` and return the directory or file of
+    the first member ending in `member_suffix`, extracted under the cache."""
+    wheels = cache / "wheels"
+    wheels.mkdir(parents=True, exist_ok=True)
+    name = requirement.split("=")[0].split("<")[0].split(">")[0].replace("-", "_")
+    found = sorted(wheels.glob(f"{name}-*.whl"))
+    if not found:
+        _pip_download(["--only-binary=:all:", "--platform", "manylinux_2_28_x86_64",
+                       "--platform", "manylinux2014_x86_64", requirement], wheels)
+        found = sorted(wheels.glob(f"{name}-*.whl"))
+    if not found:
+        pytest.skip(f"no wheel for {requirement}")
+    dest = cache / "extracted" / found[-1].stem
+    with zipfile.ZipFile(found[-1]) as zf:
+        for info in zf.infolist():
+            if member_suffix in info.filename and not (dest / info.filename).exists():
+                zf.extract(info, dest)
+                if info.filename.endswith("/bin/cuobjdump"):
+                    (dest / info.filename).chmod(0o755)
+        hits = sorted({n[: n.index(member_suffix) + len(member_suffix)] for n in zf.namelist()
+                       if member_suffix in n})
+    if not hits:
+        pytest.skip(f"{found[-1].name} has no {member_suffix}")
+    return dest / hits[0]
+
+
+@pytest.fixture(scope="session")
+def cuda_tools():
+    nvcc = _find_nvcc()
+    if nvcc is None:
+        pytest.skip("nvcc not found (set CUDA_HOME): cannot compile the CUTLASS instantiation")
+    version = _cuda_version(nvcc)
+    if version < (12, 8):
+        pytest.skip(f"sm_120a needs CUDA >= 12.8 (nvcc {nvcc} is {version[0]}.{version[1]})")
+    major = version[0]
+    cache = _cache_dir()
+    extra: list[str] = []
+    # CUTLASS's tools/util headers include curand_kernel.h; a minimal toolkit may lack cuRAND.
+    if not (nvcc.parent.parent / "include" / "curand_kernel.h").is_file():
+        req = "nvidia-curand==10.4.*" if major >= 13 else "nvidia-curand-cu12"
+        inc = _wheel_member(cache, req, "/include/curand_kernel.h").parent
+        extra = ["-isystem", str(inc)]
+    cuobjdump = nvcc.parent / "cuobjdump"
+    if not cuobjdump.is_file():
+        req = "nvidia-cuda-cuobjdump" if major >= 13 else "nvidia-cuda-cuobjdump-cu12"
+        cuobjdump = _wheel_member(cache, req, "/bin/cuobjdump")
+    return nvcc, cuobjdump, extra
+
+
+def list_elf_arches(cuobjdump_output: str) -> set[str]:
+    """`cuobjdump --list-elf` lines look like 'ELF file    1: name.1.sm_120a.cubin'."""
+    arches = set()
+    for line in cuobjdump_output.splitlines():
+        name = line.split(":", 1)[-1].strip()
+        for part in name.split("."):
+            if part.startswith("sm_"):
+                arches.add(part)
+    return arches
+
+
+def test_list_elf_arches():
+    assert list_elf_arches("ELF file    1: tile.1.sm_120a.cubin\n") == {"sm_120a"}
+    assert list_elf_arches("nothing here") == set()
+
+
+@pytest.mark.slow
+def test_new_tile_compiles_for_sm120a(flashinfer_sdist, cuda_tools, tmp_path):
+    nvcc, cuobjdump, extra = cuda_tools
+    tree = tmp_path / "flashinfer"
+    tree.mkdir()
+    _unpack_subset(flashinfer_sdist, tree)
+    assert _git(tree, "init", "-q").returncode == 0
+    _git(tree, "add", "-A", "-f")
+    assert _git(tree, "commit", "-q", "-m", "flashinfer-python 0.7.2 sdist (subset)").returncode == 0
+
+    # the unpatched tree does not build the tile
+    assert NEW_TILE not in fk.sm120_fp4_tiles(tree)
+    with pytest.raises(BadInput):
+        fk.render_sm120_fp4_tile_source(tree, *NEW_TILE, tmp_path / "gen")
+
+    check = _git(tree, "apply", "--check", "-v", str(PATCH))  # no -C, no whitespace fixes: zero fuzz
+    assert check.returncode == 0, check.stderr
+    assert _git(tree, "apply", str(PATCH)).returncode == 0
+    assert NEW_TILE in fk.sm120_fp4_tiles(tree)
+    text = (tree / "include/flashinfer/gemm/fp4_gemm_cutlass_template_sm120.h").read_text()
+    assert "CtaShape128x32x32B:\n      DISPATCH_WITH_SCHEDULER(128, 32, 64);" in text
+
+    source = fk.render_sm120_fp4_tile_source(tree, *NEW_TILE, tmp_path / "gen")
+    assert "INSTANTIATE_FP4_GEMM_KERNEL_LAUNCHER(__nv_bfloat16, 128, 32, 64, 1, 1, 1, _1SM, true)" \
+        in source.read_text()
+    obj = tmp_path / "tile.o"
+    cmd = fk.sm120_fp4_nvcc_command(tree, source, obj, arch="12.0a", nvcc=str(nvcc), extra=extra)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=2000)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+
+    listing = subprocess.run([str(cuobjdump), "--list-elf", str(obj)], capture_output=True, text=True)
+    assert listing.returncode == 0, listing.stderr
+    assert list_elf_arches(listing.stdout) == {"sm_120a"}, listing.stdout

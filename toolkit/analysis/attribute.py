@@ -1,0 +1,134 @@
+"""Which patch yields which speedup: per-patch effects from per-prefix measurements. Pure.
+
+Input: per-repeat values of the base and of every prefix of the stack (`prefix_values[0]` = base,
+`prefix_values[i]` = base + patches 1..i), and optionally leave-one-out values (`leave_one_out[i]` =
+the whole stack without patch i). Output, per patch i:
+
+- `incremental`: prefix i-1 (A) vs prefix i (B): what patch i adds on top of the ones before it;
+- `cumulative`: base vs prefix i;
+- `leave_one_out`: stack without i (A) vs whole stack (B): what patch i is worth in the presence of
+  all the others (interactions show up as a difference between the two);
+- `share`: log(incremental speedup) / log(total speedup), the patch's part of the total on a log
+  scale (shares of a stack add up to 1; meaningless when the total is ~1).
+
+Every comparison is `toolkit.stats.compare_values`: ratio, confidence interval, Mann-Whitney p and
+verdict (faster / slower / not significant / too few repeats).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+from rich.table import Table
+from rich.text import Text
+
+from toolkit import stats
+
+
+@dataclass(frozen=True)
+class PatchEffect:
+    """The effect of patch `index` (1-based) named `name`."""
+
+    index: int
+    name: str
+    incremental: stats.Comparison | None  # None when a prefix has no values
+    cumulative: stats.Comparison | None
+    leave_one_out: stats.Comparison | None
+    share: float | None
+
+
+@dataclass(frozen=True)
+class Attribution:
+    total: stats.Comparison | None  # base vs the whole stack
+    patches: tuple[PatchEffect, ...]
+    higher_is_better: bool | None
+    unit: str = ""
+
+    def lines(self) -> list[str]:
+        """One line per patch plus the total, pyperf-like."""
+        out = []
+        for p in self.patches:
+            inc = stats.format_comparison(p.incremental) if p.incremental else "no values"
+            loo = (f"; without it: {stats.format_comparison(p.leave_one_out)}"
+                   if p.leave_one_out else "")
+            share = f" ({p.share:+.0%} of total)" if p.share is not None else ""
+            out.append(f"{p.index:>3} {p.name}: {inc}{share}{loo}")
+        if self.total is not None:
+            out.append(f"total: {stats.format_comparison(self.total)}")
+        return out
+
+
+def attribute(prefix_values: Sequence[Sequence[float] | None], *, higher_is_better: bool | None,
+              names: Sequence[str] | None = None,
+              leave_one_out: Mapping[int, Sequence[float]] | None = None, unit: str = "",
+              stat: str = "mean", min_repeats: int = stats.DEFAULT_MIN_REPEATS,
+              alpha: float = stats.DEFAULT_ALPHA,
+              min_effect: float = stats.DEFAULT_MIN_EFFECT) -> Attribution:
+    """Per-patch effects (see the module docstring). `prefix_values` has n+1 entries for n patches
+    (an entry may be None or empty: that prefix was not measured); `names[i-1]` names patch i;
+    `leave_one_out` maps a 1-based patch index to the values of the stack without it."""
+    n = len(prefix_values) - 1
+    if n < 1:
+        raise ValueError("attribute needs the base and at least one prefix")
+    if names is not None and len(names) != n:
+        raise ValueError(f"names has {len(names)} entries for {n} patches")
+    loo = dict(leave_one_out or {})
+    bad = [i for i in loo if not 1 <= i <= n]
+    if bad:
+        raise ValueError(f"leave_one_out index {bad[0]} is not a patch number 1..{n}")
+
+    def cmp(a: Sequence[float] | None, b: Sequence[float] | None) -> stats.Comparison | None:
+        if not a or not b:
+            return None
+        return stats.compare_values(list(a), list(b), higher_is_better=higher_is_better, unit=unit,
+                                    stat=stat, min_repeats=min_repeats, alpha=alpha,
+                                    min_effect=min_effect)
+
+    base, full = prefix_values[0], prefix_values[n]
+    total = cmp(base, full)
+    log_total = math.log(total.speedup) if total and total.speedup > 0 else 0.0
+    effects = []
+    for i in range(1, n + 1):
+        inc = cmp(prefix_values[i - 1], prefix_values[i])
+        share = None
+        if inc is not None and inc.speedup > 0 and abs(log_total) > 1e-12:
+            share = math.log(inc.speedup) / log_total
+        effects.append(PatchEffect(
+            index=i, name=names[i - 1] if names is not None else f"patch {i}", incremental=inc,
+            cumulative=cmp(base, prefix_values[i]),
+            leave_one_out=cmp(loo.get(i), full) if i in loo else None, share=share))
+    return Attribution(total, tuple(effects), higher_is_better, unit)
+
+
+_STYLE = {stats.FASTER: "green", stats.SLOWER: "red", stats.NOT_SIGNIFICANT: "dim",
+          stats.TOO_FEW: "yellow"}
+
+
+def render_attribution(attr: Attribution, *, title: str = "per-patch effect") -> Table:
+    """A rich Table: per patch, incremental and leave-one-out speedups with CIs and verdicts."""
+    t = Table(title=title)
+    for col, just in (("#", "right"), ("patch", "left"), ("speedup [95% CI]", "right"),
+                      ("p", "right"), ("verdict", "left"), ("share", "right"),
+                      ("without it", "right"), ("cumulative", "right")):
+        t.add_column(col, justify=just)  # type: ignore[arg-type]
+
+    def sp(c: stats.Comparison | None) -> str:
+        if c is None:
+            return "-"
+        lo, hi = c.speedup_ci
+        ci = f" [{lo:.2f}, {hi:.2f}]" if math.isfinite(lo) and math.isfinite(hi) else ""
+        return f"{c.speedup:.3f}x{ci}"
+
+    for p in attr.patches:
+        c = p.incremental
+        t.add_row(str(p.index), p.name, sp(c), f"{c.p_value:.3f}" if c else "-",
+                  Text(c.verdict if c else "-", style=_STYLE.get(c.verdict, "") if c else ""),
+                  f"{p.share:+.0%}" if p.share is not None else "-", sp(p.leave_one_out),
+                  sp(p.cumulative))
+    if attr.total is not None:
+        c = attr.total
+        t.add_row("", "total", sp(c), f"{c.p_value:.3f}",
+                  Text(c.verdict, style=_STYLE.get(c.verdict, "")), "", "", "")
+    return t

@@ -1,0 +1,370 @@
+"""Noise-robust bisection over a patch stack (or a range of upstream commits). Pure: the caller
+passes a measurement callback; nothing here builds, runs or stores.
+
+Prefix `k` is the base with the first `k` items applied (prefix 0 = the base, prefix n = the whole
+stack). A prefix is **bad** when its metric is worse than the base's by more than `threshold_pct`,
+**good** otherwise; we look for the first bad prefix after a good one, the culprit.
+
+The search keeps `lo` (a good prefix, initially the base) and `hi` (a bad prefix, initially the
+virtual prefix n+1, "bad" by definition) and measures the middle, so the whole stack is measured
+only when the search gets there. Without skips (and without a repair pass, below) it measures at
+most `max_builds_bound(n) = ceil(log2(n+1)) + 1` distinct prefixes, base included: 4 for 7 patches,
+5 for 8, 6 for 16 (5 for every culprit but the last, whose conviction needs the whole stack).
+Telling n culprits and "none" apart takes log2(n+1) yes/no answers, so `ceil(log2 n) + 1` cannot
+be met when n is a power of two. A culprit is convicted by measurements at culprit-1 (good) and
+culprit (bad).
+
+Noise: each step compares the prefix with the base through the (1 - alpha) confidence interval of
+the ratio of means (`toolkit.stats.ratio_ci`, delta method with Welch's t). The step is decided when
+the whole interval of the relative loss lies above the threshold (bad) or below it (good); until then
+it asks for `repeat_step` more values of the prefix (and of the base, when the base has no more values
+than the prefix), up to `max_repeats` each. A step still undecided there is *uncertain*: when both
+neighbours lo and hi have been measured it sides with the one its mean is closer to (asv find's rule:
+insensitive to the base's own sampling error and to the drift of the other items), otherwise with
+the point estimate's side of the threshold. Values are cached per prefix; the base's values serve
+every step.
+
+Conviction and repair: once found, culprit-1 and culprit are topped up to `confirm_repeats` values
+and compared directly (`conviction`, `confirmed` when that step alone is a significant regression).
+A weak conviction after uncertain steps triggers one more pass over the same cache that measures the
+whole stack first (a real hi for the closeness rule), within a budget of `max_builds_bound(n) + 1`
+distinct prefixes in all; its answer is taken if it convicts (`repaired`: at most one build over
+the bound). `full_stack_if_uncertain=True` does that from
+the first uncertain step on: a little more accurate, ~0.2 more builds on average, and up to one
+build over the bound.
+
+Skips: `measure` returning None (or no values) means the prefix cannot be measured (apply/build
+failure, `git bisect run`'s exit 125). The step then tries the nearest untried prefix inside
+(lo, hi), alternating after and before the middle; if every prefix there is skipped, the result
+names the range of candidates instead of one culprit.
+
+The same function bisects upstream commits: n commits after a known-good one, `measure(k, r)`
+measuring the tree at the k-th commit; `bisect_items` wraps that with labels.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+from toolkit import stats
+from toolkit.errors import PatchbenchError
+
+Measure = Callable[[int, int], "list[float] | None"]
+
+GOOD = "good"
+BAD = "bad"
+SKIP = "skip"
+
+
+def max_builds_bound(n: int) -> int:
+    """Most distinct prefixes one bisection measures without skips (base included)."""
+    return math.ceil(math.log2(n + 1)) + 1 if n > 0 else 1
+
+
+@dataclass(frozen=True)
+class BisectStep:
+    """One step: `prefix` was tested while the culprit was known to be in (lo, hi]."""
+
+    number: int
+    prefix: int
+    lo: int
+    hi: int  # n + 1 while the whole stack has not been found bad
+    outcome: str  # good | bad | skip
+    n_values: int = 0
+    n_base: int = 0
+    mean: float = float("nan")
+    base_mean: float = float("nan")
+    loss_pct: float = float("nan")  # how much worse than the base, in % (negative: better)
+    loss_ci_pct: tuple[float, float] = (float("nan"), float("nan"))
+    certain: bool = True
+    label: str = ""
+    line: str = ""  # rendered progress line
+    pass_no: int = 1  # 2 for the repair pass
+
+
+@dataclass(frozen=True)
+class BisectResult:
+    """Outcome of a bisection. `culprit` is the 1-based item number whose application made the
+    metric worse than the base by more than the threshold (None: no such item, or ambiguous:
+    see `candidates`)."""
+
+    n: int
+    culprit: int | None
+    culprit_label: str | None
+    candidates: tuple[int, int] | None  # inclusive range of possible culprits when skips hide it
+    confirmed: bool  # culprit-1 -> culprit is itself a significant regression (conviction "slower")
+    repaired: bool  # a weak first answer led to a second pass (see `repair`)
+    good_values: tuple[float, ...]  # measurements at culprit - 1
+    bad_values: tuple[float, ...]  # measurements at culprit
+    base_values: tuple[float, ...]
+    conviction: stats.Comparison | None  # culprit-1 (A) vs culprit (B)
+    steps: tuple[BisectStep, ...]
+    builds: int  # distinct prefixes measured (base included)
+    measurements: int  # values obtained from `measure`
+    calls: int  # calls to `measure` (skips included)
+    skipped: tuple[int, ...]
+    uncertain: tuple[int, ...]  # prefixes decided at max_repeats by the point estimate
+    values: dict = field(default_factory=dict)  # prefix -> tuple of values (the cache)
+    threshold_pct: float = 0.0
+    higher_is_better: bool = True
+    message: str = ""
+
+    @property
+    def found(self) -> bool:
+        return self.culprit is not None
+
+    def render_steps(self) -> list[str]:
+        return [s.line for s in self.steps]
+
+
+def _picture(n: int, lo: int, hi: int, p: int, width: int = 40) -> str:
+    """asv-find-like picture of the search range [lo, hi] over prefixes 0..n, `O` at `p`."""
+    cols = min(n + 1, width)
+
+    def col(i: int) -> int:
+        return min(cols - 1, i * cols // (n + 1))
+
+    chars = ["."] * cols
+    for c in range(col(lo), col(min(hi, n)) + 1):
+        chars[c] = "-"
+    chars[col(lo)] = "<"
+    if hi <= n:
+        chars[col(hi)] = ">"
+    chars[col(p)] = "O"
+    return "".join(chars)
+
+
+def _fmt_pct(x: float) -> str:
+    return f"{x:+.1f}%" if math.isfinite(x) else "?"
+
+
+def bisect_stack(n_patches: int, measure: Measure, *, higher_is_better: bool = True,
+                 threshold_pct: float = 5.0, initial_repeats: int = 3, max_repeats: int = 10,
+                 alpha: float = 0.05, repeat_step: int = 2, confirm_repeats: int = 5,
+                 full_stack_if_uncertain: bool = False, repair: bool = True,
+                 labels: Sequence[str] | None = None,
+                 base_label: str = "base", max_builds: int | None = None,
+                 on_step: Callable[[BisectStep], None] | None = None) -> BisectResult:
+    """Find the first prefix worse than the base by more than `threshold_pct` (see the module
+    docstring). `measure(prefix_len, repeats)` returns `repeats` new values for that prefix, or None
+    to skip it. `labels[i - 1]` names item i (patch file, commit). `max_builds` stops the search
+    early (the result then names the remaining range). `on_step` sees each step as it is decided.
+    `full_stack_if_uncertain` and `repair`: see the module docstring (and
+    benchmarks/bisect_accuracy.py for what they cost and buy). Culprit-1 and culprit are topped up to
+    `confirm_repeats` values (at most `max_repeats`, no new builds) for the `conviction`.
+    """
+    n = int(n_patches)
+    if n < 1:
+        raise ValueError("bisect needs at least one item")
+    if initial_repeats < 2:
+        raise ValueError("initial_repeats must be at least 2 (a spread is needed)")
+    max_repeats = max(max_repeats, initial_repeats)
+    if labels is not None and len(labels) != n:
+        raise ValueError(f"labels has {len(labels)} names for {n} items")
+    thr = threshold_pct / 100.0
+
+    cache: dict[int, list[float]] = {}
+    skipped: set[int] = set()
+    counters = {"measurements": 0, "calls": 0}
+    uncertain: list[int] = []
+    steps: list[BisectStep] = []
+
+    def label(p: int) -> str:
+        if p == 0:
+            return base_label
+        return labels[p - 1] if labels is not None else f"#{p}"
+
+    def get(p: int, k: int) -> bool:
+        """Ask for k more values at p; False if p is (now) skipped."""
+        if p in skipped:
+            return False
+        counters["calls"] += 1
+        vals = measure(p, k)
+        if vals is None or len(vals) == 0:
+            if p not in cache:
+                skipped.add(p)
+            return False
+        vals = [float(v) for v in vals]
+        if not all(math.isfinite(v) for v in vals):
+            raise PatchbenchError(f"bisect: non-finite measurement at prefix {p}: {vals}")
+        cache.setdefault(p, []).extend(vals)
+        counters["measurements"] += len(vals)
+        return True
+
+    def top_up(p: int, want: int) -> bool:
+        have = len(cache.get(p, ()))
+        return have >= want or get(p, want - have)
+
+    def loss_of(p: int) -> tuple[float, tuple[float, float]]:
+        a, b = cache[0], cache[p]
+        ratio = (sum(b) / len(b)) / (sum(a) / len(a))
+        lo, hi = stats.ratio_ci(a, b, confidence=1.0 - alpha)
+        if higher_is_better:
+            return 1.0 - ratio, (1.0 - hi, 1.0 - lo)
+        return ratio - 1.0, (lo - 1.0, hi - 1.0)
+
+    def mean(p: int) -> float:
+        return sum(cache[p]) / len(cache[p])
+
+    def classify(p: int) -> tuple[str, bool]:
+        """Measure p against the base until decided: (good|bad|skip, certain). Uncertain: the
+        point estimate's side of the threshold."""
+        if not top_up(p, initial_repeats):
+            return SKIP, True
+        while True:
+            loss, (llo, lhi) = loss_of(p)
+            if math.isfinite(llo) and llo > thr:
+                return BAD, True
+            if math.isfinite(lhi) and lhi < thr:
+                return GOOD, True
+            np_, nb = len(cache[p]), len(cache[0])
+            grew = False
+            if np_ < max_repeats:
+                grew = get(p, min(repeat_step, max_repeats - np_)) or grew
+            if nb < max_repeats and nb <= np_:
+                grew = get(0, min(repeat_step, max_repeats - nb)) or grew
+            if not grew:
+                return (BAD if loss > thr else GOOD), False
+
+    def decide(p: int, lo: int, hi: int, use_full: bool, limit: int | None) -> tuple[str, bool, int]:
+        """classify(p); when it stays uncertain, side with the closer of the measured neighbours
+        lo and hi (the whole stack is measured first if hi is still virtual). Returns (outcome,
+        certain, hi): hi becomes n when the whole stack was measured bad on the way."""
+        outcome, certain = classify(p)
+        if certain or outcome == SKIP:
+            return outcome, certain, hi
+        if p not in uncertain:
+            uncertain.append(p)
+        room = limit is None or n in cache or len(cache) < limit
+        if use_full and hi > n and p != n and n not in skipped and room:
+            out_n, certain_n = classify(n)
+            record(n, lo, hi, out_n, certain_n)
+            if out_n == BAD:
+                hi = n
+            elif not certain_n and n not in uncertain:
+                uncertain.append(n)
+        if hi <= n:
+            outcome = BAD if abs(mean(p) - mean(hi)) < abs(mean(p) - mean(lo)) else GOOD
+        return outcome, False, hi
+
+    current_pass = [1]
+
+    def record(p: int, lo: int, hi: int, outcome: str, certain: bool) -> None:
+        pic = _picture(n, lo, hi, p)
+        if current_pass[0] > 1:
+            pic = f"(pass {current_pass[0]}) {pic}"
+        if outcome == SKIP:
+            line = f"step {len(steps) + 1:>2} {pic} prefix {p:>3}/{n} {label(p)}: skipped (cannot measure)"
+            st = BisectStep(len(steps) + 1, p, lo, hi, SKIP, label=label(p), line=line,
+                            pass_no=current_pass[0])
+        else:
+            loss, ci = loss_of(p)
+            vals, base = cache[p], cache[0]
+            # shown as the change of the metric itself (ratio - 1), whatever its direction
+            sign = -1.0 if higher_is_better else 1.0
+            chg, chg_ci = sign * loss * 100, sorted((sign * ci[0] * 100, sign * ci[1] * 100))
+            line = (f"step {len(steps) + 1:>2} {pic} prefix {p:>3}/{n} {label(p)}: "
+                    f"{stats.format_value(mean(p))} vs base {stats.format_value(mean(0))}: "
+                    f"{_fmt_pct(chg)} [{_fmt_pct(chg_ci[0])}, {_fmt_pct(chg_ci[1])}] "
+                    f"n={len(vals)}/{len(base)} -> {outcome}{'' if certain else ' (uncertain)'}")
+            st = BisectStep(len(steps) + 1, p, lo, hi, outcome, len(vals), len(base), mean(p), mean(0),
+                            loss * 100, (ci[0] * 100, ci[1] * 100), certain, label(p), line,
+                            current_pass[0])
+        steps.append(st)
+        if on_step is not None:
+            on_step(st)
+
+    if not top_up(0, initial_repeats):
+        raise PatchbenchError(f"bisect: the base ({base_label}) could not be measured")
+
+    def search(use_full: bool, limit: int | None) -> tuple[int, int, bool]:
+        """The bisection proper over the cache so far: (lo, hi, stopped: a new prefix was needed
+        with `limit` distinct prefixes measured already)."""
+        lo, hi = 0, n + 1
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            order = [mid]
+            for d in range(1, hi - lo):
+                order += [q for q in (mid + d, mid - d) if lo < q < hi]
+            outcome = SKIP
+            for p in order:
+                if p in skipped:
+                    continue
+                if limit is not None and p not in cache and len(cache) >= limit:
+                    return lo, hi, True
+                outcome, certain, hi = decide(p, lo, hi, use_full, limit)
+                record(p, lo, hi, outcome, certain)
+                if outcome != SKIP:
+                    break
+            if outcome == SKIP:
+                break  # every prefix in (lo, hi) is skipped
+            if outcome == BAD:
+                hi = p
+            else:
+                lo = p
+        return lo, hi, False
+
+    def convict(lo: int, hi: int) -> stats.Comparison:
+        want = min(max(confirm_repeats, initial_repeats), max_repeats)
+        top_up(lo, want)
+        top_up(hi, want)
+        return stats.compare_values(cache[lo], cache[hi], higher_is_better=higher_is_better,
+                                    alpha=alpha)
+
+    lo, hi, stopped = search(full_stack_if_uncertain, max_builds)
+    repaired = False
+    if (hi == lo + 1 and hi <= n and uncertain and not full_stack_if_uncertain and repair
+            and convict(lo, hi).verdict != stats.SLOWER):
+        # a weak conviction after uncertain steps: search again over the same cache, this time
+        # measuring the whole stack to settle uncertain steps by their measured neighbours
+        current_pass[0] = 2
+        budget = max_builds_bound(n) + 1 if max_builds is None else max_builds
+        lo2, hi2, stopped2 = search(True, max(budget, len(cache)))
+        repaired = True
+        if hi2 == lo2 + 1 and hi2 <= n and convict(lo2, hi2).verdict == stats.SLOWER:
+            lo, hi, stopped = lo2, hi2, stopped2
+
+    culprit = candidates = None
+    good_values = bad_values = ()
+    conviction = None
+    confirmed = False
+    if hi == lo + 1 and hi <= n:
+        culprit = hi
+        conviction = convict(lo, hi)
+        good_values, bad_values = tuple(cache[lo]), tuple(cache[hi])
+        confirmed = conviction.verdict == stats.SLOWER
+        msg = (f"culprit: {label(hi)} (item {hi}/{n}): "
+               f"{stats.format_comparison(conviction)} against {label(lo)}")
+        if not confirmed:
+            msg += " (weak: that step alone is not a significant regression"
+            msg += f"; uncertain steps at {', '.join(map(str, uncertain))})" if uncertain else ")"
+        if repaired:
+            msg += " (after a second pass with the whole stack measured)"
+    elif hi == lo + 1:
+        msg = f"no item makes the metric worse than {base_label} by more than {threshold_pct:g}%"
+    else:
+        candidates = (lo + 1, min(hi, n))
+        why = "build limit reached" if stopped else "every prefix between them was skipped"
+        tail = " (or none)" if hi > n else ""
+        msg = (f"culprit is one of items {candidates[0]}..{candidates[1]}{tail} "
+               f"({label(candidates[0])} .. {label(candidates[1])}): {why}")
+    return BisectResult(
+        n=n, culprit=culprit, culprit_label=label(culprit) if culprit else None,
+        candidates=candidates, confirmed=confirmed, repaired=repaired, good_values=good_values,
+        bad_values=bad_values,
+        base_values=tuple(cache[0]), conviction=conviction, steps=tuple(steps), builds=len(cache),
+        measurements=counters["measurements"], calls=counters["calls"],
+        skipped=tuple(sorted(skipped)), uncertain=tuple(uncertain),
+        values={k: tuple(v) for k, v in sorted(cache.items())}, threshold_pct=threshold_pct,
+        higher_is_better=higher_is_better, message=msg)
+
+
+def bisect_items(items: Sequence[str], measure: Measure, **kwargs) -> BisectResult:
+    """Bisect `items[1:]` (commits, patches) after the known-good `items[0]`: `measure(k, r)`
+    measures the state after items[k] (k = 0: the good one). Keyword arguments as `bisect_stack`."""
+    if len(items) < 2:
+        raise ValueError("bisect_items needs a good item and at least one more")
+    return bisect_stack(len(items) - 1, measure, labels=list(items[1:]), base_label=str(items[0]),
+                        **kwargs)

@@ -1,0 +1,142 @@
+"""sglang's static-batch decode benchmark: the command line, and its JSONL rows as Samples.
+
+sglang ships the benchmark as `python -m sglang.bench_one_batch` up to 0.5.22 and as
+`python -m sglang.benchmark.one_batch` from 0.5.23 on. It takes every server flag plus
+`--batch-size B... --input-len N --output-len N --result-filename F [--run-name X]`, and appends
+one JSON row per (batch_size, input_len, output_len):
+
+    {"run_name", "batch_size", "input_len", "output_len", "prefill_latency" (s),
+     "prefill_throughput" (tok/s), "median_decode_latency" (s), "median_decode_throughput" (tok/s),
+     "total_latency" (s), "overall_throughput" (tok/s)}
+
+`parse_one_batch_jsonl` turns those rows into Samples at point = batch_size (point_kind "batch");
+`patchbench import` uses it for bench_one_batch files too. The importer of sglang `bench_serving`
+JSONL lives in serving.py and is re-exported here.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Iterable, Optional, Sequence
+
+from packaging.version import InvalidVersion, Version
+
+from toolkit.bench import Sample
+from toolkit.bench.serving import (  # noqa: F401  (re-exported importers)
+    parse_bench_serving_jsonl,
+    parse_bench_serving_rows,
+    read_jsonl,
+)
+from toolkit.errors import BadInput
+
+RENAMED_IN = (0, 5, 23)  # sglang.bench_one_batch -> sglang.benchmark.one_batch
+
+# sglang field -> (our metric, unit, scale)
+ONE_BATCH_FIELDS = {
+    "median_decode_throughput": ("decode_tok_s", "tok/s", 1.0),
+    "median_decode_latency": ("decode_step_ms_median", "ms", 1e3),
+    "prefill_latency": ("prefill_ms", "ms", 1e3),
+    "prefill_throughput": ("prefill_tok_s", "tok/s", 1.0),
+    "total_latency": ("total_ms", "ms", 1e3),
+    "overall_latency": ("total_ms", "ms", 1e3),  # not sglang's name; accepted from other tools
+    "overall_throughput": ("overall_tok_s", "tok/s", 1.0),
+}
+
+
+def one_batch_module(sglang_version: str) -> str:
+    """The module to run with `python -m` for an sglang version.
+
+    Compares the release part only, so 0.5.23rc1 / 0.5.23.dev0 / 0.5.23+local count as 0.5.23.
+    """
+    try:
+        release = Version(sglang_version).release
+    except InvalidVersion:
+        raise BadInput(f"not a version: {sglang_version!r}")
+    release = tuple(release) + (0,) * (3 - len(release))
+    return "sglang.benchmark.one_batch" if release[:3] >= RENAMED_IN else "sglang.bench_one_batch"
+
+
+def one_batch_argv(*, python: str, sglang_version: str, batch_sizes: Sequence[int],
+                   input_len: int, output_len: int, result_filename: str,
+                   model_path: Optional[str] = None, run_name: Optional[str] = None,
+                   server_argv: Sequence[str] = ()) -> list[str]:
+    """argv for one static-batch sweep: `python -m <module> [server flags] <bench flags>`.
+
+    `server_argv` holds server flags (from the recipe: --tp-size, --ep-size, ...); the benchmark
+    accepts them all. `model_path` adds --model-path unless server_argv already names one.
+    """
+    if not batch_sizes or any(int(b) < 1 for b in batch_sizes):
+        raise BadInput(f"batch sizes must be ints >= 1: {list(batch_sizes)!r}")
+    if input_len < 1 or output_len < 1:
+        raise BadInput("input_len and output_len must be >= 1")
+    server_argv = [str(a) for a in server_argv]
+    has_model = any(a in ("--model-path", "--model") or a.startswith(("--model-path=", "--model="))
+                    for a in server_argv)
+    argv = [python, "-m", one_batch_module(sglang_version)]
+    if model_path is not None and not has_model:
+        argv += ["--model-path", str(model_path)]
+    elif model_path is None and not has_model:
+        raise BadInput("the static-batch benchmark needs --model-path")
+    argv += server_argv
+    argv += ["--batch-size", *[str(int(b)) for b in batch_sizes],
+             "--input-len", str(int(input_len)), "--output-len", str(int(output_len)),
+             "--result-filename", str(result_filename)]
+    if run_name:
+        argv += ["--run-name", run_name]
+    return argv
+
+
+def parse_one_batch_rows(rows: Iterable[dict], *, input_len: Optional[int] = None,
+                         output_len: Optional[int] = None,
+                         run_name: Optional[str] = None) -> list[Sample]:
+    """Samples from bench_one_batch rows, point = batch_size.
+
+    Rows can be filtered by input_len / output_len / run_name. After filtering, all rows must share
+    one (input_len, output_len) shape, since a Sample has no room for it (BadInput otherwise).
+    Repeated rows for one batch size give repeated samples.
+    """
+    kept = []
+    for i, row in enumerate(rows, 1):
+        if "batch_size" not in row or not any(k in row for k in ONE_BATCH_FIELDS):
+            raise BadInput(f"row {i} is not an sglang bench_one_batch result "
+                           "(needs batch_size and latency/throughput fields)")
+        if input_len is not None and row.get("input_len") != input_len:
+            continue
+        if output_len is not None and row.get("output_len") != output_len:
+            continue
+        if run_name is not None and row.get("run_name") != run_name:
+            continue
+        kept.append(row)
+    shapes = sorted({(r.get("input_len"), r.get("output_len")) for r in kept}, key=str)
+    if len(shapes) > 1:
+        raise BadInput("bench_one_batch rows mix shapes (input_len, output_len) "
+                       f"{shapes}: choose one with input_len/output_len")
+    samples: list[Sample] = []
+    for row in kept:
+        point = int(row["batch_size"])
+        seen = set()
+        for field, (metric, unit, scale) in ONE_BATCH_FIELDS.items():
+            value = row.get(field)
+            if metric in seen or not isinstance(value, (int, float)) or isinstance(value, bool):
+                continue
+            if isinstance(value, float) and math.isnan(value):
+                continue
+            seen.add(metric)
+            samples.append(Sample(metric, float(value) * scale, unit, point, "batch"))
+    return samples
+
+
+def parse_one_batch_jsonl(source, **filters) -> list[Sample]:
+    """Samples from a bench_one_batch JSONL file (path) or text; see parse_one_batch_rows."""
+    return parse_one_batch_rows(read_jsonl(source), **filters)
+
+
+def one_batch_shapes(source) -> list[tuple]:
+    """The distinct (input_len, output_len) shapes in a bench_one_batch JSONL file or text."""
+    return sorted({(r.get("input_len"), r.get("output_len")) for r in read_jsonl(source)}, key=str)
+
+
+__all__ = [
+    "one_batch_module", "one_batch_argv", "parse_one_batch_rows", "parse_one_batch_jsonl",
+    "one_batch_shapes", "parse_bench_serving_jsonl", "parse_bench_serving_rows", "read_jsonl",
+]

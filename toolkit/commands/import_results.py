@@ -1,0 +1,71 @@
+"""`patchbench import FILE --recipe NAME`: store sglang bench_serving / bench_one_batch JSONL."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from toolkit.commands.common import console, store_of
+from toolkit.errors import BadInput
+
+HELP = "import sglang bench_serving / bench_one_batch JSONL (or a patchbench JSON export) into the store"
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("file", help="JSONL from sglang.bench_serving / bench_one_batch, or a patchbench JSON export")
+    parser.add_argument("--recipe", help="recipe name to file the results under (JSONL only)")
+    parser.add_argument("--format", choices=["auto", "bench-serving", "one-batch", "patchbench"], default="auto")
+    parser.add_argument("--gpu", default="unknown", help="GPU description of the machine that produced them")
+
+
+def _detect(path: Path) -> str:
+    from toolkit.bench.serving import read_jsonl
+
+    if path.suffix == ".json":
+        return "patchbench"
+    rows = read_jsonl(path)
+    if not rows:
+        raise BadInput(f"{path}: no JSON rows")
+    if "median_decode_throughput" in rows[0] or "batch_size" in rows[0]:
+        return "one-batch"
+    if "output_throughput" in rows[0] or "max_concurrency" in rows[0]:
+        return "bench-serving"
+    raise BadInput(f"{path}: neither bench_serving nor bench_one_batch rows (keys: {', '.join(list(rows[0])[:6])})")
+
+
+def run(args) -> int:
+    from toolkit.bench.one_batch import one_batch_shapes, parse_one_batch_jsonl
+    from toolkit.bench.serving import bench_serving_workload, parse_bench_serving_jsonl, read_jsonl
+
+    path = Path(args.file)
+    if not path.is_file():
+        raise BadInput(f"{path} does not exist")
+    store = store_of(args)
+    fmt = _detect(path) if args.format == "auto" else args.format
+    if fmt == "patchbench":
+        n = store.import_json(path)
+        console.print(f"imported {n} runs from {path}")
+        return 0
+    if not args.recipe:
+        raise BadInput("--recipe NAME is required to import JSONL")
+    if fmt == "one-batch":
+        samples = parse_one_batch_jsonl(path)
+        shapes = one_batch_shapes(path)
+        params = {"driver": "one-batch", "input_len": shapes[0][0] if shapes else None,
+                  "output_len": shapes[0][1] if shapes else None,
+                  "points": sorted({s.point for s in samples})}
+    else:
+        samples = parse_bench_serving_jsonl(path)
+        params = {"driver": "serving", **bench_serving_workload(read_jsonl(path)[0]),
+                  "points": sorted({s.point for s in samples})}
+    run_id = store.record_run({
+        "recipe": args.recipe,
+        "bench_driver": params["driver"],
+        "bench_params": params,
+        "machine": {"gpu_key": args.gpu, "imported_from": str(path.resolve())},
+        "config_verified": False,
+        "verification": [f"imported from {path.name}: effective config not verified by patchbench"],
+        "log_paths": {"imported": str(path.resolve())},
+    }, samples)
+    console.print(f"imported {len(samples)} samples from {path} as run {run_id[:8]} of {args.recipe} "
+                  f"(config not verified: compare it with --unverified)")
+    return 0
