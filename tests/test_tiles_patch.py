@@ -211,15 +211,14 @@ def _cuda_version(nvcc: Path) -> tuple[int, int]:
 
 
 def _wheel_member(cache: Path, requirement: str, member_suffix: str) -> Path:
-    """Download the manylinux x86_64 wheel of `requirement` and return the directory or file of
-    the first member ending in `member_suffix`, extracted under the cache."""
+    """Download this platform's wheel of `requirement` and return the directory or file of the
+    first member ending in `member_suffix`, extracted under the cache."""
     wheels = cache / "wheels"
     wheels.mkdir(parents=True, exist_ok=True)
     name = requirement.split("=")[0].split("<")[0].split(">")[0].replace("-", "_")
     found = sorted(wheels.glob(f"{name}-*.whl"))
     if not found:
-        _pip_download(["--only-binary=:all:", "--platform", "manylinux_2_28_x86_64",
-                       "--platform", "manylinux2014_x86_64", requirement], wheels)
+        _pip_download(["--only-binary=:all:", requirement], wheels)
         found = sorted(wheels.glob(f"{name}-*.whl"))
     if not found:
         pytest.skip(f"no wheel for {requirement}")

@@ -262,6 +262,8 @@ class BuildContext:
         if self.spec.jobs:
             env["MAX_JOBS"] = str(self.spec.jobs)
             env["CMAKE_BUILD_PARALLEL_LEVEL"] = str(self.spec.jobs)
+        if self.sources.cert and "SSL_CERT_FILE" not in env:
+            env["SSL_CERT_FILE"] = self.sources.cert  # pip's `cert`, for uv
         env.update(dict(self.spec.env))
         env.update(extra or {})
         return env
@@ -303,17 +305,20 @@ class BuildContext:
 # every build environment (the recipe sets what it wants through build.env, which is hashed).
 # FLASHINFER_JIT_VERBOSE=1 alone turns FlashInfer 0.7.2's JIT into a -G -O0 debug build.
 SCRUBBED_PREFIXES = ("FLASHINFER_", "NVCC_", "CCACHE_", "SCCACHE_", "SKBUILD_", "SGL_KERNEL_",
-                     "UV_")
+                     "UV_")  # uv: patchbench passes every source/setting explicitly
 SCRUBBED_NAMES = ("VIRTUAL_ENV", "PYTHONHOME", "PYTHONPATH", "CONDA_PREFIX", "PYTHONNOUSERSITE",
                   "TORCH_CUDA_ARCH_LIST", "CUDAFLAGS", "CFLAGS", "CXXFLAGS", "CPPFLAGS", "LDFLAGS",
                   "CMAKE_ARGS", "CMAKE_BUILD_PARALLEL_LEVEL", "MAX_JOBS", "CUDA_HOME", "CUDA_PATH",
                   "CUDACXX", "BUILD_NVEP", "BUILD_NIXL_EP", "BUILD_NCCL_EP")
-_KEEP = ("UV_CACHE_DIR",)  # where uv's cache is does not change what is built
+# transport settings (where the cache is, timeouts, TLS) do not change what is built
+_KEEP = ("UV_CACHE_DIR", "UV_NATIVE_TLS", "UV_INSECURE_HOST", "UV_OFFLINE", "UV_NO_PROGRESS")
+_KEEP_PREFIXES = ("UV_HTTP_", "UV_CONCURRENT_", "UV_REQUEST_")
 
 
 def scrubbed_environ(environ: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in environ.items()
-            if k in _KEEP or not (k in SCRUBBED_NAMES or k.startswith(SCRUBBED_PREFIXES))}
+            if k in _KEEP or k.startswith(_KEEP_PREFIXES)
+            or not (k in SCRUBBED_NAMES or k.startswith(SCRUBBED_PREFIXES))}
 
 
 def _version_of(argv: Sequence[str]) -> str | None:
@@ -658,7 +663,7 @@ def sgl_kernel_build_command(
     argv.append(f"--config-setting=build-dir={out_dir.parent / 'sgl-kernel-cmake'}")
     argv.append(str(project_dir))
 
-    env = dict(os.environ if base_environ is None else base_environ)
+    env = scrubbed_environ(os.environ) if base_environ is None else dict(base_environ)
     if spec.arch:
         env["TORCH_CUDA_ARCH_LIST"] = torch_arch_list(spec.arch)
     if spec.jobs:
@@ -1136,7 +1141,6 @@ def flashinfer_environ(ctx_environ: Mapping[str, str], *, root: Path, home: Path
     env = dict(ctx_environ)
     env["FLASHINFER_WORKSPACE_BASE"] = str(root / "jit")
     env["FLASHINFER_CUDA_ARCH_LIST"] = flashinfer_arch_list(arches)
-    env["FLASHINFER_JIT_VERBOSE"] = "1"
     if cuda_home:
         env["CUDA_HOME"] = cuda_home
     if tools and tools.include_dirs:
@@ -1173,7 +1177,7 @@ def build_flashinfer_kernels(ctx: BuildContext, names: Sequence[str], *,
                              arches=ctx.spec.arch, cuda_home=ctx.toolchain.cuda_home,
                              tools=tools, cache=cache)
     shown = {k: env[k] for k in sorted(env) if k.startswith(("FLASHINFER_", "CUDA_HOME", "CCACHE_"))
-             and k != "FLASHINFER_JIT_VERBOSE"}
+             }
     ctx.console.print("  FlashInfer JIT without a GPU: " +
                       " ".join(f"{k}={shlex.quote(v)}" for k, v in shown.items()))
     driver = root / ".build" / "flashinfer_aot.py"

@@ -156,6 +156,7 @@ class PipSources:
     find_links: tuple[str, ...] = ()
     constraints: tuple[str, ...] = ()
     no_index: bool = False
+    cert: str | None = None  # pip's `cert` (CA bundle): given to uv as SSL_CERT_FILE
     origin: tuple[str, ...] = ()  # the files/variables these came from (for the manifest)
 
     def uv_index_args(self) -> list[str]:
@@ -196,22 +197,13 @@ class PipSources:
                 constraints[c] = hashlib.sha256(Path(c).read_bytes()).hexdigest()
             except OSError:
                 constraints[c] = None
-        uv_env = {k: v for k, v in sorted(os.environ.items()) if k in _UV_SOURCE_VARS}
         return {
             "index_url": self.index_url,
             "extra_index_urls": list(self.extra_index_urls),
             "find_links": listings | {k: None for k in self.find_links if k not in listings},
             "constraints": constraints,
             "no_index": self.no_index,
-            "uv_env": uv_env,
         }
-
-
-_UV_SOURCE_VARS = {
-    "UV_INDEX", "UV_DEFAULT_INDEX", "UV_INDEX_URL", "UV_EXTRA_INDEX_URL", "UV_FIND_LINKS",
-    "UV_CONSTRAINT", "UV_OVERRIDE", "UV_INDEX_STRATEGY", "UV_PRERELEASE", "UV_EXCLUDE_NEWER",
-    "UV_TORCH_BACKEND",
-}
 
 
 def _pip_config_files(environ: Mapping[str, str]) -> list[Path]:
@@ -275,12 +267,14 @@ def pip_sources(environ: Mapping[str, str] | None = None) -> PipSources:
 
     no_index = values.get("no-index", "").strip().lower() in ("1", "true", "yes", "on")
     index = values.get("index-url", "").strip() or None
+    cert = values.get("cert", "").strip() or None
     return PipSources(
         index_url=absolute(index) if index else None,
         extra_index_urls=dedupe(absolute(x) for x in split("extra-index-url")),
         find_links=dedupe(absolute(x) for x in split("find-links")),
         constraints=dedupe(absolute(x) for x in split("constraint")),
         no_index=no_index,
+        cert=str(Path(cert).expanduser()) if cert else None,
         origin=tuple(origin),
     )
 
@@ -469,9 +463,10 @@ class Env:
 
     def run_environ(self, base: Mapping[str, str] | None = None) -> dict[str, str]:
         """A complete environment for launching a process in this env (server, benchmark)."""
-        env = dict(os.environ if base is None else base)
-        for k in ("PYTHONHOME", "PYTHONPATH", "CONDA_PREFIX"):
-            env.pop(k, None)
+        from toolkit.build import scrubbed_environ
+
+        # ambient FLASHINFER_*/NVCC_*/TORCH_CUDA_ARCH_LIST... would change run-time JIT builds
+        env = scrubbed_environ(os.environ if base is None else base)
         extra = self.run_vars()
         extra["PATH"] = extra["PATH"] + os.pathsep + env.get("PATH", os.defpath)
         env.update(extra)

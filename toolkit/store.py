@@ -347,7 +347,8 @@ class Store:
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
-        """One write transaction: BEGIN IMMEDIATE (waits up to busy_timeout) ... COMMIT."""
+        """One write transaction: BEGIN IMMEDIATE (waits up to busy_timeout) ... COMMIT. SQLite
+        errors reach the caller as one-line PatchbenchErrors; nothing of a failed one remains."""
         conn = self._connect()
         try:
             conn.execute("BEGIN IMMEDIATE")
@@ -356,14 +357,21 @@ class Store:
                                   hint=f"another writer held it for {BUSY_TIMEOUT_MS // 1000} s") from None
         try:
             yield conn
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        try:
             conn.execute("COMMIT")
         except sqlite3.DatabaseError as e:
-            conn.execute("ROLLBACK")
-            raise PatchbenchError(f"results store {self.path}: commit failed: {e}") from None
+            self._rollback(conn)
+            raise PatchbenchError(f"results store {self.path}: {e}") from None
+        except BaseException:
+            self._rollback(conn)
+            raise
+
+    @staticmethod
+    def _rollback(conn: sqlite3.Connection) -> None:
+        if conn.in_transaction:
+            try:
+                conn.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass
 
     # -- writes ---------------------------------------------------------------------------------
     def _run_values(self, fields_: dict, *, status_default: str) -> dict:

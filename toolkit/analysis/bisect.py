@@ -29,9 +29,8 @@ and compared directly (`conviction`, `confirmed` when that step alone is a signi
 A weak conviction after uncertain steps triggers one more pass over the same cache that measures the
 whole stack first (a real hi for the closeness rule), within a budget of `max_builds_bound(n) + 1`
 distinct prefixes in all; its answer is taken if it convicts (`repaired`: at most one build over
-the bound). `full_stack_if_uncertain=True` does that from
-the first uncertain step on: a little more accurate, ~0.2 more builds on average, and up to one
-build over the bound.
+the bound). `full_stack_if_uncertain=True` measures the whole stack at the first uncertain step
+instead: a little more accurate, ~0.2 more builds on average, up to one build over the bound.
 
 Skips: `measure` returning None (or no values) means the prefix cannot be measured (apply/build
 failure, `git bisect run`'s exit 125). The step then tries the nearest untried prefix inside

@@ -1,18 +1,23 @@
 """patchbench's asynchronous streaming client: the standard decode benchmark.
 
-A sweep over concurrency points against a running sglang server (or the miniature). At each point,
-`num_prompts` requests with exactly `input_len` prompt tokens and `output_len` generated tokens
-(`ignore_eos`) run closed-loop with at most `concurrency` in flight, after `warmup` requests that are
-excluded. Per request: TTFT, the inter-token latencies (ITL), TPOT and end-to-end latency; per point:
-token and request throughput and mean/median/p99 (plus p95/max for ITL) of those.
+A sweep over concurrency points against a running sglang server (or the miniature). At each
+point, `num_prompts` requests with exactly `input_len` prompt tokens and `output_len` generated
+tokens (`ignore_eos`) run closed-loop with at most `concurrency` in flight, after `warmup`
+requests that are excluded (and after opening `concurrency` keep-alive connections, so no
+measured request pays for connecting). Per request: TTFT, the inter-token latencies (ITL), TPOT
+and end-to-end latency; per point: token and request throughput (over the span from the first
+request sent to the last response finished) and mean/median/p99 (plus p95/max for ITL) of those.
 
-Token counts are cross-checked with the server: the final `meta_info.completion_tokens` (`/generate`)
-or `usage.completion_tokens` (`/v1/completions`) must equal `output_len`, and the reported prompt
-tokens must equal `input_len`. A mismatch makes the request fail, with the reason in
-`PointResult.errors`.
+Token counts are cross-checked with the server: the final `meta_info.completion_tokens`
+(`/generate`) or `usage.completion_tokens` (`/v1/completions`) must equal `output_len`, and the
+reported prompt tokens must equal `input_len`. A mismatch makes the request fail, with the reason
+in `PointResult.errors`. Failed requests are left out of the metrics and counted in `failed`; the
+sweep stops after a point where no request succeeded. Warmup requests (output capped at 32 tokens)
+run before each point at min(warmup, concurrency) in flight; their failures are listed as
+"warmup: ..." errors.
 
-Prompts are deterministic from `seed`, the point's concurrency and the request index (so no two
-requests share a prefix and a radix cache cannot make later points look faster):
+Prompts are deterministic from `seed`, the point's concurrency and the request index (random, so
+requests practically share no prefix and a radix cache cannot make later points look faster):
   * "input_ids": random token ids in [1000, vocab_size - 1000): exact length on any server;
   * "text": random words, exactly `input_len` tokens for the miniature's whitespace tokenizer;
   * "auto" (default): "text" if /server_info says the server is the miniature, else "input_ids".
@@ -75,7 +80,8 @@ class ServingConfig:
         if self.input_len < 1 or self.output_len < 1:
             raise BadInput("input_len and output_len must be >= 1")
         if not self.concurrency or any(int(c) < 1 for c in self.concurrency):
-            raise BadInput(f"concurrency must be a non-empty list of ints >= 1: {self.concurrency!r}")
+            raise BadInput(
+                f"concurrency must be a non-empty list of ints >= 1: {self.concurrency!r}")
         object.__setattr__(self, "concurrency", tuple(int(c) for c in self.concurrency))
         if self.num_prompts is not None and self.num_prompts < 1:
             raise BadInput("num_prompts must be >= 1")
@@ -89,7 +95,9 @@ class ServingConfig:
             raise BadInput("vocab_size must be >= 3000")
 
     def requests_at(self, concurrency: int) -> int:
-        return self.num_prompts if self.num_prompts is not None else default_num_prompts(concurrency)
+        if self.num_prompts is not None:
+            return self.num_prompts
+        return default_num_prompts(concurrency)
 
     def to_dict(self) -> dict:
         return {
@@ -328,6 +336,8 @@ async def _request(session, url: str, payload: bytes, cfg: ServingConfig, input_
                 last_ev = None
                 async for data in resp.content.iter_any():
                     t = time.perf_counter()
+                    if b"\r" in data:  # SSE allows CRLF line ends
+                        data = data.replace(b"\r\n", b"\n")
                     buf += data
                     if b"\n\n" not in buf:
                         continue
@@ -345,10 +355,19 @@ async def _request(session, url: str, payload: bytes, cfg: ServingConfig, input_
                             # read without decoding the whole chunk (its "text" is cumulative).
                             new_n = _int_field(ev, b'"completion_tokens"')
                             if new_n is None:
-                                new_n = json.loads(ev)["meta_info"]["completion_tokens"]
+                                obj = json.loads(ev)
+                                if "error" in obj:
+                                    res.error = f"server error in stream: {_short(obj['error'])}"
+                                    res.e2e = time.perf_counter() - t0
+                                    return res
+                                new_n = obj["meta_info"]["completion_tokens"]
                             last_ev = ev
                         else:
                             obj = json.loads(ev)
+                            if "error" in obj:
+                                res.error = f"server error in stream: {_short(obj['error'])}"
+                                res.e2e = time.perf_counter() - t0
+                                return res
                             usage = obj.get("usage")
                             if usage:
                                 prompt_tokens = usage.get("prompt_tokens", prompt_tokens)

@@ -1,0 +1,157 @@
+"""compare / attribute / bisect end to end on the miniature upstream: real trees, envs, servers."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import textwrap
+
+import pytest
+
+from conftest import REPO_ROOT, git
+from toolkit.cli import main
+
+MINI = REPO_ROOT / "upstream" / "minisglang"
+COST = "python/sglang/srt/model_executor/cost.py"
+
+BENCH = """
+[build]
+mode = "full"
+[server]
+model = "mini"
+gpus = 0
+timeout_s = 60
+[server.args]
+tp-size = 1
+[benchmark]
+driver = "serving"
+input_len = 8
+output_len = 12
+concurrency = [1]
+num_prompts = 3
+warmup = 1
+repeats = 3
+[expect]
+tp_size = 1
+"""
+
+
+@pytest.fixture
+def mini(tmp_path, home):
+    """A git copy of the miniature upstream plus recipes/ and patches/ beside it."""
+    root = tmp_path / "proj"
+    up = root / "mini"
+    shutil.copytree(MINI, up, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", "build"))
+    git(up, "init", "-q")
+    git(up, "add", "-A")
+    git(up, "commit", "-qm", "base")
+    git(up, "tag", "good")
+    (root / "recipes").mkdir()
+    (root / "patches").mkdir()
+    return root
+
+
+def _new_file_patch(i: int) -> str:
+    return textwrap.dedent(f"""\
+        Subject: harmless {i}
+
+        diff --git a/python/sglang/srt/extra_{i}.py b/python/sglang/srt/extra_{i}.py
+        new file mode 100644
+        --- /dev/null
+        +++ b/python/sglang/srt/extra_{i}.py
+        @@ -0,0 +1 @@
+        +X = {i}
+        """)
+
+
+def _cost_patch(root, old: str, new: str, subject: str, after: tuple = ()) -> str:
+    """A real diff of cost.py made with git in a scratch copy (on top of the `after` edits)."""
+    scratch = root / "scratch"
+    if scratch.exists():
+        shutil.rmtree(scratch)
+    shutil.copytree(root / "mini", scratch)
+    path = scratch / COST
+    text = path.read_text()
+    for a, b in after:
+        text = text.replace(a, b)
+    path.write_text(text)
+    git(scratch, "commit", "-q", "--allow-empty", "-am", "stacked on")
+    assert old in text
+    path.write_text(text.replace(old, new))
+    diff = subprocess.run(["git", "diff"], cwd=scratch, capture_output=True, text=True, check=True).stdout
+    shutil.rmtree(scratch)
+    return f"Subject: {subject}\n\n{diff}"
+
+
+def _recipe(root, name, stack, source='path = "../mini"'):
+    entries = ", ".join(f'"{p}"' for p in stack)
+    (root / "recipes" / f"{name}.toml").write_text(
+        f'description = "{name}"\n[sources.sglang]\n{source}\npackage_dir = "python"\n'
+        f"[patches]\nsglang = [{entries}]\n" + BENCH)
+    return str(root / "recipes" / f"{name}.toml")
+
+
+def test_bisect_finds_planted_regression_in_8_patches(mini, capsys):
+    stack = []
+    for i in range(1, 9):
+        name = f"p{i}.patch"
+        text = (_cost_patch(mini, "STEP_BASE_S = 0.012", "STEP_BASE_S = 0.020", "planted: slower step")
+                if i == 5 else _new_file_patch(i))
+        (mini / "patches" / name).write_text(text)
+        stack.append(name)
+    recipe = _recipe(mini, "stack8", stack)
+    assert main(["bisect", recipe, "--metric", "output_tok_s@1", "--threshold", "10", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["culprit"] == 5 and out["culprit_label"] == "p5.patch"
+    assert out["builds"] <= 5, out
+    assert "patchbench bisect" in out["reproduce"]
+    # Replay: every value comes from the store (cached per env key), no new run.
+    assert main(["bisect", recipe, "--metric", "output_tok_s@1", "--threshold", "10", "--json"]) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert again["culprit"] == 5 and again["runs"] == 0
+
+
+def test_attribute_two_patches_and_compare_identical(mini, capsys):
+    (mini / "patches" / "fast.patch").write_text(
+        _cost_patch(mini, "STEP_BASE_S = 0.012", "STEP_BASE_S = 0.008", "faster step"))
+    (mini / "patches" / "slow.patch").write_text(
+        _cost_patch(mini, "STEP_PER_SEQ_S = 0.00004", "STEP_PER_SEQ_S = 0.004", "slower per sequence",
+                    after=(("STEP_BASE_S = 0.012", "STEP_BASE_S = 0.008"),)))
+    recipe = _recipe(mini, "two", ["fast.patch", "slow.patch"])
+    assert main(["attribute", recipe, "--metric", "output_tok_s@1", "--repeats", "4", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    base, after_fast, after_both = (sum(v) / len(v) for v in out["prefix_values"])
+    assert after_fast > base * 1.2, out  # the fast patch helps
+    assert after_both < after_fast * 0.9, out  # the slow one hurts
+    assert "faster" in out["lines"][0] and "slower" in out["lines"][1]
+
+    a = _recipe(mini, "same-a", [])
+    b = _recipe(mini, "same-b", [])
+    assert main(["run", a, b, "--repeats", "4"]) == 0
+    capsys.readouterr()
+    assert main(["compare", "same-a", "same-b", "--metric", "output_tok_s", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert rows and all(r["verdict"] == "not significant" for r in rows), rows
+
+
+def test_upstream_bisect_skips_conflicting_commit(mini, capsys):
+    up = mini / "mini"
+    cost = up / COST
+    # good -> c1 (harmless) -> c2 (rewrites the line the patch needs: conflict) -> c3 (restores it)
+    #      -> c4 (slower step: the culprit) -> c5 (harmless)
+    (mini / "patches" / "ours.patch").write_text(
+        _cost_patch(mini, "PREFILL_BASE_S = 0.002", "PREFILL_BASE_S = 0.001", "our prefill tweak"))
+    original = cost.read_text()
+    (up / "README.md").write_text("c1\n"); git(up, "commit", "-qam", "c1 harmless")
+    cost.write_text(original.replace("PREFILL_BASE_S = 0.002", "PREFILL_BASE_S = 0.0025")); git(up, "commit", "-qam", "c2 conflicts")
+    cost.write_text(original); git(up, "commit", "-qam", "c3 restores")
+    cost.write_text(original.replace("STEP_BASE_S = 0.012", "STEP_BASE_S = 0.024")); git(up, "commit", "-qam", "c4 slower")
+    culprit = git(up, "rev-parse", "HEAD")
+    (up / "README.md").write_text("c5\n"); git(up, "commit", "-qam", "c5 harmless")
+    git(up, "tag", "bad")
+    recipe = _recipe(mini, "up", ["ours.patch"], source='git = "../mini"\nrev = "good"')
+    assert main(["bisect", recipe, "--metric", "output_tok_s@1", "--threshold", "10", "--source", "sglang",
+                 "--good", "good", "--bad", "bad", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["culprit_label"] == culprit[:12], out

@@ -1,0 +1,68 @@
+"""`patchbench attribute RECIPE`: measure the prefix chain of the recipe's stack (base, +p1, +p1+p2,
+...) and, with --leave-one-out, the stack minus each patch; print each patch's incremental speedup."""
+
+from __future__ import annotations
+
+import uuid
+
+from toolkit.commands.common import console, err, home_of, load, print_json, store_of
+
+HELP = "what each patch of a recipe's stack buys: prefix chain (and leave-one-out) with CIs and verdicts"
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("recipe", metavar="RECIPE")
+    parser.add_argument("--metric", default="output_tok_s", help="NAME[@POINT] (default output_tok_s at the first point)")
+    parser.add_argument("--repeats", type=int, default=None, help="values per prefix (default: the recipe's repeats)")
+    parser.add_argument("--leave-one-out", action="store_true", help="also measure the stack minus each patch")
+    parser.add_argument("--json", action="store_true")
+
+
+def require_gpu_if_needed(recipe) -> None:
+    from toolkit import machine
+    from toolkit.errors import NoGPU
+    from toolkit.pipeline import needs_gpu
+
+    if needs_gpu(recipe) and not machine.has_cuda_gpu():
+        raise NoGPU(f"recipe {recipe.name} needs a CUDA GPU to measure; none here "
+                    "(`patchbench run RECIPE --until check` verifies everything before the launch)")
+
+
+def run(args) -> int:
+    from toolkit import stats
+    from toolkit.analysis.attribute import attribute, render_attribution
+    from toolkit.analysis.variants import (MetricSpec, VariantMeter, patch_label, prefix_overrides,
+                                           stack_of, without_overrides)
+    from toolkit.errors import BadInput
+
+    recipe = load(args.recipe)
+    stack = stack_of(recipe)
+    if not stack:
+        raise BadInput(f"recipe {recipe.name} has no patches to attribute")
+    require_gpu_if_needed(recipe)
+    spec = MetricSpec.parse(args.metric)
+    meter = VariantMeter(recipe, home_of(args), store_of(args), spec, err, group_id=uuid.uuid4().hex[:12])
+    repeats = args.repeats or recipe.benchmark.repeats
+    names = [patch_label(recipe, p) for _, p in stack]
+    prefix_values = []
+    for k in range(len(stack) + 1):
+        label = "base" if k == 0 else f"+{k}"
+        err.print(f"[bold]prefix {k}/{len(stack)}[/] {label if k == 0 else names[k - 1]}")
+        prefix_values.append(meter.measure(f"prefix{k}", prefix_overrides(recipe, k), repeats))
+    loo = {}
+    if args.leave_one_out:
+        for i in range(1, len(stack) + 1):
+            err.print(f"[bold]without {names[i - 1]}[/]")
+            values = meter.measure(f"without{i}", without_overrides(recipe, i), repeats)
+            if values:
+                loo[i] = values
+    unit = "tok/s" if "tok_s" in spec.metric else ("ms" if "_ms" in spec.metric else "")
+    result = attribute(prefix_values, higher_is_better=stats.higher_is_better(spec.metric, unit),
+                       names=names, leave_one_out=loo or None, unit=unit)
+    if args.json:
+        print_json({"recipe": recipe.name, "metric": spec.metric, "point": meter.point, "lines": result.lines(),
+                    "prefix_values": prefix_values, "leave_one_out": loo, "builds": meter.builds, "runs": meter.runs})
+        return 0
+    console.print(render_attribution(result, title=f"{recipe.name}: {spec.metric} at point {meter.point}"))
+    console.print(f"{meter.builds} variant(s) prepared, {meter.runs} new run(s); cached values reused per env key")
+    return 0
