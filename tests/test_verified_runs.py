@@ -1,0 +1,132 @@
+"""Verified runs on the miniature: static and runtime config checks, crashes mid-sweep, no orphans."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+
+import psutil
+import pytest
+
+from conftest import REPO_ROOT, git
+from toolkit.cli import main
+from toolkit.store import Store
+
+MINI = REPO_ROOT / "upstream" / "minisglang"
+HTTP = "python/sglang/srt/entrypoints/http_server.py"
+
+RECIPE = """
+description = "{name}"
+[sources.sglang]
+path = "../mini"
+package_dir = "python"
+[patches]
+sglang = [{patches}]
+[server]
+model = "mini"
+gpus = 0
+timeout_s = 60
+[server.args]
+tp-size = 8
+ep-size = 8
+{extra_args}
+[benchmark]
+input_len = 8
+output_len = 8
+concurrency = [1, 2]
+num_prompts = 4
+warmup = 1
+repeats = 1
+[expect]
+{expect}
+"""
+
+
+@pytest.fixture
+def proj(tmp_path, home):
+    root = tmp_path / "proj"
+    shutil.copytree(MINI, root / "mini", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", "build"))
+    (root / "recipes").mkdir()
+    (root / "patches").mkdir()
+    return root
+
+
+def recipe(root, name, *, patches=(), expect="", extra_args=""):
+    path = root / "recipes" / f"{name}.toml"
+    path.write_text(RECIPE.format(name=name, patches=", ".join(f'"{p}"' for p in patches), expect=expect,
+                                  extra_args=extra_args))
+    return str(path)
+
+
+def test_ep8_mismatch_is_caught_before_launch(proj, capsys):
+    r = recipe(proj, "ep8-wrong", expect="ep_size = 1")
+    assert main(["run", r, "--until", "check"]) == 2
+    err = capsys.readouterr().err
+    assert "static config check failed" in err and "ep_size: expected 1" in err and "says 8" in err
+    assert "step check" in err and "Traceback" not in err
+
+
+def test_unknown_flag_is_named_before_launch(proj, capsys):
+    r = recipe(proj, "bad-flag", extra_args="cuda-graph-max-batch = 8")
+    assert main(["run", r, "--until", "check"]) == 2
+    err = capsys.readouterr().err
+    assert "does not accept" in err and "--cuda-graph-max-batch" in err
+
+
+def test_server_dropping_ep_size_marks_run_invalid(proj, home, capsys):
+    """A patch that silently ignores --ep-size: the static check passes, /server_info catches it."""
+    scratch = proj / "scratch"
+    shutil.copytree(proj / "mini", scratch)
+    git(scratch, "init", "-q"); git(scratch, "add", "-A"); git(scratch, "commit", "-qm", "b")
+    http = scratch / HTTP
+    http.write_text(http.read_text().replace('        info["version"] = __version__\n',
+                                             '        info["version"] = __version__\n        info["ep_size"] = 1\n', 1))
+    diff = subprocess.run(["git", "diff"], cwd=scratch, capture_output=True, text=True, check=True).stdout
+    assert diff
+    (proj / "patches" / "drop-ep.patch").write_text("Subject: ignore --ep-size\n\n" + diff)
+    r = recipe(proj, "ep8-dropped", patches=["drop-ep.patch"], expect="ep_size = 8")
+    assert main(["run", r]) == 1
+    store = Store(home / "results.sqlite")
+    [run] = store.runs(recipe="ep8-dropped")
+    assert run.status == "invalid" and run.config_verified is False
+    assert any("ep_size: expected 8, /server_info says 1" in v for v in run.verification)
+    assert store.samples([run.run_id]) == []
+
+
+def _alive_servers(marker: str) -> list[psutil.Process]:
+    out = []
+    for p in psutil.process_iter(["cmdline"]):
+        try:
+            if marker in " ".join(p.info["cmdline"] or []):
+                out.append(p)
+        except psutil.Error:
+            pass
+    return out
+
+
+def test_crash_mid_sweep_is_recorded_and_sweep_goes_on(proj, home, capsys):
+    crash = recipe(proj, "crashes", extra_args="mini-crash-after-requests = 3")
+    fine = recipe(proj, "fine")
+    assert main(["run", crash, fine, "--json"]) == 1
+    out = json.loads(capsys.readouterr().out)
+    store = Store(home / "results.sqlite")
+    by_recipe = {store.get_run(rid).recipe: store.get_run(rid) for _, rid in out["runs"]}
+    failed, ok = by_recipe["crashes"], by_recipe["fine"]
+    assert failed.status == "failed"
+    assert "CUDA error" in (failed.log_tail or "") or "illegal memory access" in (failed.log_tail or "")
+    assert failed.log_paths["server"].endswith("server.log")
+    assert ok.status == "ok" and store.samples([ok.run_id])
+    # No process of either run is left: the server and its scheduler child are gone.
+    assert _alive_servers(str(home / "envs")) == []
+
+
+def test_results_list_and_export(proj, home, capsys, tmp_path):
+    assert main(["run", recipe(proj, "fine")]) == 0
+    capsys.readouterr()
+    assert main(["results"]) == 0
+    assert "fine" in capsys.readouterr().out
+    out = tmp_path / "runs.csv"
+    assert main(["results", "--export", "csv", "-o", str(out)]) == 0
+    text = out.read_text()
+    assert "output_tok_s" in text and "fine" in text
