@@ -362,10 +362,16 @@ def _flashinfer_git_tree() -> Path:
         dl = TEST_CACHE / "downloads"
         sdist = dl / f"flashinfer_python-{FI_VERSION}.tar.gz"
         if not sdist.exists():
-            out = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps",
-                                  "--no-binary", "flashinfer-python", "-d", str(dl),
-                                  f"flashinfer-python=={FI_VERSION}"], capture_output=True, text=True)
-            if out.returncode != 0:
+            pips = [[sys.executable, "-m", "pip"]] + [[p] for p in (shutil.which("pip3"),
+                                                                   shutil.which("pip")) if p]
+            for pip in pips:  # the sdist only: --no-binary :all: would build cmake from source
+                out = subprocess.run([*pip, "download", "--no-deps", "--no-binary",
+                                      "flashinfer-python", "-d", str(dl),
+                                      f"flashinfer-python=={FI_VERSION}"],
+                                     capture_output=True, text=True)
+                if out.returncode == 0:
+                    break
+            else:
                 pytest.skip(f"cannot download the flashinfer-python sdist: {out.stderr[-300:]}")
         shutil.rmtree(repo, ignore_errors=True)
         tmp = TEST_CACHE / f"flashinfer-{FI_VERSION}-unpack"

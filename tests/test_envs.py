@@ -186,6 +186,17 @@ def test_env_key_is_stable_and_sensitive(upstream):
                                      jobs=7), FAKE_TOOLCHAIN, sources) == key
 
 
+def test_sgl_kernel_fetchcontent_seeds_are_identity(upstream, tmp_path):
+    tree, spec = upstream.tree(), BuildSpec()
+    seed = Upstream(tmp_path / "cutlass")
+    key = env_key([tree], spec, FAKE_TOOLCHAIN, PipSources(), fetchcontent={"repo-cutlass": seed.root})
+    assert key != env_key([tree], spec, FAKE_TOOLCHAIN, PipSources())
+    seed.write("csrc/a.cu", "// patched cutlass\n")
+    seed.commit()
+    assert key != env_key([tree], spec, FAKE_TOOLCHAIN, PipSources(),
+                          fetchcontent={"repo-cutlass": seed.root})
+
+
 def test_overlay_key_includes_base_torch_and_packages(upstream):
     tree = upstream.tree()
     spec = BuildSpec(mode="overlay", base_python="/py")

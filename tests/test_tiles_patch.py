@@ -210,9 +210,9 @@ def _cuda_version(nvcc: Path) -> tuple[int, int]:
     return int(major), int(minor)
 
 
-def _wheel_member(cache: Path, requirement: str, member_suffix: str) -> Path:
-    """Download this platform's wheel of `requirement` and return the directory or file of the
-    first member ending in `member_suffix`, extracted under the cache."""
+def _from_wheel(cache: Path, requirement: str, marker: str) -> Path:
+    """Download this platform's wheel of `requirement`, extract the directory holding the member
+    that ends in `marker` (all of it: headers include their siblings) and return that member."""
     wheels = cache / "wheels"
     wheels.mkdir(parents=True, exist_ok=True)
     name = requirement.split("=")[0].split("<")[0].split(">")[0].replace("-", "_")
@@ -224,15 +224,17 @@ def _wheel_member(cache: Path, requirement: str, member_suffix: str) -> Path:
         pytest.skip(f"no wheel for {requirement}")
     dest = cache / "extracted" / found[-1].stem
     with zipfile.ZipFile(found[-1]) as zf:
+        hits = sorted(n for n in zf.namelist() if n.endswith(marker))
+        if not hits:
+            pytest.skip(f"{found[-1].name} has no member ending in {marker}")
+        prefix = hits[0].rsplit("/", 1)[0] + "/"
         for info in zf.infolist():
-            if member_suffix in info.filename and not (dest / info.filename).exists():
-                zf.extract(info, dest)
-                if info.filename.endswith("/bin/cuobjdump"):
-                    (dest / info.filename).chmod(0o755)
-        hits = sorted({n[: n.index(member_suffix) + len(member_suffix)] for n in zf.namelist()
-                       if member_suffix in n})
-    if not hits:
-        pytest.skip(f"{found[-1].name} has no {member_suffix}")
+            if info.filename.startswith(prefix) and not info.is_dir():
+                target = dest / info.filename
+                if not target.exists():
+                    zf.extract(info, dest)
+                    if (info.external_attr >> 16) & 0o111:
+                        target.chmod(0o755)
     return dest / hits[0]
 
 
@@ -250,12 +252,13 @@ def cuda_tools():
     # CUTLASS's tools/util headers include curand_kernel.h; a minimal toolkit may lack cuRAND.
     if not (nvcc.parent.parent / "include" / "curand_kernel.h").is_file():
         req = "nvidia-curand==10.4.*" if major >= 13 else "nvidia-curand-cu12"
-        inc = _wheel_member(cache, req, "/include/curand_kernel.h").parent
+        inc = _from_wheel(cache, req, "/include/curand_kernel.h").parent
         extra = ["-isystem", str(inc)]
     cuobjdump = nvcc.parent / "cuobjdump"
     if not cuobjdump.is_file():
         req = "nvidia-cuda-cuobjdump" if major >= 13 else "nvidia-cuda-cuobjdump-cu12"
-        cuobjdump = _wheel_member(cache, req, "/bin/cuobjdump")
+        cuobjdump = _from_wheel(cache, req, "/bin/cuobjdump")
+        cuobjdump.chmod(0o755)
     return nvcc, cuobjdump, extra
 
 

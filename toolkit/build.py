@@ -383,20 +383,22 @@ def export_tree(ctx: BuildContext, tree: AppliedTree) -> Path:
     dest.mkdir(parents=True, exist_ok=True)
     step = f"export-{tree.source}"
     log = ctx.steps.log(step)
-    try:
-        proc = subprocess.Popen(["git", "-C", str(tree.path), "archive", "--format=tar",
-                                 tree.tree_hash], stdout=subprocess.PIPE,
-                                stderr=open(log, "ab"), stdin=subprocess.DEVNULL)
-    except OSError as e:
-        raise ctx.steps.failure(step, f"cannot run git: {e}") from e
-    try:
-        with tarfile.open(fileobj=proc.stdout, mode="r|") as tar:
-            tar.extractall(dest, filter="tar")
-    except tarfile.TarError as e:
-        proc.kill()
-        raise ctx.steps.failure(step, f"cannot export tree {tree.tree_hash} of {tree.path}: {e}")
-    finally:
-        rc = proc.wait()
+    with open(log, "ab") as errlog:
+        try:
+            proc = subprocess.Popen(["git", "-C", str(tree.path), "archive", "--format=tar",
+                                     tree.tree_hash], stdout=subprocess.PIPE, stderr=errlog,
+                                    stdin=subprocess.DEVNULL)
+        except OSError as e:
+            raise ctx.steps.failure(step, f"cannot run git: {e}") from e
+        try:
+            with tarfile.open(fileobj=proc.stdout, mode="r|") as tar:
+                tar.extractall(dest, filter="tar")
+        except tarfile.TarError as e:
+            proc.kill()
+            raise ctx.steps.failure(step, f"cannot export tree {tree.tree_hash} of {tree.path}: "
+                                          f"{e}")
+        finally:
+            rc = proc.wait()
     if rc != 0:
         raise ctx.steps.failure(step, f"git archive {tree.tree_hash} failed in {tree.path}")
     # git archive leaves submodules (gitlinks) empty: copy their checked-out content
@@ -1125,7 +1127,9 @@ spec.build(verbose=True)
 lib = spec.jit_library_path
 aot = jit_env.FLASHINFER_AOT_DIR / spec.name / f"{spec.name}.so"
 aot.parent.mkdir(parents=True, exist_ok=True)
-shutil.copy2(lib, aot)
+tmp = aot.with_name(f".{aot.name}.tmp")
+shutil.copy2(lib, tmp)
+tmp.replace(aot)  # atomic: a process loading the module never sees half a file
 print("PATCHBENCH_KERNEL " + json.dumps({
     "name": name, "generator": where, "module": spec.name, "jit": str(lib), "aot": str(aot),
     "sha256": hashlib.sha256(aot.read_bytes()).hexdigest(), "seconds": round(time.time() - t0, 1),

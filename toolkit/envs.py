@@ -408,11 +408,24 @@ def probe_toolchain(spec: BuildSpec) -> Toolchain:
 # --------------------------------------------------------------------------------------------
 
 
+def _dir_identity(path: Path) -> dict:
+    """A pre-seeded source directory: its git tree hash (+ whether the work tree is dirty)."""
+    path = Path(path).expanduser().resolve()
+    out = subprocess.run(["git", "-C", str(path), "rev-parse", "HEAD^{tree}"],
+                         capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    if out.returncode != 0:
+        return {"path": str(path), "tree_hash": None}
+    dirty = subprocess.run(["git", "-C", str(path), "status", "--porcelain"], capture_output=True,
+                           text=True, stdin=subprocess.DEVNULL).stdout.strip() != ""
+    return {"path": str(path), "tree_hash": out.stdout.strip(), "dirty": dirty}
+
+
 def key_inputs(trees: Sequence[AppliedTree], spec: BuildSpec, toolchain: Toolchain,
-               sources: PipSources | None = None) -> dict:
+               sources: PipSources | None = None, *,
+               fetchcontent: Mapping[str, Path] | None = None) -> dict:
     """The canonical document whose sha256 is the env key (also stored in the manifest)."""
     sources = pip_sources() if sources is None else sources
-    return {
+    d = {
         "schema": SCHEMA,
         "trees": {t.source: {"tree_hash": t.tree_hash, "layout": t.layout,
                              "package_dir": t.package_dir} for t in trees},
@@ -420,13 +433,17 @@ def key_inputs(trees: Sequence[AppliedTree], spec: BuildSpec, toolchain: Toolcha
         "toolchain": toolchain.identity(spec.mode),
         "dependencies": {"packages": list(spec.packages), "sources": sources.identity()},
     }
+    if fetchcontent:  # sgl-kernel's pre-seeded FetchContent sources are compiled into it
+        d["fetchcontent"] = {k: _dir_identity(v) for k, v in sorted(fetchcontent.items())}
+    return d
 
 
 def env_key(trees: Sequence[AppliedTree], spec: BuildSpec, toolchain: Toolchain,
-            sources: PipSources | None = None) -> str:
+            sources: PipSources | None = None, *,
+            fetchcontent: Mapping[str, Path] | None = None) -> str:
     """sha256 (hex) of the canonical JSON of `key_inputs`."""
-    return hashlib.sha256(canonical_json(key_inputs(trees, spec, toolchain, sources)).encode()
-                          ).hexdigest()
+    inputs = key_inputs(trees, spec, toolchain, sources, fetchcontent=fetchcontent)
+    return hashlib.sha256(canonical_json(inputs).encode()).hexdigest()
 
 
 # --------------------------------------------------------------------------------------------
@@ -589,7 +606,7 @@ def ensure_env(
     t0 = time.monotonic()
     sources = pip_sources()
     toolchain = probe_toolchain(spec)
-    inputs = key_inputs(trees, spec, toolchain, sources)
+    inputs = key_inputs(trees, spec, toolchain, sources, fetchcontent=fetchcontent)
     key = hashlib.sha256(canonical_json(inputs).encode()).hexdigest()
     envs_dir = home / "envs"
     final = envs_dir / key[:KEY_LEN]
@@ -714,7 +731,7 @@ def _build(tmp: Path, key: str, inputs: dict, trees: Sequence[AppliedTree], spec
         build.check_no_flashinfer_aot(ctx, str(ctx.python), where="env")
     cuda = build.compile_cuda_sources(ctx, trees) if spec.cuda else {}
     kernels = build.build_flashinfer_kernels(ctx, spec.kernels) if spec.kernels else {}
-    verification = build.verify_env(ctx)
+    verification = build.verify_env(ctx, kernels=kernels)
     packages = build.freeze(ctx)
     build.cleanup_build_dir(ctx)
     now = _now()

@@ -8,10 +8,9 @@ from collections import defaultdict
 from rich.table import Table
 
 from toolkit.commands.common import console, store_of
+from toolkit.report import HEADLINE, efficiency
 
 HELP = "list stored runs (status, provenance, headline numbers) or export them (JSON/CSV)"
-
-HEADLINE = ("output_tok_s", "median_decode_throughput", "decode_tok_s")
 
 
 def add_arguments(parser) -> None:
@@ -35,23 +34,8 @@ def _headline(samples) -> str:
 
 def _efficiency(run, samples) -> str:
     """Measured tok/s at batch/concurrency 1 over the recipe's theoretical roofline, when named."""
-    roof = (run.recipe_resolved or {}).get("roofline") or {}
-    if not roof.get("model") or not roof.get("gpu"):
-        return ""
-    from toolkit.roofline import theoretical_tok_s
-
-    args = dict((run.recipe_resolved or {}).get("server", {}).get("args", {}))
-    tp = int(args.get("tp-size", args.get("tp", 1)))
-    ep = int(args.get("ep-size", args.get("ep", 1)))
-    one = [s.value for s in samples if s.point == 1 and s.metric in HEADLINE]
-    if not one:
-        return ""
-    try:
-        theo = theoretical_tok_s(roof["model"], roof["gpu"], tp=tp, ep=ep, batch=1,
-                                 context=int(roof.get("context", 0)), weights=roof.get("weights"))
-    except Exception:  # noqa: BLE001 - efficiency is a courtesy column
-        return ""
-    return f"{one[0]:.2f} of {theo:.0f} tok/s ({100 * one[0] / theo:.1f}%)"
+    eff = efficiency(run, samples)
+    return eff.text() if eff else ""
 
 
 def render_runs(store, runs) -> Table:

@@ -1,0 +1,222 @@
+"""report: Markdown table and a self-contained HTML page (inline SVG) from a results store."""
+
+from __future__ import annotations
+
+import random
+import shutil
+import subprocess
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from toolkit.bench import Sample
+from toolkit.cli import main
+from toolkit.report import (Efficiency, Series, bar_plot, collect, efficiency, line_plot, nice_ticks,
+                            render_markdown)
+from toolkit.store import Store
+
+PARAMS = {"input_len": 128, "output_len": 256, "points": [1, 2, 4, 8], "num_prompts": 64, "seed": 1}
+POINTS = (1, 2, 4, 8)
+ROOFLINE = {"model": "llama-3.1-8b", "gpu": "h200", "weights": "all=bf16"}
+RECIPES = {  # name -> (throughput factor, latency factor, patches)
+    "base": (1.0, 1.0, {}),
+    "fast": (1.25, 0.8, {"sglang": ["patches/0001-faster-decode.patch"]}),
+    "same": (1.0, 1.0, {"flashinfer": ["patches/0001-noop.patch"]}),
+}
+
+
+def fill(store: Store, recipes=RECIPES, repeats: int = 4, seed: int = 3, roofline=ROOFLINE) -> None:
+    rng = random.Random(seed)
+    for rep in range(repeats):
+        for name, (tf, lf, patches) in recipes.items():
+            samples = []
+            for p in POINTS:
+                samples.append(Sample("output_tok_s", rng.gauss(100 * p * tf, 1.0 * p), "tok/s", p, "concurrency"))
+                samples.append(Sample("itl_ms_median", rng.gauss(10 * (1 + p / 8) * lf, 0.1), "ms", p, "concurrency"))
+            store.record_run(dict(
+                recipe=name, config_verified=True, bench_driver="serving", bench_params=PARAMS,
+                machine={"gpu_key": "none"}, repeat=rep, sglang_version="0.5.10",
+                flashinfer_version="0.4.1", tree_hashes={"sglang": f"{name:0<8}deadbeefcafe"},
+                server_argv=["python", "-m", "sglang.launch_server"] + (["--enable-fast"] if name == "fast" else []),
+                extra={"patches": patches},
+                recipe_resolved={"name": name, "server": {"args": {"tp-size": 1}}, "roofline": roofline}),
+                samples)
+
+
+@pytest.fixture
+def db(tmp_path):
+    path = tmp_path / "results.sqlite"
+    s = Store(path)
+    fill(s)
+    s.close()
+    return path
+
+
+class Page(HTMLParser):
+    """Records the structure the checks need: svgs, their titles, series elements, references."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stack: list[str] = []
+        self.svgs: list[dict] = []
+        self.refs: list[str] = []
+        self.tables = 0
+        self.ths: list[str] = []
+        self._in_th = False
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        for k in ("src", "href", "xlink:href", "action"):
+            if a.get(k):
+                self.refs.append(a[k])
+        if tag == "svg":
+            self.svgs.append({"title": None, "series": [], "xlabel": False, "ylabel": False})
+        elif self.svgs and "svg" in self.stack:
+            svg = self.svgs[-1]
+            if tag in ("polyline", "rect") and a.get("data-series"):
+                svg["series"].append((tag, a["data-series"]))
+            if tag == "text" and a.get("class") in ("xlabel", "ylabel"):
+                svg[a["class"]] = True
+        if tag == "table":
+            self.tables += 1
+        self._in_th = tag == "th"
+        self.stack.append(tag)
+
+    def handle_startendtag(self, tag, attrs):
+        self.handle_starttag(tag, attrs)
+        self.handle_endtag(tag)
+
+    def handle_endtag(self, tag):
+        while self.stack:
+            if self.stack.pop() == tag:
+                break
+        self._in_th = False
+
+    def handle_data(self, data):
+        if self.stack and self.stack[-1] == "title" and len(self.stack) >= 2 and self.stack[-2] == "svg":
+            if self.svgs[-1]["title"] is None:
+                self.svgs[-1]["title"] = data.strip()
+        if self._in_th:
+            self.ths.append(data)
+
+
+def test_report_cli_writes_markdown_and_html(db, tmp_path, capsys):
+    out = tmp_path / "out"
+    rc = main(["report", "base", "fast", "same", "--store", str(db), "-o", str(out), "--title", "decode PR"])
+    assert rc == 0
+    md, page = out / "report.md", out / "report.html"
+    printed = capsys.readouterr().out
+    assert str(md) in printed and str(page) in printed
+
+    text = md.read_text()
+    lines = text.splitlines()
+    table_heads = [l for l in lines if l.startswith("| ") and "speedup vs base" in l]
+    assert table_heads, text
+    head_i = lines.index(table_heads[0])
+    assert lines[head_i + 1].startswith("|---")
+    body = [l for l in lines[head_i + 2:] if l.startswith("|")]
+    for name in RECIPES:
+        assert any(f"| {name} |" in l for l in body)
+    fast_rows = [l for l in body if "| fast |" in l]
+    assert any("faster" in l and "x [" in l for l in fast_rows)  # speedup with its interval and verdict
+    assert any("| baseline |" in l for l in body)
+    assert "± " in text and "c=8" in text
+    assert "decode PR" in text
+    assert "sglang 0.5.10" in text and "0001-faster-decode.patch" in text
+    assert "What else differed" in text and "server flag added: --enable-fast" in text
+    assert "Efficiency vs roofline" in text and "llama-3.1-8b" in text
+
+    html_text = page.read_text()
+    p = Page()
+    p.feed(html_text)
+    p.close()
+    assert len(p.svgs) >= 3
+    for svg in p.svgs:
+        assert svg["title"], svg
+        assert svg["xlabel"] and svg["ylabel"]
+    all_series = {name for svg in p.svgs for _, name in svg["series"]}
+    assert set(RECIPES) <= all_series
+    line_svgs = [svg for svg in p.svgs if any(t == "polyline" for t, _ in svg["series"])]
+    assert len(line_svgs) >= 2
+    for svg in line_svgs:
+        assert {n for t, n in svg["series"] if t == "polyline"} == set(RECIPES)
+    speed = [svg for svg in p.svgs if svg["title"].startswith("speedup")]
+    assert speed and {n for _, n in speed[0]["series"]} == {"fast", "same"}
+    assert any(svg["title"].startswith("efficiency") for svg in p.svgs)
+    assert p.tables >= 2 and any("speedup vs base" in t for t in p.ths)
+    assert not [r for r in p.refs if r.lower().startswith(("http:", "https:", "//"))]
+    assert "<script" not in html_text.lower()
+
+
+CHROMIUM = "/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else shutil.which("chromium")
+
+
+@pytest.mark.skipif(not CHROMIUM, reason="no chromium to render the page with")
+def test_report_html_renders_in_chromium(db, tmp_path):
+    out = tmp_path / "out"
+    assert main(["report", "base", "fast", "--store", str(db), "-o", str(out)]) == 0
+    png = tmp_path / "shot.png"
+    subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu",
+                    f"--screenshot={png}", "--window-size=1200,2400", (out / "report.html").as_uri()],
+                   check=True, capture_output=True, timeout=120)
+    assert png.exists() and png.stat().st_size > 1000
+
+
+def test_single_recipe_has_no_comparisons(db, tmp_path):
+    out = tmp_path / "one"
+    assert main(["report", "base", "--store", str(db), "-o", str(out), "--metric", "output_tok_s"]) == 0
+    text = (out / "report.md").read_text()
+    assert "| base |" in text and "itl_ms_median" not in text and "What else differed" not in text
+    p = Page()
+    p.feed((out / "report.html").read_text())
+    assert p.svgs and all(svg["title"] for svg in p.svgs)
+
+
+def test_no_results_is_one_line_bad_input(db, tmp_path, capsys):
+    rc = main(["report", "base", "missing", "--store", str(db), "-o", str(tmp_path / "x")])
+    assert rc == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error:") and "missing" in err and "\n" not in err
+    assert not (tmp_path / "x").exists()
+    rc = main(["report", "base", "--store", str(db), "-o", str(tmp_path / "x"), "--metric", "nope"])
+    assert rc == 2
+
+
+def test_collect_without_roofline_and_unverified(tmp_path):
+    s = Store(tmp_path / "r.sqlite")
+    fill(s, {"a": RECIPES["base"], "b": RECIPES["fast"]}, roofline={})
+    s.record_run(dict(recipe="c", config_verified=False, bench_driver="serving", bench_params=PARAMS,
+                      machine={"gpu_key": "none"}),
+                 [Sample("output_tok_s", 90.0, "tok/s", 1, "concurrency")])
+    data = collect(s, ["a", "b", "c"])
+    assert all(r.efficiency is None for r in data.recipes)
+    assert not data.rows and any("no comparison" in n for n in data.notes)  # c is not verified
+    assert any("c: configuration not verified" in n for n in data.notes)
+    md = render_markdown(data)
+    assert "| c |" in md and "unverified" in md
+    data2 = collect(s, ["a", "b"])
+    assert data2.rows and {r.recipe for r in data2.rows} == {"b"}
+    s.close()
+
+
+def test_efficiency_shared_with_results(tmp_path):
+    s = Store(tmp_path / "r.sqlite")
+    fill(s, {"a": RECIPES["base"]}, repeats=1)
+    run = s.runs()[0]
+    eff = efficiency(run, s.samples([run.run_id]))
+    assert isinstance(eff, Efficiency) and eff.metric == "output_tok_s" and 0 < eff.fraction < 1
+    from toolkit.commands.results import _efficiency
+
+    assert _efficiency(run, s.samples([run.run_id])) == eff.text()
+    s.close()
+
+
+def test_svg_plotters_handle_edges():
+    assert nice_ticks(0, 97)[-1] >= 97 and nice_ticks(0, 0)[-1] > 0
+    one = line_plot("t", "x", "y", [Series("a", "#000", ((4, 1.0, None, None),))])
+    assert one.count("<title>") == 1 and "nan" not in one
+    empty = bar_plot("t", "x", "y", [], [], ref=1.0)
+    assert empty.startswith("<svg") and empty.endswith("</svg>")
+    nan = bar_plot("t", "x", "y", ["c=1"], [Series("a", "#000", ((0, float("nan"), None, None),))])
+    assert '="nan' not in nan and "data-series" not in nan  # a missing value draws no bar

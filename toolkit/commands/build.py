@@ -1,0 +1,43 @@
+"""`patchbench build RECIPE [--kernels NAME...]`: apply, then build the content-addressed env
+(reused with zero work when nothing changed) and optionally compile FlashInfer JIT modules ahead of
+time for the recipe's arches, without a GPU."""
+
+from __future__ import annotations
+
+from toolkit.commands.common import console, err, home_of, load, print_json
+from toolkit.errors import PatchbenchError
+
+HELP = "build the recipe's env (content-addressed; identical inputs cost nothing) and, with --kernels, SM120 kernels"
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("recipe", metavar="RECIPE")
+    parser.add_argument("--kernels", nargs="+", default=None, metavar="NAME",
+                        help="FlashInfer JIT modules to compile ahead of time (e.g. norm, fp4_gemm_sm120)")
+    parser.add_argument("--frozen", action="store_true", help="refuse drift from the recipe's lock file")
+    parser.add_argument("--json", action="store_true")
+
+
+def run(args) -> int:
+    from toolkit.build import build_kernels
+    from toolkit.pipeline import prepare
+
+    recipe = load(args.recipe)
+    home = home_of(args)
+    p = prepare(recipe, home, until="build", frozen=args.frozen, console=err)
+    names = list(args.kernels or recipe.build.kernels)
+    kernels = {}
+    if names:
+        try:
+            kernels = build_kernels(p.env, p.trees, recipe.build, names, home=home, console=err)
+        except PatchbenchError as exc:
+            raise exc.located(recipe=recipe.name, step="kernels")
+    if args.json:
+        print_json({"recipe": recipe.name, "env": str(p.env.path), "key": p.env.key, "reused": p.env.reused,
+                    "kernels": kernels})
+        return 0
+    state = "reused (no work)" if p.env.reused else "built"
+    console.print(f"recipe {recipe.name}: env {p.env.key[:16]} {state}: {p.env.path}")
+    for name, info in kernels.items():
+        console.print(f"  kernel {name}: {info}")
+    return 0
