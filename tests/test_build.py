@@ -430,7 +430,10 @@ def test_flashinfer_sdist_tree_overlay_with_norm_compiled_for_12_0a(pb_home):
     v = env.manifest["verification"]
     assert v[k["aot"]]["arches"] == ["sm_120a"] and v[k["jit"]]["arches"] == ["sm_120a"]
     assert all(line.endswith("sm_120a.cubin") for line in v[k["aot"]]["elf"])
-    assert build.verify_arches([aot], ["12.0a"]) == []
+    tool = Path(env.manifest["toolchain"]["tools"]["cuobjdump"])
+    assert build.verify_arches([aot], ["12.0a"], cuobjdump=tool) == []
+    (problem,) = build.verify_arches([aot], ["12.0a", "12.0f"], cuobjdump=tool)
+    assert "no code for 12.0f (sm_120f); it holds sm_120a" in problem
 
     probe = ("import flashinfer, torch; from flashinfer.jit import env as e; "
              "print(flashinfer.__file__); print(torch.__file__); print(e.get_aot_path('norm'))")

@@ -168,6 +168,10 @@ class PipSources:
             args += ["--index-url", self.index_url]
         for url in self.extra_index_urls:
             args += ["--extra-index-url", url]
+        if self.extra_index_urls:
+            # pip picks the best version across every index; uv stops at the first index that has
+            # the name unless told otherwise (a local mirror with an older blobfile, say).
+            args += ["--index-strategy", "unsafe-best-match"]
         for loc in self.find_links:
             args += ["--find-links", loc]
         return args

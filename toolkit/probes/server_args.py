@@ -69,10 +69,19 @@ def main() -> int:
             out["resolve_error"] = f"{type(exc).__name__}: {exc}"
     else:
         out["resolved"] = True  # defaults resolve in __post_init__ on these versions
-    fields = dataclasses.fields(args) if dataclasses.is_dataclass(args) else ()
-    out["fields"] = {f.name: _jsonable(getattr(args, f.name, None)) for f in fields} or {
-        k: _jsonable(v) for k, v in vars(args).items()
-    }
+    # Every public dataclass field, then every parser destination read back from the object (from
+    # 0.5.23 on, ServerArgs keeps its values behind properties, not dataclass fields).
+    names = [f.name for f in dataclasses.fields(args)] if dataclasses.is_dataclass(args) else list(vars(args))
+    names += [d for d in out["dests"].values() if d not in names]
+    fields = {}
+    for name in names:
+        if name.startswith("_"):
+            continue
+        try:
+            fields[name] = _jsonable(getattr(args, name))
+        except Exception:  # noqa: BLE001 - a property that needs a GPU, say
+            continue
+    out["fields"] = fields
     out["ok"] = True
     print(json.dumps(out))
     return 0
