@@ -13,6 +13,7 @@ env vars, arch list): what a "version gain" is made of.
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from collections import defaultdict
 from dataclasses import dataclass
@@ -264,14 +265,23 @@ def _fmt(v: Any) -> str:
     return v if isinstance(v, str) else _jsonish(v)
 
 
+_VOLATILE_NAME = re.compile(r"(^|_)(pid|pids|port)$")
+_ENV_PATH = re.compile(r"/envs/[0-9a-f]{16}/")
+
+
+def _normal(v: Any) -> Any:
+    """Values that differ only by the env directory they point into are the same value."""
+    return _ENV_PATH.sub("/envs/<key>/", v) if isinstance(v, str) else v
+
+
 def _dict_diff(label: str, a: dict, b: dict, *, ignore: Iterable[str] = ()) -> list[str]:
     out = []
     skip = set(ignore)
     for k in sorted(set(a) | set(b)):
-        if k in skip:
+        if k in skip or _VOLATILE_NAME.search(k):
             continue
         va, vb = a.get(k), b.get(k)
-        if va != vb:
+        if _normal(va) != _normal(vb):
             out.append(f"{label} {k}: {_fmt(va)} -> {_fmt(vb)}")
     return out
 
@@ -303,6 +313,8 @@ def diff_provenance(run_a: RunRow, run_b: RunRow) -> list[str]:
     if pos_a != pos_b:
         out.append(f"server command: {shlex.join(pos_a)} -> {shlex.join(pos_b)}")
     for k in sorted(set(opt_a) | set(opt_b)):
+        if k in ("--port", "--host"):  # chosen per launch
+            continue
         if k not in opt_b:
             out.append(f"server flag removed: {k}" + (f" {opt_a[k]}" if opt_a[k] is not None else ""))
         elif k not in opt_a:
