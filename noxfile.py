@@ -35,7 +35,8 @@ def demo(session: nox.Session) -> None:
     """The whole pipeline on the bundled miniature upstream: apply, build, run, store, compare."""
     _toolkit(session)
     session.run("patchbench", "run", *DEMO, *session.posargs)
-    session.run("patchbench", "compare", *DEMO)
+    session.run("patchbench", "compare", *DEMO, "--metric", "output_tok_s", "--metric", "itl_ms_median")
+    session.run("patchbench", "report", *DEMO, "-o", "patchbench-report")
 
 
 @nox.session(python="3.11")

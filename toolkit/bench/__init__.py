@@ -53,10 +53,4 @@ class Sample:
                    str(d["point_kind"]))
 
 
-def higher_is_better(metric: str) -> bool:
-    """Direction of a metric: throughputs (…_tok_s, request_s) and `completed` go up when better;
-    latencies, `failed` and durations go down."""
-    return metric.endswith("_tok_s") or metric in ("request_s", "completed")
-
-
-__all__ = ["Sample", "POINT_KINDS", "higher_is_better"]
+__all__ = ["Sample", "POINT_KINDS"]  # metric directions: toolkit.stats.METRIC_DIRECTION
