@@ -60,9 +60,27 @@ def run(args) -> int:
                            require_verified=not args.unverified)
     diffs = explain_differences(store, args.recipes)
     if args.json:
-        print_json({"rows": [r.__dict__ for r in rows], "differences": diffs})
+        print_json({"rows": [r.__dict__ for r in rows], "differences": diffs,
+                    "efficiency": efficiency_lines(store, args.recipes)})
         return 0
     console.print(render_compare(rows, title=f"{' vs '.join(args.recipes[1:])} against {args.recipes[0]}"))
     for line in diffs:
         console.print(f"[dim]what else differed:[/] {line}")
+    for line in efficiency_lines(store, args.recipes):
+        console.print(f"[dim]vs roofline:[/] {line}")
     return 0
+
+
+def efficiency_lines(store, recipes: list[str]) -> list[str]:
+    """Measured tok/s at point 1 over the theoretical roofline, for recipes naming model and GPU."""
+    from toolkit.report import efficiency
+
+    lines = []
+    for name in recipes:
+        runs = store.runs(recipe=name, status="ok", config_verified=True)
+        if not runs:
+            continue
+        eff = efficiency(runs[-1], store.samples([r.run_id for r in runs]))
+        if eff is not None:
+            lines.append(f"{name}: {eff.text()}")
+    return lines
