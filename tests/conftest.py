@@ -10,6 +10,28 @@ from pathlib import Path
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+MINI_PY = REPO_ROOT / "upstream" / "minisglang" / "python"
+
+
+def _load_mini_test_utils():
+    """The miniature's own launch helpers (sglang/test/test_utils.py), loaded without installing it."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("minisglang_test_utils",
+                                                  MINI_PY / "sglang" / "test" / "test_utils.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+mini_tu = _load_mini_test_utils()
+
+
+def mini_env(pythonpath: Path = MINI_PY) -> dict:
+    """The environment for a miniature server run from source: no inherited PYTHONPATH or crash knob."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SGLANG_MINI_CRASH_AFTER_REQUESTS")}
+    env["PYTHONPATH"] = str(pythonpath)
+    return env
 
 
 def pytest_addoption(parser):

@@ -16,31 +16,16 @@ from pathlib import Path
 
 import pytest
 
+from conftest import MINI_PY, mini_env, mini_tu
+
 from toolkit.bench.one_batch import parse_one_batch_jsonl
 
-ROOT = Path(__file__).resolve().parents[1]
-MINI = ROOT / "upstream" / "minisglang"
-MINI_PY = MINI / "python"
+MINI = MINI_PY.parent
 FAST = ["--log-level", "warning", "--mini-step-base-ms", "2", "--mini-step-per-seq-us", "10",
         "--mini-prefill-base-ms", "0.5", "--mini-prefill-per-token-us", "0"]
 
 
-def _load_test_utils():
-    spec = importlib.util.spec_from_file_location(
-        "minisglang_test_utils", MINI_PY / "sglang" / "test" / "test_utils.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-tu = _load_test_utils()
-
-
-def mini_env(pythonpath: Path = MINI_PY) -> dict:
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("PYTHONPATH", "SGLANG_MINI_CRASH_AFTER_REQUESTS")}
-    env["PYTHONPATH"] = str(pythonpath)
-    return env
+tu = mini_tu
 
 
 class Server:
@@ -342,9 +327,9 @@ def test_patched_cost_constant_changes_speed(tmp_path):
 
 # -- packaging and CUDA sources --------------------------------------------------------------------
 def test_pyproject_installs_offline(tmp_path):
-    uv = ROOT / ".venv" / "bin" / "uv"
-    if not uv.exists():
-        pytest.skip("no uv in .venv")
+    from uv import find_uv_bin
+
+    uv = Path(find_uv_bin())
     src = tmp_path / "src"
     shutil.copytree(MINI_PY, src, ignore=shutil.ignore_patterns("__pycache__", "build",
                                                                 "*.egg-info"))

@@ -31,19 +31,11 @@ from toolkit.bench.serving import (
 )
 from toolkit.errors import BadInput
 
-ROOT = Path(__file__).resolve().parents[1]
-MINI_PY = ROOT / "upstream" / "minisglang" / "python"
+from conftest import MINI_PY, mini_env, mini_tu
 
 
-def _load_test_utils():
-    spec = importlib.util.spec_from_file_location(
-        "minisglang_test_utils", MINI_PY / "sglang" / "test" / "test_utils.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
-
-tu = _load_test_utils()
+tu = mini_tu
 
 
 @pytest.fixture
@@ -53,8 +45,7 @@ def launch(tmp_path):
     def _launch(*args, pythonpath: Path = MINI_PY):
         port = tu.find_free_port()
         url = f"http://127.0.0.1:{port}"
-        env = {k: v for k, v in os.environ.items()
-               if k not in ("PYTHONPATH", "SGLANG_MINI_CRASH_AFTER_REQUESTS")}
+        env = mini_env(pythonpath)
         proc = tu.popen_launch_server("m", url, timeout=30,
                                       other_args=["--log-level", "warning", *args], env=env,
                                       log_path=str(tmp_path / f"server-{port}.log"),
