@@ -166,3 +166,18 @@ def _render(table) -> str:
     console = Console(record=True, width=200)
     console.print(table)
     return console.export_text()
+
+
+def test_only_the_newest_build_of_a_recipe_counts(store):
+    """Runs from before a patch changed (another env key) never mix with the current build's."""
+    import time
+
+    for rep in range(4):
+        add_run(store, "base", 100.0 + rep * 0.1, repeat=rep, env_key="e-base")
+        add_run(store, "variant", 50.0 + rep * 0.1, repeat=rep, env_key="e-old")  # stale build
+    time.sleep(0.01)
+    for rep in range(4):
+        add_run(store, "variant", 100.0 + rep * 0.1, repeat=rep, env_key="e-new")
+    [row] = [r for r in compare_recipes(store, ["base", "variant"]) if r.metric == "output_tok_s"]
+    assert row.n_variant == 4 and abs(row.variant_mean - 100.15) < 1e-6
+    assert row.verdict == "not significant"

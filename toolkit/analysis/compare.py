@@ -105,7 +105,8 @@ def _jsonish(v: Any) -> str:
 
 
 def select_runs(store: Store, recipes: Sequence[str], *, group_id: str | None = None,
-                bench_key: str | None = None, require_verified: bool = True) -> Selection:
+                bench_key: str | None = None, require_verified: bool = True,
+                latest_env_only: bool = True) -> Selection:
     """Usable runs per recipe; raises MissingResults, or BadInput on a bench/GPU mismatch."""
     recipes = list(dict.fromkeys(recipes))
     if len(recipes) < 2:
@@ -115,6 +116,13 @@ def select_runs(store: Store, recipes: Sequence[str], *, group_id: str | None = 
     for run in rows:
         if _usable(run, require_verified):
             by_recipe[run.recipe].append(run)
+    if latest_env_only:
+        # A recipe whose patches or flags changed since some of its runs has a new env key: only
+        # the newest build's runs describe the recipe as it is now; older ones are history.
+        for r, runs in by_recipe.items():
+            if runs:
+                newest = max(runs, key=lambda x: (x.started_at or "", x.run_id)).env_key
+                by_recipe[r] = [x for x in runs if x.env_key == newest]
     missing = [r for r in recipes if not by_recipe[r]]
     if missing:
         unverified = [r for r in missing if any(x.recipe == r for x in rows)]
