@@ -130,3 +130,17 @@ def test_results_list_and_export(proj, home, capsys, tmp_path):
     assert main(["results", "--export", "csv", "-o", str(out)]) == 0
     text = out.read_text()
     assert "output_tok_s" in text and "fine" in text
+
+
+def test_without_a_gpu_run_stops_after_the_static_check(proj, home, capsys):
+    path = proj / "recipes" / "needs-gpu.toml"
+    path.write_text(RECIPE.format(name="needs-gpu", patches="", expect="ep_size = 8", extra_args="")
+                    .replace("gpus = 0\n", ""))
+    from toolkit import machine
+
+    if machine.has_cuda_gpu():
+        pytest.skip("this machine has a GPU")
+    assert main(["run", str(path)]) == 3
+    err = capsys.readouterr().err
+    assert "no CUDA GPU on this machine" in err and "needs-gpu" in err and "passed the static check" in err
+    assert Store(home / "results.sqlite").runs(recipe="needs-gpu") == []
