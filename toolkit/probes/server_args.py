@@ -23,6 +23,12 @@ def _jsonable(v):
     return repr(v)
 
 
+def _needs_gpu(exc: BaseException) -> bool:
+    text = f"{type(exc).__name__}: {exc}".lower()
+    return any(k in text for k in ("nvidia driver", "no cuda gpus", "cuda driver", "libcuda", "cuda is not available",
+                                   "torch not compiled with cuda"))
+
+
 def main() -> int:
     argv = json.loads(sys.argv[1])
     device = sys.argv[2] if len(sys.argv) > 2 else ""
@@ -55,8 +61,14 @@ def main() -> int:
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
             args = ServerArgs.from_cli_args(ns)
     except Exception as exc:  # noqa: BLE001
-        out["error"] = f"ServerArgs rejected the arguments: {type(exc).__name__}: {exc}"
         out["fields"] = {k: _jsonable(v) for k, v in vars(ns).items()}
+        if _needs_gpu(exc):
+            # Versions that resolve defaults in __post_init__ (0.5.10) ask the GPU there: the
+            # parsed values are still what the flags say; defaults stay unresolved.
+            out["ok"] = True
+            out["resolve_error"] = f"{type(exc).__name__}: {exc}"
+        else:
+            out["error"] = f"ServerArgs rejected the arguments: {type(exc).__name__}: {exc}"
         print(json.dumps(out))
         return 0
     resolve = getattr(args, "resolve_once", None)
