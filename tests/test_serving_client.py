@@ -3,9 +3,7 @@ pure parts (statistics, importers, argv)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
 import shutil
 from pathlib import Path
 

@@ -13,7 +13,6 @@ HEAD is the base commit, and returns a `Base` describing where it came from.
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import os
 import re

@@ -1,9 +1,18 @@
-"""The value that flows from the apply stage to the env stage: one patched source tree."""
+"""Patched source trees: the AppliedTree value handed from apply to build, and how it is made."""
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+import shutil
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from filelock import FileLock
+
+from toolkit import gitcmd, lock as lockfile, patches as patchmod, sources
 
 
 @dataclass(frozen=True)
@@ -49,17 +58,6 @@ class AppliedTree:
 # ------------------------------------------------------------------------------ materialisation
 # recipe + source -> AppliedTree: resolve the base, vet the stack, build the tree in a temporary
 # directory, commit one patch at a time, and publish it atomically under a content key.
-
-import hashlib  # noqa: E402
-import json  # noqa: E402
-import os  # noqa: E402
-import shutil  # noqa: E402
-import tempfile  # noqa: E402
-
-from filelock import FileLock  # noqa: E402
-
-from toolkit import gitcmd, lock as lockfile, patches as patchmod, sources  # noqa: E402
-from toolkit.errors import BadInput, PatchbenchError  # noqa: E402
 
 _MARKER = "patchbench-tree.json"  # lives in .git/, so it is not part of the tree
 
