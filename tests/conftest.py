@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 MINI_PY = REPO_ROOT / "upstream" / "minisglang" / "python"
+# Downloads and base venvs the tests keep between runs (CI keeps them for one run).
+TEST_CACHE = Path(os.environ.get("PATCHBENCH_TEST_CACHE", Path.home() / ".cache" / "patchbench-test"))
 
 
 def _load_mini_test_utils():
@@ -122,3 +126,27 @@ def change(old: str, new: str, path: str = "python/mini/cost.py", context: tuple
          {context[0] if context else "PREFILL_MS = 1"}
          {context[1] if len(context) > 1 else "NAME = 'mini'"}
         """
+
+
+def base_torch_python() -> Path:
+    """A venv with torch 2.13.0 (CPU) from this machine's pip sources, cached across runs."""
+    root = TEST_CACHE / "base-torch-2.13.0"
+    py = root / "bin" / "python"
+    TEST_CACHE.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(TEST_CACHE / "base-torch.lock")):
+        check = [str(py), "-c", "import importlib.metadata as m; print(m.version('torch'))"]
+        if py.exists() and subprocess.run(check, capture_output=True, text=True).stdout.startswith("2.13.0"):
+            return py
+        from toolkit.envs import pip_sources, uv_bin
+
+        uv = uv_bin()
+        subprocess.run([uv, "venv", "-q", "--no-config", "--clear", "--python", sys.executable,
+                        str(root)], check=True)
+        out = subprocess.run([uv, "pip", "install", "-q", "--no-config", "--python", str(py),
+                              *pip_sources().uv_install_args(), "torch==2.13.0+cpu"],
+                             capture_output=True, text=True)
+        if out.returncode != 0:
+            pytest.skip(f"torch 2.13.0 CPU not installable here: {out.stderr[-300:]}")
+    return py
+
+

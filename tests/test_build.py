@@ -21,6 +21,7 @@ import pytest
 from filelock import FileLock
 from rich.console import Console
 
+from conftest import TEST_CACHE, base_torch_python
 from toolkit import build, envs
 from toolkit.build import (
     cuda_binary_arches,
@@ -39,7 +40,6 @@ from toolkit.tree import AppliedTree
 NVCC = envs.find_nvcc()
 needs_nvcc = pytest.mark.skipif(NVCC is None, reason="needs nvcc")
 needs_ccache = pytest.mark.skipif(shutil.which("ccache") is None, reason="needs ccache")
-TEST_CACHE = Path(os.environ.get("PATCHBENCH_TEST_CACHE", Path.home() / ".cache" / "patchbench-test"))
 
 
 def git(cwd, *args) -> str:
@@ -389,30 +389,12 @@ def _flashinfer_git_tree() -> Path:
     return repo
 
 
-def _base_torch_python() -> Path:
-    root = TEST_CACHE / "base-torch-2.13.0"
-    py = root / "bin" / "python"
-    with FileLock(str(TEST_CACHE / "base-torch.lock")):
-        check = [str(py), "-c", "import importlib.metadata as m; print(m.version('torch'))"]
-        if not (py.exists() and subprocess.run(check, capture_output=True, text=True
-                                               ).stdout.startswith("2.13.0")):
-            uv = envs.uv_bin()
-            subprocess.run([uv, "venv", "-q", "--no-config", "--clear", "--python", sys.executable,
-                            str(root)], check=True)
-            out = subprocess.run([uv, "pip", "install", "-q", "--no-config", "--python", str(py),
-                                  *pip_sources().uv_install_args(), "torch==2.13.0+cpu"],
-                                 capture_output=True, text=True)
-            if out.returncode != 0:
-                pytest.skip(f"torch 2.13.0 CPU not installable here: {out.stderr[-300:]}")
-    return py
-
-
 @pytest.mark.slow
 @needs_nvcc
 @pytest.mark.timeout(1500)
 def test_flashinfer_sdist_tree_overlay_with_norm_compiled_for_12_0a(pb_home):
     repo = _flashinfer_git_tree()
-    base = _base_torch_python()
+    base = base_torch_python()
     tree = tree_of(repo, source="flashinfer", layout="sdist")
     spec = BuildSpec(mode="overlay", base_python=str(base), arch=("12.0a",), kernels=("norm",),
                      packages=FI_IMPORT_PACKAGES, jobs=2,

@@ -21,9 +21,9 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
-from filelock import FileLock
 from rich.console import Console
 
+from conftest import base_torch_python
 from toolkit import envs
 from toolkit.envs import (
     BuildSpec,
@@ -41,7 +41,6 @@ from toolkit.tree import AppliedTree
 
 REPO = Path(__file__).resolve().parent.parent
 HAVE_NVCC = envs.find_nvcc() is not None
-TEST_CACHE = Path(os.environ.get("PATCHBENCH_TEST_CACHE", Path.home() / ".cache" / "patchbench-test"))
 
 
 # --------------------------------------------------------------------------------------------
@@ -108,26 +107,6 @@ def run_py(env, code: str) -> str:
                          env=env.run_environ())
     assert out.returncode == 0, out.stderr
     return out.stdout.strip()
-
-
-def base_torch_python() -> Path:
-    """A venv with torch 2.13.0 (CPU) from this machine's pip sources, cached across runs."""
-    root = TEST_CACHE / "base-torch-2.13.0"
-    py = root / "bin" / "python"
-    TEST_CACHE.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(TEST_CACHE / "base-torch.lock")):
-        check = [str(py), "-c", "import importlib.metadata as m; print(m.version('torch'))"]
-        if py.exists() and subprocess.run(check, capture_output=True, text=True).stdout.startswith("2.13.0"):
-            return py
-        uv = envs.uv_bin()
-        subprocess.run([uv, "venv", "-q", "--no-config", "--clear", "--python", sys.executable,
-                        str(root)], check=True)
-        out = subprocess.run([uv, "pip", "install", "-q", "--no-config", "--python", str(py),
-                              *pip_sources().uv_install_args(), "torch==2.13.0+cpu"],
-                             capture_output=True, text=True)
-        if out.returncode != 0:
-            pytest.skip(f"torch 2.13.0 CPU not installable here: {out.stderr[-300:]}")
-    return py
 
 
 @pytest.fixture
