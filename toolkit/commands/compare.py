@@ -17,6 +17,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--metric", action="append", default=None, help=f"metrics (default: {', '.join(DEFAULT_METRICS)})")
     parser.add_argument("--point", type=int, action="append", default=None, help="only these batch sizes / concurrencies")
     parser.add_argument("--all-metrics", action="store_true", help="every stored metric")
+    parser.add_argument("--group", default=None, help="only runs of one sweep (its group id, shown by `results`)")
     parser.add_argument("--unverified", action="store_true", help="also use runs whose config was not verified (imports)")
     parser.add_argument("--json", action="store_true")
 
@@ -56,7 +57,7 @@ def run(args) -> int:
             run_sweep([load(r) for r in missing], home=home_of(args), store=store, repeats=args.repeats,
                       console=err)
     metrics = None if args.all_metrics else (args.metric or list(DEFAULT_METRICS))
-    rows = compare_recipes(store, args.recipes, metrics=metrics, points=args.point,
+    rows = compare_recipes(store, args.recipes, metrics=metrics, points=args.point, group_id=args.group,
                            require_verified=not args.unverified)
     diffs = explain_differences(store, args.recipes)
     if args.json:

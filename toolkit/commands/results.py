@@ -40,13 +40,13 @@ def _efficiency(run, samples) -> str:
 
 def render_runs(store, runs) -> Table:
     table = Table(title="results", title_justify="left")
-    for col in ("run", "recipe", "rep", "status", "env", "gpu", "headline (point:value)", "vs roofline", "error"):
+    for col in ("run", "group", "recipe", "rep", "status", "env", "gpu", "headline (point:value)", "vs roofline", "error"):
         table.add_column(col, overflow="fold")
     for run in runs:
         samples = store.samples([run.run_id])
         status = run.display_status()
         style = {"ok": "green", "invalid": "yellow"}.get(status, "red")
-        table.add_row(run.run_id[:8], run.recipe, str(run.repeat), f"[{style}]{status}[/]",
+        table.add_row(run.run_id[:8], run.group_id or "", run.recipe, str(run.repeat), f"[{style}]{status}[/]",
                       (run.env_key or "")[:10], run.gpu_key, _headline(samples), _efficiency(run, samples),
                       (run.error or "")[:120])
     return table
