@@ -144,3 +144,42 @@ def test_without_a_gpu_run_stops_after_the_static_check(proj, home, capsys):
     err = capsys.readouterr().err
     assert "no CUDA GPU on this machine" in err and "needs-gpu" in err and "passed the static check" in err
     assert Store(home / "results.sqlite").runs(recipe="needs-gpu") == []
+
+
+def test_server_killed_mid_sweep(proj, home, tmp_path):
+    """kill -9 of the server during its benchmark: a failed run with the log tail, its orphaned
+    scheduler child reaped by the group teardown, and the next recipe of the sweep still measured."""
+    import os
+    import signal
+    import sys
+    import time
+
+    slow = recipe(proj, "killed", extra_args="mini-step-base-ms = 40")
+    (proj / "recipes" / "killed.toml").write_text(
+        (proj / "recipes" / "killed.toml").read_text().replace("output_len = 8", "output_len = 400"))
+    fine = recipe(proj, "after")
+    cli = subprocess.Popen([sys.executable, "-m", "toolkit", "run", slow, fine, "--json"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           env={**os.environ, "PATCHBENCH_HOME": str(home)})
+    victim = None
+    deadline = time.monotonic() + 120
+    while victim is None and time.monotonic() < deadline and cli.poll() is None:
+        for p in _alive_servers(str(home / "envs")):
+            try:
+                if "sglang.launch_server" in " ".join(p.cmdline()) and p.children():
+                    victim = p
+                    break
+            except psutil.Error:
+                pass
+        time.sleep(0.2)
+    assert victim is not None, "the first server never came up"
+    time.sleep(1.0)  # mid-benchmark
+    os.kill(victim.pid, signal.SIGKILL)
+    out, err = cli.communicate(timeout=300)
+    assert cli.returncode == 1, err
+    runs = json.loads(out)["runs"]
+    store = Store(home / "results.sqlite")
+    by_recipe = {store.get_run(rid).recipe: store.get_run(rid) for _, rid in runs}
+    assert by_recipe["killed"].status == "failed" and by_recipe["killed"].log_tail
+    assert by_recipe["after"].status == "ok"
+    assert _alive_servers(str(home / "envs")) == []
