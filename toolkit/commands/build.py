@@ -13,7 +13,7 @@ HELP = "build the recipe's env (content-addressed; identical inputs cost nothing
 def add_arguments(parser) -> None:
     parser.add_argument("recipe", metavar="RECIPE")
     parser.add_argument("--kernels", nargs="+", default=None, metavar="NAME",
-                        help="FlashInfer JIT modules to compile ahead of time (e.g. norm, fp4_gemm_sm120)")
+                        help="FlashInfer JIT modules to compile ahead of time (e.g. norm, gen_gemm_sm120_module_cutlass_fp4)")
     parser.add_argument("--frozen", action="store_true", help="refuse drift from the recipe's lock file")
     parser.add_argument("--json", action="store_true")
 
