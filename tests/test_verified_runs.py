@@ -183,3 +183,11 @@ def test_server_killed_mid_sweep(proj, home, tmp_path):
     assert by_recipe["killed"].status == "failed" and by_recipe["killed"].log_tail
     assert by_recipe["after"].status == "ok"
     assert _alive_servers(str(home / "envs")) == []
+
+
+def test_until_verify_launches_checks_and_stops(proj, home):
+    assert main(["run", recipe(proj, "verify-only", expect="ep_size = 8"), "--until", "verify"]) == 0
+    store = Store(home / "results.sqlite")
+    [run] = store.runs(recipe="verify-only")
+    assert run.status == "ok" and run.config_verified is True and run.server_info["ep_size"] == 8
+    assert store.samples([run.run_id]) == []

@@ -22,6 +22,9 @@ from toolkit.sglang_args import StaticCheck, compare_fields, launch_argv, recipe
 from toolkit.tree import AppliedTree, apply_recipe
 
 STEPS = ("apply", "build", "check", "launch", "verify", "benchmark", "store")
+# Where `--until` can stop: after apply, build, the static check, the /server_info verification
+# (a launch, no benchmark: the run is stored with its verdict and no samples), or at the end.
+STOPS = ("apply", "build", "check", "verify", "store")
 
 
 @dataclass
@@ -123,7 +126,7 @@ def _versions(env) -> tuple[str | None, str | None]:
 
 
 def run_once(p: Prepared, *, home: Path, store, repeat: int, group_id: str,
-             console: Console, host: str | None = None) -> str:
+             console: Console, host: str | None = None, until: str = "store") -> str:
     """One independent measurement of a prepared recipe: launch, verify, benchmark, store.
 
     Every outcome is stored: `ok`, `invalid` (the server's effective config differs from the
@@ -183,6 +186,11 @@ def run_once(p: Prepared, *, home: Path, store, repeat: int, group_id: str,
                                  server_info=info, config_verified=False, verification=problems,
                                  timings=timings, log_tail=srv.log_tail(server_log))
                 console.print(f"[red]{p.name}[/] repeat {repeat}: INVALID: {'; '.join(problems)}")
+                return run_id
+            if until == "verify":
+                store.finish_run(run_id, "ok", server_info=info, config_verified=True, timings=timings,
+                                 verification=["/server_info matches expectations (stopped before the benchmark)"])
+                console.print(f"[bold]{p.name}[/] repeat {repeat}: effective config verified; stopping as asked")
                 return run_id
             t0 = time.monotonic()
             samples, errors = _serving(server.url, bench, console, p.name)
@@ -303,5 +311,5 @@ def run_sweep(recipes: list[Recipe], *, home: Path, store, repeats: int | None =
         for p in prepared:
             if rep < (repeats or p.recipe.benchmark.repeats):
                 result["runs"].append((p.name, run_once(p, home=home, store=store, repeat=rep,
-                                                        group_id=group_id, console=console)))
+                                                        group_id=group_id, console=console, until=until)))
     return result

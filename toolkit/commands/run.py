@@ -7,7 +7,7 @@ Several recipes interleave their repeats (A B A B ...) on the same machine. With
 from __future__ import annotations
 
 from toolkit.commands.common import console, err, home_of, load, print_json, recipe_arg, store_of
-from toolkit.pipeline import STEPS, run_sweep
+from toolkit.pipeline import STOPS, run_sweep
 
 HELP = "run recipes end to end (apply -> build -> check -> launch -> verify -> benchmark -> store)"
 
@@ -15,7 +15,8 @@ HELP = "run recipes end to end (apply -> build -> check -> launch -> verify -> b
 def add_arguments(parser) -> None:
     recipe_arg(parser, many=True)
     parser.add_argument("--repeats", type=int, default=None, help="server launches per recipe (default: the recipe's)")
-    parser.add_argument("--until", choices=STEPS, default="store", help="stop after this step on purpose")
+    parser.add_argument("--until", choices=STOPS, default="store",
+                        help="stop after this step on purpose (verify: launch and check /server_info, no benchmark)")
     parser.add_argument("--frozen", action="store_true", help="refuse drift from the recipes' lock files")
     parser.add_argument("--json", action="store_true", help="print the run ids as JSON")
 
