@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from filelock import FileLock
+from rich.console import Console
+from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
 
 from toolkit import gitcmd
 from toolkit.errors import BadInput, PatchbenchError
@@ -35,6 +37,7 @@ if TYPE_CHECKING:  # recipe -> envs -> tree -> sources: keep the import for type
     from toolkit.recipe import SourceSpec
 
 PYPI_INDEX = os.environ.get("PATCHBENCH_PYPI_INDEX", "https://pypi.org/simple")
+_console = Console(stderr=True, highlight=False)  # progress of the long steps: clones, downloads
 _SKIP_NAMES = {".git", "__pycache__", ".mypy_cache", ".pytest_cache"}
 
 
@@ -82,8 +85,10 @@ def resolve_git(spec: SourceSpec, home: Path, *, refresh: bool = False) -> tuple
                 raise BadInput(f"source {spec.name}: git repository {spec.location} does not exist")
             tmp = mirror.with_name(mirror.name + f".tmp-{os.getpid()}")
             shutil.rmtree(tmp, ignore_errors=True)
-            gitcmd.git(None, "clone", "--mirror", "-q", spec.location, str(tmp),
-                       what=f"source {spec.name}: git clone --mirror {spec.location}")
+            with _console.status(f"source {spec.name}: cloning a mirror of {spec.location} "
+                                 f"(first use; later runs reuse {mirror})"):
+                gitcmd.git(None, "clone", "--mirror", "-q", spec.location, str(tmp),
+                           what=f"source {spec.name}: git clone --mirror {spec.location}")
             os.replace(tmp, mirror)
         elif refresh or _is_local(spec.location):
             gitcmd.git(mirror, "fetch", "-q", "--prune", "--force", "origin",
@@ -252,11 +257,18 @@ def _download(entry: dict, home: Path, source: str) -> Path:
     dest_dir.mkdir(parents=True, exist_ok=True)
     tmp = dest.with_name(dest.name + f".part-{os.getpid()}")
     h = hashlib.sha256()
+    columns = ("{task.description}", BarColumn(), DownloadColumn(), TransferSpeedColumn())
     try:
-        with urllib.request.urlopen(entry["url"], timeout=300) as resp, open(tmp, "wb") as fh:
+        with urllib.request.urlopen(entry["url"], timeout=300) as resp, open(tmp, "wb") as fh, \
+                Progress(*columns, console=_console, transient=True) as progress:
+            total = int(resp.headers.get("Content-Length") or 0) or None
+            _console.print(f"source {source}: downloading {entry['filename']}"
+                           + (f" ({total / 2**20:.1f} MiB)" if total else "") + " once; sha256 checked")
+            task = progress.add_task(entry["filename"], total=total)
             while chunk := resp.read(1 << 20):
                 h.update(chunk)
                 fh.write(chunk)
+                progress.advance(task, len(chunk))
     except (urllib.error.URLError, OSError) as exc:
         tmp.unlink(missing_ok=True)
         raise PatchbenchError(f"source {source}: download of {entry['filename']} failed: {exc}") from None
