@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -29,6 +30,16 @@ def _load_mini_test_utils():
 
 
 mini_tu = _load_mini_test_utils()
+
+
+def patched_mini(dest: Path, old: str, new: str) -> Path:
+    """A copy of the miniature's python/ with one line of its cost model changed (a real patch)."""
+    shutil.copytree(MINI_PY, dest, ignore=shutil.ignore_patterns("__pycache__", "build", "*.egg-info"))
+    cost = dest / "sglang" / "srt" / "model_executor" / "cost.py"
+    text = cost.read_text()
+    assert old in text
+    cost.write_text(text.replace(old, new))
+    return dest
 
 
 def mini_env(pythonpath: Path = MINI_PY) -> dict:

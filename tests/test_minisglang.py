@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import MINI_PY, mini_env, mini_tu
+from conftest import MINI_PY, mini_env, mini_tu, patched_mini
 
 from toolkit.bench.one_batch import parse_one_batch_jsonl
 
@@ -307,13 +307,7 @@ def test_bench_one_batch_jsonl(tmp_path):
 
 def test_patched_cost_constant_changes_speed(tmp_path):
     """A patch to cost.py (not a flag) changes the measured decode speed."""
-    patched = tmp_path / "patched"
-    shutil.copytree(MINI_PY, patched, ignore=shutil.ignore_patterns("__pycache__", "build",
-                                                                    "*.egg-info"))
-    cost = patched / "sglang" / "srt" / "model_executor" / "cost.py"
-    text = cost.read_text()
-    assert "STEP_BASE_S = 0.012\n" in text
-    cost.write_text(text.replace("STEP_BASE_S = 0.012\n", "STEP_BASE_S = 0.004\n"))
+    patched = patched_mini(tmp_path / "patched", "STEP_BASE_S = 0.012\n", "STEP_BASE_S = 0.004\n")
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
     base = parse_one_batch_jsonl(run_one_batch(tmp_path / "a"))

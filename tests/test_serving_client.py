@@ -4,7 +4,6 @@ pure parts (statistics, importers, argv)."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -29,7 +28,7 @@ from toolkit.bench.serving import (
 )
 from toolkit.errors import BadInput
 
-from conftest import MINI_PY, mini_env, mini_tu
+from conftest import MINI_PY, mini_env, mini_tu, patched_mini
 
 
 
@@ -129,13 +128,7 @@ def test_multi_token_chunks_and_token_mismatch(launch):
 
 def test_faster_cost_constant_gives_higher_tok_s(launch, tmp_path):
     """Patch STEP_BASE_S in a copy of the miniature: the client measures the speed-up."""
-    patched = tmp_path / "patched"
-    shutil.copytree(MINI_PY, patched, ignore=shutil.ignore_patterns("__pycache__", "build",
-                                                                    "*.egg-info"))
-    cost = patched / "sglang" / "srt" / "model_executor" / "cost.py"
-    text = cost.read_text()
-    assert "STEP_BASE_S = 0.012\n" in text
-    cost.write_text(text.replace("STEP_BASE_S = 0.012\n", "STEP_BASE_S = 0.006\n"))
+    patched = patched_mini(tmp_path / "patched", "STEP_BASE_S = 0.012\n", "STEP_BASE_S = 0.006\n")
     base = launch()
     fast = launch(pythonpath=patched)
     cfg = ServingConfig(input_len=16, output_len=12, concurrency=(1, 4), num_prompts=4, warmup=0)
