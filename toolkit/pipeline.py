@@ -195,7 +195,7 @@ def run_once(p: Prepared, *, home: Path, store, repeat: int, group_id: str,
             t0 = time.monotonic()
             samples, errors = _serving(server.url, bench, console, p.name)
             timings["benchmark"] = time.monotonic() - t0
-            server.check_alive()
+            server.check_alive(wait=5.0 if errors else 0.0)
         status = "invalid" if errors else "ok"
         store.finish_run(run_id, status, samples=samples, server_info=info, config_verified=True,
                          verification=["/server_info matches expectations", *errors], timings=timings,

@@ -78,13 +78,23 @@ class Server:
         except psutil.Error:
             pass
 
-    def check_alive(self) -> None:
+    def check_alive(self, wait: float = 0.0) -> None:
+        """Raise ServerFailed if the server exited. With `wait` (after requests failed), give a
+        dying server that long to exit, and count a crash line in its log as a crash even if the
+        process is still tearing down: the client often sees the connection drop first."""
+        if wait:
+            try:
+                self.proc.wait(timeout=wait)
+            except subprocess.TimeoutExpired:
+                pass
         code = self.proc.poll()
         tail = log_tail(self.log)
+        m = CRASH_PATTERNS.search(tail)
         if code is not None:
-            m = CRASH_PATTERNS.search(tail)
             why = f"crashed ({m.group(0)})" if m else f"exited with code {code}"
             raise ServerFailed(f"server {why}", log=self.log, tail=tail, kind="crashed" if m else "exited")
+        if wait and m:
+            raise ServerFailed(f"server crashed ({m.group(0)})", log=self.log, tail=tail, kind="crashed")
 
     def wait_ready(self, timeout: float) -> float:
         """Poll /health_generate until 200; return seconds taken. Raise ServerFailed otherwise."""
