@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from toolkit.cli import main
 from toolkit.store import Store
 
@@ -48,3 +50,13 @@ def test_import_sglang_jsonl(home, capsys, tmp_path):
     assert {(s.metric, s.point) for s in store.samples([srv.run_id])} >= {("output_tok_s", 4), ("itl_ms_median", 4)}
     assert main(["results", "seed-tp8"]) == 0
     assert "decode_tok_s" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv", [["--help"]] + [[v, "--help"] for v in
+                                                 ("apply", "patches", "build", "env", "run", "results", "import",
+                                                  "compare", "attribute", "bisect", "report", "roofline")])
+def test_every_help_page_renders(argv, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 0
+    assert "usage: patchbench" in capsys.readouterr().out

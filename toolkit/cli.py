@@ -48,7 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
             if exc.name == f"toolkit.commands.{module_name}":
                 continue
             raise
-        p = sub.add_parser(verb, help=module.HELP, description=module.HELP)
+        text = module.HELP.replace("%", "%%")  # argparse formats help strings with %
+        p = sub.add_parser(verb, help=text, description=text)
         p.add_argument("--home", default=None, help="workspace (default $PATCHBENCH_HOME or ~/.cache/patchbench)")
         p.add_argument("--store", default=None, help="results store (default HOME/results.sqlite)")
         module.add_arguments(p)

@@ -10,7 +10,7 @@ import uuid
 
 from toolkit.commands.common import console, err, home_of, load, print_json, store_of
 
-HELP = "find the patch (or upstream commit) that made a metric worse, with at most ceil(log2 n)+1 builds"
+HELP = "find the patch (or upstream commit) that made a metric worse, in about log2(n)+1 builds, noise-aware"
 
 
 def add_arguments(parser) -> None:
