@@ -46,9 +46,7 @@ def make_tree(root: Path) -> AppliedTree:
         (root / "csrc" / f"{n}.cu").write_text(f"__global__ void {n}(float* x) {{ x[0] += 1.0f; }}\n")
     git(root, "add", "-A")
     git(root, "commit", "-q", "-m", "base")
-    head = git(root, "rev-parse", "HEAD")
-    return AppliedTree(source="bench", path=root, base_commit=head, head_commit=head,
-                       tree_hash=git(root, "rev-parse", "HEAD^{tree}"), layout="git", package_dir="")
+    return AppliedTree.at_head("bench", root)
 
 
 def main() -> int:

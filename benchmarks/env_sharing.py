@@ -47,9 +47,7 @@ def tree(root: Path, i: int) -> AppliedTree:
     (root / "benchpkg" / "__init__.py").write_text(f"PATCH = {i}\n")  # one patch per env
     git(root, "add", "-A")
     git(root, "commit", "-q", "-m", f"patch {i}")
-    head = git(root, "rev-parse", "HEAD")
-    return AppliedTree(source="bench", path=root, base_commit=head, head_commit=head,
-                       tree_hash=git(root, "rev-parse", "HEAD^{tree}"), layout="git", package_dir="")
+    return AppliedTree.at_head("bench", root)
 
 
 def gib(n: int) -> str:

@@ -57,9 +57,7 @@ def git(cwd, *args) -> str:
 
 
 def tree_at(root: Path) -> AppliedTree:
-    head = git(root, "rev-parse", "HEAD")
-    return AppliedTree(source="kern", path=root, base_commit=head, head_commit=head,
-                       tree_hash=git(root, "rev-parse", "HEAD^{tree}"), layout="git", package_dir="")
+    return AppliedTree.at_head("kern", root)
 
 
 def main() -> int:

@@ -76,10 +76,7 @@ def make_upstream(root: Path) -> Path:
 
 
 def tree_of(root: Path, source: str = "mini", layout: str = "git", package_dir: str = "") -> AppliedTree:
-    head = git(root, "rev-parse", "HEAD")
-    return AppliedTree(source=source, path=root, base_commit=head, head_commit=head,
-                       tree_hash=git(root, "rev-parse", "HEAD^{tree}"), layout=layout,
-                       package_dir=package_dir)
+    return AppliedTree.at_head(source, root, layout=layout, package_dir=package_dir)
 
 
 def quiet() -> Console:

@@ -88,10 +88,7 @@ class Upstream:
         git(self.root, "commit", "-q", "-m", msg)
 
     def tree(self, source: str = "mini") -> AppliedTree:
-        head = git(self.root, "rev-parse", "HEAD")
-        return AppliedTree(source=source, path=self.root, base_commit=head, head_commit=head,
-                           tree_hash=git(self.root, "rev-parse", "HEAD^{tree}"), layout="git",
-                           package_dir="")
+        return AppliedTree.at_head(source, self.root)
 
 
 def quiet() -> Console:

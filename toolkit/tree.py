@@ -35,6 +35,13 @@ class AppliedTree:
     patches: tuple[str, ...] = ()  # patch file names, in stack order
     origin: dict = field(default_factory=dict)  # kind, location, rev, resolved, artifact sha256...
 
+    @classmethod
+    def at_head(cls, source: str, path: Path, *, layout: str = "git", package_dir: str = "") -> "AppliedTree":
+        """A checkout taken as it is at HEAD, with no patch stack (benchmarks and tests)."""
+        head = gitcmd.head(path)
+        return cls(source=source, path=path, base_commit=head, head_commit=head,
+                   tree_hash=gitcmd.tree_hash(path), layout=layout, package_dir=package_dir)
+
     @property
     def project_dir(self) -> Path:
         """The directory that holds pyproject.toml/setup.py (what `pip install` takes)."""
