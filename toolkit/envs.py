@@ -27,7 +27,6 @@ module owns identity, the env's lifecycle and the manifest.
 from __future__ import annotations
 
 import configparser
-import dataclasses
 import hashlib
 import json
 import os
@@ -44,74 +43,12 @@ from typing import Any, Iterable, Mapping, Sequence
 from filelock import FileLock, Timeout
 
 from toolkit.errors import BadInput, PatchbenchError
+from toolkit.spec import BuildSpec, canonical_json, jsonable as _jsonable
 from toolkit.tree import AppliedTree
 
 MANIFEST = "patchbench-env.json"
 SCHEMA = 1
 KEY_LEN = 16  # directory names use key[:16]; the manifest holds the full key
-
-
-# --------------------------------------------------------------------------------------------
-# Build settings
-# --------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class BuildSpec:
-    """The recipe's `[build]` table (constructed by `toolkit.recipe`)."""
-
-    mode: str = "full"  # "full": resolve upstreams' deps; "overlay": see base_python's packages
-    python: str | None = None  # full mode: interpreter path or version; default sys.executable
-    base_python: str | None = None  # overlay mode: interpreter whose site-packages the env sees
-    arch: tuple[str, ...] = ()  # "12.0a", "12.0f", "9.0a", "10.0a" ...
-    jobs: int | None = None  # MAX_JOBS
-    env: tuple[tuple[str, str], ...] = ()  # build env vars (sorted pairs), part of the identity
-    packages: tuple[str, ...] = ()  # extra requirements installed with the env
-    install: tuple[str, ...] | None = None  # which sources to install, in order; None = all
-    editable: bool = False
-    kernels: tuple[str, ...] = ()  # FlashInfer JIT module names to compile ahead of time
-    cuda: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (source, .cu globs) compiled with nvcc
-    nvcc_flags: tuple[str, ...] = ()
-
-    def identity(self) -> dict:
-        """The fields that change what runs. `jobs` (parallelism only) is left out on purpose."""
-        d = dataclasses.asdict(self)
-        d.pop("jobs")
-        return _jsonable(d)
-
-    def to_dict(self) -> dict:
-        return _jsonable(dataclasses.asdict(self))
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "BuildSpec":
-        return cls(
-            mode=d.get("mode", "full"),
-            python=d.get("python"),
-            base_python=d.get("base_python"),
-            arch=tuple(d.get("arch", ())),
-            jobs=d.get("jobs"),
-            env=tuple((str(k), str(v)) for k, v in d.get("env", ())),
-            packages=tuple(d.get("packages", ())),
-            install=None if d.get("install") is None else tuple(d["install"]),
-            editable=bool(d.get("editable", False)),
-            kernels=tuple(d.get("kernels", ())),
-            cuda=tuple((s, tuple(p)) for s, p in d.get("cuda", ())),
-            nvcc_flags=tuple(d.get("nvcc_flags", ())),
-        )
-
-
-def _jsonable(obj: Any) -> Any:
-    if isinstance(obj, Mapping):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_jsonable(v) for v in obj]
-    if isinstance(obj, Path):
-        return str(obj)
-    return obj
-
-
-def canonical_json(obj: Any) -> str:
-    return json.dumps(_jsonable(obj), sort_keys=True, separators=(",", ":"), ensure_ascii=True)
 
 
 def validate_spec(spec: BuildSpec, trees: Sequence[AppliedTree]) -> None:

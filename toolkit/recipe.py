@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from toolkit.errors import BadInput
-from toolkit.envs import BuildSpec
+from toolkit.spec import BenchSpec, BuildSpec, ServerSpec, SourceSpec
 
 RECIPES_DIRNAME = "recipes"
 PATCHES_DIRNAME = "patches"
@@ -121,62 +121,6 @@ DRIVERS = ("serving", "one-batch")
 BUILD_MODES = ("full", "overlay")
 ARTIFACT_KINDS = ("auto", "sdist", "wheel")
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
-
-
-@dataclass(frozen=True)
-class SourceSpec:
-    """Where one upstream comes from."""
-
-    name: str
-    kind: str  # "git" | "path" | "pypi"
-    location: str  # URL or path (git/path: absolute once resolved) or requirement (pypi)
-    rev: str | None = None
-    package_dir: str = ""
-    artifact: str = "auto"
-    sha256: str | None = None
-
-    def to_dict(self) -> dict:
-        return {k: v for k, v in self.__dict__.items() if v not in (None, "")}
-
-
-@dataclass(frozen=True)
-class ServerSpec:
-    model: str | None = None
-    args: tuple[tuple[str, Any], ...] = ()  # flag (without --) -> value, in declaration order
-    env: tuple[tuple[str, str], ...] = ()
-    timeout_s: float = 600.0
-    host: str = "127.0.0.1"
-    port: int | None = None  # None: a free port
-    gpus: int | None = None
-
-
-@dataclass(frozen=True)
-class BenchSpec:
-    driver: str = "serving"
-    input_len: int = 128
-    output_len: int = 128
-    concurrency: tuple[int, ...] = tuple(2**i for i in range(11))  # 1 .. 1024
-    batch_sizes: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
-    num_prompts: int | None = None
-    warmup: int = 2
-    seed: int = 0
-    repeats: int = 3
-    endpoint: str = "generate"
-    timeout_s: float = 1800.0
-
-    def params(self) -> dict:
-        """The parameters that must match for two results to be comparable."""
-        points = self.concurrency if self.driver == "serving" else self.batch_sizes
-        return {
-            "driver": self.driver,
-            "input_len": self.input_len,
-            "output_len": self.output_len,
-            "points": list(points),
-            "num_prompts": self.num_prompts,
-            "warmup": self.warmup,
-            "seed": self.seed,
-            "endpoint": self.endpoint if self.driver == "serving" else None,
-        }
 
 
 @dataclass(frozen=True)

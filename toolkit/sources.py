@@ -34,7 +34,7 @@ from toolkit.errors import BadInput, PatchbenchError
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # recipe -> envs -> tree -> sources: keep the import for types only
-    from toolkit.recipe import SourceSpec
+    from toolkit.spec import SourceSpec
 
 PYPI_INDEX = os.environ.get("PATCHBENCH_PYPI_INDEX", "https://pypi.org/simple")
 _console = Console(stderr=True, highlight=False)  # progress of the long steps: clones, downloads
