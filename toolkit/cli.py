@@ -13,6 +13,8 @@ from toolkit.errors import PatchbenchError
 
 # verb -> module under toolkit.commands (one concept each).
 VERBS = {
+    "show": "show",
+    "schema": "schema",
     "apply": "apply",
     "patches": "patches",
     "build": "build",

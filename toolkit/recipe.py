@@ -1,4 +1,4 @@
-"""Recipes: `recipes/NAME.toml` -> a validated, fully resolved `Recipe` (pure; reads TOML only).
+r"""Recipes: `recipes/NAME.toml` -> a validated, fully resolved `Recipe` (pure; reads TOML only).
 
 A recipe declares everything that defines one experiment variant:
 
@@ -25,13 +25,25 @@ sglang = ["sglang/oea-topk.patch"]   # ordered; relative to patches/ beside reci
              # num_prompts, warmup, seed, repeats, endpoint
 [expect]     # effective-config expectations: field -> value (checked statically and at /server_info)
 [roofline]   # model (config name or path), gpu, weights, context
+[evidence."sglang/oea-topk.patch"]   # how a live server proves the patch ran (checked after the benchmark)
+log = 'OEA active: tokens=\d+ distinct_before=\d+ distinct_after=(?P<distinct_experts>\d+)'
+min_count = 1                        # named groups become run-level metrics; or server_info = {field = value}
 ```
+
+`extends` takes a recipe name exactly as the command line does (relative to `recipes/`, e.g.
+`demo/baseline`), or a path starting with `./` or `../` (relative to the recipe file). Child values
+override the parent's; tables merge key by key; patch lists extend the parent's stack; a child
+source table that names a kind (git, path or pypi) replaces the parent's source table whole.
+Patch paths must stay inside the project's `patches/` (symlinks resolved).
+`patchbench show NAME` prints the resolved recipe with the file every value came from;
+`patchbench schema` prints the JSON Schema of the format (`toolkit.recipe_schema`).
 
 Strings may use `${VAR}` or `${VAR:-default}`; an unset variable without a default is an error.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import os
 import re
@@ -41,85 +53,15 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from toolkit.errors import BadInput
-from toolkit.spec import BenchSpec, BuildSpec, ServerSpec, SourceSpec
+from toolkit.recipe_schema import validate_file
+from toolkit.spec import BenchSpec, BuildSpec, EvidenceSpec, ServerSpec, SourceSpec, jsonable
 
 RECIPES_DIRNAME = "recipes"
 PATCHES_DIRNAME = "patches"
 
-# The schema: key -> expected type(s). Nested tables are dicts of their own schema.
-_SOURCE_KEYS = {
-    "git": str,
-    "path": str,
-    "pypi": str,
-    "rev": str,
-    "package_dir": str,
-    "artifact": str,
-    "sha256": str,
-}
-_BUILD_KEYS = {
-    "mode": str,
-    "python": str,
-    "base_python": str,
-    "arch": list,
-    "jobs": int,
-    "env": dict,
-    "packages": list,
-    "install": list,
-    "editable": bool,
-    "kernels": list,
-    "cuda": dict,
-    "nvcc_flags": list,
-}
-_SERVER_KEYS = {
-    "model": str,
-    "args": dict,
-    "env": dict,
-    "timeout_s": (int, float),
-    "host": str,
-    "port": int,
-    "gpus": int,
-}
-_BENCH_KEYS = {
-    "driver": str,
-    "input_len": int,
-    "output_len": int,
-    "concurrency": list,
-    "batch_sizes": list,
-    "num_prompts": int,
-    "warmup": int,
-    "seed": int,
-    "repeats": int,
-    "endpoint": str,
-    "timeout_s": (int, float),
-}
-_ROOFLINE_KEYS = {
-    "model": str,
-    "gpu": str,
-    "weights": str,
-    "context": int,
-}
-_TOP_KEYS = {
-    "description": str,
-    "extends": str,
-    "compare_to": str,
-    "allow_binary_patches": bool,
-    "sources": dict,
-    "patches": dict,
-    "build": dict,
-    "server": dict,
-    "benchmark": dict,
-    "expect": dict,
-    "roofline": dict,
-}
-_TABLE_SCHEMAS = {
-    "build": _BUILD_KEYS,
-    "server": _SERVER_KEYS,
-    "benchmark": _BENCH_KEYS,
-    "roofline": _ROOFLINE_KEYS,
-}
 DRIVERS = ("serving", "one-batch")
 BUILD_MODES = ("full", "overlay")
-ARTIFACT_KINDS = ("auto", "sdist", "wheel")
+SOURCE_KINDS = ("git", "path", "pypi")
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
@@ -138,7 +80,9 @@ class Recipe:
     compare_to: str | None = "baseline"
     allow_binary_patches: bool = False
     patches_dir: Path = Path(PATCHES_DIRNAME)
+    evidence: Mapping[str, EvidenceSpec] = field(default_factory=dict)  # patch name -> proof it ran
     raw: Mapping[str, Any] = field(default_factory=dict)  # the merged, expanded table
+    origins: Mapping[str, Path] = field(default_factory=dict)  # dotted key -> file it came from
 
     @property
     def lock_path(self) -> Path:
@@ -149,7 +93,7 @@ class Recipe:
 
     def to_dict(self) -> dict:
         """The fully resolved recipe, as stored with every result."""
-        return {"name": self.name, "path": str(self.path), **_jsonable(self.raw)}
+        return {"name": self.name, "path": str(self.path), **jsonable(self.raw)}
 
 
 def _rel(path: Path, base: Path) -> str:
@@ -157,14 +101,6 @@ def _rel(path: Path, base: Path) -> str:
         return str(path.relative_to(base))
     except ValueError:
         return str(path)
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    return value
 
 
 # ---------------------------------------------------------------------------------------- loading
@@ -228,8 +164,9 @@ def load_recipe(ref: str | Path, recipes_dir: Path | None = None) -> Recipe:
     path = resolve_recipe_path(ref, recipes_dir)
     root = recipes_dir if recipes_dir and _is_under(path, recipes_dir) else _recipes_root_for(path)
     name = recipe_name(path, root)
-    merged = _load_merged(path, root, chain=())
-    return _build_recipe(name, path, root, merged)
+    merged, origins = _load_merged(path, root, chain=())
+    recipe = _build_recipe(name, path, root, merged)
+    return dataclasses.replace(recipe, origins=origins)
 
 
 def _is_under(path: Path, root: Path) -> bool:
@@ -254,34 +191,83 @@ def _read_toml(path: Path) -> dict:
         raise BadInput(f"{where}: TOML syntax error: {msg}") from None
 
 
-def _load_merged(path: Path, root: Path, chain: tuple[Path, ...]) -> dict:
+def _load_merged(path: Path, root: Path, chain: tuple[Path, ...]) -> tuple[dict, dict[str, Path]]:
+    """The merged table of `path` and its ancestors, and the file each leaf value came from."""
     if path in chain:
         cycle = " -> ".join(p.stem for p in (*chain, path))
         raise BadInput(f"{chain[0]}: `extends` cycle: {cycle}")
     data = _read_toml(path)
-    _check_schema(path, data)
-    # Patch paths are resolved per file, so that a child's relative names stay its own.
+    validate_file(path, data)
+    data = _absolute_locations(path, data)
+    own = {key: path for key in _leaf_keys(data)}
     parent_ref = data.get("extends")
     if parent_ref is None:
-        return data
+        return data, own
     parent_path = _resolve_parent(path, root, parent_ref)
-    parent = _load_merged(parent_path, root, (*chain, path))
-    return _merge(parent, data)
+    parent, origins = _load_merged(parent_path, root, (*chain, path))
+    merged = _merge(parent, data)
+    kept = {k: v for k, v in origins.items() if _has_leaf(merged, k) and k not in own}
+    return merged, {**kept, **{k: v for k, v in own.items() if k != "extends"}}
+
+
+def _absolute_locations(path: Path, data: dict) -> dict:
+    """Local git/path source locations are relative to the file that names them."""
+    sources = {}
+    for sname, table in (data.get("sources") or {}).items():
+        table = dict(table)
+        for kind in ("path", "git"):
+            loc = table.get(kind)
+            if isinstance(loc, str) and not (kind == "git" and re.match(r"^[a-z+]+://|^git@", loc)) \
+                    and "${" not in loc:
+                table[kind] = str((path.parent / loc).resolve())
+        sources[sname] = table
+    return {**data, "sources": sources} if sources else data
+
+
+def _leaf_keys(table: dict, prefix: str = "") -> list[str]:
+    keys = []
+    for key, value in table.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(value, dict) and value and key not in ("args", "env", "expect"):
+            keys.extend(_leaf_keys(value, dotted + "."))
+        elif isinstance(value, dict) and value:
+            keys.extend(f"{dotted}.{k}" for k in value)
+        else:
+            keys.append(dotted)
+    return keys
+
+
+def _has_leaf(table: dict, dotted: str) -> bool:
+    node: Any = table
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return False
+        node = node[part]
+    return True
 
 
 def _resolve_parent(path: Path, root: Path, ref: str) -> Path:
-    for base in (path.parent, root):
-        candidate = base / f"{ref}.toml"
-        if candidate.is_file():
-            return candidate.resolve()
+    """`extends`: a recipe name relative to recipes/ (as the CLI takes it), or ./ ../ relative paths."""
+    if ref.startswith(("./", "../")):
+        candidate = (path.parent / ref)
+        candidate = candidate if candidate.suffix == ".toml" else candidate.with_name(candidate.name + ".toml")
+    else:
+        candidate = root / f"{ref}.toml"
+    if candidate.is_file():
+        return candidate.resolve()
     known = list_recipe_names(root)
     close = difflib.get_close_matches(ref, known, n=1)
-    hint = f"did you mean `{close[0]}`?" if close else None
+    sibling = f"{recipe_name(path.parent, root)}/{ref}" if path.parent != root else None
+    if sibling in known:
+        hint = f"names are relative to {root}: did you mean `{sibling}` (or `./{ref}`)?"
+    else:
+        hint = f"did you mean `{close[0]}`?" if close else f"names are relative to {root}"
     raise BadInput(f"{path}: extends: no recipe named `{ref}`", hint=hint)
 
 
 def _merge(parent: dict, child: dict) -> dict:
-    """Child overrides parent; tables merge recursively; patch lists extend the parent's stack."""
+    """Child overrides parent; tables merge recursively; patch lists extend the parent's stack;
+    a child source table naming a kind (git/path/pypi) replaces the parent's source whole."""
     out = dict(parent)
     for key, value in child.items():
         if key == "extends":
@@ -291,6 +277,12 @@ def _merge(parent: dict, child: dict) -> dict:
             for src, lst in value.items():
                 stacks[src] = stacks.get(src, []) + [p for p in lst if p not in stacks.get(src, [])]
             out[key] = stacks
+        elif key == "sources" and isinstance(value, dict):
+            sources = dict(parent.get("sources", {}))
+            for sname, table in value.items():
+                replaces = any(k in table for k in SOURCE_KINDS)
+                sources[sname] = dict(table) if replaces else _merge(sources.get(sname, {}), table)
+            out[key] = sources
         elif isinstance(value, dict) and isinstance(parent.get(key), dict):
             out[key] = _merge(parent[key], value)
         else:
@@ -302,53 +294,6 @@ def _merge(parent: dict, child: dict) -> dict:
 def _suggest(key: str, allowed) -> str | None:
     close = difflib.get_close_matches(key, list(allowed), n=1, cutoff=0.6)
     return f"did you mean `{close[0]}`?" if close else None
-
-
-def _type_name(t) -> str:
-    if isinstance(t, tuple):
-        return " or ".join(x.__name__ for x in t)
-    return {"str": "string", "dict": "table", "list": "array", "int": "integer"}.get(
-        t.__name__, t.__name__
-    )
-
-
-def _check_table(path: Path, prefix: str, table: dict, schema: dict) -> None:
-    for key, value in table.items():
-        if key not in schema:
-            raise BadInput(
-                f"{path}: unknown key `{prefix}{key}`",
-                hint=_suggest(key, schema) or f"allowed: {', '.join(schema)}",
-            )
-        expected = schema[key]
-        if isinstance(value, bool) and expected is not bool and not (
-            isinstance(expected, tuple) and bool in expected
-        ):
-            ok = False
-        else:
-            ok = isinstance(value, expected)
-        if not ok:
-            raise BadInput(
-                f"{path}: `{prefix}{key}` must be {_type_name(expected)}, "
-                f"not {type(value).__name__}"
-            )
-
-
-def _check_schema(path: Path, data: dict) -> None:
-    _check_table(path, "", data, _TOP_KEYS)
-    for name, table in data.get("sources", {}).items():
-        if not isinstance(table, dict):
-            raise BadInput(f"{path}: `sources.{name}` must be a table")
-        _check_table(path, f"sources.{name}.", table, _SOURCE_KEYS)
-    for name, lst in data.get("patches", {}).items():
-        if not isinstance(lst, list) or not all(isinstance(p, str) for p in lst):
-            raise BadInput(f"{path}: `patches.{name}` must be an array of patch file names")
-    for table_name, schema in _TABLE_SCHEMAS.items():
-        if table_name in data:
-            _check_table(path, f"{table_name}.", data[table_name], schema)
-    for key, value in data.get("server", {}).get("args", {}).items():
-        if isinstance(value, dict):
-            raise BadInput(f"{path}: `server.args.{key}` must be a value, not a table")
-    # Patch files are checked where the path is known: relative to patches/ of this recipe tree.
 
 
 def _expand(value: Any, path: Path, where: str) -> Any:
@@ -379,7 +324,7 @@ def _build_recipe(name: str, path: Path, root: Path, data: dict) -> Recipe:
 
     sources: dict[str, SourceSpec] = {}
     for sname, table in data.get("sources", {}).items():
-        kinds = [k for k in ("git", "path", "pypi") if k in table]
+        kinds = [k for k in SOURCE_KINDS if k in table]
         if len(kinds) != 1:
             raise BadInput(
                 f"{path}: `sources.{sname}` needs exactly one of git, path, pypi "
@@ -390,11 +335,6 @@ def _build_recipe(name: str, path: Path, root: Path, data: dict) -> Recipe:
         if kind == "path" or (kind == "git" and not re.match(r"^[a-z+]+://|^git@", location)):
             location = str((path.parent / location).resolve())
         artifact = table.get("artifact", "auto")
-        if artifact not in ARTIFACT_KINDS:
-            raise BadInput(
-                f"{path}: `sources.{sname}.artifact` must be one of {', '.join(ARTIFACT_KINDS)}",
-                hint=_suggest(artifact, ARTIFACT_KINDS),
-            )
         if kind == "git" and "rev" not in table:
             raise BadInput(f"{path}: `sources.{sname}` is a git source and needs `rev`")
         if kind == "pypi" and "==" not in location:
@@ -411,20 +351,9 @@ def _build_recipe(name: str, path: Path, root: Path, data: dict) -> Recipe:
             sha256=table.get("sha256"),
         )
 
-    patches: dict[str, tuple[Path, ...]] = {}
-    for sname, lst in data.get("patches", {}).items():
-        if sname not in sources:
-            raise BadInput(
-                f"{path}: `patches.{sname}` names no source",
-                hint=_suggest(sname, sources) or f"sources: {', '.join(sources) or 'none'}",
-            )
-        resolved = []
-        for rel in lst:
-            p = (patches_dir / rel).resolve()
-            if not p.is_file():
-                raise BadInput(f"{path}: `patches.{sname}`: patch file {p} does not exist")
-            resolved.append(p)
-        patches[sname] = tuple(resolved)
+    patches = {sname: _patch_paths(path, sname, lst, patches_dir, sources)
+               for sname, lst in data.get("patches", {}).items()}
+    evidence = _evidence_specs(path, data.get("evidence", {}), patches, patches_dir)
 
     build = _build_spec(path, data.get("build", {}), sources)
     server = _server_spec(path, data.get("server", {}))
@@ -443,8 +372,54 @@ def _build_recipe(name: str, path: Path, root: Path, data: dict) -> Recipe:
         compare_to=data.get("compare_to", "baseline"),
         allow_binary_patches=data.get("allow_binary_patches", False),
         patches_dir=patches_dir,
+        evidence=evidence,
         raw=data,
     )
+
+
+def _patch_paths(path: Path, sname: str, names: list[str], patches_dir: Path,
+                 sources: Mapping[str, SourceSpec]) -> tuple[Path, ...]:
+    """`patches.SOURCE`: files inside the project's patches/ (symlinks resolved), in order."""
+    if sname not in sources:
+        hint = _suggest(sname, sources)
+        if not sources:
+            hint = "this recipe has no [sources]: did you forget `extends = \"...\"`?"
+        raise BadInput(f"{path}: `patches.{sname}` names no source",
+                       hint=hint or f"sources: {', '.join(sources)}")
+    resolved = []
+    for rel in names:
+        p = (patches_dir / rel).resolve()
+        if not _is_under(p, patches_dir):
+            raise BadInput(f"{path}: `patches.{sname}`: patch path `{rel}` leaves {patches_dir}",
+                           hint="patch files live under patches/; copy the file there")
+        if not p.is_file():
+            raise BadInput(f"{path}: `patches.{sname}`: patch file {p} does not exist")
+        resolved.append(p)
+    return tuple(resolved)
+
+
+def _evidence_specs(path: Path, table: dict, patches: Mapping[str, tuple[Path, ...]],
+                    patches_dir: Path) -> dict[str, EvidenceSpec]:
+    """`[evidence."PATCH"]` tables: keyed by a patch of this recipe, each with a valid regex."""
+    names = [_rel(p, patches_dir) for stack in patches.values() for p in stack]
+    out = {}
+    for patch, t in table.items():
+        if patch not in names:
+            raise BadInput(f"{path}: `evidence.\"{patch}\"` names no patch of this recipe",
+                           hint=_suggest(patch, names) or f"patches: {', '.join(names) or 'none'}")
+        if not t.get("log") and not t.get("server_info"):
+            raise BadInput(f"{path}: `evidence.\"{patch}\"` needs `log` or `server_info`")
+        if t.get("log"):
+            try:
+                re.compile(t["log"])
+            except re.error as exc:
+                raise BadInput(f"{path}: `evidence.\"{patch}\".log` is not a valid regex: {exc}") from None
+        min_count = t.get("min_count", 1)
+        if min_count < 0:
+            raise BadInput(f"{path}: `evidence.\"{patch}\".min_count` must be >= 0")
+        out[patch] = EvidenceSpec(patch=patch, log=t.get("log"), min_count=min_count,
+                                  server_info=tuple((t.get("server_info") or {}).items()))
+    return out
 
 
 def _str_list(path: Path, where: str, value: list) -> tuple[str, ...]:

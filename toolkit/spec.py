@@ -126,3 +126,17 @@ class BuildSpec:
             cuda=tuple((s, tuple(p)) for s, p in d.get("cuda", ())),
             nvcc_flags=tuple(d.get("nvcc_flags", ())),
         )
+
+
+@dataclass(frozen=True)
+class EvidenceSpec:
+    """How a live server proves that one patch ran: server-log lines and/or /server_info fields.
+
+    `log` is a regex matched line by line in the server log; at least `min_count` lines must match.
+    Its named groups become run-level metrics (the mean of the numeric values over the matches).
+    """
+
+    patch: str  # the patch's name relative to patches/, e.g. "sglang/oea-topk.patch"
+    log: str | None = None
+    min_count: int = 1
+    server_info: tuple[tuple[str, Any], ...] = ()

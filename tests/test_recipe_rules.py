@@ -1,0 +1,131 @@
+"""Recipe rules a user relies on: where `extends` looks, what a child may replace, where patches may
+live, what `show` and `schema` print, and how patch activation evidence is judged."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from toolkit.cli import main
+from toolkit.errors import BadInput
+from toolkit.evidence import check_evidence
+from toolkit.recipe import load_recipe
+
+REPO = Path(__file__).resolve().parent.parent
+
+BASE = """
+description = "base"
+[sources.mini]
+git = "@UPSTREAM@"
+rev = "v1"
+package_dir = "python"
+[server.args]
+tp-size = 2
+"""
+
+
+def test_extends_names_are_relative_to_recipes_root(project):
+    project.recipe("baseline", BASE)
+    project.recipe("demo/baseline", BASE.replace('"base"', '"demo base"'))
+    project.recipe("mine/exp", 'extends = "baseline"\n')
+    project.recipe("mine/exp2", 'extends = "demo/baseline"\n')
+    project.recipe("demo/sib", 'extends = "./baseline"\n')
+    assert load_recipe(project.recipes / "mine/exp.toml").description == "base"
+    assert load_recipe(project.recipes / "mine/exp2.toml").description == "demo base"
+    assert load_recipe(project.recipes / "demo/sib.toml").description == "demo base"
+
+
+def test_extends_of_a_sibling_name_suggests_the_full_name(project):
+    project.recipe("demo/base2", BASE)
+    project.recipe("demo/child", 'extends = "base2"\n')
+    with pytest.raises(BadInput, match="did you mean `demo/base2`"):
+        load_recipe(project.recipes / "demo/child.toml")
+
+
+def test_child_replaces_a_source_kind(project):
+    project.recipe("base", BASE)
+    project.recipe("child", f'extends = "base"\n[sources.mini]\npath = "{project.upstream}"\n')
+    src = load_recipe(project.recipes / "child.toml").sources["mini"]
+    assert src.kind == "path" and src.rev is None
+
+
+def test_patch_path_outside_patches_is_refused(project, capsys):
+    outside = project.root / "evil.patch"
+    outside.write_text("x")
+    path = project.recipe("r", BASE + '[patches]\nmini = ["../evil.patch"]\n')
+    with pytest.raises(BadInput, match=r"`patches.mini`: patch path `../evil.patch` leaves"):
+        load_recipe(path)
+    (project.patches / "link.patch").symlink_to(outside)
+    path = project.recipe("r2", BASE + '[patches]\nmini = ["link.patch"]\n')
+    with pytest.raises(BadInput, match="leaves"):
+        load_recipe(path)
+    assert main(["apply", str(path)]) == 2
+    assert "patches.mini" in capsys.readouterr().err
+
+
+def test_patches_without_sources_suggest_extends(project):
+    project.patch("a.patch", "x")
+    path = project.recipe("r", '[patches]\nsglang = ["a.patch"]\n')
+    with pytest.raises(BadInput, match="did you forget `extends"):
+        load_recipe(path)
+
+
+def test_show_prints_each_value_with_its_file(project, capsys):
+    project.recipe("base", BASE)
+    project.recipe("child", 'extends = "base"\n[server.args]\nep-size = 2\n')
+    assert main(["show", str(project.recipes / "child.toml"), "--json"]) == 0
+    values = json.loads(capsys.readouterr().out)["values"]
+    assert values["server.args.ep-size"]["file"].endswith("child.toml")
+    assert values["server.args.tp-size"]["file"].endswith("base.toml")
+    assert values["sources.mini.rev"] == {"value": "v1", "file": str(project.recipes / "base.toml")}
+
+
+def test_schema_validates_every_shipped_recipe(capsys):
+    import tomllib
+
+    jsonschema = pytest.importorskip("jsonschema")
+    assert main(["schema"]) == 0
+    schema = json.loads(capsys.readouterr().out)
+    files = sorted((REPO / "recipes").rglob("*.toml"))
+    assert len(files) >= 10
+    for f in files:
+        jsonschema.validate(tomllib.loads(f.read_text()), schema)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({"server": {"modle": "x"}}, schema)
+
+
+def test_evidence_must_name_a_patch_of_the_recipe(project):
+    project.patch("a.patch", "x")
+    path = project.recipe("r", BASE + '[patches]\nmini = ["a.patch"]\n[evidence."b.patch"]\nlog = "x"\n')
+    with pytest.raises(BadInput, match="names no patch of this recipe"):
+        load_recipe(path)
+    path = project.recipe("r2", BASE + '[patches]\nmini = ["a.patch"]\n[evidence."a.patch"]\nlog = "(x"\n')
+    with pytest.raises(BadInput, match="not a valid regex"):
+        load_recipe(path)
+
+
+def test_evidence_verdicts_and_metrics(project):
+    project.patch("a.patch", "x")
+    project.patch("b.patch", "x")
+    project.patch("c.patch", "x")
+    path = project.recipe("r", BASE + """
+[patches]
+mini = ["a.patch", "b.patch", "c.patch"]
+[evidence."a.patch"]
+log = 'OEA active: tokens=\\d+ distinct_before=(?P<experts_before>\\d+) distinct_after=(?P<distinct_experts>\\d+)'
+min_count = 2
+[evidence."b.patch"]
+server_info = { enable_sbo = true }
+""")
+    recipe = load_recipe(path)
+    log = ("INFO OEA active: tokens=16 distinct_before=62 distinct_after=30\n"
+           "noise\nINFO OEA active: tokens=16 distinct_before=60 distinct_after=34\n")
+    v = check_evidence(["a.patch", "b.patch", "c.patch"], recipe.evidence, log, {"enable_sbo": True})
+    assert v.ok and v.status == {"a.patch": "ok", "b.patch": "ok", "c.patch": "undeclared"}
+    assert v.metrics == {"experts_before": 61.0, "distinct_experts": 32.0}
+    v = check_evidence(["a.patch", "b.patch"], recipe.evidence, log.splitlines()[0], {"enable_sbo": False})
+    assert not v.ok and v.status == {"a.patch": "missing", "b.patch": "missing"}
+    assert v.problems[0].startswith("a.patch: 1 of >= 2 ")
+    assert "enable_sbo = False, expected True" in v.problems[1]

@@ -1,0 +1,64 @@
+"""`patchbench show RECIPE`: the fully resolved recipe (after `extends` and `${VAR}` expansion),
+with the file every value came from."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from rich.table import Table
+
+from toolkit.commands.common import console, load, print_json, recipe_arg
+
+HELP = "print the fully resolved recipe (after extends and ${VAR} expansion) and where each value came from"
+
+
+def add_arguments(parser) -> None:
+    recipe_arg(parser)
+    parser.add_argument("--json", action="store_true", help="print {key: {value, file}} as JSON")
+
+
+def _leaves(table: dict, prefix: str = "") -> list[tuple[str, object]]:
+    out = []
+    for key, value in table.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            out.extend(_leaves(value, dotted + "."))
+        else:
+            out.append((dotted, value))
+    return out
+
+
+def _origin(key: str, origins: dict, default: Path) -> Path:
+    """The file of the longest recorded prefix of `key` (tables such as server.args are recorded per entry)."""
+    parts = key.split(".")
+    for n in range(len(parts), 0, -1):
+        found = origins.get(".".join(parts[:n]))
+        if found:
+            return found
+    return default
+
+
+def _short(path: Path, root: Path) -> str:
+    try:
+        return str(path.relative_to(root.parent))
+    except ValueError:
+        return str(path)
+
+
+def run(args) -> int:
+    recipe = load(args.recipe)
+    root = recipe.patches_dir.parent / "recipes"
+    rows = [(k, v, _origin(k, dict(recipe.origins), recipe.path)) for k, v in _leaves(dict(recipe.raw))]
+    if args.json:
+        print_json({"recipe": recipe.name, "path": str(recipe.path),
+                    "values": {k: {"value": v, "file": str(f)} for k, v, f in rows}})
+        return 0
+    table = Table(title=f"recipe {recipe.name} ({_short(recipe.path, root)})", title_justify="left")
+    table.add_column("key", overflow="fold")
+    table.add_column("value", overflow="fold")
+    table.add_column("from", overflow="fold")
+    for key, value, origin in rows:
+        table.add_row(key, json.dumps(value), _short(origin, root))
+    console.print(table)
+    return 0
