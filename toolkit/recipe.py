@@ -215,7 +215,7 @@ def _absolute_locations(path: Path, data: dict) -> dict:
     sources = {}
     for sname, table in (data.get("sources") or {}).items():
         table = dict(table)
-        for kind in ("path", "git"):
+        for kind in ("path", "git", "index"):
             loc = table.get(kind)
             if isinstance(loc, str) and not (kind == "git" and re.match(r"^[a-z+]+://|^git@", loc)) \
                     and "${" not in loc:
@@ -334,6 +334,9 @@ def _build_recipe(name: str, path: Path, root: Path, data: dict) -> Recipe:
         location = table[kind]
         if kind == "path" or (kind == "git" and not re.match(r"^[a-z+]+://|^git@", location)):
             location = str((path.parent / location).resolve())
+        index = table.get("index")
+        if index and "://" not in index:
+            index = str((path.parent / index).resolve())
         artifact = table.get("artifact", "auto")
         if kind == "git" and "rev" not in table:
             raise BadInput(f"{path}: `sources.{sname}` is a git source and needs `rev`")
@@ -349,6 +352,7 @@ def _build_recipe(name: str, path: Path, root: Path, data: dict) -> Recipe:
             package_dir=table.get("package_dir", "").strip("/"),
             artifact=artifact,
             sha256=table.get("sha256"),
+            index=index,
         )
 
     patches = {sname: _patch_paths(path, sname, lst, patches_dir, sources)

@@ -35,6 +35,7 @@ class SourceTable(_Table):
     package_dir: str | None = Field(None, description="where the Python project sits in the git tree, e.g. `python`")
     artifact: Literal["auto", "sdist", "wheel"] | None = Field(None, description="pypi: which artifact (auto: sdist when one exists)")
     sha256: str | None = Field(None, description="pypi: pin of the artifact's sha256")
+    index: str | None = Field(None, description="pypi: package index URL or local directory (PEP 503 tree or flat wheel dir); default $PATCHBENCH_PYPI_INDEX or PyPI")
 
 
 class BuildTable(_Table):

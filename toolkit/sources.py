@@ -29,14 +29,13 @@ from filelock import FileLock
 from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
 
-from toolkit import gitcmd
+from toolkit import gitcmd, package_index
 from toolkit.errors import BadInput, PatchbenchError
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # recipe -> envs -> tree -> sources: keep the import for types only
     from toolkit.spec import SourceSpec
 
-PYPI_INDEX = os.environ.get("PATCHBENCH_PYPI_INDEX", "https://pypi.org/simple")
 _console = Console(stderr=True, highlight=False)  # progress of the long steps: clones, downloads
 _SKIP_NAMES = {".git", "__pycache__", ".mypy_cache", ".pytest_cache"}
 
@@ -207,28 +206,22 @@ def resolve_pypi(spec: SourceSpec, home: Path, *, pinned_sha256: str | None = No
                  offline: bool = False) -> dict:
     """The artifact to use: {filename, sha256, url, kind}. Cached by requirement in an index."""
     name, version = _split_requirement(spec.location)
-    key = f"{_normalise(name)}=={version}:{spec.artifact}"
+    key = f"{_normalise(name)}=={version}:{spec.artifact}" + (f"@{spec.index}" if spec.index else "")
     index = _read_index(home)
     entry = index.get(key)
     if entry and (home / "artifacts" / entry["sha256"] / entry["filename"]).is_file():
         return entry
     if offline:
         raise PatchbenchError(f"source {spec.name}: {spec.location} is not cached and --offline is set")
-    url = f"{PYPI_INDEX.rstrip('/')}/{_normalise(name)}/"
-    req = urllib.request.Request(url, headers={"Accept": "application/vnd.pypi.simple.v1+json"})
+    index_url = spec.index or package_index.index_url()
     try:
-        with urllib.request.urlopen(req, timeout=60) as resp:
-            files = json.load(resp)["files"]
-    except urllib.error.HTTPError as exc:
-        if exc.code == 404:
-            raise BadInput(f"source {spec.name}: no package `{name}` on {PYPI_INDEX}") from None
-        raise PatchbenchError(f"source {spec.name}: {url}: HTTP {exc.code}") from None
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        raise PatchbenchError(f"source {spec.name}: cannot reach {url}: {exc}") from None
+        files = package_index.project_files(name, index_url)
+    except PatchbenchError as exc:
+        raise type(exc)(f"source {spec.name}: {exc.message}") from None
     chosen = _choose_file(files, name, version, spec.artifact)
     if chosen is None:
         kinds = "an sdist" if spec.artifact == "sdist" else "an sdist or a wheel"
-        raise BadInput(f"source {spec.name}: {spec.location} has no {kinds} on {PYPI_INDEX}")
+        raise BadInput(f"source {spec.name}: {spec.location} has no {kinds} on {index_url}")
     fn = chosen["filename"]
     entry = {
         "filename": fn,

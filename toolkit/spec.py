@@ -39,6 +39,7 @@ class SourceSpec:
     package_dir: str = ""
     artifact: str = "auto"
     sha256: str | None = None
+    index: str | None = None  # pypi only: the package index (URL or local dir); default $PATCHBENCH_PYPI_INDEX
 
     def to_dict(self) -> dict:
         return {k: v for k, v in self.__dict__.items() if v not in (None, "")}

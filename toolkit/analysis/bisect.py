@@ -145,8 +145,9 @@ def bisect_stack(n_patches: int, measure: Measure, *, higher_is_better: bool = T
                  full_stack_if_uncertain: bool = False, repair: bool = True,
                  labels: Sequence[str] | None = None,
                  base_label: str = "base", max_builds: int | None = None,
-                 on_step: Callable[[BisectStep], None] | None = None) -> BisectResult:
-    """Find the first prefix worse than the base by more than `threshold_pct` (see the module
+                 on_step: Callable[[BisectStep], None] | None = None,
+                 direction: str = "worse") -> BisectResult:
+    """Find the first prefix worse (`direction="better"`: better) than the base by more than `threshold_pct` (see the module
     docstring). `measure(prefix_len, repeats)` returns `repeats` new values for that prefix, or None
     to skip it. `labels[i - 1]` names item i (patch file, commit). `max_builds` stops the search
     early (the result then names the remaining range). `on_step` sees each step as it is decided.
@@ -163,6 +164,12 @@ def bisect_stack(n_patches: int, measure: Measure, *, higher_is_better: bool = T
     if labels is not None and len(labels) != n:
         raise ValueError(f"labels has {len(labels)} names for {n} items")
     thr = threshold_pct / 100.0
+    if direction not in ("worse", "better"):
+        raise ValueError("direction must be worse or better")
+    # The search measures the "loss" in the direction asked for; convictions use the real direction.
+    moved_hib = higher_is_better if direction == "worse" else not higher_is_better
+    moved = stats.SLOWER if direction == "worse" else stats.FASTER
+    change_word = "regression" if direction == "worse" else "gain"
 
     cache: dict[int, list[float]] = {}
     skipped: set[int] = set()
@@ -200,7 +207,7 @@ def bisect_stack(n_patches: int, measure: Measure, *, higher_is_better: bool = T
         a, b = cache[0], cache[p]
         ratio = (sum(b) / len(b)) / (sum(a) / len(a))
         lo, hi = stats.ratio_ci(a, b, confidence=1.0 - alpha)
-        if higher_is_better:
+        if moved_hib:
             return 1.0 - ratio, (1.0 - hi, 1.0 - lo)
         return ratio - 1.0, (lo - 1.0, hi - 1.0)
 
@@ -262,7 +269,7 @@ def bisect_stack(n_patches: int, measure: Measure, *, higher_is_better: bool = T
             loss, ci = loss_of(p)
             vals, base = cache[p], cache[0]
             # shown as the change of the metric itself (ratio - 1), whatever its direction
-            sign = -1.0 if higher_is_better else 1.0
+            sign = -1.0 if moved_hib else 1.0
             chg, chg_ci = sign * loss * 100, sorted((sign * ci[0] * 100, sign * ci[1] * 100))
             line = (f"step {len(steps) + 1:>2} {pic} prefix {p:>3}/{n} {label(p)}: "
                     f"{stats.format_value(mean(p))} vs base {stats.format_value(mean(0))}: "
@@ -315,14 +322,14 @@ def bisect_stack(n_patches: int, measure: Measure, *, higher_is_better: bool = T
     lo, hi, stopped = search(full_stack_if_uncertain, max_builds)
     repaired = False
     if (hi == lo + 1 and hi <= n and uncertain and not full_stack_if_uncertain and repair
-            and convict(lo, hi).verdict != stats.SLOWER):
+            and convict(lo, hi).verdict != moved):
         # a weak conviction after uncertain steps: search again over the same cache, this time
         # measuring the whole stack to settle uncertain steps by their measured neighbours
         current_pass[0] = 2
         budget = max_builds_bound(n) + 1 if max_builds is None else max_builds
         lo2, hi2, stopped2 = search(True, max(budget, len(cache)))
         repaired = True
-        if hi2 == lo2 + 1 and hi2 <= n and convict(lo2, hi2).verdict == stats.SLOWER:
+        if hi2 == lo2 + 1 and hi2 <= n and convict(lo2, hi2).verdict == moved:
             lo, hi, stopped = lo2, hi2, stopped2
 
     culprit = candidates = None
@@ -333,16 +340,16 @@ def bisect_stack(n_patches: int, measure: Measure, *, higher_is_better: bool = T
         culprit = hi
         conviction = convict(lo, hi)
         good_values, bad_values = tuple(cache[lo]), tuple(cache[hi])
-        confirmed = conviction.verdict == stats.SLOWER
+        confirmed = conviction.verdict == moved
         msg = (f"culprit: {label(hi)} (item {hi}/{n}): "
                f"{stats.format_comparison(conviction)} against {label(lo)}")
         if not confirmed:
-            msg += " (weak: that step alone is not a significant regression"
+            msg += f" (weak: that step alone is not a significant {change_word}"
             msg += f"; uncertain steps at {', '.join(map(str, uncertain))})" if uncertain else ")"
         if repaired:
             msg += " (after a second pass with the whole stack measured)"
     elif hi == lo + 1:
-        msg = f"no item makes the metric worse than {base_label} by more than {threshold_pct:g}%"
+        msg = f"no item makes the metric {direction} than {base_label} by more than {threshold_pct:g}%"
     else:
         candidates = (lo + 1, min(hi, n))
         why = "build limit reached" if stopped else "every prefix between them was skipped"

@@ -102,13 +102,14 @@ class VariantMeter:
         b = self.recipe.benchmark
         return (b.concurrency if b.driver == "serving" else b.batch_sizes)[0]
 
-    def _prepare(self, label: str, overrides: dict):
+    def _prepare(self, label: str, overrides: dict, recipe: Recipe | None = None, until: str = "store"):
         from toolkit.pipeline import prepare
 
         if label not in self._prepared:
             try:
-                self._prepared[label] = prepare(self.recipe, self.home, overrides=overrides,
-                                                label=f"{self.recipe.name}@{label}", console=self.console)
+                self._prepared[label] = prepare(recipe or self.recipe, self.home, overrides=overrides or None,
+                                                label=f"{self.recipe.name}@{label}", console=self.console,
+                                                until=until)
                 self.builds += 1
             except PatchbenchError as exc:
                 self.console.print(f"[yellow]skip[/] {label}: {exc}")
@@ -122,12 +123,13 @@ class VariantMeter:
                 by_run[s.run_id] = s.value
         return [by_run[r] for r in run_ids if r in by_run]
 
-    def measure(self, label: str, overrides: dict, repeats: int) -> list[float] | None:
-        """`repeats` values not handed out before for this env: stored ones first, then new runs."""
+    def measure(self, label: str, overrides: dict, repeats: int, recipe: Recipe | None = None) -> list[float] | None:
+        """`repeats` values not handed out before for this env: stored ones first, then new runs.
+        `recipe`: a variant recipe (another release) instead of overrides of this one."""
         from toolkit.pipeline import run_once
         from toolkit.store import bench_key
 
-        p = self._prepare(label, overrides)
+        p = self._prepare(label, overrides, recipe)
         if p is None:
             return None
         key = p.env.key

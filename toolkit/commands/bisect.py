@@ -1,7 +1,16 @@
-"""`patchbench bisect RECIPE --metric NAME[@POINT]`: the first patch of the stack (or, with
---source/--good/--bad, the first upstream commit) that makes the metric worse than the base by more
-than --threshold percent. Noise-aware (more repeats where a verdict is not yet significant), results
-cached per env key (resumable), apply/build failures skipped."""
+"""`patchbench bisect RECIPE --metric NAME[@POINT]`: the first patch of the stack, the first release of
+a PyPI source, or the first upstream commit of a git source that moves the metric past --threshold
+percent (worse by default; `--direction better` finds the one that brought a gain).
+
+- stack:    `patchbench bisect full-stack --metric output_tok_s@1`
+- releases: `patchbench bisect baseline --source sglang --good 0.5.10.post1 --bad 0.5.23` (or
+            `--versions 0.5.10.post1,0.5.16,0.5.23`); each probed release is its own env with its own
+            dependency pins; with `--git URL|PATH` the search continues into the commits between the
+            two neighbouring releases' tags (`--tag-format`, default v{version})
+- commits:  `--source S --good REV --bad REV` on a git source
+Noise-aware (more repeats where a step is undecided), results cached per env key (resumable),
+apply/build failures skipped. `--until check` validates, lists the probes and builds the first
+probe's env without a GPU."""
 
 from __future__ import annotations
 
@@ -10,24 +19,48 @@ import uuid
 
 from toolkit.commands.common import console, err, home_of, load, print_json, store_of
 
-HELP = "find the patch (or upstream commit) that made a metric worse, in about log2(n)+1 builds, noise-aware"
+HELP = ("find the patch, release or upstream commit that moved a metric (worse, or --direction better) "
+        "in about log2(n)+1 builds, noise-aware")
 
 
 def add_arguments(parser) -> None:
     parser.add_argument("recipe", metavar="RECIPE")
     parser.add_argument("--metric", required=True, help="NAME[@POINT], e.g. output_tok_s@1")
-    parser.add_argument("--threshold", type=float, default=5.0, help="percent worse than the base that counts as bad")
+    parser.add_argument("--threshold", type=float, default=5.0, help="percent change that counts")
+    parser.add_argument("--direction", choices=("worse", "better"), default="worse",
+                        help="look for the change that made the metric worse (a regression, default) or better (a gain)")
     parser.add_argument("--repeats", type=int, default=3, help="initial values per step")
     parser.add_argument("--max-repeats", type=int, default=8, help="bound on values per step when undecided")
-    parser.add_argument("--source", help="bisect upstream commits of this git source instead of the stack")
-    parser.add_argument("--good", help="with --source: a known-good revision")
-    parser.add_argument("--bad", help="with --source: a known-bad revision")
+    parser.add_argument("--source", help="bisect releases (PyPI source) or commits (git source) of this source")
+    parser.add_argument("--good", help="with --source: a known-good release or revision")
+    parser.add_argument("--bad", help="with --source: a known-bad release or revision")
+    parser.add_argument("--versions", help="with --source (PyPI): an explicit, ordered, comma-separated release list")
+    parser.add_argument("--git", metavar="URL|PATH",
+                        help="release bisect: a git repository of the same project; continue into its commits")
+    parser.add_argument("--tag-format", default="v{version}", help="release -> git tag (default v{version})")
+    parser.add_argument("--until", choices=("check",), help="stop after validating and building the first probe")
     parser.add_argument("--json", action="store_true")
+
+
+def _releases(recipe, args, spec) -> list[str]:
+    from toolkit.analysis.releases import project_name
+    from toolkit.errors import BadInput
+    from toolkit.package_index import releases_between
+
+    if args.versions:
+        versions = [v.strip() for v in args.versions.split(",") if v.strip()]
+        if len(versions) < 2:
+            raise BadInput("--versions needs at least two releases (the first is taken as good)")
+        return versions
+    if not (args.good and args.bad):
+        raise BadInput("--source needs --good and --bad (or --versions)")
+    return releases_between(project_name(spec), args.good, args.bad, spec.index)
 
 
 def run(args) -> int:
     from toolkit import stats
     from toolkit.analysis.bisect import bisect_items, bisect_stack
+    from toolkit.analysis.releases import git_variant, release_variant, tag_for
     from toolkit.analysis.variants import (MetricSpec, VariantMeter, patch_label, prefix_overrides, stack_of,
                                            upstream_commits)
     from toolkit.commands.attribute import require_gpu_if_needed
@@ -42,20 +75,45 @@ def run(args) -> int:
     if hib is None:
         hib = True
     kw = dict(higher_is_better=hib, threshold_pct=args.threshold, initial_repeats=max(2, args.repeats),
-              max_repeats=args.max_repeats, on_step=lambda s: err.print(s.line))
+              max_repeats=args.max_repeats, on_step=lambda s: err.print(s.line), direction=args.direction)
     repro = ["patchbench", "bisect", recipe.name, "--metric", args.metric, "--threshold", str(args.threshold)]
+    if args.direction != "worse":
+        repro += ["--direction", args.direction]
+    commit_phase = None
     if args.source:
-        if not (args.good and args.bad):
-            raise BadInput("--source needs --good REV and --bad REV")
-        require_gpu_if_needed(recipe)
-        commits = upstream_commits(recipe, args.source, args.good, args.bad, home)
-        err.print(f"bisecting {len(commits) - 1} commits of {args.source} ({args.good}..{args.bad})")
+        source = recipe.sources.get(args.source)
+        if source is None:
+            raise BadInput(f"recipe {recipe.name} has no source `{args.source}`",
+                           hint=f"sources: {', '.join(recipe.sources)}")
+        if source.kind == "pypi":
+            versions = _releases(recipe, args, source)
+            variants = [release_variant(recipe, args.source, v, home) for v in versions]
+            err.print(f"bisecting {len(versions) - 1} releases of {args.source} after {versions[0]}: "
+                      + ", ".join(versions[1:]))
+            if args.until == "check":
+                return _dry_run(meter, variants, versions, args)
+            require_gpu_if_needed(recipe)
 
-        def measure(k: int, r: int):
-            return meter.measure(commits[k][:12], {args.source: {"rev": commits[k]}}, r)
+            def measure(k: int, r: int):
+                return meter.measure(versions[k], {}, r, recipe=variants[k])
 
-        result = bisect_items([c[:12] for c in commits], measure, **kw)
-        repro += ["--source", args.source, "--good", args.good, "--bad", args.bad]
+            result = bisect_items(versions, measure, **kw)
+            repro += ["--source", args.source] + (["--versions", args.versions] if args.versions
+                                                  else ["--good", args.good, "--bad", args.bad])
+            if args.git and result.culprit is not None:
+                commit_phase = (versions[result.culprit - 1], versions[result.culprit])
+        elif source.kind == "git":
+            if not (args.good and args.bad):
+                raise BadInput("--source needs --good REV and --bad REV")
+            if args.until == "check":
+                raise BadInput("--until check is for release bisects; a commit bisect needs no dry run")
+            require_gpu_if_needed(recipe)
+            commits = upstream_commits(recipe, args.source, args.good, args.bad, home)
+            result = _bisect_commits(meter, recipe, args.source, commits, f"{args.good}..{args.bad}", kw)
+            repro += ["--source", args.source, "--good", args.good, "--bad", args.bad]
+        else:
+            raise BadInput(f"source {args.source} is a {source.kind} source; bisect takes a pypi (releases) "
+                           "or git (commits) source")
     else:
         stack = stack_of(recipe)
         if not stack:
@@ -68,14 +126,53 @@ def run(args) -> int:
             return meter.measure(f"prefix{k}", prefix_overrides(recipe, k), r)
 
         result = bisect_stack(len(stack), measure, labels=names, **kw)
+    commit_result = None
+    first_builds = meter.builds
+    if commit_phase:
+        good_tag, bad_tag = (tag_for(v, args.tag_format) for v in commit_phase)
+        base = git_variant(recipe, args.source, args.git, good_tag, home)
+        commits = upstream_commits(base, args.source, good_tag, bad_tag, home)
+        err.print(f"release {commit_phase[1]} named; bisecting its {len(commits) - 1} commits ({good_tag}..{bad_tag})")
+        commit_meter = VariantMeter(base, home, meter.store, spec, err, group_id=meter.group_id)
+        commit_result = _bisect_commits(commit_meter, base, args.source, commits, f"{good_tag}..{bad_tag}", kw)
+        meter.builds += commit_meter.builds
+        meter.runs += commit_meter.runs
+        repro += ["--git", args.git, "--tag-format", args.tag_format]
     if args.json:
-        print_json({"recipe": recipe.name, "metric": spec.metric, "point": meter.point,
-                    "culprit": result.culprit, "culprit_label": result.culprit_label,
-                    "candidates": result.candidates, "confirmed": result.confirmed,
-                    "good_values": result.good_values, "bad_values": result.bad_values,
-                    "builds": meter.builds, "runs": meter.runs, "message": result.message,
-                    "reproduce": shlex.join(repro)})
+        out = {"recipe": recipe.name, "metric": spec.metric, "point": meter.point, "direction": args.direction,
+               **_result_json(result), "builds": meter.builds, "first_phase_builds": first_builds,
+               "runs": meter.runs, "reproduce": shlex.join(repro)}
+        if commit_result is not None:
+            out["commit"] = _result_json(commit_result)
+        print_json(out)
         return 0 if result.culprit is not None or result.candidates is None else 1
+    _print_result(result, stats)
+    if commit_result is not None:
+        console.print("[bold]commits[/] between the neighbouring releases:")
+        _print_result(commit_result, stats)
+    console.print(f"{meter.builds} build(s), {meter.runs} new run(s)")
+    console.print(f"reproduce: {shlex.join(repro)}")
+    return 0
+
+
+def _bisect_commits(meter, recipe, source: str, commits: list[str], span: str, kw: dict):
+    from toolkit.analysis.bisect import bisect_items
+
+    err.print(f"bisecting {len(commits) - 1} commits of {source} ({span})")
+
+    def measure(k: int, r: int):
+        return meter.measure(commits[k][:12], {source: {"rev": commits[k]}}, r, recipe=recipe)
+
+    return bisect_items([c[:12] for c in commits], measure, **kw)
+
+
+def _result_json(result) -> dict:
+    return {"culprit": result.culprit, "culprit_label": result.culprit_label, "candidates": result.candidates,
+            "confirmed": result.confirmed, "good_values": result.good_values, "bad_values": result.bad_values,
+            "message": result.message}
+
+
+def _print_result(result, stats) -> None:
     console.print(result.message)
     if result.culprit is not None:
         console.print(f"culprit: #{result.culprit} {result.culprit_label}")
@@ -83,6 +180,20 @@ def run(args) -> int:
         console.print(f"  bad  (with it):   {', '.join(f'{v:.4g}' for v in result.bad_values)}")
         if result.conviction is not None:
             console.print(f"  {stats.format_comparison(result.conviction)}")
-    console.print(f"{meter.builds} build(s), {meter.runs} new run(s)")
-    console.print(f"reproduce: {shlex.join(repro)}")
-    return 0
+
+
+def _dry_run(meter, variants, versions, args) -> int:
+    """Validate, list the probes, build the first probe's env and run its static check (no GPU)."""
+    from toolkit.analysis.bisect import max_builds_bound
+
+    n = len(versions) - 1
+    p = meter._prepare(versions[0], {}, variants[0], until="check")
+    if args.json:
+        print_json({"releases": versions, "max_builds": max_builds_bound(n),
+                    "first_probe": versions[0], "first_env": p.env.key if p else None})
+    else:
+        console.print(f"{n} releases after {versions[0]}: {', '.join(versions[1:])}")
+        console.print(f"at most {max_builds_bound(n)} builds; first probe: {versions[0]} (the known-good end)")
+        if p is not None:
+            console.print(f"first probe {versions[0]}: env {p.env.key[:16]} built and statically checked")
+    return 0 if p is not None else 1

@@ -1,0 +1,73 @@
+"""Reproduce an update's gain: bisect the miniature's releases (real wheels on a local package index,
+one env per release), name the release, then the commit between the neighbouring tags."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+
+import pytest
+
+from conftest import REPO_ROOT, TEST_CACHE
+from toolkit.cli import main
+from toolkit.package_index import releases_between
+
+sys.path.insert(0, str(REPO_ROOT / "upstream"))
+import mini_releases  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def gain_releases():
+    return mini_releases.build(TEST_CACHE / "mini-releases-gain", plant="gain", at="0.1.5")
+
+
+def _bisect(monkeypatch, capsys, meta, *extra) -> dict:
+    monkeypatch.setenv("PATCHBENCH_MINI_INDEX", meta["index"])
+    monkeypatch.setenv("PATCHBENCH_RECIPES", str(REPO_ROOT / "recipes"))
+    capsys.readouterr()
+    rc = main(["bisect", "demo/update", "--source", "sglang", "--good", "0.1.0", "--bad", "0.1.8",
+               "--metric", "output_tok_s@1", "--json", *extra])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0, out
+    return out
+
+
+def test_local_index_lists_the_releases_in_order(gain_releases):
+    assert releases_between("sglang", "0.1.0", "0.1.8", gain_releases["index"]) == gain_releases["versions"]
+    assert releases_between("sglang", "0.1.2", "0.1.4", gain_releases["index"]) == ["0.1.2", "0.1.3", "0.1.4"]
+
+
+@pytest.mark.slow
+def test_bisect_names_the_release_that_brought_the_gain_then_its_commit(home, monkeypatch, capsys, gain_releases):
+    out = _bisect(monkeypatch, capsys, gain_releases, "--direction", "better", "--git", gain_releases["repo"])
+    n = len(gain_releases["versions"])
+    assert out["culprit_label"] == "0.1.5"
+    assert out["first_phase_builds"] <= math.ceil(math.log2(n)) + 1
+    assert out["commit"]["culprit_label"] == gain_releases["planted_commit"][:12]
+    # The default direction looks for a regression, and there is none.
+    again = _bisect(monkeypatch, capsys, gain_releases)
+    assert again["culprit"] is None and "no item makes the metric worse" in again["message"]
+
+
+@pytest.mark.slow
+def test_bisect_names_a_planted_regression_by_default(home, monkeypatch, capsys):
+    meta = mini_releases.build(TEST_CACHE / "mini-releases-regression", plant="regression", at="0.1.3")
+    out = _bisect(monkeypatch, capsys, meta)
+    assert out["culprit_label"] == "0.1.3"
+
+
+def test_release_bisect_dry_run_lists_probes_and_builds_the_first(home, monkeypatch, capsys, gain_releases):
+    monkeypatch.setenv("PATCHBENCH_MINI_INDEX", gain_releases["index"])
+    monkeypatch.setenv("PATCHBENCH_RECIPES", str(REPO_ROOT / "recipes"))
+    capsys.readouterr()
+    assert main(["bisect", "demo/update", "--source", "sglang", "--good", "0.1.2", "--bad", "0.1.6",
+                 "--metric", "output_tok_s@1", "--until", "check", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["releases"] == ["0.1.2", "0.1.3", "0.1.4", "0.1.5", "0.1.6"]
+    assert out["max_builds"] == 4 and out["first_env"]
+    assert (home / "envs" / out["first_env"][:16]).is_dir()
+    # A release that does not exist is refused before anything is built (exit 2).
+    assert main(["bisect", "demo/update", "--source", "sglang", "--good", "0.1.2", "--bad", "0.1.9",
+                 "--metric", "output_tok_s@1", "--until", "check"]) == 2
+    assert "--bad 0.1.9: `sglang` has no release 0.1.9" in capsys.readouterr().err

@@ -1,0 +1,150 @@
+"""Release history for the miniature upstream: tagged git commits, wheels, and a local package index.
+
+`python upstream/mini_releases.py DEST [--plant gain|regression] [--at 0.1.5] [--releases 9]`
+builds, under DEST:
+
+    repo/               a git repository of the miniature: tags v0.1.0 ... v0.1.8, each release a
+                        version bump after a few ordinary commits; the commits before the planted
+                        release's bump include ONE that changes decode speed (gain: the decode step's
+                        fixed cost 12 ms -> 6 ms, ~2x at low concurrency; regression: 12 ms -> 24 ms)
+    dist/               one wheel per release (`sglang-0.1.N-py3-none-any.whl`, built from the tag)
+    index/sglang/       a PEP 503 page listing the wheels with their sha256 (a local package index)
+    releases.json       versions, tags, the planted release and the planted commit
+
+The release-bisect test and `nox -s demo-update` bisect these releases, then the commits between the
+two neighbouring tags. A fixture tool, not part of patchbench: plain git and pip, argv lists.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+MINI = Path(__file__).resolve().parent / "minisglang"
+COST = "python/sglang/srt/model_executor/cost.py"
+PLANTS = {"gain": "STEP_BASE_S = 0.006", "regression": "STEP_BASE_S = 0.024"}
+GIT_ENV = {"GIT_AUTHOR_NAME": "mini", "GIT_AUTHOR_EMAIL": "mini@example.invalid",
+           "GIT_COMMITTER_NAME": "mini", "GIT_COMMITTER_EMAIL": "mini@example.invalid",
+           "GIT_AUTHOR_DATE": "2026-01-01T00:00:00Z", "GIT_COMMITTER_DATE": "2026-01-01T00:00:00Z"}
+
+
+def _git(repo: Path, *args: str) -> str:
+    env = {**os.environ, **GIT_ENV}
+    return subprocess.run(["git", "-c", "init.defaultBranch=main", "-c", "commit.gpgsign=false", *args],
+                          cwd=repo, env=env, check=True, capture_output=True, text=True).stdout.strip()
+
+
+def _set_version(repo: Path, version: str) -> None:
+    (repo / "python/sglang/version.py").write_text(f'__version__ = "{version}"\n')
+    pyproject = repo / "python/pyproject.toml"
+    lines = [f'version = "{version}"' if ln.startswith("version = ") else ln
+             for ln in pyproject.read_text().splitlines()]
+    pyproject.write_text("\n".join(lines) + "\n")
+
+
+def _commit(repo: Path, message: str) -> str:
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", message)
+    return _git(repo, "rev-parse", "HEAD")
+
+
+def _note(repo: Path, text: str) -> None:
+    """An ordinary commit that changes no behaviour (a changelog line)."""
+    log = repo / "CHANGES.md"
+    log.write_text((log.read_text() if log.exists() else "# changes\n") + f"- {text}\n")
+
+
+def _uv() -> str:
+    try:
+        from uv import find_uv_bin  # the `uv` package patchbench depends on
+
+        return find_uv_bin()
+    except ImportError:
+        found = shutil.which("uv")
+        if not found:
+            raise SystemExit("uv is needed to build the wheels: pip install uv") from None
+        return found
+
+
+def _wheel(repo: Path, tag: str, dist: Path) -> Path:
+    with tempfile.TemporaryDirectory(prefix="mini-release-") as tmp:
+        _git(repo, "worktree", "add", "-q", "--detach", tmp, tag)
+        try:
+            before = set(dist.glob("*.whl"))
+            subprocess.run([_uv(), "build", "-q", "--wheel", "--no-config", "--out-dir", str(dist),
+                            str(Path(tmp) / "python")], check=True, capture_output=True)
+        finally:
+            _git(repo, "worktree", "remove", "--force", tmp)
+    (new,) = set(dist.glob("*.whl")) - before
+    return new
+
+
+def _index_page(index: Path, wheels: list[Path]) -> None:
+    page = index / "sglang"
+    page.mkdir(parents=True, exist_ok=True)
+    links = []
+    for w in wheels:
+        sha = hashlib.sha256(w.read_bytes()).hexdigest()
+        links.append(f'<a href="{os.path.relpath(w, page)}#sha256={sha}">{w.name}</a><br/>')
+    (page / "index.html").write_text("<!DOCTYPE html>\n<html><body>\n" + "\n".join(links) + "\n</body></html>\n")
+
+
+def build(dest: Path, *, plant: str = "gain", at: str = "0.1.5", n_releases: int = 9) -> dict:
+    """Build the repo, wheels and index under `dest` (idempotent: reuses a complete earlier build)."""
+    meta_path = dest / "releases.json"
+    if meta_path.is_file():
+        meta = json.loads(meta_path.read_text())
+        if meta.get("plant") == plant and meta.get("at") == at and len(meta["versions"]) == n_releases:
+            return meta
+        shutil.rmtree(dest)
+    versions = [f"0.1.{i}" for i in range(n_releases)]
+    if at not in versions[1:]:
+        raise SystemExit(f"--at must be one of {', '.join(versions[1:])}")
+    repo, dist = dest / "repo", dest / "dist"
+    shutil.copytree(MINI, repo, ignore=shutil.ignore_patterns("__pycache__", "build", "*.egg-info"))
+    dist.mkdir(parents=True)
+    _git(repo, "init", "-q")
+    _set_version(repo, versions[0])
+    _commit(repo, f"release {versions[0]}")
+    _git(repo, "tag", f"v{versions[0]}")
+    planted_commit = None
+    for v in versions[1:]:
+        for i in range(3):
+            if v == at and i == 1:
+                cost = repo / COST
+                cost.write_text(cost.read_text().replace("STEP_BASE_S = 0.012", PLANTS[plant]))
+                planted_commit = _commit(repo, f"decode: step base cost ({plant})")
+            else:
+                _note(repo, f"{v}: housekeeping {i}")
+                _commit(repo, f"housekeeping {v}.{i}")
+        _set_version(repo, v)
+        _commit(repo, f"release {v}")
+        _git(repo, "tag", f"v{v}")
+    wheels = [_wheel(repo, f"v{v}", dist) for v in versions]
+    _index_page(dest / "index", wheels)
+    meta = {"versions": versions, "tags": [f"v{v}" for v in versions], "plant": plant, "at": at,
+            "planted_commit": planted_commit, "repo": str(repo), "index": str(dest / "index")}
+    meta_path.write_text(json.dumps(meta, indent=2) + "\n")
+    return meta
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("dest", type=Path)
+    ap.add_argument("--plant", choices=sorted(PLANTS), default="gain")
+    ap.add_argument("--at", default="0.1.5", help="the release that carries the planted change")
+    ap.add_argument("--releases", type=int, default=9)
+    args = ap.parse_args()
+    print(json.dumps(build(args.dest.resolve(), plant=args.plant, at=args.at, n_releases=args.releases), indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
