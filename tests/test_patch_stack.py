@@ -1,0 +1,134 @@
+"""The patch author's loop: edit a stack as commits, export patches, rebase onto a new upstream."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+from conftest import REPO_ROOT, change, git
+from toolkit.cli import main
+from toolkit.recipe import load_recipe
+
+BASE = """
+description = "mini"
+[sources.mini]
+git = "@UPSTREAM@"
+rev = "v1"
+package_dir = "python"
+[patches]
+mini = ["mini/step.patch", "mini/name.patch"]
+"""
+
+
+def _stack(project):
+    project.write_upstream("python/mini/cost.py",
+                           "STEP_MS = 10\nPREFILL_MS = 1\nNAME = 'mini'\n\n\n\n\n\nSEQ_US = 40\nKV = 'bf16'\nPAGE = 64\n")
+    project.commit("more knobs")
+    git(project.upstream, "tag", "-f", "v1")
+    project.patch("mini/step.patch", change("STEP_MS = 10", "STEP_MS = 8"))
+    project.patch("mini/name.patch", """\
+        Subject: seq cost
+
+        diff --git a/python/mini/cost.py b/python/mini/cost.py
+        --- a/python/mini/cost.py
+        +++ b/python/mini/cost.py
+        @@ -7,5 +7,5 @@ NAME = 'mini'
+         
+         
+        -SEQ_US = 40
+        +SEQ_US = 20
+         KV = 'bf16'
+         PAGE = 64
+        """)
+    return project.recipe("mini", BASE)
+
+
+def test_rebase_merges_moved_context_and_stops_at_a_real_conflict(project, home, capsys, monkeypatch):
+    monkeypatch.setenv("PATCHBENCH_RECIPES", str(project.recipes))
+    _stack(project)
+    # v2: lines inserted, and a context line of the second patch changed (its zero-fuzz apply fails;
+    # a 3-way merge works: the change is not next to the patch's own line)
+    project.write_upstream("python/mini/cost.py",
+                           "STEP_MS = 10\nPREFILL_MS = 1\nNAME = 'mini'\nTP = 1\nEP = 1\n\n\n\n\n\nSEQ_US = 40\nKV = 'bf16'\nPAGE = 128\n")
+    project.commit("v2")
+    git(project.upstream, "tag", "v2")
+    assert main(["patches", "check", "mini"]) == 0
+    assert main(["patches", "rebase", "mini", "--onto", "v2"]) == 0
+    out = capsys.readouterr().out
+    assert "applies patches/mini-v2/step.patch" in " ".join(out.split())
+    assert "3-way merged patches/mini-v2/name.patch" in " ".join(out.split())
+    new = load_recipe("mini-v2")
+    assert new.sources["mini"].rev == "v2" and new.patch_names("mini") == ("mini-v2/step.patch", "mini-v2/name.patch")
+    assert (project.recipes / "mini-v2.lock.json").is_file()
+    assert main(["patches", "check", "mini-v2"]) == 0
+    # v3 changes the very line the first patch changes: a conflict, reported with both sides
+    project.write_upstream("python/mini/cost.py",
+                           "STEP_MS = 12\nPREFILL_MS = 1\nNAME = 'mini'\n\n\n\n\n\nSEQ_US = 40\nKV = 'bf16'\nPAGE = 64\n")
+    project.commit("v3")
+    git(project.upstream, "tag", "v3")
+    capsys.readouterr()
+    assert main(["patches", "rebase", "mini", "--onto", "v3"]) == 1
+    err = " ".join(capsys.readouterr().err.split())
+    assert "patch mini/step.patch does not merge onto v3: conflict in python/mini/cost.py" in err
+    assert "the new base has STEP_MS = 12; the patch wants STEP_MS = 8" in err
+    assert "--continue" in err and "--abort" in err
+    assert main(["patches", "rebase", "mini", "--onto", "v3"]) == 2  # one rebase at a time
+    # resolve by taking the patch's side, then continue
+    work = home / "work" / "mini" / "mini-onto-v3"
+    cost = work / "python/mini/cost.py"
+    text = cost.read_text()
+    start, end = text.index("<<<<<<<"), text.index(">>>>>>>")
+    cost.write_text(text[:start] + "STEP_MS = 8\n" + text[text.index("\n", end) + 1:])
+    git(work, "add", "python/mini/cost.py")
+    assert main(["patches", "rebase", "mini", "--onto", "v3", "--continue"]) == 0
+    assert "resolved patches/mini-v3/step.patch" in " ".join(capsys.readouterr().out.split())
+    assert main(["patches", "check", "mini-v3"]) == 0
+
+
+def test_rebase_abort_leaves_nothing(project, home, monkeypatch, capsys):
+    monkeypatch.setenv("PATCHBENCH_RECIPES", str(project.recipes))
+    _stack(project)
+    project.write_upstream("python/mini/cost.py", "STEP_MS = 12\n")
+    project.commit("v9")
+    git(project.upstream, "tag", "v9")
+    assert main(["patches", "rebase", "mini", "--onto", "v9"]) == 1
+    assert main(["patches", "rebase", "mini", "--onto", "v9", "--abort"]) == 0
+    assert not (home / "work" / "mini" / "mini-onto-v9").exists()
+    assert not (project.recipes / "mini-v9.toml").exists()
+
+
+def test_readme_loop_edit_export_run_compare(tmp_path, home, monkeypatch, capsys):
+    """A newcomer's first own experiment, by the README: a recipe of their own, a patch written with
+    `patches edit` + `export`, run against demo/baseline and compared."""
+    proj = tmp_path / "proj"
+    for part in ("recipes/demo", "patches/demo", "upstream/minisglang"):
+        shutil.copytree(REPO_ROOT / part, proj / part, ignore=shutil.ignore_patterns("*.lock.json", "__pycache__"))
+    monkeypatch.chdir(proj)
+    monkeypatch.delenv("PATCHBENCH_RECIPES", raising=False)
+    (proj / "recipes/mine").mkdir()
+    (proj / "recipes/mine/quick.toml").write_text(
+        'description = "mine: a quicker decode step"\nextends = "demo/baseline"\n'
+        '[benchmark]\nconcurrency = [1]\nrepeats = 2\nnum_prompts = 8\n')
+    (proj / "recipes/mine/base.toml").write_text(
+        'description = "demo baseline, short"\nextends = "demo/baseline"\n'
+        '[benchmark]\nconcurrency = [1]\nrepeats = 2\nnum_prompts = 8\n')
+    assert main(["patches", "edit", "mine/quick"]) == 0
+    work = home / "work" / "mine__quick" / "sglang"
+    cost = work / "python/sglang/srt/model_executor/cost.py"
+    cost.write_text(cost.read_text().replace("STEP_BASE_S = 0.012", "STEP_BASE_S = 0.006"))
+    git(work, "commit", "-qam", "decode: halve the step's base cost")
+    assert main(["patches", "export", "mine/quick"]) == 0
+    assert "new patches/sglang/decode-halve-the-step-s-base-cost.patch" in " ".join(capsys.readouterr().out.split())
+    recipe = load_recipe("mine/quick")
+    assert recipe.patch_names("sglang") == ("sglang/decode-halve-the-step-s-base-cost.patch",)
+    assert main(["patches", "export", "mine/quick"]) == 0  # nothing new: a no-op
+    assert "nothing new to export" in capsys.readouterr().out
+    assert main(["run", "mine/base", "mine/quick"]) == 0
+    capsys.readouterr()
+    assert main(["compare", "mine/base", "mine/quick", "--metric", "output_tok_s", "--json"]) == 0
+    out = capsys.readouterr().out
+    assert "mine/quick" in out
+    proc = subprocess.run(["git", "apply", "--check", "-p1",
+                           str(proj / "patches/sglang/decode-halve-the-step-s-base-cost.patch")],
+                          cwd=proj / "upstream/minisglang", capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
