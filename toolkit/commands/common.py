@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 from rich.console import Console
@@ -11,8 +12,15 @@ from toolkit.errors import PatchbenchError
 from toolkit.recipe import Recipe, load_recipe
 from toolkit.workspace import default_store, resolve_home
 
-_WIDTH = None if sys.stdout.isatty() else 160  # tables stay readable in logs and CI
-console = Console(highlight=False, width=_WIDTH)
+def _width() -> int | None:
+    """COLUMNS when set (also when piped), the terminal's width on a tty, else 160 for logs and CI."""
+    cols = os.environ.get("COLUMNS", "")
+    if cols.isdigit() and int(cols) > 20:
+        return int(cols)
+    return None if sys.stdout.isatty() else 160
+
+
+console = Console(highlight=False, width=_width())
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
