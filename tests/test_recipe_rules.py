@@ -129,3 +129,10 @@ server_info = { enable_sbo = true }
     assert not v.ok and v.status == {"a.patch": "missing", "b.patch": "missing"}
     assert v.problems[0].startswith("a.patch: 1 of >= 2 ")
     assert "enable_sbo = False, expected True" in v.problems[1]
+def test_shipped_patches_all_declare_evidence():
+    for f in sorted((REPO / "recipes").rglob("*.toml")):
+        recipe = load_recipe(f, REPO / "recipes")
+        declared = set(recipe.evidence)
+        for src in recipe.patches:
+            for name in recipe.patch_names(src):
+                assert name in declared, f"{recipe.name}: {name} declares no [evidence]"
