@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import textwrap
 
 import pytest
 
@@ -139,3 +140,44 @@ def test_damaged_tree_is_rebuilt(project, home):
     [(again, reused)] = apply_recipe(load_recipe(path), home)
     assert not reused and again.tree_hash == tree.tree_hash
     assert "STEP_MS = 8" in (again.path / "python/mini/cost.py").read_text()
+
+
+def test_lock_written_in_one_clone_passes_frozen_in_another(tmp_path, home, capsys):
+    """A committed lock names local sources relative to itself: a clone elsewhere passes --frozen."""
+    a = tmp_path / "alice" / "proj"
+    for d in ("recipes", "patches", "vendor/mini/python/mini"):
+        (a / d).mkdir(parents=True)
+    (a / "vendor/mini/python/mini/cost.py").write_text("STEP_MS = 10\nPREFILL_MS = 1\nNAME = 'mini'\n")
+    (a / "patches/p1.patch").write_text(textwrap.dedent(change("STEP_MS = 10", "STEP_MS = 8")))
+    (a / "recipes/local.toml").write_text('[sources.mini]\npath = "../vendor/mini"\npackage_dir = "python"\n'
+                                          '[patches]\nmini = ["p1.patch"]\n')
+    git(a, "init", "-q")
+    assert main(["apply", str(a / "recipes/local.toml")]) == 0
+    lock_text = (a / "recipes/local.lock.json").read_text()
+    assert str(tmp_path) not in lock_text
+    assert json.loads(lock_text)["sources"]["mini"]["location"] == "../vendor/mini"
+    git(a, "add", "-A")
+    git(a, "commit", "-q", "-m", "recipe, patch and lock")
+
+    b = tmp_path / "elsewhere" / "deeper" / "bob-proj"  # another path, another depth
+    git(tmp_path, "clone", "-q", str(a), str(b))
+    capsys.readouterr()
+    assert main(["apply", str(b / "recipes/local.toml"), "--frozen"]) == 0, capsys.readouterr().err
+    assert git(b, "status", "--porcelain") == ""  # --frozen wrote nothing, the lock is as committed
+    # The portable lock still catches drift in the clone.
+    (b / "vendor/mini/python/mini/cost.py").write_text("STEP_MS = 10\nPREFILL_MS = 2\nNAME = 'mini'\n")
+    assert main(["apply", str(b / "recipes/local.toml"), "--frozen"]) == 2
+    assert "local tree changed" in capsys.readouterr().err
+
+
+def test_lock_with_absolute_paths_still_passes_frozen(project, home):
+    """Locks written before paths were portable (absolute) are read and compared the same way."""
+    git(project.root, "init", "-q")
+    path = project.recipe("local", '[sources.mini]\npath = "@UPSTREAM@"\npackage_dir = "python"\n')
+    apply_recipe(load_recipe(path), home)
+    lock_path = load_recipe(path).lock_path
+    lock = json.loads(lock_path.read_text())
+    assert lock["sources"]["mini"]["location"] == "../upstream"
+    lock["sources"]["mini"]["location"] = str(project.upstream)
+    lock_path.write_text(json.dumps(lock))
+    apply_recipe(load_recipe(path), home, frozen=True)
