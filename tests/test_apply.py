@@ -181,3 +181,42 @@ def test_lock_with_absolute_paths_still_passes_frozen(project, home):
     lock["sources"]["mini"]["location"] = str(project.upstream)
     lock_path.write_text(json.dumps(lock))
     apply_recipe(load_recipe(path), home, frozen=True)
+
+
+def test_git_layout_patch_maps_onto_a_pypi_layout_tree(project, tmp_path):
+    """A patch in the git layout (python/mini/...) applies to a tree with the package at its root:
+    edits, renames and new files; a file outside python/ and a stale hunk are named in that layout."""
+    from toolkit import gitrepo
+    from toolkit.patches import apply_one, check_stack, parse_patch
+
+    tree = tmp_path / "sdist"
+    (tree / "mini").mkdir(parents=True)
+    (tree / "mini/cost.py").write_text("STEP_MS = 10\nPREFILL_MS = 1\nNAME = 'mini'\n")
+    (tree / "mini/old.py").write_text("OLD = 1\n")
+    gitrepo.init(tree)
+    gitrepo.commit_all(tree, "sdist")
+    edit = parse_patch(project.patch("edit.patch", change("STEP_MS = 10", "STEP_MS = 8")))
+    rename = parse_patch(project.patch("rename.patch", """\
+        diff --git a/python/mini/old.py b/python/mini/new.py
+        similarity index 100%
+        rename from python/mini/old.py
+        rename to python/mini/new.py
+        """))
+    outside = parse_patch(project.patch("outside.patch", """\
+        diff --git a/docs/x.md b/docs/x.md
+        new file mode 100644
+        --- /dev/null
+        +++ b/docs/x.md
+        @@ -0,0 +1 @@
+        +x
+        """))
+    stale = parse_patch(project.patch("stale.patch", change("STEP_MS = 11", "STEP_MS = 12")))
+    d = check_stack(tree, [edit, rename, outside, stale], "python")
+    assert [x.status for x in d] == ["applies", "applies", "file-missing", "conflict"]
+    assert "outside `python/`" in d[2].detail
+    assert d[3].file == "mini/cost.py" and d[3].hunk == "@@ -1,3 +1,3 @@"
+    apply_one(tree, edit, "python")
+    apply_one(tree, rename, "python")
+    assert (tree / "mini/cost.py").read_text().startswith("STEP_MS = 8\n")
+    assert (tree / "mini/new.py").read_text() == "OLD = 1\n" and not (tree / "mini/old.py").exists()
+    assert gitrepo.is_clean(tree)

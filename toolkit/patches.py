@@ -106,14 +106,14 @@ def _subject(text: str, fallback: str) -> str:
     return fallback
 
 
-def _unquote(raw: str) -> str:
+def _unquote(patch: str, raw: str) -> str:
     """A path as git writes it: C-quoted (`"b/..\\057x"`, octal bytes of UTF-8) when it holds special
-    characters, else as it is."""
+    characters, else as it is. A quoted name that does not decode is refused."""
     if len(raw) >= 2 and raw[0] == raw[-1] == '"':
         try:
             return codecs.escape_decode(raw[1:-1].encode("utf-8"))[0].decode("utf-8")
         except (ValueError, UnicodeDecodeError):
-            return raw  # not a valid quoted name: vetted as it is (the quotes make it harmless)
+            raise BadInput(f"patch {patch}: quoted path {raw} does not decode, refused") from None
     return raw
 
 
@@ -121,7 +121,7 @@ def _check_path(patch: str, raw: str) -> str:
     """Return the path without its a/ b/ prefix; refuse escapes, absolute paths and .git/.
 
     C-quoted names are decoded first, so `"b/..\\057x"` is seen as `../x` and refused."""
-    path = _unquote(raw.strip())
+    path = _unquote(patch, raw.strip())
     if path == "/dev/null":
         return path
     if path.startswith("/"):
