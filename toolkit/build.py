@@ -382,10 +382,11 @@ def export_tree(ctx: BuildContext, tree: AppliedTree) -> Path:
     dest = ctx.build_dir / "src" / tree.source
     dest.mkdir(parents=True, exist_ok=True)
     step = f"export-{tree.source}"
-    ctx.steps.log(step)
+    ctx.steps.note(step, f"git archive {tree.tree_hash} of {tree.path} -> {dest}")
     try:
         gitlinks = gitrepo.export(tree.path, tree.tree_hash, dest)
     except PatchbenchError as e:
+        ctx.steps.note(step, e.message)
         raise ctx.steps.failure(step, e.message) from e
     # git archive leaves submodules (gitlinks) empty: copy their checked-out content
     for rel in gitlinks:

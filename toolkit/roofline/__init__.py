@@ -1,7 +1,7 @@
 """Decode roofline: the fastest a decode step could possibly be, with every assumption spelled out.
 
 Pure model. The only I/O is reading the shipped data files (``toolkit/data/gpus.toml`` and
-``toolkit/data/models/*.json``) or a user's ``config.json`` through the small loaders at the top.
+``toolkit/data/models/*.json``) or a user's ``config.json``, through the loaders in ``configs``.
 
 Per GPU, per decode step at batch b (DOMAIN.md, "The decode roofline")::
 
@@ -21,6 +21,11 @@ conservative of the two. Communication is never overlapped with compute.
 Reproducing the seed (GLM-5-NVFP4, 8x RTX PRO 6000, TP8, b=1: 156 all-reduces, ~3.3 MB, 1.56 ms,
 ~309 tok/s) needs :data:`SEED_GLM5_WEIGHTS` (every weight NVFP4, attention included), even sharding,
 a negligible KV cache (context ~0) and the all-reduce transfer term: see :func:`seed_glm5_inputs`.
+
+The package, one concept per module (everything public is re-exported here):
+``configs`` (GPU table, model configs, HF config.json -> ModelShape: the only I/O), ``formats``
+(bytes per parameter, the weight-spec parser), ``inputs`` (RooflineInputs), ``model`` (the pure
+model and its result types) and ``assumptions`` (the sentences printed beside the numbers).
 """
 
 from __future__ import annotations
