@@ -220,3 +220,14 @@ def test_git_layout_patch_maps_onto_a_pypi_layout_tree(project, tmp_path):
     assert (tree / "mini/cost.py").read_text().startswith("STEP_MS = 8\n")
     assert (tree / "mini/new.py").read_text() == "OLD = 1\n" and not (tree / "mini/old.py").exists()
     assert gitrepo.is_clean(tree)
+
+
+def test_commit_shas_are_the_same_in_any_home(project, tmp_path):
+    """Fixed identity and dates: the same base and stack give the same commits anywhere, any time."""
+    path = three(project)
+    [(one, _)] = apply_recipe(load_recipe(path), tmp_path / "home-one")
+    [(two, _)] = apply_recipe(load_recipe(path), tmp_path / "home-two")
+    assert one.path != two.path
+    assert one.patch_commits == two.patch_commits and one.head_commit == two.head_commit
+    assert git(one.path, "log", "-1", "--format=%an <%ae> %ad", "--date=iso") == \
+        "patchbench <patchbench@localhost> 2000-01-01 00:00:00 +0000"

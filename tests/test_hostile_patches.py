@@ -26,6 +26,8 @@ HOSTILE = {
     # git's C-quoted names: `\\057` is `/`, so this is `../evil.py`
     "quoted path escape": ('diff --git "a/..\\057evil.py" "b/..\\057evil.py"\nnew file mode 100644\n--- /dev/null\n'
                            '+++ "b/..\\057evil.py"\n@@ -0,0 +1 @@\n+x\n', "escapes the tree (`..`)"),
+    "rename escape": ("diff --git a/python/mini/cost.py b/python/mini/new.py\nsimilarity index 100%\n"
+                      "rename from python/mini/cost.py\nrename to ../../evil.py\n", "escapes the tree"),
     "quoted rename escape": ('diff --git a/python/mini/cost.py "b/python/..\\057..\\057evil.py"\nsimilarity index 100%\n'
                              'rename from python/mini/cost.py\nrename to "python/..\\057..\\057evil.py"\n', "escapes the tree"),
 }
