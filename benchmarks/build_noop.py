@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import io
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -23,14 +22,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from rich.console import Console  # noqa: E402
 
 from toolkit import envs  # noqa: E402
+from toolkit.gitrepo import out as git  # noqa: E402  (fixed identity: reproducible SHAs)
 from toolkit.envs import BuildSpec, ensure_env  # noqa: E402
 from toolkit.tree import AppliedTree  # noqa: E402
-
-
-def git(cwd, *args) -> str:
-    return subprocess.run(["git", "-c", "user.name=b", "-c", "user.email=b@b", "-c",
-                           "init.defaultBranch=main", *args], cwd=cwd, check=True,
-                          capture_output=True, text=True).stdout.strip()
 
 
 def make_tree(root: Path) -> AppliedTree:

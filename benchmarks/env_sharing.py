@@ -24,16 +24,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from rich.console import Console  # noqa: E402
 
 from toolkit import envs  # noqa: E402
+from toolkit.gitrepo import out as git  # noqa: E402  (fixed identity: reproducible SHAs)
 from toolkit.envs import BuildSpec, disk_usage, ensure_env, pip_sources  # noqa: E402
 from toolkit.tree import AppliedTree  # noqa: E402
 
 TORCH = "torch==2.13.0+cpu"
-
-
-def git(cwd, *args) -> str:
-    return subprocess.run(["git", "-c", "user.name=b", "-c", "user.email=b@b", "-c",
-                           "init.defaultBranch=main", *args], cwd=cwd, check=True,
-                          capture_output=True, text=True).stdout.strip()
 
 
 def tree(root: Path, i: int) -> AppliedTree:

@@ -25,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from rich.console import Console  # noqa: E402
 
 from toolkit import envs  # noqa: E402
+from toolkit.gitrepo import out as git  # noqa: E402  (fixed identity: reproducible SHAs)
 from toolkit.build import gencode_flags  # noqa: E402
 from toolkit.envs import BuildSpec, ensure_env  # noqa: E402
 from toolkit.tree import AppliedTree  # noqa: E402
@@ -48,12 +49,6 @@ __global__ void reduce_kernel_{i}(const T* in, T* out, int n) {{
 INST(64, float) INST(128, float) INST(256, float)
 INST(64, int) INST(128, int) INST(256, int)
 """
-
-
-def git(cwd, *args) -> str:
-    return subprocess.run(["git", "-c", "user.name=b", "-c", "user.email=b@b", "-c",
-                           "init.defaultBranch=main", *args], cwd=cwd, check=True,
-                          capture_output=True, text=True).stdout.strip()
 
 
 def tree_at(root: Path) -> AppliedTree:

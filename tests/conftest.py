@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 from filelock import FileLock
 
+from toolkit.tree import AppliedTree
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 MINI_PY = REPO_ROOT / "upstream" / "minisglang" / "python"
 # Downloads and base venvs the tests keep between runs (CI keeps them for one run).
@@ -62,11 +64,21 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
-def git(cwd, *args):
+def git_run(cwd, *args) -> subprocess.CompletedProcess:
+    """`git ARGS` in `cwd` as a test user would run it (identity t <t@t>, branch main, no autocrlf);
+    the completed process, whatever its exit status. The tests' one git helper, with `git`."""
     env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
            "GIT_COMMITTER_EMAIL": "t@t"}
-    return subprocess.run(["git", "-c", "init.defaultBranch=main", *args], cwd=cwd, env=env, check=True,
-                          capture_output=True, text=True).stdout.strip()
+    return subprocess.run(["git", "-c", "init.defaultBranch=main", "-c", "core.autocrlf=false", *args],
+                          cwd=cwd, env=env, capture_output=True, text=True)
+
+
+def git(cwd, *args) -> str:
+    """`git ARGS` in `cwd` that must succeed; its stdout, stripped."""
+    proc = git_run(cwd, *args)
+    if proc.returncode != 0:
+        raise AssertionError(f"git {' '.join(args)} failed in {cwd}: {proc.stderr.strip()}")
+    return proc.stdout.strip()
 
 
 @pytest.fixture
@@ -116,6 +128,48 @@ class Project:
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(textwrap.dedent(text).lstrip("\n").replace("@UPSTREAM@", str(self.upstream)))
         return p
+
+
+class Upstream:
+    """A git repo holding an installable package (`minipkg`, a console script) and two CUDA sources."""
+
+    def __init__(self, root: Path, *, dist: str = "minipkg", package: str = "minipkg"):
+        self.root = root
+        root.mkdir(parents=True)
+        git(root, "init", "-q")
+        self.write("pyproject.toml", f"""
+            [build-system]
+            requires = ["setuptools>=61"]
+            build-backend = "setuptools.build_meta"
+            [project]
+            name = "{dist}"
+            version = "0.1.0"
+            [project.scripts]
+            {package}-hello = "{package}:hello"
+            [tool.setuptools]
+            packages = ["{package}"]
+            """)
+        self.write(f"{package}/__init__.py", "VALUE = 1\ndef hello():\n    print('hello', VALUE)\n")
+        self.write("csrc/a.cu", "__global__ void a_kernel(float* x) { x[threadIdx.x] += 1.0f; }\n")
+        self.write("csrc/b.cu", "__global__ void b_kernel(float* x) { x[threadIdx.x] *= 2.0f; }\n")
+        self.commit("base")
+
+    def write(self, rel: str, text: str) -> None:
+        p = self.root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(textwrap.dedent(text).lstrip("\n"))
+
+    def commit(self, msg: str = "change") -> None:
+        git(self.root, "add", "-A")
+        git(self.root, "commit", "-q", "-m", msg)
+
+    def tree(self, source: str = "mini", *, layout: str = "git", package_dir: str = "") -> AppliedTree:
+        return AppliedTree.at_head(source, self.root, layout=layout, package_dir=package_dir)
+
+
+@pytest.fixture
+def upstream(tmp_path) -> Upstream:
+    return Upstream(tmp_path / "upstream")
 
 
 @pytest.fixture

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import textwrap
 
 import pytest
 
@@ -139,3 +140,94 @@ def test_damaged_tree_is_rebuilt(project, home):
     [(again, reused)] = apply_recipe(load_recipe(path), home)
     assert not reused and again.tree_hash == tree.tree_hash
     assert "STEP_MS = 8" in (again.path / "python/mini/cost.py").read_text()
+
+
+def test_lock_written_in_one_clone_passes_frozen_in_another(tmp_path, home, capsys):
+    """A committed lock names local sources relative to itself: a clone elsewhere passes --frozen."""
+    a = tmp_path / "alice" / "proj"
+    for d in ("recipes", "patches", "vendor/mini/python/mini"):
+        (a / d).mkdir(parents=True)
+    (a / "vendor/mini/python/mini/cost.py").write_text("STEP_MS = 10\nPREFILL_MS = 1\nNAME = 'mini'\n")
+    (a / "patches/p1.patch").write_text(textwrap.dedent(change("STEP_MS = 10", "STEP_MS = 8")))
+    (a / "recipes/local.toml").write_text('[sources.mini]\npath = "../vendor/mini"\npackage_dir = "python"\n'
+                                          '[patches]\nmini = ["p1.patch"]\n')
+    git(a, "init", "-q")
+    assert main(["apply", str(a / "recipes/local.toml")]) == 0
+    lock_text = (a / "recipes/local.lock.json").read_text()
+    assert str(tmp_path) not in lock_text
+    assert json.loads(lock_text)["sources"]["mini"]["location"] == "../vendor/mini"
+    git(a, "add", "-A")
+    git(a, "commit", "-q", "-m", "recipe, patch and lock")
+
+    b = tmp_path / "elsewhere" / "deeper" / "bob-proj"  # another path, another depth
+    git(tmp_path, "clone", "-q", str(a), str(b))
+    capsys.readouterr()
+    assert main(["apply", str(b / "recipes/local.toml"), "--frozen"]) == 0, capsys.readouterr().err
+    assert git(b, "status", "--porcelain") == ""  # --frozen wrote nothing, the lock is as committed
+    # The portable lock still catches drift in the clone.
+    (b / "vendor/mini/python/mini/cost.py").write_text("STEP_MS = 10\nPREFILL_MS = 2\nNAME = 'mini'\n")
+    assert main(["apply", str(b / "recipes/local.toml"), "--frozen"]) == 2
+    assert "local tree changed" in capsys.readouterr().err
+
+
+def test_lock_with_absolute_paths_still_passes_frozen(project, home):
+    """Locks written before paths were portable (absolute) are read and compared the same way."""
+    git(project.root, "init", "-q")
+    path = project.recipe("local", '[sources.mini]\npath = "@UPSTREAM@"\npackage_dir = "python"\n')
+    apply_recipe(load_recipe(path), home)
+    lock_path = load_recipe(path).lock_path
+    lock = json.loads(lock_path.read_text())
+    assert lock["sources"]["mini"]["location"] == "../upstream"
+    lock["sources"]["mini"]["location"] = str(project.upstream)
+    lock_path.write_text(json.dumps(lock))
+    apply_recipe(load_recipe(path), home, frozen=True)
+
+
+def test_git_layout_patch_maps_onto_a_pypi_layout_tree(project, tmp_path):
+    """A patch in the git layout (python/mini/...) applies to a tree with the package at its root:
+    edits, renames and new files; a file outside python/ and a stale hunk are named in that layout."""
+    from toolkit import gitrepo
+    from toolkit.patches import apply_one, check_stack, parse_patch
+
+    tree = tmp_path / "sdist"
+    (tree / "mini").mkdir(parents=True)
+    (tree / "mini/cost.py").write_text("STEP_MS = 10\nPREFILL_MS = 1\nNAME = 'mini'\n")
+    (tree / "mini/old.py").write_text("OLD = 1\n")
+    gitrepo.init(tree)
+    gitrepo.commit_all(tree, "sdist")
+    edit = parse_patch(project.patch("edit.patch", change("STEP_MS = 10", "STEP_MS = 8")))
+    rename = parse_patch(project.patch("rename.patch", """\
+        diff --git a/python/mini/old.py b/python/mini/new.py
+        similarity index 100%
+        rename from python/mini/old.py
+        rename to python/mini/new.py
+        """))
+    outside = parse_patch(project.patch("outside.patch", """\
+        diff --git a/docs/x.md b/docs/x.md
+        new file mode 100644
+        --- /dev/null
+        +++ b/docs/x.md
+        @@ -0,0 +1 @@
+        +x
+        """))
+    stale = parse_patch(project.patch("stale.patch", change("STEP_MS = 11", "STEP_MS = 12")))
+    d = check_stack(tree, [edit, rename, outside, stale], "python")
+    assert [x.status for x in d] == ["applies", "applies", "file-missing", "conflict"]
+    assert "outside `python/`" in d[2].detail
+    assert d[3].file == "mini/cost.py" and d[3].hunk == "@@ -1,3 +1,3 @@"
+    apply_one(tree, edit, "python")
+    apply_one(tree, rename, "python")
+    assert (tree / "mini/cost.py").read_text().startswith("STEP_MS = 8\n")
+    assert (tree / "mini/new.py").read_text() == "OLD = 1\n" and not (tree / "mini/old.py").exists()
+    assert gitrepo.is_clean(tree)
+
+
+def test_commit_shas_are_the_same_in_any_home(project, tmp_path):
+    """Fixed identity and dates: the same base and stack give the same commits anywhere, any time."""
+    path = three(project)
+    [(one, _)] = apply_recipe(load_recipe(path), tmp_path / "home-one")
+    [(two, _)] = apply_recipe(load_recipe(path), tmp_path / "home-two")
+    assert one.path != two.path
+    assert one.patch_commits == two.patch_commits and one.head_commit == two.head_commit
+    assert git(one.path, "log", "-1", "--format=%an <%ae> %ad", "--date=iso") == \
+        "patchbench <patchbench@localhost> 2000-01-01 00:00:00 +0000"

@@ -13,7 +13,6 @@ import os
 import shutil
 import subprocess
 import sys
-import textwrap
 import zipfile
 from pathlib import Path
 
@@ -21,7 +20,7 @@ import pytest
 from filelock import FileLock
 from rich.console import Console
 
-from conftest import TEST_CACHE, base_torch_python
+from conftest import TEST_CACHE, Upstream, base_torch_python, git
 from toolkit import build, envs
 from toolkit.build import (
     cuda_binary_arches,
@@ -40,39 +39,6 @@ from toolkit.tree import AppliedTree
 NVCC = envs.find_nvcc()
 needs_nvcc = pytest.mark.skipif(NVCC is None, reason="needs nvcc")
 needs_ccache = pytest.mark.skipif(shutil.which("ccache") is None, reason="needs ccache")
-
-
-def git(cwd, *args) -> str:
-    return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c",
-                           "init.defaultBranch=main", *args], cwd=cwd, check=True,
-                          capture_output=True, text=True).stdout.strip()
-
-
-def make_upstream(root: Path) -> Path:
-    """A git repo: installable package `minipkg` + csrc/a.cu, csrc/b.cu."""
-    files = {
-        "pyproject.toml": """
-            [build-system]
-            requires = ["setuptools>=61"]
-            build-backend = "setuptools.build_meta"
-            [project]
-            name = "minipkg"
-            version = "0.1.0"
-            [tool.setuptools]
-            packages = ["minipkg"]
-            """,
-        "minipkg/__init__.py": "VALUE = 1\n",
-        "csrc/a.cu": "__global__ void a_kernel(float* x) { x[threadIdx.x] += 1.0f; }\n",
-        "csrc/b.cu": "__global__ void b_kernel(float* x) { x[threadIdx.x] *= 2.0f; }\n",
-    }
-    root.mkdir(parents=True)
-    git(root, "init", "-q")
-    for rel, text in files.items():
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_text(textwrap.dedent(text).lstrip("\n"))
-    git(root, "add", "-A")
-    git(root, "commit", "-q", "-m", "base")
-    return root
 
 
 def tree_of(root: Path, source: str = "mini", layout: str = "git", package_dir: str = "") -> AppliedTree:
@@ -157,7 +123,7 @@ def test_cuobjdump_tells_120a_from_120f(tmp_path, pb_home):
 
 @needs_nvcc
 def test_cuda_globs_compiled_for_sm_120a_and_checked(tmp_path, pb_home):
-    up = make_upstream(tmp_path / "up")
+    up = Upstream(tmp_path / "up").root
     spec = BuildSpec(arch=("12.0a",), cuda=(("mini", ("csrc/*.cu",)),), jobs=2)
     env = ensure_env([tree_of(up)], spec, pb_home, console=quiet())
     objs = sorted((env.path / "kernels" / "mini" / "csrc").iterdir())
@@ -172,7 +138,7 @@ def test_cuda_globs_compiled_for_sm_120a_and_checked(tmp_path, pb_home):
 
 @needs_nvcc
 def test_declared_arch_no_binary_carries_fails_clearly(tmp_path, pb_home, monkeypatch):
-    up = make_upstream(tmp_path / "up")
+    up = Upstream(tmp_path / "up").root
     real = build.gencode_flags
     monkeypatch.setattr(build, "gencode_flags", lambda arches: real(list(arches)[:1]))  # drops 9.0a
     spec = BuildSpec(arch=("12.0a", "9.0a"), cuda=(("mini", ("csrc/a.cu",)),))
@@ -194,7 +160,7 @@ def test_declared_arch_no_binary_carries_fails_clearly(tmp_path, pb_home, monkey
 @needs_nvcc
 @needs_ccache
 def test_ccache_hits_across_tree_paths_after_one_cu_changes(tmp_path, pb_home):
-    up = make_upstream(tmp_path / "up")
+    up = Upstream(tmp_path / "up").root
     spec = BuildSpec(arch=("12.0a",), cuda=(("mini", ("csrc/*.cu",)),))
     env1 = ensure_env([tree_of(up)], spec, pb_home, console=quiet())
     assert env1.manifest["cuda"]["ccache"] == {"hits": 0, "misses": 2}
@@ -304,7 +270,7 @@ def test_sgl_kernel_cmake_arguments(tmp_path):
 
 
 def test_wheel_tree_is_repacked_with_a_fresh_record_and_installed(tmp_path, pb_home):
-    up = make_upstream(tmp_path / "src")
+    up = Upstream(tmp_path / "src").root
     subprocess.run([envs.uv_bin(), "build", "-q", "--no-config", "--wheel", "--out-dir",
                     str(tmp_path / "dist"), *pip_sources().uv_build_args(), str(up)], check=True)
     (whl,) = (tmp_path / "dist").glob("*.whl")

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from conftest import base_torch_python
+from conftest import Upstream, base_torch_python
 from toolkit import envs
 from toolkit.envs import (
     BuildSpec,
@@ -44,51 +44,8 @@ HAVE_NVCC = envs.find_nvcc() is not None
 
 
 # --------------------------------------------------------------------------------------------
-# helpers (test_build.py has its own copy: test modules do not import each other)
+# helpers (the git helper and the `upstream` fixture are in conftest.py)
 # --------------------------------------------------------------------------------------------
-
-
-def git(cwd, *args) -> str:
-    return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c",
-                           "init.defaultBranch=main", *args], cwd=cwd, check=True,
-                          capture_output=True, text=True).stdout.strip()
-
-
-class Upstream:
-    """A git repo holding an installable package `minipkg` and two CUDA sources."""
-
-    def __init__(self, root: Path, *, dist: str = "minipkg", package: str = "minipkg"):
-        self.root = root
-        root.mkdir(parents=True)
-        git(root, "init", "-q")
-        self.write("pyproject.toml", f"""
-            [build-system]
-            requires = ["setuptools>=61"]
-            build-backend = "setuptools.build_meta"
-            [project]
-            name = "{dist}"
-            version = "0.1.0"
-            [project.scripts]
-            {package}-hello = "{package}:hello"
-            [tool.setuptools]
-            packages = ["{package}"]
-            """)
-        self.write(f"{package}/__init__.py", "VALUE = 1\ndef hello():\n    print('hello', VALUE)\n")
-        self.write("csrc/a.cu", "__global__ void a_kernel(float* x) { x[threadIdx.x] += 1.0f; }\n")
-        self.write("csrc/b.cu", "__global__ void b_kernel(float* x) { x[threadIdx.x] *= 2.0f; }\n")
-        self.commit("base")
-
-    def write(self, rel: str, text: str) -> None:
-        p = self.root / rel
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(textwrap.dedent(text).lstrip("\n"))
-
-    def commit(self, msg: str = "change") -> None:
-        git(self.root, "add", "-A")
-        git(self.root, "commit", "-q", "-m", msg)
-
-    def tree(self, source: str = "mini") -> AppliedTree:
-        return AppliedTree.at_head(source, self.root)
 
 
 def quiet() -> Console:
@@ -111,11 +68,6 @@ def pb_home(tmp_path) -> Path:
     h = tmp_path / "pbhome"
     h.mkdir()
     return h
-
-
-@pytest.fixture
-def upstream(tmp_path) -> Upstream:
-    return Upstream(tmp_path / "upstream")
 
 
 FAKE_TOOLCHAIN = Toolchain(

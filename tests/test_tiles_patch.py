@@ -21,6 +21,7 @@ from pathlib import Path, PurePosixPath
 
 import pytest
 
+from conftest import git_run
 from toolkit import flashinfer_kernels as fk
 from toolkit.errors import BadInput
 
@@ -34,13 +35,6 @@ SDIST_SHA256 = "31646a6c1a9a5268056ddd31f377fbb57adf0f68ba6c7714a3a3f348bd1d1454
 # What the compile needs from the 54 MB sdist (its csrc/ subdirectories alone are 250 MB).
 SDIST_KEEP = ("flashinfer/jit/", "include/", "3rdparty/cutlass/include/",
               "3rdparty/cutlass/tools/util/include/", "3rdparty/cccl/", "3rdparty/spdlog/include/")
-
-
-def _git(cwd: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@t"}
-    return subprocess.run(["git", "-c", "init.defaultBranch=main", "-c", "core.autocrlf=false", *args],
-                          cwd=cwd, env=env, capture_output=True, text=True)
 
 
 # --- fast: a synthetic tree --------------------------------------------------------------------
@@ -284,18 +278,18 @@ def test_new_tile_compiles_for_sm120a(flashinfer_sdist, cuda_tools, tmp_path):
     tree = tmp_path / "flashinfer"
     tree.mkdir()
     _unpack_subset(flashinfer_sdist, tree)
-    assert _git(tree, "init", "-q").returncode == 0
-    _git(tree, "add", "-A", "-f")
-    assert _git(tree, "commit", "-q", "-m", "flashinfer-python 0.7.2 sdist (subset)").returncode == 0
+    assert git_run(tree, "init", "-q").returncode == 0
+    git_run(tree, "add", "-A", "-f")
+    assert git_run(tree, "commit", "-q", "-m", "flashinfer-python 0.7.2 sdist (subset)").returncode == 0
 
     # the unpatched tree does not build the tile
     assert NEW_TILE not in fk.sm120_fp4_tiles(tree)
     with pytest.raises(BadInput):
         fk.render_sm120_fp4_tile_source(tree, *NEW_TILE, tmp_path / "gen")
 
-    check = _git(tree, "apply", "--check", "-v", str(PATCH))  # no -C, no whitespace fixes: zero fuzz
+    check = git_run(tree, "apply", "--check", "-v", str(PATCH))  # no -C, no whitespace fixes: zero fuzz
     assert check.returncode == 0, check.stderr
-    assert _git(tree, "apply", str(PATCH)).returncode == 0
+    assert git_run(tree, "apply", str(PATCH)).returncode == 0
     assert NEW_TILE in fk.sm120_fp4_tiles(tree)
     text = (tree / "include/flashinfer/gemm/fp4_gemm_cutlass_template_sm120.h").read_text()
     assert "CtaShape128x32x32B:\n      DISPATCH_WITH_SCHEDULER(128, 32, 64);" in text

@@ -28,7 +28,6 @@ import shlex
 import shutil
 import subprocess
 import sys
-import tarfile
 import threading
 import time
 import zipfile
@@ -39,6 +38,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 
 from filelock import FileLock
 
+from toolkit import gitrepo
 from toolkit.errors import BadInput, PatchbenchError
 from toolkit.tree import AppliedTree
 
@@ -382,39 +382,22 @@ def export_tree(ctx: BuildContext, tree: AppliedTree) -> Path:
     dest = ctx.build_dir / "src" / tree.source
     dest.mkdir(parents=True, exist_ok=True)
     step = f"export-{tree.source}"
-    log = ctx.steps.log(step)
-    with open(log, "ab") as errlog:
-        try:
-            proc = subprocess.Popen(["git", "-C", str(tree.path), "archive", "--format=tar",
-                                     tree.tree_hash], stdout=subprocess.PIPE, stderr=errlog,
-                                    stdin=subprocess.DEVNULL)
-        except OSError as e:
-            raise ctx.steps.failure(step, f"cannot run git: {e}") from e
-        try:
-            with tarfile.open(fileobj=proc.stdout, mode="r|") as tar:
-                tar.extractall(dest, filter="tar")
-        except tarfile.TarError as e:
-            proc.kill()
-            raise ctx.steps.failure(step, f"cannot export tree {tree.tree_hash} of {tree.path}: "
-                                          f"{e}")
-        finally:
-            rc = proc.wait()
-    if rc != 0:
-        raise ctx.steps.failure(step, f"git archive {tree.tree_hash} failed in {tree.path}")
+    ctx.steps.note(step, f"git archive {tree.tree_hash} of {tree.path} -> {dest}")
+    try:
+        gitlinks = gitrepo.export(tree.path, tree.tree_hash, dest)
+    except PatchbenchError as e:
+        ctx.steps.note(step, e.message)
+        raise ctx.steps.failure(step, e.message) from e
     # git archive leaves submodules (gitlinks) empty: copy their checked-out content
-    listing = subprocess.run(["git", "-C", str(tree.path), "ls-tree", "-r", "-z", tree.tree_hash],
-                             capture_output=True, stdin=subprocess.DEVNULL)
-    for entry in listing.stdout.split(b"\0"):
-        if entry.startswith(b"160000 "):
-            rel = entry.split(b"\t", 1)[1].decode()
-            src = tree.path / rel
-            if src.is_dir() and any(src.iterdir()):
-                shutil.rmtree(dest / rel, ignore_errors=True)
-                shutil.copytree(src, dest / rel, symlinks=True,
-                                ignore=shutil.ignore_patterns(".git"))
-                ctx.steps.note(step, f"submodule {rel}: copied from the work tree")
-            else:
-                ctx.steps.note(step, f"submodule {rel}: not checked out in {tree.path}; left empty")
+    for rel in gitlinks:
+        src = tree.path / rel
+        if src.is_dir() and any(src.iterdir()):
+            shutil.rmtree(dest / rel, ignore_errors=True)
+            shutil.copytree(src, dest / rel, symlinks=True,
+                            ignore=shutil.ignore_patterns(".git"))
+            ctx.steps.note(step, f"submodule {rel}: copied from the work tree")
+        else:
+            ctx.steps.note(step, f"submodule {rel}: not checked out in {tree.path}; left empty")
     ctx._exports[tree.source] = dest
     return dest
 

@@ -42,6 +42,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from filelock import FileLock, Timeout
 
+from toolkit import gitrepo
 from toolkit.errors import BadInput, PatchbenchError
 from toolkit.spec import BuildSpec, canonical_json, jsonable as _jsonable
 from toolkit.tree import AppliedTree
@@ -352,12 +353,10 @@ def probe_toolchain(spec: BuildSpec) -> Toolchain:
 def _dir_identity(path: Path) -> dict:
     """A pre-seeded source directory: its git tree hash (+ whether the work tree is dirty)."""
     path = Path(path).expanduser().resolve()
-    out = subprocess.run(["git", "-C", str(path), "rev-parse", "HEAD^{tree}"],
-                         capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    out = gitrepo.run(path, "rev-parse", "HEAD^{tree}", check=False)
     if out.returncode != 0:
         return {"path": str(path), "tree_hash": None}
-    dirty = subprocess.run(["git", "-C", str(path), "status", "--porcelain"], capture_output=True,
-                           text=True, stdin=subprocess.DEVNULL).stdout.strip() != ""
+    dirty = gitrepo.run(path, "status", "--porcelain", check=False).stdout.strip() != ""
     return {"path": str(path), "tree_hash": out.stdout.strip(), "dirty": dirty}
 
 

@@ -3,12 +3,19 @@
 It records each source's resolved commit (or content hash / artifact sha256), each patch's
 sha256 and the resulting tree hash. `--frozen` compares a fresh resolution with it and refuses any
 drift: a moved tag, a changed artifact, a patch edited since the lock.
+
+Portable: a local source (a `path`, or a `git` repository given as a directory) inside the project
+is recorded relative to the lock's own folder, as recipes write it (`../../upstream/minisglang`), so a
+lock committed in one clone passes `--frozen` in a clone at another path. The project is the nearest
+folder above the lock holding `.git` or `pyproject.toml`; a local source outside it keeps its
+absolute path. Locks written with absolute paths are still read (and compared the same way).
 """
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
+import os
+from pathlib import Path, PurePosixPath
 
 from toolkit.errors import BadInput
 
@@ -25,6 +32,27 @@ def read_lock(path: Path) -> dict | None:
     if data.get("version") != LOCK_VERSION:
         raise BadInput(f"{path}: lock version {data.get('version')} is not {LOCK_VERSION}")
     return data
+
+
+def project_root(lock_path: Path) -> Path | None:
+    """The project a lock belongs to: the nearest folder above it holding .git or pyproject.toml."""
+    for folder in Path(os.path.realpath(lock_path)).parents:
+        if (folder / ".git").exists() or (folder / "pyproject.toml").is_file():
+            return folder
+    return None
+
+
+def portable_location(lock_path: Path, kind: str, location: str) -> str:
+    """`location` as a lock records it: a local directory inside the project relative to the lock's
+    folder (POSIX separators), anything else (a URL, a PyPI requirement, a path outside) as it is."""
+    if kind not in ("git", "path") or not os.path.isabs(location):
+        return location
+    root = project_root(lock_path)
+    folder = Path(os.path.realpath(lock_path)).parent
+    target = Path(os.path.realpath(location))
+    if root is None or not (target == root or root in target.parents):
+        return location
+    return PurePosixPath(*Path(os.path.relpath(target, folder)).parts).as_posix()
 
 
 def source_entry(base, patches: list, tree_hash: str | None) -> dict:
@@ -49,8 +77,10 @@ def check_frozen(lock: dict | None, lock_path: Path, source: str, entry: dict) -
     old = lock.get("sources", {}).get(source)
     if old is None:
         raise BadInput(f"--frozen: source {source} is not in {lock_path}")
-    if old.get("location") != entry["location"] or old.get("kind") != entry["kind"]:
-        raise BadInput(f"--frozen: source {source} now comes from {entry['location']}, the lock says {old.get('location')}")
+    now = portable_location(lock_path, entry["kind"], entry["location"])
+    then = portable_location(lock_path, old.get("kind", ""), old.get("location", ""))
+    if then != now or old.get("kind") != entry["kind"]:
+        raise BadInput(f"--frozen: source {source} now comes from {now}, the lock says {then}")
     if old.get("resolved") != entry["resolved"]:
         what = {"git": f"rev `{entry['rev']}` moved", "path": "local tree changed",
                 "pypi": "artifact changed"}[entry["kind"]]
@@ -72,7 +102,9 @@ def check_frozen(lock: dict | None, lock_path: Path, source: str, entry: dict) -
 
 
 def write_lock(path: Path, recipe: str, sources: dict[str, dict]) -> bool:
-    """Write the lock if it changed; return True when written."""
+    """Write the lock if it changed (local paths made portable); return True when written."""
+    sources = {name: {**entry, "location": portable_location(path, entry["kind"], entry["location"])}
+               for name, entry in sources.items()}
     data = {"version": LOCK_VERSION, "recipe": recipe, "sources": sources}
     text = json.dumps(data, indent=2, sort_keys=True) + "\n"
     try:

@@ -7,6 +7,7 @@ tree is a PyPI sdist/wheel, where the package sits at the root, the git-layout p
 
 from __future__ import annotations
 
+import codecs
 import hashlib
 import re
 import tempfile
@@ -15,11 +16,24 @@ from pathlib import Path, PurePosixPath
 
 import unidiff
 
-from toolkit import gitcmd
+from toolkit import gitrepo
 from toolkit.errors import BadInput, PatchbenchError
 
 KERNEL_SUFFIXES = {".cu", ".cuh", ".h", ".hpp", ".cpp", ".cc", ".c", ".jinja"}
 BUILD_NAMES = {"pyproject.toml", "setup.py", "setup.cfg", "requirements.txt", "MANIFEST.in"}
+
+
+@dataclass(frozen=True)
+class Hunk:
+    """Where one hunk of a parsed patch (unidiff) sits: its ranges in the old and the new file."""
+
+    source_start: int
+    source_length: int
+    target_start: int
+    target_length: int
+
+    def __str__(self) -> str:
+        return f"@@ -{self.source_start},{self.source_length} +{self.target_start},{self.target_length} @@"
 
 
 @dataclass(frozen=True)
@@ -29,7 +43,7 @@ class FileChange:
     added: int
     removed: int
     status: str  # modified | added | removed | renamed
-    hunks: tuple[str, ...]  # hunk headers "@@ -a,b +c,d @@"
+    hunks: tuple["Hunk", ...]  # in the order of the patch; str() is the header "@@ -a,b +c,d @@"
 
 
 @dataclass(frozen=True)
@@ -39,6 +53,7 @@ class PatchInfo:
     sha256: str
     subject: str
     files: tuple[FileChange, ...]
+    crlf: bool = False  # CRLF line endings (it applies only to files with CRLF endings)
 
     @property
     def added(self) -> int:
@@ -58,7 +73,7 @@ class Disposition:
     """What would happen to one patch of a stack (from `check_stack`)."""
 
     patch: str
-    status: str  # applies | already-applied | conflict | file-missing | skipped
+    status: str  # applies | already-applied | conflict | file-missing | line-endings | skipped
     detail: str = ""
     file: str | None = None
     hunk: str | None = None
@@ -91,9 +106,22 @@ def _subject(text: str, fallback: str) -> str:
     return fallback
 
 
+def _unquote(patch: str, raw: str) -> str:
+    """A path as git writes it: C-quoted (`"b/..\\057x"`, octal bytes of UTF-8) when it holds special
+    characters, else as it is. A quoted name that does not decode is refused."""
+    if len(raw) >= 2 and raw[0] == raw[-1] == '"':
+        try:
+            return codecs.escape_decode(raw[1:-1].encode("utf-8"))[0].decode("utf-8")
+        except (ValueError, UnicodeDecodeError):
+            raise BadInput(f"patch {patch}: quoted path {raw} does not decode, refused") from None
+    return raw
+
+
 def _check_path(patch: str, raw: str) -> str:
-    """Return the path without its a/ b/ prefix; refuse escapes, absolute paths and .git/."""
-    path = raw.strip().strip('"')
+    """Return the path without its a/ b/ prefix; refuse escapes, absolute paths and .git/.
+
+    C-quoted names are decoded first, so `"b/..\\057x"` is seen as `../x` and refused."""
+    path = _unquote(patch, raw.strip())
     if path == "/dev/null":
         return path
     if path.startswith("/"):
@@ -110,8 +138,36 @@ def _check_path(patch: str, raw: str) -> str:
     return path
 
 
+# git extended header lines that name a path (besides `diff --git`, `---` and `+++`, which unidiff
+# parses into source_file/target_file)
+_NAMING_HEADERS = ("rename from ", "rename to ", "copy from ", "copy to ")
+
+
+def _vet(name: str, pf: unidiff.PatchedFile, allow_binary: bool) -> str:
+    """Refuse a hostile file change of a parsed patch; return its path (git layout)."""
+    for raw in (pf.source_file, pf.target_file):
+        _check_path(name, raw)
+    for line in pf.patch_info or ():
+        for header in _NAMING_HEADERS:
+            if line.startswith(header):
+                _check_path(name, line[len(header):].rstrip("\n"))
+    for mode in (pf.source_mode, pf.target_mode):
+        if mode and str(mode).startswith("120"):
+            raise BadInput(f"patch {name}: creates a symbolic link (mode {mode}), refused")
+    rel = _check_path(name, pf.source_file if pf.is_removed_file else pf.target_file)
+    if pf.is_binary_file and not allow_binary:
+        raise BadInput(
+            f"patch {name}: carries a binary hunk ({rel})",
+            hint="set allow_binary_patches = true in the recipe if this is intended",
+        )
+    return rel
+
+
 def parse_patch(path: Path, *, name: str | None = None, allow_binary: bool = False) -> PatchInfo:
-    """Parse and vet a patch file. Hostile or malformed patches raise BadInput (one line)."""
+    """Parse and vet a patch file. Hostile or malformed patches raise BadInput (one line).
+
+    A patch with CRLF line endings is parsed as if it had LF and applied as it is: it applies to
+    files with CRLF endings (`disposition` names the mismatch when the file has LF)."""
     name = name or path.name
     try:
         data = path.read_bytes()
@@ -119,43 +175,26 @@ def parse_patch(path: Path, *, name: str | None = None, allow_binary: bool = Fal
         raise BadInput(f"patch {name}: cannot read {path}: {exc.strerror}") from None
     if not data.strip():
         raise BadInput(f"patch {name}: the file is empty")
-    if b"\r\n" in data:
-        raise BadInput(f"patch {name}: has CRLF line endings; convert it to LF (e.g. dos2unix)")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise BadInput(f"patch {name}: not UTF-8 text (binary data?)") from None
-    if re.search(r"^GIT binary patch$|^Binary files .* differ$", text, flags=re.M) and not allow_binary:
-        raise BadInput(
-            f"patch {name}: carries a binary hunk",
-            hint="set allow_binary_patches = true in the recipe if this is intended",
-        )
-    for m in re.finditer(r"^(?:new file mode|new mode|old mode|deleted file mode) (\d+)$", text, flags=re.M):
-        if m.group(1).startswith("120"):
-            raise BadInput(f"patch {name}: creates a symbolic link (mode {m.group(1)}), refused")
-    for m in re.finditer(r"^(?:diff --git (\S+) (\S+)|--- (\S+)|\+\+\+ (\S+)|rename (?:from|to) (.+)|copy (?:from|to) (.+))$",
-                         text, flags=re.M):
-        for raw in m.groups():
-            if raw:
-                _check_path(name, raw)
+    crlf = "\r\n" in text
     try:
-        patchset = unidiff.PatchSet(text)
+        patchset = unidiff.PatchSet(text.replace("\r\n", "\n") if crlf else text)
     except unidiff.UnidiffParseError as exc:
         raise BadInput(f"patch {name}: not a valid unified diff: {exc}") from None
     if len(patchset) == 0:
         raise BadInput(f"patch {name}: not a diff (no file changes found)")
     files = []
     for pf in patchset:
+        rel = _vet(name, pf, allow_binary)
         status = (
             "added" if pf.is_added_file
             else "removed" if pf.is_removed_file
-            else "renamed" if getattr(pf, "is_rename", False)
+            else "renamed" if pf.is_rename
             else "modified"
         )
-        target = pf.source_file if pf.is_removed_file else pf.target_file
-        rel = _check_path(name, target)
-        if pf.is_binary_file and not allow_binary:
-            raise BadInput(f"patch {name}: binary change to {rel} refused", hint="allow_binary_patches = true")
         files.append(
             FileChange(
                 path=rel,
@@ -163,7 +202,7 @@ def parse_patch(path: Path, *, name: str | None = None, allow_binary: bool = Fal
                 added=pf.added,
                 removed=pf.removed,
                 status=status,
-                hunks=tuple(f"@@ -{h.source_start},{h.source_length} +{h.target_start},{h.target_length} @@"
+                hunks=tuple(Hunk(h.source_start, h.source_length, h.target_start, h.target_length)
                             for h in pf),
             )
         )
@@ -173,44 +212,37 @@ def parse_patch(path: Path, *, name: str | None = None, allow_binary: bool = Fal
         sha256=hashlib.sha256(data).hexdigest(),
         subject=_subject(text, path.stem),
         files=tuple(files),
+        crlf=crlf,
     )
 
 
 # --------------------------------------------------------------------------------- layout mapping
+# A patch is written in the git layout (`python/sglang/...`); a PyPI tree has the package at its
+# root. git maps one onto the other itself: `-p` strips the `a/`/`b/` prefix plus the components
+# of `strip_prefix` from every name (headers, renames included), so the patch file is applied as
+# it is, byte for byte.
 
 
-def map_patch_text(info: PatchInfo, strip_prefix: str) -> str:
-    """Rewrite the patch's paths from the git layout to a layout without `strip_prefix/`."""
-    text = info.path.read_text(encoding="utf-8")
-    if not strip_prefix:
-        return text
-    prefix = strip_prefix.strip("/") + "/"
-    outside = [f.path for f in info.files if not f.path.startswith(prefix)]
+def strip_level(info: PatchInfo, strip_prefix: str) -> int:
+    """git apply's -p for `info` on a tree without `strip_prefix/`; raise when a file lies outside."""
+    prefix = PurePosixPath(strip_prefix.strip("/")) if strip_prefix.strip("/") else None
+    if prefix is None:
+        return 1
+    outside = [f.path for f in info.files if prefix not in PurePosixPath(f.path).parents]
     if outside:
         raise PatchbenchError(
-            f"patch {info.name}: touches {outside[0]}, outside `{prefix}` of the git layout, "
+            f"patch {info.name}: touches {outside[0]}, outside `{prefix}/` of the git layout, "
             f"so absent from this PyPI tree"
         )
+    return 1 + len(prefix.parts)
 
-    def fix(path: str) -> str:
-        for ab in ("a/", "b/"):
-            if path.startswith(ab + prefix):
-                return ab + path[len(ab) + len(prefix):]
-        if path.startswith(prefix):
-            return path[len(prefix):]
-        return path
 
-    out = []
-    for line in text.splitlines(keepends=True):
-        m = re.match(r"^diff --git (\S+) (\S+)(\n?)$", line)
-        if m:
-            line = f"diff --git {fix(m.group(1))} {fix(m.group(2))}{m.group(3)}"
-        else:
-            m = re.match(r"^(--- |\+\+\+ |rename from |rename to |copy from |copy to )(\S+)(.*)$", line, flags=re.S)
-            if m and m.group(2) != "/dev/null":
-                line = f"{m.group(1)}{fix(m.group(2))}{m.group(3)}"
-        out.append(line)
-    return "".join(out)
+def tree_path(change: FileChange, strip_prefix: str) -> str:
+    """Where a file of the patch (git layout) sits in a tree without `strip_prefix/`."""
+    prefix = strip_prefix.strip("/")
+    if prefix and change.path.startswith(prefix + "/"):
+        return change.path[len(prefix) + 1:]
+    return change.path
 
 
 # ----------------------------------------------------------------------------- check and apply
@@ -218,15 +250,28 @@ def map_patch_text(info: PatchInfo, strip_prefix: str) -> str:
 
 def _hunk_for_line(info: PatchInfo, file: str, line: int, strip_prefix: str) -> str | None:
     for f in info.files:
-        mapped = f.path[len(strip_prefix) + 1:] if strip_prefix and f.path.startswith(strip_prefix + "/") else f.path
-        if mapped != file and f.path != file:
+        if file not in (tree_path(f, strip_prefix), f.path):
             continue
-        best = None
-        for h in f.hunks:
-            start = int(re.match(r"@@ -(\d+)", h).group(1))
-            if start <= line:
-                best = h
-        return best or (f.hunks[0] if f.hunks else None)
+        before = [h for h in f.hunks if h.source_start <= line]
+        best = before[-1] if before else (f.hunks[0] if f.hunks else None)
+        return str(best) if best else None
+    return None
+
+
+def _line_endings(repo: Path, info: PatchInfo, strip_prefix: str) -> tuple[str, str] | None:
+    """(file, detail) when the patch's line endings differ from those of a file it changes."""
+    for f in info.files:
+        rel = tree_path(f, strip_prefix)
+        try:
+            data = (repo / rel).read_bytes()
+        except OSError:
+            continue
+        if info.crlf and b"\n" in data and b"\r\n" not in data:
+            return rel, (f"the patch has CRLF line endings, {rel} has LF: convert the patch to LF "
+                         f"(e.g. dos2unix {info.path})")
+        if not info.crlf and b"\r\n" in data:
+            return rel, (f"the patch has LF line endings, {rel} has CRLF: convert the patch to CRLF "
+                         f"(e.g. unix2dos {info.path}) or write it with `git diff` on that file")
     return None
 
 
@@ -246,44 +291,35 @@ def _diagnose(info: PatchInfo, stderr: str, strip_prefix: str) -> tuple[str, str
     return "conflict", (last[-1] if last else "does not apply"), None, None
 
 
-def _apply_args(patch_file: Path, *, reverse: bool = False, check: bool = False) -> list[str]:
-    args = ["apply", "--whitespace=nowarn", "-p1"]
-    if reverse:
-        args.append("--reverse")
-    if check:
-        args.append("--check")
-    else:
-        args.append("--index")
-    return [*args, str(patch_file)]
-
-
-def disposition(repo: Path, info: PatchInfo, strip_prefix: str, scratch: Path) -> Disposition:
-    """Would `info` apply to the current state of `repo` with zero fuzz?"""
-    mapped = scratch / f"{info.sha256[:16]}.patch"
+def disposition(repo: Path, info: PatchInfo, strip_prefix: str, scratch: Path | None = None) -> Disposition:
+    """Would `info` apply to the current state of `repo` with zero fuzz? (`scratch`: unused.)"""
     try:
-        mapped.write_text(map_patch_text(info, strip_prefix))
+        level = strip_level(info, strip_prefix)
     except PatchbenchError as exc:
         return Disposition(info.name, "file-missing", exc.message)
-    fwd = gitcmd.git(repo, *_apply_args(mapped, check=True), check=False)
-    if fwd.returncode == 0:
+    fwd = gitrepo.apply_check(repo, info.path.resolve(), strip=level)
+    if fwd.ok:
         return Disposition(info.name, "applies")
-    rev = gitcmd.git(repo, *_apply_args(mapped, check=True, reverse=True), check=False)
-    if rev.returncode == 0:
+    if gitrepo.apply_check(repo, info.path.resolve(), strip=level, reverse=True).ok:
         return Disposition(info.name, "already-applied", "the base already contains this change (reverse applies)")
+    mismatch = _line_endings(repo, info, strip_prefix)
+    if mismatch:
+        return Disposition(info.name, "line-endings", mismatch[1], mismatch[0])
     status, detail, file, hunk = _diagnose(info, fwd.stderr, strip_prefix)
     return Disposition(info.name, status, detail, file, hunk)
 
 
-def apply_one(repo: Path, info: PatchInfo, strip_prefix: str, scratch: Path) -> str:
-    """Apply one patch with zero fuzz and commit it; return the commit SHA. Raise on failure."""
-    d = disposition(repo, info, strip_prefix, scratch)
+def apply_one(repo: Path, info: PatchInfo, strip_prefix: str, scratch: Path | None = None) -> str:
+    """Apply one patch with zero fuzz and commit it; return the commit SHA. Raise on failure
+    (BadInput when the patch's line endings do not match the tree's). `scratch`: unused."""
+    d = disposition(repo, info, strip_prefix)
+    if d.status == "line-endings":
+        raise BadInput(describe_failure(d))
     if not d.ok:
         raise PatchbenchError(describe_failure(d))
-    mapped = scratch / f"{info.sha256[:16]}.patch"
-    gitcmd.git(repo, *_apply_args(mapped), what=f"git apply {info.name}")
+    gitrepo.apply(repo, info.path.resolve(), strip=strip_level(info, strip_prefix), what=f"git apply {info.name}")
     body = f"{info.subject}\n\npatchbench: {info.name} sha256 {info.sha256}\n"
-    gitcmd.git(repo, "commit", "-q", "--no-verify", "--allow-empty", "-m", body, what=f"commit {info.name}")
-    return gitcmd.head(repo)
+    return gitrepo.commit(repo, body, what=f"commit {info.name}")
 
 
 def describe_failure(d: Disposition) -> str:
@@ -297,13 +333,11 @@ def check_stack(repo: Path, infos: list[PatchInfo], strip_prefix: str) -> list[D
     """Dispositions of a whole stack, in order, without touching `repo` (uses a scratch clone)."""
     out: list[Disposition] = []
     with tempfile.TemporaryDirectory(prefix="patchbench-check-") as tmp:
-        scratch = Path(tmp) / "patches"
-        scratch.mkdir()
         clone = Path(tmp) / "tree"
-        gitcmd.git(None, "clone", "-q", "--shared", str(repo), str(clone), what="git clone (check)")
+        gitrepo.clone(repo, clone, shared=True, what="git clone (check)")
         for info in infos:
-            d = disposition(clone, info, strip_prefix, scratch)
+            d = disposition(clone, info, strip_prefix)
             out.append(d)
             if d.ok:
-                apply_one(clone, info, strip_prefix, scratch)
+                apply_one(clone, info, strip_prefix)
     return out

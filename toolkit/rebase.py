@@ -24,7 +24,7 @@ from pathlib import Path
 
 import tomli_w
 
-from toolkit import gitcmd
+from toolkit import gitrepo
 from toolkit.errors import BadInput, PatchbenchError
 from toolkit.recipe import Recipe, load_recipe
 from toolkit.stack import Work, commits_of, patch_text, tree_of, pick_source, work_dir
@@ -78,9 +78,9 @@ def start(recipe: Recipe, source: str | None, onto: str, home: Path, *, in_place
         raise BadInput(f"{source}: the old base is a {old.layout} tree and {onto} a {base.layout} tree; "
                        "rebase between bases of one kind")
     dest.parent.mkdir(parents=True, exist_ok=True)
-    gitcmd.git(None, "clone", "-q", "--no-hardlinks", str(base.path), str(dest), what="git clone (rebase)")
-    gitcmd.git(dest, "checkout", "-q", "-B", "patchbench-rebase", base.head_commit, what="git checkout")
-    gitcmd.git(dest, "fetch", "-q", str(old.path), old.head_commit, what="git fetch (the old stack)")
+    gitrepo.run(None, "clone", "-q", "--no-hardlinks", str(base.path), str(dest), what="git clone (rebase)")
+    gitrepo.run(dest, "checkout", "-q", "-B", "patchbench-rebase", base.head_commit, what="git checkout")
+    gitrepo.run(dest, "fetch", "-q", str(old.path), old.head_commit, what="git fetch (the old stack)")
     prefix = f"{recipe.sources[source].package_dir}/" if base.layout in ("sdist", "wheel") and recipe.sources[source].package_dir else ""
     work = Work(recipe.name, str(recipe.path), source, dest, base.head_commit, prefix,
                 rebase={"onto": onto, "todo": list(old.patch_commits), "names": list(old.patches),
@@ -92,7 +92,7 @@ def start(recipe: Recipe, source: str | None, onto: str, home: Path, *, in_place
 def _applies_cleanly(work: Work, patch_file: Path) -> bool:
     """Whether the patch as written applies to the current head with zero fuzz (no merge needed)."""
     strip = 1 + (len(work.prefix.strip("/").split("/")) if work.prefix else 0)
-    return gitcmd.git(work.path, "apply", "--check", f"-p{strip}", str(patch_file), check=False).returncode == 0
+    return gitrepo.run(work.path, "apply", "--check", f"-p{strip}", str(patch_file), check=False).returncode == 0
 
 
 def _run(work: Work, recipe: Recipe, home: Path) -> RebaseResult:
@@ -101,7 +101,7 @@ def _run(work: Work, recipe: Recipe, home: Path) -> RebaseResult:
         commit = state["todo"][0]
         name = state["names"][len(state["how"])]
         clean = _applies_cleanly(work, recipe.patches_dir / name)
-        proc = gitcmd.git(work.path, "cherry-pick", "--allow-empty", "--keep-redundant-commits", commit, check=False)
+        proc = gitrepo.run(work.path, "cherry-pick", "--allow-empty", "--keep-redundant-commits", commit, check=False)
         if proc.returncode != 0:
             work.save()
             raise RebaseConflict(_conflict_report(work, name), recipe=recipe.name, step="patches rebase",
@@ -120,15 +120,15 @@ def resume(recipe: Recipe, source: str | None, onto: str, home: Path, *, abort: 
         raise BadInput(f"no rebase of {recipe.name} onto {onto} in progress")
     work = Work.load(dest)
     if abort:
-        gitcmd.git(dest, "cherry-pick", "--abort", check=False)
+        gitrepo.run(dest, "cherry-pick", "--abort", check=False)
         shutil.rmtree(dest)
         return None
-    unmerged = gitcmd.out(dest, "diff", "--name-only", "--diff-filter=U")
+    unmerged = gitrepo.out(dest, "diff", "--name-only", "--diff-filter=U")
     if unmerged:
         raise RebaseConflict(f"still unmerged in {dest}: {', '.join(unmerged.split())}", recipe=recipe.name,
                              step="patches rebase", hint="edit them, `git add` them, and --continue again")
-    if gitcmd.git(dest, "rev-parse", "-q", "--verify", "CHERRY_PICK_HEAD", check=False).returncode == 0:
-        gitcmd.git(dest, "-c", "core.editor=true", "cherry-pick", "--continue", what="git cherry-pick --continue")
+    if gitrepo.run(dest, "rev-parse", "-q", "--verify", "CHERRY_PICK_HEAD", check=False).returncode == 0:
+        gitrepo.run(dest, "commit", "-q", "--no-edit", "--no-verify", what="git commit (the resolved patch)")
         work.rebase["todo"].pop(0)
         work.rebase["how"].append("resolved")
         work.save()
@@ -136,7 +136,7 @@ def resume(recipe: Recipe, source: str | None, onto: str, home: Path, *, abort: 
 
 
 def _conflict_report(work: Work, name: str) -> str:
-    files = gitcmd.out(work.path, "diff", "--name-only", "--diff-filter=U").split()
+    files = gitrepo.out(work.path, "diff", "--name-only", "--diff-filter=U").split()
     lines = [f"patch {name} does not merge onto {work.rebase['onto']}: conflict in {', '.join(files) or '?'}"]
     for f in files[:1]:
         text = (work.path / f).read_text(errors="replace").splitlines()

@@ -29,7 +29,7 @@ from filelock import FileLock
 from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
 
-from toolkit import gitcmd, package_index
+from toolkit import gitrepo, package_index
 from toolkit.errors import BadInput, PatchbenchError
 from typing import TYPE_CHECKING
 
@@ -86,17 +86,15 @@ def resolve_git(spec: SourceSpec, home: Path, *, refresh: bool = False) -> tuple
             shutil.rmtree(tmp, ignore_errors=True)
             with _console.status(f"source {spec.name}: cloning a mirror of {spec.location} "
                                  f"(first use; later runs reuse {mirror})"):
-                gitcmd.git(None, "clone", "--mirror", "-q", spec.location, str(tmp),
-                           what=f"source {spec.name}: git clone --mirror {spec.location}")
+                gitrepo.clone(spec.location, tmp, mirror=True,
+                              what=f"source {spec.name}: git clone --mirror {spec.location}")
             os.replace(tmp, mirror)
         elif refresh or _is_local(spec.location):
-            gitcmd.git(mirror, "fetch", "-q", "--prune", "--force", "origin",
-                       what=f"source {spec.name}: git fetch {spec.location}")
-        sha = _rev_parse(mirror, spec.rev or "HEAD")
+            gitrepo.fetch(mirror, what=f"source {spec.name}: git fetch {spec.location}")
+        sha = gitrepo.rev_parse(mirror, spec.rev or "HEAD")
         if sha is None and not refresh and not _is_local(spec.location):
-            gitcmd.git(mirror, "fetch", "-q", "--prune", "--force", "origin",
-                       what=f"source {spec.name}: git fetch {spec.location}")
-            sha = _rev_parse(mirror, spec.rev or "HEAD")
+            gitrepo.fetch(mirror, what=f"source {spec.name}: git fetch {spec.location}")
+            sha = gitrepo.rev_parse(mirror, spec.rev or "HEAD")
     if sha is None:
         raise BadInput(
             f"source {spec.name}: unknown revision `{spec.rev}` in {spec.location}",
@@ -105,14 +103,9 @@ def resolve_git(spec: SourceSpec, home: Path, *, refresh: bool = False) -> tuple
     return mirror, sha
 
 
-def _rev_parse(repo: Path, rev: str) -> str | None:
-    proc = gitcmd.git(repo, "rev-parse", "--verify", "-q", f"{rev}^{{commit}}", check=False)
-    return proc.stdout.strip() if proc.returncode == 0 else None
-
-
 def _checkout_git(mirror: Path, sha: str, dest: Path) -> None:
-    gitcmd.git(None, "clone", "-q", "--no-checkout", str(mirror), str(dest), what="git clone")
-    gitcmd.git(dest, "checkout", "-q", "-B", "patchbench", sha, what="git checkout")
+    gitrepo.clone(mirror, dest, no_checkout=True)
+    gitrepo.checkout(dest, sha)
 
 
 # ------------------------------------------------------------------------------------------- path
@@ -121,9 +114,9 @@ def _checkout_git(mirror: Path, sha: str, dest: Path) -> None:
 def _list_path_files(root: Path) -> list[str]:
     """Files of a local checkout: git's view (tracked + untracked, not ignored) or a plain walk."""
     if (root / ".git").exists():
-        proc = gitcmd.git(root, "ls-files", "-z", "--cached", "--others", "--exclude-standard", check=False)
-        if proc.returncode == 0:
-            return sorted({f for f in proc.stdout.split("\0") if f and (root / f).is_file()})
+        listed = gitrepo.ls_files(root)
+        if listed is not None:
+            return sorted({f for f in listed if (root / f).is_file()})
     files = []
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_NAMES and not d.endswith(".egg-info"))
@@ -355,12 +348,12 @@ def materialise_base(spec: SourceSpec, base: Base, handle, dest: Path) -> str:
     dest.mkdir(parents=True, exist_ok=True)
     if base.kind == "git":
         _checkout_git(handle, base.resolved, dest)
-        return gitcmd.head(dest)
+        return gitrepo.head(dest)
     if base.kind == "path":
         _copy_path(handle, dest)
         subject = f"base: {spec.name} from path {base.location} (content {base.resolved[:12]})"
     else:
         _unpack(handle, dest)
         subject = f"base: {spec.name} {spec.location} ({base.artifact['filename']})"
-    gitcmd.git(dest, "init", "-q", what="git init")
-    return gitcmd.commit_all(dest, subject)
+    gitrepo.init(dest)
+    return gitrepo.commit_all(dest, subject)

@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from toolkit import gitcmd
+from toolkit import gitrepo
 from toolkit.errors import BadInput, PatchbenchError
 from toolkit.recipe import Recipe, load_recipe
 from toolkit.tree import AppliedTree, apply_recipe
@@ -97,13 +97,13 @@ def edit(recipe: Recipe, source: str | None, home: Path) -> Work:
         if work.rebase:
             raise BadInput(f"{dest} holds a rebase in progress",
                            hint=f"patchbench patches rebase {recipe.name} --continue (or --abort)")
-        if gitcmd.is_clean(dest) and commits_of(work) == work.patch_commits and work.applied_head == tree.head_commit:
+        if gitrepo.is_clean(dest) and commits_of(work) == work.patch_commits and work.applied_head == tree.head_commit:
             return work  # nothing new since the last edit/export: the same stack
         raise BadInput(f"{dest} already holds work on {recipe.name} that is not exported",
                        hint=f"patchbench patches export {recipe.name}, or remove {dest}")
     dest.parent.mkdir(parents=True, exist_ok=True)
-    gitcmd.git(None, "clone", "-q", "--no-hardlinks", str(tree.path), str(dest), what="git clone (edit)")
-    gitcmd.git(dest, "checkout", "-q", "-B", "patchbench-edit", tree.head_commit, what="git checkout")
+    gitrepo.run(None, "clone", "-q", "--no-hardlinks", str(tree.path), str(dest), what="git clone (edit)")
+    gitrepo.run(dest, "checkout", "-q", "-B", "patchbench-edit", tree.head_commit, what="git checkout")
     work = Work(recipe.name, str(recipe.path), source, dest, tree.base_commit, _prefix(tree, recipe, source),
                 list(tree.patches), list(tree.patch_commits), applied_head=tree.head_commit)
     work.save()
@@ -114,18 +114,18 @@ def edit(recipe: Recipe, source: str | None, home: Path) -> Work:
 
 
 def commits_of(work: Work) -> list[str]:
-    return gitcmd.out(work.path, "rev-list", "--reverse", f"{work.base_commit}..HEAD").split()
+    return gitrepo.out(work.path, "rev-list", "--reverse", f"{work.base_commit}..HEAD").split()
 
 
 def _diff_text(work: Work, commit: str) -> str:
-    return gitcmd.git(work.path, "show", "--format=", "--patch", "--binary", "--no-color", "--no-ext-diff",
+    return gitrepo.run(work.path, "show", "--format=", "--patch", "--binary", "--no-color", "--no-ext-diff",
                       f"--src-prefix=a/{work.prefix}", f"--dst-prefix=b/{work.prefix}", commit,
                       what="git show").stdout
 
 
 def _message(work: Work, commit: str) -> tuple[str, str]:
-    subject = gitcmd.out(work.path, "log", "-1", "--format=%s", commit)
-    body = _TRAILER.sub("\n", gitcmd.git(work.path, "log", "-1", "--format=%b", commit).stdout).strip()
+    subject = gitrepo.out(work.path, "log", "-1", "--format=%s", commit)
+    body = _TRAILER.sub("\n", gitrepo.run(work.path, "log", "-1", "--format=%b", commit).stdout).strip()
     return subject, body
 
 
@@ -179,7 +179,7 @@ def export(recipe: Recipe, source: str | None, home: Path) -> list[tuple[str, st
     """Write new and amended commits of the work tree as patches; returns [(name, new|amended)]."""
     source = pick_source(recipe, source)
     work = Work.load(work_dir(home, recipe, source))
-    if not gitcmd.is_clean(work.path):
+    if not gitrepo.is_clean(work.path):
         raise BadInput(f"{work.path} has uncommitted changes", hint="commit them (git commit -a) and export again")
     commits = commits_of(work)
     if len(commits) < len(work.patches):

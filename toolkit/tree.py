@@ -12,7 +12,7 @@ from pathlib import Path
 
 from filelock import FileLock
 
-from toolkit import gitcmd, lock as lockfile, patches as patchmod, sources
+from toolkit import gitrepo, lock as lockfile, patches as patchmod, sources
 
 
 @dataclass(frozen=True)
@@ -38,9 +38,9 @@ class AppliedTree:
     @classmethod
     def at_head(cls, source: str, path: Path, *, layout: str = "git", package_dir: str = "") -> "AppliedTree":
         """A checkout taken as it is at HEAD, with no patch stack (benchmarks and tests)."""
-        head = gitcmd.head(path)
+        head = gitrepo.head(path)
         return cls(source=source, path=path, base_commit=head, head_commit=head,
-                   tree_hash=gitcmd.tree_hash(path), layout=layout, package_dir=package_dir)
+                   tree_hash=gitrepo.tree_hash(path), layout=layout, package_dir=package_dir)
 
     @property
     def project_dir(self) -> Path:
@@ -144,9 +144,9 @@ def existing_tree(plan: Plan, home: Path) -> AppliedTree | None:
     marker = _read_marker(path)
     if not marker:
         return None
-    if gitcmd.git(path, "rev-parse", "HEAD", check=False).stdout.strip() != marker["head_commit"]:
+    if gitrepo.rev_parse(path, "HEAD") != marker["head_commit"]:
         return None
-    if not gitcmd.is_clean(path):
+    if not gitrepo.is_clean(path):
         return None
     return _to_tree(plan, path, marker)
 
@@ -168,8 +168,8 @@ def materialise(plan: Plan, home: Path) -> tuple[AppliedTree, bool]:
             commits = [patchmod.apply_one(work, info, plan.strip_prefix, scratch) for info in plan.patches]
             marker = {
                 "base_commit": base_commit,
-                "head_commit": gitcmd.head(work),
-                "tree_hash": gitcmd.tree_hash(work),
+                "head_commit": gitrepo.head(work),
+                "tree_hash": gitrepo.tree_hash(work),
                 "patch_commits": commits,
                 "key": plan.key,
             }

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from toolkit import gitcmd
+from toolkit import gitrepo
 from toolkit.errors import BadInput, PatchbenchError
 from toolkit.recipe import Recipe
 
@@ -72,9 +72,8 @@ def upstream_commits(recipe: Recipe, source: str, good: str, bad: str, home: Pat
 
     mirror, good_sha = resolve_git(dataclasses.replace(spec, rev=good), home)
     _, bad_sha = resolve_git(dataclasses.replace(spec, rev=bad), home)
-    proc = gitcmd.git(mirror, "rev-list", "--first-parent", "--reverse", f"{good_sha}..{bad_sha}", check=False)
-    commits = proc.stdout.split()
-    if proc.returncode != 0 or not commits:
+    commits = gitrepo.first_parent_commits(mirror, good_sha, bad_sha)
+    if not commits:
         raise BadInput(f"source {source}: no commits between {good} and {bad} (is {good} an ancestor of {bad}?)")
     return [good_sha, *commits]
 

@@ -1,0 +1,137 @@
+"""The assumptions behind a roofline, as sentences printed next to its numbers."""
+
+from __future__ import annotations
+
+from toolkit.roofline.formats import BYTES_PER_PARAM, DEFAULT_FORMAT, FORMAT_NOTES, KV_BYTES
+from toolkit.roofline.inputs import ACT_BYTES, RooflineInputs
+
+
+def _fmt_gb(x: float) -> str:
+    return f"{x / 1e9:.3g} GB"
+
+
+def assumptions(inputs: RooflineInputs) -> tuple[str, ...]:
+    """Every assumption behind the numbers, as sentences to print next to them."""
+    m, g, w, tp, ep = inputs.model, inputs.gpu, inputs.weights, inputs.tp, inputs.ep
+    present = ["attention"] + (["indexer"] if m.indexer_params else []) + (["dense_mlp"] if m.dense_layers else [])
+    if m.is_moe:
+        present += ["experts"] + (["shared_experts"] if m.shared_params else []) + ["router"]
+    present += ["embed", "lm_head"]
+    by_fmt: dict[str, list[str]] = {}
+    for comp in present:
+        by_fmt.setdefault(w.of(comp), []).append(comp)
+    fmt_text = "; ".join(
+        f"{fmt} = {BYTES_PER_PARAM[fmt]:.6g} B/param{' (' + FORMAT_NOTES[fmt] + ')' if FORMAT_NOTES[fmt] else ''}: "
+        + ", ".join(comps)
+        for fmt, comps in by_fmt.items()
+    )
+    out = [
+        (
+            f"Model {m.name}: {m.kind}, {m.layers} layers ({m.dense_layers} dense, {m.moe_layers} MoE), "
+            f"hidden {m.hidden}, {m.total_params() / 1e9:.1f}B params, {m.active_params(1) / 1e9:.2f}B read per "
+            "token at b=1 (embedding table excluded); norms, biases and MTP/next-n layers ignored."
+        )
+    ]
+    out.append(
+        f"Weights ({w.spec}): {fmt_text}."
+        + (
+            f" Not named in the spec, so {DEFAULT_FORMAT}: {', '.join(c for c in w.defaulted if c in present)}."
+            if any(c in present for c in w.defaulted)
+            else ""
+        )
+    )
+    if m.is_moe:
+        out.append(
+            f"Routed experts: a layer reads the expected distinct experts E*(1-(1-k/E)^b) with E={m.n_experts}, "
+            f"k={m.top_k} (uniform, independent routing; b=1 gives k, large b tends to E); attention, "
+            + ("dense MLP, " if m.dense_layers else "")
+            + ("shared experts, " if m.shared_params else "")
+            + "router and lm_head are read in full every step."
+        )
+    else:
+        out.append("Every weight is read once per step (dense model).")
+    out.append("Embedding: a lookup reads b rows, not the table; lm_head reads its whole V x hidden matrix.")
+    if tp == 1:
+        out.append("TP=1: one GPU holds every weight.")
+    else:
+        rep = []
+        if m.attn_replicated:
+            rep.append("MLA q_a/kv_a projections")
+        if m.indexer_params:
+            rep.append("DSA indexer")
+        if m.router_params:
+            rep.append("router")
+        if m.kv_heads and m.kv_heads < tp:
+            rep.append(f"K/V projections ({m.kv_heads} KV heads < TP={tp}: one head per rank)")
+        if inputs.sharding == "even":
+            out.append(
+                f"Sharding 'even': every weight byte is split evenly over TP={tp} GPUs (ideal)."
+                + (
+                    f" sglang really replicates the {', '.join(rep)} on every rank: sharding 'sglang' counts that."
+                    if rep
+                    else ""
+                )
+            )
+        else:
+            out.append(
+                f"Sharding 'sglang': replicated on every TP rank as sglang does: {', '.join(rep) or 'nothing'}; "
+                f"everything else split over TP={tp}."
+            )
+    if ep > 1:
+        out.append(
+            f"EP={ep} inside TP={tp}: each GPU holds E/EP={m.n_experts // ep} experts, each sliced over TP/EP={tp // ep}; "
+            "routed-expert bytes and FLOPs are the average over ranks (in reality the most-loaded rank sets the pace; "
+            "imbalance not modelled), so EP changes no number here."
+        )
+    kvb = KV_BYTES[inputs.kv_dtype]
+    if m.is_mla:
+        kv = (
+            f"KV cache: context {inputs.context} tokens per sequence, {inputs.kv_dtype} ({kvb:g} B/elem, scales ignored); "
+            f"MLA latent {m.kv_elems_per_token} elems/token/layer (kv_lora_rank + qk_rope_head_dim), replicated on every TP rank"
+        )
+        if m.index_topk:
+            kv += (
+                f"; DSA: attention reads min(context, index_topk={m.index_topk}) tokens, the indexer reads all "
+                f"context tokens' fp8 keys ({m.index_head_dim} B + 4 B scale)"
+            )
+        out.append(kv + ". Attention core runs absorbed MLA (score dim kv_lora+rope, value dim kv_lora).")
+    else:
+        out.append(
+            f"KV cache: context {inputs.context} tokens per sequence, {inputs.kv_dtype} ({kvb:g} B/elem); "
+            f"{m.kv_heads} KV heads x head_dim {m.head_dim} x 2 (K,V) per token per layer, KV heads split over TP "
+            "(at least one per GPU)."
+        )
+    if inputs.context == 0:
+        out.append("Context 0: KV cache reads and attention-core FLOPs are left out (the single-token limit).")
+    out.append(
+        f"Memory: {g.name} at {g.mem_bw_gbps:g} GB/s fully achieved (no L2 reuse, no kernel launch gaps); "
+        "activations are not counted."
+    )
+    peaks = ", ".join(f"{k} {v:g}" for k, v in g.peak_tflops)
+    out.append(
+        f"Compute: 2 FLOPs per weight per token (routed experts: k per token); dense peak TFLOPS {peaks} ({g.key}); "
+        "NVFP4/MXFP4 weights run at the fp4 peak where the GPU has FP4 tensor cores, else bf16; FP8 at fp8; "
+        "BF16 and the attention core at bf16."
+    )
+    out.append(
+        "Per-component roofline: each component (attention, experts, lm_head, KV cache, ...) takes "
+        "max(bytes / mem_bw, FLOPs / peak); step time = sum of components + all-reduce time; "
+        "no overlap of communication with compute."
+    )
+    if tp > 1:
+        lat = inputs.latency_us
+        src = "overridden" if inputs.allreduce_latency_us is not None else f"{g.interconnect} table value"
+        out.append(
+            f"All-reduce: 2 per layer (after attention and after MLP/MoE) = {2 * m.layers} per step; message = hidden "
+            f"{m.hidden} x {ACT_BYTES} B (bf16) x b; ring traffic per GPU = 2(N-1)/N = {2 * (tp - 1) / tp:.3g} x message; "
+            f"each costs {lat:g} us latency ({src}) + traffic / {g.link_bw_gbps:g} GB/s link; the embedding all-reduce "
+            "and the logits all-gather are not counted."
+        )
+    else:
+        out.append("TP=1: no all-reduce.")
+    out.append(
+        "tok/s = b / step time: decode only, one token per sequence per step; no scheduler, sampling or "
+        "speculative-decoding effects."
+    )
+    out.append(f"GPU numbers: {g.source}." + (f" {g.notes}" if g.notes else ""))
+    return tuple(out)

@@ -1,0 +1,340 @@
+"""The pure decode-roofline model: per-component costs, all-reduces, and the result per batch size."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+from toolkit.errors import BadInput
+from toolkit.roofline.assumptions import assumptions
+from toolkit.roofline.configs import GpuSpec, ModelShape, expected_distinct_experts, get_gpu, load_model_config, model_shape
+from toolkit.roofline.formats import BYTES_PER_PARAM, KV_BYTES, SEED_GLM5_WEIGHTS, WeightFormats, parse_weights
+from toolkit.roofline.inputs import ACT_BYTES, SHARDINGS, RooflineInputs
+
+
+@dataclass(frozen=True)
+class ComponentCost:
+    name: str
+    fmt: str  # weight format, or the KV dtype for kv_cache
+    bytes: float  # read per GPU per step
+    flops: float  # per GPU per step
+    peak_dtype: str  # which peak the compute time used
+    mem_s: float
+    compute_s: float
+
+    @property
+    def time_s(self) -> float:
+        return max(self.mem_s, self.compute_s)
+
+    @property
+    def bound(self) -> str:
+        return "compute" if self.compute_s > self.mem_s else "memory"
+
+
+@dataclass(frozen=True)
+class AllReduceCost:
+    count: int  # per step
+    message_bytes: float  # one all-reduce's payload (hidden * 2 B * b)
+    ring_factor: float  # 2(N-1)/N
+    bytes_per_gpu: float  # whole step: count * message * ring_factor
+    latency_s: float  # whole step: count * per-all-reduce latency
+    transfer_s: float  # whole step: bytes_per_gpu / link_bw
+
+    @property
+    def time_s(self) -> float:
+        return self.latency_s + self.transfer_s
+
+
+@dataclass(frozen=True)
+class BatchResult:
+    batch: int
+    distinct_experts: float  # per MoE layer, whole model (0 for dense models)
+    components: tuple[ComponentCost, ...]
+    allreduce: AllReduceCost
+
+    def component(self, name: str) -> ComponentCost:
+        for c in self.components:
+            if c.name == name:
+                return c
+        raise KeyError(name)
+
+    @property
+    def weight_bytes(self) -> float:
+        return sum(c.bytes for c in self.components if c.name != "kv_cache")
+
+    @property
+    def kv_bytes(self) -> float:
+        return sum(c.bytes for c in self.components if c.name == "kv_cache")
+
+    @property
+    def bytes_total(self) -> float:
+        return self.weight_bytes + self.kv_bytes
+
+    @property
+    def mem_s(self) -> float:
+        return sum(c.mem_s for c in self.components)
+
+    @property
+    def compute_s(self) -> float:
+        return sum(c.compute_s for c in self.components)
+
+    @property
+    def gpu_s(self) -> float:
+        """Sum over components of max(memory, compute)."""
+        return sum(c.time_s for c in self.components)
+
+    @property
+    def step_s(self) -> float:
+        return self.gpu_s + self.allreduce.time_s
+
+    @property
+    def tok_s(self) -> float:
+        return self.batch / self.step_s
+
+    @property
+    def bound(self) -> str:
+        parts = {"memory": 0.0, "compute": 0.0, "all-reduce": self.allreduce.time_s}
+        for c in self.components:
+            parts[c.bound] += c.time_s
+        return max(parts, key=parts.get)
+
+    def to_dict(self) -> dict:
+        return {
+            "batch": self.batch,
+            "distinct_experts": self.distinct_experts,
+            "components": [{**asdict(c), "time_s": c.time_s, "bound": c.bound} for c in self.components],
+            "allreduce": {**asdict(self.allreduce), "time_s": self.allreduce.time_s},
+            "weight_bytes": self.weight_bytes,
+            "kv_bytes": self.kv_bytes,
+            "mem_s": self.mem_s,
+            "compute_s": self.compute_s,
+            "step_s": self.step_s,
+            "tok_s": self.tok_s,
+            "bound": self.bound,
+        }
+
+
+@dataclass(frozen=True)
+class RooflineResult:
+    inputs: RooflineInputs
+    rows: tuple[BatchResult, ...]
+    assumptions: tuple[str, ...] = field(default=())
+
+    def row(self, batch: int) -> BatchResult:
+        for r in self.rows:
+            if r.batch == batch:
+                return r
+        raise KeyError(batch)
+
+    def to_dict(self) -> dict:
+        i = self.inputs
+        return {
+            "model": i.model.name,
+            "gpu": i.gpu.key,
+            "gpu_name": i.gpu.name,
+            "tp": i.tp,
+            "ep": i.ep,
+            "context": i.context,
+            "kv_dtype": i.kv_dtype,
+            "weights": dict(i.weights.formats),
+            "weights_spec": i.weights.spec,
+            "sharding": i.sharding,
+            "allreduce_latency_us": i.latency_us,
+            "rows": [r.to_dict() for r in self.rows],
+            "assumptions": list(self.assumptions),
+        }
+
+
+def _compute_dtype(fmt: str, gpu: GpuSpec) -> str:
+    """Which tensor-core peak a GEMM with `fmt` weights runs at."""
+    if fmt in ("nvfp4", "mxfp4"):
+        return "fp4" if gpu.peak("fp4") else "bf16"
+    if fmt == "fp8":
+        return "fp8" if gpu.peak("fp8") else "bf16"
+    return "bf16"
+
+
+def validate(inputs: RooflineInputs) -> None:
+    if inputs.tp < 1 or inputs.ep < 1:
+        raise BadInput(f"TP and EP must be >= 1 (got tp={inputs.tp}, ep={inputs.ep})", hint="e.g. --tp 8 --ep 1")
+    if inputs.tp % inputs.ep:
+        raise BadInput(
+            f"EP={inputs.ep} must divide TP={inputs.tp}",
+            hint="sglang runs expert parallelism inside the TP group: use --ep 1 or --ep equal to --tp",
+        )
+    if inputs.ep > 1 and not inputs.model.is_moe:
+        raise BadInput(f"EP={inputs.ep} on a dense model", hint="use --ep 1 for dense models")
+    if inputs.model.is_moe and inputs.model.n_experts % inputs.ep:
+        raise BadInput(
+            f"EP={inputs.ep} does not divide {inputs.model.n_experts} experts", hint="pick an EP that divides it"
+        )
+    if not inputs.batches or any(b < 1 for b in inputs.batches):
+        raise BadInput(f"batch sizes must be >= 1 (got {list(inputs.batches)})", hint="e.g. --batch 1,2,4,8")
+    if inputs.context < 0:
+        raise BadInput(f"context must be >= 0 (got {inputs.context})", hint="e.g. --context 1024")
+    if inputs.kv_dtype not in KV_BYTES:
+        raise BadInput(f"unknown KV dtype {inputs.kv_dtype!r}", hint=f"use one of {', '.join(KV_BYTES)}")
+    if inputs.sharding not in SHARDINGS:
+        raise BadInput(f"unknown sharding {inputs.sharding!r}", hint=f"use one of {', '.join(SHARDINGS)}")
+    if inputs.latency_us < 0:
+        raise BadInput("all-reduce latency must be >= 0", hint="e.g. --allreduce-latency-us 10")
+
+
+def _batch(inputs: RooflineInputs, b: int) -> BatchResult:
+    m, g, w, tp = inputs.model, inputs.gpu, inputs.weights, inputs.tp
+    sglang = inputs.sharding == "sglang"
+    bw = g.mem_bw_gbps * 1e9
+    out: list[ComponentCost] = []
+
+    def add(name: str, params: float, flops: float, fmt: str | None = None, extra_bytes: float = 0.0) -> None:
+        fmt = fmt or w.of(name)
+        nbytes = params * BYTES_PER_PARAM[fmt] + extra_bytes
+        dtype = _compute_dtype(fmt, g)
+        peak = g.peak(dtype) or g.peak("bf16")
+        out.append(ComponentCost(name, fmt, nbytes, flops, dtype, nbytes / bw, flops / peak if peak else 0.0))
+
+    # Attention projections. "even": all / TP. "sglang": MLA q_a/kv_a replicated; GQA K/V split by
+    # KV head with at least one head per rank (QKVParallelLinear replicates when kv_heads < TP).
+    if sglang:
+        kv_share = max(m.kv_heads / tp, 1.0) / m.kv_heads if m.kv_heads else 0.0
+        attn = m.layers * (m.attn_sharded / tp + m.attn_replicated + m.attn_kv * kv_share)
+    else:
+        attn = m.layers * (m.attn_sharded + m.attn_replicated + m.attn_kv) / tp
+    add("attention", attn, 2 * b * attn)
+    if m.indexer_params:
+        idx = m.layers * m.indexer_params * (1 if sglang else 1 / tp)
+        add("indexer", idx, 2 * b * idx)
+    if m.dense_layers:
+        dense = m.dense_layers * m.dense_mlp_params / tp
+        add("dense_mlp", dense, 2 * b * dense)
+    distinct = 0.0
+    if m.is_moe:
+        distinct = expected_distinct_experts(m.n_experts, m.top_k, b)
+        # Each GPU holds E/EP experts, each sliced over TP/EP: on average distinct/EP experts of
+        # size expert/(TP/EP) per rank = distinct * expert / TP, whatever EP is.
+        routed = m.moe_layers * distinct * m.expert_params / tp
+        add("experts", routed, 2 * b * m.top_k * m.moe_layers * m.expert_params / tp)
+        if m.shared_params:
+            shared = m.moe_layers * m.shared_params / tp
+            add("shared_experts", shared, 2 * b * shared)
+        router = m.moe_layers * m.router_params * (1 if sglang else 1 / tp)
+        add("router", router, 2 * b * router)
+    add("embed", b * m.hidden / tp, 0.0)  # lookup of b rows
+    head = m.vocab * m.hidden / tp
+    add("lm_head", head, 2 * b * head)
+
+    # KV cache: bytes read and the attention score/context FLOPs.
+    kvb = KV_BYTES[inputs.kv_dtype]
+    ctx = inputs.context
+    if m.is_mla:
+        attn_tokens = min(ctx, m.index_topk) if m.index_topk else ctx
+        kv_bytes = b * m.layers * attn_tokens * m.kv_elems_per_token * kvb  # latent replicated per rank
+        if m.index_topk:
+            kv_bytes += b * m.layers * ctx * (m.index_head_dim + 4)  # fp8 index keys + fp32 scale
+            idx_flops = 2 * b * m.layers * ctx * m.index_heads * m.index_head_dim * (1 if sglang else 1 / tp)
+        else:
+            idx_flops = 0.0
+        core = 2 * b * m.layers * (m.heads / tp) * attn_tokens * (m.attn_score_dim + m.attn_value_dim)
+        kv_flops = core + idx_flops
+    else:
+        heads_per_gpu = max(m.kv_heads / tp, 1.0)
+        kv_bytes = b * m.layers * ctx * 2 * heads_per_gpu * m.head_dim * kvb
+        kv_flops = 2 * b * m.layers * (m.heads / tp) * ctx * (m.attn_score_dim + m.attn_value_dim)
+    peak = g.peak("bf16")
+    out.append(ComponentCost("kv_cache", inputs.kv_dtype, kv_bytes, kv_flops, "bf16", kv_bytes / bw, kv_flops / peak))
+
+    # All-reduce: one after attention and one after the MLP/MoE in every layer (TP > 1).
+    count = 2 * m.layers if tp > 1 else 0
+    message = m.hidden * ACT_BYTES * b
+    ring = 2 * (tp - 1) / tp
+    ar_bytes = count * message * ring
+    ar = AllReduceCost(
+        count=count,
+        message_bytes=float(message),
+        ring_factor=ring,
+        bytes_per_gpu=ar_bytes,
+        latency_s=count * inputs.latency_us * 1e-6,
+        transfer_s=ar_bytes / (g.link_bw_gbps * 1e9) if count else 0.0,
+    )
+    return BatchResult(batch=b, distinct_experts=distinct, components=tuple(out), allreduce=ar)
+
+
+def roofline(inputs: RooflineInputs) -> RooflineResult:
+    """The roofline at every batch size in `inputs.batches`."""
+    validate(inputs)
+    rows = tuple(_batch(inputs, b) for b in inputs.batches)
+    return RooflineResult(inputs=inputs, rows=rows, assumptions=assumptions(inputs))
+
+
+def make_inputs(
+    model: str | Path | Mapping | ModelShape,
+    gpu: str | GpuSpec,
+    *,
+    tp: int = 1,
+    ep: int = 1,
+    batches: Iterable[int] = (1,),
+    context: int = 0,
+    weights: str | Iterable[str] | WeightFormats | None = None,
+    kv_dtype: str = "bf16",
+    allreduce_latency_us: float | None = None,
+    sharding: str = "even",
+) -> RooflineInputs:
+    """Build inputs from names: a model NAME/path/config dict, a GPU name, a weight spec."""
+    if isinstance(model, ModelShape):
+        shape = model
+    elif isinstance(model, Mapping):
+        shape = model_shape(model)
+    else:
+        name, cfg = load_model_config(model)
+        shape = model_shape(cfg, name)
+    return RooflineInputs(
+        model=shape,
+        gpu=get_gpu(gpu),
+        weights=parse_weights(weights),
+        tp=int(tp),
+        ep=int(ep),
+        batches=tuple(int(b) for b in batches),
+        context=int(context),
+        kv_dtype=kv_dtype,
+        allreduce_latency_us=allreduce_latency_us,
+        sharding=sharding,
+    )
+
+
+def theoretical_tok_s(
+    model: str | dict,
+    gpu: str,
+    tp: int,
+    ep: int,
+    batch: int,
+    context: int,
+    weights: str,
+) -> float:
+    """Theoretical decode tok/s (even sharding, bf16 KV cache, the table's all-reduce latency):
+    the denominator of efficiency = measured / theoretical."""
+    inputs = make_inputs(model, gpu, tp=tp, ep=ep, batches=(batch,), context=context, weights=weights)
+    return roofline(inputs).rows[0].tok_s
+
+
+SEED_ASSUMPTION = (
+    "Seed reproduction (GLM-5-NVFP4 on 8x RTX PRO 6000, TP8, b=1 -> ~309 tok/s): every weight NVFP4 "
+    "(0.5625 B/param) including attention, DSA indexer, dense MLP, shared expert, router and lm_head; only the "
+    "weights a step touches (8 routed + 1 shared expert per MoE layer); every byte split evenly over the 8 GPUs; "
+    "KV cache negligible (context 0); 1,792 GB/s fully achieved; 156 all-reduces x (10 us + 21.5 kB ring "
+    "traffic / 64 GB/s). The real checkpoint keeps attention and the rest in BF16 (experts=nvfp4,rest=bf16)."
+)
+
+
+def seed_glm5(weights: str = SEED_GLM5_WEIGHTS, **overrides) -> RooflineResult:
+    """The seed's scenario (see seed_glm5_inputs) with SEED_ASSUMPTION leading the assumptions."""
+    result = roofline(seed_glm5_inputs(weights, **overrides))
+    return replace(result, assumptions=(SEED_ASSUMPTION, *result.assumptions))
+
+
+def seed_glm5_inputs(weights: str = SEED_GLM5_WEIGHTS, **overrides) -> RooflineInputs:
+    """The seed's setup: GLM-5 on 8x RTX PRO 6000, TP8, b=1, KV negligible (context 0), 10 us per
+    all-reduce, every weight byte split evenly. With SEED_GLM5_WEIGHTS this gives ~309 tok/s."""
+    kw = {"tp": 8, "ep": 1, "batches": (1,), "context": 0, "weights": weights, "sharding": "even"}
+    kw.update(overrides)
+    return make_inputs("glm-5", "rtx-pro-6000", **kw)
