@@ -136,3 +136,21 @@ def test_shipped_patches_all_declare_evidence():
         for src in recipe.patches:
             for name in recipe.patch_names(src):
                 assert name in declared, f"{recipe.name}: {name} declares no [evidence]"
+
+
+def test_patch_errors_say_what_to_do(project, capsys):
+    """A wrong path prefix names the prefix to strip; a stale patch shows the differing line and
+    points at `patches rebase`."""
+    from conftest import change
+
+    project.patch("prefix.patch", change("STEP_MS = 10", "STEP_MS = 8", path="upstream/python/mini/cost.py"))
+    project.patch("stale.patch", change("STEP_MS = 12", "STEP_MS = 8"))
+    project.recipe("p", BASE + '[patches]\nmini = ["prefix.patch"]\n')
+    project.recipe("s", BASE + '[patches]\nmini = ["stale.patch"]\n')
+    assert main(["patches", "check", str(project.recipes / "p.toml"), "--json"]) == 1
+    detail = json.loads(capsys.readouterr().out)["patches"][0]["detail"]
+    assert "carry an extra `upstream/`" in detail
+    assert main(["patches", "check", str(project.recipes / "s.toml"), "--json"]) == 1
+    detail = json.loads(capsys.readouterr().out)["patches"][0]["detail"]
+    assert "line 1 expected `STEP_MS = 12`, the tree has `STEP_MS = 10`" in detail
+    assert "patchbench patches rebase" in detail

@@ -31,6 +31,7 @@ class Hunk:
     source_length: int
     target_start: int
     target_length: int
+    expected: tuple[str, ...] = ()  # the lines the hunk expects in the old file (context and removed)
 
     def __str__(self) -> str:
         return f"@@ -{self.source_start},{self.source_length} +{self.target_start},{self.target_length} @@"
@@ -202,7 +203,8 @@ def parse_patch(path: Path, *, name: str | None = None, allow_binary: bool = Fal
                 added=pf.added,
                 removed=pf.removed,
                 status=status,
-                hunks=tuple(Hunk(h.source_start, h.source_length, h.target_start, h.target_length)
+                hunks=tuple(Hunk(h.source_start, h.source_length, h.target_start, h.target_length,
+                                 tuple(ln.value.rstrip("\r\n") for ln in h.source_lines()))
                             for h in pf),
             )
         )
@@ -306,7 +308,53 @@ def disposition(repo: Path, info: PatchInfo, strip_prefix: str, scratch: Path | 
     if mismatch:
         return Disposition(info.name, "line-endings", mismatch[1], mismatch[0])
     status, detail, file, hunk = _diagnose(info, fwd.stderr, strip_prefix)
+    if detail == "context mismatch" and file:
+        detail = _mismatch(repo, info, file, strip_prefix) or detail
+    elif status == "file-missing":
+        detail += _prefix_hint(repo, info, strip_prefix)
     return Disposition(info.name, status, detail, file, hunk)
+
+
+def _mismatch(repo: Path, info: PatchInfo, file: str, strip_prefix: str) -> str | None:
+    """The first line a failing hunk expects that the tree does not have, and what to do."""
+    try:
+        tree_lines = (repo / file).read_text(errors="replace").splitlines()
+    except OSError:
+        return None
+    for f in info.files:
+        if file not in (tree_path(f, strip_prefix), f.path):
+            continue
+        for h in f.hunks:
+            for i, want in enumerate(h.expected):
+                n = h.source_start + i
+                have = tree_lines[n - 1] if n - 1 < len(tree_lines) else "(end of file)"
+                if have != want:
+                    return (f"context mismatch at {h}: line {n} expected `{want.strip()}`, the tree has "
+                            f"`{have.strip()}` (the base moved on: `patchbench patches rebase RECIPE --onto "
+                            f"REV` ports the stack with a 3-way merge)")
+    return None
+
+
+def _prefix_hint(repo: Path, info: PatchInfo, strip_prefix: str) -> str:
+    """When a path is missing but the tree has the same file under another prefix, say which."""
+    listed = gitrepo.ls_files(repo) or []
+    for f in info.files:
+        rel = tree_path(f, strip_prefix)
+        if f.status == "added" or (repo / rel).exists():
+            continue
+        parts = PurePosixPath(rel).parts
+        for k in range(1, len(parts)):
+            tail = "/".join(parts[k:])
+            if tail in listed:
+                extra = "/".join(parts[:k])
+                return (f" (the tree has {tail}: the patch's paths carry an extra `{extra}/`; write the diff "
+                        f"from the source's root, e.g. `git diff` inside it, or strip `{extra}/` from its a/ b/ paths)")
+        hits = [p for p in listed if p.endswith("/" + rel)]
+        if hits:
+            missing = hits[0][: -len(rel) - 1]
+            return (f" (the tree has {hits[0]}: the patch lacks the `{missing}/` prefix; write paths in the "
+                    f"git layout, e.g. {missing}/{rel}, and set the source's package_dir)")
+    return ""
 
 
 def apply_one(repo: Path, info: PatchInfo, strip_prefix: str, scratch: Path | None = None) -> str:
