@@ -7,8 +7,10 @@ from collections import defaultdict
 
 from rich.table import Table
 
+from toolkit import metrics
+from toolkit.analysis.efficiency import efficiency
+from toolkit.analysis.selection import reduce
 from toolkit.commands.common import console, store_of
-from toolkit.report import HEADLINE, efficiency
 
 HELP = "list stored runs (status, provenance, headline numbers) or export them (JSON/CSV)"
 
@@ -22,10 +24,11 @@ def add_arguments(parser) -> None:
 
 
 def _headline(samples) -> str:
+    """The run's first headline throughput per point (one value per point, as every table reduces)."""
     by_metric = defaultdict(dict)
-    for s in samples:
-        by_metric[s.metric][s.point] = s.value
-    for metric in HEADLINE:
+    for (metric, point, _), obs in reduce(samples).items():
+        by_metric[metric][point] = obs.values[0]
+    for metric in metrics.throughput_headline():
         if metric in by_metric:
             pts = by_metric[metric]
             return f"{metric}: " + " ".join(f"{p}:{v:.1f}" for p, v in sorted(pts.items()))
@@ -57,7 +60,9 @@ def run(args) -> int:
     filters = {"recipe": args.recipes or None, "status": args.status}
     if args.export:
         out = args.output or sys.stdout
-        n = store.export(args.export, out, **filters)
+        from toolkit.exchange import export
+
+        n = export(store, args.export, out, **filters)
         if args.output:
             console.print(f"exported {n} runs to {args.output}")
         return 0
