@@ -311,7 +311,7 @@ def render_html(data: ReportData, figures: Sequence[Plot] | None = None) -> str:
     eff = efficiency_lines(data)
     if eff:
         parts.append("<p><b>Efficiency vs roofline:</b> " + _esc("; ".join(eff)) + "</p>")
-    parts += ["<h2>Plots</h2>", '<div class="plots">', *(svg(p.figure) for p in figures), "</div>"]
+    parts += ["<h2>Plots</h2>", '<div class="plots">', *(svg(p.figure, p.title) for p in figures), "</div>"]
     if data.differences:
         parts.append("<h2>What else differed</h2><ul>")
         for name, diffs in data.differences.items():

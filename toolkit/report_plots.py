@@ -9,6 +9,7 @@ carries no date and a fixed id salt, so the same data gives the same page.
 
 from __future__ import annotations
 
+import html
 import io
 import math
 import os
@@ -61,8 +62,9 @@ def line_plot(title: str, xlabel: str, ylabel: str, series: Sequence[Series], *,
     for s in series:
         pts = sorted((p for p in s.points if _finite(p[1])), key=lambda p: p[0])
         if pts:
-            ax.errorbar([p[0] for p in pts], [p[1] for p in pts], yerr=_errs(pts), color=s.color,
-                        marker="o", capsize=3, label=s.name)
+            c = ax.errorbar([p[0] for p in pts], [p[1] for p in pts], yerr=_errs(pts), color=s.color,
+                            marker="o", capsize=3, label=s.name)
+            c.lines[0].set_gid(f"series-line {s.name}")
     if log2_x and xs and min(xs) > 0:
         ax.set_xscale("log", base=2)
     if xs:
@@ -83,8 +85,10 @@ def bar_plot(title: str, xlabel: str, ylabel: str, categories: Sequence[str], se
     for j, s in enumerate(series):
         pts = [p for p in s.points if _finite(p[1])]
         if pts:
-            ax.bar([p[0] - 0.4 + width * (j + 0.5) for p in pts], [p[1] for p in pts], width * 0.92,
-                   yerr=_errs(pts), color=s.color, ecolor="#222222", capsize=3, label=s.name)
+            bars = ax.bar([p[0] - 0.4 + width * (j + 0.5) for p in pts], [p[1] for p in pts], width * 0.92,
+                          yerr=_errs(pts), color=s.color, ecolor="#222222", capsize=3, label=s.name)
+            for k, b in enumerate(bars):
+                b.set_gid(f"series-bar-{k} {s.name}")
     ax.set_xticks(range(len(categories)), list(categories))
     if ref is not None:
         ax.axhline(ref, color="#444444", linestyle="--", linewidth=1)
@@ -104,13 +108,18 @@ def _finish(fig: Figure, ax, title: str, xlabel: str, ylabel: str) -> None:
     fig.tight_layout()
 
 
-def svg(fig: Figure) -> str:
-    """The figure as an SVG element to inline (no XML prolog, no date, stable ids)."""
+def svg(fig: Figure, title: str = "") -> str:
+    """The figure as an SVG element to inline: no XML prolog, no date, stable ids, text kept as
+    text (searchable, selectable), and a <title> for screen readers and tooltips."""
     buf = io.StringIO()
-    with matplotlib.rc_context({"svg.hashsalt": "patchbench", "svg.fonttype": "path"}):
+    with matplotlib.rc_context({"svg.hashsalt": "patchbench", "svg.fonttype": "none"}):
         fig.savefig(buf, format="svg", metadata={"Date": None})
     text = buf.getvalue()
-    return text[text.index("<svg"):]
+    text = text[text.index("<svg"):]
+    if title:
+        end = text.index(">") + 1
+        text = text[:end] + f"<title>{html.escape(title)}</title>" + text[end:]
+    return text
 
 
 def write_png(fig: Figure, path: Path) -> Path:

@@ -20,7 +20,8 @@ from typing import Any, Iterable, Sequence
 from rich.table import Table
 from rich.text import Text
 
-from toolkit import metrics, stats
+from toolkit import metrics as registry
+from toolkit import stats
 from toolkit.analysis.selection import (Criteria, MissingResults, Selection,  # noqa: F401 (re-exported)
                                         describe_bench_diff, reduce, select)
 from toolkit.errors import BadInput
@@ -72,7 +73,7 @@ def _wanted(metric: str, point: int, specs: Sequence[MetricSpec] | None, points:
 def _as_specs(metrics_: Sequence[str | MetricSpec] | None) -> list[MetricSpec] | None:
     if metrics_ is None:
         return None
-    return [m if isinstance(m, MetricSpec) else metrics.parse_spec(m) for m in metrics_]
+    return [m if isinstance(m, MetricSpec) else registry.parse_spec(m) for m in metrics_]
 
 
 def compare_selection(store: Store, sel: Selection, *, metrics: Sequence[str | MetricSpec] | None = None,
@@ -92,7 +93,7 @@ def compare_selection(store: Store, sel: Selection, *, metrics: Sequence[str | M
                 continue
             a, b = obs[base][key], obs[variant][key]
             unit = a.unit or b.unit
-            hib = metrics.higher_is_better(metric)
+            hib = registry.higher_is_better(metric)
             c = stats.compare_values(a.values, b.values, higher_is_better=hib, unit=unit,
                                      stat=stat, min_repeats=min_repeats, alpha=alpha,
                                      min_effect=min_effect)
