@@ -113,7 +113,7 @@ def _why_not(run: RunRow, c: Criteria) -> str | None:
     for attr in ("group_id", "env_key", "bench_key", "gpu_key"):
         want = getattr(c, attr)
         if want is not None and getattr(run, attr) != want:
-            return f"other {attr}"
+            return f"none with {attr.replace('_id', '').replace('_', ' ')} {want}"
     return None
 
 
@@ -140,7 +140,7 @@ def choose(rows: Iterable[RunRow], recipes: Sequence[str], criteria: Criteria = 
         why = _why_not(run, c)
         if why is None:
             usable[run.recipe].append(run)
-        elif not why.startswith(("status", "other")):
+        elif not why.startswith("status"):
             reasons[run.recipe].add(why)
     missing = [n for n in names if not usable[n]]
     if missing:
@@ -211,9 +211,9 @@ def choose(rows: Iterable[RunRow], recipes: Sequence[str], criteria: Criteria = 
 
 
 def select(store, recipes: Sequence[str], criteria: Criteria = Criteria()) -> Selection:
-    """`choose` over the store's ok (and, when asked, invalid) runs of `recipes`."""
-    status = ["ok", "invalid"] if criteria.missing_evidence else "ok"
-    return choose(store.runs(recipe=list(dict.fromkeys(recipes)), status=status), recipes, criteria)
+    """`choose` over the store's ok and invalid runs of `recipes` (invalid ones count only with
+    `missing_evidence`; reading them lets a refusal say why)."""
+    return choose(store.runs(recipe=list(dict.fromkeys(recipes)), status=["ok", "invalid"]), recipes, criteria)
 
 
 def criteria_from_args(args) -> Criteria:
