@@ -111,6 +111,10 @@ CREATE INDEX samples_run ON samples (run_id, metric, point);
 MIGRATIONS: dict[int, str] = {1: _SCHEMA_V1}
 
 
+_IMPORTED_SQL = ("SELECT {cols} FROM runs WHERE json_extract(extra, '$.imported.file_sha256') = ? "
+                 "OR json_extract(extra, '$.imported.rows_sha256') = ? ORDER BY started_at, rowid")
+
+
 def _q(name: str) -> str:
     return f'"{name}"'
 
@@ -332,10 +336,20 @@ class Store:
 
     def record_run(self, fields_: dict, samples: Iterable[Any] = ()) -> str:
         """Insert a whole run (default status `ok`) and its samples in one transaction (import,
-        or a driver that measures before it stores). Returns the run id."""
+        or a driver that measures before it stores). Returns the run id.
+
+        An imported run (`extra["imported"]` with content hashes) whose file or rows are already
+        stored is not inserted: the id of the run stored before is returned (checked inside the
+        same transaction, so two imports of one file at once store it once)."""
         row = self._run_values(dict(fields_), status_default="ok")
         samples = list(samples)
+        imported = (row.get("extra") or {}).get("imported") or {}
         with self._tx() as conn:
+            if imported.get("file_sha256") or imported.get("rows_sha256"):
+                before = conn.execute(_IMPORTED_SQL.format(cols="run_id"), (imported.get("file_sha256") or "",
+                                                                           imported.get("rows_sha256") or "")).fetchone()
+                if before:
+                    return before[0]
             if conn.execute("SELECT 1 FROM runs WHERE run_id = ?", (row["run_id"],)).fetchone():
                 raise PatchbenchError(f"results store: run {row['run_id']} already exists")
             self._insert_run(conn, row)
@@ -440,11 +454,8 @@ class Store:
     def imported_runs(self, *, file_sha256: str | None = None, rows_sha256: str | None = None) -> list[RunRow]:
         """Runs imported from a file with this content hash (of the file's bytes, or of its rows)."""
         conn = self._connect()
-        cols = ", ".join(_q(c) for c in RUN_FIELDS)
-        rows = conn.execute(
-            f"SELECT {cols} FROM runs WHERE json_extract(extra, '$.imported.file_sha256') = ? "
-            "OR json_extract(extra, '$.imported.rows_sha256') = ? ORDER BY started_at, rowid",
-            (file_sha256 or "", rows_sha256 or "")).fetchall()
+        rows = conn.execute(_IMPORTED_SQL.format(cols=", ".join(_q(c) for c in RUN_FIELDS)),
+                            (file_sha256 or "", rows_sha256 or "")).fetchall()
         return [self._decode(r, RUN_FIELDS) for r in rows]
 
 

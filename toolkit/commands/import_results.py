@@ -63,7 +63,7 @@ def run(args) -> int:
         samples = parse_bench_serving_rows(rows)
         params = {"driver": "serving", **bench_serving_workload(rows[0]),
                   "points": sorted({s.point for s in samples})}
-    run_id = store.record_run({
+    run_id = store.record_run({  # stores nothing if the same file got in meanwhile (same transaction)
         "recipe": args.recipe,
         "bench_driver": params["driver"],
         "bench_params": params,
