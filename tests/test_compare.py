@@ -229,6 +229,11 @@ def test_report_and_compare_agree_on_runs_of_an_old_and_a_new_env(store, tmp_pat
     rc, out, _ = _cli(["compare", "base", "fast", "--store", db, "--min-effect", "0.2"], capsys)
     assert rc == 0 and "20% (--min-effect)" in out and "runs used:" in out and "g-new" in out
     assert "not significant" in out  # +9.9% is below a 20% minimum effect
+    # `results --selected` lists exactly those runs
+    rc, out, _ = _cli(["results", "base", "fast", "--selected", "--store", db], capsys)
+    used = set(row["base_runs"]) | set(row["variant_runs"])
+    assert rc == 0 and all(r[:8] in out for r in used) and len(used) == 8
+    assert not any(r.run_id[:8] in out for r in store.runs(env_key="old"))
     # mixing env keys only on request, and then said
     from toolkit.analysis.selection import Criteria, select
 
