@@ -212,4 +212,6 @@ def test_editing_the_benchmark_moves_compare_report_and_attribute_to_the_new_run
     base_vals, fast_vals = att["prefix_values"]
     assert sum(base_vals) / 4 == pytest.approx(row["base_mean"]) and sum(fast_vals) / 4 == pytest.approx(row["variant_mean"])
     assert "faster" in att["lines"][0] and f"{row['speedup']:.2f}x" in att["lines"][-1]
-    del new_runs
+    used = {v["label"]: set(v["runs"]) for v in att["values_from"]}
+    assert used["prefix0"] == set(row["base_runs"]) and used["prefix1"] == set(row["variant_runs"])
+    assert used["prefix0"] | used["prefix1"] == new_runs

@@ -235,11 +235,23 @@ def add_selection_arguments(parser) -> None:
     parser.add_argument("--mix-gpus", action="store_true", help="pool runs on different GPUs")
 
 
+def _fraction(text: str) -> float:
+    import argparse
+
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0.0 <= value < 1.0:
+        raise argparse.ArgumentTypeError(f"{text} is not a fraction in [0, 1) (0.01 is 1%)")
+    return value
+
+
 def add_min_effect_argument(parser) -> None:
     """`--min-effect`: the smallest effect a verdict calls faster/slower (shown in the legend)."""
     from toolkit.stats import DEFAULT_MIN_EFFECT
 
-    parser.add_argument("--min-effect", type=float, default=DEFAULT_MIN_EFFECT, metavar="FRACTION",
+    parser.add_argument("--min-effect", type=_fraction, default=DEFAULT_MIN_EFFECT, metavar="FRACTION",
                         help=f"smallest effect a verdict calls faster/slower (default {DEFAULT_MIN_EFFECT:g}, "
                              "i.e. 1%%; shown in the verdict legend)")
 

@@ -85,7 +85,7 @@ class VariantMeter:
     _prepared: dict = field(default_factory=dict)  # label -> Prepared | None
     skipped: dict = field(default_factory=dict)  # label -> why it has no values
     _gpu_key: str | None = None
-    log: list = field(default_factory=list)  # (label, env key, values) for the report
+    log: list = field(default_factory=list)  # (label, env key, values, run ids) for the report
 
     @property
     def point(self) -> int:
@@ -143,15 +143,17 @@ class VariantMeter:
         key = p.env.key
         used = self._used.setdefault(key, set())
         bk = bench_key(self.recipe.benchmark.driver, self.recipe.benchmark.params())
-        cached = [r for r in self.cached(key, bk) if r not in used]
+        cached = [r for r in reversed(self.cached(key, bk)) if r not in used]  # newest first
         take = cached[:repeats]
         values = self._values(take)
         used.update(take)
+        ids = list(take)
         while len(values) < repeats:
             run_id = run_once(p, home=self.home, store=self.store, repeat=len(used), group_id=self.group_id,
                               console=self.console)
             self.runs += 1
             used.add(run_id)
+            ids.append(run_id)
             got = self._values([run_id])
             if not got:
                 run = self.store.get_run(run_id)
@@ -160,9 +162,10 @@ class VariantMeter:
                 if not values:
                     self.skipped[label] = why
                     return None
-                return values
+                ids.pop()  # the failed run gave no value
+                break
             values.extend(got)
-        self.log.append((label, key, list(values)))
+        self.log.append((label, key, list(values), ids))
         return values
 
 

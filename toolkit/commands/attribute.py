@@ -33,6 +33,15 @@ def require_gpu_if_needed(recipe) -> None:
                     "(`patchbench run RECIPE --until check` verifies everything before the launch)")
 
 
+def print_runs_used(meter) -> None:
+    """One line per measured variant: its env key, the runs its values came from, and when."""
+    for label, key, _, ids in meter.log:
+        dates = sorted(r.started_at or "" for r in meter.store.runs(run_ids=ids))
+        when = f"{dates[0][:16]} .. {dates[-1][:16]}".replace("T", " ") if dates else "?"
+        console.print(f"[dim]runs used:[/] {label} (env {(key or '-')[:10]}): {len(ids)} run(s) "
+                      f"{', '.join(i[:8] for i in ids)}, {when}", highlight=False)
+
+
 def run(args) -> int:
     from toolkit import metrics, stats
     from toolkit.analysis.attribute import attribute, render_attribution
@@ -71,9 +80,11 @@ def run(args) -> int:
         print_json({"recipe": recipe.name, "metric": spec.metric, "point": meter.point, "lines": result.lines(),
                     "prefix_values": prefix_values, "leave_one_out": loo, "skipped": skipped,
                     "builds": meter.builds, "runs": meter.runs, "min_effect": args.min_effect,
-                    "values_from": [[label, key, vals] for label, key, vals in meter.log]})
+                    "values_from": [{"label": label, "env_key": key, "values": vals, "runs": ids}
+                                    for label, key, vals, ids in meter.log]})
         return 0
     console.print(render_attribution(result, title=f"{recipe.name}: {spec.metric} at point {meter.point}"))
     console.print(f"[dim]{stats.verdict_legend(min_effect=args.min_effect)}[/]")
+    print_runs_used(meter)
     console.print(f"{meter.builds} variant(s) prepared, {meter.runs} new run(s); cached values reused per env key")
     return 0

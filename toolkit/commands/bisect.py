@@ -32,7 +32,7 @@ def run(args) -> int:
     from toolkit import metrics, stats
     from toolkit.analysis.bisect import bisect_items, bisect_stack
     from toolkit.analysis.variants import VariantMeter, patch_label, prefix_overrides, stack_of, upstream_commits
-    from toolkit.commands.attribute import require_gpu_if_needed
+    from toolkit.commands.attribute import print_runs_used, require_gpu_if_needed
     from toolkit.errors import BadInput
 
     spec = metrics.parse_spec(args.metric)  # before anything is built or launched
@@ -81,6 +81,7 @@ def run(args) -> int:
         console.print(f"  bad  (with it):   {', '.join(f'{v:.4g}' for v in result.bad_values)}")
         if result.conviction is not None:
             console.print(f"  {stats.format_comparison(result.conviction)}")
+    print_runs_used(meter)
     console.print(f"{meter.builds} build(s), {meter.runs} new run(s)")
     console.print(f"reproduce: {shlex.join(repro)}")
     return 0
