@@ -250,7 +250,9 @@ def render_markdown(data: ReportData, images: Sequence[tuple[str, str]] = ()) ->
     if data.selection:
         lines += ["", "**Runs used:**", ""] + [f"- {line}" for line in data.selection]
     if images:
-        lines += ["", "### Plots", ""] + [f"![{title}]({path})" for title, path in images]
+        lines += ["", "### Plots"]
+        for title, path in images:
+            lines += ["", f"![{title}]({path})"]
     eff = efficiency_lines(data)
     if eff:
         lines += ["", "**Efficiency vs roofline:** " + "; ".join(eff)]

@@ -69,7 +69,7 @@ def line_plot(title: str, xlabel: str, ylabel: str, series: Sequence[Series], *,
         ax.set_xscale("log", base=2)
     if xs:
         ax.set_xticks(xs, [str(x) for x in xs])
-    ax.set_ylim(bottom=0)
+    _y_from_zero(ax, series)
     _finish(fig, ax, title, xlabel, ylabel)
     return fig
 
@@ -92,9 +92,16 @@ def bar_plot(title: str, xlabel: str, ylabel: str, categories: Sequence[str], se
     ax.set_xticks(range(len(categories)), list(categories))
     if ref is not None:
         ax.axhline(ref, color="#444444", linestyle="--", linewidth=1)
-    ax.set_ylim(bottom=0)
+    _y_from_zero(ax, series, ref)
     _finish(fig, ax, title, xlabel, ylabel)
     return fig
+
+
+def _y_from_zero(ax, series: Sequence[Series], ref: float | None = None) -> None:
+    """y from 0 to a little above the highest value, whisker end or reference line."""
+    ys = [v for s in series for p in s.points for v in (p[1], p[3]) if _finite(v)]
+    top = max(ys + ([ref] if ref is not None else []), default=1.0)
+    ax.set_ylim(0, top * 1.08 if top > 0 else 1.0)
 
 
 def _finish(fig: Figure, ax, title: str, xlabel: str, ylabel: str) -> None:

@@ -87,7 +87,7 @@ class Selection:
             span = _day_time(dates[0]) if dates[0] == dates[-1] else f"{_day_time(dates[0])} .. {_day_time(dates[-1])}"
             ids = ", ".join(r.run_id[:8] for r in runs)
             out.append(f"{name}: {len(runs)} run(s) [{ids}], group {', '.join(groups)}, env "
-                       f"{', '.join(envs)}, {', '.join(sorted({r.gpu_key for r in runs}))}, {span}")
+                       f"{', '.join(envs)}, GPU {', '.join(sorted({r.gpu_key for r in runs}))}, {span}")
         return out
 
 
