@@ -143,7 +143,8 @@ class VariantMeter:
         key = p.env.key
         used = self._used.setdefault(key, set())
         bk = bench_key(self.recipe.benchmark.driver, self.recipe.benchmark.params())
-        cached = [r for r in reversed(self.cached(key, bk)) if r not in used]  # newest first
+        # oldest first: a replay hands out the same values in the same order, so it decides the same
+        cached = [r for r in self.cached(key, bk) if r not in used]
         take = cached[:repeats]
         values = self._values(take)
         used.update(take)
