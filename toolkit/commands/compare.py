@@ -71,6 +71,11 @@ def run(args) -> int:
                       console=err)
     sel = select(store, args.recipes, criteria)
     rows = compare_selection(store, sel, metrics=specs, points=args.point, min_effect=args.min_effect)
+    if not rows and args.metric:
+        measured = sorted({s.metric for s in store.samples(sel.run_ids(sel.recipes[0]))})
+        raise BadInput(f"{', '.join(args.metric)}: not measured by both {sel.recipes[0]} and the variants"
+                       + (f" at point(s) {', '.join(map(str, args.point))}" if args.point else ""),
+                       hint=f"{sel.recipes[0]} measured: {', '.join(measured) or 'nothing'}")
     diffs = explain_differences(sel)
     legend = stats.verdict_legend(min_effect=args.min_effect)
     if args.json:
