@@ -155,3 +155,63 @@ def test_upstream_bisect_skips_conflicting_commit(mini, capsys):
                  "--good", "good", "--bad", "bad", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["culprit_label"] == culprit[:12], out
+
+
+def _demo_project(tmp_path, monkeypatch, benchmark: str) -> None:
+    """The shipped demo recipes and patches copied into a scratch project, with `benchmark` as the
+    baseline's [benchmark] table (the variants extend it)."""
+    root = tmp_path / "demo-proj"
+    shutil.copytree(REPO_ROOT / "upstream" / "minisglang", root / "upstream" / "minisglang",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", "build"))
+    shutil.copytree(REPO_ROOT / "patches" / "demo", root / "patches" / "demo")
+    shutil.copytree(REPO_ROOT / "recipes" / "demo", root / "recipes" / "demo")
+    monkeypatch.setenv("PATCHBENCH_RECIPES", str(root / "recipes"))
+    _set_benchmark(root, benchmark)
+    return root
+
+
+def _set_benchmark(root, benchmark: str) -> None:
+    path = root / "recipes" / "demo" / "baseline.toml"
+    text = path.read_text()
+    head, rest = text.split("[benchmark]", 1)
+    tail = rest[rest.index("\n[", 1):] if "\n[" in rest[1:] else "\n"
+    path.write_text(head + "[benchmark]\n" + benchmark + tail)
+
+
+def test_editing_the_benchmark_moves_compare_report_and_attribute_to_the_new_runs(tmp_path, home, monkeypatch,
+                                                                                   capsys):
+    old = 'driver = "serving"\ninput_len = 16\noutput_len = 8\nconcurrency = [1]\nnum_prompts = 3\nwarmup = 1\nrepeats = 4\n'
+    root = _demo_project(tmp_path, monkeypatch, old)
+    assert main(["run", "demo/baseline", "demo/fast"]) == 0
+    _set_benchmark(root, old.replace("output_len = 8", "output_len = 16"))  # edit [benchmark], re-run
+    assert main(["run", "demo/baseline", "demo/fast"]) == 0
+    capsys.readouterr()
+
+    assert main(["compare", "demo/baseline", "demo/fast", "--metric", "output_tok_s", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    (row,) = out["rows"]
+    assert row["n_base"] == row["n_variant"] == 4 and row["verdict"] == "faster", row
+    new_runs = set(row["base_runs"]) | set(row["variant_runs"])
+    assert any("4 run(s)" in line for line in out["selection"])
+
+    assert main(["report", "demo/baseline", "demo/fast", "--metric", "output_tok_s", "-o", str(tmp_path / "r")]) == 0
+    md = (tmp_path / "r" / "report.md").read_text()
+    fast_line = next(line for line in md.splitlines() if line.startswith("|") and "| demo/fast |" in line
+                     and "x [" in line)
+    assert f"{row['speedup']:.3f}x" in fast_line and "| 4 |" in fast_line, (fast_line, row)
+    from toolkit import stats
+
+    cell = stats.format_mean_std(row["base_mean"], row["base_std"], "tok/s").replace(" +- ", " ± ")
+    assert any("| demo/baseline |" in line and cell in line and "| 4 |" in line for line in md.splitlines()), md
+
+    # attribute reuses exactly the new runs (same env, benchmark and GPU kind): no new measurement
+    capsys.readouterr()
+    assert main(["attribute", "demo/fast", "--metric", "output_tok_s@1", "--repeats", "4", "--json"]) == 0
+    att = json.loads(capsys.readouterr().out)
+    assert att["runs"] == 0, att
+    base_vals, fast_vals = att["prefix_values"]
+    assert sum(base_vals) / 4 == pytest.approx(row["base_mean"]) and sum(fast_vals) / 4 == pytest.approx(row["variant_mean"])
+    assert "faster" in att["lines"][0] and f"{row['speedup']:.2f}x" in att["lines"][-1]
+    used = {v["label"]: set(v["runs"]) for v in att["values_from"]}
+    assert used["prefix0"] == set(row["base_runs"]) and used["prefix1"] == set(row["variant_runs"])
+    assert used["prefix0"] | used["prefix1"] == new_runs

@@ -206,3 +206,27 @@ def test_attribution_latency_and_missing_prefix():
         attribute([[1.0]], higher_is_better=True)
     with pytest.raises(ValueError):
         attribute([[1.0], [1.0]], higher_is_better=True, leave_one_out={2: [1.0]})
+
+
+def _table_text(table) -> str:
+    from rich.console import Console
+
+    console = Console(width=240, record=True)
+    console.print(table)
+    return console.export_text()
+
+
+def test_shares_of_a_not_significant_total_are_not_percentages_and_skips_show_why():
+    rng = random.Random(4)
+    prefixes = [_values(rng, 100.0), _values(rng, 100.4), _values(rng, 99.9)]  # noise only
+    attr = attribute(prefixes, higher_is_better=True, names=["a.patch", "b.patch"], unit="tok/s",
+                     skipped={1: "apply failed: conflict in cost.py"})
+    assert attr.total.verdict == "not significant"
+    assert all(attr.share_text(p) in ("n.s. total", "-") for p in attr.patches)
+    assert not any("% of total" in line for line in attr.lines())
+    assert "without it: skipped (apply failed: conflict in cost.py)" in attr.lines()[0]
+    text = _table_text(render_attribution(attr))
+    assert "skipped: apply failed: conflict in cost.py" in text and "n.s. total" in text
+    import re
+
+    assert not re.search(r"[+-]\d+%", text)

@@ -126,10 +126,17 @@ def test_group_filter_selects_one_session(store):
         add_run(store, "fast", 150.0 + rep, repeat=rep, group_id="g1")
         add_run(store, "fast", 50.0 + rep, repeat=rep, group_id="g2",
                 params={**PARAMS, "output_len": 1})
-    with pytest.raises(BadInput, match="output_len 256 vs 1"):
-        compare_recipes(store, ["base", "fast"])
+    # the only benchmark both measured is g1's: fast's other runs are left out, not pooled
+    (row,) = compare_recipes(store, ["base", "fast"])
+    assert row.verdict == "faster" and row.n_variant == 4 and row.variant_mean == 151.5
     (row,) = compare_recipes(store, ["base", "fast"], group_id="g1")
     assert row.verdict == "faster"
+    with pytest.raises(MissingResults, match="base: none with group g2"):
+        compare_recipes(store, ["base", "fast"], group_id="g2")
+    add_run(store, "base", 100.0, group_id="g3")
+    add_run(store, "fast", 100.0, group_id="g3", params={**PARAMS, "output_len": 1})
+    with pytest.raises(BadInput, match="output_len 256 vs 1"):
+        compare_recipes(store, ["base", "fast"], group_id="g3")
 
 
 def test_diff_provenance(store):
@@ -181,3 +188,142 @@ def test_only_the_newest_build_of_a_recipe_counts(store):
     [row] = [r for r in compare_recipes(store, ["base", "variant"]) if r.metric == "output_tok_s"]
     assert row.n_variant == 4 and abs(row.variant_mean - 100.15) < 1e-6
     assert row.verdict == "not significant"
+
+
+# -- one selection rule for every table (real store, real CLI) ----------------------------------------
+
+def _cli(args, capsys):
+    from toolkit.cli import main
+
+    rc = main(args)
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+def test_report_and_compare_agree_on_runs_of_an_old_and_a_new_env(store, tmp_path, capsys):
+    for rep, v in enumerate((50.0, 51.0, 52.0, 53.0)):  # the baseline before its env changed
+        add_run(store, "base", v, repeat=rep, env_key="old", group_id="g-old", started_at=f"2026-01-01T00:0{rep}:00")
+    for rep, (b, f) in enumerate(((100.0, 110.0), (101.0, 111.0), (102.0, 112.0), (103.0, 113.0))):
+        add_run(store, "base", b, repeat=rep, env_key="new", group_id="g-new", started_at=f"2026-02-01T00:0{rep}:00")
+        add_run(store, "fast", f, repeat=rep, env_key="fast", group_id="g-new", started_at=f"2026-02-01T00:0{rep}:30")
+    db = str(store.path)
+    rc, out, _ = _cli(["compare", "base", "fast", "--metric", "output_tok_s", "--json", "--store", db], capsys)
+    assert rc == 0
+    import json
+
+    (row,) = json.loads(out)["rows"]
+    assert row["n_base"] == 4 and row["base_mean"] == 101.5 and row["speedup"] == pytest.approx(111.5 / 101.5)
+    rc, _, _ = _cli(["report", "base", "fast", "--metric", "output_tok_s", "--store", db, "-o", str(tmp_path / "r")],
+                    capsys)
+    assert rc == 0
+    md = (tmp_path / "r" / "report.md").read_text()
+    base_line = next(line for line in md.splitlines() if "| base |" in line and "baseline" in line)
+    fast_line = next(line for line in md.splitlines() if "| fast |" in line and "x [" in line)
+    from toolkit import stats
+
+    assert stats.format_mean_std(row["base_mean"], row["base_std"], "tok/s").replace(" +- ", " ± ") in base_line
+    assert "| 4 |" in base_line and "| 4 |" in fast_line
+    assert f"{row['speedup']:.3f}x" in fast_line
+    assert "g-new" in md and "2026-02-01" in md  # the runs, group and dates used are named
+    # the text table names them too, and the verdict legend shows the minimum effect in force
+    rc, out, _ = _cli(["compare", "base", "fast", "--store", db, "--min-effect", "0.2"], capsys)
+    assert rc == 0 and "20% (--min-effect)" in out and "runs used:" in out and "g-new" in out
+    assert "not significant" in out  # +9.9% is below a 20% minimum effect
+    # `results --selected` lists exactly those runs
+    rc, out, _ = _cli(["results", "base", "fast", "--selected", "--store", db], capsys)
+    used = set(row["base_runs"]) | set(row["variant_runs"])
+    assert rc == 0 and all(r[:8] in out for r in used) and len(used) == 8
+    assert not any(r.run_id[:8] in out for r in store.runs(env_key="old"))
+    # mixing env keys only on request, and then said
+    from toolkit.analysis.selection import Criteria, select
+
+    sel = select(store, ["base", "fast"], Criteria(mix_envs=True, prefer_group=False))
+    assert len(sel.runs["base"]) == 8 and any("base: mixing 2 env keys on request" in n for n in sel.notes)
+
+
+def test_unknown_metric_is_bad_input_listing_the_known_ones(store, capsys):
+    add_run(store, "base", 100.0)
+    add_run(store, "fast", 120.0)
+    for argv in (["compare", "base", "fast", "--metric", "no_such_metric"],
+                 ["report", "base", "--metric", "no_such_metric"],
+                 ["bisect", "demo/fast", "--metric", "ttft_median@1"]):
+        rc, _, err = _cli([*argv, "--store", str(store.path)], capsys)
+        assert rc == 2, argv
+        assert err.startswith("error:") and "unknown metric" in err and "output_tok_s" in err and "itl_ms_median" in err
+        assert "\n" not in err.strip()
+    rc, _, err = _cli(["compare", "base", "fast", "--metric", "decode_tok_s", "--store", str(store.path)], capsys)
+    assert rc == 2 and "not measured" in err and "base measured: output_tok_s" in err
+
+
+def test_imported_runs_and_other_gpus_count_only_on_request(store, capsys):
+    for rep in range(4):
+        add_run(store, "base", 100.0 + rep, repeat=rep)
+        add_run(store, "fast", 130.0 + rep, repeat=rep, extra={"imported": {"from": "x.json"}})
+    with pytest.raises(MissingResults, match="imported .use --imported"):
+        compare_recipes(store, ["base", "fast"])
+    from toolkit.analysis.selection import Criteria, select
+
+    sel = select(store, ["base", "fast"], Criteria(imported=True))
+    assert any("imported runs used on request: fast" in n for n in sel.notes)
+    for rep in range(4):
+        add_run(store, "other-gpu", 90.0 + rep, repeat=rep, machine={"gpu_key": "1x H200"})
+    with pytest.raises(BadInput, match="--mix-gpus"):
+        compare_recipes(store, ["base", "other-gpu"])
+    sel = select(store, ["base", "other-gpu"], Criteria(mix_gpus=True))
+    assert any("mixing GPUs on request" in n for n in sel.notes)
+
+
+def test_missing_activation_evidence_is_left_out_unless_asked(store):
+    from toolkit.analysis.selection import Criteria, select
+
+    for rep in range(3):
+        add_run(store, "base", 100.0, repeat=rep)
+        add_run(store, "oea", 90.0, repeat=rep, status="invalid", extra={"evidence": {"oea.patch": "missing"}})
+    with pytest.raises(MissingResults, match="activation evidence missing"):
+        select(store, ["base", "oea"])
+    sel = select(store, ["base", "oea"], Criteria(missing_evidence=True))
+    assert len(sel.runs["oea"]) == 3 and any("missing activation evidence" in n for n in sel.notes)
+
+
+def test_newest_common_benchmark_and_one_sweep_win(store):
+    new = {**PARAMS, "output_len": 512}
+    for rep in range(3):
+        add_run(store, "base", 100.0, repeat=rep, group_id="old")
+        add_run(store, "fast", 120.0, repeat=rep, group_id="old")
+    for rep in range(3):  # only the baseline re-ran with the edited benchmark: the old one still counts
+        add_run(store, "base", 50.0, repeat=rep, group_id="b-new", params=new)
+    (row,) = compare_recipes(store, ["base", "fast"], metrics=["output_tok_s"])
+    assert row.base_mean == 100.0
+    for rep in range(3):  # now both have: the new benchmark counts
+        add_run(store, "fast", 70.0, repeat=rep, group_id="f-new", params=new)
+    (row,) = compare_recipes(store, ["base", "fast"], metrics=["output_tok_s"])
+    assert row.base_mean == 50.0 and row.variant_mean == 70.0
+    for rep in range(2):  # one interleaved sweep of both is preferred over pooling
+        add_run(store, "base", 52.0, repeat=rep, group_id="sweep", params=new)
+        add_run(store, "fast", 72.0, repeat=rep, group_id="sweep", params=new)
+    (row,) = compare_recipes(store, ["base", "fast"], metrics=["output_tok_s"])
+    assert row.n_base == 2 and row.base_mean == 52.0
+
+
+def test_import_of_one_jsonl_twice_leaves_one_run(store, tmp_path, capsys):
+    import json as _json
+
+    path = tmp_path / "bench.jsonl"
+    path.write_text("".join(_json.dumps({"backend": "sglang", "dataset_name": "random", "random_input_len": 128,
+                                         "random_output_len": 256, "max_concurrency": c, "completed": 64,
+                                         "output_throughput": 100.0 * c, "median_itl_ms": 10.0 + c}) + "\n"
+                            for c in (1, 8)))
+    db = str(store.path)
+    rc, out, _ = _cli(["import", str(path), "--recipe", "sg", "--store", db], capsys)
+    assert rc == 0 and "imported" in out
+    (first,) = store.runs(recipe="sg")
+    rc, out, _ = _cli(["import", str(path), "--recipe", "sg", "--store", db], capsys)
+    assert rc == 0 and f"already imported as run {first.run_id[:8]}" in out
+    copy = tmp_path / "copy.jsonl"  # the same rows, re-serialised: still the same data
+    copy.write_text("\n".join(_json.dumps(_json.loads(x), indent=None, sort_keys=True)
+                              for x in path.read_text().splitlines()) + "\n")
+    rc, out, _ = _cli(["import", str(copy), "--recipe", "sg", "--store", db], capsys)
+    assert rc == 0 and "already imported" in out
+    assert len(store.runs(recipe="sg")) == 1
+    samples = {(s.metric, s.point): s.value for s in store.samples(first.run_id)}
+    assert samples[("output_tok_s", 8)] == 800.0 and samples[("itl_ms_median", 1)] == 11.0

@@ -1,4 +1,5 @@
-"""report: Markdown table and a self-contained HTML page (inline SVG) from a results store."""
+"""report: Markdown table with PNG plots beside it, and a self-contained HTML page (inline SVG,
+matplotlib) from a results store; runs chosen as compare chooses them."""
 
 from __future__ import annotations
 
@@ -12,8 +13,11 @@ import pytest
 
 from toolkit.bench import Sample
 from toolkit.cli import main
-from toolkit.report import (Efficiency, Series, bar_plot, collect, efficiency, line_plot, nice_ticks,
-                            render_markdown)
+from toolkit.analysis.efficiency import Efficiency, efficiency
+from toolkit.analysis.selection import Criteria
+from toolkit.errors import BadInput
+from toolkit.report import collect, render_markdown
+from toolkit.report_plots import Series, bar_plot, line_plot, svg
 from toolkit.store import Store
 
 PARAMS = {"input_len": 128, "output_len": 256, "points": [1, 2, 4, 8], "num_prompts": 64, "seed": 1}
@@ -71,13 +75,12 @@ class Page(HTMLParser):
             if a.get(k):
                 self.refs.append(a[k])
         if tag == "svg":
-            self.svgs.append({"title": None, "series": [], "xlabel": False, "ylabel": False})
+            self.svgs.append({"title": None, "series": [], "text": []})
         elif self.svgs and "svg" in self.stack:
-            svg = self.svgs[-1]
-            if tag in ("polyline", "rect") and a.get("data-series"):
-                svg["series"].append((tag, a["data-series"]))
-            if tag == "text" and a.get("class") in ("xlabel", "ylabel"):
-                svg[a["class"]] = True
+            gid = a.get("id") or ""
+            if gid.startswith("series-"):  # "series-line NAME" / "series-bar-K NAME"
+                kind, name = gid.split(" ", 1)
+                self.svgs[-1]["series"].append(("line" if kind == "series-line" else "bar", name))
         if tag == "table":
             self.tables += 1
         self._in_th = tag == "th"
@@ -99,6 +102,8 @@ class Page(HTMLParser):
                 self.svgs[-1]["title"] = data.strip()
         if self._in_th:
             self.ths.append(data)
+        if self.svgs and "svg" in self.stack and self.stack[-1] == "text":
+            self.svgs[-1]["text"].append(data.strip())
 
 
 def test_report_cli_writes_markdown_and_html(db, tmp_path, capsys):
@@ -132,18 +137,19 @@ def test_report_cli_writes_markdown_and_html(db, tmp_path, capsys):
     p.feed(html_text)
     p.close()
     assert len(p.svgs) >= 3
-    for svg in p.svgs:
-        assert svg["title"], svg
-        assert svg["xlabel"] and svg["ylabel"]
-    all_series = {name for svg in p.svgs for _, name in svg["series"]}
+    for one in p.svgs:
+        assert one["title"], one
+        assert one["text"]  # axis labels and legend stay text
+    all_series = {name for one in p.svgs for _, name in one["series"]}
     assert set(RECIPES) <= all_series
-    line_svgs = [svg for svg in p.svgs if any(t == "polyline" for t, _ in svg["series"])]
+    line_svgs = [one for one in p.svgs if any(t == "line" for t, _ in one["series"])]
     assert len(line_svgs) >= 2
-    for svg in line_svgs:
-        assert {n for t, n in svg["series"] if t == "polyline"} == set(RECIPES)
-    speed = [svg for svg in p.svgs if svg["title"].startswith("speedup")]
+    for one in line_svgs:
+        assert {n for t, n in one["series"] if t == "line"} == set(RECIPES)
+        assert any("(log2 scale)" in x for x in one["text"])
+    speed = [one for one in p.svgs if one["title"].startswith("speedup")]
     assert speed and {n for _, n in speed[0]["series"]} == {"fast", "same"}
-    assert any(svg["title"].startswith("efficiency") for svg in p.svgs)
+    assert any(one["title"].startswith("efficiency") for one in p.svgs)
     assert p.tables >= 2 and any("speedup vs base" in t for t in p.ths)
     assert not [r for r in p.refs if r.lower().startswith(("http:", "https:", "//"))]
     assert "<script" not in html_text.lower()
@@ -170,7 +176,7 @@ def test_single_recipe_has_no_comparisons(db, tmp_path):
     assert "| base |" in text and "itl_ms_median" not in text and "What else differed" not in text
     p = Page()
     p.feed((out / "report.html").read_text())
-    assert p.svgs and all(svg["title"] for svg in p.svgs)
+    assert p.svgs and all(one["title"] for one in p.svgs)
 
 
 def test_no_results_is_one_line_bad_input(db, tmp_path, capsys):
@@ -189,12 +195,13 @@ def test_collect_without_roofline_and_unverified(tmp_path):
     s.record_run(dict(recipe="c", config_verified=False, bench_driver="serving", bench_params=PARAMS,
                       machine={"gpu_key": "none"}),
                  [Sample("output_tok_s", 90.0, "tok/s", 1, "concurrency")])
-    data = collect(s, ["a", "b", "c"])
+    with pytest.raises(BadInput, match="c: configuration not verified .use --unverified"):
+        collect(s, ["a", "b", "c"])  # the same rule as compare: unverified runs only on request
+    data = collect(s, ["a", "b", "c"], criteria=Criteria(unverified=True))
     assert all(r.efficiency is None for r in data.recipes)
-    assert not data.rows and any("no comparison" in n for n in data.notes)  # c is not verified
-    assert any("c: configuration not verified" in n for n in data.notes)
     md = render_markdown(data)
     assert "| c |" in md and "unverified" in md
+    assert {r.recipe for r in data.rows} == {"b", "c"}
     data2 = collect(s, ["a", "b"])
     assert data2.rows and {r.recipe for r in data2.rows} == {"b"}
     s.close()
@@ -212,11 +219,25 @@ def test_efficiency_shared_with_results(tmp_path):
     s.close()
 
 
-def test_svg_plotters_handle_edges():
-    assert nice_ticks(0, 97)[-1] >= 97 and nice_ticks(0, 0)[-1] > 0
-    one = line_plot("t", "x", "y", [Series("a", "#000", ((4, 1.0, None, None),))])
-    assert one.count("<title>") == 1 and "nan" not in one
-    empty = bar_plot("t", "x", "y", [], [], ref=1.0)
-    assert empty.startswith("<svg") and empty.endswith("</svg>")
-    nan = bar_plot("t", "x", "y", ["c=1"], [Series("a", "#000", ((0, float("nan"), None, None),))])
-    assert '="nan' not in nan and "data-series" not in nan  # a missing value draws no bar
+def test_plotters_handle_edges():
+    one = svg(line_plot("t", "x", "y", [Series("a", "#000", ((4, 1.0, None, None),))]), "one point")
+    assert one.startswith("<svg") and one.count("<title>") == 1 and "nan" not in one
+    empty = svg(bar_plot("t", "x", "y", [], [], ref=1.0))
+    assert empty.startswith("<svg") and empty.rstrip().endswith("</svg>")
+    nan = svg(bar_plot("t", "x", "y", ["c=1"], [Series("a", "#000", ((0, float("nan"), None, None),))]))
+    assert "series-bar" not in nan  # a missing value draws no bar
+
+
+def test_report_writes_png_plots_referenced_from_markdown(db, tmp_path):
+    out = tmp_path / "pr"
+    assert main(["report", "base", "fast", "--store", str(db), "-o", str(out)]) == 0
+    text = (out / "report.md").read_text()
+    import re
+
+    images = re.findall(r"!\[[^\]]+\]\(([^)]+)\)", text)
+    assert {"throughput.png", "latency.png"} <= set(images)
+    for name in images:
+        data = (out / name).read_bytes()
+        assert data.startswith(b"\x89PNG\r\n\x1a\n") and len(data) > 5000
+    assert "verdict: faster/slower needs" in text and "1% (--min-effect)" in text
+    assert "**Runs used:**" in text and "base: 4 run(s)" in text

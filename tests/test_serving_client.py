@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from toolkit.bench import Sample
-from toolkit.stats import higher_is_better
+from toolkit.metrics import higher_is_better
 from toolkit.bench.one_batch import (
     one_batch_argv,
     one_batch_module,

@@ -1,4 +1,4 @@
-"""Pure statistics: directions, Mann-Whitney, ratio intervals, verdicts, pyperf-like formatting."""
+"""Pure statistics: Mann-Whitney, ratio intervals, verdicts, pyperf-like formatting."""
 
 from __future__ import annotations
 
@@ -9,27 +9,16 @@ import pytest
 
 from toolkit import stats
 from toolkit.stats import (FASTER, HIGHER, LOWER, NOT_SIGNIFICANT, SLOWER, TOO_FEW, compare_values,
-                           format_comparison, mann_whitney_p, metric_direction, min_p_value, ratio_ci,
+                           format_comparison, mann_whitney_p, min_p_value, ratio_ci,
                            verdict)
 
 A = [10.1, 10.2, 10.3, 10.2, 10.1]
 B = [12.3, 12.2, 12.4, 12.3, 12.5]
 
 
-def test_metric_direction_table_and_guesses():
-    assert metric_direction("output_tok_s") == "higher"
-    assert metric_direction("decode_tok_s") == "higher"
-    assert metric_direction("median_decode_throughput") == "higher"
-    assert metric_direction("ttft_ms_p99") == "lower"
-    assert metric_direction("mean_itl_ms") == "lower"
-    assert metric_direction("prefill_latency") == "lower"
-    assert metric_direction("new_metric", "tok/s") == "higher"
-    assert metric_direction("new_metric", "ms") == "lower"
-    assert metric_direction("spec_accept_throughput") == "higher"
-    assert metric_direction("mystery") is None
-    assert stats.higher_is_better("mystery") is None
-    assert stats.METRIC_UNITS["output_tok_s"] == "tok/s"
-    assert set(stats.METRIC_UNITS) == set(stats.METRIC_DIRECTION)
+def test_verdict_legend_names_the_minimum_effect():
+    legend = stats.verdict_legend(min_effect=0.02)
+    assert "2%" in legend and "--min-effect" in legend and "p < 0.05" in legend
 
 
 def test_min_p_value_and_enough_repeats():

@@ -18,6 +18,7 @@ import pytest
 
 from toolkit.bench import Sample
 from toolkit.errors import BadInput, PatchbenchError
+from toolkit.exchange import export, import_export
 from toolkit.store import SCHEMA_VERSION, RunRow, Store, bench_key, gpu_key
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -169,19 +170,23 @@ def test_export_json_csv_and_import(store, tmp_path):
     for rep in range(3):
         ids.append(store.record_run(full_fields(repeat=rep, config_verified=True, status="ok"), SAMPLES))
     failed = store.record_run({"recipe": "broken", "status": "failed", "error": "server exited 1"})
-    assert store.export("json", tmp_path / "out" / "r.json") == 4
+    assert export(store, "json", tmp_path / "out" / "r.json") == 4
     doc = json.loads((tmp_path / "out" / "r.json").read_text())
     assert doc["format"] == "patchbench-results" and doc["schema_version"] == SCHEMA_VERSION
     assert [len(r["samples"]) for r in doc["runs"]] == [3, 3, 3, 0]
 
     other = Store(tmp_path / "other.sqlite")
-    assert other.import_json(tmp_path / "out" / "r.json") == 4
-    assert other.import_json(tmp_path / "out" / "r.json") == 0  # idempotent
-    assert other.runs() == store.runs()
+    assert import_export(other, tmp_path / "out" / "r.json") == 4
+    assert import_export(other, tmp_path / "out" / "r.json") == 0  # idempotent
+    import dataclasses
+
+    assert all(r.imported for r in other.runs())  # marked: never mistaken for a measurement here
+    assert [dataclasses.replace(r, extra={k: v for k, v in r.extra.items() if k != "imported"})
+            for r in other.runs()] == store.runs()
     assert other.samples(ids + [failed]) == store.samples(ids + [failed])
 
     buf = io.StringIO()
-    assert store.export("csv", buf, recipe="glm5-ep8") == 3
+    assert export(store, "csv", buf, recipe="glm5-ep8") == 3
     rows = list(csv.DictReader(io.StringIO(buf.getvalue())))
     assert len(rows) == 9
     assert {r["run_id"] for r in rows} == set(ids)
@@ -190,11 +195,11 @@ def test_export_json_csv_and_import(store, tmp_path):
         "output_tok_s", 10.5, "tok/s", "1", "concurrency")
     assert r0["gpu_key"] == "8x NVIDIA RTX PRO 6000" and r0["config_verified"] == "1"
     buf = io.StringIO()
-    store.export("csv", buf, status="failed")
+    export(store, "csv", buf, status="failed")
     rows = list(csv.DictReader(io.StringIO(buf.getvalue())))
     assert len(rows) == 1 and rows[0]["metric"] == "" and rows[0]["status"] == "failed"
     with pytest.raises(BadInput):
-        store.export("xml", buf)
+        export(store, "xml", buf)
 
 
 WRITER = textwrap.dedent("""

@@ -20,9 +20,9 @@ Choices, and why:
 - **Verdict**: "faster"/"slower" needs all of: enough repeats (above), p < alpha, the interval
   excluding 1, and an effect of at least `min_effect` (1% by default) in the metric's good
   direction. Otherwise "not significant".
-- **Direction**: `METRIC_DIRECTION` says whether higher (throughput) or lower (latency) is better.
-  For an unknown metric `metric_direction` guesses from the unit and name; if it cannot, it returns
-  None and verdicts read "higher"/"lower" instead of "faster"/"slower".
+- **Direction**: the caller says whether higher is better (`toolkit.metrics` knows it for every
+  stored metric); None (a metric the registry does not know) makes verdicts read "higher"/"lower"
+  instead of "faster"/"slower".
 """
 
 from __future__ import annotations
@@ -33,7 +33,6 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
-from scipy import stats as _sp
 
 FASTER = "faster"
 SLOWER = "slower"
@@ -47,140 +46,6 @@ DEFAULT_MIN_EFFECT = 0.01
 DEFAULT_MIN_REPEATS = 3
 BOOTSTRAP_SEED = 20240601
 BOOTSTRAP_RESAMPLES = 4000
-
-# metric -> "higher" | "lower" (which direction is better). Names follow sglang's benchmarks
-# (bench_one_batch JSONL rows, bench_serving result fields) and patchbench's own drivers.
-METRIC_DIRECTION: dict[str, str] = {
-    # patchbench's own names (toolkit/bench: serving client, importers, one-batch)
-    "output_tok_s": "higher",
-    "input_tok_s": "higher",
-    "total_tok_s": "higher",
-    "request_s": "higher",
-    "decode_tok_s": "higher",
-    "prefill_tok_s": "higher",
-    "overall_tok_s": "higher",
-    "completed": "higher",
-    "concurrency_achieved": "higher",
-    "failed": "lower",
-    "duration_s": "lower",
-    "decode_step_ms_median": "lower",
-    "prefill_ms": "lower",
-    "total_ms": "lower",
-    **{f"{m}_ms_{s}": "lower" for m in ("ttft", "itl", "tpot", "e2e")
-       for s in ("mean", "median", "p95", "p99", "max", "std")},
-    # sglang's names: throughputs
-    "output_throughput": "higher",
-    "input_throughput": "higher",
-    "total_throughput": "higher",
-    "total_token_throughput": "higher",
-    "request_throughput": "higher",
-    "decode_throughput": "higher",
-    "median_decode_throughput": "higher",
-    "prefill_throughput": "higher",
-    "overall_throughput": "higher",
-    "last_gen_throughput": "higher",
-    "tok_per_s": "higher",
-    "tokens_per_s": "higher",
-    # latencies
-    "prefill_latency": "lower",
-    "median_decode_latency": "lower",
-    "decode_latency": "lower",
-    "total_latency": "lower",
-    "mean_ttft_ms": "lower",
-    "median_ttft_ms": "lower",
-    "p99_ttft_ms": "lower",
-    "mean_itl_ms": "lower",
-    "median_itl_ms": "lower",
-    "p95_itl_ms": "lower",
-    "p99_itl_ms": "lower",
-    "mean_tpot_ms": "lower",
-    "median_tpot_ms": "lower",
-    "p99_tpot_ms": "lower",
-    "mean_e2e_latency_ms": "lower",
-    "median_e2e_latency_ms": "lower",
-    "p99_e2e_latency_ms": "lower",
-}
-
-# metric -> unit, for the same metrics.
-METRIC_UNITS: dict[str, str] = {
-    "output_tok_s": "tok/s",
-    "input_tok_s": "tok/s",
-    "total_tok_s": "tok/s",
-    "request_s": "req/s",
-    "decode_tok_s": "tok/s",
-    "prefill_tok_s": "tok/s",
-    "overall_tok_s": "tok/s",
-    "completed": "count",
-    "concurrency_achieved": "requests",
-    "failed": "count",
-    "duration_s": "s",
-    "decode_step_ms_median": "ms",
-    "prefill_ms": "ms",
-    "total_ms": "ms",
-    **{f"{m}_ms_{s}": "ms" for m in ("ttft", "itl", "tpot", "e2e")
-       for s in ("mean", "median", "p95", "p99", "max", "std")},
-    "output_throughput": "tok/s",
-    "input_throughput": "tok/s",
-    "total_throughput": "tok/s",
-    "total_token_throughput": "tok/s",
-    "request_throughput": "req/s",
-    "decode_throughput": "tok/s",
-    "median_decode_throughput": "tok/s",
-    "prefill_throughput": "tok/s",
-    "overall_throughput": "tok/s",
-    "last_gen_throughput": "tok/s",
-    "tok_per_s": "tok/s",
-    "tokens_per_s": "tok/s",
-    "prefill_latency": "s",
-    "median_decode_latency": "s",
-    "decode_latency": "s",
-    "total_latency": "s",
-    "mean_ttft_ms": "ms",
-    "median_ttft_ms": "ms",
-    "p99_ttft_ms": "ms",
-    "mean_itl_ms": "ms",
-    "median_itl_ms": "ms",
-    "p95_itl_ms": "ms",
-    "p99_itl_ms": "ms",
-    "mean_tpot_ms": "ms",
-    "median_tpot_ms": "ms",
-    "p99_tpot_ms": "ms",
-    "mean_e2e_latency_ms": "ms",
-    "median_e2e_latency_ms": "ms",
-    "p99_e2e_latency_ms": "ms",
-}
-
-_RATE_UNITS = ("/s", "per s", "per_s", "tok/s", "req/s", "tflops", "gb/s", "flop/s")
-_TIME_UNITS = ("s", "ms", "us", "µs", "ns", "sec", "seconds")
-_HIGHER_WORDS = ("throughput", "tok_per_s", "tokens_per_s", "per_s", "_tok_s", "bandwidth", "tflops")
-_LOWER_WORDS = ("latency", "ttft", "itl", "tpot", "e2e", "duration", "time", "_ms")
-
-
-def metric_direction(metric: str, unit: str | None = None) -> str | None:
-    """"higher" or "lower" (which is better) for `metric`, or None when it cannot be told.
-
-    The table wins; then the unit (a rate is higher-better, a time lower-better); then the name.
-    """
-    if metric in METRIC_DIRECTION:
-        return METRIC_DIRECTION[metric]
-    u = (unit or "").strip().lower()
-    if u and any(u.endswith(r) for r in _RATE_UNITS):
-        return "higher"
-    if u in _TIME_UNITS:
-        return "lower"
-    name = metric.lower()
-    if any(w in name for w in _HIGHER_WORDS):
-        return "higher"
-    if any(w in name for w in _LOWER_WORDS):
-        return "lower"
-    return None
-
-
-def higher_is_better(metric: str, unit: str | None = None) -> bool | None:
-    """True/False from `metric_direction`; None when unknown."""
-    d = metric_direction(metric, unit)
-    return None if d is None else d == "higher"
-
 
 @dataclass(frozen=True)
 class Summary:
@@ -226,6 +91,8 @@ def mann_whitney_p(a: Sequence[float], b: Sequence[float]) -> float:
         return 1.0
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
+        from scipy import stats as _sp  # imported when used: CLI start-up stays fast
+
         p = float(_sp.mannwhitneyu(xa, xb, alternative="two-sided", method="auto").pvalue)
     return 1.0 if math.isnan(p) else p
 
@@ -271,6 +138,8 @@ def ratio_ci(a: Sequence[float], b: Sequence[float], *, stat: str = "mean",
     if se2 <= 0.0:
         return (ratio, ratio)
     df = se2 * se2 / ((ta * ta) / (xa.size - 1) + (tb * tb) / (xb.size - 1))
+    from scipy import stats as _sp
+
     t = float(_sp.t.ppf(0.5 + confidence / 2.0, df))
     half = t * math.sqrt(se2)
     return (ratio * math.exp(-half), ratio * math.exp(half))
@@ -415,3 +284,10 @@ def format_comparison(c: Comparison) -> str:
     if c.verdict in (SLOWER, LOWER):
         factor, lo, hi = 1.0 / factor, 1.0 / hi, 1.0 / lo
     return f"{head}: {factor:.2f}x {c.verdict} [{lo:.2f}, {hi:.2f}]"
+
+
+def verdict_legend(*, alpha: float = DEFAULT_ALPHA, min_effect: float = DEFAULT_MIN_EFFECT) -> str:
+    """The verdict rule in one line, with the settings in force (printed under every table)."""
+    return (f"verdict: faster/slower needs p < {alpha:g} (Mann-Whitney U over per-run values), the "
+            f"{100 * (1 - alpha):g}% CI of the ratio excluding 1, and an effect of at least "
+            f"{100 * min_effect:g}% (--min-effect); otherwise not significant")

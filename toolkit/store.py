@@ -19,9 +19,6 @@ JSON columns are stored as text and come back parsed (`RunRow`).
 
 from __future__ import annotations
 
-import csv
-import hashlib
-import io
 import json
 import math
 import os
@@ -29,12 +26,14 @@ import socket
 import sqlite3
 import uuid
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field, fields
-from datetime import datetime, timezone
+from dataclasses import fields
 from pathlib import Path
-from typing import IO, Any, Iterable, Iterator, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 from toolkit.errors import BadInput, PatchbenchError
+from toolkit.records import (  # noqa: F401  (re-exported: the store's row types and keys)
+    BENCH_KEY_IGNORED, RUN_FIELDS, SAMPLE_FIELDS, RunRow, SampleRow, _now, _process_start_time, bench_key,
+    canonical_json, comparable_bench_params, gpu_key, process_alive)
 
 SCHEMA_VERSION = 1
 STORE_FILENAME = "results.sqlite"
@@ -42,14 +41,6 @@ STATUSES = ("running", "ok", "failed", "invalid")
 FINAL_STATUSES = ("ok", "failed", "invalid")
 POINT_KINDS = ("batch", "concurrency")
 BUSY_TIMEOUT_MS = 60_000
-EXPORT_FORMAT = "patchbench-results"
-
-# Benchmark parameters that do not change what is measured; everything else in `bench_params`
-# (driver, input_len, output_len, points, seed, dataset, num_prompts, ...) must match to compare.
-BENCH_KEY_IGNORED = frozenset({
-    "repeats", "repeat", "timeout", "timeout_s", "host", "port", "base_url",
-    "url", "output", "output_file", "result_file", "log_file", "log_path", "verbose", "disable_tqdm",
-})
 
 
 def default_store_path(home: Path | str | None = None) -> Path:
@@ -59,162 +50,11 @@ def default_store_path(home: Path | str | None = None) -> Path:
     return default_store(Path(home).expanduser() if home is not None else default_home())
 
 
-def comparable_bench_params(driver: str | None, params: dict | None) -> dict:
-    """The part of a benchmark's identity that must match for two runs to be compared."""
-    out = {"driver": driver}
-    for k, v in sorted((params or {}).items()):
-        if k not in BENCH_KEY_IGNORED:
-            out[k] = v
-    return out
-
-
-def canonical_json(obj: Any) -> str:
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
-
-
-def bench_key(driver: str | None, params: dict | None) -> str:
-    """sha256 of the canonical JSON of `comparable_bench_params(driver, params)`."""
-    return hashlib.sha256(canonical_json(comparable_bench_params(driver, params)).encode()).hexdigest()
-
-
-def gpu_key(machine: dict | None) -> str:
-    """A short summary of the GPUs in `machine` provenance: "8x NVIDIA RTX PRO 6000", "none".
-
-    `machine["gpu_key"]` when the provenance has one (toolkit.machine computes it); else from
-    `machine["gpus"]` (dicts with "name", or names) or `machine["gpu_names"]`, as machine.gpu_key
-    does: mixed machines read "4x A + 4x B" (names sorted).
-    """
-    machine = machine or {}
-    if machine.get("gpu_key"):
-        return str(machine["gpu_key"])
-    gpus = machine.get("gpus")
-    if gpus is None:
-        gpus = machine.get("gpu_names") or []
-    names = [g.get("name", "?") if isinstance(g, dict) else str(g) for g in gpus]
-    if not names:
-        return "none"
-    return " + ".join(f"{names.count(n)}x {n}" for n in sorted(set(names)))
-
-
-def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
-
-
-def _process_start_time(pid: int) -> float | None:
-    try:
-        import psutil
-
-        return float(psutil.Process(pid).create_time())
-    except Exception:
-        return None
-
-
-def process_alive(pid: int | None, host: str | None, started: float | None = None) -> bool | None:
-    """Whether process `pid` (which started at `started`, epoch seconds) still runs on `host`.
-
-    None when it cannot be told (another host, no pid). A pid reused by a newer process is dead.
-    """
-    if not pid or not host or host != socket.gethostname():
-        return None
-    try:
-        import psutil
-    except ImportError:  # pragma: no cover - psutil is a dependency
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
-    try:
-        p = psutil.Process(pid)
-        if p.status() == psutil.STATUS_ZOMBIE:
-            return False
-        if started is not None and abs(p.create_time() - started) > 1.0:
-            return False
-        return True
-    except psutil.NoSuchProcess:
-        return False
-    except psutil.Error:
-        return None
-
-
-@dataclass(frozen=True)
-class RunRow:
-    """One run as stored. JSON columns come back as Python values."""
-
-    run_id: str
-    recipe: str
-    status: str = "running"
-    recipe_resolved: dict = field(default_factory=dict)
-    lock: dict = field(default_factory=dict)
-    tree_hashes: dict = field(default_factory=dict)  # source -> git tree hash
-    env_key: str | None = None
-    sglang_version: str | None = None
-    flashinfer_version: str | None = None
-    arch_list: list = field(default_factory=list)
-    bench_driver: str | None = None
-    bench_params: dict = field(default_factory=dict)
-    bench_key: str | None = None
-    server_argv: list = field(default_factory=list)
-    server_info: dict = field(default_factory=dict)
-    config_verified: bool | None = None
-    verification: list = field(default_factory=list)  # messages
-    machine: dict = field(default_factory=dict)
-    gpu_key: str = "none"
-    env_vars: dict = field(default_factory=dict)  # environment given to the server/benchmark
-    repeat: int = 0
-    group_id: str | None = None
-    started_at: str | None = None  # ISO 8601, UTC
-    finished_at: str | None = None
-    timings: dict = field(default_factory=dict)  # step -> seconds
-    error: str | None = None
-    log_paths: dict = field(default_factory=dict)
-    log_tail: str | None = None
-    pid: int | None = None
-    host: str | None = None
-    pid_started: float | None = None  # process start time, epoch seconds (pid reuse guard)
-    extra: dict = field(default_factory=dict)
-
-    def is_interrupted(self) -> bool:
-        """A `running` run whose writer process is gone (same host only)."""
-        return self.status == "running" and process_alive(self.pid, self.host, self.pid_started) is False
-
-    def display_status(self) -> str:
-        """The status to show: "interrupted" for a `running` run whose process died."""
-        if self.status != "running":
-            return self.status
-        alive = process_alive(self.pid, self.host, self.pid_started)
-        if alive is False:
-            return "interrupted"
-        if alive is None and self.host and self.host != socket.gethostname():
-            return f"running (on {self.host})"
-        return "running"
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-
-@dataclass(frozen=True)
-class SampleRow:
-    """One stored sample."""
-
-    run_id: str
-    metric: str
-    value: float
-    unit: str
-    point: int
-    point_kind: str
-    repeat: int
-
-
-RUN_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(RunRow))
 JSON_FIELDS = frozenset({
     "recipe_resolved", "lock", "tree_hashes", "arch_list", "bench_params", "server_argv",
     "server_info", "verification", "machine", "env_vars", "timings", "log_paths", "extra",
 })
 _JSON_DEFAULTS = {f.name: f.default_factory for f in fields(RunRow) if f.name in JSON_FIELDS}  # type: ignore[misc]
-SAMPLE_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(SampleRow))
 
 _SCHEMA_V1 = """
 CREATE TABLE runs (
@@ -269,6 +109,10 @@ CREATE INDEX samples_run ON samples (run_id, metric, point);
 
 # version -> SQL that brings version-1 to version. Append, never edit.
 MIGRATIONS: dict[int, str] = {1: _SCHEMA_V1}
+
+
+_IMPORTED_SQL = ("SELECT {cols} FROM runs WHERE json_extract(extra, '$.imported.file_sha256') = ? "
+                 "OR json_extract(extra, '$.imported.rows_sha256') = ? ORDER BY started_at, rowid")
 
 
 def _q(name: str) -> str:
@@ -492,10 +336,20 @@ class Store:
 
     def record_run(self, fields_: dict, samples: Iterable[Any] = ()) -> str:
         """Insert a whole run (default status `ok`) and its samples in one transaction (import,
-        or a driver that measures before it stores). Returns the run id."""
+        or a driver that measures before it stores). Returns the run id.
+
+        An imported run (`extra["imported"]` with content hashes) whose file or rows are already
+        stored is not inserted: the id of the run stored before is returned (checked inside the
+        same transaction, so two imports of one file at once store it once)."""
         row = self._run_values(dict(fields_), status_default="ok")
         samples = list(samples)
+        imported = (row.get("extra") or {}).get("imported") or {}
         with self._tx() as conn:
+            if imported.get("file_sha256") or imported.get("rows_sha256"):
+                before = conn.execute(_IMPORTED_SQL.format(cols="run_id"), (imported.get("file_sha256") or "",
+                                                                           imported.get("rows_sha256") or "")).fetchone()
+                if before:
+                    return before[0]
             if conn.execute("SELECT 1 FROM runs WHERE run_id = ?", (row["run_id"],)).fetchone():
                 raise PatchbenchError(f"results store: run {row['run_id']} already exists")
             self._insert_run(conn, row)
@@ -597,82 +451,12 @@ class Store:
         conn = self._connect()
         return {s: n for s, n in conn.execute("SELECT status, COUNT(*) FROM runs GROUP BY status")}
 
-    # -- export / import ------------------------------------------------------------------------
-    CSV_COLUMNS = ("run_id", "recipe", "status", "group_id", "run_repeat", "env_key", "bench_key",
-                   "gpu_key", "sglang_version", "flashinfer_version", "config_verified", "started_at",
-                   "finished_at", "metric", "value", "unit", "point", "point_kind", "repeat")
-
-    def export(self, fmt: str, out: Path | str | IO[str], **filters: Any) -> int:
-        """Write the runs matching `filters` (as for `runs()`) to `out` (a path or a text stream).
-
-        "json": {"format", "schema_version", "exported_at", "runs": [{...run, "samples": [...]}]},
-        everything stored, re-importable with `import_json`. "csv": one row per sample (a run
-        without samples gets one row with empty sample columns), the run's identity columns
-        repeated. Returns the number of runs written.
-        """
-        if fmt not in ("json", "csv"):
-            raise BadInput(f"export format must be json or csv, not {fmt}")
-        runs = self.runs(**filters)
-        by_run: dict[str, list[SampleRow]] = {r.run_id: [] for r in runs}
-        for s in self.samples([r.run_id for r in runs]):
-            by_run[s.run_id].append(s)
-        if fmt == "json":
-            doc = {
-                "format": EXPORT_FORMAT,
-                "schema_version": SCHEMA_VERSION,
-                "exported_at": _now(),
-                "runs": [dict(r.to_dict(), samples=[
-                    {k: v for k, v in asdict(s).items() if k != "run_id"} for s in by_run[r.run_id]
-                ]) for r in runs],
-            }
-            text = json.dumps(doc, indent=2, sort_keys=False, ensure_ascii=False, default=str) + "\n"
-        else:
-            buf = io.StringIO()
-            w = csv.writer(buf, lineterminator="\n")
-            w.writerow(self.CSV_COLUMNS)
-            for r in runs:
-                head = [r.run_id, r.recipe, r.status, r.group_id or "", r.repeat, r.env_key or "",
-                        r.bench_key or "", r.gpu_key, r.sglang_version or "", r.flashinfer_version or "",
-                        "" if r.config_verified is None else int(r.config_verified), r.started_at or "",
-                        r.finished_at or ""]
-                if not by_run[r.run_id]:
-                    w.writerow(head + [""] * 6)
-                for s in by_run[r.run_id]:
-                    w.writerow(head + [s.metric, repr(s.value), s.unit, s.point, s.point_kind, s.repeat])
-            text = buf.getvalue()
-        if isinstance(out, (str, Path)):
-            p = Path(out)
-            p.parent.mkdir(parents=True, exist_ok=True)
-            tmp = p.with_name(p.name + f".tmp{os.getpid()}")
-            tmp.write_text(text, encoding="utf-8")
-            os.replace(tmp, p)
-        else:
-            out.write(text)
-        return len(runs)
-
-    def import_json(self, src: Path | str | IO[str]) -> int:
-        """Record the runs of a JSON export that this store does not have yet (by run id), each in
-        its own transaction. Returns the number imported."""
-        try:
-            if isinstance(src, (str, Path)):
-                doc = json.loads(Path(src).read_text(encoding="utf-8"))
-            else:
-                doc = json.load(src)
-        except (OSError, ValueError) as e:
-            raise BadInput(f"cannot read results export {src}: {e}") from None
-        if not isinstance(doc, dict) or doc.get("format") != EXPORT_FORMAT:
-            raise BadInput(f"{src} is not a patchbench results export")
-        if int(doc.get("schema_version", 0)) > SCHEMA_VERSION:
-            raise BadInput(f"{src} has schema version {doc['schema_version']}, newer than {SCHEMA_VERSION}")
-        have = {r.run_id for r in self.runs(run_ids=[r["run_id"] for r in doc.get("runs", [])])}
-        n = 0
-        for r in doc.get("runs", []):
-            if r["run_id"] in have:
-                continue
-            samples = [SampleRow(run_id=r["run_id"], **s) for s in r.get("samples", [])]
-            self.record_run({k: v for k, v in r.items() if k in RUN_FIELDS}, samples)
-            n += 1
-        return n
+    def imported_runs(self, *, file_sha256: str | None = None, rows_sha256: str | None = None) -> list[RunRow]:
+        """Runs imported from a file with this content hash (of the file's bytes, or of its rows)."""
+        conn = self._connect()
+        rows = conn.execute(_IMPORTED_SQL.format(cols=", ".join(_q(c) for c in RUN_FIELDS)),
+                            (file_sha256 or "", rows_sha256 or "")).fetchall()
+        return [self._decode(r, RUN_FIELDS) for r in rows]
 
 
 def _chunks(items: list, size: int = 500) -> Iterator[list]:

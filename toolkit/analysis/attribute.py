@@ -9,7 +9,8 @@ the whole stack without patch i). Output, per patch i:
 - `leave_one_out`: stack without i (A) vs whole stack (B): what patch i is worth in the presence of
   all the others (interactions show up as a difference between the two);
 - `share`: log(incremental speedup) / log(total speedup), the patch's part of the total on a log
-  scale (shares of a stack add up to 1; meaningless when the total is ~1).
+  scale (shares of a stack add up to 1; meaningless when the total is ~1, so shown as a percentage
+  only when the total is significant).
 
 Every comparison is `toolkit.stats.compare_values`: ratio, confidence interval, Mann-Whitney p and
 verdict (faster / slower / not significant / too few repeats).
@@ -37,6 +38,7 @@ class PatchEffect:
     cumulative: stats.Comparison | None
     leave_one_out: stats.Comparison | None
     share: float | None
+    loo_skipped: str | None = None  # why the stack without this patch has no values
 
 
 @dataclass(frozen=True)
@@ -46,14 +48,23 @@ class Attribution:
     higher_is_better: bool | None
     unit: str = ""
 
+    def share_text(self, p: PatchEffect) -> str:
+        """The patch's share of the total as a percentage, only when the total is significant
+        (a share of noise is not a share): "n.s. total" otherwise."""
+        if p.share is None:
+            return "-"
+        if self.total is None or not self.total.significant:
+            return "n.s. total"
+        return f"{p.share:+.0%}"
+
     def lines(self) -> list[str]:
         """One line per patch plus the total, pyperf-like."""
         out = []
         for p in self.patches:
             inc = stats.format_comparison(p.incremental) if p.incremental else "no values"
-            loo = (f"; without it: {stats.format_comparison(p.leave_one_out)}"
-                   if p.leave_one_out else "")
-            share = f" ({p.share:+.0%} of total)" if p.share is not None else ""
+            loo = (f"; without it: {stats.format_comparison(p.leave_one_out)}" if p.leave_one_out
+                   else (f"; without it: skipped ({p.loo_skipped})" if p.loo_skipped else ""))
+            share = f" ({self.share_text(p)} of total)" if self.share_text(p).endswith("%") else ""
             out.append(f"{p.index:>3} {p.name}: {inc}{share}{loo}")
         if self.total is not None:
             out.append(f"total: {stats.format_comparison(self.total)}")
@@ -63,12 +74,14 @@ class Attribution:
 def attribute(prefix_values: Sequence[Sequence[float] | None], *, higher_is_better: bool | None,
               names: Sequence[str] | None = None,
               leave_one_out: Mapping[int, Sequence[float]] | None = None, unit: str = "",
+              skipped: Mapping[int, str] | None = None,
               stat: str = "mean", min_repeats: int = stats.DEFAULT_MIN_REPEATS,
               alpha: float = stats.DEFAULT_ALPHA,
               min_effect: float = stats.DEFAULT_MIN_EFFECT) -> Attribution:
     """Per-patch effects (see the module docstring). `prefix_values` has n+1 entries for n patches
     (an entry may be None or empty: that prefix was not measured); `names[i-1]` names patch i;
-    `leave_one_out` maps a 1-based patch index to the values of the stack without it."""
+    `leave_one_out` maps a 1-based patch index to the values of the stack without it, `skipped`
+    a 1-based index to why the stack without it could not be measured."""
     n = len(prefix_values) - 1
     if n < 1:
         raise ValueError("attribute needs the base and at least one prefix")
@@ -98,7 +111,8 @@ def attribute(prefix_values: Sequence[Sequence[float] | None], *, higher_is_bett
         effects.append(PatchEffect(
             index=i, name=names[i - 1] if names is not None else f"patch {i}", incremental=inc,
             cumulative=cmp(base, prefix_values[i]),
-            leave_one_out=cmp(loo.get(i), full) if i in loo else None, share=share))
+            leave_one_out=cmp(loo.get(i), full) if i in loo else None, share=share,
+            loo_skipped=(skipped or {}).get(i)))
     return Attribution(total, tuple(effects), higher_is_better, unit)
 
 
@@ -125,7 +139,8 @@ def render_attribution(attr: Attribution, *, title: str = "per-patch effect") ->
         c = p.incremental
         t.add_row(str(p.index), p.name, sp(c), f"{c.p_value:.3f}" if c else "-",
                   Text(c.verdict if c else "-", style=_STYLE.get(c.verdict, "") if c else ""),
-                  f"{p.share:+.0%}" if p.share is not None else "-", sp(p.leave_one_out),
+                  attr.share_text(p), sp(p.leave_one_out) if p.leave_one_out or not p.loo_skipped
+                  else f"skipped: {p.loo_skipped}",
                   sp(p.cumulative))
     if attr.total is not None:
         c = attr.total

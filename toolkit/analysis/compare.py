@@ -1,10 +1,9 @@
 """Compare recipes from the results store: per metric and point, baseline vs each variant.
 
-`compare_recipes(store, ["base", "variant", ...])` selects runs with status `ok` and a verified
-configuration, refuses runs that measured different things (`bench_key`) or ran on different GPUs
-(`gpu_key`), turns each run into one observation per (metric, point) (the mean of that run's samples
-there: run-to-run spread is the noise that matters), and hands baseline and variant observations to
-`toolkit.stats.compare_values`.
+`compare_recipes(store, ["base", "variant", ...])` takes the runs `toolkit.analysis.selection`
+chooses (one benchmark, one GPU kind, each recipe's newest env, one sweep when there is one), reduces
+them to one value per run and (metric, point) (`selection.reduce`: run-to-run spread is the noise
+that matters), and hands baseline and variant values to `toolkit.stats.compare_values`.
 
 `diff_provenance(run_a, run_b)` lists what else differed between two runs (versions, trees, flags,
 env vars, arch list): what a "version gain" is made of.
@@ -15,27 +14,20 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 from rich.table import Table
 from rich.text import Text
 
+from toolkit import metrics as registry
 from toolkit import stats
+from toolkit.analysis.selection import (Criteria, MissingResults, Selection,  # noqa: F401 (re-exported)
+                                        describe_bench_diff, reduce, select)
 from toolkit.errors import BadInput
-from toolkit.store import RunRow, Store, comparable_bench_params
-
-
-class MissingResults(BadInput):
-    """Some recipes have no usable (ok + verified) runs. `recipes` lists them, in the order given."""
-
-    def __init__(self, recipes: Sequence[str], detail: str = "") -> None:
-        self.recipes = list(recipes)
-        names = ", ".join(self.recipes)
-        msg = f"no ok, verified results for recipe{'s' if len(self.recipes) > 1 else ''} {names}"
-        super().__init__(msg + (f" ({detail})" if detail else ""),
-                         hint="run them first, or compare with --run")
+from toolkit.metrics import MetricSpec
+from toolkit.records import RunRow
+from toolkit.store import Store
 
 
 @dataclass(frozen=True)
@@ -68,128 +60,41 @@ class CompareRow:
     variant_runs: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
-class Selection:
-    """The runs chosen for a comparison, per recipe (in the order given)."""
-
-    recipes: tuple[str, ...]
-    runs: dict  # recipe -> list[RunRow]
-    bench_key: str | None
-    gpu_key: str
-
-
-def _usable(run: RunRow, require_verified: bool) -> bool:
-    return run.status == "ok" and (run.config_verified is True or not require_verified)
-
-
-def _describe_bench_diff(a: RunRow, b: RunRow) -> str:
-    pa = comparable_bench_params(a.bench_driver, a.bench_params)
-    pb = comparable_bench_params(b.bench_driver, b.bench_params)
-    diffs = []
-    for k in sorted(set(pa) | set(pb), key=lambda k: (k != "driver", k)):
-        va, vb = pa.get(k, "(unset)"), pb.get(k, "(unset)")
-        if va != vb:
-            diffs.append(f"{k} {_short(va)} vs {_short(vb)}")
-    if not diffs:
-        return f"bench_key {(a.bench_key or '?')[:12]} vs {(b.bench_key or '?')[:12]}"
-    return ", ".join(diffs)
-
-
-def _short(v: Any, width: int = 40) -> str:
-    s = v if isinstance(v, str) else _jsonish(v)
-    return s if len(s) <= width else s[: width - 3] + "..."
-
-
 def _jsonish(v: Any) -> str:
     return json.dumps(v, sort_keys=True, separators=(",", ":"), default=str)
 
 
-def select_runs(store: Store, recipes: Sequence[str], *, group_id: str | None = None,
-                bench_key: str | None = None, require_verified: bool = True,
-                latest_env_only: bool = True) -> Selection:
-    """Usable runs per recipe; raises MissingResults, or BadInput on a bench/GPU mismatch."""
-    recipes = list(dict.fromkeys(recipes))
-    if len(recipes) < 2:
-        raise BadInput("compare needs at least two recipes (the first is the baseline)")
-    rows = store.runs(recipe=recipes, status="ok", group_id=group_id, bench_key=bench_key)
-    by_recipe: dict[str, list[RunRow]] = {r: [] for r in recipes}
-    for run in rows:
-        if _usable(run, require_verified):
-            by_recipe[run.recipe].append(run)
-    if latest_env_only:
-        # A recipe whose patches or flags changed since some of its runs has a new env key: only
-        # the newest build's runs describe the recipe as it is now; older ones are history.
-        for r, runs in by_recipe.items():
-            if runs:
-                newest = max(runs, key=lambda x: (x.started_at or "", x.run_id)).env_key
-                by_recipe[r] = [x for x in runs if x.env_key == newest]
-    missing = [r for r in recipes if not by_recipe[r]]
-    if missing:
-        unverified = [r for r in missing if any(x.recipe == r for x in rows)]
-        detail = f"{', '.join(unverified)}: configuration not verified" if unverified else ""
-        raise MissingResults(missing, detail)
-    base = recipes[0]
-    ref = by_recipe[base][0]
-    for r in recipes:
-        for run in by_recipe[r]:
-            if run.bench_key != ref.bench_key:
-                raise BadInput(
-                    f"cannot compare: different benchmark for {base} (run {ref.run_id[:8]}) and "
-                    f"{r} (run {run.run_id[:8]}): {_describe_bench_diff(ref, run)}",
-                    hint="select one benchmark with --group or re-run with the same parameters")
-    for r in recipes:
-        for run in by_recipe[r]:
-            if run.gpu_key != ref.gpu_key:
-                raise BadInput(
-                    f"cannot compare: {base} ran on {ref.gpu_key} (run {ref.run_id[:8]}), "
-                    f"{r} on {run.gpu_key} (run {run.run_id[:8]})")
-    return Selection(tuple(recipes), by_recipe, ref.bench_key, ref.gpu_key)
+def _wanted(metric: str, point: int, specs: Sequence[MetricSpec] | None, points: Sequence[int] | None) -> bool:
+    if points is not None and point not in points:
+        return False
+    return specs is None or any(s.metric == metric and s.point in (None, point) for s in specs)
 
 
-def observations(store: Store, runs: Iterable[RunRow]) -> dict[tuple[str, int, str], dict]:
-    """(metric, point, point_kind) -> {"unit", "values" (one per run and repeat), "runs"}.
-
-    Samples of one run at the same metric, point and repeat are averaged into one value.
-    """
-    runs = list(runs)
-    acc: dict[tuple, dict[tuple[str, int], list[float]]] = defaultdict(lambda: defaultdict(list))
-    units: dict[tuple, str] = {}
-    for s in store.samples([r.run_id for r in runs]):
-        key = (s.metric, s.point, s.point_kind)
-        acc[key][(s.run_id, s.repeat)].append(s.value)
-        units.setdefault(key, s.unit)
-    out = {}
-    for key, per in acc.items():
-        values = [sum(v) / len(v) for v in per.values()]
-        out[key] = {"unit": units[key], "values": values,
-                    "runs": tuple(dict.fromkeys(rid for rid, _ in per))}
-    return out
+def _as_specs(metrics_: Sequence[str | MetricSpec] | None) -> list[MetricSpec] | None:
+    if metrics_ is None:
+        return None
+    return [m if isinstance(m, MetricSpec) else registry.parse_spec(m) for m in metrics_]
 
 
-def compare_recipes(store: Store, recipes: Sequence[str], *, metrics: Sequence[str] | None = None,
-                    points: Sequence[int] | None = None, group_id: str | None = None,
-                    bench_key: str | None = None, require_verified: bool = True,
-                    stat: str = "mean", min_repeats: int = stats.DEFAULT_MIN_REPEATS,
-                    alpha: float = stats.DEFAULT_ALPHA,
-                    min_effect: float = stats.DEFAULT_MIN_EFFECT) -> list[CompareRow]:
-    """Rows for every variant (recipes[1:]) against the baseline (recipes[0]), per metric and point
-    measured by both, sorted by variant, metric, point."""
-    sel = select_runs(store, recipes, group_id=group_id, bench_key=bench_key,
-                      require_verified=require_verified)
+def compare_selection(store: Store, sel: Selection, *, metrics: Sequence[str | MetricSpec] | None = None,
+                      points: Sequence[int] | None = None, stat: str = "mean",
+                      min_repeats: int = stats.DEFAULT_MIN_REPEATS, alpha: float = stats.DEFAULT_ALPHA,
+                      min_effect: float = stats.DEFAULT_MIN_EFFECT) -> list[CompareRow]:
+    """Rows for every variant (sel.recipes[1:]) against the baseline (sel.recipes[0]), per metric
+    (`NAME[@POINT]` specs; None: all) and point measured by both, sorted by variant, metric, point."""
+    specs = _as_specs(metrics)
     base = sel.recipes[0]
-    obs = {r: observations(store, sel.runs[r]) for r in sel.recipes}
+    obs = {r: reduce(store.samples(sel.run_ids(r)), sel.run_ids(r)) for r in sel.recipes}
     rows: list[CompareRow] = []
     for variant in sel.recipes[1:]:
         for key in sorted(set(obs[base]) & set(obs[variant])):
             metric, point, kind = key
-            if metrics is not None and metric not in metrics:
-                continue
-            if points is not None and point not in points:
+            if not _wanted(metric, point, specs, points):
                 continue
             a, b = obs[base][key], obs[variant][key]
-            unit = a["unit"] or b["unit"]
-            hib = stats.higher_is_better(metric, unit)
-            c = stats.compare_values(a["values"], b["values"], higher_is_better=hib, unit=unit,
+            unit = a.unit or b.unit
+            hib = registry.higher_is_better(metric)
+            c = stats.compare_values(a.values, b.values, higher_is_better=hib, unit=unit,
                                      stat=stat, min_repeats=min_repeats, alpha=alpha,
                                      min_effect=min_effect)
             rows.append(CompareRow(
@@ -199,16 +104,30 @@ def compare_recipes(store: Store, recipes: Sequence[str], *, metrics: Sequence[s
                 variant_std=c.std_b, ratio=c.ratio, ci_low=c.ci_low, ci_high=c.ci_high,
                 p_value=c.p_value, verdict=c.verdict, speedup=c.speedup,
                 text=stats.format_comparison(c), higher_is_better=hib,
-                base_runs=a["runs"], variant_runs=b["runs"]))
+                base_runs=a.runs, variant_runs=b.runs))
     return rows
 
 
-def missing_recipes(store: Store, recipes: Sequence[str], *, group_id: str | None = None,
-                    require_verified: bool = True) -> list[str]:
-    """Recipes (in the order given) without a single ok (and verified) run: what `--run` measures."""
-    have = {r.recipe for r in store.runs(recipe=list(recipes), status="ok", group_id=group_id)
-            if _usable(r, require_verified)}
-    return [r for r in dict.fromkeys(recipes) if r not in have]
+def compare_recipes(store: Store, recipes: Sequence[str], *, metrics: Sequence[str | MetricSpec] | None = None,
+                    points: Sequence[int] | None = None, criteria: Criteria | None = None,
+                    group_id: str | None = None, require_verified: bool = True, **kw: Any) -> list[CompareRow]:
+    """`compare_selection` over `select(store, recipes, criteria)` (recipes[0] is the baseline)."""
+    if len(dict.fromkeys(recipes)) < 2:
+        raise BadInput("compare needs at least two recipes (the first is the baseline)")
+    if criteria is None:
+        criteria = Criteria(group_id=group_id, unverified=not require_verified)
+    return compare_selection(store, select(store, recipes, criteria), metrics=metrics, points=points, **kw)
+
+
+def missing_recipes(store: Store, recipes: Sequence[str], criteria: Criteria = Criteria()) -> list[str]:
+    """Recipes (in the order given) without a single usable run under `criteria`: what `--run` measures."""
+    out = []
+    for r in dict.fromkeys(recipes):
+        try:
+            select(store, [r], criteria)
+        except MissingResults:
+            out.append(r)
+    return out
 
 
 _VERDICT_STYLE = {stats.FASTER: "bold green", stats.SLOWER: "bold red",
@@ -334,7 +253,7 @@ def diff_provenance(run_a: RunRow, run_b: RunRow) -> list[str]:
     if run_a.env_key != run_b.env_key:
         out.append(f"env key: {(run_a.env_key or '(none)')[:16]} -> {(run_b.env_key or '(none)')[:16]}")
     if run_a.bench_key != run_b.bench_key:
-        out.append(f"benchmark: {_describe_bench_diff(run_a, run_b)}")
+        out.append(f"benchmark: {describe_bench_diff(run_a, run_b)}")
     if run_a.gpu_key != run_b.gpu_key:
         out.append(f"GPUs: {run_a.gpu_key} -> {run_b.gpu_key}")
     for k in ("driver", "cuda", "driver_version", "cuda_version"):

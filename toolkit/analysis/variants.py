@@ -2,35 +2,25 @@
 commit) measured through the normal pipeline, with results cached per env key in the store.
 
 This is the effectful edge that `attribute` and `bisect` (pure) measure through: a variant is
-prepared (apply -> build -> static check); an apply or build failure is a *skip* (None), as
-`git bisect run`'s exit 125. Values already stored for the same env key and benchmark are reused,
-so a bisect can be resumed or replayed without measuring again.
+prepared (apply -> build -> static check); an apply or build failure is a *skip* (None, its reason
+in `VariantMeter.skipped`), as `git bisect run`'s exit 125. Runs already stored are reused when
+`toolkit.analysis.selection` would count them for the same env key, benchmark and GPU kind as here
+(verified, measured here: never imported), one value per run, so a bisect can be resumed or
+replayed without measuring again.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from rich.console import Console
 
 from toolkit import gitrepo
+from toolkit.analysis.selection import Criteria, MissingResults, choose, values_at
 from toolkit.errors import BadInput, PatchbenchError
+from toolkit.metrics import MetricSpec  # noqa: F401  (re-exported: attribute/bisect parse with it)
 from toolkit.recipe import Recipe
-
-
-@dataclass(frozen=True)
-class MetricSpec:
-    metric: str
-    point: int | None  # None: the benchmark's first point
-
-    @classmethod
-    def parse(cls, text: str) -> "MetricSpec":
-        m = re.fullmatch(r"([A-Za-z0-9_]+)(?:@(\d+))?", text.strip())
-        if not m:
-            raise BadInput(f"--metric `{text}` is not NAME or NAME@POINT (e.g. output_tok_s@1)")
-        return cls(m.group(1), int(m.group(2)) if m.group(2) else None)
 
 
 def stack_of(recipe: Recipe) -> list[tuple[str, Path]]:
@@ -92,7 +82,9 @@ class VariantMeter:
     runs: int = 0
     _used: dict = field(default_factory=dict)  # env key -> run ids already handed out
     _prepared: dict = field(default_factory=dict)  # label -> Prepared | None
-    log: list = field(default_factory=list)  # (label, env key, values) for the report
+    skipped: dict = field(default_factory=dict)  # label -> why it has no values
+    _gpu_key: str | None = None
+    log: list = field(default_factory=list)  # (label, env key, values, run ids) for the report
 
     @property
     def point(self) -> int:
@@ -112,15 +104,33 @@ class VariantMeter:
                 self.builds += 1
             except PatchbenchError as exc:
                 self.console.print(f"[yellow]skip[/] {label}: {exc}")
+                self.skipped[label] = str(exc)
                 self._prepared[label] = None
         return self._prepared[label]
 
+    @property
+    def gpu_key(self) -> str:
+        """The GPUs of this machine, as runs store them."""
+        if self._gpu_key is None:
+            from toolkit.machine import gpu_key, gpus
+
+            self._gpu_key = gpu_key(gpus())
+        return self._gpu_key
+
     def _values(self, run_ids: list[str]) -> list[float]:
-        by_run: dict[str, float] = {}
-        for s in self.store.samples(run_ids, metric=self.spec.metric):
-            if s.point == self.point:
-                by_run[s.run_id] = s.value
-        return [by_run[r] for r in run_ids if r in by_run]
+        """One value per run (`selection.reduce`) of the metric at the point, in run order."""
+        return values_at(self.store.samples(run_ids, metric=self.spec.metric), self.spec.metric, self.point, run_ids)
+
+    def cached(self, env_key: str, bench_key: str) -> list[str]:
+        """Stored runs that count for this env, benchmark and GPU kind (oldest first)."""
+        name = self.recipe.name
+        rows = [r for r in self.store.runs(env_key=env_key, status="ok", bench_key=bench_key, gpu_key=self.gpu_key)]
+        try:
+            sel = choose([_as(r, name) for r in rows], [name],
+                         Criteria(env_key=env_key, bench_key=bench_key, gpu_key=self.gpu_key, prefer_group=False))
+        except MissingResults:
+            return []
+        return sel.run_ids(name)
 
     def measure(self, label: str, overrides: dict, repeats: int, recipe: Recipe | None = None) -> list[float] | None:
         """`repeats` values not handed out before for this env: stored ones first, then new runs.
@@ -134,21 +144,35 @@ class VariantMeter:
         key = p.env.key
         used = self._used.setdefault(key, set())
         bk = bench_key(self.recipe.benchmark.driver, self.recipe.benchmark.params())
-        cached = [r.run_id for r in self.store.runs(env_key=key, status="ok", bench_key=bk)
-                  if r.run_id not in used and r.config_verified]
+        # oldest first: a replay hands out the same values in the same order, so it decides the same
+        cached = [r for r in self.cached(key, bk) if r not in used]
         take = cached[:repeats]
         values = self._values(take)
         used.update(take)
+        ids = list(take)
         while len(values) < repeats:
             run_id = run_once(p, home=self.home, store=self.store, repeat=len(used), group_id=self.group_id,
                               console=self.console)
             self.runs += 1
             used.add(run_id)
+            ids.append(run_id)
             got = self._values([run_id])
             if not got:
                 run = self.store.get_run(run_id)
-                self.console.print(f"[yellow]skip[/] {label}: run {run_id[:8]} {run.status}: {run.error}")
-                return None if not values else values
+                why = f"run {run_id[:8]} {run.status}: {run.error}"
+                self.console.print(f"[yellow]skip[/] {label}: {why}")
+                if not values:
+                    self.skipped[label] = why
+                    return None
+                ids.pop()  # the failed run gave no value
+                break
             values.extend(got)
-        self.log.append((label, key, list(values)))
+        self.log.append((label, key, list(values), ids))
         return values
+
+
+def _as(run, recipe: str):
+    """A stored run of any variant label, seen as a run of `recipe` (the env key says which variant)."""
+    import dataclasses
+
+    return run if run.recipe == recipe else dataclasses.replace(run, recipe=recipe)

@@ -4,11 +4,13 @@ Every driver and importer turns its measurements into `Sample`s: one metric valu
 sweep (a batch size for static-batch decode, a concurrency for serving). The store keeps samples;
 analysis compares samples with the same (metric, point_kind, point).
 
-  serving.py   patchbench's own async streaming client (the "standard decode benchmark") and the
-               importer of sglang `bench_serving` JSONL
+  serving.py   patchbench's own async streaming client (the "standard decode benchmark");
+               workload.py (what it sends) and point.py (what it measured, per point)
+  sglang_jsonl.py  reading sglang's JSONL results and the importer of `bench_serving` rows
   one_batch.py argv for sglang's static-batch benchmark and the importer of its JSONL rows
 
-Metric names are shared by our client and the importers, so imported and measured numbers compare:
+Metric names, units and directions live in toolkit.metrics (the registry), shared by our client and
+the importers, so imported and measured numbers compare:
   concurrency points: output_tok_s, input_tok_s, request_s, ttft_ms_{mean,median,p99,std},
                       itl_ms_{mean,median,p95,p99,max,std}, tpot_ms_{mean,median,p99,std},
                       e2e_ms_{mean,median,p99,std}, completed, failed, duration_s,
@@ -53,4 +55,4 @@ class Sample:
                    str(d["point_kind"]))
 
 
-__all__ = ["Sample", "POINT_KINDS"]  # metric directions: toolkit.stats.METRIC_DIRECTION
+__all__ = ["Sample", "POINT_KINDS"]  # metric names, units, directions: toolkit.metrics

@@ -11,7 +11,7 @@ one JSON row per (batch_size, input_len, output_len):
 
 `parse_one_batch_jsonl` turns those rows into Samples at point = batch_size (point_kind "batch");
 `patchbench import` uses it for bench_one_batch files too. The importer of sglang `bench_serving`
-JSONL lives in serving.py and is re-exported here.
+JSONL lives in sglang_jsonl.py and is re-exported here; field names map to metrics in toolkit.metrics.
 """
 
 from __future__ import annotations
@@ -22,26 +22,15 @@ from typing import Iterable, Optional, Sequence
 from packaging.version import InvalidVersion, Version
 
 from toolkit.bench import Sample
-from toolkit.bench.serving import (  # noqa: F401  (re-exported importers)
+from toolkit.bench.sglang_jsonl import (  # noqa: F401  (re-exported importers)
     parse_bench_serving_jsonl,
     parse_bench_serving_rows,
     read_jsonl,
 )
 from toolkit.errors import BadInput
+from toolkit.metrics import aliases
 
 RENAMED_IN = (0, 5, 23)  # sglang.bench_one_batch -> sglang.benchmark.one_batch
-
-# sglang field -> (our metric, unit, scale)
-ONE_BATCH_FIELDS = {
-    "median_decode_throughput": ("decode_tok_s", "tok/s", 1.0),
-    "median_decode_latency": ("decode_step_ms_median", "ms", 1e3),
-    "prefill_latency": ("prefill_ms", "ms", 1e3),
-    "prefill_throughput": ("prefill_tok_s", "tok/s", 1.0),
-    "total_latency": ("total_ms", "ms", 1e3),
-    "overall_latency": ("total_ms", "ms", 1e3),  # not sglang's name; accepted from other tools
-    "overall_throughput": ("overall_tok_s", "tok/s", 1.0),
-}
-
 
 def one_batch_module(sglang_version: str) -> str:
     """The module to run with `python -m` for an sglang version.
@@ -95,9 +84,10 @@ def parse_one_batch_rows(rows: Iterable[dict], *, input_len: Optional[int] = Non
     one (input_len, output_len) shape, since a Sample has no room for it (BadInput otherwise).
     Repeated rows for one batch size give repeated samples.
     """
+    fields = aliases("batch")  # sglang field -> metric (name, unit, scale), from toolkit.metrics
     kept = []
     for i, row in enumerate(rows, 1):
-        if "batch_size" not in row or not any(k in row for k in ONE_BATCH_FIELDS):
+        if "batch_size" not in row or not any(k in row for k in fields):
             raise BadInput(f"row {i} is not an sglang bench_one_batch result "
                            "(needs batch_size and latency/throughput fields)")
         if input_len is not None and row.get("input_len") != input_len:
@@ -115,14 +105,14 @@ def parse_one_batch_rows(rows: Iterable[dict], *, input_len: Optional[int] = Non
     for row in kept:
         point = int(row["batch_size"])
         seen = set()
-        for field, (metric, unit, scale) in ONE_BATCH_FIELDS.items():
+        for field, metric in fields.items():
             value = row.get(field)
-            if metric in seen or not isinstance(value, (int, float)) or isinstance(value, bool):
+            if metric.name in seen or not isinstance(value, (int, float)) or isinstance(value, bool):
                 continue
             if isinstance(value, float) and math.isnan(value):
                 continue
-            seen.add(metric)
-            samples.append(Sample(metric, float(value) * scale, unit, point, "batch"))
+            seen.add(metric.name)
+            samples.append(Sample(metric.name, float(value) * metric.scale, metric.unit, point, "batch"))
     return samples
 
 

@@ -11,10 +11,15 @@ HELP = "what each patch of a recipe's stack buys: prefix chain (and leave-one-ou
 
 
 def add_arguments(parser) -> None:
+    from toolkit import metrics
+    from toolkit.analysis.selection import add_min_effect_argument
+
     parser.add_argument("recipe", metavar="RECIPE")
-    parser.add_argument("--metric", default="output_tok_s", help="NAME[@POINT] (default output_tok_s at the first point)")
+    parser.add_argument("--metric", default="output_tok_s", metavar="NAME[@POINT]",
+                        help=f"default output_tok_s at the first point. Known: {metrics.help_text()}")
     parser.add_argument("--repeats", type=int, default=None, help="values per prefix (default: the recipe's repeats)")
     parser.add_argument("--leave-one-out", action="store_true", help="also measure the stack minus each patch")
+    add_min_effect_argument(parser)
     parser.add_argument("--json", action="store_true")
 
 
@@ -28,19 +33,28 @@ def require_gpu_if_needed(recipe) -> None:
                     "(`patchbench run RECIPE --until check` verifies everything before the launch)")
 
 
+def print_runs_used(meter) -> None:
+    """One line per measured variant: its env key, the runs its values came from, and when."""
+    for label, key, _, ids in meter.log:
+        dates = sorted(r.started_at or "" for r in meter.store.runs(run_ids=ids))
+        when = f"{dates[0][:16]} .. {dates[-1][:16]}".replace("T", " ") if dates else "?"
+        console.print(f"[dim]runs used:[/] {label} (env {(key or '-')[:10]}): {len(ids)} run(s) "
+                      f"{', '.join(i[:8] for i in ids)}, {when}", highlight=False)
+
+
 def run(args) -> int:
-    from toolkit import stats
+    from toolkit import metrics, stats
     from toolkit.analysis.attribute import attribute, render_attribution
-    from toolkit.analysis.variants import (MetricSpec, VariantMeter, patch_label, prefix_overrides,
-                                           stack_of, without_overrides)
+    from toolkit.analysis.variants import (VariantMeter, patch_label, prefix_overrides, stack_of,
+                                           without_overrides)
     from toolkit.errors import BadInput
 
+    spec = metrics.parse_spec(args.metric)
     recipe = load(args.recipe)
     stack = stack_of(recipe)
     if not stack:
         raise BadInput(f"recipe {recipe.name} has no patches to attribute")
     require_gpu_if_needed(recipe)
-    spec = MetricSpec.parse(args.metric)
     meter = VariantMeter(recipe, home_of(args), store_of(args), spec, err, group_id=uuid.uuid4().hex[:12])
     repeats = args.repeats or recipe.benchmark.repeats
     names = [patch_label(recipe, p) for _, p in stack]
@@ -49,20 +63,28 @@ def run(args) -> int:
         label = "base" if k == 0 else f"+{k}"
         err.print(f"[bold]prefix {k}/{len(stack)}[/] {label if k == 0 else names[k - 1]}")
         prefix_values.append(meter.measure(f"prefix{k}", prefix_overrides(recipe, k), repeats))
-    loo = {}
+    loo, skipped = {}, {}
     if args.leave_one_out:
         for i in range(1, len(stack) + 1):
             err.print(f"[bold]without {names[i - 1]}[/]")
             values = meter.measure(f"without{i}", without_overrides(recipe, i), repeats)
             if values:
                 loo[i] = values
-    unit = "tok/s" if "tok_s" in spec.metric else ("ms" if "_ms" in spec.metric else "")
-    result = attribute(prefix_values, higher_is_better=stats.higher_is_better(spec.metric, unit),
-                       names=names, leave_one_out=loo or None, unit=unit)
+            else:
+                skipped[i] = meter.skipped.get(f"without{i}", "no values")
+    info = spec.info
+    result = attribute(prefix_values, higher_is_better=info.higher_is_better, names=names,
+                       leave_one_out=loo or None, unit=info.unit, skipped=skipped or None,
+                       min_effect=args.min_effect)
     if args.json:
         print_json({"recipe": recipe.name, "metric": spec.metric, "point": meter.point, "lines": result.lines(),
-                    "prefix_values": prefix_values, "leave_one_out": loo, "builds": meter.builds, "runs": meter.runs})
+                    "prefix_values": prefix_values, "leave_one_out": loo, "skipped": skipped,
+                    "builds": meter.builds, "runs": meter.runs, "min_effect": args.min_effect,
+                    "values_from": [{"label": label, "env_key": key, "values": vals, "runs": ids}
+                                    for label, key, vals, ids in meter.log]})
         return 0
     console.print(render_attribution(result, title=f"{recipe.name}: {spec.metric} at point {meter.point}"))
+    console.print(f"[dim]{stats.verdict_legend(min_effect=args.min_effect)}[/]")
+    print_runs_used(meter)
     console.print(f"{meter.builds} variant(s) prepared, {meter.runs} new run(s); cached values reused per env key")
     return 0

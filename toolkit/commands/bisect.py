@@ -24,8 +24,11 @@ HELP = ("find the patch, release or upstream commit that moved a metric (worse, 
 
 
 def add_arguments(parser) -> None:
+    from toolkit import metrics
+
     parser.add_argument("recipe", metavar="RECIPE")
-    parser.add_argument("--metric", required=True, help="NAME[@POINT], e.g. output_tok_s@1")
+    parser.add_argument("--metric", required=True, metavar="NAME[@POINT]",
+                        help=f"e.g. output_tok_s@1. Known: {metrics.help_text()}")
     parser.add_argument("--threshold", type=float, default=5.0, help="percent change that counts")
     parser.add_argument("--direction", choices=("worse", "better"), default="worse",
                         help="look for the change that made the metric worse (a regression, default) or better (a gain)")
@@ -58,23 +61,18 @@ def _releases(recipe, args, spec) -> list[str]:
 
 
 def run(args) -> int:
-    from toolkit import stats
+    from toolkit import metrics, stats
     from toolkit.analysis.bisect import bisect_items, bisect_stack
     from toolkit.analysis.releases import git_variant, release_variant, tag_for
-    from toolkit.analysis.variants import (MetricSpec, VariantMeter, patch_label, prefix_overrides, stack_of,
-                                           upstream_commits)
-    from toolkit.commands.attribute import require_gpu_if_needed
+    from toolkit.analysis.variants import VariantMeter, patch_label, prefix_overrides, stack_of, upstream_commits
+    from toolkit.commands.attribute import print_runs_used, require_gpu_if_needed
     from toolkit.errors import BadInput
 
+    spec = metrics.parse_spec(args.metric)  # before anything is built or launched
     recipe = load(args.recipe)
-    spec = MetricSpec.parse(args.metric)
     home = home_of(args)
     meter = VariantMeter(recipe, home, store_of(args), spec, err, group_id=uuid.uuid4().hex[:12])
-    unit = "tok/s" if "tok_s" in spec.metric else ("ms" if "_ms" in spec.metric else "")
-    hib = stats.higher_is_better(spec.metric, unit)
-    if hib is None:
-        hib = True
-    kw = dict(higher_is_better=hib, threshold_pct=args.threshold, initial_repeats=max(2, args.repeats),
+    kw = dict(higher_is_better=spec.info.higher_is_better, threshold_pct=args.threshold, initial_repeats=max(2, args.repeats),
               max_repeats=args.max_repeats, on_step=lambda s: err.print(s.line), direction=args.direction)
     repro = ["patchbench", "bisect", recipe.name, "--metric", args.metric, "--threshold", str(args.threshold)]
     if args.direction != "worse":
@@ -150,6 +148,7 @@ def run(args) -> int:
     if commit_result is not None:
         console.print("[bold]commits[/] between the neighbouring releases:")
         _print_result(commit_result, stats)
+    print_runs_used(meter)
     console.print(f"{meter.builds} build(s), {meter.runs} new run(s)")
     console.print(f"reproduce: {shlex.join(repro)}")
     return 0

@@ -1,5 +1,6 @@
 """`patchbench compare A B [C ...]`: ratio to the first recipe per point and metric, with a 95% CI
-and a significance verdict; `--run` measures the recipes that have no results first (interleaved)."""
+and a significance verdict; `--run` measures the recipes that have no results first (interleaved).
+The runs used are chosen by `toolkit.analysis.selection` and named under the table."""
 
 from __future__ import annotations
 
@@ -7,81 +8,92 @@ from toolkit.commands.common import console, err, home_of, load, print_json, sto
 
 HELP = "compare stored results of recipes against the first (ratio, 95% CI, Mann-Whitney verdict)"
 
-DEFAULT_METRICS = ("output_tok_s", "itl_ms_median", "ttft_ms_median", "tpot_ms_mean", "decode_tok_s")
-
 
 def add_arguments(parser) -> None:
+    from toolkit import metrics
+    from toolkit.analysis.selection import add_min_effect_argument, add_selection_arguments
+
     parser.add_argument("recipes", nargs="+", metavar="RECIPE", help="baseline first, then the variants")
     parser.add_argument("--run", action="store_true", help="measure recipes without results first (interleaved)")
     parser.add_argument("--repeats", type=int, default=None, help="with --run: server launches per recipe")
-    parser.add_argument("--metric", action="append", default=None, help=f"metrics (default: {', '.join(DEFAULT_METRICS)})")
+    parser.add_argument("--metric", action="append", default=None, metavar="NAME[@POINT]",
+                        help=f"metrics (default: {', '.join(metrics.default_names())}). Known: {metrics.help_text()}")
     parser.add_argument("--point", type=int, action="append", default=None, help="only these batch sizes / concurrencies")
     parser.add_argument("--all-metrics", action="store_true", help="every stored metric")
-    parser.add_argument("--group", default=None, help="only runs of one sweep (its group id, shown by `results`)")
-    parser.add_argument("--unverified", action="store_true", help="also use runs whose config was not verified (imports)")
+    add_min_effect_argument(parser)
+    add_selection_arguments(parser)
     parser.add_argument("--json", action="store_true")
 
 
-def explain_differences(store, recipes: list[str]) -> list[str]:
-    """What else differed between the baseline's newest ok run and each variant's (versions, flags...)."""
+def explain_differences(sel) -> list[str]:
+    """What else differed between the baseline's newest selected run and each variant's."""
     from toolkit.analysis.compare import diff_provenance
 
-    newest = {}
-    for name in recipes:
-        runs = store.runs(recipe=name, status="ok", newest_first=True, limit=1)
-        if runs:
-            newest[name] = runs[0]
+    base = sel.recipes[0]
     lines = []
-    base = newest.get(recipes[0])
-    for name in recipes[1:]:
-        if base and name in newest:
-            diffs = diff_provenance(base, newest[name])
-            lines.append(f"{recipes[0]} -> {name}: " + ("; ".join(diffs) if diffs else "no other difference recorded"))
+    for name in sel.recipes[1:]:
+        diffs = diff_provenance(sel.newest(base), sel.newest(name))
+        lines.append(f"{base} -> {name}: " + ("; ".join(diffs) if diffs else "no other difference recorded"))
+    return lines
+
+
+def efficiency_lines(store, sel) -> list[str]:
+    """Measured tok/s at point 1 over the theoretical roofline, for recipes naming model and GPU."""
+    from toolkit.analysis.efficiency import efficiency
+
+    lines = []
+    for name in sel.recipes:
+        eff = efficiency(sel.newest(name), store.samples(sel.run_ids(name)))
+        if eff is not None:
+            lines.append(f"{name}: {eff.text()}")
     return lines
 
 
 def run(args) -> int:
-    from toolkit.analysis.compare import compare_recipes, missing_recipes, render_compare
+    from toolkit import metrics, stats
+    from toolkit.analysis.compare import compare_selection, missing_recipes, render_compare
+    from toolkit.analysis.selection import criteria_from_args, select
+    from toolkit.errors import BadInput
+    from rich.markup import escape
 
     if len(args.recipes) < 2:
-        from toolkit.errors import BadInput
-
         raise BadInput("compare needs a baseline and at least one variant")
+    specs = None if args.all_metrics else metrics.parse_specs(args.metric or metrics.default_names())
     store = store_of(args)
+    criteria = criteria_from_args(args)
     if args.run:
-        missing = missing_recipes(store, args.recipes)
+        missing = missing_recipes(store, args.recipes, criteria)
         if missing:
             from toolkit.pipeline import run_sweep
 
             err.print(f"measuring {', '.join(missing)} first")
             run_sweep([load(r) for r in missing], home=home_of(args), store=store, repeats=args.repeats,
                       console=err)
-    metrics = None if args.all_metrics else (args.metric or list(DEFAULT_METRICS))
-    rows = compare_recipes(store, args.recipes, metrics=metrics, points=args.point, group_id=args.group,
-                           require_verified=not args.unverified)
-    diffs = explain_differences(store, args.recipes)
+    sel = select(store, args.recipes, criteria)
+    rows = compare_selection(store, sel, metrics=specs, points=args.point, min_effect=args.min_effect)
+    if not rows and args.metric:
+        measured = sorted({s.metric for s in store.samples(sel.run_ids(sel.recipes[0]))})
+        raise BadInput(f"{', '.join(args.metric)}: not measured by both {sel.recipes[0]} and the variants"
+                       + (f" at point(s) {', '.join(map(str, args.point))}" if args.point else ""),
+                       hint=f"{sel.recipes[0]} measured: {', '.join(measured) or 'nothing'}")
+    diffs = explain_differences(sel)
+    legend = stats.verdict_legend(min_effect=args.min_effect)
     if args.json:
         print_json({"rows": [r.__dict__ for r in rows], "differences": diffs,
-                    "efficiency": efficiency_lines(store, args.recipes)})
+                    "efficiency": efficiency_lines(store, sel), "runs": {r: sel.run_ids(r) for r in sel.recipes},
+                    "group": sel.group_id, "selection": sel.describe(), "notes": list(sel.notes),
+                    "min_effect": args.min_effect})
         return 0
     console.print(render_compare(rows, title=f"{' vs '.join(args.recipes[1:])} against {args.recipes[0]}"))
+    if not rows:
+        console.print("[yellow]no metric measured by both at the points asked[/]")
+    console.print(f"[dim]{legend}[/]")
+    for line in sel.describe():
+        console.print(f"[dim]runs used:[/] {escape(line)}", highlight=False)
+    for line in sel.notes:
+        console.print(f"[yellow]note:[/] {escape(line)}")
     for line in diffs:
-        console.print(f"[dim]what else differed:[/] {line}")
-    for line in efficiency_lines(store, args.recipes):
+        console.print(f"[dim]what else differed:[/] {escape(line)}")
+    for line in efficiency_lines(store, sel):
         console.print(f"[dim]vs roofline:[/] {line}")
     return 0
-
-
-def efficiency_lines(store, recipes: list[str]) -> list[str]:
-    """Measured tok/s at point 1 over the theoretical roofline, for recipes naming model and GPU."""
-    from toolkit.report import efficiency
-
-    lines = []
-    for name in recipes:
-        runs = store.runs(recipe=name, status="ok", config_verified=True)
-        if not runs:
-            continue
-        eff = efficiency(runs[-1], store.samples([r.run_id for r in runs]))
-        if eff is not None:
-            lines.append(f"{name}: {eff.text()}")
-    return lines

@@ -17,12 +17,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--gpu", default="unknown", help="GPU description of the machine that produced them")
 
 
-def _detect(path: Path) -> str:
-    from toolkit.bench.serving import read_jsonl
-
+def _detect(path: Path, rows: list) -> str:
     if path.suffix == ".json":
         return "patchbench"
-    rows = read_jsonl(path)
     if not rows:
         raise BadInput(f"{path}: no JSON rows")
     if "median_decode_throughput" in rows[0] or "batch_size" in rows[0]:
@@ -33,31 +30,40 @@ def _detect(path: Path) -> str:
 
 
 def run(args) -> int:
-    from toolkit.bench.one_batch import one_batch_shapes, parse_one_batch_jsonl
-    from toolkit.bench.serving import bench_serving_workload, parse_bench_serving_jsonl, read_jsonl
+    from toolkit.bench.one_batch import one_batch_shapes, parse_one_batch_rows
+    from toolkit.bench.sglang_jsonl import bench_serving_workload, parse_bench_serving_rows, read_jsonl
+    from toolkit.exchange import already_imported, content_hashes, import_export
 
     path = Path(args.file)
     if not path.is_file():
         raise BadInput(f"{path} does not exist")
     store = store_of(args)
-    fmt = _detect(path) if args.format == "auto" else args.format
-    if fmt == "patchbench":
-        n = store.import_json(path)
-        console.print(f"imported {n} runs from {path}")
+    if args.format == "patchbench" or (args.format == "auto" and path.suffix == ".json"):
+        n = import_export(store, path)
+        console.print(f"imported {n} runs from {path}" + ("" if n else " (every run in it is already stored)"))
         return 0
+    rows = read_jsonl(path)
+    fmt = _detect(path, rows) if args.format == "auto" else args.format
     if not args.recipe:
         raise BadInput("--recipe NAME is required to import JSONL")
+    hashes = content_hashes(path, rows)
+    before = already_imported(store, hashes)
+    if before:
+        r = before[0]
+        console.print(f"{path} already imported as run {r.run_id[:8]} of {r.recipe} "
+                      f"({(r.started_at or '')[:19]}); nothing stored")
+        return 0
     if fmt == "one-batch":
-        samples = parse_one_batch_jsonl(path)
+        samples = parse_one_batch_rows(rows)
         shapes = one_batch_shapes(path)
         params = {"driver": "one-batch", "input_len": shapes[0][0] if shapes else None,
                   "output_len": shapes[0][1] if shapes else None,
                   "points": sorted({s.point for s in samples})}
     else:
-        samples = parse_bench_serving_jsonl(path)
-        params = {"driver": "serving", **bench_serving_workload(read_jsonl(path)[0]),
+        samples = parse_bench_serving_rows(rows)
+        params = {"driver": "serving", **bench_serving_workload(rows[0]),
                   "points": sorted({s.point for s in samples})}
-    run_id = store.record_run({
+    run_id = store.record_run({  # stores nothing if the same file got in meanwhile (same transaction)
         "recipe": args.recipe,
         "bench_driver": params["driver"],
         "bench_params": params,
@@ -65,7 +71,8 @@ def run(args) -> int:
         "config_verified": False,
         "verification": [f"imported from {path.name}: effective config not verified by patchbench"],
         "log_paths": {"imported": str(path.resolve())},
+        "extra": {"imported": {"from": str(path.resolve()), **hashes}},
     }, samples)
     console.print(f"imported {len(samples)} samples from {path} as run {run_id[:8]} of {args.recipe} "
-                  f"(config not verified: compare it with --unverified)")
+                  f"(measured elsewhere, config not verified: compare it with --imported)")
     return 0

@@ -1,45 +1,58 @@
-"""`patchbench report RECIPE...`: a Markdown table for a pull request and a self-contained HTML
-page (inline SVG plots) from stored results; the first recipe is the baseline."""
+"""`patchbench report RECIPE...`: a Markdown table for a pull request (with PNG plots beside it)
+and a self-contained HTML page (inline SVG plots) from stored results; the first recipe is the
+baseline. Runs are chosen as `compare` chooses them (the same options widen the choice)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from toolkit.commands.common import console, store_of
 
-HELP = "write report.md (PR-ready table) and report.html (self-contained, SVG plots) for recipes"
+HELP = "write report.md (PR-ready table + PNG plots) and report.html (self-contained, SVG plots) for recipes"
 
 
 def add_arguments(parser) -> None:
+    from toolkit import metrics
+    from toolkit.analysis.selection import add_min_effect_argument, add_selection_arguments
+
     parser.add_argument("recipes", nargs="+", metavar="RECIPE", help="baseline first, then the variants")
     parser.add_argument("-o", "--output", default="./patchbench-report", metavar="DIR",
-                        help="directory for report.md and report.html (default ./patchbench-report)")
-    parser.add_argument("--metric", action="append", default=None,
-                        help="metric to report (repeatable; default: the headline metrics stored)")
+                        help="directory for report.md, its PNG plots and report.html (default ./patchbench-report)")
+    parser.add_argument("--metric", action="append", default=None, metavar="NAME[@POINT]",
+                        help="metric to report (repeatable; default: the headline metrics stored). "
+                             f"Known: {metrics.help_text()}")
     parser.add_argument("--title", default=None, help="report title")
+    add_min_effect_argument(parser)
+    add_selection_arguments(parser)
 
 
 def _write(path: Path, text: str) -> None:
-    import os
-
     tmp = path.with_name(path.name + f".tmp{os.getpid()}")
     tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)
 
 
 def run(args) -> int:
+    from toolkit.analysis.selection import criteria_from_args
     from toolkit.errors import BadInput
     from toolkit.report import collect, render_html, render_markdown
+    from toolkit.report_plots import plots, write_png
 
-    data = collect(store_of(args), args.recipes, args.metric, title=args.title)
+    data = collect(store_of(args), args.recipes, args.metric, title=args.title,
+                   criteria=criteria_from_args(args), min_effect=args.min_effect)
     out = Path(args.output).expanduser()
+    figures = plots(data)
     try:
         out.mkdir(parents=True, exist_ok=True)
+        images = [(p.title, write_png(p.figure, out / f"{p.name}.png").name) for p in figures]
         md, page = out / "report.md", out / "report.html"
-        _write(md, render_markdown(data))
-        _write(page, render_html(data))
+        _write(md, render_markdown(data, images))
+        _write(page, render_html(data, figures))
     except OSError as exc:
         raise BadInput(f"cannot write the report to {out}: {exc.strerror or exc}") from None
+    for line in data.selection:
+        console.print(f"used {line}", markup=False)
     console.print(str(md), markup=False)
     console.print(str(page), markup=False)
     return 0

@@ -7,8 +7,10 @@ from collections import defaultdict
 
 from rich.table import Table
 
+from toolkit import metrics
+from toolkit.analysis.efficiency import efficiency
+from toolkit.analysis.selection import add_selection_arguments, criteria_from_args, reduce, select
 from toolkit.commands.common import console, store_of
-from toolkit.report import HEADLINE, efficiency
 
 HELP = "list stored runs (status, provenance, headline numbers) or export them (JSON/CSV)"
 
@@ -19,13 +21,17 @@ def add_arguments(parser) -> None:
     parser.add_argument("--export", choices=["json", "csv"], default=None, help="write runs and samples")
     parser.add_argument("--output", "-o", default=None, help="export file (default: stdout)")
     parser.add_argument("--limit", type=int, default=50)
+    parser.add_argument("--selected", action="store_true",
+                        help="only the runs compare/report would use for RECIPEs (the first is the baseline)")
+    add_selection_arguments(parser)
 
 
 def _headline(samples) -> str:
+    """The run's first headline throughput per point (one value per point, as every table reduces)."""
     by_metric = defaultdict(dict)
-    for s in samples:
-        by_metric[s.metric][s.point] = s.value
-    for metric in HEADLINE:
+    for (metric, point, _), obs in reduce(samples).items():
+        by_metric[metric][point] = obs.values[0]
+    for metric in metrics.throughput_headline():
         if metric in by_metric:
             pts = by_metric[metric]
             return f"{metric}: " + " ".join(f"{p}:{v:.1f}" for p, v in sorted(pts.items()))
@@ -57,9 +63,21 @@ def run(args) -> int:
     filters = {"recipe": args.recipes or None, "status": args.status}
     if args.export:
         out = args.output or sys.stdout
-        n = store.export(args.export, out, **filters)
+        from toolkit.exchange import export
+
+        n = export(store, args.export, out, **filters)
         if args.output:
             console.print(f"exported {n} runs to {args.output}")
+        return 0
+    if args.selected:
+        if not args.recipes:
+            from toolkit.errors import BadInput
+
+            raise BadInput("--selected needs the recipes to select for")
+        sel = select(store, args.recipes, criteria_from_args(args))
+        console.print(render_runs(store, [r for name in sel.recipes for r in sel.runs[name]]))
+        for line in sel.notes:
+            console.print(f"note: {line}", markup=False)
         return 0
     runs = store.runs(**filters, limit=args.limit, newest_first=True)
     if not runs:
