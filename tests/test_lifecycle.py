@@ -193,3 +193,29 @@ def test_one_batch_failure_stores_and_shows_the_last_lines(proj, home, capsys):
     assert run.error == ("one-batch benchmark exited with code 1: "
                          "RuntimeError: this fork cannot load mini on this machine")
     assert "Traceback (most recent call last)" in run.log_tail and "Traceback (most recent call last)" in err
+
+
+def test_a_version_1_store_gains_the_interrupted_status_and_keeps_its_runs(tmp_path):
+    import sqlite3
+
+    from toolkit.store import MIGRATIONS
+
+    path = tmp_path / "old.sqlite"
+    conn = sqlite3.connect(path, isolation_level=None)
+    for stmt in MIGRATIONS[1].split(";"):
+        if stmt.strip():
+            conn.execute(stmt)
+    conn.execute("CREATE TABLE schema_version (version INTEGER NOT NULL)")
+    conn.execute("INSERT INTO schema_version VALUES (1)")
+    conn.execute("INSERT INTO runs (run_id, recipe, status) VALUES ('r1', 'a', 'running')")
+    conn.execute("INSERT INTO samples (run_id, metric, value, unit, point, point_kind) "
+                 "VALUES ('r1', 'output_tok_s', 1.0, 'tok/s', 1, 'concurrency')")
+    conn.close()
+    store = Store(path)
+    assert store.schema_version() == 2
+    assert store.mark_interrupted("r1", "interrupted: gone") is True
+    assert store.mark_interrupted("r1", "again") is False  # only a running run is marked
+    run = store.get_run("r1")
+    assert run.status == "interrupted" and run.error == "interrupted: gone" and run.finished_at
+    assert len(store.samples(["r1"])) == 1
+    assert store.counts() == {"interrupted": 1}

@@ -15,7 +15,7 @@ HELP = "list stored runs (status, provenance, headline numbers) or export them (
 
 def add_arguments(parser) -> None:
     parser.add_argument("recipes", nargs="*", metavar="RECIPE", help="only these recipes")
-    parser.add_argument("--status", choices=["ok", "failed", "invalid", "running"], default=None)
+    parser.add_argument("--status", choices=["ok", "failed", "invalid", "interrupted", "running"], default=None)
     parser.add_argument("--export", choices=["json", "csv"], default=None, help="write runs and samples")
     parser.add_argument("--output", "-o", default=None, help="export file (default: stdout)")
     parser.add_argument("--limit", type=int, default=50)
