@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 
-import psutil
+import pytest
 
 from test_verified_runs import _alive_servers, proj, recipe  # noqa: F401  (proj is a fixture)
 from toolkit.cli import main
@@ -78,17 +78,18 @@ def test_kill_9_mid_benchmark_leaves_no_server_and_next_run_marks_it_interrupted
     assert "interrupted" in capsys.readouterr().out
 
 
-def test_sigterm_mid_benchmark_stores_interrupted_and_ends_the_group(proj, home, capsys):
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_sigterm_mid_benchmark_stores_interrupted_and_ends_the_group(proj, home, capsys, sig):
     cli = _start_sweep(home, _slow(proj), recipe(proj, "fine"))
     run_id = _wait_mid_benchmark(cli, home)
     t0 = time.monotonic()
-    cli.send_signal(signal.SIGTERM)
+    cli.send_signal(sig)
     assert _gone_within(home, 5.0) == []
     _, err = cli.communicate(timeout=30)
     assert time.monotonic() - t0 < 10
     assert cli.returncode == 130, err
     run = Store(home / "results.sqlite").get_run(run_id)
-    assert run.status == "interrupted" and run.error == "interrupted (SIGTERM)"
+    assert run.status == "interrupted" and run.error == f"interrupted ({sig.name})"
     assert list((home / "live").glob("*.json")) == []
     assert main(["run", recipe(proj, "fine")]) == 0  # the next run just runs
 

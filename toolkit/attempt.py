@@ -3,7 +3,7 @@ ends (`recorded`), the values that carry it (`Prepared`, `Attempt`), and how its
 recorded (`supervise`) and ended.
 
 Statuses: a step that raises `RunInvalid` -> `invalid`; any other exception, a timeout or a store
-error -> `failed` with a one-line reason and the log tail; Ctrl-C or SIGTERM (`sigterm_interrupts`)
+error -> `failed` with a one-line reason and the log tail; Ctrl-C, SIGINT or SIGTERM (`signals_interrupt`)
 -> `interrupted`, re-raised. Effects: store writes, files under the run's directory, signals.
 """
 
@@ -185,19 +185,23 @@ def _read_json(path: Path) -> dict:
         return {}
 
 @contextlib.contextmanager
-def sigterm_interrupts() -> Iterator[None]:
-    """While a sweep runs, SIGTERM raises Interrupted (like Ctrl-C) so the current run is stored
-    `interrupted` and its server group ended; a second SIGTERM during that cleanup is ignored."""
+def signals_interrupt() -> Iterator[None]:
+    """While a sweep runs, SIGTERM and SIGINT (also when inherited as ignored, as in a background
+    job) raise Interrupted, so the current run is stored `interrupted` and its server group ended;
+    a second signal during that cleanup is ignored."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    caught = (signal.SIGTERM, signal.SIGINT)
 
-    def on_term(signum, frame):
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        raise Interrupted("SIGTERM")
+    def on_signal(signum, frame):
+        for sig in caught:
+            signal.signal(sig, signal.SIG_IGN)
+        raise Interrupted(signal.Signals(signum).name)
 
-    old = signal.signal(signal.SIGTERM, on_term)
+    old = {sig: signal.signal(sig, on_signal) for sig in caught}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, old)
+        for sig, handler in old.items():
+            signal.signal(sig, handler)

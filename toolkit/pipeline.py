@@ -25,7 +25,7 @@ from typing import Callable
 from rich.console import Console
 
 from toolkit import machine, reaper, server as srv
-from toolkit.attempt import Attempt, Prepared, RunInvalid, recorded, log_paths, sigterm_interrupts, supervise
+from toolkit.attempt import Attempt, Prepared, RunInvalid, recorded, log_paths, signals_interrupt, supervise
 from toolkit.bench import Sample
 from toolkit.bench.one_batch import find_one_batch_module, one_batch_argv, parse_one_batch_jsonl, run_one_batch
 from toolkit.envs import Env, ensure_env as build_env
@@ -356,7 +356,7 @@ def run_sweep(recipes: list[Recipe], *, home: Path, store: Store, repeats: int |
             step="launch",
         )
     n = max([repeats or p.recipe.benchmark.repeats for p in prepared], default=0)
-    with sigterm_interrupts():
+    with signals_interrupt():
         for rep in range(n):
             for p in prepared:
                 if rep < (repeats or p.recipe.benchmark.repeats):

@@ -127,7 +127,7 @@ def stop_group(proc: subprocess.Popen, grace: float = 10.0) -> None:
     """End a spawned group: SIGTERM, SIGKILL after `grace` seconds, then reap the supervisor."""
     if kill_group(proc.pid, signal.SIGTERM):
         deadline = time.monotonic() + grace
-        while time.monotonic() < deadline and _group_alive(proc.pid):
+        while time.monotonic() < deadline and kill_group(proc.pid, 0):
             proc.poll()
             time.sleep(0.05)
         kill_group(proc.pid, signal.SIGKILL)
@@ -135,16 +135,6 @@ def stop_group(proc: subprocess.Popen, grace: float = 10.0) -> None:
         proc.wait(timeout=5)
     except subprocess.TimeoutExpired:
         pass
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-        return True
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
 
 
 if __name__ == "__main__":

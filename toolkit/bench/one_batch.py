@@ -30,6 +30,7 @@ from toolkit.bench.serving import (  # noqa: F401  (re-exported importers)
     read_jsonl,
 )
 from toolkit.errors import BadInput, PatchbenchError
+from toolkit.server import log_tail
 
 # The names sglang has shipped the benchmark under, newest first (renamed in 0.5.23).
 ONE_BATCH_MODULES = ("sglang.benchmark.one_batch", "sglang.bench_one_batch")
@@ -100,14 +101,6 @@ class OneBatchFailed(PatchbenchError):
         self.tail = tail
 
 
-def _last_lines(log: Path, n: int = 12) -> str:
-    try:
-        lines = log.read_text(errors="replace").splitlines()
-    except OSError:
-        return ""
-    return "\n".join(lines[-n:])
-
-
 def run_one_batch(argv: list[str], *, log: Path, environ: dict, timeout_s: float,
                   started: Callable[[subprocess.Popen], None] = lambda proc: None) -> None:
     """Run the benchmark in its own supervised process group (ended if patchbench dies), output
@@ -121,11 +114,11 @@ def run_one_batch(argv: list[str], *, log: Path, environ: dict, timeout_s: float
         except subprocess.TimeoutExpired:
             supervisor.stop_group(proc, grace=5.0)
             raise OneBatchFailed(f"one-batch benchmark timed out after {timeout_s:.0f} s (its process group was "
-                                 "killed)", log=log, tail=_last_lines(log)) from None
+                                 "killed)", log=log, tail=log_tail(log, lines=12)) from None
     finally:
         supervisor.stop_group(proc, grace=5.0)  # no process of the group outlives the benchmark
     if code != 0:
-        tail = _last_lines(log)
+        tail = log_tail(log, lines=12)
         last = next((ln.strip() for ln in reversed(tail.splitlines()) if ln.strip()), "")
         raise OneBatchFailed(f"one-batch benchmark exited with code {code}" + (f": {last[:300]}" if last else ""),
                              log=log, tail=tail)
