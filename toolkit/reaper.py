@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -101,14 +100,7 @@ def end_group(rec: LiveGroup, grace: float = 3.0) -> int:
     members = _members(rec)
     if not members:
         return 0
-    supervisor.kill_group(rec.pgid, signal.SIGTERM)
-    _, alive = psutil.wait_procs(members, timeout=grace)
-    for p in alive:
-        try:
-            p.kill()
-        except psutil.Error:
-            pass
-    psutil.wait_procs(alive, timeout=5)
+    supervisor.end_group(rec.pgid, members, grace)
     return len(members)
 
 

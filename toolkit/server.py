@@ -13,7 +13,6 @@ import errno
 import json
 import os
 import re
-import signal
 import socket
 import subprocess
 import time
@@ -184,20 +183,7 @@ class Server:
                 procs.append(psutil.Process(pid))
             except psutil.Error:
                 pass
-        supervisor.kill_group(self.proc.pid, signal.SIGTERM)
-        for p in procs:
-            try:
-                p.terminate()
-            except psutil.Error:
-                pass
-        _, alive = psutil.wait_procs(procs, timeout=grace)
-        supervisor.kill_group(self.proc.pid, signal.SIGKILL)
-        for p in alive:
-            try:
-                p.kill()
-            except psutil.Error:
-                pass
-        psutil.wait_procs(alive, timeout=5)
+        supervisor.end_group(self.proc.pid, procs, grace)
         try:
             self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:

@@ -10,8 +10,9 @@ group of everything below it. It asks the kernel for SIGTERM when its parent die
 - patchbench dies (SIGKILL, SIGTERM, a crash) or sends SIGTERM/SIGINT: the whole group gets SIGTERM,
   then SIGKILL after a short grace, together with any descendant that left the group.
 
-Standard library only and run by file path, so it starts in milliseconds; psutil is used when
-importable to find descendants that called setsid.
+Run by file path with patchbench's own Python (psutil finds descendants that called setsid), so it
+starts in a fraction of a second. The functions below `main` are patchbench's side: `spawn` a
+supervised group, `end_group` it.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ import signal
 import subprocess
 import sys
 import time
+
+import psutil
 
 PR_SET_PDEATHSIG = 1
 GRACE_S = 2.0
@@ -45,10 +48,8 @@ def _set_parent_death_signal() -> None:
 
 def _descendants() -> list:
     try:
-        import psutil
-
         return psutil.Process().children(recursive=True)
-    except Exception:
+    except psutil.Error:
         return []
 
 
@@ -135,6 +136,25 @@ def stop_group(proc: subprocess.Popen, grace: float = 10.0) -> None:
         proc.wait(timeout=5)
     except subprocess.TimeoutExpired:
         pass
+
+
+def end_group(pgid: int, procs: list, grace: float) -> None:
+    """SIGTERM group `pgid` and `procs` (psutil processes, e.g. descendants that left the group);
+    after `grace` seconds SIGKILL the group and whatever of `procs` is alive; wait for them."""
+    kill_group(pgid, signal.SIGTERM)
+    for p in procs:
+        try:
+            p.terminate()
+        except psutil.Error:
+            pass
+    _, alive = psutil.wait_procs(procs, timeout=grace)
+    kill_group(pgid, signal.SIGKILL)
+    for p in alive:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(alive, timeout=5)
 
 
 if __name__ == "__main__":
