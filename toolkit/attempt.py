@@ -32,6 +32,7 @@ from toolkit.sglang_args import StaticCheck, launch_argv
 from toolkit.store import Store
 from toolkit.tree import AppliedTree
 
+
 class RunInvalid(PatchbenchError):
     """A step found the run measured something other than the recipe: stored `invalid`."""
 
@@ -42,6 +43,7 @@ class RunInvalid(PatchbenchError):
 
 class Interrupted(KeyboardInterrupt):
     """Ctrl-C's exception, also raised for SIGTERM while a sweep runs."""
+
 
 @dataclass
 class Prepared:
@@ -57,6 +59,7 @@ class Prepared:
     @property
     def name(self) -> str:
         return self.label or self.recipe.name
+
 
 @dataclass
 class Attempt:
@@ -80,6 +83,7 @@ class Attempt:
     @property
     def title(self) -> str:
         return f"{self.prepared.name} repeat {self.repeat}"
+
 
 @contextlib.contextmanager
 def recorded(p: Prepared, *, home: Path, store: Store, repeat: int, group_id: str, console: Console,
@@ -113,6 +117,7 @@ def recorded(p: Prepared, *, home: Path, store: Store, repeat: int, group_id: st
         if not attempt.finished:
             finish(attempt, "failed", "the run ended without storing a result")
 
+
 def begin(a: Attempt, group_id: str) -> None:
     p, recipe = a.prepared, a.prepared.recipe
     sg_ver, fi_ver = versions(p.env)
@@ -129,11 +134,14 @@ def begin(a: Attempt, group_id: str) -> None:
         extra={"patches": {t.source: list(t.patches) for t in p.trees},
                "static_check": p.check.fields if p.check else {}})
 
+
 def log_paths(a: Attempt) -> dict:
     return {"run_dir": str(a.run_dir), **{k: str(v) for k, v in a.logs.items() if Path(v).exists()}}
 
+
 def _main_log(a: Attempt) -> Path | None:
     return next((Path(v) for v in a.logs.values() if Path(v).exists()), None)
+
 
 def _reason(exc: BaseException, a: Attempt) -> str:
     """One line: the error's own message, or for a bug its type and message (traceback to a file)."""
@@ -148,6 +156,7 @@ def _reason(exc: BaseException, a: Attempt) -> str:
     a.logs["error"] = log
     first = (str(exc).splitlines() or [""])[0]
     return f"{type(exc).__name__}: {first} [traceback: {log}]"
+
 
 def finish(a: Attempt, status: str, error: str, *, tail: str | None = None, **fields) -> None:
     log = _main_log(a)
@@ -165,11 +174,13 @@ def finish(a: Attempt, status: str, error: str, *, tail: str | None = None, **fi
             a.store.finish_run(a.run_id, "failed", error=f"{status}: {error}; storing failed: {exc}"[:500])
     a.finished = True
 
+
 def supervise(a: Attempt, proc: subprocess.Popen, what: str, *, stop: Callable[[], None]) -> None:
     """Record a started process group as live and make `a.cleanup` end it, then forget it."""
     record = reaper.register(a.home, proc.pid, run_id=a.run_id, store=a.store.path, what=what)
     a.cleanup.callback(reaper.unregister, record)
     a.cleanup.callback(stop)
+
 
 def versions(env) -> tuple[str | None, str | None]:
     pkgs = {}
@@ -178,11 +189,13 @@ def versions(env) -> tuple[str | None, str | None]:
         pkgs[name.lower().replace("_", "-")] = ver
     return pkgs.get("sglang"), pkgs.get("flashinfer-python")
 
+
 def _read_json(path: Path) -> dict:
     try:
         return json.loads(path.read_text())
     except (OSError, ValueError):
         return {}
+
 
 @contextlib.contextmanager
 def signals_interrupt() -> Iterator[None]:
