@@ -220,3 +220,15 @@ def test_a_version_1_store_gains_the_interrupted_status_and_keeps_its_runs(tmp_p
     assert run.status == "interrupted" and run.error == "interrupted: gone" and run.finished_at
     assert len(store.samples(["r1"])) == 1
     assert store.counts() == {"interrupted": 1}
+
+
+def test_crash_summary_quotes_the_exception_line():
+    from toolkit.server import crash_line
+
+    tail = ("INFO starting\nTraceback (most recent call last):\n  File \"x.py\", line 3, in <module>\n"
+            "    serve()\nOSError: [Errno 98] Address already in use\nINFO Shutdown complete.\n")
+    assert crash_line(tail) == "OSError: [Errno 98] Address already in use"
+    assert crash_line("step 3\nCUDA error: an illegal memory access was encountered\n") == \
+        "CUDA error: an illegal memory access was encountered"
+    assert crash_line("torch.cuda.OutOfMemoryError: CUDA out of memory.\n").startswith("torch.cuda.OutOfMemoryError")
+    assert crash_line("all fine\n") is None
