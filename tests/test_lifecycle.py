@@ -232,3 +232,16 @@ def test_crash_summary_quotes_the_exception_line():
         "CUDA error: an illegal memory access was encountered"
     assert crash_line("torch.cuda.OutOfMemoryError: CUDA out of memory.\n").startswith("torch.cuda.OutOfMemoryError")
     assert crash_line("all fine\n") is None
+
+
+def test_the_servers_pythonpath_does_not_reach_the_supervisor(proj, home, tmp_path):
+    """A recipe's PYTHONPATH is for the server's env; patchbench's supervisor must not import from it."""
+    shadow = tmp_path / "shadow"
+    shadow.mkdir()
+    (shadow / "psutil.py").write_text("raise ImportError('not this psutil')\n")
+    path = recipe(proj, "shadowed")
+    text = (proj / "recipes" / "shadowed.toml").read_text() + f'\n[server.env]\nPYTHONPATH = "{shadow}"\n'
+    (proj / "recipes" / "shadowed.toml").write_text(text)
+    assert main(["run", path]) == 0
+    [run] = Store(home / "results.sqlite").runs(recipe="shadowed")
+    assert run.status == "ok"

@@ -108,7 +108,8 @@ def spawn(argv: list[str], *, log, environ: dict) -> subprocess.Popen:
     with open(log, "ab") as fh:
         fh.write(("$ " + " ".join(str(a) for a in argv) + "\n").encode())
         fh.flush()
-        return subprocess.Popen([sys.executable, os.path.abspath(__file__), str(os.getpid()), "--", *argv],
+        # -I: the env's PYTHONPATH/PYTHONHOME (meant for ARGV) must not reach patchbench's own Python
+        return subprocess.Popen([sys.executable, "-I", os.path.abspath(__file__), str(os.getpid()), "--", *argv],
                                 stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 env=environ, start_new_session=True)
 
