@@ -11,8 +11,8 @@ import pytest
 from toolkit.bench import Sample
 from toolkit.metrics import higher_is_better
 from toolkit.bench.one_batch import (
+    find_one_batch_module,
     one_batch_argv,
-    one_batch_module,
     parse_bench_serving_jsonl,
     parse_one_batch_jsonl,
 )
@@ -26,7 +26,7 @@ from toolkit.bench.serving import (
     run_serving,
     summarize,
 )
-from toolkit.errors import BadInput
+from toolkit.errors import BadInput, PatchbenchError
 
 from conftest import MINI_PY, mini_env, mini_tu, patched_mini
 
@@ -225,19 +225,29 @@ def test_sample_roundtrip_and_direction():
     assert not higher_is_better("itl_ms_p99") and not higher_is_better("failed")
 
 
-def test_one_batch_module_by_version():
-    assert one_batch_module("0.5.10.post1") == "sglang.bench_one_batch"
-    assert one_batch_module("0.5.22") == "sglang.bench_one_batch"
-    assert one_batch_module("0.5.23") == "sglang.benchmark.one_batch"
-    assert one_batch_module("0.5.23rc1") == "sglang.benchmark.one_batch"
-    assert one_batch_module("0.6") == "sglang.benchmark.one_batch"
-    assert one_batch_module("0.0.1+mini") == "sglang.bench_one_batch"
-    with pytest.raises(BadInput):
-        one_batch_module("main")
+def test_one_batch_module_is_the_one_the_env_has(tmp_path):
+    """Chosen by what exists, never by version: a fork reporting 0.5.23 may keep the old name."""
+    import os
+    import sys
+
+    from conftest import MINI_PY
+
+    def env(path):
+        return {**os.environ, "PYTHONPATH": str(path)}
+
+    assert find_one_batch_module(sys.executable, env(MINI_PY)) == "sglang.bench_one_batch"
+    new = tmp_path / "new" / "sglang" / "benchmark"
+    new.mkdir(parents=True)
+    for d in (new.parent, new):
+        (d / "__init__.py").write_text("")
+    (new / "one_batch.py").write_text("")
+    assert find_one_batch_module(sys.executable, env(tmp_path / "new")) == "sglang.benchmark.one_batch"
+    with pytest.raises(PatchbenchError, match="no static-batch benchmark"):
+        find_one_batch_module(sys.executable, env(tmp_path / "nothing"))
 
 
 def test_one_batch_argv():
-    argv = one_batch_argv(python="/env/bin/python", sglang_version="0.5.23", model_path="/m",
+    argv = one_batch_argv(python="/env/bin/python", module="sglang.benchmark.one_batch", model_path="/m",
                           batch_sizes=[1, 2, 4], input_len=128, output_len=32,
                           result_filename="/o.jsonl", run_name="r",
                           server_argv=["--tp-size", "8", "--ep-size", "8"])
@@ -245,11 +255,11 @@ def test_one_batch_argv():
                     "--tp-size", "8", "--ep-size", "8", "--batch-size", "1", "2", "4",
                     "--input-len", "128", "--output-len", "32", "--result-filename", "/o.jsonl",
                     "--run-name", "r"]
-    argv = one_batch_argv(python="p", sglang_version="0.5.10", batch_sizes=[1], input_len=1,
+    argv = one_batch_argv(python="p", module="sglang.bench_one_batch", batch_sizes=[1], input_len=1,
                           output_len=2, result_filename="o", server_argv=["--model-path", "/x"])
     assert argv.count("--model-path") == 1 and argv[2] == "sglang.bench_one_batch"
     with pytest.raises(BadInput):
-        one_batch_argv(python="p", sglang_version="0.5.10", batch_sizes=[1], input_len=1,
+        one_batch_argv(python="p", module="sglang.bench_one_batch", batch_sizes=[1], input_len=1,
                        output_len=2, result_filename="o")
 
 

@@ -115,6 +115,7 @@ def test_crash_mid_sweep_is_recorded_and_sweep_goes_on(proj, home, capsys):
     failed, ok = by_recipe["crashes"], by_recipe["fine"]
     assert failed.status == "failed"
     assert "CUDA error" in (failed.log_tail or "") or "illegal memory access" in (failed.log_tail or "")
+    assert failed.error.startswith("server crashed: ") and "illegal memory access" in failed.error  # the log's line
     assert failed.log_paths["server"].endswith("server.log")
     assert ok.status == "ok" and store.samples([ok.run_id])
     # No process of either run is left: the server and its scheduler child are gone.

@@ -1,6 +1,15 @@
-"""The run as a list of named steps: recipe -> trees -> env -> static check -> launch -> verify
--> benchmark -> store. Each step is a function of the module that owns the concept; this module
-only strings them together, records every run in the store and keeps a sweep going after a failure.
+"""The run as a list of named steps (`STEPS`), each a small function that takes the previous step's
+value and returns the next:
+
+    Job -apply_trees-> Applied -ensure_env-> Built -static_check-> Prepared        (once per recipe)
+    Attempt -launch-> Launched -verify-> Verified -benchmark-> Measured
+            -check_evidence-> Measured -store-> run id                             (once per repeat)
+
+`prepare` runs the first three, `run_once` the rest inside `attempt.recorded`, the one place that
+finishes a run whatever happens: a step that raises finishes it `failed` (or `invalid`, for
+`RunInvalid`) with a one-line reason, Ctrl-C/SIGTERM finish it `interrupted`, and the run's process
+groups are ended in every case. `run_sweep` first reaps what dead patchbench processes left
+(toolkit/reaper.py), then interleaves repeats of several recipes and goes on after a failure.
 """
 
 from __future__ import annotations
@@ -11,44 +20,275 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from rich.console import Console
 
-from toolkit import machine, server as srv
+from toolkit import evidence, machine, metrics, reaper, server as srv
+from toolkit.attempt import Attempt, Prepared, RunInvalid, recorded, log_paths, signals_interrupt, supervise
 from toolkit.bench import Sample
+from toolkit.bench.one_batch import find_one_batch_module, one_batch_argv, parse_one_batch_jsonl, run_one_batch
+from toolkit.envs import Env, ensure_env as build_env
 from toolkit.errors import BadInput, NoGPU, PatchbenchError
 from toolkit.recipe import Recipe
-from toolkit.sglang_args import StaticCheck, compare_fields, launch_argv, recipe_args, static_check
+from toolkit.sglang_args import compare_fields, launch_argv, recipe_args, static_check as check_args
+from toolkit.store import Store
 from toolkit.tree import AppliedTree, apply_recipe
 
-STEPS = ("apply", "build", "check", "launch", "verify", "benchmark", "store")
 # Where `--until` can stop: after apply, build, the static check, the /server_info verification
 # (a launch, no benchmark: the run is stored with its verdict and no samples), or at the end.
 STOPS = ("apply", "build", "check", "verify", "store")
 
 
-@dataclass
-class Prepared:
-    """A recipe variant ready to launch: its trees, its env and the static check's verdict."""
+def step(name: str) -> Callable:
+    """Name a step (the key of its timing and of `--until`)."""
+    def mark(fn: Callable) -> Callable:
+        fn.step_name = name
+        return fn
+    return mark
+
+
+# ---------------------------------------------------------------------------- values between steps
+
+@dataclass(frozen=True)
+class Job:
+    """What `prepare` was asked to do."""
 
     recipe: Recipe
+    home: Path
+    console: Console
+    frozen: bool = False
+    overrides: dict | None = None
+    label: str | None = None
+
+
+@dataclass(frozen=True)
+class Applied:
+    job: Job
     trees: list[AppliedTree]
-    env: object  # toolkit.envs.Env
-    check: StaticCheck | None = None
-    label: str | None = None  # name recorded in the store (a variant of the recipe, for bisect)
-    timings: dict = field(default_factory=dict)
-
-    @property
-    def name(self) -> str:
-        return self.label or self.recipe.name
 
 
-def _located(exc: PatchbenchError, recipe: str, step: str) -> PatchbenchError:
-    return exc.located(recipe=recipe, step=step)
+@dataclass(frozen=True)
+class Built:
+    applied: Applied
+    env: Env
 
+
+@dataclass(frozen=True)
+class Launched:
+    attempt: Attempt
+    server: srv.Server | None  # None for the one-batch driver (it runs no server)
+
+
+@dataclass(frozen=True)
+class Verified:
+    launched: Launched
+    notes: list[str]
+
+
+@dataclass(frozen=True)
+class Measured:
+    verified: Verified
+    samples: list[Sample]
+    errors: list[str] = field(default_factory=list)
+
+
+# ---------------------------------------------------------------------------- prepare: once per recipe
+
+@step("apply")
+def apply_trees(job: Job) -> Applied:
+    """Materialise each source and apply the recipe's patches (git commits in the tree cache)."""
+    results = apply_recipe(job.recipe, job.home, frozen=job.frozen, overrides=job.overrides)
+    for tree, reused in results:
+        job.console.print(f"[bold]{job.recipe.name}[/]: {tree.source} {'reused' if reused else 'applied'} "
+                          f"tree {tree.tree_hash[:12]} ({len(tree.patches)} patches)")
+    return Applied(job, [t for t, _ in results])
+
+
+@step("build")
+def ensure_env(applied: Applied) -> Built:
+    """Find or build the content-addressed env of the trees (writes under $PATCHBENCH_HOME/envs)."""
+    job = applied.job
+    env = build_env(applied.trees, job.recipe.build, job.home, recipe=job.recipe.name, console=job.console)
+    return Built(applied, env)
+
+
+@step("check")
+def static_check(built: Built) -> Prepared:
+    """Run sglang's own argument parser in the env on the recipe's server args; BadInput if it
+    refuses them or contradicts `[expect]` (a scratch directory for a stand-in model config)."""
+    job = built.applied.job
+    recipe = job.recipe
+    with tempfile.TemporaryDirectory(prefix="patchbench-check-") as tmp:
+        check = check_args(built.env.python, recipe.server, dict(recipe.expect), environ=built.env.run_environ(),
+                           model=static_model_path(recipe, Path(tmp)),
+                           device="cuda" if needs_gpu(recipe) else None)
+    if not check.ok:
+        raise BadInput("static config check failed: " + "; ".join(check.problems))
+    job.console.print(f"[bold]{recipe.name}[/]: static check passed (sglang {check.version}"
+                      f"{'' if check.resolved else ', defaults unresolved'})")
+    return Prepared(recipe, built.applied.trees, built.env, check, label=job.label)
+
+
+# ---------------------------------------------------------------------------- measure: once per repeat
+
+@step("launch")
+def launch(attempt: Attempt) -> Launched:
+    """Start the server under its supervisor (own process group, recorded in the live registry,
+    ended by `attempt.cleanup`) and wait until /health_generate answers. The one-batch driver
+    starts nothing here. Raises BindError / ServerFailed."""
+    p = attempt.prepared
+    server_spec = p.recipe.server
+    if p.recipe.benchmark.driver == "one-batch":
+        return Launched(attempt, None)
+    port = server_spec.port or srv.free_port(attempt.host)
+    log = attempt.logs["server"] = attempt.run_dir / "server.log"
+    environ = {**p.env.run_environ(), **dict(server_spec.env)}
+    server = srv.launch(p.env.python, launch_argv(server_spec, host=attempt.host, port=port), host=attempt.host,
+                        port=port, log=log, environ=environ)
+    supervise(attempt, server.proc, "server", stop=server.stop)
+    server.wait_ready(server_spec.timeout_s)
+    attempt.console.print(f"[bold]{attempt.title}[/]: server ready in {time.monotonic() - server.started:.1f} s "
+                          f"at {server.url}")
+    return Launched(attempt, server)
+
+
+@step("verify")
+def verify(launched: Launched) -> Verified:
+    """GET /server_info and compare it with the static check's implied fields and `[expect]`;
+    raises RunInvalid naming every difference."""
+    attempt, server = launched.attempt, launched.server
+    if server is None:
+        return Verified(launched, ["static check passed; one-batch runs no server"])
+    p = attempt.prepared
+    attempt.info = server.server_info()
+    expected = {**(p.check.implied if p.check else {}), **dict(p.recipe.expect)}
+    problems = compare_fields(expected, attempt.info, source="/server_info")
+    if problems:
+        raise RunInvalid("effective config differs: " + "; ".join(problems), problems=problems)
+    return Verified(launched, ["/server_info matches expectations"])
+
+
+@step("benchmark")
+def benchmark(verified: Verified) -> Measured:
+    """Drive the benchmark: the serving client against the server, or sglang's one-batch
+    benchmark in its own supervised process group (writes one_batch.jsonl and one_batch.log)."""
+    attempt, server = verified.launched.attempt, verified.launched.server
+    bench = attempt.prepared.recipe.benchmark
+    if bench.driver == "one-batch":
+        return Measured(verified, _one_batch(attempt))
+    samples, errors = _serving(server.url, bench, attempt.console, attempt.prepared.name)
+    server.check_alive(wait=5.0 if errors else 0.0)
+    return Measured(verified, samples, errors)
+
+
+@step("evidence")
+def check_evidence(measured: Measured) -> Measured:
+    """Did every patch run in the live server? The recipe's `[evidence]` against the server log and
+    /server_info (toolkit.evidence). Missing evidence: RunInvalid (stored `invalid`, with the reason).
+    Named log groups that are registered metrics (distinct_experts) become run-level samples (point 0)."""
+    attempt = measured.verified.launched.attempt
+    recipe = attempt.prepared.recipe
+    patches = [name for tree in attempt.prepared.trees for name in tree.patches]
+    log = attempt.logs.get("server") or attempt.logs.get("one-batch")  # where the patched code logs
+    text = Path(log).read_text(errors="replace") if log and Path(log).exists() else ""
+    verdict = evidence.check_evidence(patches, recipe.evidence, text, attempt.info)
+    attempt.extra["evidence"] = verdict.status
+    if verdict.metrics:
+        attempt.extra["evidence_metrics"] = verdict.metrics
+    undeclared = [p for p, s in verdict.status.items() if s == evidence.UNDECLARED]
+    if undeclared:
+        attempt.console.print(f"[yellow]{attempt.title}[/]: no activation evidence declared for "
+                              f"{', '.join(undeclared)} (add [evidence.\"PATCH\"] to the recipe)")
+    if not verdict.ok:
+        raise RunInvalid("activation evidence missing: " + "; ".join(verdict.problems), problems=verdict.problems)
+    kind = "batch" if recipe.benchmark.driver == "one-batch" else "concurrency"
+    extra = [Sample(name, value, metrics.unit_of(name), 0, kind) for name, value in verdict.metrics.items()
+             if metrics.lookup(name) is not None]
+    return Measured(measured.verified, [*measured.samples, *extra], measured.errors)
+
+
+@step("store")
+def store(value: Verified | Measured) -> str:
+    """Finish the run in the store: `ok` with its samples, or `invalid` when requests failed."""
+    measured = value if isinstance(value, Measured) else None
+    verified = measured.verified if measured else value
+    attempt = verified.launched.attempt
+    notes = list(verified.notes)
+    if measured is None:
+        notes.append("stopped before the benchmark, as asked")
+        attempt.console.print(f"[bold]{attempt.title}[/]: effective config verified; stopping as asked")
+    errors = measured.errors if measured else []
+    attempt.store.finish_run(attempt.run_id, "invalid" if errors else "ok",
+                             samples=measured.samples if measured else None, server_info=attempt.info,
+                             config_verified=True, verification=notes + errors, timings=attempt.timings,
+                             log_paths=log_paths(attempt), extra=attempt.extra,
+                             error="; ".join(errors[:3]) if errors else None)
+    attempt.finished = True
+    return attempt.run_id
+
+
+STEPS = (apply_trees, ensure_env, static_check, launch, verify, benchmark, check_evidence, store)
+PREPARE_STEPS = STEPS[:3]
+MEASURE_STEPS = STEPS[3:]
+
+
+def steps_until(until: str) -> tuple[tuple, tuple]:
+    """(prepare steps, measure steps) run when stopping after `until` (a STOPS name): the steps up
+    to it; `verify` still stores its verdict (launch -> verify -> store)."""
+    if until == "store":
+        return PREPARE_STEPS, MEASURE_STEPS
+    if until == "verify":
+        return PREPARE_STEPS, (launch, verify, store)
+    names = [s.step_name for s in PREPARE_STEPS]
+    if until not in names:
+        raise BadInput(f"--until must be one of {', '.join(STOPS)}, not {until!r}")
+    return PREPARE_STEPS[:names.index(until) + 1], ()
+
+
+def _run_steps(steps: tuple, value, timings: dict):
+    for fn in steps:
+        t0 = time.monotonic()
+        value = fn(value)
+        timings[fn.step_name] = round(timings.get(fn.step_name, 0.0) + time.monotonic() - t0, 3)
+    return value
+
+
+# ---------------------------------------------------------------------------- entry points
 
 def needs_gpu(recipe: Recipe) -> bool:
     return recipe.server.gpus != 0
+
+
+def prepare(recipe: Recipe, home: Path, *, until: str = "store", frozen: bool = False,
+            overrides: dict | None = None, label: str | None = None, console: Console | None = None) -> Prepared:
+    """apply_trees -> ensure_env -> static_check (or fewer, with `until`). Raises PatchbenchError
+    located at the failing step."""
+    job = Job(recipe, home, console or Console(stderr=True), frozen, overrides, label)
+    timings: dict = {}
+    value = job
+    for fn in steps_until(until)[0]:
+        try:
+            value = _run_steps((fn,), value, timings)
+        except PatchbenchError as exc:
+            raise exc.located(recipe=recipe.name, step=fn.step_name)
+    if isinstance(value, Applied):
+        value = Prepared(recipe, value.trees, None, label=label)
+    elif isinstance(value, Built):
+        value = Prepared(recipe, value.applied.trees, value.env, label=label)
+    value.timings.update(timings)
+    return value
+
+
+def run_once(p: Prepared, *, home: Path, store: Store, repeat: int, group_id: str, console: Console,
+             host: str | None = None, until: str = "store") -> str:
+    """One independent measurement of a prepared recipe: launch -> verify -> benchmark ->
+    check_evidence -> store, inside `recorded`. Every outcome is stored (ok, invalid, failed,
+    interrupted); returns the run id. Raises only for Ctrl-C/SIGTERM (after storing)."""
+    with recorded(p, home=home, store=store, repeat=repeat, group_id=group_id, console=console,
+                  host=host) as attempt:
+        _run_steps(steps_until(until)[1], attempt, attempt.timings)
+    return attempt.run_id
 
 
 def static_model_path(recipe: Recipe, workdir: Path) -> str | None:
@@ -71,171 +311,12 @@ def static_model_path(recipe: Recipe, workdir: Path) -> str | None:
     return str(stand_in)
 
 
-def prepare(recipe: Recipe, home: Path, *, until: str = "store", frozen: bool = False,
-            overrides: dict | None = None, label: str | None = None, console: Console | None = None) -> Prepared:
-    """apply -> build -> static check. Raises PatchbenchError located at the failing step."""
-    from toolkit.envs import ensure_env
-
-    console = console or Console(stderr=True)
-    t0 = time.monotonic()
-    try:
-        results = apply_recipe(recipe, home, frozen=frozen, overrides=overrides)
-    except PatchbenchError as exc:
-        raise _located(exc, recipe.name, "apply")
-    trees = [t for t, _ in results]
-    for tree, reused in results:
-        console.print(f"[bold]{recipe.name}[/]: {tree.source} {'reused' if reused else 'applied'} "
-                      f"tree {tree.tree_hash[:12]} ({len(tree.patches)} patches)")
-    prepared = Prepared(recipe, trees, None, label=label)
-    prepared.timings["apply"] = time.monotonic() - t0
-    if until == "apply":
-        return prepared
-    t0 = time.monotonic()
-    try:
-        prepared.env = ensure_env(trees, recipe.build, home, recipe=recipe.name, console=console)
-    except PatchbenchError as exc:
-        raise _located(exc, recipe.name, "build")
-    prepared.timings["build"] = time.monotonic() - t0
-    if until == "build":
-        return prepared
-    t0 = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="patchbench-check-") as tmp:
-        model = static_model_path(recipe, Path(tmp))
-        try:
-            check = static_check(prepared.env.python, recipe.server, dict(recipe.expect),
-                                 environ=prepared.env.run_environ(), model=model,
-                                 device="cuda" if needs_gpu(recipe) else None)
-        except PatchbenchError as exc:
-            raise _located(exc, recipe.name, "check")
-    prepared.check = check
-    prepared.timings["check"] = time.monotonic() - t0
-    if not check.ok:
-        raise BadInput("static config check failed: " + "; ".join(check.problems), recipe=recipe.name,
-                       step="check")
-    console.print(f"[bold]{recipe.name}[/]: static check passed (sglang {check.version}"
-                  f"{'' if check.resolved else ', defaults unresolved'})")
-    return prepared
-
-
-def _versions(env) -> tuple[str | None, str | None]:
-    pkgs = {}
-    for line in (getattr(env, "manifest", {}) or {}).get("packages", []) or []:
-        name, _, ver = str(line).partition("==")
-        pkgs[name.lower().replace("_", "-")] = ver
-    return pkgs.get("sglang"), pkgs.get("flashinfer-python")
-
-
-def run_once(p: Prepared, *, home: Path, store, repeat: int, group_id: str,
-             console: Console, host: str | None = None, until: str = "store") -> str:
-    """One independent measurement of a prepared recipe: launch, verify, benchmark, store.
-
-    Every outcome is stored: `ok`, `invalid` (the server's effective config differs from the
-    expectations) or `failed` (crash, hang, exit; with the log tail). Returns the run id.
-    """
-    recipe = p.recipe
-    bench = recipe.benchmark
-    run_id = uuid.uuid4().hex
-    run_dir = home / "runs" / run_id
-    run_dir.mkdir(parents=True, exist_ok=True)
-    server_log = run_dir / "server.log"
-    host = host or recipe.server.host
-    port = recipe.server.port or srv.free_port(host)
-    argv = launch_argv(recipe.server, host=host, port=port)
-    environ = {**p.env.run_environ(), **dict(recipe.server.env)}
-    sg_ver, fi_ver = _versions(p.env)
-    expected = {**(p.check.implied if p.check else {}), **dict(recipe.expect)}
-    run_id = store.begin_run(
-        run_id=run_id,
-        recipe=p.name,
-        recipe_resolved=recipe.to_dict(),
-        lock=_read_json(recipe.lock_path),
-        tree_hashes={t.source: t.tree_hash for t in p.trees},
-        env_key=p.env.key,
-        sglang_version=sg_ver or (p.check.version if p.check else None),
-        flashinfer_version=fi_ver,
-        arch_list=list(recipe.build.arch),
-        bench_driver=bench.driver,
-        bench_params=bench.params(),
-        server_argv=["-m", "sglang.launch_server", *argv],
-        machine=machine.provenance(),
-        env_vars=dict(recipe.server.env),
-        repeat=repeat,
-        group_id=group_id,
-        log_paths={"server": str(server_log), "run_dir": str(run_dir)},
-        extra={"patches": {t.source: list(t.patches) for t in p.trees}, "static_check": p.check.fields if p.check else {}},
-    )
-    timings = dict(p.timings)
-    info: dict = {}
-    try:
-        if bench.driver == "one-batch":
-            samples = _one_batch(p, run_dir, environ, timings)
-            store.finish_run(run_id, "ok", samples=samples, config_verified=True, timings=timings,
-                             verification=["static check passed; one-batch runs no server"])
-            return run_id
-        t0 = time.monotonic()
-        server = srv.launch(p.env.python, argv, host=host, port=port, log=server_log, environ=environ)
-        with server:
-            timings["launch"] = server.wait_ready(recipe.server.timeout_s)
-            console.print(f"[bold]{p.name}[/] repeat {repeat}: server ready in {timings['launch']:.1f} s at {server.url}")
-            t0 = time.monotonic()
-            info = server.server_info()
-            problems = compare_fields(expected, info, source="/server_info")
-            timings["verify"] = time.monotonic() - t0
-            if problems:
-                store.finish_run(run_id, "invalid", error="effective config differs: " + "; ".join(problems),
-                                 server_info=info, config_verified=False, verification=problems,
-                                 timings=timings, log_tail=srv.log_tail(server_log))
-                console.print(f"[red]{p.name}[/] repeat {repeat}: INVALID: {'; '.join(problems)}")
-                return run_id
-            if until == "verify":
-                store.finish_run(run_id, "ok", server_info=info, config_verified=True, timings=timings,
-                                 verification=["/server_info matches expectations (stopped before the benchmark)"])
-                console.print(f"[bold]{p.name}[/] repeat {repeat}: effective config verified; stopping as asked")
-                return run_id
-            t0 = time.monotonic()
-            samples, errors = _serving(server.url, bench, console, p.name)
-            timings["benchmark"] = time.monotonic() - t0
-            server.check_alive(wait=5.0 if errors else 0.0)
-        status = "invalid" if errors else "ok"
-        store.finish_run(run_id, status, samples=samples, server_info=info, config_verified=True,
-                         verification=["/server_info matches expectations", *errors], timings=timings,
-                         error="; ".join(errors[:3]) if errors else None)
-        return run_id
-    except srv.ServerFailed as exc:
-        store.finish_run(run_id, "failed", error=str(exc.message), log_tail=exc.tail, server_info=info,
-                         timings=timings)
-        console.print(f"[red]{p.name}[/] repeat {repeat}: FAILED: {exc.message} [log: {exc.log}]")
-        return run_id
-    except KeyboardInterrupt:
-        store.finish_run(run_id, "failed", error="interrupted (Ctrl-C)", log_tail=srv.log_tail(server_log),
-                         timings=timings)
-        raise
-    except PatchbenchError as exc:
-        store.finish_run(run_id, "failed", error=str(exc), log_tail=srv.log_tail(server_log), timings=timings)
-        console.print(f"[red]{p.name}[/] repeat {repeat}: FAILED: {exc}")
-        return run_id
-
-
-def _read_json(path: Path) -> dict:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-
-
 def _serving(url: str, bench, console: Console, name: str) -> tuple[list[Sample], list[str]]:
     from toolkit.bench.serving import ServingConfig, run_serving
 
-    cfg = ServingConfig(
-        input_len=bench.input_len,
-        output_len=bench.output_len,
-        concurrency=tuple(bench.concurrency),
-        num_prompts=bench.num_prompts,
-        warmup=bench.warmup,
-        seed=bench.seed,
-        endpoint=bench.endpoint,
-        timeout_s=bench.timeout_s,
-    )
+    cfg = ServingConfig(input_len=bench.input_len, output_len=bench.output_len,
+                        concurrency=tuple(bench.concurrency), num_prompts=bench.num_prompts, warmup=bench.warmup,
+                        seed=bench.seed, endpoint=bench.endpoint, timeout_s=bench.timeout_s)
     points = run_serving(url, cfg)
     samples: list[Sample] = []
     errors: list[str] = []
@@ -247,43 +328,32 @@ def _serving(url: str, bench, console: Console, name: str) -> tuple[list[Sample]
     return samples, errors
 
 
-def _one_batch(p: Prepared, run_dir: Path, environ: dict, timings: dict) -> list[Sample]:
-    import subprocess
-
-    from toolkit.bench.one_batch import one_batch_argv, parse_one_batch_jsonl
-
-    bench = p.recipe.benchmark
-    out = run_dir / "one_batch.jsonl"
-    log = run_dir / "one_batch.log"
-    argv = one_batch_argv(
-        python=str(p.env.python),
-        sglang_version=_versions(p.env)[0] or (p.check.version if p.check else None) or "0",
-        model_path=p.recipe.server.model,
-        batch_sizes=bench.batch_sizes,
-        input_len=bench.input_len,
-        output_len=bench.output_len,
-        result_filename=str(out),
-        server_argv=recipe_args(p.recipe.server),
-    )
-    t0 = time.monotonic()
-    with open(log, "wb") as fh:
-        proc = subprocess.run(argv, stdout=fh, stderr=subprocess.STDOUT, env=environ, timeout=bench.timeout_s,
-                              start_new_session=True)
-    timings["benchmark"] = time.monotonic() - t0
-    if proc.returncode != 0:
-        raise srv.ServerFailed(f"one-batch benchmark exited with code {proc.returncode}", log=log,
-                               tail=srv.log_tail(log), kind="exited")
+def _one_batch(a: Attempt) -> list[Sample]:
+    p, bench = a.prepared, a.prepared.recipe.benchmark
+    environ = {**p.env.run_environ(), **dict(p.recipe.server.env)}
+    out = a.run_dir / "one_batch.jsonl"
+    log = a.logs["one-batch"] = a.run_dir / "one_batch.log"
+    argv = one_batch_argv(python=str(p.env.python), module=find_one_batch_module(p.env.python, environ),
+                          model_path=p.recipe.server.model, batch_sizes=bench.batch_sizes,
+                          input_len=bench.input_len, output_len=bench.output_len, result_filename=str(out),
+                          server_argv=recipe_args(p.recipe.server))
+    a.logs["result"] = out
+    run_one_batch(argv, log=log, environ=environ, timeout_s=bench.timeout_s,
+                  started=lambda proc: supervise(a, proc, "one-batch", stop=lambda: None))
     return parse_one_batch_jsonl(out, input_len=bench.input_len, output_len=bench.output_len)
 
 
-def run_sweep(recipes: list[Recipe], *, home: Path, store, repeats: int | None = None, until: str = "store",
+def run_sweep(recipes: list[Recipe], *, home: Path, store: Store, repeats: int | None = None, until: str = "store",
               frozen: bool = False, console: Console | None = None) -> dict:
-    """Prepare every recipe, then measure them with interleaved repeats (A B A B ...).
+    """Reap what dead patchbench processes left, prepare every recipe, then measure them with
+    interleaved repeats (A B A B ...).
 
-    A recipe that fails to prepare is reported and skipped; the sweep goes on with the others.
-    Returns {"group_id", "runs": [(recipe, run_id)], "failed": [(recipe, message)]}.
+    A recipe that fails to prepare is reported and skipped; a run that fails is stored and the
+    sweep goes on. Returns {"group_id", "runs": [(recipe, run_id)], "failed": [(recipe, message)]}.
     """
     console = console or Console(stderr=True)
+    for line in reaper.reap(home, store):
+        console.print(f"[yellow]reaped[/]: {line}")
     group_id = uuid.uuid4().hex[:12]
     prepared: list[Prepared] = []
     failed: list[tuple[str, str]] = []
@@ -307,9 +377,16 @@ def run_sweep(recipes: list[Recipe], *, home: Path, store, repeats: int | None =
             step="launch",
         )
     n = max([repeats or p.recipe.benchmark.repeats for p in prepared], default=0)
-    for rep in range(n):
-        for p in prepared:
-            if rep < (repeats or p.recipe.benchmark.repeats):
-                result["runs"].append((p.name, run_once(p, home=home, store=store, repeat=rep,
-                                                        group_id=group_id, console=console, until=until)))
+    with signals_interrupt():
+        for rep in range(n):
+            for p in prepared:
+                if rep < (repeats or p.recipe.benchmark.repeats):
+                    try:
+                        rid = run_once(p, home=home, store=store, repeat=rep, group_id=group_id,
+                                       console=console, until=until)
+                    except PatchbenchError as exc:  # the run could not even be begun in the store
+                        failed.append((p.name, str(exc.located(recipe=p.name))))
+                        console.print(f"[red]error[/]: {exc}")
+                        continue
+                    result["runs"].append((p.name, rid))
     return result

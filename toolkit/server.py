@@ -1,15 +1,18 @@
 """Server lifecycle: launch `python -m sglang.launch_server` from an env, wait, inspect, tear down.
 
-The server runs in its own process group (session) with its output in a log file. Teardown kills
-the whole group and any descendant that escaped it, on success, on errors and on Ctrl-C.
+The server runs under toolkit/supervisor.py in its own process group (session) with its output in
+a log file: the supervisor ends the group when patchbench dies, even by SIGKILL. Teardown kills the
+whole group and any descendant that escaped it, on success, on errors and on Ctrl-C. A port in use
+or a host that cannot be bound is found before the launch (`check_bindable`), and a crash is
+summarised by the exception line of its log.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
-import signal
 import socket
 import subprocess
 import time
@@ -20,6 +23,7 @@ from pathlib import Path
 
 import psutil
 
+from toolkit import supervisor
 from toolkit.errors import PatchbenchError
 
 CRASH_PATTERNS = re.compile(
@@ -37,10 +41,49 @@ class ServerFailed(PatchbenchError):
         self.kind = kind  # exited | crashed | hung
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
+# The last line of a Python traceback ("OSError: [Errno 98] Address already in use") or a CUDA line.
+EXCEPTION_LINE = re.compile(r"^(?:[\w.]+\.)?\w*(?:Error|Exception|Interrupt|Exit)\b(?::.*)?$|CUDA error.*|NCCL error.*")
+
+
+class BindError(PatchbenchError):
+    """The server's host/port cannot be bound (in use, or not an address of this machine)."""
+
+
+def _bind(host: str, port: int) -> int:
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        raise BindError(f"host {host} cannot be bound: {exc.strerror or exc}") from None
+    family, _, _, _, addr = infos[0]
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as servers do: TIME_WAIT is no conflict
+        try:
+            s.bind(addr)
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise BindError(f"port {port} on {host} is in use") from None
+            raise BindError(f"host {host} cannot be bound: {exc.strerror or exc}") from None
         return s.getsockname()[1]
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port free on `host` now. Raises BindError when the host cannot be bound."""
+    return _bind(host, 0)
+
+
+def check_bindable(host: str, port: int) -> None:
+    """Raise BindError ("port 30000 on 127.0.0.1 is in use") unless the server could bind there."""
+    _bind(host, port)
+
+
+def crash_line(tail: str) -> str | None:
+    """The line that says why a server died: the last exception line of a traceback, else the last
+    CUDA/NCCL error line, else None."""
+    for line in reversed(tail.splitlines()):
+        line = line.strip()
+        if line and EXCEPTION_LINE.match(line):
+            return line[:300]
+    return None
 
 
 def log_tail(path: Path, lines: int = 40) -> str:
@@ -90,11 +133,16 @@ class Server:
         code = self.proc.poll()
         tail = log_tail(self.log)
         m = CRASH_PATTERNS.search(tail)
-        if code is not None:
-            why = f"crashed ({m.group(0)})" if m else f"exited with code {code}"
-            raise ServerFailed(f"server {why}", log=self.log, tail=tail, kind="crashed" if m else "exited")
-        if wait and m:
-            raise ServerFailed(f"server crashed ({m.group(0)})", log=self.log, tail=tail, kind="crashed")
+        if code is None and not (wait and m):
+            return
+        line = crash_line(tail)
+        if line and "Address already in use" in line:
+            raise ServerFailed(f"port {self.port} on {self.host} is in use ({line})", log=self.log, tail=tail,
+                               kind="exited")
+        if m:
+            raise ServerFailed(f"server crashed: {line or m.group(0)}", log=self.log, tail=tail, kind="crashed")
+        why = f"exited with code {code}" + (f": {line}" if line else "")
+        raise ServerFailed(f"server {why}", log=self.log, tail=tail, kind="exited")
 
     def wait_ready(self, timeout: float) -> float:
         """Poll /health_generate until 200; return seconds taken. Raise ServerFailed otherwise."""
@@ -135,26 +183,7 @@ class Server:
                 procs.append(psutil.Process(pid))
             except psutil.Error:
                 pass
-        try:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-        except (ProcessLookupError, PermissionError):
-            pass
-        for p in procs:
-            try:
-                p.terminate()
-            except psutil.Error:
-                pass
-        _, alive = psutil.wait_procs(procs, timeout=grace)
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        for p in alive:
-            try:
-                p.kill()
-            except psutil.Error:
-                pass
-        psutil.wait_procs(alive, timeout=5)
+        supervisor.end_group(self.proc.pid, procs, grace)
         try:
             self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
@@ -168,17 +197,13 @@ class Server:
 
 
 def launch(python: Path, args: list[str], *, host: str, port: int, log: Path, environ: dict) -> Server:
-    """Start `python -m sglang.launch_server ARGS` in a new session, output to `log`."""
+    """Start `python -m sglang.launch_server ARGS` under the supervisor (its own process group, ended
+    when patchbench dies), output to `log`. Raises BindError first if host:port cannot be bound."""
+    check_bindable(host, port)
     argv = [str(python), "-m", "sglang.launch_server", *args]
     log.parent.mkdir(parents=True, exist_ok=True)
-    fh = open(log, "ab")
-    fh.write(("$ " + " ".join(argv) + "\n").encode())
-    fh.flush()
     try:
-        proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env=environ, start_new_session=True)
+        proc = supervisor.spawn(argv, log=log, environ=environ)
     except OSError as exc:
         raise PatchbenchError(f"cannot start the server: {exc}", log=log) from None
-    finally:
-        fh.close()
     return Server(argv=argv, host=host, port=port, log=log, proc=proc)

@@ -35,10 +35,11 @@ from toolkit.records import (  # noqa: F401  (re-exported: the store's row types
     BENCH_KEY_IGNORED, RUN_FIELDS, SAMPLE_FIELDS, RunRow, SampleRow, _now, _process_start_time, bench_key,
     canonical_json, comparable_bench_params, gpu_key, process_alive)
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 STORE_FILENAME = "results.sqlite"
-STATUSES = ("running", "ok", "failed", "invalid")
-FINAL_STATUSES = ("ok", "failed", "invalid")
+STATUSES = ("running", "ok", "failed", "invalid", "interrupted")
+# interrupted: its patchbench died (SIGKILL, SIGTERM, Ctrl-C) before it finished (see toolkit/reaper.py)
+FINAL_STATUSES = ("ok", "failed", "invalid", "interrupted")
 POINT_KINDS = ("batch", "concurrency")
 BUSY_TIMEOUT_MS = 60_000
 
@@ -107,8 +108,18 @@ CREATE TABLE samples (
 CREATE INDEX samples_run ON samples (run_id, metric, point);
 """
 
+# v2: the `interrupted` status. Loosening a CHECK changes no stored row, so the table definition is
+# edited in place (the procedure SQLite documents for CHECK changes); samples keep their rows.
+_ALLOW_INTERRUPTED = """
+PRAGMA writable_schema = ON;
+UPDATE sqlite_master SET sql = replace(sql, '''invalid'')', '''invalid'', ''interrupted'')')
+    WHERE type = 'table' AND name = 'runs' AND sql NOT LIKE '%''interrupted''%';
+PRAGMA writable_schema = RESET
+"""
+
 # version -> SQL that brings version-1 to version. Append, never edit.
-MIGRATIONS: dict[int, str] = {1: _SCHEMA_V1}
+MIGRATIONS: dict[int, str] = {1: _SCHEMA_V1, 2: _ALLOW_INTERRUPTED}
+
 
 
 _IMPORTED_SQL = ("SELECT {cols} FROM runs WHERE json_extract(extra, '$.imported.file_sha256') = ? "
@@ -299,7 +310,7 @@ class Store:
     def finish_run(self, run_id: str, status: str, error: str | None = None,
                    log_tail: str | None = None, *, samples: Iterable[Any] | None = None,
                    **fields_: Any) -> None:
-        """Set a run's final status (ok, failed, invalid), finished_at, error, log tail and any
+        """Set a run's final status (ok, failed, invalid, interrupted), finished_at, error, log tail and any
         other run fields, together with `samples` if given, in one transaction."""
         if status not in FINAL_STATUSES:
             raise ValueError(f"final status must be one of {FINAL_STATUSES}, not {status!r}")
@@ -333,6 +344,14 @@ class Store:
                          [self._encode(c, upd[c]) for c in cols] + [run_id])
             if samples:
                 self._insert_samples(conn, run_id, samples, None)
+
+    def mark_interrupted(self, run_id: str, reason: str) -> bool:
+        """Finish a run still `running` as `interrupted` with `reason` (the reaper, after its
+        patchbench died). Returns False if the run had already finished."""
+        with self._tx() as conn:
+            cur = conn.execute("UPDATE runs SET status = 'interrupted', error = ?, finished_at = ? "
+                               "WHERE run_id = ? AND status = 'running'", (reason, _now(), run_id))
+            return cur.rowcount > 0
 
     def record_run(self, fields_: dict, samples: Iterable[Any] = ()) -> str:
         """Insert a whole run (default status `ok`) and its samples in one transaction (import,

@@ -1,7 +1,8 @@
 """sglang's static-batch decode benchmark: the command line, and its JSONL rows as Samples.
 
 sglang ships the benchmark as `python -m sglang.bench_one_batch` up to 0.5.22 and as
-`python -m sglang.benchmark.one_batch` from 0.5.23 on. It takes every server flag plus
+`python -m sglang.benchmark.one_batch` from 0.5.23 on; forks keep either, whatever version they
+report, so `find_one_batch_module` asks the env which one exists. It takes every server flag plus
 `--batch-size B... --input-len N --output-len N --result-filename F [--run-name X]`, and appends
 one JSON row per (batch_size, input_len, output_len):
 
@@ -17,35 +18,41 @@ JSONL lives in sglang_jsonl.py and is re-exported here; field names map to metri
 from __future__ import annotations
 
 import math
-from typing import Iterable, Optional, Sequence
+import subprocess
+from pathlib import Path
+from typing import Callable, Iterable, Optional, Sequence
 
-from packaging.version import InvalidVersion, Version
-
+from toolkit import supervisor
 from toolkit.bench import Sample
 from toolkit.bench.sglang_jsonl import (  # noqa: F401  (re-exported importers)
     parse_bench_serving_jsonl,
     parse_bench_serving_rows,
     read_jsonl,
 )
-from toolkit.errors import BadInput
+from toolkit.errors import BadInput, PatchbenchError
 from toolkit.metrics import aliases
+from toolkit.server import log_tail
 
-RENAMED_IN = (0, 5, 23)  # sglang.bench_one_batch -> sglang.benchmark.one_batch
+# The names sglang has shipped the benchmark under, newest first (renamed in 0.5.23).
+ONE_BATCH_MODULES = ("sglang.benchmark.one_batch", "sglang.bench_one_batch")
+FIND_MODULE = Path(__file__).resolve().parent.parent / "probes" / "find_module.py"
 
-def one_batch_module(sglang_version: str) -> str:
-    """The module to run with `python -m` for an sglang version.
-
-    Compares the release part only, so 0.5.23rc1 / 0.5.23.dev0 / 0.5.23+local count as 0.5.23.
-    """
+def find_one_batch_module(python: str | Path, environ: dict | None = None) -> str:
+    """The static-batch benchmark module that exists in the env of `python` (never chosen by
+    version number: a fork may report 0.5.23 and keep `sglang.bench_one_batch`)."""
     try:
-        release = Version(sglang_version).release
-    except InvalidVersion:
-        raise BadInput(f"not a version: {sglang_version!r}")
-    release = tuple(release) + (0,) * (3 - len(release))
-    return "sglang.benchmark.one_batch" if release[:3] >= RENAMED_IN else "sglang.bench_one_batch"
+        proc = subprocess.run([str(python), str(FIND_MODULE), *ONE_BATCH_MODULES], capture_output=True,
+                              text=True, env=environ, timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise PatchbenchError(f"cannot ask {python} for the one-batch benchmark: {exc}") from None
+    module = proc.stdout.strip()
+    if proc.returncode != 0 or module not in ONE_BATCH_MODULES:
+        raise PatchbenchError(f"the env has no static-batch benchmark (looked for {', '.join(ONE_BATCH_MODULES)})",
+                              hint=f"{python} -m sglang.bench_one_batch must exist for driver = \"one-batch\"")
+    return module
 
 
-def one_batch_argv(*, python: str, sglang_version: str, batch_sizes: Sequence[int],
+def one_batch_argv(*, python: str, module: str, batch_sizes: Sequence[int],
                    input_len: int, output_len: int, result_filename: str,
                    model_path: Optional[str] = None, run_name: Optional[str] = None,
                    server_argv: Sequence[str] = ()) -> list[str]:
@@ -61,7 +68,7 @@ def one_batch_argv(*, python: str, sglang_version: str, batch_sizes: Sequence[in
     server_argv = [str(a) for a in server_argv]
     has_model = any(a in ("--model-path", "--model") or a.startswith(("--model-path=", "--model="))
                     for a in server_argv)
-    argv = [python, "-m", one_batch_module(sglang_version)]
+    argv = [python, "-m", module]
     if model_path is not None and not has_model:
         argv += ["--model-path", str(model_path)]
     elif model_path is None and not has_model:
@@ -73,6 +80,37 @@ def one_batch_argv(*, python: str, sglang_version: str, batch_sizes: Sequence[in
     if run_name:
         argv += ["--run-name", run_name]
     return argv
+
+
+class OneBatchFailed(PatchbenchError):
+    """The static-batch benchmark exited non-zero or timed out; carries the last lines of its log."""
+
+    def __init__(self, message: str, *, log: Path, tail: str):
+        super().__init__(message, log=log)
+        self.tail = tail
+
+
+def run_one_batch(argv: list[str], *, log: Path, environ: dict, timeout_s: float,
+                  started: Callable[[subprocess.Popen], None] = lambda proc: None) -> None:
+    """Run the benchmark in its own supervised process group (ended if patchbench dies), output
+    appended to `log`; `started(proc)` is called once it runs (proc.pid is its group). On a timeout the
+    whole group is killed. Raises OneBatchFailed with the last lines of the log on failure."""
+    proc = supervisor.spawn(argv, log=log, environ=environ)
+    try:
+        started(proc)
+        try:
+            code = proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            supervisor.stop_group(proc, grace=5.0)
+            raise OneBatchFailed(f"one-batch benchmark timed out after {timeout_s:.0f} s (its process group was "
+                                 "killed)", log=log, tail=log_tail(log, lines=12)) from None
+    finally:
+        supervisor.stop_group(proc, grace=5.0)  # no process of the group outlives the benchmark
+    if code != 0:
+        tail = log_tail(log, lines=12)
+        last = next((ln.strip() for ln in reversed(tail.splitlines()) if ln.strip()), "")
+        raise OneBatchFailed(f"one-batch benchmark exited with code {code}" + (f": {last[:300]}" if last else ""),
+                             log=log, tail=tail)
 
 
 def parse_one_batch_rows(rows: Iterable[dict], *, input_len: Optional[int] = None,
@@ -127,6 +165,6 @@ def one_batch_shapes(source) -> list[tuple]:
 
 
 __all__ = [
-    "one_batch_module", "one_batch_argv", "parse_one_batch_rows", "parse_one_batch_jsonl",
+    "find_one_batch_module", "one_batch_argv", "run_one_batch", "OneBatchFailed", "parse_one_batch_rows", "parse_one_batch_jsonl",
     "one_batch_shapes", "parse_bench_serving_jsonl", "parse_bench_serving_rows", "read_jsonl",
 ]

@@ -5,7 +5,9 @@ from __future__ import annotations
 import sys
 from collections import defaultdict
 
+from rich import box
 from rich.table import Table
+from rich.text import Text
 
 from toolkit import metrics
 from toolkit.analysis.efficiency import efficiency
@@ -17,7 +19,7 @@ HELP = "list stored runs (status, provenance, headline numbers) or export them (
 
 def add_arguments(parser) -> None:
     parser.add_argument("recipes", nargs="*", metavar="RECIPE", help="only these recipes")
-    parser.add_argument("--status", choices=["ok", "failed", "invalid", "running"], default=None)
+    parser.add_argument("--status", choices=["ok", "failed", "invalid", "interrupted", "running"], default=None)
     parser.add_argument("--export", choices=["json", "csv"], default=None, help="write runs and samples")
     parser.add_argument("--output", "-o", default=None, help="export file (default: stdout)")
     parser.add_argument("--limit", type=int, default=50)
@@ -44,17 +46,51 @@ def _efficiency(run, samples) -> str:
     return eff.text() if eff else ""
 
 
-def render_runs(store, runs) -> Table:
-    table = Table(title="results", title_justify="left")
-    for col in ("run", "group", "recipe", "rep", "status", "env", "gpu", "headline (point:value)", "vs roofline", "error"):
-        table.add_column(col, overflow="fold")
+def evidence_flag(run) -> str:
+    """Activation evidence of a run's patches: ok, missing, undeclared (N), or - (no patches)."""
+    status = (run.extra or {}).get("evidence") or {}
+    if not status:
+        return "-"
+    if "missing" in status.values():
+        return "missing"
+    undeclared = sum(1 for v in status.values() if v == "undeclared")
+    return f"undeclared ({undeclared})" if undeclared else "ok"
+
+
+WIDE = 140  # below this many columns the table drops group/env/gpu and keeps one line per run
+
+
+def render_runs(store, runs, width: int | None = None) -> Table:
+    """One row per run. Narrow terminals get the columns that identify and judge a run, one line
+    each: identifiers are never cut, the headline and the error are shortened at their end."""
+    width = width or console.width
+    wide = width >= WIDE
+    table = Table(title="results", title_justify="left", box=box.HEAVY_HEAD if wide else box.SIMPLE_HEAD)
+    cols = ["run", "group", "recipe", "rep", "status", "evidence", "env", "gpu", "headline (point:value)",
+            "vs roofline", "error"] if wide else ["run", "recipe", "status", "evidence", "headline", "error"]
+    rows = []
     for run in runs:
         samples = store.samples([run.run_id])
         status = run.display_status()
         style = {"ok": "green", "invalid": "yellow"}.get(status, "red")
-        table.add_row(run.run_id[:8], run.group_id or "", run.recipe, str(run.repeat), f"[{style}]{status}[/]",
-                      (run.env_key or "")[:10], run.gpu_key, _headline(samples), _efficiency(run, samples),
-                      (run.error or "")[:120])
+        row = {"run": run.run_id[:8], "group": run.group_id or "", "recipe": run.recipe, "rep": str(run.repeat),
+               "status": f"[{style}]{status}[/]", "evidence": evidence_flag(run), "env": (run.env_key or "")[:10],
+               "gpu": run.gpu_key, "headline (point:value)": _headline(samples), "headline": _headline(samples).split(": ", 1)[-1],
+               "vs roofline": _efficiency(run, samples), "error": (run.error or "")[:120]}
+        rows.append([row[c] for c in cols])
+    if wide:
+        for c in cols:
+            table.add_column(c, overflow="fold")
+    else:
+        # Fixed widths: identifiers whole, the headline and the error share what is left, cut at the end.
+        fixed = {c: max([len(c)] + [len(Text.from_markup(r[i]).plain) for r in rows])
+                 for i, c in enumerate(cols) if c not in ("headline", "error")}
+        left = max(16, width - sum(fixed.values()) - 3 * len(cols) - 1)
+        sizes = {**fixed, "headline": max(8, left * 2 // 5), "error": max(8, left - left * 2 // 5)}
+        for c in cols:
+            table.add_column(c, width=sizes[c], no_wrap=True, overflow="ellipsis")
+    for r in rows:
+        table.add_row(*r)
     return table
 
 
@@ -81,7 +117,10 @@ def run(args) -> int:
         return 0
     runs = store.runs(**filters, limit=args.limit, newest_first=True)
     if not runs:
-        console.print(f"no runs in {store.path}")
+        total = len(store.runs(limit=None)) if (args.recipes or args.status) else 0
+        what = " ".join(x for x in (args.status, "runs of " + ", ".join(args.recipes) if args.recipes else "runs") if x)
+        console.print(f"no {what} in {store.path}" + (f" ({total} runs in all; `patchbench results` lists them)"
+                                                      if total else ""))
         return 0
     console.print(render_runs(store, list(reversed(runs))))
     return 0

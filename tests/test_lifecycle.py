@@ -1,0 +1,247 @@
+"""The server never outlives patchbench, and every run ends with a status: real patchbench
+processes killed mid-benchmark, the reaper of the next run, bind errors, the one-batch driver."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from test_verified_runs import _alive_servers, proj, recipe  # noqa: F401  (proj is a fixture)
+from toolkit.cli import main
+from toolkit.store import Store
+
+
+def _slow(root):
+    """A recipe whose benchmark takes long enough to be killed in the middle of."""
+    path = recipe(root, "killed", extra_args="mini-step-base-ms = 40")
+    text = (root / "recipes" / "killed.toml").read_text().replace("output_len = 8", "output_len = 400")
+    (root / "recipes" / "killed.toml").write_text(text)
+    return path
+
+
+def _start_sweep(home, *recipes):
+    return subprocess.Popen([sys.executable, "-m", "toolkit", "run", *recipes, "--repeats", "2", "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PATCHBENCH_HOME": str(home)})
+
+
+def _wait_mid_benchmark(cli, home):
+    """Wait until a server of the sweep answers and its benchmark is under way."""
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline and cli.poll() is None:
+        runs = [r for r in Store(home / "results.sqlite").runs(status="running")] \
+            if (home / "results.sqlite").exists() else []
+        for r in runs:
+            log = home / "runs" / r.run_id / "server.log"
+            if log.exists() and "ready to roll" in log.read_text(errors="replace"):
+                time.sleep(2.0)  # inside the benchmark: its warmup request alone takes 400 x 40 ms
+                return r.run_id
+        time.sleep(0.2)
+    out, err = cli.communicate(timeout=10) if cli.poll() is not None else ("", "")
+    raise AssertionError(f"the benchmark never started: {err[-2000:]}")
+
+
+def _gone_within(home, seconds: float) -> list:
+    deadline = time.monotonic() + seconds
+    left = _alive_servers(str(home / "envs"))
+    while left and time.monotonic() < deadline:
+        time.sleep(0.1)
+        left = _alive_servers(str(home / "envs"))
+    return left
+
+
+def test_kill_9_mid_benchmark_leaves_no_server_and_next_run_marks_it_interrupted(proj, home, capsys):
+    slow, fine = _slow(proj), recipe(proj, "fine")
+    cli = _start_sweep(home, slow, fine)
+    run_id = _wait_mid_benchmark(cli, home)
+    assert list((home / "live").glob("*.json")), "the live server is recorded"
+    cli.kill()
+    cli.communicate(timeout=30)
+    assert _gone_within(home, 5.0) == [], "a server process outlived patchbench by more than 5 s"
+    store = Store(home / "results.sqlite")
+    assert store.get_run(run_id).status == "running"  # as the dead process left it
+
+    assert main(["run", fine]) == 0
+    err = capsys.readouterr().err
+    assert f"run {run_id[:8]} marked interrupted" in err
+    killed = store.get_run(run_id)
+    assert killed.status == "interrupted" and f"pid {cli.pid}" in killed.error
+    assert list((home / "live").glob("*.json")) == []
+    assert main(["results"]) == 0
+    assert "interrupted" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_sigterm_mid_benchmark_stores_interrupted_and_ends_the_group(proj, home, capsys, sig):
+    cli = _start_sweep(home, _slow(proj), recipe(proj, "fine"))
+    run_id = _wait_mid_benchmark(cli, home)
+    t0 = time.monotonic()
+    cli.send_signal(sig)
+    assert _gone_within(home, 5.0) == []
+    _, err = cli.communicate(timeout=30)
+    assert time.monotonic() - t0 < 10
+    assert cli.returncode == 130, err
+    run = Store(home / "results.sqlite").get_run(run_id)
+    assert run.status == "interrupted" and run.error == f"interrupted ({sig.name})"
+    assert list((home / "live").glob("*.json")) == []
+    assert main(["run", recipe(proj, "fine")]) == 0  # the next run just runs
+
+
+def _busy_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen()
+    return s, s.getsockname()[1]
+
+
+def test_port_in_use_is_a_stored_failed_run_with_a_one_line_reason(proj, home, capsys):
+    sock, port = _busy_port()
+    with sock:
+        path = recipe(proj, "busy")
+        text = (proj / "recipes" / "busy.toml").read_text().replace("timeout_s = 60\n", f"timeout_s = 60\nport = {port}\n")
+        (proj / "recipes" / "busy.toml").write_text(text)
+        fine = recipe(proj, "fine")
+        assert main(["run", path, fine, "--json"]) == 1
+    out = json.loads(capsys.readouterr().out)
+    store = Store(home / "results.sqlite")
+    runs = {store.get_run(rid).recipe: store.get_run(rid) for _, rid in out["runs"]}
+    assert runs["busy"].status == "failed"
+    assert runs["busy"].error == f"port {port} on 127.0.0.1 is in use"
+    assert runs["fine"].status == "ok"  # the sweep went on
+
+
+def test_host_that_cannot_be_bound_is_a_stored_failed_run(proj, home, capsys):
+    path = recipe(proj, "nohost")
+    text = (proj / "recipes" / "nohost.toml").read_text().replace("timeout_s = 60\n", 'timeout_s = 60\nhost = "192.0.2.1"\n')
+    (proj / "recipes" / "nohost.toml").write_text(text)
+    assert main(["run", path]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "internal error" not in err
+    [run] = Store(home / "results.sqlite").runs(recipe="nohost")
+    assert run.status == "failed" and run.error.startswith("host 192.0.2.1 cannot be bound")
+
+
+ONE_BATCH = """
+description = "one-batch on a fork"
+[sources.sglang]
+path = "../mini"
+package_dir = "python"
+[server]
+model = "mini"
+gpus = 0
+[server.args]
+tp-size = 1
+[benchmark]
+driver = "one-batch"
+batch_sizes = [1, 2]
+input_len = 8
+output_len = {output_len}
+repeats = 1
+timeout_s = {timeout}
+"""
+
+
+def _one_batch_recipe(root, name, *, output_len=4, timeout=120):
+    path = root / "recipes" / f"{name}.toml"
+    path.write_text(ONE_BATCH.format(output_len=output_len, timeout=timeout))
+    return str(path)
+
+
+def test_fork_reporting_0_5_23_with_only_bench_one_batch_runs_the_driver(proj, home, capsys):
+    for rel in ("python/sglang/version.py", "python/pyproject.toml"):
+        f = proj / "mini" / rel
+        f.write_text(f.read_text().replace("0.0.1+mini", "0.5.23"))
+    assert not (proj / "mini" / "python" / "sglang" / "benchmark").exists()
+    assert main(["run", _one_batch_recipe(proj, "fork"), "--json"]) == 0
+    [(_, run_id)] = json.loads(capsys.readouterr().out)["runs"]
+    store = Store(home / "results.sqlite")
+    run = store.get_run(run_id)
+    assert run.status == "ok" and run.sglang_version == "0.5.23"
+    assert {s.point for s in store.samples([run_id], metric="decode_tok_s")} == {1, 2}
+    assert "server" not in run.log_paths and {"one-batch", "result"} <= set(run.log_paths)
+    for path in run.log_paths.values():
+        assert os.path.exists(path), path
+
+
+def test_one_batch_timeout_kills_its_group_and_fails_the_run(proj, home, capsys):
+    path = _one_batch_recipe(proj, "too-slow", output_len=100000, timeout=3)
+    fine = _one_batch_recipe(proj, "quick")
+    assert main(["run", path, fine, "--json"]) == 1
+    out = json.loads(capsys.readouterr().out)
+    store = Store(home / "results.sqlite")
+    runs = {store.get_run(rid).recipe: store.get_run(rid) for _, rid in out["runs"]}
+    assert runs["too-slow"].status == "failed" and "timed out after 3 s" in runs["too-slow"].error
+    assert runs["quick"].status == "ok"
+    assert [p for p in _alive_servers(str(home / "envs")) if p.is_running()] == []
+
+
+def test_one_batch_failure_stores_and_shows_the_last_lines(proj, home, capsys):
+    bench = proj / "mini" / "python" / "sglang" / "bench_one_batch.py"
+    bench.write_text(bench.read_text().replace(
+        "    latency_test(server_args, bench_args)\n",
+        "    raise RuntimeError('this fork cannot load mini on this machine')\n", 1))
+    assert main(["run", _one_batch_recipe(proj, "broken")]) == 1
+    err = capsys.readouterr().err
+    [run] = Store(home / "results.sqlite").runs(recipe="broken")
+    assert run.status == "failed"
+    assert run.error == ("one-batch benchmark exited with code 1: "
+                         "RuntimeError: this fork cannot load mini on this machine")
+    assert "Traceback (most recent call last)" in run.log_tail and "Traceback (most recent call last)" in err
+
+
+def test_a_version_1_store_gains_the_interrupted_status_and_keeps_its_runs(tmp_path):
+    import sqlite3
+
+    from toolkit.store import MIGRATIONS
+
+    path = tmp_path / "old.sqlite"
+    conn = sqlite3.connect(path, isolation_level=None)
+    for stmt in MIGRATIONS[1].split(";"):
+        if stmt.strip():
+            conn.execute(stmt)
+    conn.execute("CREATE TABLE schema_version (version INTEGER NOT NULL)")
+    conn.execute("INSERT INTO schema_version VALUES (1)")
+    conn.execute("INSERT INTO runs (run_id, recipe, status) VALUES ('r1', 'a', 'running')")
+    conn.execute("INSERT INTO samples (run_id, metric, value, unit, point, point_kind) "
+                 "VALUES ('r1', 'output_tok_s', 1.0, 'tok/s', 1, 'concurrency')")
+    conn.close()
+    store = Store(path)
+    assert store.schema_version() == 2
+    assert store.mark_interrupted("r1", "interrupted: gone") is True
+    assert store.mark_interrupted("r1", "again") is False  # only a running run is marked
+    run = store.get_run("r1")
+    assert run.status == "interrupted" and run.error == "interrupted: gone" and run.finished_at
+    assert len(store.samples(["r1"])) == 1
+    assert store.counts() == {"interrupted": 1}
+
+
+def test_crash_summary_quotes_the_exception_line():
+    from toolkit.server import crash_line
+
+    tail = ("INFO starting\nTraceback (most recent call last):\n  File \"x.py\", line 3, in <module>\n"
+            "    serve()\nOSError: [Errno 98] Address already in use\nINFO Shutdown complete.\n")
+    assert crash_line(tail) == "OSError: [Errno 98] Address already in use"
+    assert crash_line("step 3\nCUDA error: an illegal memory access was encountered\n") == \
+        "CUDA error: an illegal memory access was encountered"
+    assert crash_line("torch.cuda.OutOfMemoryError: CUDA out of memory.\n").startswith("torch.cuda.OutOfMemoryError")
+    assert crash_line("all fine\n") is None
+
+
+def test_the_servers_pythonpath_does_not_reach_the_supervisor(proj, home, tmp_path):
+    """A recipe's PYTHONPATH is for the server's env; patchbench's supervisor must not import from it."""
+    shadow = tmp_path / "shadow"
+    shadow.mkdir()
+    (shadow / "psutil.py").write_text("raise ImportError('not this psutil')\n")
+    path = recipe(proj, "shadowed")
+    text = (proj / "recipes" / "shadowed.toml").read_text() + f'\n[server.env]\nPYTHONPATH = "{shadow}"\n'
+    (proj / "recipes" / "shadowed.toml").write_text(text)
+    assert main(["run", path]) == 0
+    [run] = Store(home / "results.sqlite").runs(recipe="shadowed")
+    assert run.status == "ok"
