@@ -117,6 +117,11 @@ def collect(store: Any, recipes: Sequence[str], metrics_: Sequence[str] | None =
             values[(n, metric, point)] = obs.values
             units.setdefault(metric, obs.unit)
             kinds.setdefault(metric, kind)
+        undeclared = sorted({p for r in runs for p, v in ((r.extra or {}).get("evidence") or {}).items()
+                             if v == "undeclared"})
+        if undeclared:
+            notes.append(f"{n}: no activation evidence declared for {', '.join(undeclared)} "
+                         "(nothing shows that these patches ran)")
         summaries.append(RecipeSummary(
             name=n, run_ids=tuple(r.run_id for r in runs),
             verified=all(r.config_verified is True for r in runs),
