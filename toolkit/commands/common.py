@@ -54,5 +54,13 @@ def store_of(args):
     return Store(Path(path).expanduser().resolve() if path else default_store(home))
 
 
-def print_json(data) -> None:
+JSON_SCHEMA_VERSION = 1  # docs/JSON.md: bumped when a key is removed or changes meaning
+
+
+def print_json(data, *, versioned: bool = True) -> None:
+    """Every verb's --json output: one object carrying `schema_version` (docs/JSON.md); a list
+    is wrapped as {"schema_version", "items"}."""
+    if versioned:
+        data = {"schema_version": JSON_SCHEMA_VERSION,
+                **(data if isinstance(data, dict) else {"items": data})}
     sys.stdout.write(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")

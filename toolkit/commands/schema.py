@@ -21,5 +21,5 @@ def run(args) -> int:
 
         Path(args.output).write_text(json.dumps(schema, indent=2, sort_keys=True) + "\n")
         return 0
-    print_json(schema)
+    print_json(schema, versioned=False)  # a JSON Schema document as editors read it
     return 0
