@@ -18,7 +18,8 @@ from toolkit import machine, server as srv
 from toolkit.bench import Sample
 from toolkit.errors import BadInput, NoGPU, PatchbenchError
 from toolkit.recipe import Recipe
-from toolkit.sglang_args import StaticCheck, compare_fields, launch_argv, recipe_args, static_check
+from toolkit.sglang_args import (StaticCheck, check_recipe, check_summary, compare_fields, launch_argv, recipe_args,
+                                 verify_resolved)
 from toolkit.tree import AppliedTree, apply_recipe
 
 STEPS = ("apply", "build", "check", "launch", "verify", "benchmark", "store")
@@ -51,26 +52,6 @@ def needs_gpu(recipe: Recipe) -> bool:
     return recipe.server.gpus != 0
 
 
-def static_model_path(recipe: Recipe, workdir: Path) -> str | None:
-    """A model path the parser can read `config.json` from: the real one, or the roofline config."""
-    model = recipe.server.model
-    if model and (Path(model) / "config.json").is_file():
-        return model
-    ref = recipe.roofline.get("model")
-    if not ref:
-        return model
-    from toolkit.roofline import load_model_config  # the shipped HF configs (numbers are facts)
-
-    try:
-        _, cfg = load_model_config(ref)
-    except PatchbenchError:
-        return model
-    stand_in = workdir / "model"
-    stand_in.mkdir(parents=True, exist_ok=True)
-    (stand_in / "config.json").write_text(json.dumps(cfg))
-    return str(stand_in)
-
-
 def prepare(recipe: Recipe, home: Path, *, until: str = "store", frozen: bool = False,
             overrides: dict | None = None, label: str | None = None, console: Console | None = None) -> Prepared:
     """apply -> build -> static check. Raises PatchbenchError located at the failing step."""
@@ -100,10 +81,8 @@ def prepare(recipe: Recipe, home: Path, *, until: str = "store", frozen: bool = 
         return prepared
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="patchbench-check-") as tmp:
-        model = static_model_path(recipe, Path(tmp))
         try:
-            check = static_check(prepared.env.python, recipe.server, dict(recipe.expect),
-                                 environ=prepared.env.run_environ(), model=model,
+            check = check_recipe(prepared.env.python, recipe, Path(tmp), environ=prepared.env.run_environ(),
                                  device="cuda" if needs_gpu(recipe) else None)
         except PatchbenchError as exc:
             raise _located(exc, recipe.name, "check")
@@ -114,6 +93,8 @@ def prepare(recipe: Recipe, home: Path, *, until: str = "store", frozen: bool = 
                        step="check")
     console.print(f"[bold]{recipe.name}[/]: static check passed (sglang {check.version}"
                   f"{'' if check.resolved else ', defaults unresolved'})")
+    for line in check_summary(check):
+        console.print(line, markup=False, highlight=False)
     return prepared
 
 
@@ -162,7 +143,8 @@ def run_once(p: Prepared, *, home: Path, store, repeat: int, group_id: str,
         repeat=repeat,
         group_id=group_id,
         log_paths={"server": str(server_log), "run_dir": str(run_dir)},
-        extra={"patches": {t.source: list(t.patches) for t in p.trees}, "static_check": p.check.fields if p.check else {}},
+        extra={"patches": {t.source: list(t.patches) for t in p.trees}, "static_check": p.check.fields if p.check else {},
+               "resolved_config": p.check.resolved_config if p.check else {}, "target": p.check.target if p.check else None},
     )
     timings = dict(p.timings)
     info: dict = {}
@@ -179,7 +161,7 @@ def run_once(p: Prepared, *, home: Path, store, repeat: int, group_id: str,
             console.print(f"[bold]{p.name}[/] repeat {repeat}: server ready in {timings['launch']:.1f} s at {server.url}")
             t0 = time.monotonic()
             info = server.server_info()
-            problems = compare_fields(expected, info, source="/server_info")
+            problems = compare_fields(expected, info, source="/server_info") + verify_resolved(p.check, info)
             timings["verify"] = time.monotonic() - t0
             if problems:
                 store.finish_run(run_id, "invalid", error="effective config differs: " + "; ".join(problems),
@@ -296,7 +278,8 @@ def run_sweep(recipes: list[Recipe], *, home: Path, store, repeats: int | None =
                 raise
             failed.append((recipe.name, str(exc)))
             console.print(f"[red]error[/]: {exc}")
-    result = {"group_id": group_id, "runs": [], "failed": failed}
+    result = {"group_id": group_id, "runs": [], "failed": failed,
+              "resolved": {p.name: p.check.resolved_config for p in prepared if p.check}}
     if until in ("apply", "build", "check"):
         return result
     gpu_needed = [p.name for p in prepared if needs_gpu(p.recipe)]

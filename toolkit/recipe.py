@@ -25,6 +25,7 @@ sglang = ["sglang/oea-topk.patch"]   # ordered; relative to patches/ beside reci
              # num_prompts, warmup, seed, repeats, endpoint
 [expect]     # effective-config expectations: field -> value (checked statically and at /server_info)
 [roofline]   # model (config name or path), gpu, weights, context
+[target]     # gpu (a name in toolkit/data/gpus.toml), count: the machine the static check presents
 ```
 
 Strings may use `${VAR}` or `${VAR:-default}`; an unset variable without a default is an error.
@@ -41,7 +42,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from toolkit.errors import BadInput
-from toolkit.spec import BenchSpec, BuildSpec, ServerSpec, SourceSpec
+from toolkit.spec import BenchSpec, BuildSpec, ServerSpec, SourceSpec, TargetSpec
 
 RECIPES_DIRNAME = "recipes"
 PATCHES_DIRNAME = "patches"
@@ -98,6 +99,10 @@ _ROOFLINE_KEYS = {
     "weights": str,
     "context": int,
 }
+_TARGET_KEYS = {
+    "gpu": str,
+    "count": (int, str),  # a string may be ${PATCHBENCH_GPUS:-8}
+}
 _TOP_KEYS = {
     "description": str,
     "extends": str,
@@ -110,12 +115,14 @@ _TOP_KEYS = {
     "benchmark": dict,
     "expect": dict,
     "roofline": dict,
+    "target": dict,
 }
 _TABLE_SCHEMAS = {
     "build": _BUILD_KEYS,
     "server": _SERVER_KEYS,
     "benchmark": _BENCH_KEYS,
     "roofline": _ROOFLINE_KEYS,
+    "target": _TARGET_KEYS,
 }
 DRIVERS = ("serving", "one-batch")
 BUILD_MODES = ("full", "overlay")
@@ -139,6 +146,7 @@ class Recipe:
     allow_binary_patches: bool = False
     patches_dir: Path = Path(PATCHES_DIRNAME)
     raw: Mapping[str, Any] = field(default_factory=dict)  # the merged, expanded table
+    target: TargetSpec | None = None
 
     @property
     def lock_path(self) -> Path:
@@ -444,6 +452,7 @@ def _build_recipe(name: str, path: Path, root: Path, data: dict) -> Recipe:
         allow_binary_patches=data.get("allow_binary_patches", False),
         patches_dir=patches_dir,
         raw=data,
+        target=_target_spec(path, data.get("target")),
     )
 
 
@@ -536,3 +545,19 @@ def _bench_spec(path: Path, t: dict) -> BenchSpec:
     if "timeout_s" in t:
         kw["timeout_s"] = float(t["timeout_s"])
     return BenchSpec(**{**defaults.__dict__, **kw})
+
+
+def _target_spec(path: Path, t: dict | None) -> TargetSpec | None:
+    """`[target]` -> TargetSpec; the GPU name is checked against gpus.toml by the static check."""
+    if t is None:
+        return None
+    if "gpu" not in t:
+        raise BadInput(f"{path}: `target` needs `gpu` (a name in toolkit/data/gpus.toml)")
+    count = t.get("count", 1)
+    try:
+        count = int(count)
+    except ValueError:
+        raise BadInput(f"{path}: `target.count` must be a positive integer, not {count!r}") from None
+    if count < 1:
+        raise BadInput(f"{path}: `target.count` must be a positive integer, not {count}")
+    return TargetSpec(gpu=t["gpu"], count=count)
