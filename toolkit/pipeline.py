@@ -17,6 +17,7 @@ from rich.console import Console
 from toolkit import machine, server as srv
 from toolkit.bench import Sample
 from toolkit.errors import BadInput, NoGPU, PatchbenchError
+from toolkit.provenance import env_record
 from toolkit.recipe import Recipe
 from toolkit.sglang_args import (StaticCheck, check_recipe, check_summary, compare_fields, launch_argv, recipe_args,
                                  verify_resolved)
@@ -144,7 +145,8 @@ def run_once(p: Prepared, *, home: Path, store, repeat: int, group_id: str,
         group_id=group_id,
         log_paths={"server": str(server_log), "run_dir": str(run_dir)},
         extra={"patches": {t.source: list(t.patches) for t in p.trees}, "static_check": p.check.fields if p.check else {},
-               "resolved_config": p.check.resolved_config if p.check else {}, "target": p.check.target if p.check else None},
+               "resolved_config": p.check.resolved_config if p.check else {}, "target": p.check.target if p.check else None,
+               "env": env_record(p.env.manifest, p.check.resolved_config if p.check else None)},
     )
     timings = dict(p.timings)
     info: dict = {}

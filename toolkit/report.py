@@ -154,6 +154,7 @@ def collect(store: Any, recipes: Sequence[str], metrics: Sequence[str] | None = 
     only those of the baseline's newest benchmark (`bench_key`) where a recipe has such runs.
     Raises BadInput when a recipe has no ok run at all."""
     from toolkit.analysis.compare import compare_recipes, diff_provenance, observations
+    from toolkit.provenance import run_env_differences
     from toolkit.errors import BadInput
 
     names = list(dict.fromkeys(recipes))
@@ -223,7 +224,7 @@ def collect(store: Any, recipes: Sequence[str], metrics: Sequence[str] | None = 
             notes.append(f"no comparison: {exc}")
         base_run = by_recipe[names[0]][-1]
         for n in names[1:]:
-            differences[n] = diff_provenance(base_run, by_recipe[n][-1])
+            differences[n] = diff_provenance(base_run, by_recipe[n][-1]) + run_env_differences(base_run, by_recipe[n][-1])
     return ReportData(
         title=title or ("patchbench: " + " vs ".join(names)),
         recipes=tuple(summaries), metrics=tuple(chosen),

@@ -25,6 +25,7 @@ def add_arguments(parser) -> None:
 def explain_differences(store, recipes: list[str]) -> list[str]:
     """What else differed between the baseline's newest ok run and each variant's (versions, flags...)."""
     from toolkit.analysis.compare import diff_provenance
+    from toolkit.provenance import run_env_differences
 
     newest = {}
     for name in recipes:
@@ -35,7 +36,7 @@ def explain_differences(store, recipes: list[str]) -> list[str]:
     base = newest.get(recipes[0])
     for name in recipes[1:]:
         if base and name in newest:
-            diffs = diff_provenance(base, newest[name])
+            diffs = diff_provenance(base, newest[name]) + run_env_differences(base, newest[name])
             lines.append(f"{recipes[0]} -> {name}: " + ("; ".join(diffs) if diffs else "no other difference recorded"))
     return lines
 
