@@ -97,7 +97,7 @@ class StaticCheck:
 
 def static_check(python: Path, server, expect: dict, *, environ: dict | None = None,
                  model: str | None = None, device: str | None = None, target: dict | None = None,
-                 timeout: float = 300) -> StaticCheck:
+                 timeout: float = 900) -> StaticCheck:
     """Parse (and for `target`, resolve) the recipe's server args with the env's sglang; raise
     BadInput on unknown flags or when sglang refuses the configuration."""
     argv = launch_argv(server, host="127.0.0.1", port=30000, model=model)

@@ -105,9 +105,13 @@ def _clear_sglang_caches() -> None:
                     value.cache_clear()
 
 
-def _present_torch_cuda(target: dict) -> None:
-    """Answer the torch.cuda device queries sglang's resolution makes with the target's facts."""
-    import torch
+def _present_torch_cuda(target: dict) -> bool:
+    """Answer the torch.cuda device queries sglang's resolution makes with the target's facts.
+    False when the env has no torch (the miniature): nothing to present there."""
+    try:
+        import torch
+    except ImportError:
+        return False
 
     major, minor = (int(x) for x in target["capability"])
     total = int(target["memory_mib"]) * (1 << 20)
@@ -129,6 +133,7 @@ def _present_torch_cuda(target: dict) -> None:
     common = sys.modules.get("sglang.srt.utils.common")
     if common is not None and hasattr(common, "get_nvgpu_memory_capacity"):
         common.get_nvgpu_memory_capacity = lambda: float(target["memory_mib"])  # nvidia-smi's answer
+    return True
 
 
 def _present_platform(target: dict) -> dict:
@@ -205,10 +210,11 @@ def main() -> int:
         return 0
     if target:
         preload_failures = _preload_resolution_modules()
-        _present_torch_cuda(target)
+        torch_presented = _present_torch_cuda(target)
         _clear_sglang_caches()
         facts = _present_platform(target)
-        out["presented"] = {"target": target, "platform": _jsonable(facts), "preload_failures": preload_failures[:5]}
+        out["presented"] = {"target": target, "torch_cuda": torch_presented, "platform": _jsonable(facts),
+                            "preload_failures": preload_failures[:5]}
     try:
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
             args = ServerArgs.from_cli_args(ns)
