@@ -154,10 +154,13 @@ KEY_FIELDS = (
     "enable_single_batch_overlap", "enable_two_batch_overlap", "speculative_algorithm", "sampling_backend",
     "disable_radix_cache", "context_length",
 )
-# Values that differ launch to launch, or are resolved from the machine's exact free memory.
+# Values that differ launch to launch, or that the scheduler adjusts after loading weights from the
+# free memory it measures (CUDA graph sizes capped by the running-request limit, context length):
+# shown and diffed, not held against /server_info.
 PER_LAUNCH = frozenset({"host", "port", "model_path", "tokenizer_path", "served_model_name", "random_seed",
                         "nccl_port", "dist_init_addr", "file_storage_path", "download_dir", "log_dir",
-                        "base_gpu_id", "max_total_tokens", "device"})
+                        "base_gpu_id", "max_total_tokens", "device", "cuda_graph_config", "cuda_graph_bs",
+                        "max_running_requests", "context_length"})
 
 
 def key_resolved(check: StaticCheck | None) -> dict:
