@@ -178,7 +178,7 @@ def verify_resolved(check: StaticCheck | None, server_info: dict) -> list[str]:
 
 def resolved_table(check: StaticCheck) -> list[tuple[str, str]]:
     """(field, value) rows for the check's printout: the key resolved fields, or why there are none."""
-    rows = [(k, _short(v)) for k, v in key_resolved(check).items()]
+    rows = [(k, _cuda_graphs(v) if k == "cuda_graph_config" else _short(v)) for k, v in key_resolved(check).items()]
     if check.shape.get("weights_per_gpu_gb") is not None:
         budget = check.shape.get("budget_gb")
         rows.append(("weights per GPU (patchbench)", f"{check.shape['weights_per_gpu_gb']:.1f} GB"
@@ -195,6 +195,18 @@ def diff_resolved(configs: dict[str, dict]) -> list[tuple[str, list[str]]]:
         if any(not _same(values[0], v) for v in values[1:]):
             rows.append((key, [_short(v) for v in values]))
     return rows
+
+
+def _cuda_graphs(cfg) -> str:
+    """0.5.23's nested cuda_graph_config as one line: per phase, the max batch and how many sizes."""
+    if not isinstance(cfg, dict):
+        return _short(cfg)
+    parts = []
+    for phase, c in cfg.items():
+        if isinstance(c, dict):
+            sizes = c.get("bs") or []
+            parts.append(f"{phase} {c.get('backend')} max_bs {c.get('max_bs')} ({len(sizes)} sizes)")
+    return "; ".join(parts) or _short(cfg)
 
 
 def _short(value, limit: int = 60) -> str:
