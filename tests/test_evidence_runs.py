@@ -3,7 +3,6 @@ server's log makes the run `invalid` (with the reason), and compare leaves such 
 
 from __future__ import annotations
 
-import json
 import shutil
 
 from conftest import REPO_ROOT

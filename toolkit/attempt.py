@@ -26,6 +26,7 @@ from rich.markup import escape
 from toolkit import machine, reaper, server as srv
 from toolkit.bench.one_batch import OneBatchFailed
 from toolkit.envs import Env
+from toolkit.provenance import env_record
 from toolkit.errors import PatchbenchError
 from toolkit.recipe import Recipe
 from toolkit.sglang_args import StaticCheck, launch_argv
@@ -122,7 +123,10 @@ def recorded(p: Prepared, *, home: Path, store: Store, repeat: int, group_id: st
 def begin(a: Attempt, group_id: str) -> None:
     p, recipe = a.prepared, a.prepared.recipe
     a.extra.update({"patches": {t.source: list(t.patches) for t in p.trees},
-                    "static_check": p.check.fields if p.check else {}})
+                    "static_check": p.check.fields if p.check else {},
+                    "resolved_config": p.check.resolved_config if p.check else {},
+                    "target": p.check.target if p.check else None,
+                    "env": env_record(p.env.manifest, p.check.resolved_config if p.check else None)})
     sg_ver, fi_ver = versions(p.env)
     a.store.begin_run(
         run_id=a.run_id, recipe=p.name, recipe_resolved=recipe.to_dict(), lock=_read_json(recipe.lock_path),

@@ -14,7 +14,6 @@ groups are ended in every case. `run_sweep` first reaps what dead patchbench pro
 
 from __future__ import annotations
 
-import json
 import tempfile
 import time
 import uuid
@@ -31,7 +30,7 @@ from toolkit.bench.one_batch import find_one_batch_module, one_batch_argv, parse
 from toolkit.envs import Env, ensure_env as build_env
 from toolkit.errors import BadInput, NoGPU, PatchbenchError
 from toolkit.recipe import Recipe
-from toolkit.sglang_args import compare_fields, launch_argv, recipe_args, static_check as check_args
+from toolkit.sglang_args import check_recipe, check_summary, compare_fields, launch_argv, recipe_args, verify_resolved
 from toolkit.store import Store
 from toolkit.tree import AppliedTree, apply_recipe
 
@@ -115,18 +114,21 @@ def ensure_env(applied: Applied) -> Built:
 
 @step("check")
 def static_check(built: Built) -> Prepared:
-    """Run sglang's own argument parser in the env on the recipe's server args; BadInput if it
-    refuses them or contradicts `[expect]` (a scratch directory for a stand-in model config)."""
+    """sglang's own validation and default resolution in the env, for the recipe's `[target]`
+    (toolkit.sglang_args.check_recipe), plus patchbench's model-shape rules; BadInput if sglang
+    refuses the arguments, they contradict `[expect]`, or the model does not fit (a scratch
+    directory holds a stand-in model config)."""
     job = built.applied.job
     recipe = job.recipe
     with tempfile.TemporaryDirectory(prefix="patchbench-check-") as tmp:
-        check = check_args(built.env.python, recipe.server, dict(recipe.expect), environ=built.env.run_environ(),
-                           model=static_model_path(recipe, Path(tmp)),
-                           device="cuda" if needs_gpu(recipe) else None)
+        check = check_recipe(built.env.python, recipe, Path(tmp), environ=built.env.run_environ(),
+                             device="cuda" if needs_gpu(recipe) else None)
     if not check.ok:
         raise BadInput("static config check failed: " + "; ".join(check.problems))
     job.console.print(f"[bold]{recipe.name}[/]: static check passed (sglang {check.version}"
-                      f"{'' if check.resolved else ', defaults unresolved'})")
+                      f"{'' if check.resolved else ', defaults unresolved: ' + str(check.note or 'no reason given')})")
+    for line in check_summary(check):
+        job.console.print(line, markup=False, highlight=False)
     return Prepared(recipe, built.applied.trees, built.env, check, label=job.label)
 
 
@@ -163,7 +165,7 @@ def verify(launched: Launched) -> Verified:
     p = attempt.prepared
     attempt.info = server.server_info()
     expected = {**(p.check.implied if p.check else {}), **dict(p.recipe.expect)}
-    problems = compare_fields(expected, attempt.info, source="/server_info")
+    problems = compare_fields(expected, attempt.info, source="/server_info") + verify_resolved(p.check, attempt.info)
     if problems:
         raise RunInvalid("effective config differs: " + "; ".join(problems), problems=problems)
     return Verified(launched, ["/server_info matches expectations"])
@@ -291,26 +293,6 @@ def run_once(p: Prepared, *, home: Path, store: Store, repeat: int, group_id: st
     return attempt.run_id
 
 
-def static_model_path(recipe: Recipe, workdir: Path) -> str | None:
-    """A model path the parser can read `config.json` from: the real one, or the roofline config."""
-    model = recipe.server.model
-    if model and (Path(model) / "config.json").is_file():
-        return model
-    ref = recipe.roofline.get("model")
-    if not ref:
-        return model
-    from toolkit.roofline import load_model_config  # the shipped HF configs (numbers are facts)
-
-    try:
-        _, cfg = load_model_config(ref)
-    except PatchbenchError:
-        return model
-    stand_in = workdir / "model"
-    stand_in.mkdir(parents=True, exist_ok=True)
-    (stand_in / "config.json").write_text(json.dumps(cfg))
-    return str(stand_in)
-
-
 def _serving(url: str, bench, console: Console, name: str) -> tuple[list[Sample], list[str]]:
     from toolkit.bench.serving import ServingConfig, run_serving
 
@@ -366,7 +348,8 @@ def run_sweep(recipes: list[Recipe], *, home: Path, store: Store, repeats: int |
                 raise
             failed.append((recipe.name, str(exc)))
             console.print(f"[red]error[/]: {exc}")
-    result = {"group_id": group_id, "runs": [], "failed": failed}
+    result = {"group_id": group_id, "runs": [], "failed": failed,
+              "resolved": {p.name: p.check.resolved_config for p in prepared if p.check}}
     if until in ("apply", "build", "check"):
         return result
     gpu_needed = [p.name for p in prepared if needs_gpu(p.recipe)]

@@ -28,6 +28,7 @@ sglang = ["sglang/oea-topk.patch"]   # ordered; relative to patches/ beside reci
 [evidence."sglang/oea-topk.patch"]   # how a live server proves the patch ran (checked after the benchmark)
 log = 'OEA active: tokens=\d+ distinct_before=\d+ distinct_after=(?P<distinct_experts>\d+)'
 min_count = 1                        # named groups become run-level metrics; or server_info = {field = value}
+[target]     # gpu (a name in toolkit/data/gpus.toml), count: the machine the static check presents
 ```
 
 `extends` takes a recipe name exactly as the command line does (relative to `recipes/`, e.g.
@@ -54,13 +55,13 @@ from typing import Any, Mapping
 
 from toolkit.errors import BadInput
 from toolkit.recipe_schema import validate_file
-from toolkit.spec import BenchSpec, BuildSpec, EvidenceSpec, ServerSpec, SourceSpec, jsonable
+from toolkit.recipe_values import (bench_spec, build_spec, evidence_specs, is_under, patch_paths, rel_name,
+                                   server_spec, target_spec)
+from toolkit.spec import BenchSpec, BuildSpec, EvidenceSpec, ServerSpec, SourceSpec, TargetSpec, jsonable
 
 RECIPES_DIRNAME = "recipes"
 PATCHES_DIRNAME = "patches"
 
-DRIVERS = ("serving", "one-batch")
-BUILD_MODES = ("full", "overlay")
 SOURCE_KINDS = ("git", "path", "pypi")
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
@@ -83,24 +84,18 @@ class Recipe:
     evidence: Mapping[str, EvidenceSpec] = field(default_factory=dict)  # patch name -> proof it ran
     raw: Mapping[str, Any] = field(default_factory=dict)  # the merged, expanded table
     origins: Mapping[str, Path] = field(default_factory=dict)  # dotted key -> file it came from
+    target: TargetSpec | None = None
 
     @property
     def lock_path(self) -> Path:
         return self.path.with_name(self.path.stem + ".lock.json")
 
     def patch_names(self, source: str) -> tuple[str, ...]:
-        return tuple(_rel(p, self.patches_dir) for p in self.patches.get(source, ()))
+        return tuple(rel_name(p, self.patches_dir) for p in self.patches.get(source, ()))
 
     def to_dict(self) -> dict:
         """The fully resolved recipe, as stored with every result."""
         return {"name": self.name, "path": str(self.path), **jsonable(self.raw)}
-
-
-def _rel(path: Path, base: Path) -> str:
-    try:
-        return str(path.relative_to(base))
-    except ValueError:
-        return str(path)
 
 
 # ---------------------------------------------------------------------------------------- loading
@@ -162,19 +157,11 @@ def _recipes_root_for(path: Path) -> Path:
 def load_recipe(ref: str | Path, recipes_dir: Path | None = None) -> Recipe:
     """Load, merge (`extends`), expand and validate a recipe. Raises BadInput with one line."""
     path = resolve_recipe_path(ref, recipes_dir)
-    root = recipes_dir if recipes_dir and _is_under(path, recipes_dir) else _recipes_root_for(path)
+    root = recipes_dir if recipes_dir and is_under(path, recipes_dir) else _recipes_root_for(path)
     name = recipe_name(path, root)
     merged, origins = _load_merged(path, root, chain=())
     recipe = _build_recipe(name, path, root, merged)
     return dataclasses.replace(recipe, origins=origins)
-
-
-def _is_under(path: Path, root: Path) -> bool:
-    try:
-        path.resolve().relative_to(root.resolve())
-        return True
-    except ValueError:
-        return False
 
 
 def _read_toml(path: Path) -> dict:
@@ -291,11 +278,6 @@ def _merge(parent: dict, child: dict) -> dict:
     return out
 
 
-def _suggest(key: str, allowed) -> str | None:
-    close = difflib.get_close_matches(key, list(allowed), n=1, cutoff=0.6)
-    return f"did you mean `{close[0]}`?" if close else None
-
-
 def _expand(value: Any, path: Path, where: str) -> Any:
     if isinstance(value, str):
 
@@ -355,13 +337,13 @@ def _build_recipe(name: str, path: Path, root: Path, data: dict) -> Recipe:
             index=index,
         )
 
-    patches = {sname: _patch_paths(path, sname, lst, patches_dir, sources)
+    patches = {sname: patch_paths(path, sname, lst, patches_dir, sources)
                for sname, lst in data.get("patches", {}).items()}
-    evidence = _evidence_specs(path, data.get("evidence", {}), patches, patches_dir)
+    evidence = evidence_specs(path, data.get("evidence", {}), patches, patches_dir)
 
-    build = _build_spec(path, data.get("build", {}), sources)
-    server = _server_spec(path, data.get("server", {}))
-    bench = _bench_spec(path, data.get("benchmark", {}))
+    build = build_spec(path, data.get("build", {}), sources)
+    server = server_spec(path, data.get("server", {}))
+    bench = bench_spec(path, data.get("benchmark", {}))
     return Recipe(
         name=name,
         path=path,
@@ -378,140 +360,7 @@ def _build_recipe(name: str, path: Path, root: Path, data: dict) -> Recipe:
         patches_dir=patches_dir,
         evidence=evidence,
         raw=data,
+        target=target_spec(path, data.get("target")),
     )
 
 
-def _patch_paths(path: Path, sname: str, names: list[str], patches_dir: Path,
-                 sources: Mapping[str, SourceSpec]) -> tuple[Path, ...]:
-    """`patches.SOURCE`: files inside the project's patches/ (symlinks resolved), in order."""
-    if sname not in sources:
-        hint = _suggest(sname, sources)
-        if not sources:
-            hint = "this recipe has no [sources]: did you forget `extends = \"...\"`?"
-        raise BadInput(f"{path}: `patches.{sname}` names no source",
-                       hint=hint or f"sources: {', '.join(sources)}")
-    resolved = []
-    for rel in names:
-        p = (patches_dir / rel).resolve()
-        if not _is_under(p, patches_dir):
-            raise BadInput(f"{path}: `patches.{sname}`: patch path `{rel}` leaves {patches_dir}",
-                           hint="patch files live under patches/; copy the file there")
-        if not p.is_file():
-            raise BadInput(f"{path}: `patches.{sname}`: patch file {p} does not exist")
-        resolved.append(p)
-    return tuple(resolved)
-
-
-def _evidence_specs(path: Path, table: dict, patches: Mapping[str, tuple[Path, ...]],
-                    patches_dir: Path) -> dict[str, EvidenceSpec]:
-    """`[evidence."PATCH"]` tables: keyed by a patch of this recipe, each with a valid regex."""
-    names = [_rel(p, patches_dir) for stack in patches.values() for p in stack]
-    out = {}
-    for patch, t in table.items():
-        if patch not in names:
-            raise BadInput(f"{path}: `evidence.\"{patch}\"` names no patch of this recipe",
-                           hint=_suggest(patch, names) or f"patches: {', '.join(names) or 'none'}")
-        if not t.get("log") and not t.get("server_info"):
-            raise BadInput(f"{path}: `evidence.\"{patch}\"` needs `log` or `server_info`")
-        if t.get("log"):
-            try:
-                re.compile(t["log"])
-            except re.error as exc:
-                raise BadInput(f"{path}: `evidence.\"{patch}\".log` is not a valid regex: {exc}") from None
-        min_count = t.get("min_count", 1)
-        if min_count < 0:
-            raise BadInput(f"{path}: `evidence.\"{patch}\".min_count` must be >= 0")
-        out[patch] = EvidenceSpec(patch=patch, log=t.get("log"), min_count=min_count,
-                                  server_info=tuple((t.get("server_info") or {}).items()))
-    return out
-
-
-def _str_list(path: Path, where: str, value: list) -> tuple[str, ...]:
-    if not all(isinstance(v, str) for v in value):
-        raise BadInput(f"{path}: `{where}` must be an array of strings")
-    return tuple(value)
-
-
-def _int_list(path: Path, where: str, value: list) -> tuple[int, ...]:
-    if not value or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value):
-        raise BadInput(f"{path}: `{where}` must be a non-empty array of positive integers")
-    return tuple(value)
-
-
-def _build_spec(path: Path, t: dict, sources: Mapping[str, SourceSpec]) -> BuildSpec:
-    mode = t.get("mode", "full")
-    if mode not in BUILD_MODES:
-        raise BadInput(f"{path}: `build.mode` must be full or overlay", hint=_suggest(mode, BUILD_MODES))
-    arch = _str_list(path, "build.arch", t.get("arch", []))
-    for a in arch:
-        if not re.fullmatch(r"\d+\.\d+[af]?", a):
-            raise BadInput(f"{path}: `build.arch` entry `{a}` is not an arch like 12.0a, 12.0f, 9.0a")
-    install = t.get("install")
-    if install is not None:
-        install = _str_list(path, "build.install", install)
-        for s in install:
-            if s not in sources:
-                raise BadInput(f"{path}: `build.install` names unknown source `{s}`", hint=_suggest(s, sources))
-    cuda = []
-    for src, globs in sorted(t.get("cuda", {}).items()):
-        if src not in sources:
-            raise BadInput(f"{path}: `build.cuda.{src}` names no source", hint=_suggest(src, sources))
-        if not isinstance(globs, list):
-            raise BadInput(f"{path}: `build.cuda.{src}` must be an array of globs")
-        cuda.append((src, _str_list(path, f"build.cuda.{src}", globs)))
-    env = t.get("env", {})
-    return BuildSpec(
-        mode=mode,
-        python=t.get("python"),
-        base_python=t.get("base_python"),
-        arch=arch,
-        jobs=t.get("jobs"),
-        env=tuple(sorted((str(k), str(v)) for k, v in env.items())),
-        packages=_str_list(path, "build.packages", t.get("packages", [])),
-        install=install,
-        editable=t.get("editable", False),
-        kernels=_str_list(path, "build.kernels", t.get("kernels", [])),
-        cuda=tuple(cuda),
-        nvcc_flags=_str_list(path, "build.nvcc_flags", t.get("nvcc_flags", [])),
-    )
-
-
-def _server_spec(path: Path, t: dict) -> ServerSpec:
-    args = []
-    for flag, value in t.get("args", {}).items():
-        if flag.startswith("-"):
-            raise BadInput(f"{path}: `server.args` keys are flag names without dashes: `{flag.lstrip('-')}`")
-        args.append((flag, tuple(value) if isinstance(value, list) else value))
-    return ServerSpec(
-        model=t.get("model"),
-        args=tuple(args),
-        env=tuple(sorted((str(k), str(v)) for k, v in t.get("env", {}).items())),
-        timeout_s=float(t.get("timeout_s", 600.0)),
-        host=t.get("host", "127.0.0.1"),
-        port=t.get("port"),
-        gpus=t.get("gpus"),
-    )
-
-
-def _bench_spec(path: Path, t: dict) -> BenchSpec:
-    driver = t.get("driver", "serving")
-    if driver not in DRIVERS:
-        raise BadInput(f"{path}: `benchmark.driver` must be one of {', '.join(DRIVERS)}", hint=_suggest(driver, DRIVERS))
-    defaults = BenchSpec()
-    kw: dict[str, Any] = {"driver": driver}
-    for key in ("input_len", "output_len", "num_prompts", "warmup", "seed", "repeats"):
-        if key in t:
-            if t[key] < 0 or (key in ("input_len", "output_len", "repeats") and t[key] < 1):
-                raise BadInput(f"{path}: `benchmark.{key}` must be positive")
-            kw[key] = t[key]
-    if "concurrency" in t:
-        kw["concurrency"] = _int_list(path, "benchmark.concurrency", t["concurrency"])
-    if "batch_sizes" in t:
-        kw["batch_sizes"] = _int_list(path, "benchmark.batch_sizes", t["batch_sizes"])
-    if "endpoint" in t:
-        if t["endpoint"] not in ("generate", "completions"):
-            raise BadInput(f"{path}: `benchmark.endpoint` must be generate or completions")
-        kw["endpoint"] = t["endpoint"]
-    if "timeout_s" in t:
-        kw["timeout_s"] = float(t["timeout_s"])
-    return BenchSpec(**{**defaults.__dict__, **kw})

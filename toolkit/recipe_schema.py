@@ -92,6 +92,13 @@ class RooflineTable(_Table):
     context: int | None = None
 
 
+class TargetTable(_Table):
+    """`[target]`: the machine the run is meant for; the static check presents it to sglang."""
+
+    gpu: str | None = Field(None, description="a GPU name in toolkit/data/gpus.toml, e.g. rtx-pro-6000")
+    count: int | str | None = Field(None, description="GPUs on the box (an integer, or ${PATCHBENCH_GPUS:-8})")
+
+
 class EvidenceTable(_Table):
     """`[evidence."PATCH"]`: how a live server proves the patch ran (checked after the benchmark)."""
 
@@ -114,6 +121,7 @@ class RecipeFile(_Table):
     benchmark: BenchTable | None = None
     expect: dict[str, Any] | None = Field(None, description="effective-config field -> value, checked statically and at /server_info")
     roofline: RooflineTable | None = None
+    target: TargetTable | None = None
     evidence: dict[str, EvidenceTable] | None = None
 
 

@@ -22,6 +22,7 @@ from toolkit.analysis.compare import compare_selection, diff_provenance
 from toolkit.analysis.efficiency import Efficiency, efficiency
 from toolkit.analysis.selection import Criteria, reduce, select
 from toolkit.errors import BadInput
+from toolkit.provenance import run_env_differences
 from toolkit.report_plots import Plot, plots, speedup_ci, svg
 
 # -- the data of a report ---------------------------------------------------------------------------
@@ -149,7 +150,8 @@ def collect(store: Any, recipes: Sequence[str], metrics_: Sequence[str] | None =
     if len(names) >= 2:
         rows = compare_selection(store, sel, metrics=specs or chosen, min_effect=min_effect)
         for n in names[1:]:
-            differences[n] = diff_provenance(sel.newest(names[0]), sel.newest(n))
+            base, var = sel.newest(names[0]), sel.newest(n)
+            differences[n] = diff_provenance(base, var) + run_env_differences(base, var)
     return ReportData(
         title=title or ("patchbench: " + " vs ".join(names)),
         recipes=tuple(summaries), metrics=tuple(chosen),

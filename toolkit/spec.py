@@ -1,6 +1,6 @@
 """The recipe's values (pure: imports no effect module).
 
-`SourceSpec`, `BuildSpec`, `ServerSpec` and `BenchSpec` are what `toolkit.recipe` builds from a
+`SourceSpec`, `BuildSpec`, `ServerSpec`, `BenchSpec` and `TargetSpec` are what `toolkit.recipe` builds from a
 recipe's tables and what the effect modules (sources, envs, build, server, bench) consume.
 """
 
@@ -141,3 +141,13 @@ class EvidenceSpec:
     log: str | None = None
     min_count: int = 1
     server_info: tuple[tuple[str, Any], ...] = ()
+
+
+@dataclass(frozen=True)
+class TargetSpec:
+    """The recipe's `[target]`: the machine the run is meant for (`gpu` names a row of
+    toolkit/data/gpus.toml; its compute capability and memory come from there). The static check
+    presents this machine to the env's sglang, so defaults resolve as they will on the GPU box."""
+
+    gpu: str
+    count: int = 1

@@ -28,11 +28,12 @@ def add_arguments(parser) -> None:
 def explain_differences(sel) -> list[str]:
     """What else differed between the baseline's newest selected run and each variant's."""
     from toolkit.analysis.compare import diff_provenance
+    from toolkit.provenance import run_env_differences
 
     base = sel.recipes[0]
     lines = []
     for name in sel.recipes[1:]:
-        diffs = diff_provenance(sel.newest(base), sel.newest(name))
+        diffs = diff_provenance(sel.newest(base), sel.newest(name)) + run_env_differences(sel.newest(base), sel.newest(name))
         lines.append(f"{base} -> {name}: " + ("; ".join(diffs) if diffs else "no other difference recorded"))
     return lines
 

@@ -35,6 +35,14 @@ def run(args) -> int:
         ids = [rid for _, rid in result["runs"]]
         console.print(render_runs(store, store.runs(run_ids=ids)))
     elif args.until in ("apply", "build", "check"):
+        if len(result.get("resolved", {})) > 1:
+            from toolkit.sglang_args import diff_resolved
+
+            rows = diff_resolved(result["resolved"])
+            names = list(result["resolved"])
+            console.print(f"resolved config, {' vs '.join(names)}: " + ("no key field differs" if not rows else ""))
+            for key, values in rows:
+                console.print(f"  {key}: {' | '.join(values)}", markup=False, highlight=False)
         err.print(f"stopped after `{args.until}` as asked")
     if result["failed"]:
         return 1

@@ -1,0 +1,67 @@
+"""Model-shape rules (patchbench's, not sglang's) on GLM-5's real config (256 experts, 64 heads)."""
+
+from __future__ import annotations
+
+import pytest
+
+from toolkit.model_shape import check_model_shape
+from toolkit.roofline import load_model_config
+
+RTX_PRO_6000 = 97887 * (1 << 20)  # bytes, as the device reports
+WEIGHTS = "experts=nvfp4,rest=bf16"
+
+
+@pytest.fixture(scope="module")
+def glm5():
+    return load_model_config("glm-5")[1]
+
+
+def rules(check):
+    return [v.rule for v in check.violations]
+
+
+def test_tp8_and_ep8_pass_and_the_weights_fit(glm5):
+    for args in ({"tp_size": 8, "ep_size": 1}, {"tp_size": 8, "ep_size": 8}):
+        check = check_model_shape(glm5, {**args, "mem_fraction_static": 0.85}, weights=WEIGHTS,
+                                  memory_bytes=RTX_PRO_6000, gpu_count=8)
+        assert check.ok, check.violations
+        # ~441 GB of checkpoint over 8 GPUs is ~55 GB; the model counts a little more (no tied embeddings)
+        assert 50 < check.weights_per_gpu_gb < 65
+        assert check.budget_gb == pytest.approx(97887 * 2**20 * 0.85 / 1e9)
+
+
+def test_ep3_on_tp8_breaks_two_rules_and_says_whose(glm5):
+    check = check_model_shape(glm5, {"tp_size": 8, "ep_size": "3"}, weights=WEIGHTS)
+    assert rules(check) == ["ep-divides-experts", "ep-divides-tp"]
+    text = check.violations[0].text()
+    assert "ep-size 3 does not divide the 256 routed experts" in text
+    assert "patchbench's model-shape rule" in text and "not sglang's" in text
+
+
+def test_tp_must_divide_the_attention_heads_or_the_dp_attention_layout(glm5):
+    assert rules(check_model_shape(glm5, {"tp_size": 6})) == ["tp-divides-heads"]
+    # DP attention: attention TP = 8 / 2 = 4 divides 64 heads
+    assert check_model_shape(glm5, {"tp_size": 8, "dp_size": 2, "enable_dp_attention": True}).ok
+    assert rules(check_model_shape(glm5, {"tp_size": 8, "dp_size": 3, "enable_dp_attention": True})) == \
+        ["tp-divides-heads"]
+
+
+def test_weights_must_fit_memory_at_mem_fraction_static(glm5):
+    check = check_model_shape(glm5, {"tp_size": 4, "mem_fraction_static": 0.85}, weights=WEIGHTS,
+                              memory_bytes=RTX_PRO_6000, gpu_count=8)
+    assert rules(check) == ["weights-fit"]
+    assert "exceed" in check.violations[0].message and "mem-fraction-static 0.85" in check.violations[0].message
+    # unresolved fraction: not checked, and said so
+    check = check_model_shape(glm5, {"tp_size": 4}, weights=WEIGHTS, memory_bytes=RTX_PRO_6000)
+    assert check.ok and check.notes == ("weights-fit not checked: mem-fraction-static unresolved",)
+
+
+def test_layout_needs_the_target_gpus(glm5):
+    check = check_model_shape(glm5, {"tp_size": 16}, gpu_count=8)
+    assert "gpus-cover-layout" in rules(check)
+
+
+def test_gqa_kv_heads(load=load_model_config):
+    _, qwen = load("qwen3-30b-a3b")  # 32 heads, 4 KV heads, 128 experts
+    assert check_model_shape(qwen, {"tp_size": 8, "ep_size": 8}).ok  # KV heads replicated over 8
+    assert rules(check_model_shape(qwen, {"tp_size": 8, "ep_size": 3})) == ["ep-divides-experts", "ep-divides-tp"]

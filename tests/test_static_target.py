@@ -1,0 +1,83 @@
+"""The static check for a declared target, with the miniature's real ServerArgs in a real process:
+resolution runs and is reported, a refusal is a one-line BadInput quoting the upstream message, the
+resolved config is summarised, diffed between recipes and checked against /server_info."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from toolkit.errors import BadInput
+from toolkit.recipe import load_recipe
+from toolkit.sglang_args import (check_summary, diff_resolved, key_resolved, static_check, verify_resolved)
+from toolkit.spec import ServerSpec, TargetSpec
+from toolkit.target import target_facts
+
+MINI = Path(__file__).resolve().parent.parent / "upstream" / "minisglang" / "python"
+ENVIRON = {**os.environ, "PYTHONPATH": str(MINI)}
+
+
+def check(args: dict, target=TargetSpec("rtx-pro-6000", 8)):
+    server = ServerSpec(model="minisglang/tiny", args=tuple(args.items()))
+    return static_check(Path(sys.executable), server, {}, environ=ENVIRON, device="cuda",
+                        target=target_facts(target) if target else None)
+
+
+def test_target_facts_are_the_devices_own_answers():
+    facts = target_facts(TargetSpec("RTX PRO 6000", 8))  # aliases work as in the roofline
+    assert facts["key"] == "rtx-pro-6000" and facts["capability"] == [12, 0]
+    assert facts["memory_mib"] == 97887 and facts["count"] == 8
+    with pytest.raises(BadInput, match="unknown GPU"):
+        target_facts(TargetSpec("rtx-9999", 1))
+
+
+def test_resolution_runs_and_the_key_fields_are_reported():
+    c = check({"tp-size": 8, "random-seed": 0})
+    assert c.ok and c.resolved and c.note is None
+    assert c.target["name"].startswith("NVIDIA RTX PRO 6000")
+    key = key_resolved(c)
+    assert key["attention_backend"] == "flashinfer" and key["chunked_prefill_size"] == 8192
+    assert key["tp_size"] == 8 and key["mem_fraction_static"] == 0.85
+    assert "port" not in key and "random_seed" not in key  # per-launch values are not the config
+    text = "\n".join(check_summary(c))
+    assert "target: 8 x NVIDIA RTX PRO 6000" in text and "compute capability 12.0" in text
+    assert "attention_backend" in text and "flashinfer" in text
+
+
+def test_upstream_refusal_is_bad_input_quoting_its_message():
+    with pytest.raises(BadInput) as exc:
+        check({"stream-interval": 0})
+    assert "refuses the configuration: ValueError: stream_interval must be >= 1" in str(exc.value)
+    assert "sglang/srt/server_args.py" in str(exc.value)  # where upstream raised it
+
+
+def test_resolved_config_is_diffed_and_checked_against_server_info():
+    a, b = check({"tp-size": 8}), check({"tp-size": 2})
+    rows = dict(diff_resolved({"a": a.resolved_config, "b": b.resolved_config}))
+    assert rows["tp_size"] == ["8", "2"]
+    assert rows["mem_fraction_static"] == ["0.85", "0.88"]
+    assert "attention_backend" not in rows
+    info = {**a.resolved_config, "port": 1234, "random_seed": 99}
+    assert verify_resolved(a, info) == []
+    problems = verify_resolved(a, {**info, "attention_backend": "triton"})
+    assert problems == ["attention_backend: expected 'flashinfer', /server_info (resolved statically for the "
+                        "target) says 'triton'"]
+
+
+def test_recipe_target_table(tmp_path):
+    (tmp_path / "recipes").mkdir()
+    path = tmp_path / "recipes" / "t.toml"
+    path.write_text('[target]\ngpu = "h100"\ncount = "${NGPU:-4}"\n')
+    assert load_recipe(path).target == TargetSpec("h100", 4)
+    path.write_text('[target]\ncount = 4\n')
+    with pytest.raises(BadInput, match="`target` needs `gpu`"):
+        load_recipe(path)
+    path.write_text('[target]\ngpu = "h100"\ncount = 0\n')
+    with pytest.raises(BadInput, match="positive integer"):
+        load_recipe(path)
+    path.write_text('[target]\ngpu = "h100"\ncuont = 4\n')
+    with pytest.raises(BadInput, match="did you mean `count`"):
+        load_recipe(path)

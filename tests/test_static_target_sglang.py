@@ -1,0 +1,72 @@
+"""The static check for the RTX PRO 6000 x8 target against the real sglang 0.5.23 env of the shipped
+recipes: sglang's own refusal (SBO + megamoe) and patchbench's model-shape rule (EP3 on TP8) exit 2
+at `run --until check`; baseline prints what sglang resolves (attention `dsa` for GLM-5 at TP8).
+Slow: a full sglang env (shared with test_shipped_recipes) and a resolution of a few minutes."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO_ROOT
+from toolkit.cli import main
+
+pytestmark = pytest.mark.slow
+
+SHARED_HOME = Path(os.environ.get("PATCHBENCH_TEST_HOME", Path.home() / ".cache" / "patchbench-test"))
+
+
+@pytest.fixture
+def project(tmp_path):
+    """A copy of the shipped recipes (with their locks) and the real patches, plus child recipes."""
+    recipes = tmp_path / "recipes"
+    shutil.copytree(REPO_ROOT / "recipes", recipes)
+    (tmp_path / "patches").symlink_to(REPO_ROOT / "patches")
+    (recipes / "sbo-megamoe.toml").write_text(
+        'extends = "sbo"\n[server.args]\nmoe-a2a-backend = "megamoe"\n[expect]\nmoe_a2a_backend = "megamoe"\n')
+    (recipes / "ep3.toml").write_text('extends = "ep8"\n[server.args]\nep-size = "3"\n[expect]\nep_size = "3"\n')
+    return recipes
+
+
+def run_check(path: Path, capsys) -> tuple[int, str]:
+    from toolkit.errors import PatchbenchError
+
+    SHARED_HOME.mkdir(parents=True, exist_ok=True)
+    try:
+        rc = main(["run", str(path), "--until", "check", "--home", str(SHARED_HOME)])
+    except PatchbenchError as exc:  # the CLI entry point turns these into exit codes
+        rc, cap = exc.exit_code, capsys.readouterr()
+        return rc, cap.out + cap.err + str(exc)
+    cap = capsys.readouterr()
+    return rc, cap.out + cap.err
+
+
+def test_baseline_prints_what_sglang_resolves_for_the_target(project, capsys):
+    rc, out = run_check(project / "baseline.toml", capsys)
+    assert rc == 0, out
+    assert "target: 8 x NVIDIA RTX PRO 6000" in " ".join(out.split())
+    assert "defaults unresolved" not in out
+    lines = {ln.split()[0]: ln.split()[1:] for ln in out.splitlines() if ln.startswith("  ") and len(ln.split()) > 1}
+    assert lines["attention_backend"] == ["dsa"]
+    assert lines["kv_cache_dtype"] == ["fp8_e4m3"]
+    assert lines["page_size"] == ["64"]
+    assert "moe_runner_backend" in lines
+
+
+def test_sbo_with_megamoe_exits_2_with_sglangs_reason(project, capsys):
+    rc, out = run_check(project / "sbo-megamoe.toml", capsys)
+    assert rc == 2, out
+    out = " ".join(out.split())  # the console wraps long lines
+    assert "megamoe has no two-batch / single-batch overlap decomposition" in out
+    assert "refuses the configuration" in out
+
+
+def test_ep3_on_tp8_exits_2_with_the_model_shape_reason(project, capsys):
+    rc, out = run_check(project / "ep3.toml", capsys)
+    assert rc == 2, out
+    out = " ".join(out.split())
+    assert "ep-size 3 does not divide the 256 routed experts" in out
+    assert "patchbench's model-shape rule `ep-divides-experts`, not sglang's" in out
