@@ -174,7 +174,7 @@ def test_cuda_globs_compiled_for_sm_120a_and_checked(tmp_path, pb_home):
 def test_declared_arch_no_binary_carries_fails_clearly(tmp_path, pb_home, monkeypatch):
     up = make_upstream(tmp_path / "up")
     real = build.gencode_flags
-    monkeypatch.setattr(build, "gencode_flags", lambda arches: real(list(arches)[:1]))  # drops 9.0a
+    monkeypatch.setattr(build.cuda, "gencode_flags", lambda arches: real(list(arches)[:1]))  # drops 9.0a
     spec = BuildSpec(arch=("12.0a", "9.0a"), cuda=(("mini", ("csrc/a.cu",)),))
     with pytest.raises(PatchbenchError) as info:
         ensure_env([tree_of(up)], spec, pb_home, recipe="arch", console=quiet())
@@ -236,7 +236,7 @@ def test_nvcc_launcher_makes_flashinfer_style_commands_cacheable(tmp_path, pb_ho
 # --------------------------------------------------------------------------------------------
 
 
-@pytest.mark.skipif(build._has_libcuda(os.environ.get("CUDA_HOME", "/usr/local/cuda")),
+@pytest.mark.skipif(build.has_libcuda(os.environ.get("CUDA_HOME", "/usr/local/cuda")),
                     reason="this machine has a libcuda.so: no stub is built")
 def test_libcuda_stub_is_link_only_with_the_real_soname(pb_home):
     tools = ensure_tools(pb_home, ["stub"], cuda_home="/usr/local/cuda", nvcc_version=None,

@@ -264,7 +264,7 @@ def test_reuse_is_zero_work_and_any_change_is_a_new_env(upstream, pb_home, monke
     def no_build(*a, **k):
         raise AssertionError("a reused env must not build")
 
-    monkeypatch.setattr(envs, "_build", no_build)
+    monkeypatch.setattr(envs.lifecycle, "_build", no_build)
     c2 = quiet()
     t0 = time.monotonic()
     env2 = ensure_env([upstream.tree()], spec, pb_home, recipe="r2", console=c2)
@@ -425,7 +425,7 @@ def test_gc_removes_stale_builds_and_unprotected_envs(upstream, pb_home, capsys)
 def test_gc_leaves_a_running_build_alone(pb_home):
     live = pb_home / "envs" / f".tmp-{'a' * 16}-1"
     live.mkdir(parents=True)
-    lock = envs._lock(pb_home, "a" * 64)
+    lock = envs.key_lock(pb_home, "a" * 64)
     with lock:
         assert gc_envs(pb_home).stale == [] and live.exists()
     assert gc_envs(pb_home).stale == [live.name] and not live.exists()

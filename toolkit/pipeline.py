@@ -16,6 +16,7 @@ from rich.console import Console
 
 from toolkit import machine, server as srv
 from toolkit.bench import Sample
+from toolkit.envs import Env
 from toolkit.errors import BadInput, NoGPU, PatchbenchError
 from toolkit.recipe import Recipe
 from toolkit.sglang_args import StaticCheck, compare_fields, launch_argv, recipe_args, static_check
@@ -33,7 +34,7 @@ class Prepared:
 
     recipe: Recipe
     trees: list[AppliedTree]
-    env: object  # toolkit.envs.Env
+    env: Env
     check: StaticCheck | None = None
     label: str | None = None  # name recorded in the store (a variant of the recipe, for bisect)
     timings: dict = field(default_factory=dict)

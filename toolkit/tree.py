@@ -13,6 +13,8 @@ from pathlib import Path
 from filelock import FileLock
 
 from toolkit import gitcmd, lock as lockfile, patches as patchmod, sources
+from toolkit.patches import PatchInfo
+from toolkit.spec import SourceSpec
 
 
 @dataclass(frozen=True)
@@ -74,10 +76,10 @@ class Plan:
     """A source resolved and its stack vetted, before anything is written."""
 
     source: str
-    spec: object  # recipe.SourceSpec
+    spec: SourceSpec
     base: sources.Base
-    handle: object
-    patches: tuple  # PatchInfo, in order
+    handle: Path  # the git mirror, the path source's directory or the downloaded artifact
+    patches: tuple[PatchInfo, ...]  # in order
     strip_prefix: str
     key: str
 

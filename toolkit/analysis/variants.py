@@ -18,6 +18,7 @@ from rich.console import Console
 from toolkit import gitcmd
 from toolkit.errors import BadInput, PatchbenchError
 from toolkit.recipe import Recipe
+from toolkit.store import Store
 
 
 @dataclass(frozen=True)
@@ -85,7 +86,7 @@ class VariantMeter:
 
     recipe: Recipe
     home: Path
-    store: object
+    store: Store
     spec: MetricSpec
     console: Console
     group_id: str = ""

@@ -19,7 +19,7 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from toolkit.build import build_kernels
+    from toolkit.envs import build_kernels
     from toolkit.pipeline import prepare
 
     recipe = load(args.recipe)
