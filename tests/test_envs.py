@@ -288,6 +288,27 @@ def test_reuse_is_zero_work_and_any_change_is_a_new_env(upstream, pb_home, monke
     assert len(list_envs(pb_home)) == 3
 
 
+def test_a_second_env_reuses_the_wheel_built_from_the_same_tree(upstream, pb_home):
+    env1 = ensure_env([upstream.tree()], BuildSpec(), pb_home, console=quiet())
+    # nvcc_flags change the env key but not what `uv build` makes of the tree
+    c = quiet()
+    env2 = ensure_env([upstream.tree()], BuildSpec(nvcc_flags=("-lineinfo",)), pb_home, console=c)
+    assert not env2.reused and env2.key != env1.key
+    w1, w2 = env1.manifest["installed"][0], env2.manifest["installed"][0]
+    assert (w1["cached"], w2["cached"]) == (False, True)
+    assert w2["sha256"] == w1["sha256"] and w2["wheel"] == w1["wheel"]
+    assert "from the cache" in text_of(c)
+    assert "uv build" not in (env2.path / env2.manifest["logs"]["build-mini"]).read_text()
+    assert "minipkg==0.1.0" in env2.manifest["packages"]
+    assert run_py(env2, "import minipkg; print(minipkg.VALUE)") == "1"
+    # one byte in the tree: a new wheel, built
+    upstream.write("minipkg/__init__.py", "VALUE = 3\n")
+    upstream.commit()
+    env3 = ensure_env([upstream.tree()], BuildSpec(), pb_home, console=quiet())
+    assert env3.manifest["installed"][0]["cached"] is False
+    assert run_py(env3, "import minipkg; print(minipkg.VALUE)") == "3"
+
+
 def test_uncommitted_files_in_the_tree_never_reach_the_env(upstream, pb_home):
     (upstream.root / "minipkg" / "stray.py").write_text("X = 1\n")  # untracked
     env = ensure_env([upstream.tree()], BuildSpec(), pb_home, console=quiet())

@@ -16,10 +16,11 @@ from rich.console import Console
 
 from toolkit import machine, server as srv
 from toolkit.bench import Sample
+from toolkit.check_cache import cached_static_check
 from toolkit.envs import Env
 from toolkit.errors import BadInput, NoGPU, PatchbenchError
 from toolkit.recipe import Recipe
-from toolkit.sglang_args import StaticCheck, compare_fields, launch_argv, recipe_args, static_check
+from toolkit.sglang_args import StaticCheck, compare_fields, launch_argv, recipe_args
 from toolkit.tree import AppliedTree, apply_recipe
 
 STEPS = ("apply", "build", "check", "launch", "verify", "benchmark", "store")
@@ -34,7 +35,7 @@ class Prepared:
 
     recipe: Recipe
     trees: list[AppliedTree]
-    env: Env
+    env: Env | None
     check: StaticCheck | None = None
     label: str | None = None  # name recorded in the store (a variant of the recipe, for bisect)
     timings: dict = field(default_factory=dict)
@@ -103,9 +104,8 @@ def prepare(recipe: Recipe, home: Path, *, until: str = "store", frozen: bool = 
     with tempfile.TemporaryDirectory(prefix="patchbench-check-") as tmp:
         model = static_model_path(recipe, Path(tmp))
         try:
-            check = static_check(prepared.env.python, recipe.server, dict(recipe.expect),
-                                 environ=prepared.env.run_environ(), model=model,
-                                 device="cuda" if needs_gpu(recipe) else None)
+            check, _ = cached_static_check(prepared.env, recipe.server, dict(recipe.expect), home,
+                                           model=model, device="cuda" if needs_gpu(recipe) else None)
         except PatchbenchError as exc:
             raise _located(exc, recipe.name, "check")
     prepared.check = check

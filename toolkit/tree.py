@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -91,8 +92,6 @@ class Plan:
 def plan_source(recipe, source: str, home: Path, *, refresh: bool = False, lock: dict | None = None,
                 rev: str | None = None, stack: list[Path] | None = None, offline: bool = False) -> Plan:
     """Resolve one source and parse its patches. `rev`/`stack` override the recipe (bisect)."""
-    import dataclasses
-
     spec = recipe.sources[source]
     if rev is not None:
         spec = dataclasses.replace(spec, rev=rev)
@@ -107,15 +106,24 @@ def plan_source(recipe, source: str, home: Path, *, refresh: bool = False, lock:
             name = p.name
         infos.append(patchmod.parse_patch(p, name=name, allow_binary=recipe.allow_binary_patches))
     strip = spec.package_dir if base.layout in ("sdist", "wheel") else ""
-    key = hashlib.sha256(
+    return Plan(source, spec, base, handle, tuple(infos), strip, _plan_key(base, strip, infos))
+
+
+def _plan_key(base: sources.Base, strip: str, infos) -> str:
+    return hashlib.sha256(
         json.dumps({"base": base.identity(), "strip": strip, "patches": [i.sha256 for i in infos]},
                    sort_keys=True).encode()
     ).hexdigest()
-    return Plan(source, spec, base, handle, tuple(infos), strip, key)
 
 
-def _tree_dir(home: Path, plan: Plan) -> Path:
-    return home / "trees" / f"{plan.source}-{plan.key[:16]}"
+def base_plan(plan: Plan) -> Plan:
+    """The same source with no patches: its tree is the base itself, published (and reused) like
+    any other tree, e.g. by a recipe that patches nothing in that source."""
+    return dataclasses.replace(plan, patches=(), key=_plan_key(plan.base, plan.strip_prefix, ()))
+
+
+def _tree_dir(home: Path, plan: Plan, under: str = "trees") -> Path:
+    return home / under / f"{plan.source}-{plan.key[:16]}"
 
 
 def _read_marker(path: Path) -> dict | None:
@@ -140,9 +148,9 @@ def _to_tree(plan: Plan, path: Path, marker: dict) -> AppliedTree:
     )
 
 
-def existing_tree(plan: Plan, home: Path) -> AppliedTree | None:
+def existing_tree(plan: Plan, home: Path, under: str = "trees") -> AppliedTree | None:
     """The published tree for this plan, if it is intact (HEAD and content as recorded)."""
-    path = _tree_dir(home, plan)
+    path = _tree_dir(home, plan, under)
     marker = _read_marker(path)
     if not marker:
         return None
@@ -153,12 +161,13 @@ def existing_tree(plan: Plan, home: Path) -> AppliedTree | None:
     return _to_tree(plan, path, marker)
 
 
-def materialise(plan: Plan, home: Path) -> tuple[AppliedTree, bool]:
-    """Return (tree, reused). Builds in a temp dir and renames into place; failures leave nothing."""
-    final = _tree_dir(home, plan)
+def materialise(plan: Plan, home: Path, under: str = "trees") -> tuple[AppliedTree, bool]:
+    """Return (tree, reused). Builds in a temp dir and renames into place; failures leave nothing.
+    `under`: "trees" (what envs are built from) or "bases" (base trees kept for `check_plan`)."""
+    final = _tree_dir(home, plan, under)
     final.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(final) + ".lock"):
-        tree = existing_tree(plan, home)
+        tree = existing_tree(plan, home, under)
         if tree is not None:
             return tree, True
         tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{final.name}-", dir=final.parent))
@@ -185,11 +194,15 @@ def materialise(plan: Plan, home: Path) -> tuple[AppliedTree, bool]:
 
 
 def check_plan(plan: Plan, home: Path) -> list:
-    """Dispositions of the plan's stack against its base, changing nothing in `home`'s trees."""
-    with tempfile.TemporaryDirectory(prefix="patchbench-base-") as tmp:
-        work = Path(tmp) / "tree"
-        sources.materialise_base(plan.spec, plan.base, plan.handle, work)
-        return patchmod.check_stack(work, list(plan.patches), plan.strip_prefix)
+    """Dispositions of the plan's stack against its base. The base is a cached base tree: the
+    published unpatched tree when a recipe built one, else `home/bases/<source>-<key16>`, made on
+    first use and reused after. The stack is checked in a scratch clone, so no tree changes. An
+    empty stack needs no tree at all."""
+    if not plan.patches:
+        return []
+    bare = base_plan(plan)
+    base = existing_tree(bare, home) or materialise(bare, home, under="bases")[0]
+    return patchmod.check_stack(base.path, list(plan.patches), plan.strip_prefix)
 
 
 def apply_recipe(recipe, home: Path, *, frozen: bool = False, refresh: bool = False,

@@ -17,6 +17,7 @@ import zipfile
 from pathlib import Path
 from typing import Sequence
 
+from toolkit.build import wheel_cache
 from toolkit.build.context import BuildContext
 from toolkit.build.sgl_kernel import sgl_kernel_build_command
 from toolkit.errors import BadInput, PatchbenchError
@@ -229,6 +230,13 @@ def install_trees(ctx: BuildContext, trees: Sequence[AppliedTree]) -> list[dict]
             installed.append({"source": tree.source, "dist": project_name(tree.project_dir),
                               "editable": True, "path": str(tree.project_dir)})
             continue
+        if tree.layout != "wheel" and not _is_sgl_kernel(tree):
+            wheel, cached = _built_wheel(ctx, tree, step, wheels_dir / tree.source, environ)
+            targets.append(str(wheel))
+            installed.append({"source": tree.source, "dist": project_name(tree.project_dir),
+                              "editable": False, "wheel": wheel.name, "sha256": _sha256(wheel),
+                              "layout": tree.layout, "cached": cached})
+            continue
         with ctx.steps.step(step, f"build {tree.source} ({tree.layout}) from tree "
                                   f"{tree.tree_hash[:12]}"):
             src = export_tree(ctx, tree)
@@ -237,19 +245,13 @@ def install_trees(ctx: BuildContext, trees: Sequence[AppliedTree]) -> list[dict]
             if tree.layout == "wheel":
                 wheel = repack_wheel(project, out)
                 ctx.steps.note(step, f"re-packed {project} -> {wheel.name}")
-            elif _is_sgl_kernel(tree):
+            else:
                 argv, env = sgl_kernel_build_command(
                     project, spec, python=ctx.python, out_dir=out, uv=ctx.uv,
                     uv_cache=ctx.uv_cache, ccache_dir=ctx.home / "ccache",
                     fetchcontent=ctx.fetchcontent, cuda_home=ctx.toolchain.cuda_home,
                     base_environ=environ, index_args=ctx.sources.uv_build_args())
                 ctx.steps.run(step, argv, env=env, what="uv build (sgl-kernel, CMake)")
-                wheel = _one_wheel(out, step, ctx)
-            else:
-                ctx.steps.run(step, ctx.uv_cmd("build", "--wheel", "--python", str(ctx.python),
-                                               "--out-dir", str(out),
-                                               *ctx.sources.uv_build_args(), str(project)),
-                              env=environ, what="uv build")
                 wheel = _one_wheel(out, step, ctx)
         targets.append(str(wheel))
         installed.append({"source": tree.source, "dist": project_name(project), "editable": False,
@@ -262,6 +264,34 @@ def install_trees(ctx: BuildContext, trees: Sequence[AppliedTree]) -> list[dict]
         with ctx.steps.step("install", title):
             ctx.steps.run("install", _install_argv(ctx, reqs), env=environ, what="uv pip install")
     return installed
+
+
+def _built_wheel(ctx: BuildContext, tree: AppliedTree, step: str, out: Path,
+                 environ: dict) -> tuple[Path, bool]:
+    """The tree's wheel from the shared wheel cache, built (`uv build`) and cached on a miss.
+    Returns (wheel, reused)."""
+    inputs = wheel_cache.wheel_key_inputs(ctx, tree)
+    key = wheel_cache.wheel_key(ctx, tree)
+    hit = wheel_cache.cached_wheel(ctx.home, key)
+    if hit is not None:
+        with ctx.steps.step(step, f"{tree.source}: wheel of tree {tree.tree_hash[:12]} from the "
+                                  f"cache ({hit.name}; nothing built)"):
+            ctx.steps.note(step, f"wheel cache hit {key[:wheel_cache.KEY_LEN]}: {hit}")
+        return hit, True
+    with ctx.steps.step(step, f"build {tree.source} ({tree.layout}) from tree "
+                              f"{tree.tree_hash[:12]}"), wheel_cache.lock(ctx.home, key):
+        hit = wheel_cache.cached_wheel(ctx.home, key)  # built by another process meanwhile
+        if hit is not None:
+            ctx.steps.note(step, f"wheel cache hit {key[:wheel_cache.KEY_LEN]}: {hit}")
+            return hit, True
+        src = export_tree(ctx, tree)
+        project = src / tree.package_dir if tree.package_dir else src
+        ctx.steps.run(step, ctx.uv_cmd("build", "--wheel", "--python", str(ctx.python),
+                                       "--out-dir", str(out), *ctx.sources.uv_build_args(),
+                                       str(project)), env=environ, what="uv build")
+        wheel = wheel_cache.publish_wheel(ctx.home, key, inputs, _one_wheel(out, step, ctx))
+        ctx.steps.note(step, f"cached as {wheel}")
+    return wheel, False
 
 
 def _install_argv(ctx: BuildContext, reqs: Sequence[str]) -> list[str]:
@@ -291,8 +321,9 @@ def freeze(ctx: BuildContext) -> list[str]:
     lines = []
     for ln in out.stdout.splitlines():
         ln = ln.strip()
-        # our own wheels were built in .build/ (deleted before publishing): name==version
-        m = re.match(r"^(\S+) @ file://.*/\.build/wheels/[^/]+/[^-/]+-([^-/]+)-[^/]*\.whl$", ln)
+        # our own wheels (built in .build/, or from the wheel cache): name==version
+        m = re.match(r"^(\S+) @ file://.*/(?:\.build/wheels/[^/]+|wheels/[0-9a-f]+)/"
+                     r"[^-/]+-([^-/]+)-[^/]*\.whl$", ln)
         lines.append(f"{m.group(1)}=={m.group(2)}" if m else ln)
     return [ln for ln in lines if ln]
 
