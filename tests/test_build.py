@@ -423,3 +423,26 @@ def test_flashinfer_sdist_tree_overlay_with_norm_compiled_for_12_0a(pb_home):
     assert fi_file.startswith(str(env.path)) and torch_file.startswith(str(base.parent.parent))
     assert Path(aot_path) == aot  # FlashInfer itself resolves the AOT module patchbench installed
     assert ensure_env([tree], spec, pb_home, console=quiet()).reused
+
+
+@pytest.mark.slow
+@needs_nvcc
+@pytest.mark.timeout(1500)
+def test_only_the_matching_translation_units_of_a_module_are_compiled(pb_home):
+    repo = _flashinfer_git_tree()
+    base = base_torch_python()
+    tree = tree_of(repo, source="flashinfer", layout="sdist")
+    spec = BuildSpec(mode="overlay", base_python=str(base), arch=("12.0a",),
+                     packages=FI_IMPORT_PACKAGES, jobs=2,
+                     env=(("BUILD_NVEP", "0"), ("FLASHINFER_BUILD_NO_PIP", "1")))
+    env = ensure_env([tree], spec, pb_home, recipe="fi-only", console=quiet())
+    built = envs.build_kernel_units(env, spec, ["norm"], "norm.cu", home=pb_home, console=quiet())
+    (unit,) = built["norm"]["objects"]
+    assert unit["source"].endswith("/norm.cu") and unit["object"].endswith("norm.cuda.o")
+    assert unit["arches"] == ["sm_120a"] and (env.path / unit["object"]).is_file()
+    assert built["norm"]["seconds"] > 0
+    assert not list(env.path.rglob("norm.so"))  # nothing linked, nothing installed
+    assert "kernels" not in envs.find_env(pb_home, env.key).manifest or \
+        "norm" not in envs.find_env(pb_home, env.key).manifest["kernels"]
+    with pytest.raises(PatchbenchError, match="no source of module norm matches"):
+        envs.build_kernel_units(env, spec, ["norm"], "*_999_*.cu", home=pb_home, console=quiet())

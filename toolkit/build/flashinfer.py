@@ -106,12 +106,15 @@ def flashinfer_environ(ctx_environ: Mapping[str, str], *, root: Path, home: Path
 
 
 def build_flashinfer_kernels(ctx: BuildContext, names: Sequence[str], *,
-                             root: Path | None = None) -> dict:
+                             root: Path | None = None, only: str | None = None) -> dict:
     """Compile named FlashInfer JIT modules (`norm` -> flashinfer.jit gen_norm_module()) with
     nvcc for the recipe's arches, without a GPU, then install each as an AOT module inside the
     env's flashinfer package (`flashinfer/data/aot/<module>/<module>.so`), which FlashInfer loads
     before trying to JIT: they keep working after the env is renamed into place and never need
-    nvcc at run time. Build objects stay in the env's private JIT workspace (`<env>/jit`)."""
+    nvcc at run time. Build objects stay in the env's private JIT workspace (`<env>/jit`).
+
+    `only` (a glob on source file names): compile just the matching translation units of each
+    module, with the module's own flags, and report their objects; nothing is linked or installed."""
     root = root or ctx.root
     if not ctx.toolchain.nvcc:
         raise PatchbenchError("build.kernels needs nvcc: none found in $CUDA_HOME/bin, "
@@ -132,9 +135,11 @@ def build_flashinfer_kernels(ctx: BuildContext, names: Sequence[str], *,
     before = cache.stats(ctx.home) if cache else None
     result: dict[str, Any] = {}
     for name in names:
-        step = f"kernels-{name}"
-        with ctx.steps.step(step, f"FlashInfer JIT module {name} for {', '.join(ctx.spec.arch)}"):
-            out = ctx.steps.run(step, [root / "bin" / "python", FI_DRIVER, name], env=env,
+        step = f"kernels-{name}" + ("-only" if only else "")
+        what = f"FlashInfer JIT module {name}" + (f": units matching {only}" if only else "")
+        with ctx.steps.step(step, f"{what} for {', '.join(ctx.spec.arch)}"):
+            out = ctx.steps.run(step, [root / "bin" / "python", FI_DRIVER, name,
+                                       *(["--only", only] if only else [])], env=env,
                                 cwd=workdir, what=f"FlashInfer module {name}")
             line = next((ln for ln in reversed(out.splitlines())
                          if ln.startswith("PATCHBENCH_KERNEL ")), None)
@@ -143,9 +148,16 @@ def build_flashinfer_kernels(ctx: BuildContext, names: Sequence[str], *,
                                               "no result")
             info = json.loads(line[len("PATCHBENCH_KERNEL "):])
             for k in ("jit", "aot"):
-                info[k] = Path(info[k]).resolve().relative_to(root.resolve()).as_posix()
+                if k in info:
+                    info[k] = _relative(info[k], root)
+            for o in info.get("objects", ()):
+                o["object"] = _relative(o["object"], root)
             result[name] = info
     delta = stats_delta(before, cache.stats(ctx.home) if cache else None)
     if delta is not None:
         result["_ccache"] = delta
     return result
+
+
+def _relative(path: str, root: Path) -> str:
+    return Path(path).resolve().relative_to(root.resolve()).as_posix()

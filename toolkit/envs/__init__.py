@@ -34,7 +34,7 @@ from toolkit.build.pipconf import PipSources, pip_sources
 from toolkit.build.probe import Toolchain, find_nvcc, probe_python, probe_toolchain, uv_bin
 from toolkit.envs.gc import EnvInfo, GcResult, disk_usage, gc_envs, list_envs, unique_usage
 from toolkit.envs.identity import KEY_LEN, SCHEMA, env_key, key_inputs, validate_spec
-from toolkit.envs.kernels import build_kernels
+from toolkit.envs.kernels import build_kernel_units, build_kernels
 from toolkit.envs.lifecycle import ensure_env, uv_cache_dir
 from toolkit.envs.manifest import (MANIFEST, Env, find_env, key_lock, read_manifest, run_vars,
                                    write_manifest)
@@ -42,7 +42,7 @@ from toolkit.spec import BuildSpec
 
 __all__ = [
     "KEY_LEN", "MANIFEST", "SCHEMA", "BuildSpec", "Env", "EnvInfo", "GcResult", "PipSources",
-    "Toolchain", "build_kernels", "disk_usage", "env_key", "ensure_env", "find_env", "find_nvcc",
+    "Toolchain", "build_kernel_units", "build_kernels", "disk_usage", "env_key", "ensure_env", "find_env", "find_nvcc",
     "gc_envs", "key_inputs", "key_lock", "list_envs", "pip_sources", "probe_python",
     "probe_toolchain", "read_manifest", "run_vars", "unique_usage", "uv_bin", "uv_cache_dir",
     "validate_spec", "write_manifest",

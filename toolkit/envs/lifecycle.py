@@ -28,7 +28,7 @@ from toolkit.spec import BuildSpec, canonical_json
 from toolkit.tree import AppliedTree
 
 
-def _console(console):
+def default_console(console):
     if console is not None:
         return console
     from rich.console import Console
@@ -52,7 +52,7 @@ def ensure_env(
     which no reader ever uses and the next build of that key (or `env gc`) removes.
     """
     home = Path(home).expanduser().resolve()
-    console = _console(console)
+    console = default_console(console)
     validate_spec(spec, trees)
     t0 = time.monotonic()
     sources = pip_sources()

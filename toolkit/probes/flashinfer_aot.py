@@ -1,7 +1,15 @@
-"""patchbench: compile one FlashInfer JIT module ahead of time and install it as AOT."""
-import hashlib, importlib, json, pkgutil, shutil, sys, time, traceback
+"""patchbench: compile one FlashInfer JIT module ahead of time and install it as AOT.
+
+    python flashinfer_aot.py NAME [--only PATTERN]
+
+With --only, compile just the module's translation units whose source matches PATTERN (a glob on
+the file name or path, e.g. `*_128_32_64.cu`) through the module's own ninja file, and report the
+objects; nothing is linked or installed. Run by `toolkit.build.flashinfer` with the env's Python.
+"""
+import fnmatch, hashlib, importlib, json, os, pkgutil, shutil, subprocess, sys, time, traceback
 
 name = sys.argv[1]
+only = sys.argv[3] if len(sys.argv) > 3 and sys.argv[2] == "--only" else None
 try:
     import flashinfer.jit as J
     from flashinfer.jit import env as jit_env
@@ -55,6 +63,30 @@ if not hasattr(spec, "jit_library_path"):
     sys.exit(3)
 print(f"patchbench: {where}() -> module {spec.name}, sources:", *map(str, spec.sources), sep="\n  ")
 t0 = time.time()
+if only is not None:
+    spec.write_ninja()
+    targets = []  # (object, source) of the ninja file's compile edges that match
+    for line in spec.ninja_path.read_text().splitlines():
+        parts = line.split()
+        if len(parts) == 4 and parts[0] == "build" and parts[2] in ("cuda_compile", "compile"):
+            obj, src = parts[1].rstrip(":"), parts[3]
+            if fnmatch.fnmatch(os.path.basename(src), only) or fnmatch.fnmatch(src, only):
+                targets.append((obj, src))
+    if not targets:
+        print(f"PATCHBENCH_ERROR no source of module {spec.name} matches {only!r} (its sources: "
+              + ", ".join(os.path.basename(str(s)) for s in spec.sources) + ")")
+        sys.exit(3)
+    jobs = os.environ.get("MAX_JOBS") or str(os.cpu_count() or 1)
+    argv = ["ninja", "-v", "-C", str(spec.build_dir), "-f", str(spec.ninja_path), "-j", jobs,
+            *[o for o, _ in targets]]
+    print("patchbench: " + " ".join(argv), flush=True)
+    subprocess.run(argv, check=True, cwd=str(spec.build_dir))
+    print("PATCHBENCH_KERNEL " + json.dumps({
+        "name": name, "generator": where, "module": spec.name, "only": only,
+        "objects": [{"source": s, "object": o} for o, s in targets],
+        "seconds": round(time.time() - t0, 1),
+    }))
+    sys.exit(0)
 spec.build(verbose=True)
 lib = spec.jit_library_path
 aot = jit_env.FLASHINFER_AOT_DIR / spec.name / f"{spec.name}.so"
