@@ -386,16 +386,21 @@ def _flashinfer_git_tree() -> Path:
     return repo
 
 
+def _flashinfer_overlay(base: Path, kernels: tuple = ()) -> tuple[AppliedTree, BuildSpec]:
+    """The flashinfer sdist tree, overlaid on the base interpreter's torch, built for 12.0a."""
+    tree = tree_of(_flashinfer_git_tree(), source="flashinfer", layout="sdist")
+    spec = BuildSpec(mode="overlay", base_python=str(base), arch=("12.0a",), kernels=kernels,
+                     packages=FI_IMPORT_PACKAGES, jobs=2,
+                     env=(("BUILD_NVEP", "0"), ("FLASHINFER_BUILD_NO_PIP", "1")))
+    return tree, spec
+
+
 @pytest.mark.slow
 @needs_nvcc
 @pytest.mark.timeout(1500)
 def test_flashinfer_sdist_tree_overlay_with_norm_compiled_for_12_0a(pb_home):
-    repo = _flashinfer_git_tree()
     base = base_torch_python()
-    tree = tree_of(repo, source="flashinfer", layout="sdist")
-    spec = BuildSpec(mode="overlay", base_python=str(base), arch=("12.0a",), kernels=("norm",),
-                     packages=FI_IMPORT_PACKAGES, jobs=2,
-                     env=(("BUILD_NVEP", "0"), ("FLASHINFER_BUILD_NO_PIP", "1")))
+    tree, spec = _flashinfer_overlay(base, kernels=("norm",))
     c = quiet()
     env = ensure_env([tree], spec, pb_home, recipe="fi-norm", console=c)
     said = c.file.getvalue()
@@ -429,12 +434,7 @@ def test_flashinfer_sdist_tree_overlay_with_norm_compiled_for_12_0a(pb_home):
 @needs_nvcc
 @pytest.mark.timeout(1500)
 def test_only_the_matching_translation_units_of_a_module_are_compiled(pb_home):
-    repo = _flashinfer_git_tree()
-    base = base_torch_python()
-    tree = tree_of(repo, source="flashinfer", layout="sdist")
-    spec = BuildSpec(mode="overlay", base_python=str(base), arch=("12.0a",),
-                     packages=FI_IMPORT_PACKAGES, jobs=2,
-                     env=(("BUILD_NVEP", "0"), ("FLASHINFER_BUILD_NO_PIP", "1")))
+    tree, spec = _flashinfer_overlay(base_torch_python())
     env = ensure_env([tree], spec, pb_home, recipe="fi-only", console=quiet())
     built = envs.build_kernel_units(env, spec, ["norm"], "norm.cu", home=pb_home, console=quiet())
     (unit,) = built["norm"]["objects"]
