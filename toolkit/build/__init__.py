@@ -12,6 +12,7 @@ arch checks.
     context     BuildContext and the scrubbed build environment
     sgl_kernel  sgl-kernel's CMake build command
     python      venv, tree export, wheel build/repack, install, freeze
+    wheel_cache built wheels keyed by what produced them, shared by every env
     cuda        nvcc over `cuda` globs; cuobjdump verification
     flashinfer  FlashInfer AOT check and ahead-of-time JIT modules
     flashinfer_sources  FlashInfer kernel sources and nvcc flags read from a tree (no import)

@@ -9,7 +9,7 @@ the env is reused with zero work. Any difference: a new env. Never stale.
     identity   settings check, key inputs, env key
     manifest   the Env value, manifest read/write, per-key lock, find_env, run variables
     lifecycle  ensure_env: reuse, or build (steps from `toolkit.build`) and publish atomically
-    kernels    FlashInfer modules added to a published env
+    kernels    FlashInfer modules added to a published env (or just some of their units)
     gc         list, disk usage, gc
 
 On-disk layout under `home` (PATCHBENCH_HOME):
