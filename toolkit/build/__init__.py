@@ -12,6 +12,7 @@ arch checks.
     context     BuildContext and the scrubbed build environment
     sgl_kernel  sgl-kernel's CMake build command
     python      venv, tree export, wheel build/repack, install, freeze
+    wheel       an unpacked-wheel tree zipped back into a wheel (from a dir or git)
     wheel_cache built wheels keyed by what produced them, shared by every env
     cuda        nvcc over `cuda` globs; cuobjdump verification
     flashinfer  FlashInfer AOT check and ahead-of-time JIT modules
@@ -40,9 +41,10 @@ from toolkit.build.flashinfer import (build_flashinfer_kernels, check_no_flashin
 from toolkit.build.pipconf import PipSources, pip_sources
 from toolkit.build.probe import Toolchain, find_nvcc, probe_python, probe_toolchain, uv_bin
 from toolkit.build.python import (create_venv, export_tree, freeze, install_trees, project_name,
-                                  repack_wheel, select_trees)
+                                  select_trees)
 from toolkit.build.sgl_kernel import sgl_kernel_build_command
 from toolkit.build.steps import Steps
+from toolkit.build.wheel import repack_tree, repack_wheel
 from toolkit.build.toolchain import ToolDir, ensure_tools, find_cuobjdump, has_libcuda
 
 __all__ = [
@@ -52,6 +54,6 @@ __all__ = [
     "find_compiler_cache", "find_cuobjdump", "find_nvcc", "flashinfer_arch_list",
     "flashinfer_environ", "freeze", "gencode_flags", "has_libcuda", "install_trees",
     "needs_flashinfer_check", "parse_arch", "pip_sources", "probe_python", "probe_toolchain",
-    "project_name", "repack_wheel", "scrubbed_environ", "select_trees", "sgl_kernel_build_command",
+    "project_name", "repack_tree", "repack_wheel", "scrubbed_environ", "select_trees", "sgl_kernel_build_command",
     "sm_name", "torch_arch_list", "uv_bin", "verify_arches", "verify_env",
 ]

@@ -4,23 +4,19 @@ tree is re-packed with a fresh RECORD), one `uv pip install`, and the resolved p
 
 from __future__ import annotations
 
-import base64
-import csv
 import hashlib
-import io
-import os
 import re
 import shutil
 import subprocess
 import tarfile
-import zipfile
 from pathlib import Path
 from typing import Sequence
 
 from toolkit.build import wheel_cache
 from toolkit.build.context import BuildContext
 from toolkit.build.sgl_kernel import sgl_kernel_build_command
-from toolkit.errors import BadInput, PatchbenchError
+from toolkit.build.wheel import repack_tree
+from toolkit.errors import PatchbenchError
 from toolkit.spec import BuildSpec
 from toolkit.tree import AppliedTree
 
@@ -141,63 +137,6 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def repack_wheel(tree_dir: Path, out_dir: Path) -> Path:
-    """Zip an unpacked wheel (package dirs + one *.dist-info/) back into a .whl with a fresh
-    RECORD (sha256 of every file), so that patched files are installed with matching hashes."""
-    tree_dir, out_dir = Path(tree_dir), Path(out_dir)
-    infos = [p for p in tree_dir.iterdir() if p.is_dir() and p.name.endswith(".dist-info")]
-    if len(infos) != 1:
-        raise BadInput(f"{tree_dir} is not an unpacked wheel: expected one *.dist-info directory, "
-                       f"found {len(infos)}")
-    info = infos[0]
-    meta = {}
-    for line in (info / "METADATA").read_text(errors="replace").splitlines():
-        if ":" in line and not line.startswith(" "):
-            k, v = line.split(":", 1)
-            meta.setdefault(k.strip(), v.strip())
-        if not line.strip():
-            break
-    name, version = meta.get("Name"), meta.get("Version")
-    if not name or not version:
-        raise BadInput(f"{info}/METADATA lacks Name or Version")
-    tags = [ln.split(":", 1)[1].strip() for ln in (info / "WHEEL").read_text().splitlines()
-            if ln.startswith("Tag:")]
-    if not tags:
-        raise BadInput(f"{info}/WHEEL has no Tag: line")
-    parts = [t.split("-") for t in tags]
-    tag = "-".join(".".join(dict.fromkeys(p[i] for p in parts)) for i in range(3))
-    wheel = out_dir / f"{re.sub(r'[-_.]+', '_', name)}-{version}-{tag}.whl"
-    out_dir.mkdir(parents=True, exist_ok=True)
-
-    skip = {f"{info.name}/{n}" for n in ("RECORD", "INSTALLER", "REQUESTED", "direct_url.json")}
-    files = []
-    for dirpath, dirnames, filenames in os.walk(tree_dir):
-        dirnames[:] = sorted(d for d in dirnames if d not in (".git", "__pycache__"))
-        for n in sorted(filenames):
-            rel = Path(dirpath, n).relative_to(tree_dir).as_posix()
-            if rel not in skip and not n.endswith(".pyc"):
-                files.append(rel)
-    # dist-info last, as the wheel spec recommends
-    files.sort(key=lambda r: (r.startswith(info.name + "/"), r))
-    record = io.StringIO()
-    writer = csv.writer(record, lineterminator="\n")
-    with zipfile.ZipFile(wheel, "w", compression=zipfile.ZIP_DEFLATED) as zf:
-        for rel in files:
-            data = (tree_dir / rel).read_bytes()
-            digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-            writer.writerow([rel, f"sha256={digest}", len(data)])
-            zi = zipfile.ZipInfo(rel, date_time=(1980, 1, 1, 0, 0, 0))
-            mode = (tree_dir / rel).stat().st_mode & 0o777
-            zi.external_attr = (0o100000 | mode) << 16
-            zi.compress_type = zipfile.ZIP_DEFLATED
-            zf.writestr(zi, data)
-        writer.writerow([f"{info.name}/RECORD", "", ""])
-        zi = zipfile.ZipInfo(f"{info.name}/RECORD", date_time=(1980, 1, 1, 0, 0, 0))
-        zi.external_attr = 0o100644 << 16
-        zf.writestr(zi, record.getvalue())
-    return wheel
-
-
 def _is_sgl_kernel(tree: AppliedTree) -> bool:
     return tree.source == "sgl-kernel" or project_name(tree.project_dir) == "sgl-kernel"
 
@@ -237,15 +176,15 @@ def install_trees(ctx: BuildContext, trees: Sequence[AppliedTree]) -> list[dict]
                               "editable": False, "wheel": wheel.name, "sha256": _sha256(wheel),
                               "layout": tree.layout, "cached": cached})
             continue
+        out = wheels_dir / tree.source
         with ctx.steps.step(step, f"build {tree.source} ({tree.layout}) from tree "
                                   f"{tree.tree_hash[:12]}"):
-            src = export_tree(ctx, tree)
-            project = src / tree.package_dir if tree.package_dir else src
-            out = wheels_dir / tree.source
-            if tree.layout == "wheel":
-                wheel = repack_wheel(project, out)
-                ctx.steps.note(step, f"re-packed {project} -> {wheel.name}")
+            if tree.layout == "wheel":  # zipped straight from git's objects: no export
+                wheel = repack_tree(tree.path, tree.tree_hash, out)
+                ctx.steps.note(step, f"re-packed tree {tree.tree_hash} of {tree.path} -> {wheel.name}")
             else:
+                src = export_tree(ctx, tree)
+                project = src / tree.package_dir if tree.package_dir else src
                 argv, env = sgl_kernel_build_command(
                     project, spec, python=ctx.python, out_dir=out, uv=ctx.uv,
                     uv_cache=ctx.uv_cache, ccache_dir=ctx.home / "ccache",
@@ -254,7 +193,8 @@ def install_trees(ctx: BuildContext, trees: Sequence[AppliedTree]) -> list[dict]
                 ctx.steps.run(step, argv, env=env, what="uv build (sgl-kernel, CMake)")
                 wheel = _one_wheel(out, step, ctx)
         targets.append(str(wheel))
-        installed.append({"source": tree.source, "dist": project_name(project), "editable": False,
+        installed.append({"source": tree.source, "dist": project_name(tree.project_dir),
+                          "editable": False,
                           "wheel": wheel.name, "sha256": _sha256(wheel), "layout": tree.layout})
 
     reqs = [*spec.packages, *targets]
