@@ -24,13 +24,14 @@ def test_check_reuses_the_base_tree_and_changes_nothing(project, home):
     plan = plan_source(recipe, "mini", home)
     (d,) = check_plan(plan, home)
     assert d.ok and d.status == "applies"
-    (base,) = [p for p in (home / "bases").glob("mini-*") if p.is_dir()]
+    (base,) = [p for p in (home / "bases").glob("mini-*") if p.suffix != ".check" and p.is_dir()]
+    assert (home / "bases" / f"{base.name}.check" / ".git").is_dir()  # the kept scratch clone
     head = git(base, "rev-parse", "HEAD")
     stamp = (base / ".git" / "HEAD").stat().st_mtime_ns
 
     (d,) = check_plan(plan_source(recipe, "mini", home), home)
     assert d.ok
-    assert [p.name for p in (home / "bases").glob("mini-*") if p.is_dir()] == [base.name]
+    assert [p.name for p in (home / "bases").glob("mini-*") if p.suffix != ".check" and p.is_dir()] == [base.name]
     assert git(base, "rev-parse", "HEAD") == head and git(base, "status", "--porcelain") == ""
     assert (base / ".git" / "HEAD").stat().st_mtime_ns == stamp
     assert (base / "python" / "mini" / "cost.py").read_text().startswith("STEP_MS = 10")
@@ -44,5 +45,6 @@ def test_a_published_unpatched_tree_is_the_base_and_no_patches_need_no_tree(proj
     project.patch("p1.patch", change("STEP_MS = 10", "STEP_MS = 8"))
     one = load_recipe(project.recipe("one", RECIPE.format(stack='"p1.patch"')))
     (d,) = check_plan(plan_source(one, "mini", home), home)
-    assert d.ok and not (home / "bases").exists()
+    assert d.ok and [p.name for p in (home / "bases").glob("mini-*") if p.is_dir()] == \
+        [f"{tree.path.name}.check"]  # the published tree is the base: only a scratch clone of it
     assert git(tree.path, "status", "--porcelain") == ""

@@ -194,15 +194,47 @@ def materialise(plan: Plan, home: Path, under: str = "trees") -> tuple[AppliedTr
 
 
 def check_plan(plan: Plan, home: Path) -> list:
-    """Dispositions of the plan's stack against its base. The base is a cached base tree: the
-    published unpatched tree when a recipe built one, else `home/bases/<source>-<key16>`, made on
-    first use and reused after. The stack is checked in a scratch clone, so no tree changes. An
-    empty stack needs no tree at all."""
+    """Dispositions of the plan's stack against its base (`cached_base`), checked in a kept
+    scratch clone of it, so no published tree changes and no call rebuilds or re-checks-out the
+    base. An empty stack needs no tree at all."""
     if not plan.patches:
         return []
+    base = cached_base(plan, home)
+    clone = _check_clone(base, home)
+    with FileLock(str(clone) + ".lock"), tempfile.TemporaryDirectory(prefix="patchbench-check-") as tmp:
+        gitcmd.git(clone, "reset", "-q", "--hard", base.head_commit, what="git reset (check)")
+        gitcmd.git(clone, "clean", "-q", "-f", "-d", "-x", what="git clean (check)")
+        out = []
+        for info in plan.patches:  # patchmod.check_stack's walk, on a kept clone
+            d = patchmod.disposition(clone, info, plan.strip_prefix, Path(tmp))
+            out.append(d)
+            if d.ok:
+                patchmod.apply_one(clone, info, plan.strip_prefix, Path(tmp))
+        return out
+
+
+def cached_base(plan: Plan, home: Path) -> AppliedTree:
+    """The plan's base as a tree: the published unpatched tree when a recipe built one, else
+    `home/bases/<source>-<key16>`, made on first use and reused after."""
     bare = base_plan(plan)
-    base = existing_tree(bare, home) or materialise(bare, home, under="bases")[0]
-    return patchmod.check_stack(base.path, list(plan.patches), plan.strip_prefix)
+    return existing_tree(bare, home) or materialise(bare, home, under="bases")[0]
+
+
+def _check_clone(base: AppliedTree, home: Path) -> Path:
+    """A scratch clone of a base tree kept for checks (`home/bases/<name>.check`): cloned once,
+    then only reset to the base commit, which rewrites just the files the last check changed."""
+    path = home / "bases" / f"{base.path.name}.check"
+    with FileLock(str(path) + ".lock"):
+        usable = (path / ".git").is_dir() and gitcmd.git(
+            path, "cat-file", "-e", f"{base.head_commit}^{{commit}}", check=False).returncode == 0
+        if not usable:
+            shutil.rmtree(path, ignore_errors=True)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f".tmp-{path.name}-{os.getpid()}")
+            shutil.rmtree(tmp, ignore_errors=True)
+            gitcmd.git(None, "clone", "-q", str(base.path), str(tmp), what="git clone (check)")
+            os.rename(tmp, path)
+    return path
 
 
 def apply_recipe(recipe, home: Path, *, frozen: bool = False, refresh: bool = False,
