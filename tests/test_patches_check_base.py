@@ -48,3 +48,13 @@ def test_a_published_unpatched_tree_is_the_base_and_no_patches_need_no_tree(proj
     assert d.ok and [p.name for p in (home / "bases").glob("mini-*") if p.is_dir()] == \
         [f"{tree.path.name}.check"]  # the published tree is the base: only a scratch clone of it
     assert git(tree.path, "status", "--porcelain") == ""
+
+
+def test_a_patched_tree_made_from_a_known_base_is_the_same_tree(project, home, tmp_path):
+    project.patch("p1.patch", change("STEP_MS = 10", "STEP_MS = 8"))
+    one = project.recipe("one", RECIPE.format(stack='"p1.patch"'))
+    ((fresh, _),) = apply_recipe(load_recipe(one), tmp_path / "other-home")  # from the source
+    apply_recipe(load_recipe(project.recipe("bare", RECIPE.format(stack=""))), home)
+    ((cloned, _),) = apply_recipe(load_recipe(one), home)  # from the published base tree
+    assert (cloned.head_commit, cloned.tree_hash, cloned.patch_commits) == \
+        (fresh.head_commit, fresh.tree_hash, fresh.patch_commits)

@@ -173,7 +173,12 @@ def materialise(plan: Plan, home: Path, under: str = "trees") -> tuple[AppliedTr
         tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{final.name}-", dir=final.parent))
         try:
             work = tmp / "tree"
-            base_commit = sources.materialise_base(plan.spec, plan.base, plan.handle, work)
+            base = _known_base(plan, home) if plan.patches else None
+            if base is not None:  # the same base commit, without unpacking and committing again
+                gitcmd.git(None, "clone", "-q", str(base.path), str(work), what="git clone (base)")
+                base_commit = base.head_commit
+            else:
+                base_commit = sources.materialise_base(plan.spec, plan.base, plan.handle, work)
             scratch = tmp / "mapped"
             scratch.mkdir()
             commits = [patchmod.apply_one(work, info, plan.strip_prefix, scratch) for info in plan.patches]
@@ -218,6 +223,12 @@ def cached_base(plan: Plan, home: Path) -> AppliedTree:
     `home/bases/<source>-<key16>`, made on first use and reused after."""
     bare = base_plan(plan)
     return existing_tree(bare, home) or materialise(bare, home, under="bases")[0]
+
+
+def _known_base(plan: Plan, home: Path) -> AppliedTree | None:
+    """The plan's base tree if one is already published (by a recipe, or for checks)."""
+    bare = base_plan(plan)
+    return existing_tree(bare, home) or existing_tree(bare, home, under="bases")
 
 
 def _check_clone(base: AppliedTree, home: Path) -> Path:
