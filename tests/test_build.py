@@ -140,7 +140,7 @@ def test_cuda_globs_compiled_for_sm_120a_and_checked(tmp_path, pb_home):
 def test_declared_arch_no_binary_carries_fails_clearly(tmp_path, pb_home, monkeypatch):
     up = Upstream(tmp_path / "up").root
     real = build.gencode_flags
-    monkeypatch.setattr(build, "gencode_flags", lambda arches: real(list(arches)[:1]))  # drops 9.0a
+    monkeypatch.setattr(build.cuda, "gencode_flags", lambda arches: real(list(arches)[:1]))  # drops 9.0a
     spec = BuildSpec(arch=("12.0a", "9.0a"), cuda=(("mini", ("csrc/a.cu",)),))
     with pytest.raises(PatchbenchError) as info:
         ensure_env([tree_of(up)], spec, pb_home, recipe="arch", console=quiet())
@@ -202,7 +202,7 @@ def test_nvcc_launcher_makes_flashinfer_style_commands_cacheable(tmp_path, pb_ho
 # --------------------------------------------------------------------------------------------
 
 
-@pytest.mark.skipif(build._has_libcuda(os.environ.get("CUDA_HOME", "/usr/local/cuda")),
+@pytest.mark.skipif(build.has_libcuda(os.environ.get("CUDA_HOME", "/usr/local/cuda")),
                     reason="this machine has a libcuda.so: no stub is built")
 def test_libcuda_stub_is_link_only_with_the_real_soname(pb_home):
     tools = ensure_tools(pb_home, ["stub"], cuda_home="/usr/local/cuda", nvcc_version=None,
@@ -352,16 +352,21 @@ def _flashinfer_git_tree() -> Path:
     return repo
 
 
+def _flashinfer_overlay(base: Path, kernels: tuple = ()) -> tuple[AppliedTree, BuildSpec]:
+    """The flashinfer sdist tree, overlaid on the base interpreter's torch, built for 12.0a."""
+    tree = tree_of(_flashinfer_git_tree(), source="flashinfer", layout="sdist")
+    spec = BuildSpec(mode="overlay", base_python=str(base), arch=("12.0a",), kernels=kernels,
+                     packages=FI_IMPORT_PACKAGES, jobs=2,
+                     env=(("BUILD_NVEP", "0"), ("FLASHINFER_BUILD_NO_PIP", "1")))
+    return tree, spec
+
+
 @pytest.mark.slow
 @needs_nvcc
 @pytest.mark.timeout(1500)
 def test_flashinfer_sdist_tree_overlay_with_norm_compiled_for_12_0a(pb_home):
-    repo = _flashinfer_git_tree()
     base = base_torch_python()
-    tree = tree_of(repo, source="flashinfer", layout="sdist")
-    spec = BuildSpec(mode="overlay", base_python=str(base), arch=("12.0a",), kernels=("norm",),
-                     packages=FI_IMPORT_PACKAGES, jobs=2,
-                     env=(("BUILD_NVEP", "0"), ("FLASHINFER_BUILD_NO_PIP", "1")))
+    tree, spec = _flashinfer_overlay(base, kernels=("norm",))
     c = quiet()
     env = ensure_env([tree], spec, pb_home, recipe="fi-norm", console=c)
     said = c.file.getvalue()
@@ -389,3 +394,21 @@ def test_flashinfer_sdist_tree_overlay_with_norm_compiled_for_12_0a(pb_home):
     assert fi_file.startswith(str(env.path)) and torch_file.startswith(str(base.parent.parent))
     assert Path(aot_path) == aot  # FlashInfer itself resolves the AOT module patchbench installed
     assert ensure_env([tree], spec, pb_home, console=quiet()).reused
+
+
+@pytest.mark.slow
+@needs_nvcc
+@pytest.mark.timeout(1500)
+def test_only_the_matching_translation_units_of_a_module_are_compiled(pb_home):
+    tree, spec = _flashinfer_overlay(base_torch_python())
+    env = ensure_env([tree], spec, pb_home, recipe="fi-only", console=quiet())
+    built = envs.build_kernel_units(env, spec, ["norm"], "norm.cu", home=pb_home, console=quiet())
+    (unit,) = built["norm"]["objects"]
+    assert unit["source"].endswith("/norm.cu") and unit["object"].endswith("norm.cuda.o")
+    assert unit["arches"] == ["sm_120a"] and (env.path / unit["object"]).is_file()
+    assert built["norm"]["seconds"] > 0
+    assert not list(env.path.rglob("norm.so"))  # nothing linked, nothing installed
+    assert "kernels" not in envs.find_env(pb_home, env.key).manifest or \
+        "norm" not in envs.find_env(pb_home, env.key).manifest["kernels"]
+    with pytest.raises(PatchbenchError, match="no source of module norm matches"):
+        envs.build_kernel_units(env, spec, ["norm"], "*_999_*.cu", home=pb_home, console=quiet())

@@ -216,7 +216,7 @@ def test_reuse_is_zero_work_and_any_change_is_a_new_env(upstream, pb_home, monke
     def no_build(*a, **k):
         raise AssertionError("a reused env must not build")
 
-    monkeypatch.setattr(envs, "_build", no_build)
+    monkeypatch.setattr(envs.lifecycle, "_build", no_build)
     c2 = quiet()
     t0 = time.monotonic()
     env2 = ensure_env([upstream.tree()], spec, pb_home, recipe="r2", console=c2)
@@ -238,6 +238,27 @@ def test_reuse_is_zero_work_and_any_change_is_a_new_env(upstream, pb_home, monke
     env4 = ensure_env([upstream.tree()], BuildSpec(env=(("PB_TEST", "2"),)), pb_home, console=quiet())
     assert not env4.reused and env4.key not in (env1.key, env3.key)
     assert len(list_envs(pb_home)) == 3
+
+
+def test_a_second_env_reuses_the_wheel_built_from_the_same_tree(upstream, pb_home):
+    env1 = ensure_env([upstream.tree()], BuildSpec(), pb_home, console=quiet())
+    # nvcc_flags change the env key but not what `uv build` makes of the tree
+    c = quiet()
+    env2 = ensure_env([upstream.tree()], BuildSpec(nvcc_flags=("-lineinfo",)), pb_home, console=c)
+    assert not env2.reused and env2.key != env1.key
+    w1, w2 = env1.manifest["installed"][0], env2.manifest["installed"][0]
+    assert (w1["cached"], w2["cached"]) == (False, True)
+    assert w2["sha256"] == w1["sha256"] and w2["wheel"] == w1["wheel"]
+    assert "from the cache" in text_of(c)
+    assert "uv build" not in (env2.path / env2.manifest["logs"]["build-mini"]).read_text()
+    assert "minipkg==0.1.0" in env2.manifest["packages"]
+    assert run_py(env2, "import minipkg; print(minipkg.VALUE)") == "1"
+    # one byte in the tree: a new wheel, built
+    upstream.write("minipkg/__init__.py", "VALUE = 3\n")
+    upstream.commit()
+    env3 = ensure_env([upstream.tree()], BuildSpec(), pb_home, console=quiet())
+    assert env3.manifest["installed"][0]["cached"] is False
+    assert run_py(env3, "import minipkg; print(minipkg.VALUE)") == "3"
 
 
 def test_uncommitted_files_in_the_tree_never_reach_the_env(upstream, pb_home):
@@ -377,7 +398,7 @@ def test_gc_removes_stale_builds_and_unprotected_envs(upstream, pb_home, capsys)
 def test_gc_leaves_a_running_build_alone(pb_home):
     live = pb_home / "envs" / f".tmp-{'a' * 16}-1"
     live.mkdir(parents=True)
-    lock = envs._lock(pb_home, "a" * 64)
+    lock = envs.key_lock(pb_home, "a" * 64)
     with lock:
         assert gc_envs(pb_home).stale == [] and live.exists()
     assert gc_envs(pb_home).stale == [live.name] and not live.exists()

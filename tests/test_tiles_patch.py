@@ -1,4 +1,4 @@
-"""patches/flashinfer/sm120-fp4-tiles.patch and toolkit.flashinfer_kernels.
+"""patches/flashinfer/sm120-fp4-tiles.patch and toolkit.build.flashinfer_sources.
 
 Fast tests run on a small synthetic FlashInfer-shaped tree. The slow test takes the real
 flashinfer-python 0.7.2 sdist from PyPI (cached under $PATCHBENCH_TEST_CACHE or
@@ -22,7 +22,7 @@ from pathlib import Path, PurePosixPath
 import pytest
 
 from conftest import git_run
-from toolkit import flashinfer_kernels as fk
+from toolkit.build import flashinfer_sources as fk
 from toolkit.errors import BadInput
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

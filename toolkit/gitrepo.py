@@ -199,3 +199,25 @@ def export(repo: Path, treeish: str, dest: Path) -> list[str]:
         raise PatchbenchError(f"cannot export tree {treeish} of {repo}: {exc}") from None
     finally:
         r.close()
+
+
+def tree_files(repo: Path, treeish: str, keep=lambda name: True) -> dict[str, tuple[bytes, int]]:
+    """The committed regular files of `treeish` that `keep(path)` accepts: path -> (bytes, mode)."""
+    r = git.Repo(repo)
+    r.git.update_environment(**_FIXED_ENV)
+    files: dict[str, tuple[bytes, int]] = {}
+    try:
+        with tempfile.TemporaryFile() as fh:
+            r.archive(fh, treeish, format="tar")
+            fh.seek(0)
+            with tarfile.open(fileobj=fh, mode="r:") as tar:
+                for member in tar:
+                    if member.isfile() and keep(member.name):
+                        files[member.name] = (tar.extractfile(member).read(), member.mode)
+    except (git.GitCommandError, ValueError) as exc:
+        raise PatchbenchError(f"git archive {treeish} of {repo} failed: {exc}") from None
+    except tarfile.TarError as exc:
+        raise PatchbenchError(f"cannot read tree {treeish} of {repo}: {exc}") from None
+    finally:
+        r.close()
+    return files

@@ -379,13 +379,19 @@ def describe_failure(d: Disposition) -> str:
 
 def check_stack(repo: Path, infos: list[PatchInfo], strip_prefix: str) -> list[Disposition]:
     """Dispositions of a whole stack, in order, without touching `repo` (uses a scratch clone)."""
-    out: list[Disposition] = []
     with tempfile.TemporaryDirectory(prefix="patchbench-check-") as tmp:
         clone = Path(tmp) / "tree"
         gitrepo.clone(repo, clone, shared=True, what="git clone (check)")
-        for info in infos:
-            d = disposition(clone, info, strip_prefix)
-            out.append(d)
-            if d.ok:
-                apply_one(clone, info, strip_prefix)
+        return check_in(clone, infos, strip_prefix)
+
+
+def check_in(clone: Path, infos: list[PatchInfo], strip_prefix: str) -> list[Disposition]:
+    """The stack's dispositions, in order, applying each patch that applies to `clone` (a scratch
+    work tree the caller owns) so that the next one is checked against its real predecessor."""
+    out: list[Disposition] = []
+    for info in infos:
+        d = disposition(clone, info, strip_prefix)
+        out.append(d)
+        if d.ok:
+            apply_one(clone, info, strip_prefix)
     return out

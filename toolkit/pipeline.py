@@ -30,7 +30,8 @@ from toolkit.bench.one_batch import find_one_batch_module, one_batch_argv, parse
 from toolkit.envs import Env, ensure_env as build_env
 from toolkit.errors import BadInput, NoGPU, PatchbenchError
 from toolkit.recipe import Recipe
-from toolkit.sglang_args import check_recipe, check_summary, compare_fields, launch_argv, recipe_args, verify_resolved
+from toolkit.check_cache import cached_check_recipe
+from toolkit.sglang_args import check_summary, compare_fields, launch_argv, recipe_args, verify_resolved
 from toolkit.store import Store
 from toolkit.tree import AppliedTree, apply_recipe
 
@@ -121,11 +122,11 @@ def static_check(built: Built) -> Prepared:
     job = built.applied.job
     recipe = job.recipe
     with tempfile.TemporaryDirectory(prefix="patchbench-check-") as tmp:
-        check = check_recipe(built.env.python, recipe, Path(tmp), environ=built.env.run_environ(),
-                             device="cuda" if needs_gpu(recipe) else None)
+        check, reused = cached_check_recipe(built.env, recipe, Path(tmp), job.home,
+                                            device="cuda" if needs_gpu(recipe) else None)
     if not check.ok:
         raise BadInput("static config check failed: " + "; ".join(check.problems))
-    job.console.print(f"[bold]{recipe.name}[/]: static check passed (sglang {check.version}"
+    job.console.print(f"[bold]{recipe.name}[/]: static check passed{' (remembered)' if reused else ''} (sglang {check.version}"
                       f"{'' if check.resolved else ', defaults unresolved: ' + str(check.note or 'no reason given')})")
     for line in check_summary(check):
         job.console.print(line, markup=False, highlight=False)

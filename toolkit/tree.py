@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -13,6 +14,8 @@ from pathlib import Path
 from filelock import FileLock
 
 from toolkit import gitrepo, lock as lockfile, patches as patchmod, sources
+from toolkit.patches import PatchInfo
+from toolkit.spec import SourceSpec
 
 
 @dataclass(frozen=True)
@@ -74,10 +77,10 @@ class Plan:
     """A source resolved and its stack vetted, before anything is written."""
 
     source: str
-    spec: object  # recipe.SourceSpec
+    spec: SourceSpec
     base: sources.Base
-    handle: object
-    patches: tuple  # PatchInfo, in order
+    handle: Path  # the git mirror, the path source's directory or the downloaded artifact
+    patches: tuple[PatchInfo, ...]  # in order
     strip_prefix: str
     key: str
 
@@ -89,8 +92,6 @@ class Plan:
 def plan_source(recipe, source: str, home: Path, *, refresh: bool = False, lock: dict | None = None,
                 rev: str | None = None, stack: list[Path] | None = None, offline: bool = False) -> Plan:
     """Resolve one source and parse its patches. `rev`/`stack` override the recipe (bisect)."""
-    import dataclasses
-
     spec = recipe.sources[source]
     if rev is not None:
         spec = dataclasses.replace(spec, rev=rev)
@@ -105,15 +106,24 @@ def plan_source(recipe, source: str, home: Path, *, refresh: bool = False, lock:
             name = p.name
         infos.append(patchmod.parse_patch(p, name=name, allow_binary=recipe.allow_binary_patches))
     strip = spec.package_dir if base.layout in ("sdist", "wheel") else ""
-    key = hashlib.sha256(
+    return Plan(source, spec, base, handle, tuple(infos), strip, _plan_key(base, strip, infos))
+
+
+def _plan_key(base: sources.Base, strip: str, infos) -> str:
+    return hashlib.sha256(
         json.dumps({"base": base.identity(), "strip": strip, "patches": [i.sha256 for i in infos]},
                    sort_keys=True).encode()
     ).hexdigest()
-    return Plan(source, spec, base, handle, tuple(infos), strip, key)
 
 
-def _tree_dir(home: Path, plan: Plan) -> Path:
-    return home / "trees" / f"{plan.source}-{plan.key[:16]}"
+def base_plan(plan: Plan) -> Plan:
+    """The same source with no patches: its tree is the base itself, published (and reused) like
+    any other tree, e.g. by a recipe that patches nothing in that source."""
+    return dataclasses.replace(plan, patches=(), key=_plan_key(plan.base, plan.strip_prefix, ()))
+
+
+def _tree_dir(home: Path, plan: Plan, under: str = "trees") -> Path:
+    return home / under / f"{plan.source}-{plan.key[:16]}"
 
 
 def _read_marker(path: Path) -> dict | None:
@@ -138,9 +148,9 @@ def _to_tree(plan: Plan, path: Path, marker: dict) -> AppliedTree:
     )
 
 
-def existing_tree(plan: Plan, home: Path) -> AppliedTree | None:
+def existing_tree(plan: Plan, home: Path, under: str = "trees") -> AppliedTree | None:
     """The published tree for this plan, if it is intact (HEAD and content as recorded)."""
-    path = _tree_dir(home, plan)
+    path = _tree_dir(home, plan, under)
     marker = _read_marker(path)
     if not marker:
         return None
@@ -151,18 +161,24 @@ def existing_tree(plan: Plan, home: Path) -> AppliedTree | None:
     return _to_tree(plan, path, marker)
 
 
-def materialise(plan: Plan, home: Path) -> tuple[AppliedTree, bool]:
-    """Return (tree, reused). Builds in a temp dir and renames into place; failures leave nothing."""
-    final = _tree_dir(home, plan)
+def materialise(plan: Plan, home: Path, under: str = "trees") -> tuple[AppliedTree, bool]:
+    """Return (tree, reused). Builds in a temp dir and renames into place; failures leave nothing.
+    `under`: "trees" (what envs are built from) or "bases" (base trees kept for `check_plan`)."""
+    final = _tree_dir(home, plan, under)
     final.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(final) + ".lock"):
-        tree = existing_tree(plan, home)
+        tree = existing_tree(plan, home, under)
         if tree is not None:
             return tree, True
         tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{final.name}-", dir=final.parent))
         try:
             work = tmp / "tree"
-            base_commit = sources.materialise_base(plan.spec, plan.base, plan.handle, work)
+            base = _known_base(plan, home) if plan.patches else None
+            if base is not None:  # the same base commit, without unpacking and committing again
+                gitrepo.run(None, "clone", "-q", str(base.path), str(work), what="git clone (base)")
+                base_commit = base.head_commit
+            else:
+                base_commit = sources.materialise_base(plan.spec, plan.base, plan.handle, work)
             scratch = tmp / "mapped"
             scratch.mkdir()
             commits = [patchmod.apply_one(work, info, plan.strip_prefix, scratch) for info in plan.patches]
@@ -183,11 +199,47 @@ def materialise(plan: Plan, home: Path) -> tuple[AppliedTree, bool]:
 
 
 def check_plan(plan: Plan, home: Path) -> list:
-    """Dispositions of the plan's stack against its base, changing nothing in `home`'s trees."""
-    with tempfile.TemporaryDirectory(prefix="patchbench-base-") as tmp:
-        work = Path(tmp) / "tree"
-        sources.materialise_base(plan.spec, plan.base, plan.handle, work)
-        return patchmod.check_stack(work, list(plan.patches), plan.strip_prefix)
+    """Dispositions of the plan's stack against its base (`cached_base`), checked in a kept
+    scratch clone of it, so no published tree changes and no call rebuilds or re-checks-out the
+    base. An empty stack needs no tree at all."""
+    if not plan.patches:
+        return []
+    base = cached_base(plan, home)
+    clone = _check_clone(base, home)
+    with FileLock(str(clone) + ".lock"):
+        gitrepo.run(clone, "reset", "-q", "--hard", base.head_commit, what="git reset (check)")
+        gitrepo.run(clone, "clean", "-q", "-f", "-d", "-x", what="git clean (check)")
+        return patchmod.check_in(clone, list(plan.patches), plan.strip_prefix)
+
+
+def cached_base(plan: Plan, home: Path) -> AppliedTree:
+    """The plan's base as a tree: the published unpatched tree when a recipe built one, else
+    `home/bases/<source>-<key16>`, made on first use and reused after."""
+    bare = base_plan(plan)
+    return existing_tree(bare, home) or materialise(bare, home, under="bases")[0]
+
+
+def _known_base(plan: Plan, home: Path) -> AppliedTree | None:
+    """The plan's base tree if one is already published (by a recipe, or for checks)."""
+    bare = base_plan(plan)
+    return existing_tree(bare, home) or existing_tree(bare, home, under="bases")
+
+
+def _check_clone(base: AppliedTree, home: Path) -> Path:
+    """A scratch clone of a base tree kept for checks (`home/bases/<name>.check`): cloned once,
+    then only reset to the base commit, which rewrites just the files the last check changed."""
+    path = home / "bases" / f"{base.path.name}.check"
+    with FileLock(str(path) + ".lock"):
+        usable = (path / ".git").is_dir() and gitrepo.run(
+            path, "cat-file", "-e", f"{base.head_commit}^{{commit}}", check=False).returncode == 0
+        if not usable:
+            shutil.rmtree(path, ignore_errors=True)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f".tmp-{path.name}-{os.getpid()}")
+            shutil.rmtree(tmp, ignore_errors=True)
+            gitrepo.run(None, "clone", "-q", str(base.path), str(tmp), what="git clone (check)")
+            os.rename(tmp, path)
+    return path
 
 
 def apply_recipe(recipe, home: Path, *, frozen: bool = False, refresh: bool = False,

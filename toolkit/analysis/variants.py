@@ -21,6 +21,7 @@ from toolkit.analysis.selection import Criteria, MissingResults, choose, values_
 from toolkit.errors import BadInput, PatchbenchError
 from toolkit.metrics import MetricSpec  # noqa: F401  (re-exported: attribute/bisect parse with it)
 from toolkit.recipe import Recipe
+from toolkit.store import Store
 
 
 def stack_of(recipe: Recipe) -> list[tuple[str, Path]]:
@@ -74,7 +75,7 @@ class VariantMeter:
 
     recipe: Recipe
     home: Path
-    store: object
+    store: Store
     spec: MetricSpec
     console: Console
     group_id: str = ""
