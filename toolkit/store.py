@@ -36,10 +36,11 @@ from typing import IO, Any, Iterable, Iterator, Sequence
 
 from toolkit.errors import BadInput, PatchbenchError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 STORE_FILENAME = "results.sqlite"
-STATUSES = ("running", "ok", "failed", "invalid")
-FINAL_STATUSES = ("ok", "failed", "invalid")
+# interrupted: the run's process (or the Slurm job around it) died before the run finished.
+STATUSES = ("running", "ok", "failed", "invalid", "interrupted")
+FINAL_STATUSES = ("ok", "failed", "invalid", "interrupted")
 POINT_KINDS = ("batch", "concurrency")
 BUSY_TIMEOUT_MS = 60_000
 EXPORT_FORMAT = "patchbench-results"
@@ -267,8 +268,22 @@ CREATE TABLE samples (
 CREATE INDEX samples_run ON samples (run_id, metric, point);
 """
 
+# v2: 'interrupted' joins the statuses; SQLite changes a CHECK only by rebuilding the table
+# (migrations run with foreign keys off, so dropping the old table leaves the samples alone).
+_RUNS_V2 = (_SCHEMA_V1.split("CREATE INDEX runs_recipe")[0]
+            .replace("CREATE TABLE runs (", "CREATE TABLE runs_v2 (")
+            .replace("'invalid'))", "'invalid', 'interrupted'))"))
+_SCHEMA_V2 = _RUNS_V2 + """
+INSERT INTO runs_v2 SELECT * FROM runs;
+DROP TABLE runs;
+ALTER TABLE runs_v2 RENAME TO runs;
+CREATE INDEX runs_recipe ON runs (recipe, status);
+CREATE INDEX runs_env_key ON runs (env_key);
+CREATE INDEX runs_group ON runs (group_id);
+"""
+
 # version -> SQL that brings version-1 to version. Append, never edit.
-MIGRATIONS: dict[int, str] = {1: _SCHEMA_V1}
+MIGRATIONS: dict[int, str] = {1: _SCHEMA_V1, 2: _SCHEMA_V2}
 
 
 def _q(name: str) -> str:
@@ -298,8 +313,8 @@ class Store:
             if str(mode).lower() != "wal":
                 raise PatchbenchError(f"results store {self.path}: cannot use WAL journal (got {mode})")
             conn.execute("PRAGMA synchronous = FULL")
+            self._migrate(conn)  # before foreign keys are on: a table rebuild must not cascade
             conn.execute("PRAGMA foreign_keys = ON")
-            self._migrate(conn)
         except sqlite3.DatabaseError as e:
             raise PatchbenchError(f"results store {self.path}: {e}") from None
         except OSError as e:

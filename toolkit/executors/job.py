@@ -1,0 +1,105 @@
+"""What runs on a Slurm node: one sweep (the recipes of one comparison, repeats interleaved).
+
+The sweep writes its runs to a store of its own on the node's local disk (SQLite is never written
+over a network filesystem) and, after every begin and finish of a run, exports that store as JSON
+into the job's folder (shared with the submitting side) by an atomic rename. The submitting side
+imports that file once the job is over; a run still `running` there was cut short by the job's end.
+A SIGTERM (scancel) or the time-limit signal stops the sweep where it is: the server of the run in
+progress is torn down on the way out, the run is left `running` in the export.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+
+from toolkit.jobs import DONE_NAME, EXPORT_NAME
+from toolkit.store import Store
+
+
+class JobStopped(BaseException):
+    """The scheduler asked the job to stop (scancel, time limit); not an error of the run."""
+
+
+class JobStore(Store):
+    """A per-job store that exports itself to `export` after every write that opens or closes a
+    run, and stamps each run with the Slurm job that ran it."""
+
+    def __init__(self, path: Path, *, export: Path, slurm: dict) -> None:
+        super().__init__(path)
+        self.export_path = export
+        self.slurm = slurm
+
+    def begin_run(self, **fields_) -> str:
+        extra = dict(fields_.get("extra") or {})
+        extra["slurm"] = dict(self.slurm)
+        log_paths = dict(fields_.get("log_paths") or {})
+        log_paths["slurm_job"] = self.slurm["log"]
+        fields_.update(extra=extra, log_paths=log_paths)
+        run_id = super().begin_run(**fields_)
+        self.export("json", self.export_path)
+        return run_id
+
+    def finish_run(self, run_id: str, status: str, *args, **kw) -> None:
+        super().finish_run(run_id, status, *args, **kw)
+        self.export("json", self.export_path)
+
+
+@dataclass(frozen=True)
+class SweepJob:
+    """What the submitting side hands to the node (pickled by submitit)."""
+
+    recipes: list  # toolkit.recipe.Recipe values
+    repeats: int | None
+    until: str
+    frozen: bool
+    node_home: str
+
+
+def _stop(signum, frame):
+    raise JobStopped(signal.Signals(signum).name)
+
+
+def run_sweep_job(job: SweepJob) -> dict:
+    """The function submitit runs on the node. Returns the sweep's summary (also in done.json)."""
+    import submitit
+    from rich.console import Console
+
+    from toolkit.errors import PatchbenchError
+    from toolkit.pipeline import run_sweep
+
+    env = submitit.JobEnvironment()
+    folder = Path(env.paths.folder)
+    slurm = {"job_id": env.job_id, "node": socket.gethostname(), "log": str(env.paths.stdout),
+             "folder": str(folder)}
+    node_home = Path(os.path.expandvars(job.node_home)).expanduser()
+    node_home.mkdir(parents=True, exist_ok=True)
+    os.environ["PATCHBENCH_HOME"] = str(node_home)
+    store = JobStore(node_home / "jobs" / env.job_id / "results.sqlite", export=folder / EXPORT_NAME, slurm=slurm)
+    store.export("json", store.export_path)  # an empty export: the job started
+    for sig in (signal.SIGTERM, signal.SIGUSR2):
+        signal.signal(sig, _stop)
+    console = Console(stderr=True, highlight=False, soft_wrap=True)
+    console.print(f"slurm job {env.job_id} on {slurm['node']}: node home {node_home}")
+    try:
+        result = run_sweep(job.recipes, home=node_home, store=store, repeats=job.repeats, until=job.until,
+                           frozen=job.frozen, console=console)
+    except JobStopped as exc:
+        console.print(f"slurm job {env.job_id}: stopped by {exc} (runs in progress are left interrupted)")
+        raise SystemExit(143) from None
+    except PatchbenchError as exc:  # refused before any launch (bad recipe, no GPU): say so, exit 0
+        console.print(f"error: {exc}")
+        result = {"group_id": None, "runs": [], "failed": [(r.name, str(exc)) for r in job.recipes]}
+    finally:
+        store.export("json", store.export_path)
+        store.close()
+    summary = {"job_id": env.job_id, "node": slurm["node"], "group_id": result["group_id"],
+               "runs": result["runs"], "failed": result["failed"]}
+    tmp = folder / f".{DONE_NAME}.tmp"
+    tmp.write_text(json.dumps(summary, indent=2))
+    os.replace(tmp, folder / DONE_NAME)
+    return summary

@@ -1,0 +1,119 @@
+"""Sweeps on a Slurm cluster through submitit: one job per sweep (the recipes of one comparison with
+their repeats interleaved, so an A/B comparison never spans two machines), several sweeps in parallel
+on as many nodes. The submitting side records each job (toolkit/jobs.py), shows each job's state
+with its log path as it changes, and imports a job's runs into the store as soon as it is over.
+
+Job folders live under `HOME/slurm/<job id>/`: HOME must be on a filesystem the nodes see (the
+usual shared home); nothing there is SQLite. The node's PATCHBENCH_HOME is `node_home` (node-local).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.markup import escape
+
+from toolkit import jobs
+from toolkit.errors import BadInput, PatchbenchError
+from toolkit.executors.config import ClusterConfig
+from toolkit.executors.job import SweepJob, run_sweep_job
+from toolkit.store import Store
+
+
+def _executor(home: Path, cfg: ClusterConfig, name: str):
+    try:
+        import submitit
+    except ImportError:
+        raise PatchbenchError("--executor slurm needs submitit (pip install submitit)") from None
+    import shutil
+
+    if not shutil.which("sbatch"):
+        raise BadInput("--executor slurm: no `sbatch` on PATH (run from a Slurm login node)")
+    ex = submitit.SlurmExecutor(folder=str(home / "slurm" / "%j"), python=sys.executable)
+    params = cfg.sbatch_parameters()
+    extra = params.pop("additional_parameters", {})
+    try:
+        ex.update_parameters(job_name=name, nodes=1, ntasks_per_node=1, additional_parameters=extra, **params)
+    except ValueError as exc:  # submitit refuses unknown sbatch options
+        raise BadInput(f"slurm options: {exc}".splitlines()[0]) from None
+    return ex
+
+
+def submit_sweeps(sweeps: list[SweepJob], *, home: Path, cfg: ClusterConfig, command: str = "run",
+                  console: Console) -> list[jobs.JobRecord]:
+    """Submit one job per sweep; record each in the jobs table. Returns the records."""
+    recs = []
+    for sweep in sweeps:
+        names = [r.name for r in sweep.recipes]
+        ex = _executor(home, cfg, f"patchbench-{command}")
+        try:
+            job = ex.submit(run_sweep_job, sweep)
+        except Exception as exc:  # sbatch's refusal (bad partition, account, ...): one line
+            msg = str(exc).strip().splitlines()
+            raise PatchbenchError(f"sbatch refused the job: {msg[-1] if msg else exc}") from None
+        rec = jobs.save(home, jobs.JobRecord(job_id=str(job.job_id), recipes=names, command=command,
+                                             folder=str(job.paths.folder), log=str(job.paths.stdout)))
+        console.print(escape(f"slurm job {rec.job_id}: submitted {' '.join(names)} [log: {rec.log}]"))
+        recs.append(rec)
+    return recs
+
+
+def wait(recs: list[jobs.JobRecord], *, home: Path, store: Store, cfg: ClusterConfig,
+         console: Console) -> list[jobs.JobRecord]:
+    """Watch the jobs until every one is over, printing each change of state with the job's log
+    and importing each job's runs as it ends. Ctrl-C stops the watching, not the jobs."""
+    ids = [r.job_id for r in recs]
+    current = {r.job_id: r for r in recs}
+    try:
+        while True:
+            for _, new in jobs.refresh(home, store, ids):
+                current[new.job_id] = new
+                _progress(new, console)
+            if all(current[i].imported for i in ids):
+                return [current[i] for i in ids]
+            time.sleep(cfg.poll_s)
+    except KeyboardInterrupt:
+        console.print("stopped watching; the jobs go on: `patchbench results --jobs` shows them and "
+                      "imports the runs of those that are over")
+        raise
+
+
+def _progress(rec: jobs.JobRecord, console: Console) -> None:
+    where = f" on {rec.node}" if rec.node else ""
+    line = f"slurm job {rec.job_id} ({' '.join(rec.recipes)}): {rec.state}{where} [log: {rec.log}]"
+    if rec.imported:
+        line += f"; imported {rec.imported_runs} run(s)"
+        if rec.interrupted_runs:
+            line += f", {rec.interrupted_runs} interrupted"
+    console.print(escape(line))
+
+
+def run_on_slurm(recipes, *, home: Path, store: Store, cfg: ClusterConfig, repeats: int | None, until: str,
+                 frozen: bool, console: Console) -> dict:
+    """`patchbench run --executor slurm`: the sweep as one job; returns what run_sweep returns, with
+    `jobs` (the final job records) added. The runs are in `store` when this returns."""
+    sweep = SweepJob(recipes=list(recipes), repeats=repeats, until=until, frozen=frozen, node_home=cfg.node_home)
+    recs = wait(submit_sweeps([sweep], home=home, cfg=cfg, console=console), home=home, store=store, cfg=cfg,
+                console=console)
+    runs, failed, summary = [], [], {}
+    for rec in recs:
+        done = Path(rec.folder) / jobs.DONE_NAME
+        summary = _read(done)
+        failed += [tuple(f) for f in summary.get("failed", [])]
+        imported = [r for r in store.runs() if (r.extra.get("slurm") or {}).get("job_id") == rec.job_id]
+        runs += [(r.recipe, r.run_id) for r in imported]
+        if not done.is_file():
+            failed.append((" ".join(rec.recipes), f"slurm job {rec.job_id} ended {rec.state} [log: {rec.log}]"))
+    return {"group_id": summary.get("group_id"), "runs": runs, "failed": failed, "jobs": [r.job_id for r in recs]}
+
+
+def _read(path: Path) -> dict:
+    import json
+
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
