@@ -15,10 +15,12 @@ HELP = "list stored runs (status, provenance, headline numbers) or export them (
 
 def add_arguments(parser) -> None:
     parser.add_argument("recipes", nargs="*", metavar="RECIPE", help="only these recipes")
-    parser.add_argument("--status", choices=["ok", "failed", "invalid", "running"], default=None)
+    parser.add_argument("--status", choices=["ok", "failed", "invalid", "running", "interrupted"], default=None)
     parser.add_argument("--export", choices=["json", "csv"], default=None, help="write runs and samples")
     parser.add_argument("--output", "-o", default=None, help="export file (default: stdout)")
     parser.add_argument("--limit", type=int, default=50)
+    parser.add_argument("--jobs", action="store_true",
+                        help="Slurm jobs (queued, running, done) with their logs; imports the runs of finished ones")
 
 
 def _headline(samples) -> str:
@@ -54,6 +56,11 @@ def render_runs(store, runs) -> Table:
 
 def run(args) -> int:
     store = store_of(args)
+    if args.jobs:
+        from toolkit.commands.common import home_of
+        from toolkit.executors.slurm import show_jobs
+
+        return show_jobs(home_of(args), store, console)
     filters = {"recipe": args.recipes or None, "status": args.status}
     if args.export:
         out = args.output or sys.stdout

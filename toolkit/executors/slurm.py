@@ -117,3 +117,26 @@ def _read(path: Path) -> dict:
         return json.loads(path.read_text())
     except (OSError, ValueError):
         return {}
+
+
+def show_jobs(home: Path, store: Store, console: Console) -> int:
+    """`patchbench results --jobs`: ask the scheduler about unfinished jobs, import those that are
+    over, and print the jobs table (queued, running, done) with each job's log."""
+    from rich.table import Table
+
+    for _, new in jobs.refresh(home, store):
+        _progress(new, console)
+    recs = jobs.load_all(home)
+    if not recs:
+        console.print(f"no Slurm jobs recorded in {jobs.jobs_dir(home)}")
+        return 0
+    table = Table(title="slurm jobs", title_justify="left")
+    for col in ("job", "command", "recipes", "state", "node", "submitted", "runs imported", "interrupted", "log"):
+        table.add_column(col, overflow="fold")
+    for r in recs:
+        style = "green" if r.state == "COMPLETED" else ("yellow" if not r.over else "red")
+        table.add_row(r.job_id, r.command, " ".join(r.recipes), f"[{style}]{escape(r.state)}[/]", r.node or "",
+                      r.submitted_at, str(r.imported_runs) if r.imported else "-",
+                      str(r.interrupted_runs) if r.imported else "-", escape(r.log))
+    console.print(table)
+    return 0
