@@ -15,6 +15,7 @@ import psutil
 import pytest
 
 from slurm_cluster import SlurmCluster, unavailable
+from test_analysis_e2e import mini  # noqa: F401  (fixture: a git copy of the miniature upstream)
 from toolkit.store import Store
 
 DEMO = ["demo/baseline", "demo/fast", "demo/slow"]
@@ -145,3 +146,29 @@ def test_scancel_leaves_interrupted_run_and_no_orphan_server_then_rerun_complete
     runs = Store(store).runs()
     assert sum(r.status == "ok" for r in runs) >= 3 and sum(r.status == "interrupted" for r in runs) == 1
     assert not _servers(shared_home)
+
+
+def test_bisect_through_slurm_names_the_same_patch(slurm, mini, home):
+    from test_analysis_e2e import _cost_patch, _new_file_patch, _recipe
+    from toolkit.cli import main
+
+    (home / "config.toml").write_text(f'[cluster]\npoll_s = 0.5\nnode_home = "{home}"\n')  # the user config
+    stack = []
+    for i in (1, 2, 3):
+        (mini / "patches" / f"p{i}.patch").write_text(
+            _cost_patch(mini, "STEP_BASE_S = 0.012", "STEP_BASE_S = 0.020", "planted: slower step")
+            if i == 2 else _new_file_patch(i))
+        stack.append(f"p{i}.patch")
+    recipe = _recipe(mini, "stack3", stack)
+    argv = ["bisect", recipe, "--metric", "output_tok_s@1", "--threshold", "10", "--json"]
+    found = {}
+    for executor in ("local", "slurm"):
+        store = home / f"{executor}.sqlite"
+        proc = subprocess.run([sys.executable, "-m", "toolkit", *argv, "--executor", executor, "--store", str(store)],
+                              capture_output=True, text=True, timeout=600, env={**os.environ, "PATCHBENCH_HOME": str(home)})
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        found[executor] = json.loads(proc.stdout)
+    assert found["local"]["culprit_label"] == found["slurm"]["culprit_label"] == "p2.patch"
+    runs = Store(home / "slurm.sqlite").runs(status="ok")
+    assert runs and all(r.extra["slurm"]["job_id"] for r in runs)
+    assert len({r.extra["slurm"]["job_id"] for r in runs}) >= 2, "each probe is a job of its own"

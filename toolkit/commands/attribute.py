@@ -6,6 +6,7 @@ from __future__ import annotations
 import uuid
 
 from toolkit.commands.common import console, err, home_of, load, print_json, store_of
+from toolkit.executors.config import add_executor_arguments
 
 HELP = "what each patch of a recipe's stack buys: prefix chain (and leave-one-out) with CIs and verdicts"
 
@@ -16,6 +17,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--repeats", type=int, default=None, help="values per prefix (default: the recipe's repeats)")
     parser.add_argument("--leave-one-out", action="store_true", help="also measure the stack minus each patch")
     parser.add_argument("--json", action="store_true")
+    add_executor_arguments(parser)
 
 
 def require_gpu_if_needed(recipe) -> None:
@@ -39,9 +41,16 @@ def run(args) -> int:
     stack = stack_of(recipe)
     if not stack:
         raise BadInput(f"recipe {recipe.name} has no patches to attribute")
-    require_gpu_if_needed(recipe)
+    if args.executor == "local":  # a Slurm node has the GPU, not this machine
+        require_gpu_if_needed(recipe)
     spec = MetricSpec.parse(args.metric)
     meter = VariantMeter(recipe, home_of(args), store_of(args), spec, err, group_id=uuid.uuid4().hex[:12])
+    if args.executor == "slurm":  # each variant one Slurm job
+        from toolkit.executors.config import cluster_config
+        from toolkit.executors.slurm_variants import SlurmVariantMeter
+
+        meter = SlurmVariantMeter(recipe, meter.home, meter.store, spec, err, group_id=meter.group_id,
+                                  cfg=cluster_config(args, meter.home), command="attribute")
     repeats = args.repeats or recipe.benchmark.repeats
     names = [patch_label(recipe, p) for _, p in stack]
     prefix_values = []

@@ -9,6 +9,7 @@ import shlex
 import uuid
 
 from toolkit.commands.common import console, err, home_of, load, print_json, store_of
+from toolkit.executors.config import add_executor_arguments
 
 HELP = "find the patch (or upstream commit) that made a metric worse, in about log2(n)+1 builds, noise-aware"
 
@@ -23,6 +24,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--good", help="with --source: a known-good revision")
     parser.add_argument("--bad", help="with --source: a known-bad revision")
     parser.add_argument("--json", action="store_true")
+    add_executor_arguments(parser)
 
 
 def run(args) -> int:
@@ -37,6 +39,12 @@ def run(args) -> int:
     spec = MetricSpec.parse(args.metric)
     home = home_of(args)
     meter = VariantMeter(recipe, home, store_of(args), spec, err, group_id=uuid.uuid4().hex[:12])
+    if args.executor == "slurm":  # each probe one Slurm job
+        from toolkit.executors.config import cluster_config
+        from toolkit.executors.slurm_variants import SlurmVariantMeter
+
+        meter = SlurmVariantMeter(recipe, home, meter.store, spec, err, group_id=meter.group_id,
+                                  cfg=cluster_config(args, home), command="bisect")
     unit = "tok/s" if "tok_s" in spec.metric else ("ms" if "_ms" in spec.metric else "")
     hib = stats.higher_is_better(spec.metric, unit)
     if hib is None:
@@ -47,7 +55,8 @@ def run(args) -> int:
     if args.source:
         if not (args.good and args.bad):
             raise BadInput("--source needs --good REV and --bad REV")
-        require_gpu_if_needed(recipe)
+        if args.executor == "local":  # a Slurm node has the GPU, not this machine
+            require_gpu_if_needed(recipe)
         commits = upstream_commits(recipe, args.source, args.good, args.bad, home)
         err.print(f"bisecting {len(commits) - 1} commits of {args.source} ({args.good}..{args.bad})")
 
@@ -60,7 +69,8 @@ def run(args) -> int:
         stack = stack_of(recipe)
         if not stack:
             raise BadInput(f"recipe {recipe.name} has no patches to bisect")
-        require_gpu_if_needed(recipe)
+        if args.executor == "local":  # a Slurm node has the GPU, not this machine
+            require_gpu_if_needed(recipe)
         names = [patch_label(recipe, p) for _, p in stack]
         err.print(f"bisecting {len(stack)} patches of {recipe.name}")
 

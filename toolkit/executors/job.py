@@ -64,32 +64,77 @@ def _stop(signum, frame):
     raise JobStopped(signal.Signals(signum).name)
 
 
-def run_sweep_job(job: SweepJob) -> dict:
-    """The function submitit runs on the node. Returns the sweep's summary (also in done.json)."""
+@dataclass(frozen=True)
+class VariantJob:
+    """One probe of a bisect / one variant of an attribution: `repeats` new values of a variant."""
+
+    recipe: object  # toolkit.recipe.Recipe
+    spec: object  # toolkit.analysis.variants.MetricSpec
+    label: str
+    overrides: dict
+    repeats: int
+    group_id: str
+    node_home: str
+
+
+def _node(node_home: str):
+    """The job's side of things: (job id, job folder, node home, its JobStore, a console).
+    Installs the stop signals (SIGTERM from scancel, USR2 before the time limit)."""
     import submitit
     from rich.console import Console
-
-    from toolkit.errors import PatchbenchError
-    from toolkit.pipeline import run_sweep
 
     env = submitit.JobEnvironment()
     folder = Path(env.paths.folder)
     slurm = {"job_id": env.job_id, "node": socket.gethostname(), "log": str(env.paths.stdout),
              "folder": str(folder)}
-    node_home = Path(os.path.expandvars(job.node_home)).expanduser()
-    node_home.mkdir(parents=True, exist_ok=True)
-    os.environ["PATCHBENCH_HOME"] = str(node_home)
-    store = JobStore(node_home / "jobs" / env.job_id / "results.sqlite", export=folder / EXPORT_NAME, slurm=slurm)
+    home = Path(os.path.expandvars(node_home)).expanduser()
+    home.mkdir(parents=True, exist_ok=True)
+    os.environ["PATCHBENCH_HOME"] = str(home)
+    store = JobStore(home / "node-jobs" / env.job_id / "results.sqlite", export=folder / EXPORT_NAME, slurm=slurm)
     store.export("json", store.export_path)  # an empty export: the job started
     for sig in (signal.SIGTERM, signal.SIGUSR2):
         signal.signal(sig, _stop)
     console = Console(stderr=True, highlight=False, soft_wrap=True)
-    console.print(f"slurm job {env.job_id} on {slurm['node']}: node home {node_home}")
+    console.print(f"slurm job {env.job_id} on {slurm['node']}: node home {home}")
+    return env.job_id, folder, home, store, console
+
+
+def _write_done(folder: Path, summary: dict) -> dict:
+    tmp = folder / f".{DONE_NAME}.tmp"
+    tmp.write_text(json.dumps(summary, indent=2, default=str))
+    os.replace(tmp, folder / DONE_NAME)
+    return summary
+
+
+def run_variant_job(job: VariantJob) -> dict:
+    """On the node: measure one variant (prepare it, then `repeats` runs); values in done.json."""
+    from toolkit.analysis.variants import VariantMeter
+
+    job_id, folder, home, store, console = _node(job.node_home)
+    meter = VariantMeter(job.recipe, home, store, job.spec, console, group_id=job.group_id)
+    try:
+        values = meter.measure(job.label, job.overrides, job.repeats)
+    except JobStopped as exc:
+        console.print(f"slurm job {job_id}: stopped by {exc} (runs in progress are left interrupted)")
+        raise SystemExit(143) from None
+    finally:
+        store.export("json", store.export_path)
+        store.close()
+    return _write_done(folder, {"job_id": job_id, "label": job.label, "values": values, "builds": meter.builds,
+                                "runs": meter.runs})
+
+
+def run_sweep_job(job: SweepJob) -> dict:
+    """The function submitit runs on the node. Returns the sweep's summary (also in done.json)."""
+    from toolkit.errors import PatchbenchError
+    from toolkit.pipeline import run_sweep
+
+    job_id, folder, node_home, store, console = _node(job.node_home)
     try:
         result = run_sweep(job.recipes, home=node_home, store=store, repeats=job.repeats, until=job.until,
                            frozen=job.frozen, console=console)
     except JobStopped as exc:
-        console.print(f"slurm job {env.job_id}: stopped by {exc} (runs in progress are left interrupted)")
+        console.print(f"slurm job {job_id}: stopped by {exc} (runs in progress are left interrupted)")
         raise SystemExit(143) from None
     except PatchbenchError as exc:  # refused before any launch (bad recipe, no GPU): say so, exit 0
         console.print(f"error: {exc}")
@@ -97,9 +142,5 @@ def run_sweep_job(job: SweepJob) -> dict:
     finally:
         store.export("json", store.export_path)
         store.close()
-    summary = {"job_id": env.job_id, "node": slurm["node"], "group_id": result["group_id"],
-               "runs": result["runs"], "failed": result["failed"]}
-    tmp = folder / f".{DONE_NAME}.tmp"
-    tmp.write_text(json.dumps(summary, indent=2))
-    os.replace(tmp, folder / DONE_NAME)
-    return summary
+    return _write_done(folder, {"job_id": job_id, "node": socket.gethostname(), "group_id": result["group_id"],
+                                "runs": result["runs"], "failed": result["failed"]})

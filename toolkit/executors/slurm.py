@@ -42,23 +42,19 @@ def _executor(home: Path, cfg: ClusterConfig, name: str):
     return ex
 
 
-def submit_sweeps(sweeps: list[SweepJob], *, home: Path, cfg: ClusterConfig, command: str = "run",
-                  console: Console) -> list[jobs.JobRecord]:
-    """Submit one job per sweep; record each in the jobs table. Returns the records."""
-    recs = []
-    for sweep in sweeps:
-        names = [r.name for r in sweep.recipes]
-        ex = _executor(home, cfg, f"patchbench-{command}")
-        try:
-            job = ex.submit(run_sweep_job, sweep)
-        except Exception as exc:  # sbatch's refusal (bad partition, account, ...): one line
-            msg = str(exc).strip().splitlines()
-            raise PatchbenchError(f"sbatch refused the job: {msg[-1] if msg else exc}") from None
-        rec = jobs.save(home, jobs.JobRecord(job_id=str(job.job_id), recipes=names, command=command,
-                                             folder=str(job.paths.folder), log=str(job.paths.stdout)))
-        console.print(escape(f"slurm job {rec.job_id}: submitted {' '.join(names)} [log: {rec.log}]"))
-        recs.append(rec)
-    return recs
+def submit(fn, payload, *, names: list[str], home: Path, cfg: ClusterConfig, command: str,
+           console: Console) -> jobs.JobRecord:
+    """Submit `fn(payload)` as one single-node job; record it in the jobs table."""
+    ex = _executor(home, cfg, f"patchbench-{command}")
+    try:
+        job = ex.submit(fn, payload)
+    except Exception as exc:  # sbatch's refusal (bad partition, account, ...): one line
+        msg = str(exc).strip().splitlines()
+        raise PatchbenchError(f"sbatch refused the job: {msg[-1] if msg else exc}") from None
+    rec = jobs.save(home, jobs.JobRecord(job_id=str(job.job_id), recipes=names, command=command,
+                                         folder=str(job.paths.folder), log=str(job.paths.stdout)))
+    console.print(escape(f"slurm job {rec.job_id}: submitted {command} {' '.join(names)} [log: {rec.log}]"))
+    return rec
 
 
 def wait(recs: list[jobs.JobRecord], *, home: Path, store: Store, cfg: ClusterConfig,
@@ -96,12 +92,13 @@ def run_on_slurm(recipes, *, home: Path, store: Store, cfg: ClusterConfig, repea
     """`patchbench run --executor slurm`: the sweep as one job; returns what run_sweep returns, with
     `jobs` (the final job records) added. The runs are in `store` when this returns."""
     sweep = SweepJob(recipes=list(recipes), repeats=repeats, until=until, frozen=frozen, node_home=cfg.node_home)
-    recs = wait(submit_sweeps([sweep], home=home, cfg=cfg, console=console), home=home, store=store, cfg=cfg,
-                console=console)
+    rec = submit(run_sweep_job, sweep, names=[r.name for r in recipes], home=home, cfg=cfg, command="run",
+                 console=console)
+    recs = wait([rec], home=home, store=store, cfg=cfg, console=console)
     runs, failed, summary = [], [], {}
     for rec in recs:
         done = Path(rec.folder) / jobs.DONE_NAME
-        summary = _read(done)
+        summary = read_json(done)
         failed += [tuple(f) for f in summary.get("failed", [])]
         imported = [r for r in store.runs() if (r.extra.get("slurm") or {}).get("job_id") == rec.job_id]
         runs += [(r.recipe, r.run_id) for r in imported]
@@ -110,7 +107,7 @@ def run_on_slurm(recipes, *, home: Path, store: Store, cfg: ClusterConfig, repea
     return {"group_id": summary.get("group_id"), "runs": runs, "failed": failed, "jobs": [r.job_id for r in recs]}
 
 
-def _read(path: Path) -> dict:
+def read_json(path: Path) -> dict:
     import json
 
     try:
