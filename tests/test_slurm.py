@@ -172,3 +172,22 @@ def test_bisect_through_slurm_names_the_same_patch(slurm, mini, home):
     runs = Store(home / "slurm.sqlite").runs(status="ok")
     assert runs and all(r.extra["slurm"]["job_id"] for r in runs)
     assert len({r.extra["slurm"]["job_id"] for r in runs}) >= 2, "each probe is a job of its own"
+
+
+def test_attribute_through_slurm_sends_every_variant_at_once(slurm, mini, home):
+    from test_analysis_e2e import _cost_patch, _recipe
+
+    (home / "config.toml").write_text(f'[cluster]\npoll_s = 0.5\nnode_home = "{home}"\n')
+    (mini / "patches" / "fast.patch").write_text(
+        _cost_patch(mini, "STEP_BASE_S = 0.012", "STEP_BASE_S = 0.006", "faster step"))
+    recipe = _recipe(mini, "one", ["fast.patch"])
+    proc = subprocess.run([sys.executable, "-m", "toolkit", "attribute", recipe, "--metric", "output_tok_s@1",
+                           "--repeats", "3", "--json", "--executor", "slurm"], capture_output=True, text=True,
+                          timeout=600, env={**os.environ, "PATCHBENCH_HOME": str(home)})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(proc.stdout)
+    base, after = (sum(v) / len(v) for v in out["prefix_values"])
+    assert after > base * 1.2, out
+    lines = [ln for ln in proc.stderr.splitlines() if "submitted attribute" in ln or "RUNNING" in ln]
+    assert "submitted" in lines[0] and "submitted" in lines[1], "both variants go to the queue before either runs"
+    assert len(Store(home / "results.sqlite").runs(status="ok")) == 6

@@ -132,6 +132,13 @@ def _placeholder(recipe, rec: JobRecord) -> dict:
                                 "final_state": rec.state}}, "samples": []}
 
 
+def run_ids(rec: JobRecord) -> list[str]:
+    """The ids of the runs a job left (its export, and the records of recipes it never began)."""
+    runs = _read_export(Path(rec.folder))
+    began = {r["recipe"] for r in runs}
+    return [r["run_id"] for r in runs] + [f"slurm-{rec.job_id}-{n}" for n in rec.recipes if n not in began]
+
+
 def merge(home: Path, store: Store, rec: JobRecord) -> JobRecord:
     """Import the runs of a job that is over into `store`, exactly once. Returns the new record."""
     with FileLock(str(jobs_dir(home) / f"{rec.job_id}.lock")):

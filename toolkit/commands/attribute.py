@@ -53,6 +53,10 @@ def run(args) -> int:
                                   cfg=cluster_config(args, meter.home), command="attribute")
     repeats = args.repeats or recipe.benchmark.repeats
     names = [patch_label(recipe, p) for _, p in stack]
+    if args.executor == "slurm":  # every variant at once, on as many nodes
+        meter.submit_ahead([(f"prefix{k}", prefix_overrides(recipe, k), repeats) for k in range(len(stack) + 1)]
+                           + [(f"without{i}", without_overrides(recipe, i), repeats)
+                              for i in range(1, len(stack) + 1) if args.leave_one_out])
     prefix_values = []
     for k in range(len(stack) + 1):
         label = "base" if k == 0 else f"+{k}"

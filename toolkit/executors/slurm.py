@@ -9,6 +9,7 @@ usual shared home); nothing there is SQLite. The node's PATCHBENCH_HOME is `node
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from pathlib import Path
@@ -100,16 +101,13 @@ def run_on_slurm(recipes, *, home: Path, store: Store, cfg: ClusterConfig, repea
         done = Path(rec.folder) / jobs.DONE_NAME
         summary = read_json(done)
         failed += [tuple(f) for f in summary.get("failed", [])]
-        imported = [r for r in store.runs() if (r.extra.get("slurm") or {}).get("job_id") == rec.job_id]
-        runs += [(r.recipe, r.run_id) for r in imported]
+        runs += [(r.recipe, r.run_id) for r in store.runs(run_ids=jobs.run_ids(rec))]
         if not done.is_file():
             failed.append((" ".join(rec.recipes), f"slurm job {rec.job_id} ended {rec.state} [log: {rec.log}]"))
     return {"group_id": summary.get("group_id"), "runs": runs, "failed": failed, "jobs": [r.job_id for r in recs]}
 
 
 def read_json(path: Path) -> dict:
-    import json
-
     try:
         return json.loads(path.read_text())
     except (OSError, ValueError):

@@ -1,7 +1,8 @@
 """Variants measured on Slurm (bisect probes, attribution prefixes): each call to `measure` is one
 job on one node (prepare the variant there, then the runs), so bisect keeps its log2 structure and
 asks for the next probe as soon as the answer is in. The runs land in the submitting side's store
-as the job ends; values come back in the job's done.json."""
+as the job ends; values come back in the job's done.json. Attribution knows all its variants up
+front: `submit_ahead` sends them at once, to run on as many nodes in parallel."""
 
 from __future__ import annotations
 
@@ -22,12 +23,21 @@ class SlurmVariantMeter(VariantMeter):
 
     cfg: ClusterConfig = field(default_factory=ClusterConfig)
     command: str = "bisect"
+    _pending: dict = field(default_factory=dict)  # (label, repeats) -> JobRecord submitted ahead
 
-    def measure(self, label: str, overrides: dict, repeats: int) -> list[float] | None:
+    def _submit(self, label: str, overrides: dict, repeats: int):
         job = VariantJob(recipe=self.recipe, spec=self.spec, label=label, overrides=overrides, repeats=repeats,
                          group_id=self.group_id, node_home=self.cfg.node_home)
-        rec = submit(run_variant_job, job, names=[f"{self.recipe.name}@{label}"], home=self.home, cfg=self.cfg,
-                     command=self.command, console=self.console)
+        return submit(run_variant_job, job, names=[f"{self.recipe.name}@{label}"], home=self.home, cfg=self.cfg,
+                      command=self.command, console=self.console)
+
+    def submit_ahead(self, variants: list[tuple[str, dict, int]]) -> None:
+        """Submit every (label, overrides, repeats) now; `measure` then waits for its own job."""
+        for label, overrides, repeats in variants:
+            self._pending[(label, repeats)] = self._submit(label, overrides, repeats)
+
+    def measure(self, label: str, overrides: dict, repeats: int) -> list[float] | None:
+        rec = self._pending.pop((label, repeats), None) or self._submit(label, overrides, repeats)
         rec = wait([rec], home=self.home, store=self.store, cfg=self.cfg, console=self.console)[0]
         done = read_json(Path(rec.folder) / DONE_NAME)
         self.builds += int(done.get("builds") or 0)
