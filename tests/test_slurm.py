@@ -191,3 +191,31 @@ def test_attribute_through_slurm_sends_every_variant_at_once(slurm, mini, home):
     lines = [ln for ln in proc.stderr.splitlines() if "submitted attribute" in ln or "RUNNING" in ln]
     assert "submitted" in lines[0] and "submitted" in lines[1], "both variants go to the queue before either runs"
     assert len(Store(home / "results.sqlite").runs(status="ok")) == 6
+
+
+def test_job_cancelled_while_queued_leaves_one_interrupted_record_per_recipe(slurm, shared_home):
+    store = shared_home / "queued.sqlite"
+    jobs_dir = shared_home / "slurm" / "jobs"
+    before = {p.name for p in jobs_dir.glob("*.json")} if jobs_dir.is_dir() else set()
+    env = {**os.environ, "PATCHBENCH_HOME": str(shared_home)}
+    argv = [sys.executable, "-m", "toolkit", "run", "demo/baseline", "demo/fast", "--store", str(store),
+            *slurm_args(shared_home), "--slurm-arg", "begin=now+1hour"]  # any sbatch option passes through
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not ({p.name for p in jobs_dir.glob("*.json")} - before):
+            time.sleep(0.1)
+        job = json.loads((jobs_dir / ({p.name for p in jobs_dir.glob("*.json")} - before).pop()).read_text())
+        state = subprocess.run(["squeue", "-h", "-j", job["job_id"], "-o", "%T"], capture_output=True, text=True)
+        assert state.stdout.strip() == "PENDING"
+        subprocess.run(["scancel", job["job_id"]], check=True, timeout=30)
+        _, errs = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1 and "CANCELLED" in errs
+    runs = Store(store).runs()
+    assert sorted(r.recipe for r in runs) == ["demo/baseline", "demo/fast"]
+    assert all(r.status == "interrupted" and job["log"] in r.error and "before any run" in r.error for r in runs)
+    out = patchbench(shared_home, "results", "--jobs", "--store", str(store))
+    assert job["job_id"] in out.stdout and "CANCELLED" in out.stdout
