@@ -148,9 +148,8 @@ def test_scancel_leaves_interrupted_run_and_no_orphan_server_then_rerun_complete
     assert not _servers(shared_home)
 
 
-def test_bisect_through_slurm_names_the_same_patch(slurm, mini, home):
+def test_bisect_through_slurm_names_the_same_patch(slurm, mini, home):  # noqa: F811 (the fixture)
     from test_analysis_e2e import _cost_patch, _new_file_patch, _recipe
-    from toolkit.cli import main
 
     (home / "config.toml").write_text(f'[cluster]\npoll_s = 0.5\nnode_home = "{home}"\n')  # the user config
     stack = []
@@ -174,7 +173,7 @@ def test_bisect_through_slurm_names_the_same_patch(slurm, mini, home):
     assert len({r.extra["slurm"]["job_id"] for r in runs}) >= 2, "each probe is a job of its own"
 
 
-def test_attribute_through_slurm_sends_every_variant_at_once(slurm, mini, home):
+def test_attribute_through_slurm_sends_every_variant_at_once(slurm, mini, home):  # noqa: F811
     from test_analysis_e2e import _cost_patch, _recipe
 
     (home / "config.toml").write_text(f'[cluster]\npoll_s = 0.5\nnode_home = "{home}"\n')
