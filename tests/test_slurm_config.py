@@ -7,7 +7,8 @@ import argparse
 import pytest
 
 from toolkit.errors import BadInput
-from toolkit.executors.config import add_executor_arguments, cluster_config, time_minutes
+from toolkit.executors.config import ClusterConfig, add_executor_arguments, cluster_config, for_recipes, time_minutes
+from toolkit.recipe import load_recipe
 
 
 def _args(*argv):
@@ -39,3 +40,12 @@ def test_bad_settings_are_one_line_errors(tmp_path):
     (tmp_path / "config.toml").write_text('[cluster]\npartiton = "gpu"\n')
     with pytest.raises(BadInput, match="unknown \\[cluster\\] key"):
         cluster_config(_args(), tmp_path)
+
+
+def test_gpus_per_node_follow_the_recipe_unless_asked():
+    demo = load_recipe("demo/baseline")  # gpus = 0: asks for none
+    assert for_recipes(ClusterConfig(), [demo]).gpus_per_node is None
+    ep8 = load_recipe("ep8")  # no [server] gpus: its tp-size (8 unless PATCHBENCH_GPUS says otherwise)
+    need = int(dict(ep8.server.args)["tp-size"])
+    assert for_recipes(ClusterConfig(), [demo, ep8]).gpus_per_node == need
+    assert for_recipes(ClusterConfig(gpus_per_node=2), [ep8]).gpus_per_node == 2

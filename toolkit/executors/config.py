@@ -56,6 +56,25 @@ class ClusterConfig:
         return out
 
 
+def gpus_needed(recipe) -> int:
+    """GPUs a recipe's server uses: `[server] gpus`, else its tensor-parallel size (sglang's
+    `--tp-size`, default 1), 0 for a recipe that runs on CPU."""
+    if recipe.server.gpus is not None:
+        return int(recipe.server.gpus)
+    tp = dict(recipe.server.args).get("tp-size", dict(recipe.server.args).get("tp", 1))
+    try:
+        return int(tp)
+    except (TypeError, ValueError):
+        return 1
+
+
+def for_recipes(cfg: ClusterConfig, recipes) -> ClusterConfig:
+    """Ask for as many GPUs per node as the most demanding recipe uses, unless --gpus-per-node (or
+    the config) says otherwise."""
+    need = max((gpus_needed(r) for r in recipes), default=0)
+    return replace(cfg, gpus_per_node=need) if cfg.gpus_per_node is None and need > 0 else cfg
+
+
 def time_minutes(text: str | int) -> int:
     """Slurm's time formats (MM, HH:MM:SS, D-HH[:MM[:SS]]) -> whole minutes (at least 1)."""
     s = str(text).strip()

@@ -19,7 +19,7 @@ from rich.markup import escape
 
 from toolkit import jobs
 from toolkit.errors import BadInput, PatchbenchError
-from toolkit.executors.config import ClusterConfig
+from toolkit.executors.config import ClusterConfig, for_recipes
 from toolkit.executors.job import SweepJob, run_sweep_job
 from toolkit.store import Store
 
@@ -54,7 +54,9 @@ def submit(fn, payload, *, names: list[str], home: Path, cfg: ClusterConfig, com
         raise PatchbenchError(f"sbatch refused the job: {msg[-1] if msg else exc}") from None
     rec = jobs.save(home, jobs.JobRecord(job_id=str(job.job_id), recipes=names, command=command,
                                          folder=str(job.paths.folder), log=str(job.paths.stdout)))
-    console.print(escape(f"slurm job {rec.job_id}: submitted {command} {' '.join(names)} [log: {rec.log}]"))
+    asked = " ".join(f"{k}={v}" for k, v in cfg.sbatch_parameters().items()) or "cluster defaults"
+    console.print(escape(f"slurm job {rec.job_id}: submitted {command} {' '.join(names)} ({asked}; settings: "
+                         f"{cfg.source}) [log: {rec.log}]"))
     return rec
 
 
@@ -92,6 +94,7 @@ def run_on_slurm(recipes, *, home: Path, store: Store, cfg: ClusterConfig, repea
                  frozen: bool, console: Console) -> dict:
     """`patchbench run --executor slurm`: the sweep as one job; returns what run_sweep returns, with
     `jobs` (the final job records) added. The runs are in `store` when this returns."""
+    cfg = for_recipes(cfg, recipes)
     sweep = SweepJob(recipes=list(recipes), repeats=repeats, until=until, frozen=frozen, node_home=cfg.node_home)
     rec = submit(run_sweep_job, sweep, names=[r.name for r in recipes], home=home, cfg=cfg, command="run",
                  console=console)

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from toolkit.analysis.variants import VariantMeter
-from toolkit.executors.config import ClusterConfig
+from toolkit.executors.config import ClusterConfig, for_recipes
 from toolkit.executors.job import VariantJob, run_variant_job
 from toolkit.executors.slurm import read_json, submit, wait
 from toolkit.jobs import DONE_NAME
@@ -28,8 +28,8 @@ class SlurmVariantMeter(VariantMeter):
     def _submit(self, label: str, overrides: dict, repeats: int):
         job = VariantJob(recipe=self.recipe, spec=self.spec, label=label, overrides=overrides, repeats=repeats,
                          group_id=self.group_id, node_home=self.cfg.node_home)
-        return submit(run_variant_job, job, names=[f"{self.recipe.name}@{label}"], home=self.home, cfg=self.cfg,
-                      command=self.command, console=self.console)
+        return submit(run_variant_job, job, names=[f"{self.recipe.name}@{label}"], home=self.home,
+                      cfg=for_recipes(self.cfg, [self.recipe]), command=self.command, console=self.console)
 
     def submit_ahead(self, variants: list[tuple[str, dict, int]]) -> None:
         """Submit every (label, overrides, repeats) now; `measure` then waits for its own job."""
