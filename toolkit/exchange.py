@@ -92,9 +92,10 @@ def export(store: Store, fmt: str, out: Path | str | IO[str], **filters: Any) ->
     return n
 
 
-def import_export(store: Store, src: Path | str | IO[str]) -> int:
+def import_export(store: Store, src: Path | str | IO[str], *, measured_here: bool = False) -> int:
     """Record the runs of a JSON export that `store` does not have yet (by run id), each in its own
-    transaction, marked as imported. Returns the number imported."""
+    transaction, marked as imported. Returns the number imported. `measured_here`: the runs are this
+    campaign's own (a Slurm job's export), not another machine's numbers: not marked imported."""
     try:
         if isinstance(src, (str, Path)):
             doc = json.loads(Path(src).read_text(encoding="utf-8"))
@@ -114,7 +115,8 @@ def import_export(store: Store, src: Path | str | IO[str]) -> int:
         samples = [SampleRow(run_id=r["run_id"], **s) for s in r.get("samples", [])]
         fields_ = {k: v for k, v in r.items() if k in RUN_FIELDS}
         extra = dict(fields_.get("extra") or {})
-        extra.setdefault("imported", {"from": str(src), "exported_at": doc.get("exported_at")})
+        if not measured_here:
+            extra.setdefault("imported", {"from": str(src), "exported_at": doc.get("exported_at")})
         fields_["extra"] = extra
         store.record_run(fields_, samples)
         n += 1

@@ -153,8 +153,8 @@ class Store:
             if str(mode).lower() != "wal":
                 raise PatchbenchError(f"results store {self.path}: cannot use WAL journal (got {mode})")
             conn.execute("PRAGMA synchronous = FULL")
+            self._migrate(conn)  # before foreign keys are on: a table rebuild must not cascade
             conn.execute("PRAGMA foreign_keys = ON")
-            self._migrate(conn)
         except sqlite3.DatabaseError as e:
             raise PatchbenchError(f"results store {self.path}: {e}") from None
         except OSError as e:

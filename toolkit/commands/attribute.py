@@ -6,6 +6,7 @@ from __future__ import annotations
 import uuid
 
 from toolkit.commands.common import console, err, home_of, load, print_json, store_of
+from toolkit.executors.config import add_executor_arguments
 
 HELP = "what each patch of a recipe's stack buys: prefix chain (and leave-one-out) with CIs and verdicts"
 
@@ -21,9 +22,13 @@ def add_arguments(parser) -> None:
     parser.add_argument("--leave-one-out", action="store_true", help="also measure the stack minus each patch")
     add_min_effect_argument(parser)
     parser.add_argument("--json", action="store_true")
+    add_executor_arguments(parser)
 
 
-def require_gpu_if_needed(recipe) -> None:
+def require_gpu_if_needed(recipe, args=None) -> None:
+    """NoGPU (exit 3) when the recipe needs a GPU that this machine lacks; a Slurm node has its own."""
+    if getattr(args, "executor", "local") == "slurm":
+        return
     from toolkit import machine
     from toolkit.errors import NoGPU
     from toolkit.pipeline import needs_gpu
@@ -54,10 +59,20 @@ def run(args) -> int:
     stack = stack_of(recipe)
     if not stack:
         raise BadInput(f"recipe {recipe.name} has no patches to attribute")
-    require_gpu_if_needed(recipe)
+    require_gpu_if_needed(recipe, args)
     meter = VariantMeter(recipe, home_of(args), store_of(args), spec, err, group_id=uuid.uuid4().hex[:12])
+    if args.executor == "slurm":  # each variant one Slurm job
+        from toolkit.executors.config import cluster_config
+        from toolkit.executors.slurm_variants import SlurmVariantMeter
+
+        meter = SlurmVariantMeter(recipe, meter.home, meter.store, spec, err, group_id=meter.group_id,
+                                  cfg=cluster_config(args, meter.home), command="attribute")
     repeats = args.repeats or recipe.benchmark.repeats
     names = [patch_label(recipe, p) for _, p in stack]
+    if args.executor == "slurm":  # every variant at once, on as many nodes
+        meter.submit_ahead([(f"prefix{k}", prefix_overrides(recipe, k), repeats) for k in range(len(stack) + 1)]
+                           + [(f"without{i}", without_overrides(recipe, i), repeats)
+                              for i in range(1, len(stack) + 1) if args.leave_one_out])
     prefix_values = []
     for k in range(len(stack) + 1):
         label = "base" if k == 0 else f"+{k}"

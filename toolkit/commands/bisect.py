@@ -18,6 +18,7 @@ import shlex
 import uuid
 
 from toolkit.commands.common import console, err, home_of, load, print_json, store_of
+from toolkit.executors.config import add_executor_arguments
 
 HELP = ("find the patch, release or upstream commit that moved a metric (worse, or --direction better) "
         "in about log2(n)+1 builds, noise-aware")
@@ -43,6 +44,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--tag-format", default="v{version}", help="release -> git tag (default v{version})")
     parser.add_argument("--until", choices=("check",), help="stop after validating and building the first probe")
     parser.add_argument("--json", action="store_true")
+    add_executor_arguments(parser)
 
 
 def _releases(recipe, args, spec) -> list[str]:
@@ -72,6 +74,8 @@ def run(args) -> int:
     recipe = load(args.recipe)
     home = home_of(args)
     meter = VariantMeter(recipe, home, store_of(args), spec, err, group_id=uuid.uuid4().hex[:12])
+    if args.executor == "slurm":  # each probe one Slurm job
+        meter = _slurm_meter(recipe, home, meter, spec, args)
     kw = dict(higher_is_better=spec.info.higher_is_better, threshold_pct=args.threshold, initial_repeats=max(2, args.repeats),
               max_repeats=args.max_repeats, on_step=lambda s: err.print(s.line), direction=args.direction)
     repro = ["patchbench", "bisect", recipe.name, "--metric", args.metric, "--threshold", str(args.threshold)]
@@ -90,7 +94,7 @@ def run(args) -> int:
                       + ", ".join(versions[1:]))
             if args.until == "check":
                 return _dry_run(meter, variants, versions, args)
-            require_gpu_if_needed(recipe)
+            require_gpu_if_needed(recipe, args)
 
             def measure(k: int, r: int):
                 return meter.measure(versions[k], {}, r, recipe=variants[k])
@@ -105,7 +109,7 @@ def run(args) -> int:
                 raise BadInput("--source needs --good REV and --bad REV")
             if args.until == "check":
                 raise BadInput("--until check is for release bisects; a commit bisect needs no dry run")
-            require_gpu_if_needed(recipe)
+            require_gpu_if_needed(recipe, args)
             commits = upstream_commits(recipe, args.source, args.good, args.bad, home)
             result = _bisect_commits(meter, recipe, args.source, commits, f"{args.good}..{args.bad}", kw)
             repro += ["--source", args.source, "--good", args.good, "--bad", args.bad]
@@ -116,7 +120,8 @@ def run(args) -> int:
         stack = stack_of(recipe)
         if not stack:
             raise BadInput(f"recipe {recipe.name} has no patches to bisect")
-        require_gpu_if_needed(recipe)
+        if args.executor == "local":  # a Slurm node has the GPU, not this machine
+            require_gpu_if_needed(recipe, args)
         names = [patch_label(recipe, p) for _, p in stack]
         err.print(f"bisecting {len(stack)} patches of {recipe.name}")
 
@@ -132,6 +137,8 @@ def run(args) -> int:
         commits = upstream_commits(base, args.source, good_tag, bad_tag, home)
         err.print(f"release {commit_phase[1]} named; bisecting its {len(commits) - 1} commits ({good_tag}..{bad_tag})")
         commit_meter = VariantMeter(base, home, meter.store, spec, err, group_id=meter.group_id)
+        if args.executor == "slurm":
+            commit_meter = _slurm_meter(base, home, commit_meter, spec, args)
         commit_result = _bisect_commits(commit_meter, base, args.source, commits, f"{good_tag}..{bad_tag}", kw)
         meter.builds += commit_meter.builds
         meter.runs += commit_meter.runs
@@ -152,6 +159,14 @@ def run(args) -> int:
     console.print(f"{meter.builds} build(s), {meter.runs} new run(s)")
     console.print(f"reproduce: {shlex.join(repro)}")
     return 0
+
+
+def _slurm_meter(recipe, home, meter, spec, args):
+    from toolkit.executors.config import cluster_config
+    from toolkit.executors.slurm_variants import SlurmVariantMeter
+
+    return SlurmVariantMeter(recipe, home, meter.store, spec, err, group_id=meter.group_id,
+                             cfg=cluster_config(args, home), command="bisect")
 
 
 def _bisect_commits(meter, recipe, source: str, commits: list[str], span: str, kw: dict):

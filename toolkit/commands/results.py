@@ -26,6 +26,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--selected", action="store_true",
                         help="only the runs compare/report would use for RECIPEs (the first is the baseline)")
     add_selection_arguments(parser)
+    parser.add_argument("--jobs", action="store_true",
+                        help="Slurm jobs (queued, running, done) with their logs; imports the runs of finished ones")
 
 
 def _headline(samples) -> str:
@@ -96,6 +98,11 @@ def render_runs(store, runs, width: int | None = None) -> Table:
 
 def run(args) -> int:
     store = store_of(args)
+    if args.jobs:
+        from toolkit.commands.common import home_of
+        from toolkit.executors.slurm import show_jobs
+
+        return show_jobs(home_of(args), store, console)
     filters = {"recipe": args.recipes or None, "status": args.status}
     if args.export:
         out = args.output or sys.stdout

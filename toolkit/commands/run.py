@@ -7,6 +7,7 @@ Several recipes interleave their repeats (A B A B ...) on the same machine. With
 from __future__ import annotations
 
 from toolkit.commands.common import console, err, home_of, load, print_json, recipe_arg, store_of
+from toolkit.executors.config import add_executor_arguments
 from toolkit.pipeline import STOPS, run_sweep
 
 HELP = "run recipes end to end (apply -> build -> check -> launch -> verify -> benchmark -> store)"
@@ -19,14 +20,22 @@ def add_arguments(parser) -> None:
                         help="stop after this step on purpose (verify: launch and check /server_info, no benchmark)")
     parser.add_argument("--frozen", action="store_true", help="refuse drift from the recipes' lock files")
     parser.add_argument("--json", action="store_true", help="print the run ids as JSON")
+    add_executor_arguments(parser)
 
 
 def run(args) -> int:
     recipes = [load(r) for r in args.recipes]
     home = home_of(args)
     store = store_of(args)
-    result = run_sweep(recipes, home=home, store=store, repeats=args.repeats, until=args.until,
-                       frozen=args.frozen, console=err)
+    if args.executor == "slurm":  # the same sweep as one Slurm job; its runs imported here
+        from toolkit.executors.config import cluster_config
+        from toolkit.executors.slurm import run_on_slurm
+
+        result = run_on_slurm(recipes, home=home, store=store, cfg=cluster_config(args, home), repeats=args.repeats,
+                              until=args.until, frozen=args.frozen, console=err)
+    else:
+        result = run_sweep(recipes, home=home, store=store, repeats=args.repeats, until=args.until,
+                           frozen=args.frozen, console=err)
     if args.json:
         print_json(result)
     elif result["runs"]:

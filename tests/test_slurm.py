@@ -1,0 +1,220 @@
+"""Sweeps through a real one-node Slurm cluster (tests/slurm_cluster.py): the demo recipes on the
+miniature upstream, on CPU. The local run and the Slurm job share the node home, so the job reuses
+the envs the local run built (what a second job on the same node does)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from slurm_cluster import SlurmCluster, unavailable
+from test_analysis_e2e import mini  # noqa: F401  (fixture: a git copy of the miniature upstream)
+from toolkit.store import Store
+
+DEMO = ["demo/baseline", "demo/fast", "demo/slow"]
+PROVENANCE = ("recipe", "repeat", "env_key", "bench_key", "gpu_key", "sglang_version", "flashinfer_version")
+MACHINE = ("host", "gpus", "gpu_key", "driver", "cuda", "topology", "cpu")
+
+
+@pytest.fixture(scope="session")
+def slurm(tmp_path_factory):
+    why = unavailable()
+    if why:
+        pytest.skip(why)
+    cluster = SlurmCluster(tmp_path_factory.mktemp("slurm"))
+    try:
+        env = cluster.start()
+    except RuntimeError as exc:
+        cluster.stop()
+        pytest.skip(f"the one-node Slurm cluster does not start here: {exc}")
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    yield cluster
+    cluster.stop()
+    for k, v in old.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
+@pytest.fixture(scope="session")
+def shared_home(tmp_path_factory):
+    """The submitting side's PATCHBENCH_HOME, also the node's (one machine): envs built once."""
+    return tmp_path_factory.mktemp("pbhome")
+
+
+def patchbench(home: Path, *argv: str, timeout: float = 600, **popen) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PATCHBENCH_HOME": str(home), "PATCHBENCH_STORE": ""}
+    env.pop("PATCHBENCH_STORE")
+    return subprocess.run([sys.executable, "-m", "toolkit", *argv], capture_output=True, text=True, env=env,
+                          timeout=timeout, **popen)
+
+
+def slurm_args(home: Path) -> list[str]:
+    return ["--executor", "slurm", "--node-home", str(home)]
+
+
+def test_demo_sweep_through_slurm_equals_local_run(slurm, shared_home):
+    local = shared_home / "local.sqlite"
+    out = patchbench(shared_home, "run", *DEMO, "--repeats", "2", "--store", str(local))
+    assert out.returncode == 0, out.stderr[-2000:]
+    merged = shared_home / "slurm.sqlite"
+    out = patchbench(shared_home, "run", *DEMO, "--repeats", "2", "--store", str(merged), *slurm_args(shared_home))
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "COMPLETED" in out.stderr and "imported 6 run(s)" in out.stderr
+
+    a, b = Store(local).runs(status="ok"), Store(merged).runs(status="ok")
+    assert len(a) == len(b) == 6
+    job_ids = {r.extra["slurm"]["job_id"] for r in b}
+    assert len(job_ids) == 1, "one comparison is one job on one node"
+    job = job_ids.pop()
+    for r in b:
+        assert Path(r.log_paths["slurm_job"]).is_file()
+        assert r.extra["slurm"]["job_id"] == job
+    assert "reused (same key" in Path(b[0].log_paths["slurm_job"]).with_suffix(".err").read_text()
+
+    def prov(runs):
+        return sorted(json.dumps([[getattr(r, k) for k in PROVENANCE], r.tree_hashes,
+                                  [r.machine.get(k) for k in MACHINE]], sort_keys=True) for r in runs)
+
+    assert prov(a) == prov(b)
+    assert {len(Store(merged).samples(r.run_id)) for r in b} == {len(Store(local).samples(r.run_id)) for r in a}
+
+    # importing again (results --jobs) adds nothing: each job's runs land exactly once
+    out = patchbench(shared_home, "results", "--jobs", "--store", str(merged))
+    assert out.returncode == 0 and job in out.stdout and "COMPLETED" in out.stdout
+    assert len(Store(merged).runs()) == 6
+
+
+def _servers(home: Path) -> list[psutil.Process]:
+    """Servers started from an env under `home` (other people's servers may run on this machine)."""
+    found = []
+    for p in psutil.process_iter(["cmdline"]):
+        cmd = p.info["cmdline"] or []
+        if "sglang.launch_server" in cmd and cmd[0].startswith(str(home)):
+            found.append(p)
+    return found
+
+
+def test_scancel_leaves_interrupted_run_and_no_orphan_server_then_rerun_completes(slurm, shared_home):
+    store = shared_home / "cancel.sqlite"
+    jobs_dir = shared_home / "slurm" / "jobs"
+    before = {p.name for p in jobs_dir.glob("*.json")} if jobs_dir.is_dir() else set()
+    env = {**os.environ, "PATCHBENCH_HOME": str(shared_home)}
+    argv = [sys.executable, "-m", "toolkit", "run", "demo/baseline", "--repeats", "6", "--store", str(store),
+            *slurm_args(shared_home)]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        deadline = time.monotonic() + 300
+        job = None
+        while time.monotonic() < deadline and proc.poll() is None:
+            new = {p.name for p in jobs_dir.glob("*.json")} - before if jobs_dir.is_dir() else set()
+            if new:
+                job = json.loads((jobs_dir / new.pop()).read_text())
+                export = Path(job["folder"]) / "runs.json"
+                runs = json.loads(export.read_text())["runs"] if export.is_file() else []
+                if any(r["status"] == "ok" for r in runs) and any(r["status"] == "running" for r in runs):
+                    break
+            time.sleep(0.1)
+        assert job, "no job submitted"
+        subprocess.run(["scancel", job["job_id"]], check=True, timeout=30)
+        out, errs = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1, errs[-2000:]
+    assert "CANCELLED" in errs
+    runs = Store(store).runs()
+    interrupted = [r for r in runs if r.status == "interrupted"]
+    assert len(interrupted) == 1 and [r for r in runs if r.status == "ok"]
+    bad = interrupted[0]
+    assert bad.extra["slurm"]["job_id"] == job["job_id"] and bad.extra["slurm"]["final_state"].startswith("CANCELLED")
+    assert job["log"] in bad.error and Path(job["log"]).is_file()
+    assert not _servers(shared_home), "a server outlived its cancelled job"
+
+    out = patchbench(shared_home, "run", "demo/baseline", "--repeats", "2", "--store", str(store),
+                     *slurm_args(shared_home))
+    assert out.returncode == 0, out.stderr[-2000:]
+    runs = Store(store).runs()
+    assert sum(r.status == "ok" for r in runs) >= 3 and sum(r.status == "interrupted" for r in runs) == 1
+    assert not _servers(shared_home)
+
+
+def test_bisect_through_slurm_names_the_same_patch(slurm, mini, home):  # noqa: F811 (the fixture)
+    from test_analysis_e2e import _cost_patch, _new_file_patch, _recipe
+
+    (home / "config.toml").write_text(f'[cluster]\npoll_s = 0.5\nnode_home = "{home}"\n')  # the user config
+    stack = []
+    for i in (1, 2, 3):
+        (mini / "patches" / f"p{i}.patch").write_text(
+            _cost_patch(mini, "STEP_BASE_S = 0.012", "STEP_BASE_S = 0.020", "planted: slower step")
+            if i == 2 else _new_file_patch(i))
+        stack.append(f"p{i}.patch")
+    recipe = _recipe(mini, "stack3", stack)
+    argv = ["bisect", recipe, "--metric", "output_tok_s@1", "--threshold", "10", "--json"]
+    found = {}
+    for executor in ("local", "slurm"):
+        store = home / f"{executor}.sqlite"
+        proc = subprocess.run([sys.executable, "-m", "toolkit", *argv, "--executor", executor, "--store", str(store)],
+                              capture_output=True, text=True, timeout=600, env={**os.environ, "PATCHBENCH_HOME": str(home)})
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        found[executor] = json.loads(proc.stdout)
+    assert found["local"]["culprit_label"] == found["slurm"]["culprit_label"] == "p2.patch"
+    runs = Store(home / "slurm.sqlite").runs(status="ok")
+    assert runs and all(r.extra["slurm"]["job_id"] for r in runs)
+    assert len({r.extra["slurm"]["job_id"] for r in runs}) >= 2, "each probe is a job of its own"
+
+
+def test_attribute_through_slurm_sends_every_variant_at_once(slurm, mini, home):  # noqa: F811
+    from test_analysis_e2e import _cost_patch, _recipe
+
+    (home / "config.toml").write_text(f'[cluster]\npoll_s = 0.5\nnode_home = "{home}"\n')
+    (mini / "patches" / "fast.patch").write_text(
+        _cost_patch(mini, "STEP_BASE_S = 0.012", "STEP_BASE_S = 0.006", "faster step"))
+    recipe = _recipe(mini, "one", ["fast.patch"])
+    proc = subprocess.run([sys.executable, "-m", "toolkit", "attribute", recipe, "--metric", "output_tok_s@1",
+                           "--repeats", "3", "--json", "--executor", "slurm"], capture_output=True, text=True,
+                          timeout=600, env={**os.environ, "PATCHBENCH_HOME": str(home)})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(proc.stdout)
+    base, after = (sum(v) / len(v) for v in out["prefix_values"])
+    assert after > base * 1.2, out
+    lines = [ln for ln in proc.stderr.splitlines() if "submitted attribute" in ln or "RUNNING" in ln]
+    assert "submitted" in lines[0] and "submitted" in lines[1], "both variants go to the queue before either runs"
+    assert len(Store(home / "results.sqlite").runs(status="ok")) == 6
+
+
+def test_job_cancelled_while_queued_leaves_one_interrupted_record_per_recipe(slurm, shared_home):
+    store = shared_home / "queued.sqlite"
+    jobs_dir = shared_home / "slurm" / "jobs"
+    before = {p.name for p in jobs_dir.glob("*.json")} if jobs_dir.is_dir() else set()
+    env = {**os.environ, "PATCHBENCH_HOME": str(shared_home)}
+    argv = [sys.executable, "-m", "toolkit", "run", "demo/baseline", "demo/fast", "--store", str(store),
+            *slurm_args(shared_home), "--slurm-arg", "begin=now+1hour"]  # any sbatch option passes through
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not ({p.name for p in jobs_dir.glob("*.json")} - before):
+            time.sleep(0.1)
+        job = json.loads((jobs_dir / ({p.name for p in jobs_dir.glob("*.json")} - before).pop()).read_text())
+        state = subprocess.run(["squeue", "-h", "-j", job["job_id"], "-o", "%T"], capture_output=True, text=True)
+        assert state.stdout.strip() == "PENDING"
+        subprocess.run(["scancel", job["job_id"]], check=True, timeout=30)
+        _, errs = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1 and "CANCELLED" in errs
+    runs = Store(store).runs()
+    assert sorted(r.recipe for r in runs) == ["demo/baseline", "demo/fast"]
+    assert all(r.status == "interrupted" and job["log"] in r.error and "before any run" in r.error for r in runs)
+    out = patchbench(shared_home, "results", "--jobs", "--store", str(store))
+    assert job["job_id"] in out.stdout and "CANCELLED" in out.stdout

@@ -1,0 +1,149 @@
+"""What runs on a Slurm node: one sweep (the recipes of one comparison, repeats interleaved).
+
+The sweep writes its runs to a store of its own on the node's local disk (SQLite is never written
+over a network filesystem) and, after every begin and finish of a run, exports that store as JSON
+into the job's folder (shared with the submitting side) by an atomic rename. The submitting side
+imports that file once the job is over; a run still `running` there was cut short by the job's end.
+A SIGTERM (scancel) or the time-limit signal stops the sweep where it is: the server of the run in
+progress is torn down on the way out, the run is left `running` in the export.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+
+from toolkit.exchange import export
+from toolkit.jobs import DONE_NAME, EXPORT_NAME
+from toolkit.store import Store
+
+
+class JobStopped(BaseException):
+    """The scheduler asked the job to stop (scancel, time limit); not an error of the run."""
+
+
+class JobStore(Store):
+    """A per-job store that exports itself to `export` after every write that opens or closes a
+    run, and stamps each run with the Slurm job that ran it."""
+
+    def __init__(self, path: Path, *, export: Path, slurm: dict) -> None:
+        super().__init__(path)
+        self.export_path = export
+        self.slurm = slurm
+
+    def begin_run(self, **fields_) -> str:
+        extra = dict(fields_.get("extra") or {})
+        extra["slurm"] = dict(self.slurm)
+        log_paths = dict(fields_.get("log_paths") or {})
+        log_paths["slurm_job"] = self.slurm["log"]
+        fields_.update(extra=extra, log_paths=log_paths)
+        run_id = super().begin_run(**fields_)
+        export(self, "json", self.export_path)
+        return run_id
+
+    def finish_run(self, run_id: str, status: str, *args, **kw) -> None:
+        if kw.get("extra") is not None:  # a step's extra replaces the begun one: keep the job's stamp
+            kw["extra"] = {**kw["extra"], "slurm": dict(self.slurm)}
+        super().finish_run(run_id, status, *args, **kw)
+        export(self, "json", self.export_path)
+
+
+@dataclass(frozen=True)
+class SweepJob:
+    """What the submitting side hands to the node (pickled by submitit)."""
+
+    recipes: list  # toolkit.recipe.Recipe values
+    repeats: int | None
+    until: str
+    frozen: bool
+    node_home: str
+
+
+def _stop(signum, frame):
+    raise JobStopped(signal.Signals(signum).name)
+
+
+@dataclass(frozen=True)
+class VariantJob:
+    """One probe of a bisect / one variant of an attribution: `repeats` new values of a variant."""
+
+    recipe: object  # toolkit.recipe.Recipe
+    spec: object  # toolkit.analysis.variants.MetricSpec
+    label: str
+    overrides: dict
+    repeats: int
+    group_id: str
+    node_home: str
+
+
+def _node(node_home: str):
+    """The job's side of things: (job id, job folder, node home, its JobStore, a console).
+    Installs the stop signals (SIGTERM from scancel, USR2 before the time limit)."""
+    import submitit
+    from rich.console import Console
+
+    env = submitit.JobEnvironment()
+    folder = Path(env.paths.folder)
+    slurm = {"job_id": env.job_id, "node": socket.gethostname(), "log": str(env.paths.stdout),
+             "folder": str(folder)}
+    home = Path(os.path.expandvars(node_home)).expanduser()
+    home.mkdir(parents=True, exist_ok=True)
+    os.environ["PATCHBENCH_HOME"] = str(home)
+    store = JobStore(home / "node-jobs" / env.job_id / "results.sqlite", export=folder / EXPORT_NAME, slurm=slurm)
+    export(store, "json", store.export_path)  # an empty export: the job started
+    for sig in (signal.SIGTERM, signal.SIGUSR2):
+        signal.signal(sig, _stop)
+    console = Console(stderr=True, highlight=False, soft_wrap=True)
+    console.print(f"slurm job {env.job_id} on {slurm['node']}: node home {home}")
+    return env.job_id, folder, home, store, console
+
+
+def _write_done(folder: Path, summary: dict) -> dict:
+    tmp = folder / f".{DONE_NAME}.tmp"
+    tmp.write_text(json.dumps(summary, indent=2, default=str))
+    os.replace(tmp, folder / DONE_NAME)
+    return summary
+
+
+def run_variant_job(job: VariantJob) -> dict:
+    """On the node: measure one variant (prepare it, then `repeats` runs); values in done.json."""
+    from toolkit.analysis.variants import VariantMeter
+
+    job_id, folder, home, store, console = _node(job.node_home)
+    meter = VariantMeter(job.recipe, home, store, job.spec, console, group_id=job.group_id)
+    try:
+        values = meter.measure(job.label, job.overrides, job.repeats)
+    except JobStopped as exc:
+        console.print(f"slurm job {job_id}: stopped by {exc} (runs in progress are left interrupted)")
+        raise SystemExit(143) from None
+    finally:
+        export(store, "json", store.export_path)
+        store.close()
+    return _write_done(folder, {"job_id": job_id, "label": job.label, "values": values, "builds": meter.builds,
+                                "runs": meter.runs})
+
+
+def run_sweep_job(job: SweepJob) -> dict:
+    """The function submitit runs on the node. Returns the sweep's summary (also in done.json)."""
+    from toolkit.errors import PatchbenchError
+    from toolkit.pipeline import run_sweep
+
+    job_id, folder, node_home, store, console = _node(job.node_home)
+    try:
+        result = run_sweep(job.recipes, home=node_home, store=store, repeats=job.repeats, until=job.until,
+                           frozen=job.frozen, console=console)
+    except JobStopped as exc:
+        console.print(f"slurm job {job_id}: stopped by {exc} (runs in progress are left interrupted)")
+        raise SystemExit(143) from None
+    except PatchbenchError as exc:  # refused before any launch (bad recipe, no GPU): say so, exit 0
+        console.print(f"error: {exc}")
+        result = {"group_id": None, "runs": [], "failed": [(r.name, str(exc)) for r in job.recipes]}
+    finally:
+        export(store, "json", store.export_path)
+        store.close()
+    return _write_done(folder, {"job_id": job_id, "node": socket.gethostname(), "group_id": result["group_id"],
+                                "runs": result["runs"], "failed": result["failed"]})
