@@ -148,7 +148,7 @@ def merge(home: Path, store: Store, rec: JobRecord) -> JobRecord:
         if rec.imported:
             return rec
         runs = _read_export(Path(rec.folder))
-        out = [_interrupted(r, rec) if r.get("status") == "running" else r for r in runs]
+        out = [_interrupted(r, rec) if r.get("status") in ("running", "interrupted") else r for r in runs]
         began = {r["recipe"] for r in runs}
         done = (Path(rec.folder) / DONE_NAME).is_file()
         if not done:

@@ -46,8 +46,11 @@ class JobStore(Store):
         return run_id
 
     def finish_run(self, run_id: str, status: str, *args, **kw) -> None:
-        if kw.get("extra") is not None:  # a step's extra replaces the begun one: keep the job's stamp
+        # the pipeline's final extra/log_paths replace the begun ones: keep the job's stamp in them
+        if kw.get("extra") is not None:
             kw["extra"] = {**kw["extra"], "slurm": dict(self.slurm)}
+        if kw.get("log_paths") is not None:
+            kw["log_paths"] = {**kw["log_paths"], "slurm_job": self.slurm["log"]}
         super().finish_run(run_id, status, *args, **kw)
         export(self, "json", self.export_path)
 
