@@ -195,3 +195,16 @@ def test_select_experts_in_the_oea_env():
         for t in range(TOKENS):
             assert set(top_k0[t]) <= set(on_ids[t])
     assert any(LINE.match(line) for line in res["log_lines"])
+
+
+def test_both_releases_ship_the_same_module():
+    """The 0.5.10.post1 port adds the same oea.py as the 0.5.23 patch (no torch needed)."""
+    from unidiff import PatchSet
+
+    def added(patch):
+        files = PatchSet(patch.read_text())
+        (f,) = [f for f in files if f.path.endswith("layers/moe/oea.py")]
+        return "".join(line.value for h in f for line in h if line.is_added)
+
+    new = REPO_ROOT / "patches"
+    assert added(new / "sglang" / "oea-topk.patch") == added(new / "sglang-0.5.10" / "oea-topk.patch")
