@@ -28,7 +28,9 @@ def _toolkit(session: nox.Session, *extras: str) -> None:
 def tests(session: nox.Session) -> None:
     """The test suite (add `-- --slow` for real PyPI artifacts and CUTLASS compiles)."""
     _toolkit(session, "test")
-    session.run("pytest", *session.posargs)
+    # CPU torch from the machine's pip sources: the OEA tests run the patched sglang routing.
+    session.install("torch==2.13.0")
+    session.run("pytest", *session.posargs, env={"PATCHBENCH_REQUIRE_TORCH": "1"})
 
 
 @nox.session(python="3.11")

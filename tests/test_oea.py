@@ -1,271 +1,210 @@
-"""Opportunistic Expert Activation (patches/sglang/oea-topk.patch) on CPU router logits.
+"""Opportunistic Expert Activation (patches/sglang/oea-topk.patch) in the pinned sglang release.
 
-The module under test is `sglang/srt/layers/moe/oea.py` as a patch puts it in a tree:
-- with PATCHBENCH_OEA_TREE set, from that tree (a patched checkout, sdist, unpacked wheel or
-  site-packages: `python/sglang/...` or `sglang/...` below it);
-- otherwise from an empty git repository to which the patch's new-file hunk for oea.py is
-  applied with `git apply --include` (the module is a new file, so it needs no base).
-It imports only torch; the tests skip without torch (it is not in the dev venv).
+Default run: the toolkit applies the shipped `oea` recipe to the real sglang 0.5.23 wheel and the
+tests load the patched `sglang/srt/layers/moe/oea.py` from that applied tree (torch is installed in
+the nox `tests` session). GLM-5's routing config: 256 experts, top-8, n_group 1, topk_group 1,
+sigmoid, correction bias, routed_scaling_factor 2.5, 16 decode tokens.
+
+Slow run (--slow): the same check through sglang's own `select_experts` inside the real `oea` env
+(`patchbench build oea`), with the recipe's [server.env] and without.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import json
+import logging
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-MODULE_REL = "sglang/srt/layers/moe/oea.py"
-PATCHES = {
-    "0.5.23": REPO_ROOT / "patches" / "sglang" / "oea-topk.patch",
-    "0.5.10.post1": REPO_ROOT / "patches" / "sglang-0.5.10" / "oea-topk.patch",
-}
-ENV_VARS = ("SGLANG_OEA_K0", "SGLANG_OEA_MAX_TOKENS")
+from conftest import REPO_ROOT, TEST_CACHE
+
+E, K, K0, TOKENS = 256, 8, 4, 16
+LINE = re.compile(r"^OEA active: tokens=(\d+) distinct_before=(\d+) distinct_after=(\d+)$")
 
 
-def _module_from_patch(patch: Path, dest: Path) -> Path:
-    dest.mkdir(parents=True, exist_ok=True)
-    subprocess.run(["git", "init", "-q"], cwd=dest, check=True)
-    subprocess.run(["git", "apply", f"--include=python/{MODULE_REL}", str(patch)], cwd=dest, check=True,
-                   capture_output=True, text=True)
-    return dest / "python" / MODULE_REL
+def _torch():
+    if importlib.util.find_spec("torch") is None:
+        if os.environ.get("PATCHBENCH_REQUIRE_TORCH") == "1":
+            pytest.fail("torch is not installed in this session (nox -s tests installs it)")
+        pytest.skip("torch is not installed (nox -s tests installs it)")
+    import torch
 
-
-def _module_in_tree(tree: Path) -> Path:
-    for candidate in (tree / "python" / MODULE_REL, tree / MODULE_REL):
-        if candidate.is_file():
-            return candidate
-    pytest.fail(f"PATCHBENCH_OEA_TREE={tree} has no {MODULE_REL} (is the patch applied?)")
-
-
-def _load(path: Path, name: str):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclass/NamedTuple machinery looks the module up
-    spec.loader.exec_module(module)
-    return module
+    return torch
 
 
 @pytest.fixture(scope="module")
 def torch():
-    return pytest.importorskip("torch", reason="torch is not installed (the OEA module needs it)")
+    return _torch()
 
 
 @pytest.fixture(scope="module")
-def oea_path(tmp_path_factory) -> Path:
-    tree = os.environ.get("PATCHBENCH_OEA_TREE")
-    if tree:
-        return _module_in_tree(Path(tree))
-    return _module_from_patch(PATCHES["0.5.23"], tmp_path_factory.mktemp("oea-tree"))
+def oea_tree() -> Path:
+    """The sglang tree of the shipped `oea` recipe, as `patchbench apply oea` makes it."""
+    from toolkit.recipe import load_recipe
+    from toolkit.tree import apply_recipe
+
+    home = TEST_CACHE / "oea-home"
+    home.mkdir(parents=True, exist_ok=True)
+    trees = apply_recipe(load_recipe("oea"), home, frozen=True, write_lock=False)
+    tree = next(t for t, _ in trees if t.source == "sglang")
+    assert tree.patches == ("sglang/oea-topk.patch",)
+    return tree.project_dir
 
 
 @pytest.fixture(scope="module")
-def oea(torch, oea_path):
-    return _load(oea_path, "patchbench_test_oea")
+def oea(torch, oea_tree):
+    path = oea_tree / "sglang" / "srt" / "layers" / "moe" / "oea.py"
+    spec = importlib.util.spec_from_file_location("sglang.srt.layers.moe.oea", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 @pytest.fixture
-def clean_env(oea, monkeypatch):
-    for var in ENV_VARS:
+def env(oea, monkeypatch):
+    for var in ("SGLANG_OEA_K0", "SGLANG_OEA_MAX_TOKENS", "SGLANG_OEA_LOG_INTERVAL"):
         monkeypatch.delenv(var, raising=False)
     oea.oea_config.cache_clear()
+    oea._last_log_time = None
     yield monkeypatch
     oea.oea_config.cache_clear()
 
 
-def _logits(torch, b, e, seed=0):
+def _glm5_inputs(torch, tokens=TOKENS, seed=0):
     g = torch.Generator().manual_seed(seed)
-    return torch.randn(b, e, generator=g) * 2.0
+    return torch.randn(tokens, E, generator=g), torch.randn(E, generator=g) * 0.1
 
 
-def _reference_weights(torch, logits, ids, *, scoring="softmax", renormalize=True):
-    """What the plain path computes for chosen experts `ids` (written out, not the module's helper)."""
-    probs = torch.softmax(logits.float(), dim=-1) if scoring == "softmax" else logits.float().sigmoid()
-    w = probs.gather(1, ids.long())
-    return w / w.sum(dim=-1, keepdim=True) if renormalize else w
+def test_topk_routes_through_oea_on_the_grouped_path(oea_tree):
+    """select_experts decides OEA before the grouped branch, so GLM-5's biased grouped router
+    (and its fused kernels) are replaced for decode-sized calls."""
+    text = (oea_tree / "sglang" / "srt" / "layers" / "moe" / "topk.py").read_text()
+    body = text[text.index("def select_experts("):]
+    assert body.index("elif oea_k0:") < body.index("elif use_grouped_topk:")
+    gate = body[body.index("oea_k0 = 0"): body.index("elif oea_k0:")]
+    assert "and not use_grouped_topk\n" not in gate  # the old patch only acted ungrouped
 
 
-# --- no torch needed ---------------------------------------------------------------------------
+def test_glm5_grouped_routing_fewer_distinct_experts(torch, oea, env, caplog):
+    logits, bias = _glm5_inputs(torch)
+    env.setenv("SGLANG_OEA_K0", str(K0))
+    assert oea.oea_k0_for_batch(K, TOKENS) == K0
+    with caplog.at_level(logging.INFO, logger="sglang.srt.layers.moe.oea"):
+        w, ids = oea.oea_select(logits, K, K0, renormalize=True, scoring_func="sigmoid",
+                                correction_bias=bias, num_expert_group=1, topk_group=1)
+    choice = logits.sigmoid() + bias
+    plain = torch.topk(choice, K, dim=-1).indices
+    before, after = plain.unique().numel(), ids.unique().numel()
+    print(f"GLM-5 grouped sigmoid+bias: distinct {before} -> {after}")
+    assert after <= 0.7 * before
+    top_k0 = torch.topk(choice, K0, dim=-1).indices
+    for t in range(TOKENS):
+        assert set(ids[t, :K0].tolist()) == set(top_k0[t].tolist())
+        assert len(set(ids[t].tolist())) == K
+    ref = logits.sigmoid().gather(1, ids.long())
+    torch.testing.assert_close(w, ref / ref.sum(-1, keepdim=True))
+    lines = [LINE.match(r.getMessage()) for r in caplog.records]
+    assert [m.groups() for m in lines if m] == [(str(TOKENS), str(before), str(after))]
 
 
-def test_both_patches_ship_the_same_module(tmp_path):
-    texts = {v: _module_from_patch(p, tmp_path / v).read_text() for v, p in PATCHES.items()}
-    assert len(set(texts.values())) == 1, "oea.py differs between the 0.5.23 and 0.5.10 patches"
-    text = texts["0.5.23"]
-    imports = {line.split()[1] for line in text.splitlines()
-               if line.startswith(("import ", "from ")) and not line.startswith("from __future__")}
-    assert imports <= {"functools", "logging", "os", "typing", "torch"}, imports
+def test_log_line_is_rate_limited(torch, oea, env, caplog):
+    logits, bias = _glm5_inputs(torch)
+    env.setenv("SGLANG_OEA_K0", str(K0))
+    env.setenv("SGLANG_OEA_LOG_INTERVAL", "3600")
+    with caplog.at_level(logging.INFO, logger="sglang.srt.layers.moe.oea"):
+        for _ in range(5):
+            oea.oea_select(logits, K, K0, renormalize=True, scoring_func="sigmoid", correction_bias=bias,
+                           num_expert_group=1, topk_group=1)
+    assert sum(bool(LINE.match(r.getMessage())) for r in caplog.records) == 1
 
 
-# --- the routing rule --------------------------------------------------------------------------
+def test_off_and_above_the_token_limit_is_plain_routing(oea, env):
+    assert oea.oea_k0_for_batch(K, TOKENS) == 0  # SGLANG_OEA_K0 unset
+    env.setenv("SGLANG_OEA_K0", str(K0))
+    env.setenv("SGLANG_OEA_MAX_TOKENS", "64")
+    oea.oea_config.cache_clear()
+    assert oea.oea_k0_for_batch(K, 64) == K0
+    assert oea.oea_k0_for_batch(K, 65) == 0
+    assert oea.oea_k0_for_batch(K, 1) == 0
 
 
-@pytest.mark.parametrize("b,e,k,k0", [(16, 128, 8, 4), (16, 128, 8, 2), (32, 64, 6, 3), (8, 256, 8, 1)])
-def test_every_token_keeps_its_top_k0(torch, oea, b, e, k, k0):
-    logits = _logits(torch, b, e, seed=b + e + k + k0)
-    w, ids = oea.oea_select(logits, k, k0, renormalize=True)
-    assert ids.shape == (b, k) and ids.dtype == torch.int32 and w.dtype == torch.float32
-    own_top = torch.topk(logits, k0, dim=-1).indices
-    assert torch.equal(ids[:, :k0].long(), own_top)
-    for row in ids.tolist():
-        assert len(set(row)) == k, "a token was given the same expert twice"
+def test_grouped_routing_stays_inside_the_token_groups(torch, oea):
+    logits, bias = _glm5_inputs(torch, seed=3)
+    _, ids = oea.oea_select(logits, K, K0, renormalize=True, scoring_func="sigmoid", correction_bias=bias,
+                            num_expert_group=8, topk_group=4)
+    choice = oea.choice_scores(logits.sigmoid(), bias, 8, 4)
+    assert torch.isfinite(choice.gather(1, ids.long())).all()
 
 
-@pytest.mark.parametrize("b,e,k,k0", [(16, 128, 8, 4), (16, 128, 8, 2), (4, 128, 8, 4), (64, 128, 8, 4)])
-def test_distinct_experts_drop(torch, oea, b, e, k, k0):
-    logits = _logits(torch, b, e, seed=7 * b + k0)
-    _, plain_ids = torch.topk(logits, k, dim=-1)
-    _, ids = oea.oea_select(logits, k, k0, renormalize=True)
-    plain_distinct = plain_ids.unique().numel()
-    oea_distinct = ids.unique().numel()
-    assert oea_distinct < plain_distinct
-    # Expected with random logits: the union of the baseline experts, plus fallbacks only when a
-    # token finds fewer than k - k0 other active experts.
-    baseline = torch.topk(logits, k0, dim=-1).indices.unique()
-    assert oea_distinct >= baseline.numel()
+def test_ungrouped_softmax_path(torch, oea):
+    g = torch.Generator().manual_seed(1)
+    logits = torch.randn(TOKENS, E, generator=g) * 2.0
+    w, ids = oea.oea_select(logits, K, K0, renormalize=True, scoring_func="softmax")
+    plain = torch.topk(logits, K, dim=-1).indices
+    before, after = plain.unique().numel(), ids.unique().numel()
+    print(f"ungrouped softmax: distinct {before} -> {after}")
+    assert after <= 0.7 * before
+    assert torch.equal(ids[:, :K0].long(), torch.topk(logits, K0, dim=-1).indices)
+    torch.testing.assert_close(w, torch.softmax(logits.gather(1, ids.long()), dim=-1))
 
 
-def test_fill_prefers_the_active_set_then_own_next_best(torch, oea):
-    e, k, k0 = 32, 6, 2
-    logits = _logits(torch, 2, e, seed=3)  # two tokens: each sees at most 2 other active experts
-    _, ids = oea.oea_select(logits, k, k0, renormalize=True)
-    base = torch.topk(logits, k0, dim=-1).indices
-    active = set(base.flatten().tolist())
+def test_small_active_set_falls_back_to_own_next_best(torch, oea):
+    g = torch.Generator().manual_seed(2)
+    logits = torch.randn(2, 32, generator=g)
+    _, ids = oea.oea_select(logits, 6, 2, renormalize=True)
     for t in range(2):
-        row = ids[t].tolist()
-        others = [x for x in active if x not in row[:k0]]
-        by_score = sorted(others, key=lambda x: -logits[t, x].item())
-        assert row[k0:k0 + len(by_score)] == by_score
-        rest = [x for x in torch.argsort(logits[t], descending=True).tolist()
-                if x not in active][: k - k0 - len(by_score)]
-        assert row[k0 + len(by_score):] == rest
+        assert len(set(ids[t].tolist())) == 6  # 2 own + 2 from the other token + 2 own next-best
 
 
-def _reference_oea_ids(logits, k, k0, valid):
-    """OEA written out per token with Python lists (no tensor tricks)."""
-    rows = logits.tolist()
-    ranked = [sorted(range(len(r)), key=lambda x: -r[x]) for r in rows]
-    active = {x for t in range(valid) for x in ranked[t][:k0]}
-    out = []
-    for t, order in enumerate(ranked):
-        own = order[:k0]
-        piggy = [x for x in order if x in active and x not in own][: k - k0]
-        rest = [x for x in order if x not in active and x not in own][: k - k0 - len(piggy)]
-        out.append(own + piggy + rest)
-    return out
+# --- slow: sglang's own select_experts in the real `oea` env -----------------------------------
 
 
-@pytest.mark.parametrize("b,valid", [(8, 8), (8, 5), (16, 3), (16, 1), (2, 2)])
-def test_matches_a_per_token_reference(torch, oea, b, valid):
-    e, k, k0 = 48, 8, 2
-    logits = _logits(torch, b, e, seed=100 + b + valid)
-    num_valid = None if valid == b else torch.tensor(valid)
-    _, ids = oea.oea_select(logits, k, k0, renormalize=True, num_valid=num_valid)
-    assert ids.tolist() == _reference_oea_ids(logits, k, k0, valid)
-    if num_valid is not None:
-        _, ids_int = oea.oea_select(logits, k, k0, renormalize=True, num_valid=valid)
-        assert torch.equal(ids, ids_int)
+@pytest.mark.slow
+def test_select_experts_in_the_oea_env():
+    from toolkit.pipeline import prepare
+    from toolkit.recipe import load_recipe
+
+    home = Path(os.environ.get("PATCHBENCH_TEST_HOME", TEST_CACHE))
+    recipe = load_recipe("oea")
+    p = prepare(recipe, home, until="build")
+    proc = subprocess.run([str(p.env.python), str(REPO_ROOT / "tests" / "oea_select_experts_check.py"),
+                           json.dumps(dict(recipe.server.env))], capture_output=True, text=True,
+                          env={**p.env.run_environ(), "CUDA_VISIBLE_DEVICES": ""}, cwd=REPO_ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    res = json.loads(proc.stdout.splitlines()[-1])
+    for path in ("grouped", "ungrouped"):
+        r = res[path]
+        off_ids, on_ids = r["off"][1], r["on"][1]
+        before = len({e for row in off_ids for e in row})
+        after = len({e for row in on_ids for e in row})
+        print(f"{path}: distinct {before} -> {after}")
+        assert after <= 0.7 * before, (path, before, after)
+        assert r["big_on"] == r["big_off"]  # above the token limit: no change at all
+        import torch
+
+        logits, bias = torch.tensor(r["logits"]), torch.tensor(r["bias"])
+        choice = (logits.sigmoid() + bias) if path == "grouped" else logits
+        top_k0 = torch.topk(choice, K0, dim=-1).indices.tolist()
+        for t in range(TOKENS):
+            assert set(top_k0[t]) <= set(on_ids[t])
+    assert any(LINE.match(line) for line in res["log_lines"])
 
 
-# --- weights -----------------------------------------------------------------------------------
+def test_both_releases_ship_the_same_module():
+    """The 0.5.10.post1 port adds the same oea.py as the 0.5.23 patch (no torch needed)."""
+    from unidiff import PatchSet
 
+    def added(patch):
+        files = PatchSet(patch.read_text())
+        (f,) = [f for f in files if f.path.endswith("layers/moe/oea.py")]
+        return "".join(line.value for h in f for line in h if line.is_added)
 
-@pytest.mark.parametrize("scoring", ["softmax", "sigmoid"])
-@pytest.mark.parametrize("renormalize", [True, False])
-def test_weights_as_the_plain_path_computes_them(torch, oea, scoring, renormalize):
-    logits = _logits(torch, 16, 128, seed=5)
-    w, ids = oea.oea_select(logits, 8, 3, renormalize=renormalize, scoring_func=scoring)
-    torch.testing.assert_close(w, _reference_weights(torch, logits, ids, scoring=scoring,
-                                                      renormalize=renormalize))
-    if renormalize:
-        torch.testing.assert_close(w.sum(-1), torch.ones(16))
-    if scoring == "softmax" and renormalize:
-        # renormalised softmax probabilities == softmax over the chosen experts' logits
-        torch.testing.assert_close(w, torch.softmax(logits.gather(1, ids.long()), dim=-1))
-
-
-def test_correction_bias_steers_choice_not_weights(torch, oea):
-    logits = _logits(torch, 16, 64, seed=9)
-    bias = torch.zeros(64)
-    bias[:4] = 100.0  # experts 0..3 win every token's baseline
-    w, ids = oea.oea_select(logits, 6, 2, renormalize=True, scoring_func="sigmoid", correction_bias=bias)
-    assert set(ids[:, :2].flatten().tolist()) <= {0, 1, 2, 3}
-    torch.testing.assert_close(w, _reference_weights(torch, logits, ids, scoring="sigmoid"))
-
-
-def test_half_precision_logits(torch, oea):
-    logits = _logits(torch, 16, 128, seed=13).to(torch.bfloat16)
-    w, ids = oea.oea_select(logits, 8, 4, renormalize=True)
-    assert w.dtype == torch.float32
-    torch.testing.assert_close(w, _reference_weights(torch, logits, ids))
-
-
-# --- disabled reproduces plain top-k -----------------------------------------------------------
-
-
-@pytest.mark.parametrize("k0", [0, 8, 9])
-@pytest.mark.parametrize("renormalize", [True, False])
-def test_disabled_is_plain_topk_exactly(torch, oea, k0, renormalize):
-    logits = _logits(torch, 16, 128, seed=21)
-    w, ids = oea.oea_select(logits, 8, k0, renormalize=renormalize)
-    probs = torch.softmax(logits, dim=-1)
-    ref_w, ref_ids = torch.topk(probs, 8, dim=-1)
-    if renormalize:
-        ref_w = ref_w / ref_w.sum(dim=-1, keepdim=True)
-    assert torch.equal(ids.long(), ref_ids)
-    assert torch.equal(w, ref_w)
-
-
-def test_single_token_is_plain_topk(torch, oea):
-    logits = _logits(torch, 1, 128, seed=4)
-    _, ids = oea.oea_select(logits, 8, 4, renormalize=True)
-    assert torch.equal(ids.long(), torch.topk(logits, 8, dim=-1).indices)
-
-
-# --- configuration (environment) ---------------------------------------------------------------
-
-
-def test_off_unless_the_env_sets_k0(oea, clean_env):
-    assert oea.oea_config() == (0, oea.DEFAULT_MAX_TOKENS)
-    assert oea.oea_k0_for_batch(8, 16) == 0
-    clean_env.setenv("SGLANG_OEA_K0", "0")
-    oea.oea_config.cache_clear()
-    assert oea.oea_k0_for_batch(8, 16) == 0
-
-
-def test_env_k0_applies_to_small_batches_only(oea, clean_env):
-    clean_env.setenv("SGLANG_OEA_K0", "4")
-    clean_env.setenv("SGLANG_OEA_MAX_TOKENS", "32")
-    oea.oea_config.cache_clear()
-    assert oea.oea_k0_for_batch(8, 16) == 4
-    assert oea.oea_k0_for_batch(8, 32) == 4
-    assert oea.oea_k0_for_batch(8, 33) == 0  # prefill-sized: plain routing
-    assert oea.oea_k0_for_batch(8, 1) == 0  # one token: OEA is a no-op
-    assert oea.oea_k0_for_batch(4, 16) == 0  # k0 >= top_k: plain routing
-    assert oea.oea_k0_for_batch(2, 16) == 0
-
-
-def test_env_is_read_once(oea, clean_env):
-    clean_env.setenv("SGLANG_OEA_K0", "4")
-    oea.oea_config.cache_clear()
-    assert oea.oea_k0_for_batch(8, 16) == 4
-    clean_env.setenv("SGLANG_OEA_K0", "2")
-    assert oea.oea_k0_for_batch(8, 16) == 4
-
-
-@pytest.mark.parametrize("var,value", [("SGLANG_OEA_K0", "four"), ("SGLANG_OEA_K0", "-1"),
-                                       ("SGLANG_OEA_MAX_TOKENS", "0")])
-def test_bad_env_values_fail_loudly(oea, clean_env, var, value):
-    clean_env.setenv(var, value)
-    oea.oea_config.cache_clear()
-    with pytest.raises(ValueError, match=var):
-        oea.oea_k0_for_batch(8, 16)
-
-
-def test_unsupported_scoring_function(torch, oea):
-    with pytest.raises(ValueError, match="scoring"):
-        oea.oea_select(_logits(torch, 4, 16), 4, 2, renormalize=True, scoring_func="sqrtsoftplus")
+    new = REPO_ROOT / "patches"
+    assert added(new / "sglang" / "oea-topk.patch") == added(new / "sglang-0.5.10" / "oea-topk.patch")
