@@ -6,6 +6,7 @@ the toolkit; each recipe's envs are patchbench's (content-addressed under $PATCH
 
 from __future__ import annotations
 
+import json
 import tomllib
 from pathlib import Path
 
@@ -24,12 +25,22 @@ def _toolkit(session: nox.Session, *extras: str) -> None:
     session.install("-e", f".[{','.join(extras)}]" if extras else ".")
 
 
+def _machine_pip_sources(session: nox.Session) -> list[str]:
+    """The pip config's indexes and find-links as uv arguments (empty under pip, which reads it)."""
+    if session.venv_backend != "uv":
+        return []
+    code = "import json; from toolkit.envs import pip_sources; print(json.dumps(pip_sources().uv_install_args()))"
+    out = session.run("python", "-c", code, silent=True)
+    return json.loads(out.strip().splitlines()[-1])
+
+
 @nox.session(python="3.11")
 def tests(session: nox.Session) -> None:
     """The test suite (add `-- --slow` for real PyPI artifacts and CUTLASS compiles)."""
     _toolkit(session, "test")
-    # CPU torch from the machine's pip sources: the OEA tests run the patched sglang routing.
-    session.install("torch==2.13.0")
+    # CPU torch from the machine's pip sources: the OEA tests run the patched sglang routing. uv does
+    # not read pip's config, so the toolkit's own reading of it (toolkit.envs.pip_sources) is passed.
+    session.install(*_machine_pip_sources(session), "torch==2.13.0")
     session.run("pytest", *session.posargs, env={"PATCHBENCH_REQUIRE_TORCH": "1"})
 
 
