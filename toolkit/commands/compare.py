@@ -19,6 +19,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--all-metrics", action="store_true", help="every stored metric")
     parser.add_argument("--group", default=None, help="only runs of one sweep (its group id, shown by `results`)")
     parser.add_argument("--unverified", action="store_true", help="also use runs whose config was not verified (imports)")
+    parser.add_argument("--kernels", action="store_true", help="kernel-family diff of stored profiles (patchbench profile)")
     parser.add_argument("--json", action="store_true")
 
 
@@ -48,6 +49,13 @@ def run(args) -> int:
 
         raise BadInput("compare needs a baseline and at least one variant")
     store = store_of(args)
+    if args.kernels:  # the kernel-family diff lives in toolkit.profile
+        from toolkit.profile.render import kernel_compare
+
+        items, data = kernel_compare(store, args.recipes)
+        for item in items if not args.json else []:
+            console.print(item)
+        return print_json(data) or 0 if args.json else 0
     if args.run:
         missing = missing_recipes(store, args.recipes)
         if missing:

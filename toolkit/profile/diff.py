@@ -1,0 +1,76 @@
+"""The kernel-family diff of two recipes' profiles: per family, mean ms per decode step in A and B,
+the change, and whether it is larger than the spread.
+
+Spread (per recipe, per family): with several profiles, the range of their per-profile means; with
+one, half the interquartile range of its per-step times (step-to-step variation). A change counts
+("faster"/"slower") when |B - A| exceeds the larger of the two spreads and 5% of A; otherwise it
+is "unchanged within spread". Rank 0 is compared (every rank when both have it, averaged).
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+REL_MIN = 0.05
+
+
+@dataclass(frozen=True)
+class FamilyDiff:
+    family: str
+    a_ms: float
+    b_ms: float
+    spread_ms: float
+    n_a: int
+    n_b: int
+
+    @property
+    def delta_ms(self) -> float:
+        return self.b_ms - self.a_ms
+
+    @property
+    def ratio(self) -> float | None:
+        return self.b_ms / self.a_ms if self.a_ms else None
+
+    @property
+    def verdict(self) -> str:
+        d = self.delta_ms
+        if abs(d) <= self.spread_ms or abs(d) <= REL_MIN * max(self.a_ms, 1e-9):
+            return "unchanged within spread"
+        return "faster" if d < 0 else "slower"
+
+
+def _per_profile(profile: dict, family: str) -> tuple[float, list[float]]:
+    ranks = profile.get("ranks") or []
+    means = [r["family_ms"].get(family, 0.0) for r in ranks]
+    steps = [v for r in ranks for v in r.get("per_step_ms", {}).get(family, [])]
+    return (statistics.fmean(means) if means else 0.0), steps
+
+
+def _spread(profiles: list[dict], family: str) -> float:
+    pairs = [_per_profile(p, family) for p in profiles]
+    if len(pairs) >= 2:
+        means = [m for m, _ in pairs]
+        return max(means) - min(means)
+    steps = pairs[0][1] if pairs else []
+    if len(steps) < 4:
+        return 0.0
+    q = statistics.quantiles(steps, n=4)
+    return (q[2] - q[0]) / 2
+
+
+def kernel_diff(a: list[dict], b: list[dict]) -> list[FamilyDiff]:
+    """Families of both recipes' profiles (extra["profile"] dicts), largest |change| first."""
+    fams = sorted({f for p in a + b for r in p.get("ranks", []) for f in r["family_ms"]})
+    out = []
+    for f in fams:
+        am = statistics.fmean(_per_profile(p, f)[0] for p in a)
+        bm = statistics.fmean(_per_profile(p, f)[0] for p in b)
+        out.append(FamilyDiff(f, am, bm, max(_spread(a, f), _spread(b, f)), len(a), len(b)))
+    out.sort(key=lambda d: -abs(d.delta_ms))
+    return out
+
+
+def step_ms(profiles: list[dict]) -> float:
+    vals = [r["step_ms"] for p in profiles for r in p.get("ranks", [])]
+    return statistics.fmean(vals) if vals else 0.0
