@@ -22,7 +22,7 @@ def floor_lines(families, rank: dict, spec: FloorSpec | None) -> list[dict]:
         floor = floors.get(fam)
         rows.append({"family": fam, "label": names.get(fam, fam), "ms": ms, "share": ms / step,
                      "count": rank["counts_per_step"].get(fam, 0.0), "floor_ms": floor,
-                     "pct_of_floor": (100 * floor / ms) if floor and ms else None,
+                     "pct_of_floor": (100 * floor / ms) if floor is not None and ms else None,
                      "shapes": rank.get("shapes", {}).get(fam, {})})
     rows.sort(key=lambda r: -(r["ms"] - (r["floor_ms"] or 0.0)))
     return rows
