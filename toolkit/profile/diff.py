@@ -1,8 +1,10 @@
-"""The kernel-family diff of two recipes' profiles: per family, mean ms per decode step in A and B,
-the change, and whether it is larger than the spread.
+"""The kernel-family diff of two recipes' profiles: per family, ms per decode step in A and B, the
+change, and whether it is larger than the spread.
 
-Spread (per recipe, per family): with several profiles, the range of their per-profile means; with
-one, half the interquartile range of its per-step times (step-to-step variation). A change counts
+Per profile a family's time is the median over its decode steps (a step that lost the CPU or GPU to
+something else does not move it); a recipe's value is the mean over its profiles. Spread (per recipe,
+per family): with several profiles, the range of their medians; with one, half the interquartile
+range of its per-step times (step-to-step variation). A change counts
 ("faster"/"slower") when |B - A| exceeds the larger of the two spreads and 5% of A; otherwise it
 is "unchanged within spread". Rank 0 is compared (every rank when both have it, averaged).
 """
@@ -42,9 +44,8 @@ class FamilyDiff:
 
 def _per_profile(profile: dict, family: str) -> tuple[float, list[float]]:
     ranks = profile.get("ranks") or []
-    means = [r["family_ms"].get(family, 0.0) for r in ranks]
     steps = [v for r in ranks for v in r.get("per_step_ms", {}).get(family, [])]
-    return (statistics.fmean(means) if means else 0.0), steps
+    return (statistics.median(steps) if steps else 0.0), steps
 
 
 def _spread(profiles: list[dict], family: str) -> float:
