@@ -65,15 +65,18 @@ class TorchStep:
                 "down": [w(EXPERT_INTERMEDIATE, HIDDEN) for _ in range(N_EXPERTS)],
             })
         self.lm_head = w(HIDDEN, VOCAB)
-        self.kv = {}  # batch -> (K, V) caches, made on first use
+        self.inputs = {}  # batch -> (hidden states, K cache, V cache), made on first use
 
-    def _kv(self, batch: int):
-        if batch not in self.kv:
+    def _inputs(self, batch: int):
+        """The same hidden states every step at a given batch: the same experts are routed to,
+        so step-to-step variation is the machine's, not the routing's."""
+        if batch not in self.inputs:
             t = self.torch
+            g = t.Generator(device="cpu").manual_seed(SEED + batch)
             shape = (batch, HEADS, KV_CONTEXT, HIDDEN // HEADS)
-            self.kv[batch] = (t.randn(*shape, device=self.device, dtype=self.dtype),
-                              t.randn(*shape, device=self.device, dtype=self.dtype))
-        return self.kv[batch]
+            self.inputs[batch] = tuple(t.randn(*s, generator=g).to(self.device, self.dtype)
+                                       for s in ((batch, HIDDEN), shape, shape))
+        return self.inputs[batch]
 
     def _rmsnorm(self, x, weight):
         with self.torch.profiler.record_function("mini::rmsnorm"):
@@ -86,8 +89,7 @@ class TorchStep:
         t = self.torch
         rf = t.profiler.record_function
         with t.inference_mode():
-            x = t.randn(batch, HIDDEN, device=self.device, dtype=self.dtype)
-            k_cache, v_cache = self._kv(batch)
+            x, k_cache, v_cache = self._inputs(batch)
             for layer in self.layers:
                 h = self._rmsnorm(x, layer["norm1"])
                 with rf("mini::dense_gemm_bf16[qkv_proj]"):
