@@ -10,10 +10,10 @@ HELP = ("profile N decode steps of a recipe's server under a steady load (torch 
 EPILOG = """\
 The server writes the traces (Chrome JSON, gzipped, one per rank) under runs/<id>/profile/;
 `patchbench results --export json` lists them in the run's log_paths. On a GPU box the env's
-sglang must answer /start_profile (sglang >= 0.4; the fields sent are those its ProfileReq has),
+sglang must serve /start_profile (the fields sent are those its ProfileReq has; 0.5.23 takes all of them),
 torch's CUDA profiler (CUPTI, shipped with the CUDA torch wheels) must be usable by the server's user
-(NVreg_RestrictProfilingToAdminUsers=0, or run as root), and the output directory must be on the
-machine the server runs on. The demo recipes demo/torch-baseline and demo/torch-small-experts run
+(NVreg_RestrictProfilingToAdminUsers=0, or run as root), and the recipe needs a [roofline] model and gpu for
+the floors. `python benchmarks/profile_gpu.py` checks the path on a CUDA GPU in under 5 minutes. The demo recipes demo/torch-baseline and demo/torch-small-experts run
 the miniature's torch step on CPU (their env installs torch)."""
 
 
