@@ -1,12 +1,14 @@
 """The kernel-family diff of two recipes' profiles: per family, ms per decode step in A and B, the
 change, and whether it is larger than the spread.
 
-Per profile a family's time is the median over its decode steps (a step that lost the CPU or GPU to
-something else does not move it); a recipe's value is the mean over its profiles. Spread (per recipe,
-per family): with several profiles, the range of their medians; with one, half the interquartile
-range of its per-step times (step-to-step variation). A change counts
-("faster"/"slower") when |B - A| exceeds the larger of the two spreads and 5% of A; otherwise it
-is "unchanged within spread". Rank 0 is compared (every rank when both have it, averaged).
+Per profile a family's time is its fastest decode step (the minimum over steps): time taken from
+the work by the rest of the machine (preemption on a shared CPU, launch jitter) only ever adds, so
+the minimum estimates the work's own cost, while medians of a busy machine move with its load. A
+recipe's value is the mean over its profiles. Spread (per recipe, per family): with several
+profiles, the range of their minima (run-to-run); with one, the width of the fast tail (10th
+percentile minus minimum). A change counts ("faster"/"slower") when |B - A| exceeds the larger of
+the two spreads plus 10% of A; otherwise it is "unchanged within spread". Several interleaved
+profiles per recipe (A B A B) give the honest spread; one each is a first look.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-REL_MIN = 0.05
+REL_MIN = 0.10
 
 
 @dataclass(frozen=True)
@@ -37,7 +39,7 @@ class FamilyDiff:
     @property
     def verdict(self) -> str:
         d = self.delta_ms
-        if abs(d) <= self.spread_ms or abs(d) <= REL_MIN * max(self.a_ms, 1e-9):
+        if abs(d) <= self.spread_ms + REL_MIN * self.a_ms:
             return "unchanged within spread"
         return "faster" if d < 0 else "slower"
 
@@ -45,7 +47,7 @@ class FamilyDiff:
 def _per_profile(profile: dict, family: str) -> tuple[float, list[float]]:
     ranks = profile.get("ranks") or []
     steps = [v for r in ranks for v in r.get("per_step_ms", {}).get(family, [])]
-    return (statistics.median(steps) if steps else 0.0), steps
+    return (min(steps) if steps else 0.0), steps
 
 
 def _spread(profiles: list[dict], family: str) -> float:
@@ -56,8 +58,7 @@ def _spread(profiles: list[dict], family: str) -> float:
     steps = pairs[0][1] if pairs else []
     if len(steps) < 4:
         return 0.0
-    q = statistics.quantiles(steps, n=4)
-    return (q[2] - q[0]) / 2
+    return statistics.quantiles(steps, n=10)[0] - min(steps)
 
 
 def kernel_diff(a: list[dict], b: list[dict]) -> list[FamilyDiff]:
