@@ -179,6 +179,10 @@ def test_kernel_diff_verdicts():
     assert diffs["moe_gemm"].verdict == "faster" and diffs["moe_gemm"].delta_ms == pytest.approx(3.05 - 10.1, abs=0.2)
     assert diffs["norm_act"].verdict == "unchanged within spread"
     assert diffs["moe_gemm"].n_a == 2 and diffs["moe_gemm"].n_b == 1
+    from toolkit.profile.diff import FamilyDiff
+
+    assert FamilyDiff("x", 0.20, 0.16, 0.005, 2, 2, step_a_ms=30.0).verdict == "negligible (<1% of the step)"
+    assert FamilyDiff("x", 0.20, 0.16, 0.005, 2, 2, step_a_ms=1.0).verdict == "faster"
 
 
 def test_stacked_bar_figure(tmp_path):

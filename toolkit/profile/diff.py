@@ -7,7 +7,10 @@ the minimum estimates the work's own cost, while medians of a busy machine move 
 recipe's value is the mean over its profiles. Spread (per recipe, per family): with several
 profiles, the range of their minima (run-to-run); with one, the width of the fast tail (10th
 percentile minus minimum). A change counts ("faster"/"slower") when |B - A| exceeds the larger of
-the two spreads plus 10% of A; otherwise it is "unchanged within spread". Several interleaved
+the two spreads plus 10% of A; otherwise it is "unchanged within spread". A change beyond the
+spread but below 1% of A's step time is "negligible (<1% of the step)": real, perhaps (on a CPU a
+smaller working set elsewhere speeds every op a little through the caches), but not what moves
+the step. Several interleaved
 profiles per recipe (A B A B) give the honest spread; one each is a first look.
 """
 
@@ -17,6 +20,7 @@ import statistics
 from dataclasses import dataclass
 
 REL_MIN = 0.10
+STEP_MIN = 0.01
 
 
 @dataclass(frozen=True)
@@ -27,6 +31,7 @@ class FamilyDiff:
     spread_ms: float
     n_a: int
     n_b: int
+    step_a_ms: float = 0.0
 
     @property
     def delta_ms(self) -> float:
@@ -41,6 +46,8 @@ class FamilyDiff:
         d = self.delta_ms
         if abs(d) <= self.spread_ms + REL_MIN * self.a_ms:
             return "unchanged within spread"
+        if abs(d) < STEP_MIN * self.step_a_ms:
+            return "negligible (<1% of the step)"
         return "faster" if d < 0 else "slower"
 
 
@@ -68,7 +75,7 @@ def kernel_diff(a: list[dict], b: list[dict]) -> list[FamilyDiff]:
     for f in fams:
         am = statistics.fmean(_per_profile(p, f)[0] for p in a)
         bm = statistics.fmean(_per_profile(p, f)[0] for p in b)
-        out.append(FamilyDiff(f, am, bm, max(_spread(a, f), _spread(b, f)), len(a), len(b)))
+        out.append(FamilyDiff(f, am, bm, max(_spread(a, f), _spread(b, f)), len(a), len(b), step_ms(a)))
     out.sort(key=lambda d: -abs(d.delta_ms))
     return out
 

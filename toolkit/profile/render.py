@@ -102,7 +102,7 @@ def kernel_compare(store, recipes: list[str]) -> tuple[list, dict]:
                       f"±{d.spread_ms:.3f}", f"[{style}]{d.verdict}[/]")
         items.append(t)
         a_step, b_step = step_ms(profiles[base]), step_ms(profiles[other])
-        items.append(f"trace step: {a_step:.2f} ms -> {b_step:.2f} ms ({100 * (b_step / a_step - 1):+.1f}%)"
+        items.append(f"mean trace step (contention included): {a_step:.2f} ms -> {b_step:.2f} ms ({100 * (b_step / a_step - 1):+.1f}%)"
                      if a_step else "trace step: no decode steps")
         data[other] = [{**d.__dict__, "delta_ms": d.delta_ms, "verdict": d.verdict} for d in diffs]
     return items, {"baseline": base, "variants": data}
