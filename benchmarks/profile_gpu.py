@@ -52,8 +52,11 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=None, help="keep the trace here (default: a temporary directory)")
     args = ap.parse_args(argv)
 
-    import torch
-
+    try:
+        import torch
+    except ImportError:
+        print("needs torch (a CUDA build) in this interpreter", file=sys.stderr)
+        return 2
     if not torch.cuda.is_available():
         print("no CUDA GPU: nothing to do", file=sys.stderr)
         return 2

@@ -192,3 +192,20 @@ def test_stacked_bar_figure(tmp_path):
     out = stacked_bar({"A": {"moe_gemm": 10.0, "idle": 2.0}, "B": {"moe_gemm": 3.0, "idle": 2.0}},
                       tmp_path / "bars.png", families=load_families(), floors_ms={"A": 1.0, "B": 1.0})
     assert out.stat().st_size > 1000 and out.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_gpu_annotation_scopes_name_generic_kernels(tmp_path):
+    """On a GPU trace of the miniature, a generic cuBLAS GEMM inside the `mini::fused_moe_experts`
+    gpu_user_annotation counts as MoE experts; outside any scope it is a dense GEMM."""
+    gemm = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize64x64x64_cublas"
+    ev = [
+        {"ph": "X", "cat": "gpu_user_annotation", "name": "step[DECODE bs=8]", "pid": 0, "tid": 7, "ts": 0, "dur": 100},
+        {"ph": "X", "cat": "gpu_user_annotation", "name": "mini::fused_moe_experts", "pid": 0, "tid": 7, "ts": 10, "dur": 50},
+        {"ph": "X", "cat": "kernel", "name": gemm, "pid": 0, "tid": 7, "ts": 12, "dur": 40},
+        {"ph": "X", "cat": "kernel", "name": gemm, "pid": 0, "tid": 7, "ts": 70, "dur": 20},
+    ]
+    p = tmp_path / "gpu.json"
+    p.write_text(json.dumps({"traceEvents": ev}))
+    b = breakdown(load_trace(p), load_families())
+    assert b.mode == "gpu"
+    assert b.family_ms() == pytest.approx({"moe_gemm": 0.04, "gemm_bf16": 0.02, "idle": 0.04})

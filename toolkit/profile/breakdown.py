@@ -119,14 +119,13 @@ def kernels(trace: Trace) -> list[Kernel]:
     if trace.has_gpu_kernels:
         scopes = sorted((e for e in trace.events if e.cat == "gpu_user_annotation" and not STEP_RE.match(e.name)),
                         key=lambda e: (e.ts, -e.dur))
-        out = []
-        for k in (e for e in trace.events if e.cat in GPU_KERNEL_CATS):
-            inner = None
-            for s in scopes:
-                if s.ts > k.ts:
-                    break
-                if s.end >= k.end and (inner is None or s.dur <= inner.dur):
-                    inner = s
+        out, active, j = [], [], 0
+        for k in sorted((e for e in trace.events if e.cat in GPU_KERNEL_CATS), key=lambda e: e.ts):
+            while j < len(scopes) and scopes[j].ts <= k.ts:
+                active.append(scopes[j])
+                j += 1
+            active = [s for s in active if s.end >= k.ts]
+            inner = min((s for s in active if s.end >= k.end), key=lambda s: s.dur, default=None)
             out.append(Kernel(k.name, inner.name if inner else None, k.ts, k.dur, _shapes(k)))
         return out
     by_thread: dict = defaultdict(list)
