@@ -36,7 +36,7 @@ def stacked_bar(recipes: dict[str, dict], out: str | Path, *, families=(), floor
         if floor is not None:
             ax.plot([x - 0.4, x + 0.4], [floor, floor], color="black", linewidth=2,
                     label="roofline floor" if x == 0 else None)
-    ax.set_xticks(list(xs), list(recipes))
+    ax.set_xticks(list(xs), list(recipes), rotation=15, ha="right")
     ax.set_ylabel("ms per decode step")
     ax.set_title(title)
     ax.legend(loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8)

@@ -106,3 +106,26 @@ def kernel_compare(store, recipes: list[str]) -> tuple[list, dict]:
                      if a_step else "trace step: no decode steps")
         data[other] = [{**d.__dict__, "delta_ms": d.delta_ms, "verdict": d.verdict} for d in diffs]
     return items, {"baseline": base, "variants": data}
+
+
+def bar_data(store, recipes: list[str], families) -> tuple[dict, dict]:
+    """Inputs of figure.stacked_bar from the store: recipe -> mean ms per family over its ok
+    profiles (rank 0), and recipe -> the step's roofline floor (sum of its families' floors) when
+    the recipe names a [roofline] model and GPU. Recipes without a profile are left out."""
+    from toolkit.profile.floors import floor_spec
+    from toolkit.profile.session import BENCH_DRIVER
+
+    bars, floors = {}, {}
+    for name in recipes:
+        runs = [r for r in store.runs(recipe=name, status="ok")
+                if r.bench_driver == BENCH_DRIVER and r.extra.get("profile", {}).get("ranks")]
+        if not runs:
+            continue
+        ranks = [r.extra["profile"]["ranks"][0] for r in runs]
+        fams = {f for rk in ranks for f in rk["family_ms"]}
+        bars[name] = {f: sum(rk["family_ms"].get(f, 0.0) for rk in ranks) / len(ranks) for f in fams}
+        spec = floor_spec(runs[-1].recipe_resolved, int(runs[-1].extra["profile"].get("concurrency", 1)))
+        if spec is not None:
+            per_family = family_floors_ms(families, component_floors_ms(spec), fams)
+            floors[name] = sum(v for v in per_family.values() if v)
+    return bars, floors
