@@ -96,3 +96,11 @@ def test_profile_then_kernel_compare(home, capsys):
     assert not changed, diffs
     assert main(["compare", "demo/torch-baseline", "demo/torch-small-experts", "--kernels"]) == 0
     assert "faster" in capsys.readouterr().out
+
+    # The report's stacked bar, from the stored profiles.
+    from toolkit.profile.families import load_families
+    from toolkit.profile.render import bar_data
+
+    bars, floors = bar_data(store, ["demo/torch-baseline", "demo/torch-small-experts"], load_families())
+    assert bars["demo/torch-small-experts"]["moe_gemm"] < bars["demo/torch-baseline"]["moe_gemm"]
+    assert floors["demo/torch-baseline"] == floors["demo/torch-small-experts"] > 0
