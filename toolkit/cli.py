@@ -27,6 +27,7 @@ VERBS = {
     "bisect": "bisect",
     "report": "report",
     "roofline": "roofline",
+    "profile": "profile",
 }
 
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)

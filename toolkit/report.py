@@ -302,9 +302,10 @@ tr.slower td:last-child { color: #cf222e; font-weight: bold; }
 """
 
 
-def render_html(data: ReportData, figures: Sequence[Plot] | None = None) -> str:
+def render_html(data: ReportData, figures: Sequence[Plot] | None = None, svgs: Sequence[str] = ()) -> str:
     """One self-contained HTML page: the tables, inline SVG plots (`figures`, default
-    `plots(data)`), differences, notes."""
+    `plots(data)`, then `svgs`: SVG documents drawn elsewhere, e.g. the kernel-family bars),
+    differences, notes."""
     figures = plots(data) if figures is None else figures
     parts = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
              f"<title>{_esc(data.title)}</title>", f"<style>{_CSS}</style></head><body>",
@@ -320,7 +321,8 @@ def render_html(data: ReportData, figures: Sequence[Plot] | None = None) -> str:
     eff = efficiency_lines(data)
     if eff:
         parts.append("<p><b>Efficiency vs roofline:</b> " + _esc("; ".join(eff)) + "</p>")
-    parts += ["<h2>Plots</h2>", '<div class="plots">', *(svg(p.figure, p.title) for p in figures), "</div>"]
+    parts += ["<h2>Plots</h2>", '<div class="plots">', *(svg(p.figure, p.title) for p in figures),
+              *(x[x.find("<svg"):] for x in svgs), "</div>"]
     if data.differences:
         parts.append("<h2>What else differed</h2><ul>")
         for name, diffs in data.differences.items():

@@ -22,6 +22,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--all-metrics", action="store_true", help="every stored metric")
     add_min_effect_argument(parser)
     add_selection_arguments(parser)
+    parser.add_argument("--kernels", action="store_true", help="kernel-family diff of stored profiles (patchbench profile)")
     parser.add_argument("--json", action="store_true")
 
 
@@ -61,6 +62,16 @@ def run(args) -> int:
         raise BadInput("compare needs a baseline and at least one variant")
     specs = None if args.all_metrics else metrics.parse_specs(args.metric or metrics.default_names())
     store = store_of(args)
+    if args.kernels:  # the kernel-family diff lives in toolkit.profile
+        from toolkit.profile.render import kernel_compare
+
+        items, data = kernel_compare(store, args.recipes)
+        if args.json:
+            print_json(data)
+            return 0
+        for item in items:
+            console.print(item)
+        return 0
     criteria = criteria_from_args(args)
     if args.run:
         missing = missing_recipes(store, args.recipes, criteria)

@@ -33,22 +33,42 @@ def _write(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+def _kernel_bars(store, recipes, out: Path) -> tuple[Path, Path] | None:
+    """The stacked bar of step time by kernel family for recipes with stored profiles (PNG, SVG)."""
+    from toolkit.profile.families import load_families
+    from toolkit.profile.figure import stacked_bar
+    from toolkit.profile.render import bar_data
+
+    families = load_families()
+    bars, floors = bar_data(store, list(recipes), families)
+    if not bars:
+        return None
+    return tuple(stacked_bar(bars, out / f"kernel_families.{ext}", families=families, floors_ms=floors)
+                 for ext in ("png", "svg"))
+
+
 def run(args) -> int:
     from toolkit.analysis.selection import criteria_from_args
     from toolkit.errors import BadInput
     from toolkit.report import collect, render_html, render_markdown
     from toolkit.report_plots import plots, write_png
 
-    data = collect(store_of(args), args.recipes, args.metric, title=args.title,
+    store = store_of(args)
+    data = collect(store, args.recipes, args.metric, title=args.title,
                    criteria=criteria_from_args(args), min_effect=args.min_effect)
     out = Path(args.output).expanduser()
     figures = plots(data)
     try:
         out.mkdir(parents=True, exist_ok=True)
         images = [(p.title, write_png(p.figure, out / f"{p.name}.png").name) for p in figures]
+        svgs = []
+        bars = _kernel_bars(store, args.recipes, out)
+        if bars:
+            images.append(("decode step by kernel family (profiles), with the roofline floor", bars[0].name))
+            svgs.append(bars[1].read_text())
         md, page = out / "report.md", out / "report.html"
         _write(md, render_markdown(data, images))
-        _write(page, render_html(data, figures))
+        _write(page, render_html(data, figures, svgs))
     except OSError as exc:
         raise BadInput(f"cannot write the report to {out}: {exc.strerror or exc}") from None
     for line in data.selection:

@@ -105,6 +105,7 @@ class ServerArgs:
     mini_prefill_base_ms: Optional[float] = None
     mini_prefill_per_token_us: Optional[float] = None
     mini_crash_after_requests: Optional[int] = None
+    mini_torch_step: bool = False
 
     def __post_init__(self):
         # Resolve defaults the way sglang does (in spirit): effective values, not None.
@@ -128,6 +129,9 @@ class ServerArgs:
             self.sampling_backend = "flashinfer"
         if self.mini_crash_after_requests is None:
             self.mini_crash_after_requests = _env_int("SGLANG_MINI_CRASH_AFTER_REQUESTS")
+        if not self.mini_torch_step:
+            self.mini_torch_step = os.environ.get("SGLANG_MINI_TORCH_STEP", "").strip().lower() in (
+                "1", "true", "yes")
         if self.stream_interval < 1:
             raise ValueError("stream_interval must be >= 1")
 
@@ -212,6 +216,9 @@ class ServerArgs:
         g.add_argument("--mini-crash-after-requests", type=int, default=d.mini_crash_after_requests,
                        help="After N finished requests, the next forward step dies with a CUDA error "
                             "(env SGLANG_MINI_CRASH_AFTER_REQUESTS).")
+        g.add_argument("--mini-torch-step", action="store_true",
+                       help="Every forward step also runs real torch work shaped like a MoE block "
+                            "(needs torch; env SGLANG_MINI_TORCH_STEP=1).")
 
     @classmethod
     def from_cli_args(cls, args: argparse.Namespace):

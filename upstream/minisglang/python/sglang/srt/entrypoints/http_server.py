@@ -25,6 +25,8 @@ import time
 import uuid
 from typing import Optional, Tuple
 
+from sglang.srt.managers.io_struct import ProfileReq
+from sglang.srt.managers.profiler_manager import ProfileError, ProfilerManager
 from sglang.srt.managers.scheduler import Req, Scheduler
 from sglang.srt.model_executor import cost as cost_mod
 from sglang.srt.server_args import ServerArgs
@@ -147,6 +149,8 @@ class HttpServer:
             "/v1/completions": self.completions,
             "/flush_cache": self.flush_cache,
             "/mini/trace/reset": self.reset_trace,
+            "/start_profile": self.start_profile,
+            "/stop_profile": self.stop_profile,
         }
         routes = get_routes if method == "GET" else post_routes if method == "POST" else {}
         handler = routes.get(path)
@@ -216,6 +220,27 @@ class HttpServer:
     async def reset_trace(self, body, writer, keep_alive):
         self.scheduler.reset_trace()
         return self._send_json(writer, 200, {"ok": True}, keep_alive)
+
+    # -- profiling ----------------------------------------------------------------------------
+    async def start_profile(self, body, writer, keep_alive):
+        try:
+            req = ProfileReq.from_json(self._parse_json(body))
+        except (TypeError, ValueError) as e:
+            raise BadRequest(str(e))
+        try:
+            done = self.scheduler.profiler.configure(req)
+        except ProfileError as e:
+            raise BadRequest(str(e))
+        if done is not None:
+            await done
+        return self._send_text(writer, 200, "Start profiling.\n", keep_alive)
+
+    async def stop_profile(self, body, writer, keep_alive):
+        try:
+            self.scheduler.profiler.stop()
+        except ProfileError as e:
+            raise BadRequest(str(e))
+        return self._send_text(writer, 200, "Stop profiling. This will take some time.\n", keep_alive)
 
     # -- generation ---------------------------------------------------------------------------
     @staticmethod
@@ -446,8 +471,16 @@ async def _serve(server_args: ServerArgs, child_pids, kill_child) -> None:
         finally:
             sys.stdout.flush()
 
+    torch_step = None
+    if server_args.mini_torch_step:
+        from sglang.srt.model_executor.torch_step import TorchStep
+
+        torch_step = TorchStep()
+        logger.info("torch step: real MoE-shaped work on %s each forward step", torch_step.device)
     scheduler = Scheduler(
         cm,
+        torch_step=torch_step,
+        profiler=ProfilerManager(),
         max_running_requests=server_args.max_running_requests,
         max_prefill_tokens=server_args.max_prefill_tokens,
         stream_interval=server_args.stream_interval,

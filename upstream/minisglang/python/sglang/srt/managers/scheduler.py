@@ -113,13 +113,16 @@ class Scheduler:
     def __init__(self, cost: CostModel, *, max_running_requests: Optional[int] = None,
                  max_prefill_tokens: int = 16384, stream_interval: int = 1,
                  crash_after_requests: Optional[int] = None,
-                 on_crash: Optional[Callable[[], None]] = None):
+                 on_crash: Optional[Callable[[], None]] = None,
+                 torch_step=None, profiler=None):
         self.cost = cost
         self.max_running_requests = max_running_requests
         self.max_prefill_tokens = max_prefill_tokens
         self.stream_interval = max(1, stream_interval)
         self.crash_after_requests = crash_after_requests
         self.on_crash = on_crash
+        self.torch_step = torch_step  # model_executor.torch_step.TorchStep or None (cost model only)
+        self.profiler = profiler  # managers.profiler_manager.ProfilerManager or None
         self.waiting: Deque[Req] = collections.deque()
         self.running: List[Req] = []
         self.finished_requests = 0  # user requests (not health probes)
@@ -181,7 +184,10 @@ class Scheduler:
                 cost = self.cost.decode_step_s(len(batch))
 
             deadline += cost
+            self._forward(kind, batch)
             await _sleep_until(deadline)
+            if self.profiler is not None:
+                self.profiler.end_step(kind)
             t = time.perf_counter()
             self.trace_steps.append((t, kind, len(batch), cost, t - prev_end))
             prev_end = t
@@ -193,6 +199,15 @@ class Scheduler:
                 self._decode_steps += 1
                 if self._decode_steps % DECODE_LOG_INTERVAL == 0:
                     self._log_decode()
+
+    def _forward(self, kind: str, batch: List[Req]) -> None:
+        """The step's real work (with --mini-torch-step) inside the profiler's step span; the cost
+        model's deadline then paces it: a step lasts max(real work, cost)."""
+        if self.profiler is not None:
+            tokens = sum(r.prompt_tokens for r in batch) if kind == "prefill" else len(batch)
+            self.profiler.begin_step(kind, len(batch), tokens)
+        if self.torch_step is not None:
+            self.torch_step.run(len(batch))
 
     def _room(self) -> float:
         if self.max_running_requests is None:

@@ -1,0 +1,211 @@
+"""Kernel-family analysis of profiler traces: classification of real sglang 0.5.23 kernel names,
+per-step breakdown arithmetic, floors from the roofline, the kernel diff and the stacked bar."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+
+from toolkit.profile.breakdown import breakdown, classified_share, kernels
+from toolkit.profile.diff import kernel_diff
+from toolkit.profile.families import OTHER, classify, load_families
+from toolkit.profile.floors import component_floors_ms, family_floors_ms, floor_spec
+from toolkit.profile.render import floor_lines, step_check
+from toolkit.profile.trace import load_trace
+
+# Kernel names as they appear in torch profiler traces of sglang 0.5.23 decode on NVIDIA GPUs
+# (FlashInfer, sgl-kernel, TensorRT-LLM MoE, CUTLASS, cuBLAS, NCCL, PyTorch), with a share of a
+# GLM-5/DeepSeek-like NVFP4 decode step (microseconds per step) and the family the rules must give.
+SGLANG_0523_KERNELS = [
+    ("void cutlass::device_kernel<cutlass::gemm::kernel::GemmUniversal<cutlass::gemm::GroupProblemShape<cute::tuple<int, int, int> >, "
+     "cutlass::gemm::collective::CollectiveMma<cutlass::gemm::MainloopSm120TmaWarpSpecializedBlockScaled<3, 2>, "
+     "cute::tuple<cute::C<128>, cute::C<128>, cute::C<128> >, cutlass::nv_float4_t<cutlass::float_e2m1_t> > > >", 4100, "moe_gemm"),
+    ("void tensorrt_llm::kernels::cutlass_kernels::expandInputRowsKernel<__nv_bfloat16, __nv_fp4_e2m1, 2, false>", 180, "moe_gemm"),
+    ("void tensorrt_llm::kernels::cutlass_kernels::finalizeMoeRoutingKernel<__nv_bfloat16, __nv_bfloat16, 1, false>", 160, "moe_gemm"),
+    ("void tensorrt_llm::kernels::cutlass_kernels::doActivationKernel<__nv_bfloat16, __nv_fp4_e2m1>", 120, "moe_gemm"),
+    ("fused_moe_kernel", 90, "moe_gemm"),
+    ("void moe_fused_gate_kernel<float, 256, 8, 1, 32, 8, 1>(void*, void*, float*, int*, long, long, long, long, double)", 95, "moe_routing"),
+    ("void biased_grouped_topk_kernel<__nv_bfloat16>", 40, "moe_routing"),
+    ("void moe_align_block_size_kernel<int>(int*, int*, int*, int*, int, int, int, unsigned long)", 30, "moe_routing"),
+    ("void cutlass::device_kernel<cutlass::gemm::kernel::GemmUniversal<cute::tuple<int, int, int, int>, "
+     "cutlass::gemm::collective::CollectiveMma<cutlass::gemm::MainloopSm120TmaWarpSpecializedBlockScaled<4, 2>, "
+     "cutlass::nv_float4_t<cutlass::float_e2m1_t> > > >", 1500, "gemm_fp4"),
+    ("void flashinfer::gemm::cutlass_fp4_gemm_sm120<cutlass::bfloat16_t, CtaShape128x128x128B>", 300, "gemm_fp4"),
+    ("void deep_gemm::fp8_gemm_kernel<128u, 128u, 128u, 1u, 8u, 4u, 2u>", 400, "gemm_fp8"),
+    ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize64x64x64_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas", 350, "gemm_bf16"),
+    ("nvjet_tst_128x64_64x8_1x1_v_bz_coopA_NNT", 260, "gemm_bf16"),
+    ("void flashinfer::BatchDecodeWithPagedKVCacheKernel<(flashinfer::PosEncodingMode)0, 2u, 16u, 8u, 16u, 1u, 8u, "
+     "flashinfer::DefaultAttention<false, false, false, false>, flashinfer::BatchDecodeParams<__nv_bfloat16, __nv_bfloat16, __nv_bfloat16, int> >", 620, "attention"),
+    ("void flash_fwd_splitkv_mla_kernel<Flash_fwd_kernel_traits_mla<576, 64, 64, 8, cutlass::bfloat16_t, 512>, true>", 540, "attention"),
+    ("void flash_fwd_mla_combine_kernel<cutlass::bfloat16_t, float, 512, 64>", 60, "attention"),
+    ("void flashinfer::MergeStatesKernel<8u, 16u, 8u, 4u, __nv_bfloat16, __nv_bfloat16>", 30, "attention"),
+    ("ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)", 900, "allreduce"),
+    ("void sglang::cross_device_reduce_1stage<__nv_bfloat16, 8>(sglang::RankData*, sglang::RankSignals, sglang::Signal*, __nv_bfloat16*, int, int)", 700, "allreduce"),
+    ("void sglang::cross_device_reduce_2stage<__nv_bfloat16, 8>(sglang::RankData*, sglang::RankSignals, sglang::Signal*, __nv_bfloat16*, int, int)", 200, "allreduce"),
+    ("void cvt_fp16_to_fp4<__nv_bfloat16, false>(int, int, __nv_bfloat16 const*, float const*, unsigned int*, unsigned int*)", 150, "quant"),
+    ("void per_token_group_quant_8bit_kernel<__nv_bfloat16, c10::Float8_e4m3fn, false>", 60, "quant"),
+    ("void flashinfer::norm::FusedAddRMSNormKernel<8u, __nv_bfloat16>(__nv_bfloat16*, __nv_bfloat16*, __nv_bfloat16*, unsigned int, unsigned int, unsigned int, float, float)", 230, "norm_act"),
+    ("void flashinfer::norm::RMSNormKernel<8u, __nv_bfloat16>", 80, "norm_act"),
+    ("void flashinfer::activation::act_and_mul_kernel<__nv_bfloat16, &silu>(__nv_bfloat16*, __nv_bfloat16 const*, int)", 70, "norm_act"),
+    ("void flashinfer::BatchQKApplyRotaryPosIdsCosSinCacheKernel<true, 64u, 8u, 16u, __nv_bfloat16, long>", 50, "norm_act"),
+    ("void flashinfer::sampling::TopKTopPSamplingFromProbKernel<1024u, (cub::BlockScanAlgorithm)2, (cub::BlockReduceAlgorithm)2, 4u, true, float, int>", 45, "sampling"),
+    ("void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float, float, at::native::(anonymous namespace)::SoftMaxForwardEpilogue>", 25, "sampling"),
+    ("Memcpy DtoD (Device -> Device)", 40, "copies"),
+    ("Memset (Device)", 10, "copies"),
+    ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<int>, at::detail::Array<char*, 1> >", 30, "copies"),
+    ("void at::native::index_elementwise_kernel<128, 4, at::native::gpu_index_kernel<at::native::index_kernel_impl<at::native::OpaqueType<2> > > >", 35, "copies"),
+    ("triton_poi_fused_add_mul_0", 120, OTHER),  # a torch.compile kernel: not ours to guess
+]
+STEP_GAP_US = 400.0  # idle on the GPU per step (launch gaps)
+
+
+def _gpu_trace(path, steps: int = 3, batch: int = 8, ranks=(0,)):
+    """Chrome traces laid out like sglang 0.5.23's (GPU kernels on a stream, step spans on both sides)."""
+    out = []
+    for rank in ranks:
+        events, ts = [], 1_000.0
+        for s in range(steps):
+            start = ts
+            for name, dur, _ in SGLANG_0523_KERNELS:
+                events.append({"ph": "X", "cat": "kernel", "name": name, "pid": rank, "tid": 7, "ts": ts, "dur": dur,
+                               "args": {"grid": [132, 1, 1], "block": [128, 1, 1]}})
+                ts += dur
+            ts += STEP_GAP_US
+            span = {"ph": "X", "name": f"step[DECODE bs={batch}]", "ts": start, "dur": ts - start, "pid": rank}
+            events.append({**span, "cat": "gpu_user_annotation", "tid": 7})
+            events.append({**span, "cat": "user_annotation", "tid": 1, "dur": 300.0})
+            events.append({"ph": "X", "cat": "cpu_op", "name": "aten::empty", "pid": rank, "tid": 1, "ts": start, "dur": 5})
+        p = path / f"patchbench-x-TP-{rank}.trace.json.gz"
+        with gzip.open(p, "wt") as fh:
+            json.dump({"schemaVersion": 1, "traceEvents": events, "deviceProperties": [{"name": "NVIDIA RTX PRO 6000"}]}, fh)
+        out.append(p)
+    return out
+
+
+def test_sglang_0523_kernel_names_classified(tmp_path):
+    fams = load_families()
+    wrong = [(n[:60], want, classify(fams, n)) for n, _, want in SGLANG_0523_KERNELS if classify(fams, n) != want]
+    assert not wrong
+    trace = load_trace(_gpu_trace(tmp_path)[0])
+    assert trace.has_gpu_kernels and trace.rank == 0
+    share = classified_share(trace, fams)
+    assert share >= 0.95, share
+
+
+def test_breakdown_sums_to_the_step_per_rank(tmp_path):
+    fams = load_families()
+    for i, path in enumerate(_gpu_trace(tmp_path, steps=4, ranks=(0, 1))):
+        b = breakdown(load_trace(path), fams)
+        assert b.rank == i and b.mode == "gpu" and len(b.steps) == 4
+        kernel_us = sum(d for _, d, _ in SGLANG_0523_KERNELS)
+        assert b.step_ms == pytest.approx((kernel_us + STEP_GAP_US) / 1e3)
+        ms = b.family_ms()
+        assert sum(ms.values()) == pytest.approx(b.step_ms)
+        assert ms["idle"] == pytest.approx(STEP_GAP_US / 1e3)
+        assert ms["moe_gemm"] == pytest.approx((4100 + 180 + 160 + 120 + 90) / 1e3)
+        assert next(iter(ms)) == "moe_gemm"  # largest first
+        assert b.counts_per_step()["allreduce"] == 3
+        assert "grid" in next(iter(b.shapes["moe_gemm"]))
+        check = step_check(b.to_dict(), itl_ms=b.step_ms * 1.05)
+        assert abs(check["sum_vs_step"]) < 1e-9 and check["step_vs_itl"] == pytest.approx(1 / 1.05 - 1)
+
+
+def test_cpu_trace_scopes_classify_top_level_ops(tmp_path):
+    """A CPU-only trace: top-level aten ops, classified by their innermost record_function scope."""
+    ev = [
+        {"ph": "X", "cat": "user_annotation", "name": "step[DECODE bs=2]", "pid": 1, "tid": 1, "ts": 0, "dur": 1000},
+        {"ph": "X", "cat": "user_annotation", "name": "mini::fused_moe_experts", "pid": 1, "tid": 1, "ts": 10, "dur": 500},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 20, "dur": 300},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::addmm_inner", "pid": 1, "tid": 1, "ts": 30, "dur": 100},  # nested
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 600, "dur": 200},  # no scope
+        {"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": 1, "ts": 850, "dur": 50},
+    ]
+    p = tmp_path / "cpu.json"
+    p.write_text(json.dumps({"traceEvents": ev}))
+    trace = load_trace(p)
+    ks = kernels(trace)
+    assert [(k.name, k.scope) for k in ks] == [("aten::mm", "mini::fused_moe_experts"), ("aten::mm", None),
+                                               ("aten::add", None)]
+    b = breakdown(trace, load_families())
+    assert b.mode == "cpu"
+    assert b.family_ms() == pytest.approx({"moe_gemm": 0.3, "gemm_bf16": 0.2, "copies": 0.05, "idle": 0.45})
+
+
+def test_user_rules_come_first(tmp_path):
+    extra = tmp_path / "mine.toml"
+    extra.write_text('[[family]]\nname = "compiled"\nroofline = []\npatterns = ["^triton_poi_"]\n')
+    fams = load_families(extra)
+    assert classify(fams, "triton_poi_fused_add_mul_0") == "compiled"
+    assert classify(fams, "ncclDevKernel_AllReduce_Sum_bf16_RING_LL") == "allreduce"
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[[family]]\nname = "x"\npatterns = ["("]\n')
+    from toolkit.errors import BadInput
+
+    with pytest.raises(BadInput):
+        load_families(bad)
+
+
+def test_floors_from_the_roofline(tmp_path):
+    fams = load_families()
+    spec = floor_spec({"roofline": {"model": "glm-5", "gpu": "rtx-pro-6000", "weights": "all=nvfp4"},
+                       "server": {"args": {"tp-size": 8}}, "benchmark": {"input_len": 1024, "output_len": 256}}, batch=1)
+    assert spec is not None and spec.tp == 8 and spec.context == 1024 + 128
+    comps = component_floors_ms(spec)
+    floors = family_floors_ms(fams, comps, {"moe_gemm", "gemm_fp4", "allreduce", "norm_act", "attention"})
+    assert floors["moe_gemm"] == pytest.approx(comps["experts"] + comps["shared_experts"])
+    assert floors["allreduce"] == pytest.approx(comps["allreduce"]) and floors["allreduce"] > 0
+    assert floors["norm_act"] is None
+    b = breakdown(load_trace(_gpu_trace(tmp_path)[0]), fams).to_dict()
+    rows = floor_lines(fams, b, spec)
+    gaps = [r["ms"] - (r["floor_ms"] or 0) for r in rows]
+    assert gaps == sorted(gaps, reverse=True)
+    moe = next(r for r in rows if r["family"] == "moe_gemm")
+    assert moe["pct_of_floor"] == pytest.approx(100 * moe["floor_ms"] / moe["ms"])
+    assert floor_spec({"roofline": {}}, 1) is None
+
+
+def _profile(**per_family_steps):
+    return {"ranks": [{"rank": 0, "step_ms": 0.0, "family_ms": {f: sum(v) / len(v) for f, v in per_family_steps.items()},
+                       "per_step_ms": per_family_steps}]}
+
+
+def test_kernel_diff_verdicts():
+    a = [_profile(moe_gemm=[10.0, 10.5, 9.8, 10.2], norm_act=[1.0, 1.2, 0.9, 1.1]),
+         _profile(moe_gemm=[10.1, 10.3, 9.9, 10.0], norm_act=[1.05, 1.0, 1.1, 0.95])]
+    b = [_profile(moe_gemm=[3.0, 3.1, 2.9, 3.2], norm_act=[1.1, 0.9, 1.0, 1.2])]
+    diffs = {d.family: d for d in kernel_diff(a, b)}
+    assert diffs["moe_gemm"].verdict == "faster" and diffs["moe_gemm"].delta_ms == pytest.approx(3.05 - 10.1, abs=0.2)
+    assert diffs["norm_act"].verdict == "unchanged within spread"
+    assert diffs["moe_gemm"].n_a == 2 and diffs["moe_gemm"].n_b == 1
+    from toolkit.profile.diff import FamilyDiff
+
+    assert FamilyDiff("x", 0.20, 0.16, 0.005, 2, 2, step_a_ms=30.0).verdict == "negligible (<1% of the step)"
+    assert FamilyDiff("x", 0.20, 0.16, 0.005, 2, 2, step_a_ms=1.0).verdict == "faster"
+
+
+def test_stacked_bar_figure(tmp_path):
+    pytest.importorskip("matplotlib")
+    from toolkit.profile.figure import stacked_bar
+
+    out = stacked_bar({"A": {"moe_gemm": 10.0, "idle": 2.0}, "B": {"moe_gemm": 3.0, "idle": 2.0}},
+                      tmp_path / "bars.png", families=load_families(), floors_ms={"A": 1.0, "B": 1.0})
+    assert out.stat().st_size > 1000 and out.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_gpu_annotation_scopes_name_generic_kernels(tmp_path):
+    """On a GPU trace of the miniature, a generic cuBLAS GEMM inside the `mini::fused_moe_experts`
+    gpu_user_annotation counts as MoE experts; outside any scope it is a dense GEMM."""
+    gemm = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize64x64x64_cublas"
+    ev = [
+        {"ph": "X", "cat": "gpu_user_annotation", "name": "step[DECODE bs=8]", "pid": 0, "tid": 7, "ts": 0, "dur": 100},
+        {"ph": "X", "cat": "gpu_user_annotation", "name": "mini::fused_moe_experts", "pid": 0, "tid": 7, "ts": 10, "dur": 50},
+        {"ph": "X", "cat": "kernel", "name": gemm, "pid": 0, "tid": 7, "ts": 12, "dur": 40},
+        {"ph": "X", "cat": "kernel", "name": gemm, "pid": 0, "tid": 7, "ts": 70, "dur": 20},
+    ]
+    p = tmp_path / "gpu.json"
+    p.write_text(json.dumps({"traceEvents": ev}))
+    b = breakdown(load_trace(p), load_families())
+    assert b.mode == "gpu"
+    assert b.family_ms() == pytest.approx({"moe_gemm": 0.04, "gemm_bf16": 0.02, "idle": 0.04})

@@ -1,0 +1,113 @@
+"""`patchbench profile` and `compare --kernels` end to end on the miniature: real servers, real HTTP,
+real torch profiler traces (the torch demo recipes install torch into their env)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import sys
+import urllib.error
+import urllib.request
+
+import pytest
+
+from conftest import MINI_PY, mini_env, mini_tu
+
+from toolkit.cli import main
+from toolkit.profile.capture import OLDEST_FIELDS, PROFILE_FIELDS_0523, accepted_fields, profile_body
+
+
+def _post(url: str, body: dict | None) -> tuple[int, str]:
+    req = urllib.request.Request(url, data=json.dumps(body or {}).encode(), method="POST",
+                                 headers={"content-type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def test_probe_reads_the_envs_profile_req():
+    fields, source = accepted_fields(sys.executable, mini_env())
+    assert set(PROFILE_FIELDS_0523) <= set(fields) and "0.0.1+mini" in source
+    body = profile_body(OLDEST_FIELDS, output_dir="/x", num_steps=5, profile_id="p", gpu=False)
+    assert set(body) == set(OLDEST_FIELDS) and body["activities"] == ["CPU"]
+
+
+def test_start_profile_contract_without_torch(tmp_path):
+    """The default miniature (no torch in this interpreter) answers the endpoints with sglang's
+    messages: unknown fields and a profile it cannot record are 400s, not crashes."""
+    try:
+        import torch  # noqa: F401
+
+        pytest.skip("torch is importable here")
+    except ImportError:
+        pass
+    port = mini_tu.find_free_port()
+    base = f"http://127.0.0.1:{port}"
+    proc = mini_tu.popen_launch_server("mini", base, 60, other_args=[], env=mini_env())
+    try:
+        assert _post(base + "/start_profile", {"bogus": 1})[0] == 400
+        assert _post(base + "/start_profile", {"activities": ["TPU"]})[0] == 400
+        code, text = _post(base + "/start_profile", {"output_dir": str(tmp_path), "num_steps": 3})
+        assert code == 400 and "torch is not installed" in text
+        code, text = _post(base + "/stop_profile", None)
+        assert code == 400 and "not in progress" in text
+    finally:
+        mini_tu.kill_process_tree(proc.pid)
+
+
+@pytest.mark.slow
+def test_profile_then_kernel_compare(home, capsys):
+    assert main(["profile", "demo/torch-baseline", "--steps", "20"]) == 0
+    out = capsys.readouterr().out
+    m = re.search(r"sum of families \(idle included\) ([\d.]+) ms vs trace step ([\d.]+) ms", out)
+    assert m and abs(float(m.group(1)) / float(m.group(2)) - 1) <= 0.10
+    assert re.search(r"benchmark ITL \(median, same load\) [\d.]+ ms", out)
+    assert "MoE experts" in out and "vs floor" in out
+
+    from toolkit.store import Store
+
+    store = Store(home / "results.sqlite")
+    run = store.runs(recipe="demo/torch-baseline", status="ok")[-1]
+    trace = run.log_paths["trace_rank0"]
+    assert trace.endswith(".trace.json.gz") and str(home / "runs" / run.run_id) in trace
+    with gzip.open(trace, "rt") as fh:
+        names = {e.get("name") for e in json.load(fh)["traceEvents"]}
+    assert "step[DECODE bs=4]" in names and "mini::fused_moe_experts" in names
+    prof = run.extra["profile"]
+    assert prof["ranks"][0]["steps"] >= 15 and prof["itl_ms_median"] > 0
+    assert {"output_dir", "num_steps", "record_shapes"} <= set(run.extra["profile_request"])
+
+    # Interleaved A B A B: two profiles per recipe give the run-to-run spread.
+    for recipe in ("demo/torch-small-experts", "demo/torch-baseline", "demo/torch-small-experts"):
+        assert main(["profile", recipe, "--steps", "20"]) == 0
+    capsys.readouterr()
+    assert main(["compare", "demo/torch-baseline", "demo/torch-small-experts", "--kernels", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    diffs = {d["family"]: d for d in data["variants"]["demo/torch-small-experts"]}
+    assert diffs["moe_gemm"]["n_a"] == 2 and diffs["moe_gemm"]["n_b"] == 2
+    assert diffs["moe_gemm"]["verdict"] == "faster" and diffs["moe_gemm"]["b_ms"] < 0.7 * diffs["moe_gemm"]["a_ms"]
+    # Every other kernel family is the same code: unchanged within its spread. (Idle is not a kernel
+    # family: with less work per step the cost model's pacing may leave more of the step idle.)
+    changed = {f: d["verdict"] for f, d in diffs.items() if f not in ("moe_gemm", "idle")
+               and d["verdict"] not in ("unchanged within spread", "negligible (<1% of the step)")}
+    assert not changed, diffs
+    assert main(["compare", "demo/torch-baseline", "demo/torch-small-experts", "--kernels"]) == 0
+    assert "faster" in capsys.readouterr().out
+
+    # The report's stacked bar, from the stored profiles.
+    from toolkit.profile.families import load_families
+    from toolkit.profile.render import bar_data
+
+    bars, floors = bar_data(store, ["demo/torch-baseline", "demo/torch-small-experts"], load_families())
+    assert bars["demo/torch-small-experts"]["moe_gemm"] < bars["demo/torch-baseline"]["moe_gemm"]
+    assert floors["demo/torch-baseline"] == floors["demo/torch-small-experts"] > 0
+    # ... and the report carries it: a PNG referenced from report.md, the SVG inline in report.html
+    out = home / "report"
+    assert main(["report", "demo/torch-baseline", "demo/torch-small-experts", "-o", str(out), "--metric", "itl_ms_median"]) in (0, 2)
+    if (out / "report.md").is_file():
+        assert "kernel_families.png" in (out / "report.md").read_text()
+        assert (out / "kernel_families.png").read_bytes()[:4] == b"\x89PNG"
+        assert "<svg" in (out / "report.html").read_text()

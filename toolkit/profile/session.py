@@ -1,0 +1,122 @@
+"""`patchbench profile RECIPE`: prepare and launch like `run`, verify /server_info, profile N decode
+steps under a steady load, analyse the traces, store the run (traces in its log_paths and extra)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.console import Console
+
+from toolkit import machine, server as srv
+from toolkit.errors import NoGPU, PatchbenchError
+from toolkit.profile.breakdown import breakdown
+from toolkit.profile.capture import accepted_fields, capture, profile_body
+from toolkit.profile.families import load_families
+from toolkit.profile.trace import load_trace
+from toolkit.recipe import Recipe
+
+BENCH_DRIVER = "profile"
+
+
+@dataclass
+class ProfileRun:
+    run_id: str
+    status: str
+    summary: dict  # what extra["profile"] holds
+
+
+def _serving_config(recipe: Recipe, concurrency: int, steps: int):
+    from toolkit.bench.serving import ServingConfig
+
+    b = recipe.benchmark
+    return ServingConfig(input_len=b.input_len, output_len=max(b.output_len, 2 * steps + 32),
+                         concurrency=(concurrency,), num_prompts=2 * concurrency, warmup=0, seed=b.seed,
+                         endpoint=b.endpoint, timeout_s=b.timeout_s)
+
+
+def summarize(traces: list[Path], families, itl_ms: float | None) -> dict:
+    """Per-rank breakdowns of the traces, as stored in the run's extra["profile"]."""
+    ranks = [breakdown(load_trace(p), families).to_dict() for p in traces]
+    return {"ranks": sorted(ranks, key=lambda r: r["rank"]), "itl_ms_median": itl_ms}
+
+
+def profile_recipe(recipe: Recipe, *, home: Path, store, concurrency: int, steps: int,
+                   families_file: str | None = None, frozen: bool = False,
+                   console: Console | None = None) -> ProfileRun:
+    from toolkit.pipeline import needs_gpu, prepare
+    from toolkit.sglang_args import compare_fields, launch_argv
+
+    console = console or Console(stderr=True)
+    families = load_families(families_file)
+    p = prepare(recipe, home, frozen=frozen, console=console)
+    gpu = needs_gpu(recipe)
+    if gpu and not machine.has_cuda_gpu():
+        raise NoGPU(f"no CUDA GPU on this machine: {recipe.name} built and passed the static check; "
+                    "profiling it needs the GPU it runs on", step="launch")
+    environ = {**p.env.run_environ(), **dict(recipe.server.env)}
+    accepted, source = accepted_fields(p.env.python, environ)
+    run_id = uuid.uuid4().hex
+    run_dir = home / "runs" / run_id
+    trace_dir = run_dir / "profile"
+    server_log = run_dir / "server.log"
+    host = recipe.server.host
+    port = recipe.server.port or srv.free_port(host)
+    argv = launch_argv(recipe.server, host=host, port=port)
+    cfg = _serving_config(recipe, concurrency, steps)
+    body = profile_body(accepted, output_dir=str(trace_dir), num_steps=steps, profile_id=run_id[:12], gpu=gpu)
+    store.begin_run(
+        run_id=run_id, recipe=recipe.name, recipe_resolved=recipe.to_dict(),
+        tree_hashes={t.source: t.tree_hash for t in p.trees}, env_key=p.env.key,
+        sglang_version=p.check.version if p.check else None, arch_list=list(recipe.build.arch),
+        bench_driver=BENCH_DRIVER, bench_params={**cfg.to_dict(), "steps": steps},
+        server_argv=["-m", "sglang.launch_server", *argv], machine=machine.provenance(),
+        env_vars=dict(recipe.server.env), group_id=uuid.uuid4().hex[:12],
+        log_paths={"server": str(server_log), "run_dir": str(run_dir), "profile_dir": str(trace_dir)},
+        extra={"profile_request": body, "profile_fields_from": source},
+    )
+    timings = dict(p.timings)
+    info: dict = {}
+    try:
+        with srv.launch(p.env.python, argv, host=host, port=port, log=server_log, environ=environ) as server:
+            timings["launch"] = server.wait_ready(recipe.server.timeout_s)
+            info = server.server_info()
+            expected = {**(p.check.implied if p.check else {}), **dict(recipe.expect)}
+            problems = compare_fields(expected, info, source="/server_info")
+            if problems:
+                store.finish_run(run_id, "invalid", error="effective config differs: " + "; ".join(problems),
+                                 server_info=info, config_verified=False, verification=problems, timings=timings)
+                return ProfileRun(run_id, "invalid", {})
+            console.print(f"[bold]{recipe.name}[/]: server ready in {timings['launch']:.1f} s; "
+                          f"/start_profile fields from {source}")
+            t0 = time.monotonic()
+            cap = capture(server.url, cfg, body, steps, trace_dir, timeout=recipe.benchmark.timeout_s,
+                          console=console)
+            timings["profile"] = time.monotonic() - t0
+            server.check_alive()
+    except srv.ServerFailed as exc:
+        store.finish_run(run_id, "failed", error=str(exc.message), log_tail=exc.tail, server_info=info,
+                         timings=timings)
+        raise
+    samples = [s for pt in cap.points for s in pt.to_samples()]
+    itl = next((s.value for s in samples if s.metric == "itl_ms_median"), None)
+    summary = summarize(cap.traces, families, itl) if cap.traces else {"ranks": [], "itl_ms_median": itl}
+    summary.update(traces=[str(t) for t in cap.traces], steps=steps, concurrency=concurrency)
+    status = "ok" if cap.traces and not cap.errors and any(r["steps"] for r in summary["ranks"]) else "failed"
+    error = "; ".join(cap.errors[:3]) or (None if status == "ok" else "no decode step in the trace")
+    store.finish_run(run_id, status, samples=samples, server_info=info, config_verified=True, timings=timings,
+                     verification=["/server_info matches expectations"], error=error,
+                     log_paths={"server": str(server_log), "run_dir": str(run_dir), "profile_dir": str(trace_dir),
+                                **{f"trace_rank{r['rank']}": r["path"] for r in summary["ranks"]}},
+                     extra={"profile_request": body, "profile_fields_from": source, "profile": summary})
+    if status != "ok":
+        raise PatchbenchError(f"profile of {recipe.name} failed: {error}", log=server_log)
+    return ProfileRun(run_id, status, summary)
+
+
+def stored_profiles(store, recipe: str) -> list[dict]:
+    """extra["profile"] of a recipe's ok profile runs, oldest first."""
+    runs = store.runs(recipe=recipe, status="ok")
+    return [r.extra["profile"] for r in runs if r.bench_driver == BENCH_DRIVER and r.extra.get("profile")]
