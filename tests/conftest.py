@@ -215,3 +215,14 @@ def base_torch_python() -> Path:
     return py
 
 
+
+
+def demo_project(tmp_path: Path, monkeypatch) -> Path:
+    """A scratch project holding the demo recipes, their patches and the miniature, as a user's own
+    clone would (the current directory; recipes/ found from there)."""
+    proj = tmp_path / "proj"
+    for part in ("recipes/demo", "patches/demo", "upstream/minisglang"):
+        shutil.copytree(REPO_ROOT / part, proj / part, ignore=shutil.ignore_patterns("*.lock.json", "__pycache__"))
+    monkeypatch.chdir(proj)
+    monkeypatch.delenv("PATCHBENCH_RECIPES", raising=False)
+    return proj

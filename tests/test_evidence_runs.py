@@ -3,9 +3,8 @@ server's log makes the run `invalid` (with the reason), and compare leaves such 
 
 from __future__ import annotations
 
-import shutil
 
-from conftest import REPO_ROOT
+from conftest import demo_project
 from toolkit.cli import main
 from toolkit.store import Store
 
@@ -13,11 +12,7 @@ SHORT = '[benchmark]\nconcurrency = [1]\nrepeats = 1\nnum_prompts = 4\noutput_le
 
 
 def test_missing_evidence_makes_the_run_invalid_and_compare_leaves_it_out(tmp_path, home, monkeypatch, capsys):
-    proj = tmp_path / "proj"
-    for part in ("recipes/demo", "patches/demo", "upstream/minisglang"):
-        shutil.copytree(REPO_ROOT / part, proj / part, ignore=shutil.ignore_patterns("*.lock.json", "__pycache__"))
-    monkeypatch.chdir(proj)
-    monkeypatch.delenv("PATCHBENCH_RECIPES", raising=False)
+    proj = demo_project(tmp_path, monkeypatch)
     (proj / "recipes/t").mkdir()
     (proj / "recipes/t/fast.toml").write_text('extends = "demo/fast"\n' + SHORT)
     (proj / "recipes/t/ghost.toml").write_text(

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 
-from conftest import REPO_ROOT, change, git
+from conftest import change, demo_project, git
 from toolkit.cli import main
 from toolkit.recipe import load_recipe
 
@@ -100,11 +99,7 @@ def test_rebase_abort_leaves_nothing(project, home, monkeypatch, capsys):
 def test_readme_loop_edit_export_run_compare(tmp_path, home, monkeypatch, capsys):
     """A newcomer's first own experiment, by the README: a recipe of their own, a patch written with
     `patches edit` + `export`, run against demo/baseline and compared."""
-    proj = tmp_path / "proj"
-    for part in ("recipes/demo", "patches/demo", "upstream/minisglang"):
-        shutil.copytree(REPO_ROOT / part, proj / part, ignore=shutil.ignore_patterns("*.lock.json", "__pycache__"))
-    monkeypatch.chdir(proj)
-    monkeypatch.delenv("PATCHBENCH_RECIPES", raising=False)
+    proj = demo_project(tmp_path, monkeypatch)
     (proj / "recipes/mine").mkdir()
     (proj / "recipes/mine/quick.toml").write_text(
         'description = "mine: a quicker decode step"\nextends = "demo/baseline"\n'

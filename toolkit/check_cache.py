@@ -17,6 +17,7 @@ import json
 import os
 from pathlib import Path
 
+from toolkit.digest import sha256_file
 from toolkit.envs import Env
 from toolkit.sglang_args import PROBE, StaticCheck, check_recipe, recipe_args, stand_in_model
 from toolkit.spec import canonical_json
@@ -27,7 +28,7 @@ _JUDGES = (PROBE, Path(__file__).resolve().parent / "model_shape.py")
 
 def _file_sha256(path: Path) -> str | None:
     try:
-        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+        return sha256_file(path)
     except OSError:
         return None
 

@@ -11,10 +11,12 @@ that have no name here (it still goes through the fixed environment).
 
 from __future__ import annotations
 
+import contextlib
 import tarfile
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 import git
 
@@ -178,46 +180,37 @@ def _apply_args(patch: Path, strip: int, *, reverse: bool = False) -> list[str]:
 # ------------------------------------------------------------------------------------------- export
 
 
+@contextlib.contextmanager
+def _archive(repo: Path, treeish: str, what: str) -> Iterator[tuple[git.Repo, tarfile.TarFile]]:
+    """`git archive` of `treeish` as an open tar (in a temporary file); errors as PatchbenchError."""
+    r = git.Repo(repo)
+    r.git.update_environment(**_FIXED_ENV)
+    try:
+        with tempfile.TemporaryFile() as fh:
+            r.archive(fh, treeish, format="tar")
+            fh.seek(0)
+            with tarfile.open(fileobj=fh, mode="r:") as tar:
+                yield r, tar
+    except (git.GitCommandError, ValueError) as exc:
+        raise PatchbenchError(f"git archive {treeish} of {repo} failed: {exc}") from None
+    except tarfile.TarError as exc:
+        raise PatchbenchError(f"cannot {what} tree {treeish} of {repo}: {exc}") from None
+    finally:
+        r.close()
+
+
 def export(repo: Path, treeish: str, dest: Path) -> list[str]:
     """Write the committed content of `treeish` (no untracked files, no .git) into `dest`.
 
     Returns the paths of submodules (gitlinks), which an archive leaves empty."""
-    r = git.Repo(repo)
-    r.git.update_environment(**_FIXED_ENV)
-    try:
-        with tempfile.TemporaryFile() as fh:
-            r.archive(fh, treeish, format="tar")
-            fh.seek(0)
-            with tarfile.open(fileobj=fh, mode="r:") as tar:
-                tar.extractall(dest, filter="tar")
+    with _archive(repo, treeish, "export") as (r, tar):
+        tar.extractall(dest, filter="tar")
         obj = r.rev_parse(treeish)
         tree = obj.tree if obj.type == "commit" else git.Tree(r, obj.binsha, path="")
         return [item.path for item in tree.traverse() if item.type == "submodule"]
-    except (git.GitCommandError, ValueError) as exc:
-        raise PatchbenchError(f"git archive {treeish} of {repo} failed: {exc}") from None
-    except tarfile.TarError as exc:
-        raise PatchbenchError(f"cannot export tree {treeish} of {repo}: {exc}") from None
-    finally:
-        r.close()
 
 
 def tree_files(repo: Path, treeish: str, keep=lambda name: True) -> dict[str, tuple[bytes, int]]:
     """The committed regular files of `treeish` that `keep(path)` accepts: path -> (bytes, mode)."""
-    r = git.Repo(repo)
-    r.git.update_environment(**_FIXED_ENV)
-    files: dict[str, tuple[bytes, int]] = {}
-    try:
-        with tempfile.TemporaryFile() as fh:
-            r.archive(fh, treeish, format="tar")
-            fh.seek(0)
-            with tarfile.open(fileobj=fh, mode="r:") as tar:
-                for member in tar:
-                    if member.isfile() and keep(member.name):
-                        files[member.name] = (tar.extractfile(member).read(), member.mode)
-    except (git.GitCommandError, ValueError) as exc:
-        raise PatchbenchError(f"git archive {treeish} of {repo} failed: {exc}") from None
-    except tarfile.TarError as exc:
-        raise PatchbenchError(f"cannot read tree {treeish} of {repo}: {exc}") from None
-    finally:
-        r.close()
-    return files
+    with _archive(repo, treeish, "read") as (_, tar):
+        return {m.name: (tar.extractfile(m).read(), m.mode) for m in tar if m.isfile() and keep(m.name)}

@@ -9,7 +9,6 @@ The index is `$PATCHBENCH_PYPI_INDEX` (default PyPI); the miniature's releases u
 
 from __future__ import annotations
 
-import hashlib
 import html.parser
 import json
 import os
@@ -24,6 +23,7 @@ from packaging.utils import (InvalidSdistFilename, InvalidWheelFilename, canonic
 from packaging.version import InvalidVersion, Version
 
 from toolkit.errors import BadInput, PatchbenchError
+from toolkit.digest import sha256_file
 
 DEFAULT_INDEX = "https://pypi.org/simple"
 
@@ -60,14 +60,6 @@ class _Links(html.parser.HTMLParser):
             self._href = None
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def _local_files(root: Path, name: str) -> list[dict]:
     page = root / canonicalize_name(name) / "index.html"
     if page.is_file():
@@ -77,7 +69,7 @@ def _local_files(root: Path, name: str) -> list[dict]:
         for href, text in parser.links:
             url, _, frag = href.partition("#")
             target = (page.parent / urllib.parse.unquote(url)).resolve()
-            sha = frag.split("=", 1)[1] if frag.startswith("sha256=") else _sha256(target)
+            sha = frag.split("=", 1)[1] if frag.startswith("sha256=") else sha256_file(target)
             files.append({"filename": text or target.name, "url": target.as_uri(), "hashes": {"sha256": sha}})
         return files
     want = canonicalize_name(name)
@@ -85,7 +77,7 @@ def _local_files(root: Path, name: str) -> list[dict]:
     for f in sorted(root.glob("*")):
         base = re.split(r"-\d", f.name, maxsplit=1)[0]
         if f.is_file() and file_version(f.name) and canonicalize_name(base) == want:
-            files.append({"filename": f.name, "url": f.resolve().as_uri(), "hashes": {"sha256": _sha256(f)}})
+            files.append({"filename": f.name, "url": f.resolve().as_uri(), "hashes": {"sha256": sha256_file(f)}})
     return files
 
 

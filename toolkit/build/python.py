@@ -4,7 +4,6 @@ tree is re-packed with a fresh RECORD), one `uv pip install`, and the resolved p
 
 from __future__ import annotations
 
-import hashlib
 import re
 import shutil
 import subprocess
@@ -19,6 +18,7 @@ from toolkit.build.wheel import repack_tree
 from toolkit.errors import PatchbenchError
 from toolkit.spec import BuildSpec
 from toolkit.tree import AppliedTree
+from toolkit.digest import sha256_file
 
 BASE_PTH = "_patchbench_base.pth"
 
@@ -111,14 +111,6 @@ def _normalise(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def _is_sgl_kernel(tree: AppliedTree) -> bool:
     return tree.source == "sgl-kernel" or project_name(tree.project_dir) == "sgl-kernel"
 
@@ -155,7 +147,7 @@ def install_trees(ctx: BuildContext, trees: Sequence[AppliedTree]) -> list[dict]
             wheel, cached = _built_wheel(ctx, tree, step, wheels_dir / tree.source, environ)
             targets.append(str(wheel))
             installed.append({"source": tree.source, "dist": project_name(tree.project_dir),
-                              "editable": False, "wheel": wheel.name, "sha256": _sha256(wheel),
+                              "editable": False, "wheel": wheel.name, "sha256": sha256_file(wheel),
                               "layout": tree.layout, "cached": cached})
             continue
         out = wheels_dir / tree.source
@@ -177,7 +169,7 @@ def install_trees(ctx: BuildContext, trees: Sequence[AppliedTree]) -> list[dict]
         targets.append(str(wheel))
         installed.append({"source": tree.source, "dist": project_name(tree.project_dir),
                           "editable": False,
-                          "wheel": wheel.name, "sha256": _sha256(wheel), "layout": tree.layout})
+                          "wheel": wheel.name, "sha256": sha256_file(wheel), "layout": tree.layout})
 
     reqs = [*spec.packages, *targets]
     if reqs:
