@@ -357,7 +357,8 @@ def run_sweep(recipes: list[Recipe], *, home: Path, store: Store, repeats: int |
     if gpu_needed and not machine.has_cuda_gpu():
         raise NoGPU(
             f"no CUDA GPU on this machine: {', '.join(gpu_needed)} applied, built and passed the static check; "
-            "launching needs a GPU (use --until check to stop here on purpose)",
+            "launching needs a GPU (stop here on purpose with `--until check`: `patchbench run NAME --until check`, "
+            "or through nox `nox -s recipe-NAME -- --until check`; or `--executor slurm` to run on a GPU node)",
             step="launch",
         )
     n = max([repeats or p.recipe.benchmark.repeats for p in prepared], default=0)
