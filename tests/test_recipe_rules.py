@@ -154,3 +154,11 @@ def test_patch_errors_say_what_to_do(project, capsys):
     detail = json.loads(capsys.readouterr().out)["patches"][0]["detail"]
     assert "line 1 expected `STEP_MS = 12`, the tree has `STEP_MS = 10`" in detail
     assert "patchbench patches rebase" in detail
+
+
+def test_a_misspelt_recipe_is_no_such_recipe_in_store_verbs(home, monkeypatch, capsys):
+    monkeypatch.setenv("PATCHBENCH_RECIPES", str(REPO / "recipes"))
+    for verb in (["compare", "demo/baseline", "demo/fasst"], ["report", "demo/baseline", "demo/fasst"]):
+        assert main(verb) == 2
+        err = capsys.readouterr().err
+        assert "no such recipe `demo/fasst`" in err and "did you mean `demo/fast`?" in err

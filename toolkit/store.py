@@ -465,6 +465,11 @@ class Store:
             out.extend(SampleRow(*r) for r in conn.execute(sql, args))
         return out
 
+    def recipe_names(self) -> list[str]:
+        """Every recipe (or variant label) with at least one stored run."""
+        conn = self._connect()
+        return [r[0] for r in conn.execute("SELECT DISTINCT recipe FROM runs ORDER BY recipe")]
+
     def counts(self) -> dict[str, int]:
         """Number of runs per stored status (for `patchbench results` summaries)."""
         conn = self._connect()

@@ -64,3 +64,26 @@ def print_json(data, *, versioned: bool = True) -> None:
         data = {"schema_version": JSON_SCHEMA_VERSION,
                 **(data if isinstance(data, dict) else {"items": data})}
     sys.stdout.write(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def known_recipes(store, names: list[str]) -> None:
+    """BadInput for a name that is neither a recipe file nor a recipe with stored runs (a typo in
+    `compare A B` must not read as "no results"), with the closest name as a hint."""
+    import difflib
+
+    from toolkit.errors import BadInput
+    from toolkit.recipe import list_recipe_names, resolve_recipe_path
+
+    stored = set(store.recipe_names())
+    for name in names:
+        if name in stored:
+            continue
+        try:
+            resolve_recipe_path(name)
+            continue
+        except PatchbenchError:
+            pass
+        pool = sorted(stored | set(list_recipe_names()))
+        close = difflib.get_close_matches(name, pool, n=1)
+        raise BadInput(f"no such recipe `{name}`: no recipe file and no stored runs",
+                       hint=f"did you mean `{close[0]}`?" if close else None)

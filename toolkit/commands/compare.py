@@ -4,7 +4,7 @@ The runs used are chosen by `toolkit.analysis.selection` and named under the tab
 
 from __future__ import annotations
 
-from toolkit.commands.common import console, err, home_of, load, print_json, store_of
+from toolkit.commands.common import known_recipes, console, err, home_of, load, print_json, store_of
 
 HELP = "compare stored results of recipes against the first (ratio, 95% CI, Mann-Whitney verdict)"
 
@@ -62,6 +62,7 @@ def run(args) -> int:
         raise BadInput("compare needs a baseline and at least one variant")
     specs = None if args.all_metrics else metrics.parse_specs(args.metric or metrics.default_names())
     store = store_of(args)
+    known_recipes(store, list(args.recipes))
     if args.kernels:  # the kernel-family diff lives in toolkit.profile
         from toolkit.profile.render import kernel_compare
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from toolkit.commands.common import console, store_of
+from toolkit.commands.common import known_recipes, console, store_of
 
 HELP = "write report.md (PR-ready table + PNG plots) and report.html (self-contained, SVG plots) for recipes"
 
@@ -54,6 +54,7 @@ def run(args) -> int:
     from toolkit.report_plots import plots, write_png
 
     store = store_of(args)
+    known_recipes(store, list(args.recipes))
     data = collect(store, args.recipes, args.metric, title=args.title,
                    criteria=criteria_from_args(args), min_effect=args.min_effect)
     out = Path(args.output).expanduser()
