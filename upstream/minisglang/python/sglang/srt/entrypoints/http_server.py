@@ -473,10 +473,11 @@ async def _serve(server_args: ServerArgs, child_pids, kill_child) -> None:
 
     torch_step = None
     if server_args.mini_torch_step:
-        from sglang.srt.model_executor.torch_step import TorchStep
+        from sglang.srt.model_executor import torch_step as ts
 
-        torch_step = TorchStep()
-        logger.info("torch step: real MoE-shaped work on %s each forward step", torch_step.device)
+        torch_step = ts.TorchStep()
+        logger.info("torch step: real MoE-shaped work on %s each forward step (experts=%d top_k=%d "
+                    "expert_intermediate=%d)", torch_step.device, ts.N_EXPERTS, ts.TOP_K, ts.EXPERT_INTERMEDIATE)
     scheduler = Scheduler(
         cm,
         torch_step=torch_step,
