@@ -64,6 +64,8 @@ class Job:
 
 @dataclass(frozen=True)
 class Applied:
+    """The job's sources as patched trees (one commit per patch)."""
+
     job: Job
     trees: list[AppliedTree]
 
@@ -71,19 +73,24 @@ class Applied:
 @dataclass(frozen=True)
 class Built:
     applied: Applied
-    env: Env
+    env: Env  # published, content-addressed (toolkit.envs)
 
 
 @dataclass(frozen=True)
 class Launched:
+    """A run begun in the store and, for the serving driver, its server up and healthy; its process
+    group is ended by the attempt's cleanup whatever happens next."""
+
     attempt: Attempt
     server: srv.Server | None  # None for the one-batch driver (it runs no server)
 
 
 @dataclass(frozen=True)
 class Verified:
+    """/server_info (or, for one-batch, the static check) agrees with the recipe."""
+
     launched: Launched
-    notes: list[str]
+    notes: list[str]  # what was verified, stored with the run
 
 
 @dataclass(frozen=True)

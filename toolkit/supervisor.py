@@ -143,19 +143,20 @@ def end_group(pgid: int, procs: list, grace: float) -> None:
     """SIGTERM group `pgid` and `procs` (psutil processes, e.g. descendants that left the group);
     after `grace` seconds SIGKILL the group and whatever of `procs` is alive; wait for them."""
     kill_group(pgid, signal.SIGTERM)
-    for p in procs:
-        try:
-            p.terminate()
-        except psutil.Error:
-            pass
+    _each(procs, psutil.Process.terminate)
     _, alive = psutil.wait_procs(procs, timeout=grace)
     kill_group(pgid, signal.SIGKILL)
-    for p in alive:
+    _each(alive, psutil.Process.kill)
+    psutil.wait_procs(alive, timeout=5)
+
+
+def _each(procs: list, action) -> None:
+    """`action(p)` for every process, ignoring those already gone."""
+    for p in procs:
         try:
-            p.kill()
+            action(p)
         except psutil.Error:
             pass
-    psutil.wait_procs(alive, timeout=5)
 
 
 if __name__ == "__main__":
