@@ -163,9 +163,13 @@ def _present_platform(target: dict) -> dict:
     return facts
 
 
-def _read_back(args, dests: dict) -> dict:
+def _read_back(args, dests: dict, ns=None) -> dict:
+    """Every public field of the ServerArgs, then every parser destination: read back from the
+    object (0.5.23 keeps values behind properties), else as parsed (0.5.10 parses `--tp-size` into
+    `tensor_parallel_size` and stores it as `tp_size`: the flag's own dest still says what it set)."""
     names = [f.name for f in dataclasses.fields(args)] if dataclasses.is_dataclass(args) else list(vars(args))
     names += [d for d in dests.values() if d not in names]
+    parsed = vars(ns) if ns is not None else {}
     fields = {}
     for name in names:
         if name.startswith("_"):
@@ -173,7 +177,8 @@ def _read_back(args, dests: dict) -> dict:
         try:
             fields[name] = _jsonable(getattr(args, name))
         except Exception:  # noqa: BLE001 - a property that needs a GPU, say
-            continue
+            if name in parsed:
+                fields[name] = _jsonable(parsed[name])
     return fields
 
 
@@ -233,7 +238,7 @@ def main() -> int:
             _classify(out, exc, target)
     else:
         out["resolved"] = True  # defaults resolve in __post_init__ on these versions
-    fields = _read_back(args, out["dests"])
+    fields = _read_back(args, out["dests"], ns)
     if out["resolved"]:
         resolved = getattr(args, "resolved_dict", None)
         try:
