@@ -62,12 +62,13 @@ def sglang_cpu_python(tree: Path) -> Path:
 
     (dist_info,) = tree.glob("sglang-*.dist-info")
     reqs = requirements(dist_info)
-    key = hashlib.sha256("\n".join(reqs).encode()).hexdigest()[:12]
+    python = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    key = hashlib.sha256("\n".join([python, *reqs]).encode()).hexdigest()[:12]
     root = TEST_CACHE / f"sglang-cpu-{key}"
     py = root / "bin" / "python"
     TEST_CACHE.mkdir(parents=True, exist_ok=True)
     with FileLock(str(TEST_CACHE / "sglang-cpu.lock")):
-        if (root / READY).exists():
+        if (root / READY).exists() and py.exists():
             return py
         uv = uv_bin()
         subprocess.run([uv, "venv", "-q", "--no-config", "--clear", "--python", sys.executable, str(root)],
@@ -81,6 +82,7 @@ def sglang_cpu_python(tree: Path) -> Path:
             _unavailable(f"installing sglang's CPU import chain took over {INSTALL_TIMEOUT_S} s")
         log.write_text(out.stdout + out.stderr)
         if out.returncode != 0:
-            _unavailable(f"sglang's CPU import chain is not installable here (log {log}): {out.stderr[-400:]}")
+            _unavailable(f"sglang's CPU import chain is not installable here (log {log}): "
+                         f"{out.stderr[-400:]}")
         (root / READY).write_text("\n".join(reqs) + "\n")
     return py

@@ -109,8 +109,8 @@ def routed(torch, sglang_tree, tmp_path_factory) -> dict:
     upstream = tmp_path_factory.mktemp("upstream") / "topk.py"
     rel = (tree.project_dir / TOPK_PY).relative_to(tree.path).as_posix()
     upstream.write_text(git(tree.path, "show", f"{tree.base_commit}:{rel}") + "\n")
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith("SGLANG_") and k not in ("PYTHONPATH", "PYTHONHOME", "PYTHONDONTWRITEBYTECODE")}
+    dropped = ("PYTHONPATH", "PYTHONHOME", "PYTHONDONTWRITEBYTECODE")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_") and k not in dropped}
     env.update(PYTHONPATH=str(tree.project_dir), CUDA_VISIBLE_DEVICES="", TORCHDYNAMO_DISABLE="1",
                PYTHONPYCACHEPREFIX=str(TEST_CACHE / "pycache"))  # bytecode cached, the tree left clean
     proc = subprocess.run([str(py), str(CHECK), json.dumps(_recipe_env()), str(upstream)],
