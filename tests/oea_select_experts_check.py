@@ -1,9 +1,19 @@
 """Run by an interpreter that can import the patched sglang: sglang's own select_experts under
 GLM-5's routing config (256 experts, top-8, n_group 1, topk_group 1, sigmoid, correction bias,
-routed_scaling_factor 2.5), with OEA off, on, and above its token limit. Prints one JSON object."""
+routed_scaling_factor 2.5) and on the ungrouped softmax path, with OEA off, on, and above its token
+limit. Prints one JSON object.
+
+argv: [ENV_ON_JSON [UPSTREAM_TOPK_PY]]. ENV_ON_JSON is the environment that turns OEA on (default
+SGLANG_OEA_K0=4). UPSTREAM_TOPK_PY, when given, is the release's unpatched topk.py: it is loaded
+beside the patched one and every input is also routed by its select_experts ("upstream").
+
+On a CPU machine torchvision's CUDA-linked operators are declared by torchvision_ops_placeholder
+(the result lists what it declared); sglang itself, oea.py and topk.py are the real modules.
+"""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
 import os
@@ -11,10 +21,14 @@ import sys
 
 import torch
 
-from sglang.srt.layers.moe import oea
-from sglang.srt.layers.moe.topk import TopKConfig, select_experts
+import torchvision_ops_placeholder
 
-E, K, TOKENS, K0 = 256, 8, 16, 4
+PLACEHOLDERS = torchvision_ops_placeholder.install()
+
+from sglang.srt.layers.moe import oea  # noqa: E402
+from sglang.srt.layers.moe import topk as patched  # noqa: E402
+
+E, K, TOKENS, BIG, K0 = 256, 8, 16, 128, 4
 
 
 class _Lines(logging.Handler):
@@ -26,41 +40,54 @@ class _Lines(logging.Handler):
         self.lines.append(record.getMessage())
 
 
-def route(logits, bias, *, grouped: bool, env: dict):
+def _load_upstream(path: str):
+    spec = importlib.util.spec_from_file_location("sglang.srt.layers.moe._topk_upstream", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def route(module, logits, bias, *, grouped: bool, env: dict):
     for k in ("SGLANG_OEA_K0", "SGLANG_OEA_MAX_TOKENS", "SGLANG_OEA_LOG_INTERVAL"):
         os.environ.pop(k, None)
     os.environ.update(env)
     oea.oea_config.cache_clear()
     oea._last_log_time = None
-    cfg = TopKConfig(top_k=K, use_grouped_topk=grouped, num_expert_group=1 if grouped else None,
-                     topk_group=1 if grouped else None, renormalize=True,
-                     correction_bias=bias if grouped else None,
-                     routed_scaling_factor=2.5 if grouped else None,
-                     apply_routed_scaling_factor_on_output=grouped,
-                     scoring_func="sigmoid" if grouped else "softmax", torch_native=True)
-    out = select_experts(hidden_states=torch.zeros(logits.shape[0], 8), router_logits=logits,
-                         topk_config=cfg)
+    cfg = module.TopKConfig(top_k=K, use_grouped_topk=grouped, num_expert_group=1 if grouped else None,
+                            topk_group=1 if grouped else None, renormalize=True,
+                            correction_bias=bias if grouped else None,
+                            routed_scaling_factor=2.5 if grouped else None,
+                            apply_routed_scaling_factor_on_output=grouped,
+                            scoring_func="sigmoid" if grouped else "softmax", torch_native=True)
+    out = module.select_experts(hidden_states=torch.zeros(logits.shape[0], 8), router_logits=logits,
+                                topk_config=cfg)
     return out.topk_weights.tolist(), out.topk_ids.tolist()
 
 
 def main() -> None:
     env_on = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {"SGLANG_OEA_K0": str(K0)}
+    upstream = _load_upstream(sys.argv[2]) if len(sys.argv) > 2 else None
     handler = _Lines()
     logging.getLogger("sglang").addHandler(handler)
     logging.getLogger("sglang").setLevel(logging.INFO)
     g = torch.Generator().manual_seed(0)
-    result = {}
+    result = {"placeholders": PLACEHOLDERS, "topk_py": patched.__file__, "oea_py": oea.__file__,
+              "torch": torch.__version__, "upstream_topk_py": upstream.__file__ if upstream else None}
     for grouped in (True, False):
         logits = torch.randn(TOKENS, E, generator=g) * (1.0 if grouped else 2.0)
         bias = torch.randn(E, generator=g) * 0.1
-        big = torch.randn(128, E, generator=g)
-        result["grouped" if grouped else "ungrouped"] = {
-            "logits": logits.tolist(), "bias": bias.tolist(),
-            "off": route(logits, bias, grouped=grouped, env={}),
-            "on": route(logits, bias, grouped=grouped, env=env_on),
-            "big_off": route(big, bias, grouped=grouped, env={}),
-            "big_on": route(big, bias, grouped=grouped, env=env_on),
+        big = torch.randn(BIG, E, generator=g)
+        r = result["grouped" if grouped else "ungrouped"] = {
+            "logits": logits.tolist(), "bias": bias.tolist(), "big_logits": big.tolist(),
+            "off": route(patched, logits, bias, grouped=grouped, env={}),
+            "on": route(patched, logits, bias, grouped=grouped, env=env_on),
+            "big_off": route(patched, big, bias, grouped=grouped, env={}),
+            "big_on": route(patched, big, bias, grouped=grouped, env=env_on),
         }
+        if upstream is not None:
+            r["upstream"] = route(upstream, logits, bias, grouped=grouped, env={})
+            r["big_upstream"] = route(upstream, big, bias, grouped=grouped, env={})
     result["log_lines"] = handler.lines
     print(json.dumps(result))
 

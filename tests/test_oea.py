@@ -1,12 +1,19 @@
 """Opportunistic Expert Activation (patches/sglang/oea-topk.patch) in the pinned sglang release.
 
-Default run: the toolkit applies the shipped `oea` recipe to the real sglang 0.5.23 wheel and the
-tests load the patched `sglang/srt/layers/moe/oea.py` from that applied tree (torch is installed in
-the nox `tests` session). GLM-5's routing config: 256 experts, top-8, n_group 1, topk_group 1,
-sigmoid, correction bias, routed_scaling_factor 2.5, 16 decode tokens.
+Default run: the toolkit applies the shipped `oea` recipe to the real sglang 0.5.23 wheel. sglang's
+own `select_experts` (the patched `sglang/srt/layers/moe/topk.py` of that tree, importing its `oea.py`)
+routes GLM-5's config (256 experts, top-8, n_group 1, topk_group 1, sigmoid, correction bias,
+routed_scaling_factor 2.5) and the ungrouped softmax path for 16 decode tokens and for 128, with the
+recipe's [server.env] and without; the release's unpatched topk.py routes the same inputs beside it.
+That runs in a subprocess of a cached CPU venv (tests/sglang_cpu.py: CPU torch 2.13.0 and the real
+packages the import chain reaches; the tree itself is on PYTHONPATH, not installed). Its only
+placeholder is the schema of torchvision's two CUDA-linked operators (tests/torchvision_ops_placeholder.py),
+which torchvision's import registers and nothing on the routing path calls. TORCHDYNAMO_DISABLE=1
+runs upstream's torch.compile'd reference router (biased_grouped_topk_impl) eagerly: the same Python,
+no C++ toolchain, no cold compile. The module's own helpers (rate-limited log, groups, fallback)
+are tested directly on the tree's oea.py.
 
-Slow run (--slow): the same check through sglang's own `select_experts` inside the real `oea` env
-(`patchbench build oea`), with the recipe's [server.env] and without.
+Slow run (--slow): the same check inside the real `oea` env (`patchbench build oea`).
 """
 
 from __future__ import annotations
@@ -22,10 +29,14 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO_ROOT, TEST_CACHE
+from conftest import REPO_ROOT, TEST_CACHE, git
+from sglang_cpu import sglang_cpu_python
 
 E, K, K0, TOKENS = 256, 8, 4, 16
 LINE = re.compile(r"^OEA active: tokens=(\d+) distinct_before=(\d+) distinct_after=(\d+)$")
+CHECK = REPO_ROOT / "tests" / "oea_select_experts_check.py"
+TOPK_PY = Path("sglang", "srt", "layers", "moe", "topk.py")
+PATHS = ("grouped", "ungrouped")
 
 
 def _torch():
@@ -44,7 +55,7 @@ def torch():
 
 
 @pytest.fixture(scope="module")
-def oea_tree() -> Path:
+def sglang_tree():
     """The sglang tree of the shipped `oea` recipe, as `patchbench apply oea` makes it."""
     from toolkit.recipe import load_recipe
     from toolkit.tree import apply_recipe
@@ -54,7 +65,12 @@ def oea_tree() -> Path:
     trees = apply_recipe(load_recipe("oea"), home, frozen=True, write_lock=False)
     tree = next(t for t, _ in trees if t.source == "sglang")
     assert tree.patches == ("sglang/oea-topk.patch",)
-    return tree.project_dir
+    return tree
+
+
+@pytest.fixture(scope="module")
+def oea_tree(sglang_tree) -> Path:
+    return sglang_tree.project_dir
 
 
 @pytest.fixture(scope="module")
@@ -77,41 +93,91 @@ def env(oea, monkeypatch):
     oea.oea_config.cache_clear()
 
 
+def _recipe_env() -> dict:
+    from toolkit.recipe import load_recipe
+
+    env = dict(load_recipe("oea").server.env)
+    assert (env["SGLANG_OEA_K0"], env["SGLANG_OEA_MAX_TOKENS"]) == (str(K0), "64")
+    return env
+
+
+@pytest.fixture(scope="module")
+def routed(torch, sglang_tree, tmp_path_factory) -> dict:
+    """The check's result: sglang's real select_experts, patched and unpatched, on CPU."""
+    tree = sglang_tree
+    py = sglang_cpu_python(tree.project_dir)
+    upstream = tmp_path_factory.mktemp("upstream") / "topk.py"
+    rel = (tree.project_dir / TOPK_PY).relative_to(tree.path).as_posix()
+    upstream.write_text(git(tree.path, "show", f"{tree.base_commit}:{rel}") + "\n")
+    dropped = ("PYTHONPATH", "PYTHONHOME", "PYTHONDONTWRITEBYTECODE")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_") and k not in dropped}
+    env.update(PYTHONPATH=str(tree.project_dir), CUDA_VISIBLE_DEVICES="", TORCHDYNAMO_DISABLE="1",
+               PYTHONPYCACHEPREFIX=str(TEST_CACHE / "pycache"))  # bytecode cached, the tree left clean
+    proc = subprocess.run([str(py), str(CHECK), json.dumps(_recipe_env()), str(upstream)],
+                          capture_output=True, text=True, env=env, cwd=REPO_ROOT, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.splitlines()[-1])
+
+
+def _distinct(ids) -> int:
+    return len({e for row in ids for e in row})
+
+
+def _assert_oea_routing(torch, res: dict, path: str) -> tuple[int, int]:
+    """OEA on at 16 tokens: >= 30% fewer distinct experts, every token keeps its own top-k0 and
+    gets k distinct experts, weights are the plain path's formula for the chosen experts, and the
+    activation line reports the counts. Returns (distinct before, after)."""
+    r = res[path]
+    (_, off_ids), (on_w, on_ids) = r["off"], r["on"]
+    before, after = _distinct(off_ids), _distinct(on_ids)
+    print(f"{path}: distinct experts {before} -> {after} for {TOKENS} tokens")
+    assert after <= 0.7 * before, (path, before, after)
+    logits = torch.tensor(r["logits"])
+    choice = logits.sigmoid() + torch.tensor(r["bias"]) if path == "grouped" else logits
+    top_k0 = torch.topk(choice, K0, dim=-1).indices.tolist()
+    for t in range(TOKENS):
+        assert set(on_ids[t][:K0]) == set(top_k0[t]) <= set(off_ids[t])
+        assert len(set(on_ids[t])) == K
+    ids = torch.tensor(on_ids).long()
+    scores = logits.sigmoid() if path == "grouped" else logits.softmax(-1)
+    chosen = scores.gather(1, ids)
+    expected = chosen / chosen.sum(-1, keepdim=True) * (2.5 if path == "grouped" else 1.0)
+    torch.testing.assert_close(torch.tensor(on_w), expected)
+    assert f"OEA active: tokens={TOKENS} distinct_before={before} distinct_after={after}" in res["log_lines"]
+    return before, after
+
+
+def _assert_unchanged_off_and_above_limit(res: dict, path: str) -> None:
+    r = res[path]
+    assert r["big_on"] == r["big_off"]  # 128 tokens > SGLANG_OEA_MAX_TOKENS: no change at all
+    if "upstream" in r:
+        assert r["off"] == r["upstream"]  # OEA off: the release's own routing, bit for bit
+        assert r["big_off"] == r["big_upstream"]
+
+
+def test_select_experts_runs_the_patched_tree(routed, sglang_tree):
+    moe = sglang_tree.project_dir / TOPK_PY.parent
+    assert Path(routed["topk_py"]) == moe / "topk.py" and Path(routed["oea_py"]) == moe / "oea.py"
+    assert routed["torch"].startswith("2.13.0")
+    assert routed["placeholders"] == ["torchvision::nms", "torchvision::qnms"]  # and nothing else
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_select_experts_fewer_distinct_experts(torch, routed, path):
+    _assert_oea_routing(torch, routed, path)
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_select_experts_unchanged_when_off_or_above_the_limit(routed, path):
+    _assert_unchanged_off_and_above_limit(routed, path)
+
+
+# --- oea.py's own helpers, on the tree's module ------------------------------------------------
+
+
 def _glm5_inputs(torch, tokens=TOKENS, seed=0):
     g = torch.Generator().manual_seed(seed)
     return torch.randn(tokens, E, generator=g), torch.randn(E, generator=g) * 0.1
-
-
-def test_topk_routes_through_oea_on_the_grouped_path(oea_tree):
-    """select_experts decides OEA before the grouped branch, so GLM-5's biased grouped router
-    (and its fused kernels) are replaced for decode-sized calls."""
-    text = (oea_tree / "sglang" / "srt" / "layers" / "moe" / "topk.py").read_text()
-    body = text[text.index("def select_experts("):]
-    assert body.index("elif oea_k0:") < body.index("elif use_grouped_topk:")
-    gate = body[body.index("oea_k0 = 0"): body.index("elif oea_k0:")]
-    assert "and not use_grouped_topk\n" not in gate  # the old patch only acted ungrouped
-
-
-def test_glm5_grouped_routing_fewer_distinct_experts(torch, oea, env, caplog):
-    logits, bias = _glm5_inputs(torch)
-    env.setenv("SGLANG_OEA_K0", str(K0))
-    assert oea.oea_k0_for_batch(K, TOKENS) == K0
-    with caplog.at_level(logging.INFO, logger="sglang.srt.layers.moe.oea"):
-        w, ids = oea.oea_select(logits, K, K0, renormalize=True, scoring_func="sigmoid",
-                                correction_bias=bias, num_expert_group=1, topk_group=1)
-    choice = logits.sigmoid() + bias
-    plain = torch.topk(choice, K, dim=-1).indices
-    before, after = plain.unique().numel(), ids.unique().numel()
-    print(f"GLM-5 grouped sigmoid+bias: distinct {before} -> {after}")
-    assert after <= 0.7 * before
-    top_k0 = torch.topk(choice, K0, dim=-1).indices
-    for t in range(TOKENS):
-        assert set(ids[t, :K0].tolist()) == set(top_k0[t].tolist())
-        assert len(set(ids[t].tolist())) == K
-    ref = logits.sigmoid().gather(1, ids.long())
-    torch.testing.assert_close(w, ref / ref.sum(-1, keepdim=True))
-    lines = [LINE.match(r.getMessage()) for r in caplog.records]
-    assert [m.groups() for m in lines if m] == [(str(TOKENS), str(before), str(after))]
 
 
 def test_log_line_is_rate_limited(torch, oea, env, caplog):
@@ -143,18 +209,6 @@ def test_grouped_routing_stays_inside_the_token_groups(torch, oea):
     assert torch.isfinite(choice.gather(1, ids.long())).all()
 
 
-def test_ungrouped_softmax_path(torch, oea):
-    g = torch.Generator().manual_seed(1)
-    logits = torch.randn(TOKENS, E, generator=g) * 2.0
-    w, ids = oea.oea_select(logits, K, K0, renormalize=True, scoring_func="softmax")
-    plain = torch.topk(logits, K, dim=-1).indices
-    before, after = plain.unique().numel(), ids.unique().numel()
-    print(f"ungrouped softmax: distinct {before} -> {after}")
-    assert after <= 0.7 * before
-    assert torch.equal(ids[:, :K0].long(), torch.topk(logits, K0, dim=-1).indices)
-    torch.testing.assert_close(w, torch.softmax(logits.gather(1, ids.long()), dim=-1))
-
-
 def test_small_active_set_falls_back_to_own_next_best(torch, oea):
     g = torch.Generator().manual_seed(2)
     logits = torch.randn(2, 32, generator=g)
@@ -167,34 +221,19 @@ def test_small_active_set_falls_back_to_own_next_best(torch, oea):
 
 
 @pytest.mark.slow
-def test_select_experts_in_the_oea_env():
+def test_select_experts_in_the_oea_env(torch):
     from toolkit.pipeline import prepare
     from toolkit.recipe import load_recipe
 
     home = Path(os.environ.get("PATCHBENCH_TEST_HOME", TEST_CACHE))
-    recipe = load_recipe("oea")
-    p = prepare(recipe, home, until="build")
-    proc = subprocess.run([str(p.env.python), str(REPO_ROOT / "tests" / "oea_select_experts_check.py"),
-                           json.dumps(dict(recipe.server.env))], capture_output=True, text=True,
-                          env={**p.env.run_environ(), "CUDA_VISIBLE_DEVICES": ""}, cwd=REPO_ROOT)
+    p = prepare(load_recipe("oea"), home, until="build")
+    proc = subprocess.run([str(p.env.python), str(CHECK), json.dumps(_recipe_env())], capture_output=True,
+                          text=True, env={**p.env.run_environ(), "CUDA_VISIBLE_DEVICES": ""}, cwd=REPO_ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
     res = json.loads(proc.stdout.splitlines()[-1])
-    for path in ("grouped", "ungrouped"):
-        r = res[path]
-        off_ids, on_ids = r["off"][1], r["on"][1]
-        before = len({e for row in off_ids for e in row})
-        after = len({e for row in on_ids for e in row})
-        print(f"{path}: distinct {before} -> {after}")
-        assert after <= 0.7 * before, (path, before, after)
-        assert r["big_on"] == r["big_off"]  # above the token limit: no change at all
-        import torch
-
-        logits, bias = torch.tensor(r["logits"]), torch.tensor(r["bias"])
-        choice = (logits.sigmoid() + bias) if path == "grouped" else logits
-        top_k0 = torch.topk(choice, K0, dim=-1).indices.tolist()
-        for t in range(TOKENS):
-            assert set(top_k0[t]) <= set(on_ids[t])
-    assert any(LINE.match(line) for line in res["log_lines"])
+    for path in PATHS:
+        _assert_oea_routing(torch, res, path)
+        _assert_unchanged_off_and_above_limit(res, path)
 
 
 def test_both_releases_ship_the_same_module():
