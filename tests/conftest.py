@@ -226,3 +226,15 @@ def demo_project(tmp_path: Path, monkeypatch) -> Path:
     monkeypatch.chdir(proj)
     monkeypatch.delenv("PATCHBENCH_RECIPES", raising=False)
     return proj
+
+
+def pip_download(args: list[str], dest: Path) -> subprocess.CompletedProcess:
+    """`pip download --no-deps -d DEST ARGS` with the first pip there is: this interpreter's, else
+    one on PATH (a uv-made test venv has no pip; pip reads the machine's sources, which uv does not)."""
+    pips = [[sys.executable, "-m", "pip"]] + [[p] for p in (shutil.which("pip3"), shutil.which("pip")) if p]
+    out = None
+    for pip in pips:
+        out = subprocess.run([*pip, "download", "--no-deps", "-d", str(dest), *args], capture_output=True, text=True)
+        if out.returncode == 0:
+            return out
+    return out

@@ -12,7 +12,6 @@ import io
 import os
 import shutil
 import subprocess
-import sys
 import zipfile
 from pathlib import Path
 
@@ -20,7 +19,7 @@ import pytest
 from filelock import FileLock
 from rich.console import Console
 
-from conftest import TEST_CACHE, Upstream, base_torch_python, git
+from conftest import TEST_CACHE, Upstream, base_torch_python, git, pip_download
 from toolkit import build, envs
 from toolkit.build import (
     cuda_binary_arches,
@@ -325,16 +324,9 @@ def _flashinfer_git_tree() -> Path:
         dl = TEST_CACHE / "downloads"
         sdist = dl / f"flashinfer_python-{FI_VERSION}.tar.gz"
         if not sdist.exists():
-            pips = [[sys.executable, "-m", "pip"]] + [[p] for p in (shutil.which("pip3"),
-                                                                   shutil.which("pip")) if p]
-            for pip in pips:  # the sdist only: --no-binary :all: would build cmake from source
-                out = subprocess.run([*pip, "download", "--no-deps", "--no-binary",
-                                      "flashinfer-python", "-d", str(dl),
-                                      f"flashinfer-python=={FI_VERSION}"],
-                                     capture_output=True, text=True)
-                if out.returncode == 0:
-                    break
-            else:
+            # the sdist only: --no-binary :all: would build cmake from source
+            out = pip_download(["--no-binary", "flashinfer-python", f"flashinfer-python=={FI_VERSION}"], dl)
+            if out.returncode != 0:
                 pytest.skip(f"cannot download the flashinfer-python sdist: {out.stderr[-300:]}")
         shutil.rmtree(repo, ignore_errors=True)
         tmp = TEST_CACHE / f"flashinfer-{FI_VERSION}-unpack"

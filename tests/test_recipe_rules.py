@@ -44,6 +44,15 @@ def test_extends_of_a_sibling_name_suggests_the_full_name(project):
         load_recipe(project.recipes / "demo/child.toml")
 
 
+def test_child_of_the_same_kind_keeps_the_rest_of_the_source(project):
+    project.recipe("base", BASE)
+    project.recipe("child", 'extends = "base"\n[sources.mini]\nrev = "v2"\n')
+    src = load_recipe(project.recipes / "child.toml").sources["mini"]
+    assert (src.kind, src.rev, src.package_dir) == ("git", "v2", "python")
+    project.recipe("child2", f'extends = "base"\n[sources.mini]\ngit = "{project.upstream}"\n')
+    assert load_recipe(project.recipes / "child2.toml").sources["mini"].package_dir == "python"
+
+
 def test_child_replaces_a_source_kind(project):
     project.recipe("base", BASE)
     project.recipe("child", f'extends = "base"\n[sources.mini]\npath = "{project.upstream}"\n')

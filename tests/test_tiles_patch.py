@@ -9,11 +9,9 @@ cuobjdump that the object holds an sm_120a ELF. It needs nvcc (skips without), ~
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import subprocess
-import sys
 import tarfile
 import textwrap
 import zipfile
@@ -21,8 +19,9 @@ from pathlib import Path, PurePosixPath
 
 import pytest
 
-from conftest import git_run
+from conftest import git_run, pip_download
 from toolkit.build import flashinfer_sources as fk
+from toolkit.digest import sha256_file
 from toolkit.errors import BadInput
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -142,17 +141,8 @@ def _cache_dir() -> Path:
     return d
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def _pip_download(args: list[str], dest: Path) -> None:
-    proc = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-d", str(dest), *args],
-                          capture_output=True, text=True)
+    proc = pip_download(args, dest)
     if proc.returncode != 0:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:]
         pytest.skip(f"pip download {' '.join(args)} failed: {tail}")
@@ -165,7 +155,7 @@ def flashinfer_sdist() -> Path:
     if not path.is_file():
         cache.mkdir(parents=True, exist_ok=True)
         _pip_download(["--no-binary", "flashinfer-python", SDIST_REQ], cache)
-    assert _sha256(path) == SDIST_SHA256, f"{path} is not the flashinfer-python 0.7.2 sdist"
+    assert sha256_file(path) == SDIST_SHA256, f"{path} is not the flashinfer-python 0.7.2 sdist"
     return path
 
 

@@ -34,7 +34,8 @@ min_count = 1                        # named groups become run-level metrics; or
 `extends` takes a recipe name exactly as the command line does (relative to `recipes/`, e.g.
 `demo/baseline`), or a path starting with `./` or `../` (relative to the recipe file). Child values
 override the parent's; tables merge key by key; patch lists extend the parent's stack; a child
-source table that names a kind (git, path or pypi) replaces the parent's source table whole.
+source table that names another kind (git, path or pypi) than the parent's replaces the parent's
+source table whole (the same kind merges: `pypi = "sglang==0.5.10.post1"` keeps `package_dir`).
 Patch paths must stay inside the project's `patches/` (symlinks resolved).
 `patchbench show NAME` prints the resolved recipe with the file every value came from;
 `patchbench schema` prints the JSON Schema of the format (`toolkit.recipe_schema`).
@@ -254,7 +255,7 @@ def _resolve_parent(path: Path, root: Path, ref: str) -> Path:
 
 def _merge(parent: dict, child: dict) -> dict:
     """Child overrides parent; tables merge recursively; patch lists extend the parent's stack;
-    a child source table naming a kind (git/path/pypi) replaces the parent's source whole."""
+    a child source table naming another kind (git/path/pypi) replaces the parent's source whole."""
     out = dict(parent)
     for key, value in child.items():
         if key == "extends":
@@ -267,8 +268,10 @@ def _merge(parent: dict, child: dict) -> dict:
         elif key == "sources" and isinstance(value, dict):
             sources = dict(parent.get("sources", {}))
             for sname, table in value.items():
-                replaces = any(k in table for k in SOURCE_KINDS)
-                sources[sname] = dict(table) if replaces else _merge(sources.get(sname, {}), table)
+                before = sources.get(sname, {})
+                kind = next((k for k in SOURCE_KINDS if k in table), None)
+                replaces = kind is not None and kind not in before  # git -> pypi, say: a new source
+                sources[sname] = dict(table) if replaces else _merge(before, table)
             out[key] = sources
         elif isinstance(value, dict) and isinstance(parent.get(key), dict):
             out[key] = _merge(parent[key], value)
