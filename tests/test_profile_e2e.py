@@ -12,7 +12,7 @@ import urllib.request
 
 import pytest
 
-from conftest import MINI_PY, mini_env, mini_tu
+from conftest import mini_env, mini_tu
 
 from toolkit.cli import main
 from toolkit.profile.capture import OLDEST_FIELDS, PROFILE_FIELDS_0523, accepted_fields, profile_body
