@@ -177,6 +177,20 @@ def project(tmp_path, home):
     return Project(tmp_path / "proj")
 
 
+# A recipe over the `project` fixture's upstream (@UPSTREAM@ is its path): tests append tables.
+MINI_RECIPE = """
+description = "base"
+[sources.mini]
+git = "@UPSTREAM@"
+rev = "v1"
+package_dir = "python"
+[server.args]
+tp-size = 2
+[benchmark]
+concurrency = [1, 2]
+"""
+
+
 def change(old: str, new: str, path: str = "python/mini/cost.py", context: tuple[str, ...] = ()) -> str:
     """A one-line unified diff against the fixture's files (git layout)."""
     return f"""\

@@ -6,19 +6,9 @@ import pytest
 
 from toolkit.cli import main
 from toolkit.errors import BadInput
+from conftest import MINI_RECIPE as BASE
 from toolkit.recipe import load_recipe
 
-BASE = """
-description = "base"
-[sources.mini]
-git = "@UPSTREAM@"
-rev = "v1"
-package_dir = "python"
-[server.args]
-tp-size = 2
-[benchmark]
-concurrency = [1, 2]
-"""
 
 
 def test_extends_inherits_and_patch_lists_extend(project):

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import MINI_RECIPE as BASE
 from toolkit.cli import main
 from toolkit.errors import BadInput
 from toolkit.evidence import check_evidence
@@ -15,15 +16,6 @@ from toolkit.recipe import load_recipe
 
 REPO = Path(__file__).resolve().parent.parent
 
-BASE = """
-description = "base"
-[sources.mini]
-git = "@UPSTREAM@"
-rev = "v1"
-package_dir = "python"
-[server.args]
-tp-size = 2
-"""
 
 
 def test_extends_names_are_relative_to_recipes_root(project):
