@@ -80,7 +80,7 @@ def bisect(session: nox.Session) -> None:
 
 
 def _recipe_table(path: Path, seen: tuple = ()) -> dict:
-    """The top-level keys of a recipe after `extends` (same rule as toolkit.recipe: names relative to
+    """The top-level keys of a recipe after `extends` (same rule as toolkit.recipe.load: names relative to
     recipes/, or ./ ../ paths relative to the file); patchbench itself validates everything else."""
     data = tomllib.loads(path.read_text())
     parent = data.get("extends")

@@ -22,9 +22,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from rich.console import Console  # noqa: E402
 
 from toolkit import envs  # noqa: E402
-from toolkit.gitrepo import out as git  # noqa: E402  (fixed identity: reproducible SHAs)
+from toolkit.tree.gitrepo import out as git  # noqa: E402  (fixed identity: reproducible SHAs)
 from toolkit.envs import BuildSpec, ensure_env  # noqa: E402
-from toolkit.tree import AppliedTree  # noqa: E402
+from toolkit.tree.applied import AppliedTree  # noqa: E402
 
 
 def make_tree(root: Path) -> AppliedTree:

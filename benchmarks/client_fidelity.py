@@ -1,7 +1,7 @@
 """How faithfully does patchbench's serving client measure? (benchmarks/client_fidelity.py)
 
 Runs the miniature sglang server with a known per-step schedule (--mini-step-base-ms,
---mini-step-per-seq-us, ...) and, at each concurrency, compares what toolkit.bench.serving measured
+--mini-step-per-seq-us, ...) and, at each concurrency, compares what toolkit.run.bench.serving measured
 with the truth the server recorded: the time.perf_counter() at which it handed every token to the
 socket (GET /mini/trace; both processes read the same CLOCK_MONOTONIC). Reported per point:
 
@@ -44,7 +44,7 @@ import psutil  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from toolkit.bench.serving import ServingConfig, run_serving  # noqa: E402
+from toolkit.run.bench.serving import ServingConfig, run_serving  # noqa: E402
 
 
 def _load_test_utils():

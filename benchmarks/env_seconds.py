@@ -28,8 +28,8 @@ sys.path.insert(0, str(REPO))
 
 from rich.console import Console  # noqa: E402
 
-from toolkit.pipeline import prepare  # noqa: E402
-from toolkit.recipe import load_recipe  # noqa: E402
+from toolkit.run.pipeline import prepare  # noqa: E402
+from toolkit.recipe.load import load_recipe  # noqa: E402
 
 
 def quiet() -> Console:

@@ -24,9 +24,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from rich.console import Console  # noqa: E402
 
 from toolkit import envs  # noqa: E402
-from toolkit.gitrepo import out as git  # noqa: E402  (fixed identity: reproducible SHAs)
+from toolkit.tree.gitrepo import out as git  # noqa: E402  (fixed identity: reproducible SHAs)
 from toolkit.envs import BuildSpec, disk_usage, ensure_env, pip_sources  # noqa: E402
-from toolkit.tree import AppliedTree  # noqa: E402
+from toolkit.tree.applied import AppliedTree  # noqa: E402
 
 TORCH = "torch==2.13.0+cpu"
 

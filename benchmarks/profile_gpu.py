@@ -62,14 +62,14 @@ def main(argv=None) -> int:
         return 2
     from rich.console import Console
 
-    from toolkit.bench.serving import ServingConfig
+    from toolkit.run.bench.serving import ServingConfig
     from toolkit.profile.breakdown import breakdown, classified_share
     from toolkit.profile.capture import PROFILE_FIELDS_0523, capture, profile_body
     from toolkit.profile.families import load_families
     from toolkit.profile.render import render
     from toolkit.profile.session import summarize
     from toolkit.profile.trace import load_trace
-    from toolkit.server import free_port
+    from toolkit.run.server import free_port
 
     console = Console()
     work = Path(args.out or tempfile.mkdtemp(prefix="patchbench-gpu-profile-"))

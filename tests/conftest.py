@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from filelock import FileLock
 
-from toolkit.tree import AppliedTree
+from toolkit.tree.applied import AppliedTree
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 MINI_PY = REPO_ROOT / "upstream" / "minisglang" / "python"

@@ -199,7 +199,7 @@ def test_editing_the_benchmark_moves_compare_report_and_attribute_to_the_new_run
     fast_line = next(line for line in md.splitlines() if line.startswith("|") and "| demo/fast |" in line
                      and "x [" in line)
     assert f"{row['speedup']:.3f}x" in fast_line and "| 4 |" in fast_line, (fast_line, row)
-    from toolkit import stats
+    from toolkit.analysis import stats
 
     cell = stats.format_mean_std(row["base_mean"], row["base_std"], "tok/s").replace(" +- ", " ± ")
     assert any("| demo/baseline |" in line and cell in line and "| 4 |" in line for line in md.splitlines()), md

@@ -10,8 +10,8 @@ import pytest
 from conftest import change, git
 from toolkit.cli import main
 from toolkit.errors import BadInput, PatchbenchError
-from toolkit.recipe import load_recipe
-from toolkit.tree import apply_recipe, check_plan, plan_source
+from toolkit.recipe.load import load_recipe
+from toolkit.tree.applied import apply_recipe, check_plan, plan_source
 
 RECIPE = """
 description = "three patches"
@@ -186,8 +186,8 @@ def test_lock_with_absolute_paths_still_passes_frozen(project, home):
 def test_git_layout_patch_maps_onto_a_pypi_layout_tree(project, tmp_path):
     """A patch in the git layout (python/mini/...) applies to a tree with the package at its root:
     edits, renames and new files; a file outside python/ and a stale hunk are named in that layout."""
-    from toolkit import gitrepo
-    from toolkit.patches import apply_one, check_stack, parse_patch
+    from toolkit.tree import gitrepo
+    from toolkit.tree.patches import apply_one, check_stack, parse_patch
 
     tree = tmp_path / "sdist"
     (tree / "mini").mkdir(parents=True)

@@ -20,8 +20,9 @@ from filelock import FileLock
 from rich.console import Console
 
 from conftest import TEST_CACHE, Upstream, base_torch_python, git, pip_download
-from toolkit import build, envs
-from toolkit.build import (
+from toolkit.envs import steps as build
+from toolkit import envs
+from toolkit.envs.steps import (
     cuda_binary_arches,
     ensure_tools,
     flashinfer_environ,
@@ -33,7 +34,7 @@ from toolkit.build import (
 )
 from toolkit.envs import BuildSpec, PipSources, ensure_env, list_envs, pip_sources
 from toolkit.errors import BadInput, PatchbenchError
-from toolkit.tree import AppliedTree
+from toolkit.tree.applied import AppliedTree
 
 NVCC = envs.find_nvcc()
 needs_nvcc = pytest.mark.skipif(NVCC is None, reason="needs nvcc")

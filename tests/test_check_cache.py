@@ -8,9 +8,9 @@ import shutil
 import time
 
 from conftest import REPO_ROOT
-from toolkit.check_cache import cached_check_recipe
-from toolkit.pipeline import prepare
-from toolkit.recipe import load_recipe
+from toolkit.run.check_cache import cached_check_recipe
+from toolkit.run.pipeline import prepare
+from toolkit.recipe.load import load_recipe
 
 RECIPE = """
 description = "check cache"

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from toolkit.cli import main
-from toolkit.store import Store
+from toolkit.results.store import Store
 
 
 def test_build_twice_reuses_and_patch_byte_makes_new_env(home, capsys, tmp_path, monkeypatch):

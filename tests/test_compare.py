@@ -9,9 +9,9 @@ from rich.console import Console
 
 from toolkit.analysis.compare import (MissingResults, compare_recipes, diff_provenance,
                                       missing_recipes, render_compare)
-from toolkit.bench import Sample
+from toolkit.run.bench import Sample
 from toolkit.errors import BadInput
-from toolkit.store import Store
+from toolkit.results.store import Store
 
 PARAMS = {"input_len": 128, "output_len": 256, "points": [1, 8], "num_prompts": 64, "seed": 1}
 MACHINE = {"gpus": [{"name": "NVIDIA RTX PRO 6000"}] * 8}
@@ -219,7 +219,7 @@ def test_report_and_compare_agree_on_runs_of_an_old_and_a_new_env(store, tmp_pat
     md = (tmp_path / "r" / "report.md").read_text()
     base_line = next(line for line in md.splitlines() if "| base |" in line and "baseline" in line)
     fast_line = next(line for line in md.splitlines() if "| fast |" in line and "x [" in line)
-    from toolkit import stats
+    from toolkit.analysis import stats
 
     assert stats.format_mean_std(row["base_mean"], row["base_std"], "tok/s").replace(" +- ", " ± ") in base_line
     assert "| 4 |" in base_line and "| 4 |" in fast_line

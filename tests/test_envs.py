@@ -37,7 +37,7 @@ from toolkit.envs import (
     pip_sources,
 )
 from toolkit.errors import BadInput, PatchbenchError
-from toolkit.tree import AppliedTree
+from toolkit.tree.applied import AppliedTree
 
 REPO = Path(__file__).resolve().parent.parent
 HAVE_NVCC = envs.find_nvcc() is not None
@@ -300,7 +300,7 @@ _CHILD = """
 import json, sys
 from pathlib import Path
 from toolkit.envs import BuildSpec, ensure_env
-from toolkit.tree import AppliedTree
+from toolkit.tree.applied import AppliedTree
 d = json.loads(sys.argv[1])
 tree = AppliedTree(**{**d["tree"], "path": Path(d["tree"]["path"])})
 env = ensure_env([tree], BuildSpec.from_dict(d["spec"]), Path(d["home"]), recipe=d["recipe"])

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from conftest import demo_project
 from toolkit.cli import main
-from toolkit.store import Store
+from toolkit.results.store import Store
 
 SHORT = '[benchmark]\nconcurrency = [1]\nrepeats = 1\nnum_prompts = 4\noutput_len = 8\n'
 

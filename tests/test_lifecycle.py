@@ -15,7 +15,7 @@ import pytest
 
 from test_verified_runs import _alive_servers, proj, recipe  # noqa: F401  (proj is a fixture)
 from toolkit.cli import main
-from toolkit.store import Store
+from toolkit.results.store import Store
 
 
 def _slow(root):
@@ -199,7 +199,7 @@ def test_one_batch_failure_stores_and_shows_the_last_lines(proj, home, capsys):
 def test_a_version_1_store_gains_the_interrupted_status_and_keeps_its_runs(tmp_path):
     import sqlite3
 
-    from toolkit.store import MIGRATIONS
+    from toolkit.results.store import MIGRATIONS
 
     path = tmp_path / "old.sqlite"
     conn = sqlite3.connect(path, isolation_level=None)
@@ -223,7 +223,7 @@ def test_a_version_1_store_gains_the_interrupted_status_and_keeps_its_runs(tmp_p
 
 
 def test_crash_summary_quotes_the_exception_line():
-    from toolkit.server import crash_line
+    from toolkit.run.server import crash_line
 
     tail = ("INFO starting\nTraceback (most recent call last):\n  File \"x.py\", line 3, in <module>\n"
             "    serve()\nOSError: [Errno 98] Address already in use\nINFO Shutdown complete.\n")

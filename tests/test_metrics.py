@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from toolkit import metrics
-from toolkit.bench.one_batch import parse_one_batch_rows
-from toolkit.bench.sglang_jsonl import parse_bench_serving_rows
+from toolkit.run import metrics
+from toolkit.run.bench.one_batch import parse_one_batch_rows
+from toolkit.run.bench.sglang_jsonl import parse_bench_serving_rows
 from toolkit.errors import BadInput
 
 

@@ -17,7 +17,7 @@ import pytest
 
 from conftest import MINI_PY, mini_env, mini_tu, patched_mini
 
-from toolkit.bench.one_batch import parse_one_batch_jsonl
+from toolkit.run.bench.one_batch import parse_one_batch_jsonl
 
 MINI = MINI_PY.parent
 FAST = ["--log-level", "warning", "--mini-step-base-ms", "2", "--mini-step-per-seq-us", "10",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from toolkit.model_shape import check_model_shape
+from toolkit.run.model_shape import check_model_shape
 from toolkit.roofline import load_model_config
 
 RTX_PRO_6000 = 97887 * (1 << 20)  # bytes, as the device reports

@@ -57,8 +57,8 @@ def torch():
 @pytest.fixture(scope="module")
 def sglang_tree():
     """The sglang tree of the shipped `oea` recipe, as `patchbench apply oea` makes it."""
-    from toolkit.recipe import load_recipe
-    from toolkit.tree import apply_recipe
+    from toolkit.recipe.load import load_recipe
+    from toolkit.tree.applied import apply_recipe
 
     home = TEST_CACHE / "oea-home"
     home.mkdir(parents=True, exist_ok=True)
@@ -94,7 +94,7 @@ def env(oea, monkeypatch):
 
 
 def _recipe_env() -> dict:
-    from toolkit.recipe import load_recipe
+    from toolkit.recipe.load import load_recipe
 
     env = dict(load_recipe("oea").server.env)
     assert (env["SGLANG_OEA_K0"], env["SGLANG_OEA_MAX_TOKENS"]) == (str(K0), "64")
@@ -222,8 +222,8 @@ def test_small_active_set_falls_back_to_own_next_best(torch, oea):
 
 @pytest.mark.slow
 def test_select_experts_in_the_oea_env(torch):
-    from toolkit.pipeline import prepare
-    from toolkit.recipe import load_recipe
+    from toolkit.run.pipeline import prepare
+    from toolkit.recipe.load import load_recipe
 
     home = Path(os.environ.get("PATCHBENCH_TEST_HOME", TEST_CACHE))
     p = prepare(load_recipe("oea"), home, until="build")

@@ -6,7 +6,7 @@ import subprocess
 
 from conftest import change, demo_project, git
 from toolkit.cli import main
-from toolkit.recipe import load_recipe
+from toolkit.recipe.load import load_recipe
 
 BASE = """
 description = "mini"

@@ -4,8 +4,8 @@ never changed by one; an empty stack needs no tree at all."""
 from __future__ import annotations
 
 from conftest import change, git
-from toolkit.recipe import load_recipe
-from toolkit.tree import apply_recipe, check_plan, plan_source
+from toolkit.recipe.load import load_recipe
+from toolkit.tree.applied import apply_recipe, check_plan, plan_source
 
 RECIPE = """
 description = "check on a cached base"

@@ -67,7 +67,7 @@ def test_profile_then_kernel_compare(home, capsys):
     assert re.search(r"benchmark ITL \(median, same load\) [\d.]+ ms", out)
     assert "MoE experts" in out and "vs floor" in out
 
-    from toolkit.store import Store
+    from toolkit.results.store import Store
 
     store = Store(home / "results.sqlite")
     run = store.runs(recipe="demo/torch-baseline", status="ok")[-1]

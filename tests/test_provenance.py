@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from toolkit.bench import Sample
+from toolkit.run.bench import Sample
 from toolkit.cli import main
-from toolkit.provenance import env_differences, env_record, package_changes, parse_freeze
-from toolkit.store import Store
+from toolkit.analysis.provenance import env_differences, package_changes, parse_freeze
+from toolkit.envs.manifest import env_record
+from toolkit.results.store import Store
 
 FREEZE_A = ["sglang==0.5.10.post1", "sgl-kernel==0.4.1", "flashinfer-python==0.6.7.post3", "torch==2.9.1",
             "transformers==5.3.0", "Jinja2==3.1.6", "numpy==2.2.0", "triton==3.5.0"]

@@ -14,8 +14,8 @@ import pytest
 
 from conftest import git
 from toolkit.cli import main
-from toolkit.recipe import load_recipe
-from toolkit.tree import apply_recipe
+from toolkit.recipe.load import load_recipe
+from toolkit.tree.applied import apply_recipe
 
 pytestmark = pytest.mark.slow
 

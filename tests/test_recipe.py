@@ -7,7 +7,7 @@ import pytest
 from toolkit.cli import main
 from toolkit.errors import BadInput
 from conftest import MINI_RECIPE as BASE
-from toolkit.recipe import load_recipe
+from toolkit.recipe.load import load_recipe
 
 
 

@@ -11,8 +11,8 @@ import pytest
 from conftest import MINI_RECIPE as BASE
 from toolkit.cli import main
 from toolkit.errors import BadInput
-from toolkit.evidence import check_evidence
-from toolkit.recipe import load_recipe
+from toolkit.run.evidence import check_evidence
+from toolkit.recipe.load import load_recipe
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -11,7 +11,7 @@ import pytest
 
 from conftest import REPO_ROOT, TEST_CACHE
 from toolkit.cli import main
-from toolkit.package_index import releases_between
+from toolkit.tree.package_index import releases_between
 
 sys.path.insert(0, str(REPO_ROOT / "upstream"))
 import mini_releases  # noqa: E402

@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from toolkit.bench import Sample
+from toolkit.run.bench import Sample
 from toolkit.cli import main
 from toolkit.analysis.efficiency import Efficiency, efficiency
 from toolkit.analysis.selection import Criteria
 from toolkit.errors import BadInput
-from toolkit.report import collect, render_markdown
-from toolkit.report_plots import Series, bar_plot, line_plot, svg
-from toolkit.store import Store
+from toolkit.report.document import collect, render_markdown
+from toolkit.report.plots import Series, bar_plot, line_plot, svg
+from toolkit.results.store import Store
 
 PARAMS = {"input_len": 128, "output_len": 256, "points": [1, 2, 4, 8], "num_prompts": 64, "seed": 1}
 POINTS = (1, 2, 4, 8)

@@ -1,4 +1,4 @@
-"""toolkit.bench.serving and toolkit.bench.one_batch: real miniature servers on localhost, and the
+"""toolkit.run.bench.serving and toolkit.run.bench.one_batch: real miniature servers on localhost, and the
 pure parts (statistics, importers, argv)."""
 
 from __future__ import annotations
@@ -8,15 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from toolkit.bench import Sample
-from toolkit.metrics import higher_is_better
-from toolkit.bench.one_batch import (
+from toolkit.run.bench import Sample
+from toolkit.run.metrics import higher_is_better
+from toolkit.run.bench.one_batch import (
     find_one_batch_module,
     one_batch_argv,
     parse_bench_serving_jsonl,
     parse_one_batch_jsonl,
 )
-from toolkit.bench.serving import (
+from toolkit.run.bench.serving import (
     PointResult,
     RequestResult,
     ServingConfig,

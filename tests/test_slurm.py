@@ -16,7 +16,7 @@ import pytest
 
 from slurm_cluster import SlurmCluster, unavailable
 from test_analysis_e2e import mini  # noqa: F401  (fixture: a git copy of the miniature upstream)
-from toolkit.store import Store
+from toolkit.results.store import Store
 
 DEMO = ["demo/baseline", "demo/fast", "demo/slow"]
 PROVENANCE = ("recipe", "repeat", "env_key", "bench_key", "gpu_key", "sglang_version", "flashinfer_version")

@@ -8,7 +8,7 @@ import pytest
 
 from toolkit.errors import BadInput
 from toolkit.executors.config import ClusterConfig, add_executor_arguments, cluster_config, for_recipes, time_minutes
-from toolkit.recipe import load_recipe
+from toolkit.recipe.load import load_recipe
 
 
 def _args(*argv):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import sqlite3
 
-from toolkit.bench import Sample
-from toolkit.store import MIGRATIONS, SCHEMA_VERSION, Store
+from toolkit.run.bench import Sample
+from toolkit.results.store import MIGRATIONS, SCHEMA_VERSION, Store
 
 
 def test_v1_store_migrates_keeping_samples_and_accepts_interrupted(tmp_path):

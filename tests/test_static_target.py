@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from toolkit.errors import BadInput
-from toolkit.recipe import load_recipe
-from toolkit.sglang_args import (check_summary, diff_resolved, key_resolved, static_check, verify_resolved)
-from toolkit.spec import ServerSpec, TargetSpec
-from toolkit.target import target_facts
+from toolkit.recipe.load import load_recipe
+from toolkit.run.sglang_args import (check_summary, diff_resolved, key_resolved, static_check, verify_resolved)
+from toolkit.recipe.spec import ServerSpec, TargetSpec
+from toolkit.recipe.target import target_facts
 
 MINI = Path(__file__).resolve().parent.parent / "upstream" / "minisglang" / "python"
 ENVIRON = {**os.environ, "PYTHONPATH": str(MINI)}

@@ -7,8 +7,8 @@ import random
 
 import pytest
 
-from toolkit import stats
-from toolkit.stats import (FASTER, HIGHER, LOWER, NOT_SIGNIFICANT, SLOWER, TOO_FEW, compare_values,
+from toolkit.analysis import stats
+from toolkit.analysis.stats import (FASTER, HIGHER, LOWER, NOT_SIGNIFICANT, SLOWER, TOO_FEW, compare_values,
                            format_comparison, mann_whitney_p, min_p_value, ratio_ci,
                            verdict)
 

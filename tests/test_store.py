@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from toolkit.bench import Sample
+from toolkit.run.bench import Sample
 from toolkit.errors import BadInput, PatchbenchError
-from toolkit.exchange import export, import_export
-from toolkit.store import SCHEMA_VERSION, RunRow, Store, bench_key, gpu_key
+from toolkit.results.exchange import export, import_export
+from toolkit.results.store import SCHEMA_VERSION, RunRow, Store, bench_key, gpu_key
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -205,8 +205,8 @@ def test_export_json_csv_and_import(store, tmp_path):
 WRITER = textwrap.dedent("""
     import sys, time
     sys.path.insert(0, {root!r})
-    from toolkit.bench import Sample
-    from toolkit.store import Store
+    from toolkit.run.bench import Sample
+    from toolkit.results.store import Store
     path, tag, n, mode = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
     store = Store(path)
     samples = [Sample("output_tok_s", float(k), "tok/s", k, "concurrency") for k in (1, 2, 4)]
@@ -291,7 +291,7 @@ def test_killed_writer_run_reads_interrupted(tmp_path):
     code = textwrap.dedent(f"""
         import sys, time
         sys.path.insert(0, {str(REPO_ROOT)!r})
-        from toolkit.store import Store
+        from toolkit.results.store import Store
         print(Store({str(path)!r}).begin_run(recipe="slow"), flush=True)
         time.sleep(60)
     """)
@@ -322,7 +322,7 @@ def test_concurrent_schema_creation(tmp_path):
     code = textwrap.dedent(f"""
         import sys
         sys.path.insert(0, {str(REPO_ROOT)!r})
-        from toolkit.store import Store
+        from toolkit.results.store import Store
         Store({str(path)!r}).record_run({{"recipe": "x"}}, [])
     """)
     procs = [subprocess.Popen([sys.executable, "-c", code]) for _ in range(4)]

@@ -1,4 +1,4 @@
-"""patches/flashinfer/sm120-fp4-tiles.patch and toolkit.build.flashinfer_sources.
+"""patches/flashinfer/sm120-fp4-tiles.patch and toolkit.envs.steps.flashinfer_sources.
 
 Fast tests run on a small synthetic FlashInfer-shaped tree. The slow test takes the real
 flashinfer-python 0.7.2 sdist from PyPI (cached under $PATCHBENCH_TEST_CACHE or
@@ -20,7 +20,7 @@ from pathlib import Path, PurePosixPath
 import pytest
 
 from conftest import git_run, pip_download
-from toolkit.build import flashinfer_sources as fk
+from toolkit.envs.steps import flashinfer_sources as fk
 from toolkit.digest import sha256_file
 from toolkit.errors import BadInput
 

@@ -11,7 +11,7 @@ import pytest
 
 from conftest import REPO_ROOT, git
 from toolkit.cli import main
-from toolkit.store import Store
+from toolkit.results.store import Store
 
 MINI = REPO_ROOT / "upstream" / "minisglang"
 HTTP = "python/sglang/srt/entrypoints/http_server.py"
@@ -137,7 +137,7 @@ def test_without_a_gpu_run_stops_after_the_static_check(proj, home, capsys):
     path = proj / "recipes" / "needs-gpu.toml"
     path.write_text(RECIPE.format(name="needs-gpu", patches="", expect="ep_size = 8", extra_args="")
                     .replace("gpus = 0\n", ""))
-    from toolkit import machine
+    from toolkit.run import machine
 
     if machine.has_cuda_gpu():
         pytest.skip("this machine has a GPU")

@@ -1,5 +1,16 @@
-"""Analysis over stored results: compare recipes, attribute a speedup to patches, bisect a stack.
+"""Stage 6, analysis over stored results: which runs count, compare, attribute, bisect, efficiency.
 
-`compare` reads the store; `attribute` and `bisect` are pure (values and callbacks in, dataclasses
-out) so that the caller decides where measurements come from.
+    selection   which runs count (the one rule: run identity, measured samples, verified config)
+    compare     ratios, CIs and verdicts per point; what else differed
+    attribute   what each patch of a stack buys (pure)
+    bisect      the first bad patch / release / commit (pure)
+    releases    a recipe moved onto another release
+    variants    recipe variants measured through the pipeline, reusing runs of the same identity
+    efficiency  results against the roofline
+    stats       Mann-Whitney U, CIs of ratios, verdicts, the verdict legend (pure)
+    provenance  what else differed between two runs' envs, toolchains and resolved configs (pure)
+
+`attribute` and `bisect` are pure (values and callbacks in, dataclasses out) so that the caller
+decides where measurements come from. May import: toolkit.run (the pipeline, the metric registry),
+toolkit.results and lower stages; never toolkit.report, executors or commands.
 """

@@ -12,7 +12,7 @@ the whole stack without patch i). Output, per patch i:
   scale (shares of a stack add up to 1; meaningless when the total is ~1, so shown as a percentage
   only when the total is significant).
 
-Every comparison is `toolkit.stats.compare_values`: ratio, confidence interval, Mann-Whitney p and
+Every comparison is `toolkit.analysis.stats.compare_values`: ratio, confidence interval, Mann-Whitney p and
 verdict (faster / slower / not significant / too few repeats).
 """
 
@@ -25,7 +25,7 @@ from typing import Mapping, Sequence
 from rich.table import Table
 from rich.text import Text
 
-from toolkit import stats
+from toolkit.analysis import stats
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ be met when n is a power of two. A culprit is convicted by measurements at culpr
 culprit (bad).
 
 Noise: each step compares the prefix with the base through the (1 - alpha) confidence interval of
-the ratio of means (`toolkit.stats.ratio_ci`, delta method with Welch's t). The step is decided when
+the ratio of means (`toolkit.analysis.stats.ratio_ci`, delta method with Welch's t). The step is decided when
 the whole interval of the relative loss lies above the threshold (bad) or below it (good); until then
 it asks for `repeat_step` more values of the prefix (and of the base, when the base has no more values
 than the prefix), up to `max_repeats` each. A step still undecided there is *uncertain*: when both
@@ -47,7 +47,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from toolkit import stats
+from toolkit.analysis import stats
 from toolkit.errors import PatchbenchError
 
 Measure = Callable[[int, int], "list[float] | None"]

@@ -3,7 +3,7 @@
 `compare_recipes(store, ["base", "variant", ...])` takes the runs `toolkit.analysis.selection`
 chooses (one benchmark, one GPU kind, each recipe's newest env, one sweep when there is one), reduces
 them to one value per run and (metric, point) (`selection.reduce`: run-to-run spread is the noise
-that matters), and hands baseline and variant values to `toolkit.stats.compare_values`.
+that matters), and hands baseline and variant values to `toolkit.analysis.stats.compare_values`.
 
 `diff_provenance(run_a, run_b)` lists what else differed between two runs (versions, trees, flags,
 env vars, arch list): what a "version gain" is made of.
@@ -20,14 +20,14 @@ from typing import Any, Iterable, Sequence
 from rich.table import Table
 from rich.text import Text
 
-from toolkit import metrics as registry
-from toolkit import stats
+from toolkit.run import metrics as registry
+from toolkit.analysis import stats
 from toolkit.analysis.selection import (Criteria, MissingResults, Selection,  # noqa: F401 (re-exported)
                                         describe_bench_diff, reduce, select)
 from toolkit.errors import BadInput
-from toolkit.metrics import MetricSpec
-from toolkit.records import RunRow
-from toolkit.store import Store
+from toolkit.run.metrics import MetricSpec
+from toolkit.results.records import RunRow
+from toolkit.results.store import Store
 
 
 @dataclass(frozen=True)

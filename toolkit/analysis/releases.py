@@ -20,8 +20,8 @@ import re
 from pathlib import Path
 
 from toolkit.errors import BadInput
-from toolkit.recipe import Recipe
-from toolkit.spec import SourceSpec
+from toolkit.recipe.load import Recipe
+from toolkit.recipe.spec import SourceSpec
 
 
 def source_spec(recipe: Recipe, source: str) -> SourceSpec:

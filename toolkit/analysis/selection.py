@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
 from toolkit.errors import BadInput
-from toolkit.records import RunRow, SampleRow, comparable_bench_params
+from toolkit.results.records import RunRow, SampleRow, comparable_bench_params
 
 
 @dataclass(frozen=True)
@@ -249,7 +249,7 @@ def _fraction(text: str) -> float:
 
 def add_min_effect_argument(parser) -> None:
     """`--min-effect`: the smallest effect a verdict calls faster/slower (shown in the legend)."""
-    from toolkit.stats import DEFAULT_MIN_EFFECT
+    from toolkit.analysis.stats import DEFAULT_MIN_EFFECT
 
     parser.add_argument("--min-effect", type=_fraction, default=DEFAULT_MIN_EFFECT, metavar="FRACTION",
                         help=f"smallest effect a verdict calls faster/slower (default {DEFAULT_MIN_EFFECT:g}, "

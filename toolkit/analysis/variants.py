@@ -16,12 +16,12 @@ from pathlib import Path
 
 from rich.console import Console
 
-from toolkit import gitrepo
+from toolkit.tree import gitrepo
 from toolkit.analysis.selection import Criteria, MissingResults, choose, values_at
 from toolkit.errors import BadInput, PatchbenchError
-from toolkit.metrics import MetricSpec  # noqa: F401  (re-exported: attribute/bisect parse with it)
-from toolkit.recipe import Recipe
-from toolkit.store import Store
+from toolkit.run.metrics import MetricSpec  # noqa: F401  (re-exported: attribute/bisect parse with it)
+from toolkit.recipe.load import Recipe
+from toolkit.results.store import Store
 
 
 def stack_of(recipe: Recipe) -> list[tuple[str, Path]]:
@@ -52,7 +52,7 @@ def without_overrides(recipe: Recipe, i: int) -> dict:
 
 def upstream_commits(recipe: Recipe, source: str, good: str, bad: str, home: Path) -> list[str]:
     """[good, c1, ..., bad]: first-parent history of a git source between two revisions."""
-    from toolkit.sources import resolve_git
+    from toolkit.tree.sources import resolve_git
 
     spec = recipe.sources.get(source)
     if spec is None:
@@ -95,7 +95,7 @@ class VariantMeter:
         return (b.concurrency if b.driver == "serving" else b.batch_sizes)[0]
 
     def _prepare(self, label: str, overrides: dict, recipe: Recipe | None = None, until: str = "store"):
-        from toolkit.pipeline import prepare
+        from toolkit.run.pipeline import prepare
 
         if label not in self._prepared:
             try:
@@ -113,7 +113,7 @@ class VariantMeter:
     def gpu_key(self) -> str:
         """The GPUs of this machine, as runs store them."""
         if self._gpu_key is None:
-            from toolkit.machine import gpu_key, gpus
+            from toolkit.run.machine import gpu_key, gpus
 
             self._gpu_key = gpu_key(gpus())
         return self._gpu_key
@@ -136,8 +136,8 @@ class VariantMeter:
     def measure(self, label: str, overrides: dict, repeats: int, recipe: Recipe | None = None) -> list[float] | None:
         """`repeats` values not handed out before for this env: stored ones first, then new runs.
         `recipe`: a variant recipe (another release) instead of overrides of this one."""
-        from toolkit.pipeline import run_once
-        from toolkit.store import bench_key
+        from toolkit.run.pipeline import run_once
+        from toolkit.results.store import bench_key
 
         p = self._prepare(label, overrides, recipe)
         if p is None:

@@ -6,7 +6,7 @@ from rich.table import Table
 
 from toolkit.commands.common import console, home_of, load, print_json, recipe_arg
 from toolkit.errors import PatchbenchError
-from toolkit.tree import apply_recipe
+from toolkit.tree.applied import apply_recipe
 
 HELP = "materialise the recipe's sources and apply its patch stacks (one git commit per patch)"
 

@@ -12,7 +12,7 @@ HELP = "what each patch of a recipe's stack buys: prefix chain (and leave-one-ou
 
 
 def add_arguments(parser) -> None:
-    from toolkit import metrics
+    from toolkit.run import metrics
     from toolkit.analysis.selection import add_min_effect_argument
 
     parser.add_argument("recipe", metavar="RECIPE")
@@ -29,9 +29,9 @@ def require_gpu_if_needed(recipe, args=None) -> None:
     """NoGPU (exit 3) when the recipe needs a GPU that this machine lacks; a Slurm node has its own."""
     if getattr(args, "executor", "local") == "slurm":
         return
-    from toolkit import machine
+    from toolkit.run import machine
     from toolkit.errors import NoGPU
-    from toolkit.pipeline import needs_gpu
+    from toolkit.run.pipeline import needs_gpu
 
     if needs_gpu(recipe) and not machine.has_cuda_gpu():
         raise NoGPU(f"recipe {recipe.name} needs a CUDA GPU to measure; none here "
@@ -48,7 +48,8 @@ def print_runs_used(meter) -> None:
 
 
 def run(args) -> int:
-    from toolkit import metrics, stats
+    from toolkit.run import metrics
+    from toolkit.analysis import stats
     from toolkit.analysis.attribute import attribute, render_attribution
     from toolkit.analysis.variants import (VariantMeter, patch_label, prefix_overrides, stack_of,
                                            without_overrides)

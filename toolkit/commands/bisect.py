@@ -25,7 +25,7 @@ HELP = ("find the patch, release or upstream commit that moved a metric (worse, 
 
 
 def add_arguments(parser) -> None:
-    from toolkit import metrics
+    from toolkit.run import metrics
 
     parser.add_argument("recipe", metavar="RECIPE")
     parser.add_argument("--metric", required=True, metavar="NAME[@POINT]",
@@ -50,7 +50,7 @@ def add_arguments(parser) -> None:
 def _releases(recipe, args, spec) -> list[str]:
     from toolkit.analysis.releases import project_name
     from toolkit.errors import BadInput
-    from toolkit.package_index import releases_between
+    from toolkit.tree.package_index import releases_between
 
     if args.versions:
         versions = [v.strip() for v in args.versions.split(",") if v.strip()]
@@ -63,7 +63,8 @@ def _releases(recipe, args, spec) -> list[str]:
 
 
 def run(args) -> int:
-    from toolkit import metrics, stats
+    from toolkit.run import metrics
+    from toolkit.analysis import stats
     from toolkit.analysis.bisect import bisect_items, bisect_stack
     from toolkit.analysis.releases import git_variant, release_variant, tag_for
     from toolkit.analysis.variants import VariantMeter, patch_label, prefix_overrides, stack_of, upstream_commits

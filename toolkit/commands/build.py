@@ -23,7 +23,7 @@ def add_arguments(parser) -> None:
 
 def run(args) -> int:
     from toolkit.envs import build_kernel_units, build_kernels
-    from toolkit.pipeline import prepare
+    from toolkit.run.pipeline import prepare
 
     if args.only and not args.kernels:
         raise BadInput("--only needs --kernels GENERATOR (the module whose sources it selects)")

@@ -9,7 +9,7 @@ import sys
 from rich.console import Console
 
 from toolkit.errors import PatchbenchError
-from toolkit.recipe import Recipe, load_recipe
+from toolkit.recipe.load import Recipe, load_recipe
 from toolkit.workspace import default_store, resolve_home
 
 def _width() -> int | None:
@@ -45,7 +45,7 @@ def home_of(args):
 
 
 def store_of(args):
-    from toolkit.store import Store
+    from toolkit.results.store import Store
 
     home = home_of(args)
     path = getattr(args, "store", None)
@@ -72,7 +72,7 @@ def known_recipes(store, names: list[str]) -> None:
     import difflib
 
     from toolkit.errors import BadInput
-    from toolkit.recipe import list_recipe_names, resolve_recipe_path
+    from toolkit.recipe.load import list_recipe_names, resolve_recipe_path
 
     stored = set(store.recipe_names())
     for name in names:

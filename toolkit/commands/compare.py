@@ -10,7 +10,7 @@ HELP = "compare stored results of recipes against the first (ratio, 95% CI, Mann
 
 
 def add_arguments(parser) -> None:
-    from toolkit import metrics
+    from toolkit.run import metrics
     from toolkit.analysis.selection import add_min_effect_argument, add_selection_arguments
 
     parser.add_argument("recipes", nargs="+", metavar="RECIPE", help="baseline first, then the variants")
@@ -29,7 +29,7 @@ def add_arguments(parser) -> None:
 def explain_differences(sel) -> list[str]:
     """What else differed between the baseline's newest selected run and each variant's."""
     from toolkit.analysis.compare import diff_provenance
-    from toolkit.provenance import run_env_differences
+    from toolkit.analysis.provenance import run_env_differences
 
     base = sel.recipes[0]
     lines = []
@@ -52,7 +52,8 @@ def efficiency_lines(store, sel) -> list[str]:
 
 
 def run(args) -> int:
-    from toolkit import metrics, stats
+    from toolkit.run import metrics
+    from toolkit.analysis import stats
     from toolkit.analysis.compare import compare_selection, missing_recipes, render_compare
     from toolkit.analysis.selection import criteria_from_args, select
     from toolkit.errors import BadInput
@@ -77,7 +78,7 @@ def run(args) -> int:
     if args.run:
         missing = missing_recipes(store, args.recipes, criteria)
         if missing:
-            from toolkit.pipeline import run_sweep
+            from toolkit.run.pipeline import run_sweep
 
             err.print(f"measuring {', '.join(missing)} first")
             run_sweep([load(r) for r in missing], home=home_of(args), store=store, repeats=args.repeats,

@@ -30,9 +30,9 @@ def _detect(path: Path, rows: list) -> str:
 
 
 def run(args) -> int:
-    from toolkit.bench.one_batch import one_batch_shapes, parse_one_batch_rows
-    from toolkit.bench.sglang_jsonl import bench_serving_workload, parse_bench_serving_rows, read_jsonl
-    from toolkit.exchange import already_imported, content_hashes, import_export
+    from toolkit.run.bench.one_batch import one_batch_shapes, parse_one_batch_rows
+    from toolkit.run.bench.sglang_jsonl import bench_serving_workload, parse_bench_serving_rows, read_jsonl
+    from toolkit.results.exchange import already_imported, content_hashes, import_export
 
     path = Path(args.file)
     if not path.is_file():

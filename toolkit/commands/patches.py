@@ -1,5 +1,5 @@
 """`patchbench patches check|show|edit|export|rebase RECIPE`: inspect a recipe's patch stacks, and the
-patch author's loop (toolkit/stack.py, toolkit/rebase.py)."""
+patch author's loop (toolkit/tree/stack.py, toolkit/tree/rebase.py)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from rich.table import Table
 
 from toolkit.commands.common import console, home_of, load, print_json
 from toolkit.errors import PatchbenchError
-from toolkit.lock import read_lock
-from toolkit.tree import check_plan, plan_source
+from toolkit.tree.lock import read_lock
+from toolkit.tree.applied import check_plan, plan_source
 
 HELP = ("check (zero fuzz, in order) or show a recipe's patch stacks; edit them as git commits, export them "
         "back as patches, rebase them onto another revision or release")
@@ -82,7 +82,7 @@ def run(args) -> int:
 
 
 def _author(args, recipe, home) -> int:
-    from toolkit import rebase, stack
+    from toolkit.tree import rebase, stack
     from toolkit.errors import BadInput
 
     if args.action == "edit":

@@ -13,7 +13,7 @@ HELP = "write report.md (PR-ready table + PNG plots) and report.html (self-conta
 
 
 def add_arguments(parser) -> None:
-    from toolkit import metrics
+    from toolkit.run import metrics
     from toolkit.analysis.selection import add_min_effect_argument, add_selection_arguments
 
     parser.add_argument("recipes", nargs="+", metavar="RECIPE", help="baseline first, then the variants")
@@ -50,8 +50,8 @@ def _kernel_bars(store, recipes, out: Path) -> tuple[Path, Path] | None:
 def run(args) -> int:
     from toolkit.analysis.selection import criteria_from_args
     from toolkit.errors import BadInput
-    from toolkit.report import collect, render_html, render_markdown
-    from toolkit.report_plots import plots, write_png
+    from toolkit.report.document import collect, render_html, render_markdown
+    from toolkit.report.plots import plots, write_png
 
     store = store_of(args)
     known_recipes(store, list(args.recipes))

@@ -9,7 +9,7 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
-from toolkit import metrics
+from toolkit.run import metrics
 from toolkit.analysis.efficiency import efficiency
 from toolkit.analysis.selection import add_selection_arguments, criteria_from_args, reduce, select
 from toolkit.commands.common import console, store_of
@@ -106,7 +106,7 @@ def run(args) -> int:
     filters = {"recipe": args.recipes or None, "status": args.status}
     if args.export:
         out = args.output or sys.stdout
-        from toolkit.exchange import export
+        from toolkit.results.exchange import export
 
         n = export(store, args.export, out, **filters)
         if args.output:

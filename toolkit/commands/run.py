@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from toolkit.commands.common import console, err, home_of, load, print_json, recipe_arg, store_of
 from toolkit.executors.config import add_executor_arguments
-from toolkit.pipeline import STOPS, run_sweep
+from toolkit.run.pipeline import STOPS, run_sweep
 
 HELP = "run recipes end to end (apply -> build -> check -> launch -> verify -> benchmark -> store)"
 
@@ -45,7 +45,7 @@ def run(args) -> int:
         console.print(render_runs(store, store.runs(run_ids=ids)))
     elif args.until in ("apply", "build", "check"):
         if len(result.get("resolved", {})) > 1:
-            from toolkit.sglang_args import diff_resolved
+            from toolkit.run.sglang_args import diff_resolved
 
             rows = diff_resolved(result["resolved"])
             names = list(result["resolved"])

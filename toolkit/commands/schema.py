@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from toolkit.commands.common import print_json
-from toolkit.recipe_schema import json_schema
+from toolkit.recipe.schema import json_schema
 
 HELP = ("print the JSON Schema of recipe TOML files (point your editor at it: "
         "`#:schema ./recipe.schema.json` in taplo / Even Better TOML)")

@@ -8,7 +8,7 @@ the env is reused with zero work. Any difference: a new env. Never stale.
 
     identity   settings check, key inputs, env key
     manifest   the Env value, manifest read/write, per-key lock, find_env, run variables
-    lifecycle  ensure_env: reuse, or build (steps from `toolkit.build`) and publish atomically
+    lifecycle  ensure_env: reuse, or build (steps from `toolkit.envs.steps`) and publish atomically
     kernels    FlashInfer modules added to a published env (or just some of their units)
     gc         list, disk usage, gc
 
@@ -26,19 +26,22 @@ On-disk layout under `home` (PATCHBENCH_HOME):
     toolchain/                    cuobjdump, cuBLAS/cuRAND headers, libcuda stub, nvcc launcher
     ccache/                       CCACHE_DIR shared by every env and recipe
 
-The build itself (installs, nvcc, FlashInfer JIT, verification) lives in `toolkit.build`, which
-never imports this package.
+The build itself (installs, nvcc, FlashInfer JIT, verification) lives in `toolkit.envs.steps`, one
+step per module, which never imports the rest of this package.
+
+Stage 3, tree -> env. May import: toolkit.tree, toolkit.recipe and the shared modules.
 """
 
-from toolkit.build.pipconf import PipSources, pip_sources
-from toolkit.build.probe import Toolchain, find_nvcc, probe_python, probe_toolchain, uv_bin
+
+from toolkit.envs.steps.pipconf import PipSources, pip_sources
+from toolkit.envs.steps.probe import Toolchain, find_nvcc, probe_python, probe_toolchain, uv_bin
 from toolkit.envs.gc import EnvInfo, GcResult, disk_usage, gc_envs, list_envs, unique_usage
 from toolkit.envs.identity import KEY_LEN, SCHEMA, env_key, key_inputs, validate_spec
 from toolkit.envs.kernels import build_kernel_units, build_kernels
 from toolkit.envs.lifecycle import ensure_env, uv_cache_dir
 from toolkit.envs.manifest import (MANIFEST, Env, find_env, key_lock, read_manifest, run_vars,
                                    write_manifest)
-from toolkit.spec import BuildSpec
+from toolkit.recipe.spec import BuildSpec
 
 __all__ = [
     "KEY_LEN", "MANIFEST", "SCHEMA", "BuildSpec", "Env", "EnvInfo", "GcResult", "PipSources",

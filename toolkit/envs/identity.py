@@ -8,13 +8,13 @@ import hashlib
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from toolkit import gitrepo
-from toolkit.build.arch import parse_arch
-from toolkit.build.pipconf import PipSources, pip_sources
-from toolkit.build.probe import Toolchain
+from toolkit.tree import gitrepo
+from toolkit.envs.steps.arch import parse_arch
+from toolkit.envs.steps.pipconf import PipSources, pip_sources
+from toolkit.envs.steps.probe import Toolchain
 from toolkit.errors import BadInput
-from toolkit.spec import BuildSpec, canonical_json
-from toolkit.tree import AppliedTree
+from toolkit.recipe.spec import BuildSpec, canonical_json
+from toolkit.tree.applied import AppliedTree
 
 SCHEMA = 1
 KEY_LEN = 16  # directory names use key[:16]; the manifest holds the full key

@@ -7,17 +7,17 @@ import shutil
 from pathlib import Path
 from typing import Sequence
 
-from toolkit.build.context import BuildContext
-from toolkit.build.cuda import verify_arches, verify_env
-from toolkit.build.flashinfer import build_flashinfer_kernels, check_no_flashinfer_aot
-from toolkit.build.pipconf import pip_sources
-from toolkit.build.probe import Toolchain, probe_toolchain
-from toolkit.build.steps import Steps
+from toolkit.envs.steps.context import BuildContext
+from toolkit.envs.steps.cuda import verify_arches, verify_env
+from toolkit.envs.steps.flashinfer import build_flashinfer_kernels, check_no_flashinfer_aot
+from toolkit.envs.steps.pipconf import pip_sources
+from toolkit.envs.steps.probe import Toolchain, probe_toolchain
+from toolkit.envs.steps.steps import Steps
 from toolkit.envs.lifecycle import default_console, uv_cache_dir
 from toolkit.envs.manifest import Env, key_lock, read_manifest, write_manifest
 from toolkit.errors import BadInput
-from toolkit.spec import BuildSpec
-from toolkit.tree import AppliedTree
+from toolkit.recipe.spec import BuildSpec
+from toolkit.tree.applied import AppliedTree
 
 
 def build_kernels(env: Env, trees: Sequence[AppliedTree], spec: BuildSpec,

@@ -12,20 +12,20 @@ from typing import Mapping, Sequence
 
 from filelock import Timeout
 
-from toolkit.build.context import BuildContext
-from toolkit.build.cuda import compile_cuda_sources, verify_env
-from toolkit.build.flashinfer import (build_flashinfer_kernels, check_no_flashinfer_aot,
+from toolkit.envs.steps.context import BuildContext
+from toolkit.envs.steps.cuda import compile_cuda_sources, verify_env
+from toolkit.envs.steps.flashinfer import (build_flashinfer_kernels, check_no_flashinfer_aot,
                                       needs_flashinfer_check)
-from toolkit.build.pipconf import PipSources, pip_sources
-from toolkit.build.probe import Toolchain, probe_toolchain
-from toolkit.build.python import cleanup_build_dir, create_venv, freeze, install_trees, select_trees
-from toolkit.build.steps import Steps
+from toolkit.envs.steps.pipconf import PipSources, pip_sources
+from toolkit.envs.steps.probe import Toolchain, probe_toolchain
+from toolkit.envs.steps.python import cleanup_build_dir, create_venv, freeze, install_trees, select_trees
+from toolkit.envs.steps.steps import Steps
 from toolkit.envs.identity import KEY_LEN, SCHEMA, key_inputs, validate_spec
 from toolkit.envs.manifest import (Env, key_lock, load_published, now_iso, record_use,
                                    remove_tree, write_manifest)
 from toolkit.errors import PatchbenchError
-from toolkit.spec import BuildSpec, canonical_json
-from toolkit.tree import AppliedTree
+from toolkit.recipe.spec import BuildSpec, canonical_json
+from toolkit.tree.applied import AppliedTree
 
 
 def default_console(console):

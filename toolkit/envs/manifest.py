@@ -13,11 +13,11 @@ from typing import Any, Mapping
 
 from filelock import FileLock
 
-from toolkit.build.arch import flashinfer_arch_list, torch_arch_list
-from toolkit.build.context import scrubbed_environ
+from toolkit.envs.steps.arch import flashinfer_arch_list, torch_arch_list
+from toolkit.envs.steps.context import scrubbed_environ
 from toolkit.envs.identity import KEY_LEN
 from toolkit.errors import PatchbenchError
-from toolkit.spec import BuildSpec, jsonable as _jsonable
+from toolkit.recipe.spec import BuildSpec, jsonable as _jsonable
 
 MANIFEST = "patchbench-env.json"
 
@@ -156,3 +156,15 @@ def remove_tree(path: Path) -> None:
                     except OSError:
                         pass
             shutil.rmtree(path, ignore_errors=True)
+
+
+def env_record(manifest: Mapping | None, resolved_config: Mapping | None = None) -> dict:
+    """What a run keeps of its env: packages, CUDA toolchain, build arch, resolved server config."""
+    manifest = manifest or {}
+    toolchain = manifest.get("toolchain") or {}
+    return {
+        "packages": list(manifest.get("packages") or []),
+        "cuda_toolchain": {k: toolchain.get(k) for k in ("nvcc_version", "cuda_home") if toolchain.get(k)},
+        "arch": list(manifest.get("arch") or []),
+        "resolved_config": dict(resolved_config or {}),
+    }

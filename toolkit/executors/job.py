@@ -17,9 +17,9 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 
-from toolkit.exchange import export
-from toolkit.jobs import DONE_NAME, EXPORT_NAME
-from toolkit.store import Store
+from toolkit.results.exchange import export
+from toolkit.results.jobs import DONE_NAME, EXPORT_NAME
+from toolkit.results.store import Store
 
 
 class JobStopped(BaseException):
@@ -59,7 +59,7 @@ class JobStore(Store):
 class SweepJob:
     """What the submitting side hands to the node (pickled by submitit)."""
 
-    recipes: list  # toolkit.recipe.Recipe values
+    recipes: list  # toolkit.recipe.load.Recipe values
     repeats: int | None
     until: str
     frozen: bool
@@ -74,7 +74,7 @@ def _stop(signum, frame):
 class VariantJob:
     """One probe of a bisect / one variant of an attribution: `repeats` new values of a variant."""
 
-    recipe: object  # toolkit.recipe.Recipe
+    recipe: object  # toolkit.recipe.load.Recipe
     spec: object  # toolkit.analysis.variants.MetricSpec
     label: str
     overrides: dict
@@ -133,7 +133,7 @@ def run_variant_job(job: VariantJob) -> dict:
 def run_sweep_job(job: SweepJob) -> dict:
     """The function submitit runs on the node. Returns the sweep's summary (also in done.json)."""
     from toolkit.errors import PatchbenchError
-    from toolkit.pipeline import run_sweep
+    from toolkit.run.pipeline import run_sweep
 
     job_id, folder, node_home, store, console = _node(job.node_home)
     try:

@@ -1,6 +1,6 @@
 """Sweeps on a Slurm cluster through submitit: one job per sweep (the recipes of one comparison with
 their repeats interleaved, so an A/B comparison never spans two machines), several sweeps in parallel
-on as many nodes. The submitting side records each job (toolkit/jobs.py), shows each job's state
+on as many nodes. The submitting side records each job (toolkit/results/jobs.py), shows each job's state
 with its log path as it changes, and imports a job's runs into the store as soon as it is over.
 
 Job folders live under `HOME/slurm/<job id>/`: HOME must be on a filesystem the nodes see (the
@@ -17,11 +17,11 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
-from toolkit import jobs
+from toolkit.results import jobs
 from toolkit.errors import BadInput, PatchbenchError
 from toolkit.executors.config import ClusterConfig, for_recipes
 from toolkit.executors.job import SweepJob, run_sweep_job
-from toolkit.store import Store
+from toolkit.results.store import Store
 
 
 def _executor(home: Path, cfg: ClusterConfig, name: str):

@@ -13,7 +13,7 @@ from toolkit.analysis.variants import VariantMeter
 from toolkit.executors.config import ClusterConfig, for_recipes
 from toolkit.executors.job import VariantJob, run_variant_job
 from toolkit.executors.slurm import read_json, submit, wait
-from toolkit.jobs import DONE_NAME
+from toolkit.results.jobs import DONE_NAME
 
 
 @dataclass

@@ -4,7 +4,7 @@
 
 With --only, compile just the module's translation units whose source matches PATTERN (a glob on
 the file name or path, e.g. `*_128_32_64.cu`) through the module's own ninja file, and report the
-objects; nothing is linked or installed. Run by `toolkit.build.flashinfer` with the env's Python.
+objects; nothing is linked or installed. Run by `toolkit.envs.steps.flashinfer` with the env's Python.
 """
 import fnmatch, hashlib, importlib, json, os, pkgutil, shutil, subprocess, sys, time, traceback
 

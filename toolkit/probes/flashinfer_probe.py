@@ -1,6 +1,6 @@
 """patchbench: which FlashInfer distributions, modules and AOT directories this env holds (one JSON line).
 
-Run by `toolkit.build.flashinfer.check_no_flashinfer_aot` with the env's interpreter; stdlib only."""
+Run by `toolkit.envs.steps.flashinfer.check_no_flashinfer_aot` with the env's interpreter; stdlib only."""
 import importlib.metadata as md, importlib.util, json, os
 dists = []
 for d in md.distributions():

@@ -1,6 +1,6 @@
 """patchbench: describe this interpreter (version, site dirs, package set, torch) as one JSON line.
 
-Run by `toolkit.build.probe.probe_python` with the interpreter an env is built on; stdlib only."""
+Run by `toolkit.envs.steps.probe.probe_python` with the interpreter an env is built on; stdlib only."""
 import hashlib, importlib.metadata as md, importlib.util, json, os, platform, re, sys
 site_dirs = [p for p in sys.path if p.endswith(("site-packages", "dist-packages")) and os.path.isdir(p)]
 dists = sorted({(d.metadata["Name"] or "?").lower() + "==" + (d.version or "?") for d in md.distributions()})

@@ -11,8 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from toolkit.errors import PatchbenchError
+from toolkit.resources import PROBES_DIR
 
-PROBE = Path(__file__).resolve().parent.parent / "probes" / "profile_req.py"
+PROBE = PROBES_DIR / "profile_req.py"
 # sglang 0.5.23's ProfileReq (managers/io_struct.py); older releases accept a subset.
 PROFILE_FIELDS_0523 = ("output_dir", "start_step", "num_steps", "activities", "profile_by_stage", "with_stack",
                        "record_shapes", "profile_id", "merge_profiles", "profile_prefix")
@@ -53,7 +54,7 @@ def profile_body(accepted: tuple[str, ...], *, output_dir: str, num_steps: int, 
 class Capture:
     traces: list[Path]
     body: dict
-    points: list = field(default_factory=list)  # toolkit.bench.serving.PointResult
+    points: list = field(default_factory=list)  # toolkit.run.bench.serving.PointResult
     errors: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -66,7 +67,7 @@ async def _post(session, url: str, body: dict | None, timeout: float) -> tuple[i
 
 
 async def _running(session, base: str) -> int | None:
-    from toolkit.bench.serving import probe_server
+    from toolkit.run.bench.serving import probe_server
 
     info = await probe_server(session, base)
     states = info.get("internal_states") or [{}]
@@ -77,7 +78,7 @@ async def _running(session, base: str) -> int | None:
 async def _capture(base: str, cfg, body: dict, steps: int, out_dir: Path, timeout: float, console) -> Capture:
     import aiohttp
 
-    from toolkit.bench.serving import run_serving_async
+    from toolkit.run.bench.serving import run_serving_async
 
     cap = Capture([], body)
     t0 = time.monotonic()

@@ -8,8 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from toolkit.errors import BadInput
+from toolkit.resources import DATA_DIR
 
-RULES_FILE = Path(__file__).resolve().parent.parent / "data" / "kernel_families.toml"
+RULES_FILE = DATA_DIR / "kernel_families.toml"
 OTHER = "other"
 IDLE = "idle"
 

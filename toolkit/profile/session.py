@@ -10,13 +10,13 @@ from pathlib import Path
 
 from rich.console import Console
 
-from toolkit import machine, server as srv
+from toolkit.run import machine, server as srv
 from toolkit.errors import NoGPU, PatchbenchError
 from toolkit.profile.breakdown import breakdown
 from toolkit.profile.capture import accepted_fields, capture, profile_body
 from toolkit.profile.families import load_families
 from toolkit.profile.trace import load_trace
-from toolkit.recipe import Recipe
+from toolkit.recipe.load import Recipe
 
 BENCH_DRIVER = "profile"
 
@@ -29,7 +29,7 @@ class ProfileRun:
 
 
 def _serving_config(recipe: Recipe, concurrency: int, steps: int):
-    from toolkit.bench.serving import ServingConfig
+    from toolkit.run.bench.serving import ServingConfig
 
     b = recipe.benchmark
     return ServingConfig(input_len=b.input_len, output_len=max(b.output_len, 2 * steps + 32),
@@ -46,8 +46,8 @@ def summarize(traces: list[Path], families, itl_ms: float | None) -> dict:
 def profile_recipe(recipe: Recipe, *, home: Path, store, concurrency: int, steps: int,
                    families_file: str | None = None, frozen: bool = False,
                    console: Console | None = None) -> ProfileRun:
-    from toolkit.pipeline import needs_gpu, prepare
-    from toolkit.sglang_args import compare_fields, launch_argv
+    from toolkit.run.pipeline import needs_gpu, prepare
+    from toolkit.run.sglang_args import compare_fields, launch_argv
 
     console = console or Console(stderr=True)
     families = load_families(families_file)

@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from toolkit.errors import BadInput
+from toolkit.resources import DATA_DIR
 
-DATA_DIR = Path(__file__).resolve().parent.parent / "data"
+DATA_DIR = DATA_DIR
 MODELS_DIR = DATA_DIR / "models"
 GPUS_FILE = DATA_DIR / "gpus.toml"
 

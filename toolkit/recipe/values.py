@@ -1,0 +1,187 @@
+"""A recipe's merged, expanded tables -> its spec values (pure): sources, patch paths, evidence,
+build, server, benchmark and target settings, each checked with a one-line located BadInput."""
+
+from __future__ import annotations
+
+import difflib
+import re
+from pathlib import Path
+from typing import Any, Mapping
+
+from toolkit.errors import BadInput
+from toolkit.recipe.spec import BenchSpec, BuildSpec, EvidenceSpec, ServerSpec, SourceSpec, TargetSpec
+
+DRIVERS = ("serving", "one-batch")
+BUILD_MODES = ("full", "overlay")
+
+
+def suggest(key: str, allowed) -> str | None:
+    close = difflib.get_close_matches(key, list(allowed), n=1, cutoff=0.6)
+    return f"did you mean `{close[0]}`?" if close else None
+
+
+def is_under(path: Path, root: Path) -> bool:
+    try:
+        path.resolve().relative_to(root.resolve())
+        return True
+    except ValueError:
+        return False
+
+
+def rel_name(path: Path, base: Path) -> str:
+    try:
+        return str(path.relative_to(base))
+    except ValueError:
+        return str(path)
+
+
+def evidence_specs(path: Path, table: dict, patches: Mapping[str, tuple[Path, ...]],
+                    patches_dir: Path) -> dict[str, EvidenceSpec]:
+    """`[evidence."PATCH"]` tables: keyed by a patch of this recipe, each with a valid regex."""
+    names = [rel_name(p, patches_dir) for stack in patches.values() for p in stack]
+    out = {}
+    for patch, t in table.items():
+        if patch not in names:
+            raise BadInput(f"{path}: `evidence.\"{patch}\"` names no patch of this recipe",
+                           hint=suggest(patch, names) or f"patches: {', '.join(names) or 'none'}")
+        if not t.get("log") and not t.get("server_info"):
+            raise BadInput(f"{path}: `evidence.\"{patch}\"` needs `log` or `server_info`")
+        if t.get("log"):
+            try:
+                re.compile(t["log"])
+            except re.error as exc:
+                raise BadInput(f"{path}: `evidence.\"{patch}\".log` is not a valid regex: {exc}") from None
+        min_count = t.get("min_count", 1)
+        if min_count < 0:
+            raise BadInput(f"{path}: `evidence.\"{patch}\".min_count` must be >= 0")
+        out[patch] = EvidenceSpec(patch=patch, log=t.get("log"), min_count=min_count,
+                                  server_info=tuple((t.get("server_info") or {}).items()))
+    return out
+
+
+def patch_paths(path: Path, sname: str, names: list[str], patches_dir: Path,
+                 sources: Mapping[str, SourceSpec]) -> tuple[Path, ...]:
+    """`patches.SOURCE`: files inside the project's patches/ (symlinks resolved), in order."""
+    if sname not in sources:
+        hint = suggest(sname, sources)
+        if not sources:
+            hint = "this recipe has no [sources]: did you forget `extends = \"...\"`?"
+        raise BadInput(f"{path}: `patches.{sname}` names no source",
+                       hint=hint or f"sources: {', '.join(sources)}")
+    resolved = []
+    for rel in names:
+        p = (patches_dir / rel).resolve()
+        if not is_under(p, patches_dir):
+            raise BadInput(f"{path}: `patches.{sname}`: patch path `{rel}` leaves {patches_dir}",
+                           hint="patch files live under patches/; copy the file there")
+        if not p.is_file():
+            raise BadInput(f"{path}: `patches.{sname}`: patch file {p} does not exist")
+        resolved.append(p)
+    return tuple(resolved)
+
+
+def _str_list(path: Path, where: str, value: list) -> tuple[str, ...]:
+    if not all(isinstance(v, str) for v in value):
+        raise BadInput(f"{path}: `{where}` must be an array of strings")
+    return tuple(value)
+
+
+def _int_list(path: Path, where: str, value: list) -> tuple[int, ...]:
+    if not value or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value):
+        raise BadInput(f"{path}: `{where}` must be a non-empty array of positive integers")
+    return tuple(value)
+
+
+def build_spec(path: Path, t: dict, sources: Mapping[str, SourceSpec]) -> BuildSpec:
+    mode = t.get("mode", "full")
+    if mode not in BUILD_MODES:
+        raise BadInput(f"{path}: `build.mode` must be full or overlay", hint=suggest(mode, BUILD_MODES))
+    arch = _str_list(path, "build.arch", t.get("arch", []))
+    for a in arch:
+        if not re.fullmatch(r"\d+\.\d+[af]?", a):
+            raise BadInput(f"{path}: `build.arch` entry `{a}` is not an arch like 12.0a, 12.0f, 9.0a")
+    install = t.get("install")
+    if install is not None:
+        install = _str_list(path, "build.install", install)
+        for s in install:
+            if s not in sources:
+                raise BadInput(f"{path}: `build.install` names unknown source `{s}`", hint=suggest(s, sources))
+    cuda = []
+    for src, globs in sorted(t.get("cuda", {}).items()):
+        if src not in sources:
+            raise BadInput(f"{path}: `build.cuda.{src}` names no source", hint=suggest(src, sources))
+        if not isinstance(globs, list):
+            raise BadInput(f"{path}: `build.cuda.{src}` must be an array of globs")
+        cuda.append((src, _str_list(path, f"build.cuda.{src}", globs)))
+    env = t.get("env", {})
+    return BuildSpec(
+        mode=mode,
+        python=t.get("python"),
+        base_python=t.get("base_python"),
+        arch=arch,
+        jobs=t.get("jobs"),
+        env=tuple(sorted((str(k), str(v)) for k, v in env.items())),
+        packages=_str_list(path, "build.packages", t.get("packages", [])),
+        install=install,
+        editable=t.get("editable", False),
+        kernels=_str_list(path, "build.kernels", t.get("kernels", [])),
+        cuda=tuple(cuda),
+        nvcc_flags=_str_list(path, "build.nvcc_flags", t.get("nvcc_flags", [])),
+    )
+
+
+def server_spec(path: Path, t: dict) -> ServerSpec:
+    args = []
+    for flag, value in t.get("args", {}).items():
+        if flag.startswith("-"):
+            raise BadInput(f"{path}: `server.args` keys are flag names without dashes: `{flag.lstrip('-')}`")
+        args.append((flag, tuple(value) if isinstance(value, list) else value))
+    return ServerSpec(
+        model=t.get("model"),
+        args=tuple(args),
+        env=tuple(sorted((str(k), str(v)) for k, v in t.get("env", {}).items())),
+        timeout_s=float(t.get("timeout_s", 600.0)),
+        host=t.get("host", "127.0.0.1"),
+        port=t.get("port"),
+        gpus=t.get("gpus"),
+    )
+
+
+def bench_spec(path: Path, t: dict) -> BenchSpec:
+    driver = t.get("driver", "serving")
+    if driver not in DRIVERS:
+        raise BadInput(f"{path}: `benchmark.driver` must be one of {', '.join(DRIVERS)}", hint=suggest(driver, DRIVERS))
+    defaults = BenchSpec()
+    kw: dict[str, Any] = {"driver": driver}
+    for key in ("input_len", "output_len", "num_prompts", "warmup", "seed", "repeats"):
+        if key in t:
+            if t[key] < 0 or (key in ("input_len", "output_len", "repeats") and t[key] < 1):
+                raise BadInput(f"{path}: `benchmark.{key}` must be positive")
+            kw[key] = t[key]
+    if "concurrency" in t:
+        kw["concurrency"] = _int_list(path, "benchmark.concurrency", t["concurrency"])
+    if "batch_sizes" in t:
+        kw["batch_sizes"] = _int_list(path, "benchmark.batch_sizes", t["batch_sizes"])
+    if "endpoint" in t:
+        if t["endpoint"] not in ("generate", "completions"):
+            raise BadInput(f"{path}: `benchmark.endpoint` must be generate or completions")
+        kw["endpoint"] = t["endpoint"]
+    if "timeout_s" in t:
+        kw["timeout_s"] = float(t["timeout_s"])
+    return BenchSpec(**{**defaults.__dict__, **kw})
+
+
+def target_spec(path: Path, t: dict | None) -> TargetSpec | None:
+    """`[target]` -> TargetSpec; the GPU name is checked against gpus.toml by the static check."""
+    if t is None:
+        return None
+    if "gpu" not in t:
+        raise BadInput(f"{path}: `target` needs `gpu` (a name in toolkit/data/gpus.toml)")
+    count = t.get("count", 1)
+    try:
+        count = int(count)
+    except ValueError:
+        raise BadInput(f"{path}: `target.count` must be a positive integer, not {count!r}") from None
+    if count < 1:
+        raise BadInput(f"{path}: `target.count` must be a positive integer, not {count}")
+    return TargetSpec(gpu=t["gpu"], count=count)

@@ -1,0 +1,7 @@
+"""Stage 7, the report: Markdown (+ PNG plots beside it) and a self-contained HTML page.
+
+    document  collect a report's data from the store and render Markdown / HTML
+    plots     the report's plots, drawn with matplotlib
+
+May import: toolkit.analysis, toolkit.profile, toolkit.results, toolkit.run.metrics and lower stages.
+"""

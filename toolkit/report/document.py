@@ -1,0 +1,338 @@
+"""Reports of stored results: a Markdown table for a pull request and one self-contained HTML page.
+
+`collect(store, recipes)` gathers what a report shows (provenance per recipe, per-run values per
+metric and point, comparisons against the first recipe, efficiency against the roofline, the runs
+used) into a `ReportData`, choosing runs exactly as `compare` does (`toolkit.analysis.selection`);
+`render_markdown(data, images)` and `render_html(data)` turn it into text. The HTML page has no
+external resources: styles are inline, the plots inline SVG (`toolkit.report.plots`, matplotlib);
+the Markdown links the same plots as PNG files written beside it.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import PurePath
+from typing import Any, Sequence
+
+from toolkit.run import metrics
+
+from toolkit.analysis import stats
+from toolkit.analysis.compare import compare_selection, diff_provenance
+from toolkit.analysis.efficiency import Efficiency, efficiency
+from toolkit.analysis.selection import Criteria, reduce, select
+from toolkit.errors import BadInput
+from toolkit.analysis.provenance import run_env_differences
+from toolkit.report.plots import Plot, plots, speedup_ci, svg
+
+# -- the data of a report ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class RecipeSummary:
+    """One recipe's provenance (from its newest selected run) and the runs the report uses."""
+
+    name: str
+    run_ids: tuple[str, ...]
+    verified: bool  # every selected run had its configuration verified
+    sglang_version: str | None
+    flashinfer_version: str | None
+    tree_hashes: dict
+    patches: dict  # source -> [patch names]
+    gpu: str
+    env_key: str | None = None
+    efficiency: Efficiency | None = None
+
+
+@dataclass
+class ReportData:
+    title: str
+    recipes: tuple[RecipeSummary, ...]
+    metrics: tuple[str, ...]
+    units: dict  # metric -> unit
+    point_kinds: dict  # metric -> "batch" | "concurrency"
+    values: dict  # (recipe, metric, point) -> tuple of per-repeat values
+    rows: tuple = ()  # CompareRow, variants against recipes[0]
+    differences: dict = field(default_factory=dict)  # variant -> provenance differences vs recipes[0]
+    notes: tuple[str, ...] = ()
+    generated_at: str = ""
+    selection: tuple[str, ...] = ()  # the runs, groups and dates used, one line per recipe
+    legend: str = ""  # the verdict rule with the settings in force
+
+    @property
+    def names(self) -> list[str]:
+        return [r.name for r in self.recipes]
+
+    @property
+    def baseline(self) -> str:
+        return self.recipes[0].name
+
+    def points(self, metric: str) -> list[int]:
+        return sorted({p for (_, m, p) in self.values if m == metric})
+
+    def compare_row(self, recipe: str, metric: str, point: int):
+        for r in self.rows:
+            if r.recipe == recipe and r.metric == metric and r.point == point:
+                return r
+        return None
+
+
+def _patch_names(patches: Any) -> dict[str, list[str]]:
+    if not isinstance(patches, dict):
+        return {}
+    out = {}
+    for src, items in patches.items():
+        names = []
+        for p in items if isinstance(items, (list, tuple)) else [items]:
+            if isinstance(p, dict):
+                p = p.get("name") or p.get("path") or str(p)
+            names.append(PurePath(str(p)).name or str(p))
+        out[str(src)] = names
+    return out
+
+
+def collect(store: Any, recipes: Sequence[str], metrics_: Sequence[str] | None = None, *,
+            title: str | None = None, criteria: Criteria = Criteria(),
+            min_effect: float = stats.DEFAULT_MIN_EFFECT) -> ReportData:
+    """Everything a report shows for `recipes` (the first is the baseline) from `store`.
+
+    Runs: the ones `toolkit.analysis.selection` chooses under `criteria`, the same as `compare`'s;
+    `metrics_` are `NAME[@POINT]` specs (default: the registry's headline metrics that were
+    measured). Raises BadInput for an unknown metric or when a recipe has no usable run."""
+    names = list(dict.fromkeys(recipes))
+    if not names:
+        raise BadInput("report needs at least one recipe")
+    specs = metrics.parse_specs(list(metrics_ or []))
+    sel = select(store, names, criteria)
+    notes: list[str] = list(sel.notes)
+    values: dict[tuple[str, str, int], tuple[float, ...]] = {}
+    units: dict[str, str] = {}
+    kinds: dict[str, str] = {}
+    summaries = []
+    for n in names:
+        runs = sel.runs[n]
+        newest = runs[-1]
+        samples = store.samples([r.run_id for r in runs])
+        for (metric, point, kind), obs in reduce(samples, sel.run_ids(n)).items():
+            if specs and not any(s.metric == metric and s.point in (None, point) for s in specs):
+                continue
+            values[(n, metric, point)] = obs.values
+            units.setdefault(metric, obs.unit)
+            kinds.setdefault(metric, kind)
+        undeclared = sorted({p for r in runs for p, v in ((r.extra or {}).get("evidence") or {}).items()
+                             if v == "undeclared"})
+        if undeclared:
+            notes.append(f"{n}: no activation evidence declared for {', '.join(undeclared)} "
+                         "(nothing shows that these patches ran)")
+        summaries.append(RecipeSummary(
+            name=n, run_ids=tuple(r.run_id for r in runs),
+            verified=all(r.config_verified is True for r in runs),
+            sglang_version=newest.sglang_version, flashinfer_version=newest.flashinfer_version,
+            tree_hashes=dict(newest.tree_hashes or {}),
+            patches=_patch_names((newest.extra or {}).get("patches")),
+            gpu=newest.gpu_key, env_key=newest.env_key, efficiency=efficiency(newest, samples)))
+
+    stored = {m for (_, m, _) in values}
+    if specs:
+        chosen = list(dict.fromkeys(s.metric for s in specs))
+        absent = [m for m in chosen if m not in stored]
+        if len(absent) == len(chosen):
+            raise BadInput(f"none of the metrics {', '.join(chosen)} was measured for "
+                           f"{', '.join(names)}", hint=f"measured: {', '.join(sorted(stored)) or 'nothing'}")
+        if absent:
+            notes.append(f"not measured: {', '.join(absent)}")
+        chosen = [m for m in chosen if m in stored]
+    else:
+        chosen = [m for m in metrics.default_names() if m in stored] or sorted(stored)
+    values = {k: v for k, v in values.items() if k[1] in chosen}
+
+    rows: list = []
+    differences: dict[str, list[str]] = {}
+    if len(names) >= 2:
+        rows = compare_selection(store, sel, metrics=specs or chosen, min_effect=min_effect)
+        for n in names[1:]:
+            base, var = sel.newest(names[0]), sel.newest(n)
+            differences[n] = diff_provenance(base, var) + run_env_differences(base, var)
+    return ReportData(
+        title=title or ("patchbench: " + " vs ".join(names)),
+        recipes=tuple(summaries), metrics=tuple(chosen),
+        units={m: units.get(m, "") for m in chosen}, point_kinds={m: kinds.get(m, "concurrency") for m in chosen},
+        values=values, rows=tuple(rows), differences=differences, notes=tuple(notes),
+        generated_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        selection=tuple(sel.describe()), legend=stats.verdict_legend(min_effect=min_effect))
+
+# -- table contents shared by both renderers --------------------------------------------------------
+
+def _point_label(kind: str, point: int) -> str:
+    return f"{'bs' if kind == 'batch' else 'c'}={point}"
+
+
+def _sources(r: RecipeSummary) -> str:
+    parts = []
+    if r.sglang_version:
+        parts.append(f"sglang {r.sglang_version}")
+    if r.flashinfer_version:
+        parts.append(f"flashinfer {r.flashinfer_version}")
+    parts += [f"{src}@{(h or '?')[:10]}" for src, h in sorted(r.tree_hashes.items())]
+    return ", ".join(parts) or "-"
+
+
+def _patches(r: RecipeSummary) -> str:
+    items = [f"{src}: {', '.join(ps)}" for src, ps in sorted(r.patches.items()) if ps]
+    return "; ".join(items) or "none"
+
+
+def _speedup_text(row) -> str:
+    lo, hi = speedup_ci(row)
+    ci = f" [{lo:.2f}, {hi:.2f}]" if math.isfinite(lo) and math.isfinite(hi) else ""
+    return f"{row.speedup:.3f}x{ci}"
+
+
+def recipe_table(data: ReportData) -> tuple[list[str], list[list[str]]]:
+    """Header and rows: one row per recipe (sources, patches, GPU, runs, efficiency)."""
+    head = ["recipe", "sources", "patches", "GPU", "runs", "vs roofline (point 1)"]
+    rows = []
+    for r in data.recipes:
+        runs = f"{len(r.run_ids)}" + ("" if r.verified else " (unverified)")
+        rows.append([r.name, _sources(r), _patches(r), r.gpu, runs,
+                     r.efficiency.text() if r.efficiency else "-"])
+    return head, rows
+
+
+def results_table(data: ReportData) -> tuple[list[str], list[list[str]]]:
+    """Header and rows: one row per (metric, point, recipe): mean ± std, n, speedup vs the
+    baseline with its 95% interval, verdict."""
+    head = ["metric", "point", "recipe", "mean ± std", "n", f"speedup vs {data.baseline} [95% CI]", "verdict"]
+    rows = []
+    for metric in data.metrics:
+        unit = data.units.get(metric, "")
+        kind = data.point_kinds.get(metric, "concurrency")
+        for point in data.points(metric):
+            first = True
+            for r in data.recipes:
+                vals = data.values.get((r.name, metric, point))
+                if vals is None:
+                    continue
+                s = stats.summarize(vals)
+                cell = stats.format_mean_std(s.mean, s.std, unit).replace(" +- ", " ± ")
+                if r.name == data.baseline:
+                    speed, verdict = "baseline", ""
+                else:
+                    row = data.compare_row(r.name, metric, point)
+                    speed, verdict = (_speedup_text(row), row.verdict) if row else ("-", "")
+                rows.append([f"{metric} ({unit})" if first and unit else (metric if first else ""),
+                             _point_label(kind, point) if first else "", r.name, cell, str(s.n),
+                             speed, verdict])
+                first = False
+    return head, rows
+
+
+# -- Markdown -----------------------------------------------------------------------------------------
+
+def _md_cell(text: str) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _md_table(head: list[str], rows: list[list[str]]) -> list[str]:
+    out = ["| " + " | ".join(_md_cell(h) for h in head) + " |",
+           "|" + "|".join("---" for _ in head) + "|"]
+    out += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in rows]
+    return out
+
+
+def efficiency_lines(data: ReportData) -> list[str]:
+    return [f"{r.name}: {r.efficiency.text()} ({r.efficiency.metric} at point 1 vs roofline of "
+            f"{r.efficiency.model} on {r.efficiency.gpu})" for r in data.recipes if r.efficiency]
+
+
+def render_markdown(data: ReportData, images: Sequence[tuple[str, str]] = ()) -> str:
+    """The report as Markdown, ready to paste into a pull request; `images` are (title, relative
+    path) of the PNG plots written beside it."""
+    lines = [f"## {data.title}", ""]
+    lines += _md_table(*recipe_table(data))
+    lines.append("")
+    lines += _md_table(*results_table(data))
+    lines.append("")
+    lines.append("Speedup > 1 means better than the baseline (higher throughput or lower latency); the "
+                 "interval is the 95% confidence interval of the ratio of means. " + data.legend + ".")
+    if data.selection:
+        lines += ["", "**Runs used:**", ""] + [f"- {line}" for line in data.selection]
+    if images:
+        lines += ["", "### Plots"]
+        for title, path in images:
+            lines += ["", f"![{title}]({path})"]
+    eff = efficiency_lines(data)
+    if eff:
+        lines += ["", "**Efficiency vs roofline:** " + "; ".join(eff)]
+    if data.differences:
+        lines += ["", "### What else differed", ""]
+        for name, diffs in data.differences.items():
+            lines.append(f"- {data.baseline} -> {name}:" + ("" if diffs else " no other difference recorded"))
+            lines += [f"  - {d}" for d in diffs]
+    if data.notes:
+        lines += ["", "### Notes", ""] + [f"- {n}" for n in data.notes]
+    lines += ["", f"<sub>generated by patchbench report, {data.generated_at}</sub>", ""]
+    return "\n".join(lines)
+
+
+def _esc(s: Any) -> str:
+    return html.escape(str(s), quote=True)
+
+
+# -- HTML -----------------------------------------------------------------------------------------------
+
+def _html_table(head: list[str], rows: list[list[str]], cls: str) -> str:
+    out = [f'<table class="{cls}"><thead><tr>' + "".join(f"<th>{_esc(h)}</th>" for h in head) + "</tr></thead><tbody>"]
+    for row in rows:
+        verdict = row[-1] if cls == "results" else ""
+        style = {"faster": ' class="faster"', "slower": ' class="slower"'}.get(verdict, "")
+        out.append(f"<tr{style}>" + "".join(f"<td>{_esc(c)}</td>" for c in row) + "</tr>")
+    out.append("</tbody></table>")
+    return "\n".join(out)
+
+
+_CSS = """
+body { font-family: -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; margin: 2em; color: #222; }
+table { border-collapse: collapse; margin: 1em 0; font-size: 13px; }
+th, td { border: 1px solid #ccc; padding: 4px 8px; text-align: left; vertical-align: top; }
+th { background: #f3f3f3; }
+tr.faster td:last-child { color: #1a7f37; font-weight: bold; }
+tr.slower td:last-child { color: #cf222e; font-weight: bold; }
+.plots svg { margin: 0.5em 1em 0.5em 0; border: 1px solid #eee; }
+.note { color: #666; font-size: 12px; }
+"""
+
+
+def render_html(data: ReportData, figures: Sequence[Plot] | None = None, svgs: Sequence[str] = ()) -> str:
+    """One self-contained HTML page: the tables, inline SVG plots (`figures`, default
+    `plots(data)`, then `svgs`: SVG documents drawn elsewhere, e.g. the kernel-family bars),
+    differences, notes."""
+    figures = plots(data) if figures is None else figures
+    parts = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+             f"<title>{_esc(data.title)}</title>", f"<style>{_CSS}</style></head><body>",
+             f"<h1>{_esc(data.title)}</h1>",
+             f'<p class="note">generated by patchbench report, {_esc(data.generated_at)}; baseline '
+             f"{_esc(data.baseline)}</p>",
+             "<h2>Recipes</h2>", _html_table(*recipe_table(data), "recipes"),
+             "<h2>Results</h2>", _html_table(*results_table(data), "results"),
+             '<p class="note">Speedup &gt; 1 means better than the baseline (higher throughput or lower '
+             f"latency); the interval is the 95% confidence interval of the ratio of means. {_esc(data.legend)}.</p>"]
+    if data.selection:
+        parts.append("<p><b>Runs used:</b></p><ul>" + "".join(f"<li>{_esc(x)}</li>" for x in data.selection) + "</ul>")
+    eff = efficiency_lines(data)
+    if eff:
+        parts.append("<p><b>Efficiency vs roofline:</b> " + _esc("; ".join(eff)) + "</p>")
+    parts += ["<h2>Plots</h2>", '<div class="plots">', *(svg(p.figure, p.title) for p in figures),
+              *(x[x.find("<svg"):] for x in svgs), "</div>"]
+    if data.differences:
+        parts.append("<h2>What else differed</h2><ul>")
+        for name, diffs in data.differences.items():
+            inner = "".join(f"<li>{_esc(d)}</li>" for d in diffs)
+            parts.append(f"<li>{_esc(data.baseline)} -&gt; {_esc(name)}: "
+                         + (f"<ul>{inner}</ul>" if diffs else "no other difference recorded") + "</li>")
+        parts.append("</ul>")
+    if data.notes:
+        parts.append("<h2>Notes</h2><ul>" + "".join(f"<li>{_esc(n)}</li>" for n in data.notes) + "</ul>")
+    parts.append("</body></html>")
+    return "\n".join(parts) + "\n"

@@ -1,0 +1,123 @@
+"""Results in and out of the store: JSON/CSV export, re-import of an export, and the content hash
+that makes every import idempotent.
+
+An import records where its runs came from in `extra["imported"]` = {"from": path, "file_sha256":
+sha256 of the file's bytes, "rows_sha256": sha256 of its parsed rows}. Importing a file whose bytes
+or rows were imported before stores nothing and names the run it became (`AlreadyImported`);
+a patchbench export is re-imported run by run (a run id already stored is skipped).
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import os
+from dataclasses import asdict
+from pathlib import Path
+from typing import IO, Any
+
+from toolkit.errors import BadInput
+from toolkit.results.records import RUN_FIELDS, SampleRow, _now, canonical_json
+from toolkit.results.store import SCHEMA_VERSION, Store
+
+EXPORT_FORMAT = "patchbench-results"
+CSV_COLUMNS = ("run_id", "recipe", "status", "group_id", "run_repeat", "env_key", "bench_key",
+               "gpu_key", "sglang_version", "flashinfer_version", "config_verified", "started_at",
+               "finished_at", "metric", "value", "unit", "point", "point_kind", "repeat")
+
+
+def content_hashes(path: Path, rows: list) -> dict:
+    """{"file_sha256", "rows_sha256"} of an imported file and of its parsed rows (so the same rows
+    re-serialised are recognised too)."""
+    return {"file_sha256": hashlib.sha256(Path(path).read_bytes()).hexdigest(),
+            "rows_sha256": hashlib.sha256(canonical_json(rows).encode()).hexdigest()}
+
+
+def already_imported(store: Store, hashes: dict) -> list:
+    """The runs stored from a file with the same bytes or rows (empty when none)."""
+    return store.imported_runs(file_sha256=hashes["file_sha256"], rows_sha256=hashes["rows_sha256"])
+
+
+def _export_text(store: Store, fmt: str, **filters: Any) -> tuple[str, int]:
+    runs = store.runs(**filters)
+    by_run: dict[str, list[SampleRow]] = {r.run_id: [] for r in runs}
+    for s in store.samples([r.run_id for r in runs]):
+        by_run[s.run_id].append(s)
+    if fmt == "json":
+        doc = {
+            "format": EXPORT_FORMAT,
+            "schema_version": SCHEMA_VERSION,
+            "exported_at": _now(),
+            "runs": [dict(r.to_dict(), samples=[
+                {k: v for k, v in asdict(s).items() if k != "run_id"} for s in by_run[r.run_id]
+            ]) for r in runs],
+        }
+        return json.dumps(doc, indent=2, sort_keys=False, ensure_ascii=False, default=str) + "\n", len(runs)
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(CSV_COLUMNS)
+    for r in runs:
+        head = [r.run_id, r.recipe, r.status, r.group_id or "", r.repeat, r.env_key or "",
+                r.bench_key or "", r.gpu_key, r.sglang_version or "", r.flashinfer_version or "",
+                "" if r.config_verified is None else int(r.config_verified), r.started_at or "",
+                r.finished_at or ""]
+        if not by_run[r.run_id]:
+            w.writerow(head + [""] * 6)
+        for s in by_run[r.run_id]:
+            w.writerow(head + [s.metric, repr(s.value), s.unit, s.point, s.point_kind, s.repeat])
+    return buf.getvalue(), len(runs)
+
+
+def export(store: Store, fmt: str, out: Path | str | IO[str], **filters: Any) -> int:
+    """Write the runs matching `filters` (as for `Store.runs`) to `out` (a path or a text stream).
+
+    "json": {"format", "schema_version", "exported_at", "runs": [{...run, "samples": [...]}]},
+    everything stored, re-importable with `import_export`. "csv": one row per sample (a run
+    without samples gets one row with empty sample columns), the run's identity columns
+    repeated. Returns the number of runs written.
+    """
+    if fmt not in ("json", "csv"):
+        raise BadInput(f"export format must be json or csv, not {fmt}")
+    text, n = _export_text(store, fmt, **filters)
+    if isinstance(out, (str, Path)):
+        p = Path(out)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        tmp = p.with_name(p.name + f".tmp{os.getpid()}")
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, p)
+    else:
+        out.write(text)
+    return n
+
+
+def import_export(store: Store, src: Path | str | IO[str], *, measured_here: bool = False) -> int:
+    """Record the runs of a JSON export that `store` does not have yet (by run id), each in its own
+    transaction, marked as imported. Returns the number imported. `measured_here`: the runs are this
+    campaign's own (a Slurm job's export), not another machine's numbers: not marked imported."""
+    try:
+        if isinstance(src, (str, Path)):
+            doc = json.loads(Path(src).read_text(encoding="utf-8"))
+        else:
+            doc = json.load(src)
+    except (OSError, ValueError) as e:
+        raise BadInput(f"cannot read results export {src}: {e}") from None
+    if not isinstance(doc, dict) or doc.get("format") != EXPORT_FORMAT:
+        raise BadInput(f"{src} is not a patchbench results export")
+    if int(doc.get("schema_version", 0)) > SCHEMA_VERSION:
+        raise BadInput(f"{src} has schema version {doc['schema_version']}, newer than {SCHEMA_VERSION}")
+    have = {r.run_id for r in store.runs(run_ids=[r["run_id"] for r in doc.get("runs", [])])}
+    n = 0
+    for r in doc.get("runs", []):
+        if r["run_id"] in have:
+            continue
+        samples = [SampleRow(run_id=r["run_id"], **s) for s in r.get("samples", [])]
+        fields_ = {k: v for k, v in r.items() if k in RUN_FIELDS}
+        extra = dict(fields_.get("extra") or {})
+        if not measured_here:
+            extra.setdefault("imported", {"from": str(src), "exported_at": doc.get("exported_at")})
+        fields_["extra"] = extra
+        store.record_run(fields_, samples)
+        n += 1
+    return n

@@ -1,0 +1,225 @@
+"""One run of a prepared recipe, from its `running` row to its final status: the one place a run
+ends (`recorded`), the values that carry it (`Prepared`, `Attempt`), and how its process groups are
+recorded (`supervise`) and ended.
+
+Statuses: a step that raises `RunInvalid` -> `invalid`; any other exception, a timeout or a store
+error -> `failed` with a one-line reason and the log tail; Ctrl-C, SIGINT or SIGTERM (`signals_interrupt`)
+-> `interrupted`, re-raised. Effects: store writes, files under the run's directory, signals.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import signal
+import subprocess
+import threading
+import traceback
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator
+
+from rich.console import Console
+from rich.markup import escape
+
+from toolkit.run import machine, reaper, server as srv
+from toolkit.run.bench.one_batch import OneBatchFailed
+from toolkit.envs import Env
+from toolkit.envs.manifest import env_record
+from toolkit.errors import PatchbenchError
+from toolkit.recipe.load import Recipe
+from toolkit.run.sglang_args import StaticCheck, launch_argv
+from toolkit.results.store import Store
+from toolkit.tree.applied import AppliedTree
+
+
+class RunInvalid(PatchbenchError):
+    """A step found the run measured something other than the recipe: stored `invalid`."""
+
+    def __init__(self, message: str, *, problems: list[str] | None = None):
+        super().__init__(message)
+        self.problems = problems or [message]
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C's exception, also raised for SIGTERM while a sweep runs."""
+
+
+@dataclass
+class Prepared:
+    """A recipe variant ready to launch: its trees, its env and the static check's verdict."""
+
+    recipe: Recipe
+    trees: list[AppliedTree]
+    env: Env | None
+    check: StaticCheck | None = None
+    label: str | None = None  # name recorded in the store (a variant of the recipe, for bisect)
+    timings: dict = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.label or self.recipe.name
+
+
+@dataclass
+class Attempt:
+    """One run of a prepared recipe, begun in the store; `recorded` finishes it. `cleanup` ends what
+    the steps started (server groups, live-group records) whatever happens."""
+
+    prepared: Prepared
+    run_id: str
+    run_dir: Path
+    repeat: int
+    home: Path
+    store: Store
+    console: Console
+    host: str
+    cleanup: contextlib.ExitStack
+    timings: dict = field(default_factory=dict)
+    info: dict = field(default_factory=dict)
+    logs: dict = field(default_factory=dict)  # name -> path of a log this run wrote
+    extra: dict = field(default_factory=dict)  # the run's `extra` (steps add to it: evidence verdicts)
+    finished: bool = False
+
+    @property
+    def title(self) -> str:
+        return f"{self.prepared.name} repeat {self.repeat}"
+
+
+@contextlib.contextmanager
+def recorded(p: Prepared, *, home: Path, store: Store, repeat: int, group_id: str, console: Console,
+             host: str | None = None) -> Iterator[Attempt]:
+    """Begin a run in the store and finish it whatever happens: the one place a run ends.
+
+    RunInvalid -> `invalid`; any other exception (a step's, a timeout, the store's) -> `failed`
+    with a one-line reason and the log tail, and the sweep goes on; Ctrl-C/SIGTERM -> `interrupted`,
+    re-raised. Every process group the steps started is ended first."""
+    run_id = uuid.uuid4().hex
+    run_dir = home / "runs" / run_id
+    run_dir.mkdir(parents=True, exist_ok=True)
+    attempt = Attempt(p, run_id, run_dir, repeat, home, store, console, host or p.recipe.server.host,
+                      contextlib.ExitStack(), timings=dict(p.timings))
+    begin(attempt, group_id)
+    try:
+        with attempt.cleanup:
+            yield attempt
+    except KeyboardInterrupt as exc:
+        if not attempt.finished:
+            finish(attempt, "interrupted", f"interrupted ({exc.args[0] if exc.args else 'Ctrl-C'})")
+        raise
+    except RunInvalid as exc:
+        finish(attempt, "invalid", exc.message, verification=exc.problems, config_verified=False)
+    except Exception as exc:  # noqa: BLE001 - every failure of a step is a failed run, not a lost one
+        if attempt.finished:  # stored already; ending its processes failed
+            console.print(f"[red]{escape(attempt.title)}[/]: teardown: {escape(_reason(exc, attempt))}")
+        else:
+            finish(attempt, "failed", _reason(exc, attempt), tail=getattr(exc, "tail", None))
+    else:
+        if not attempt.finished:
+            finish(attempt, "failed", "the run ended without storing a result")
+
+
+def begin(a: Attempt, group_id: str) -> None:
+    p, recipe = a.prepared, a.prepared.recipe
+    a.extra.update({"patches": {t.source: list(t.patches) for t in p.trees},
+                    "static_check": p.check.fields if p.check else {},
+                    "resolved_config": p.check.resolved_config if p.check else {},
+                    "target": p.check.target if p.check else None,
+                    "env": env_record(p.env.manifest, p.check.resolved_config if p.check else None)})
+    sg_ver, fi_ver = versions(p.env)
+    a.store.begin_run(
+        run_id=a.run_id, recipe=p.name, recipe_resolved=recipe.to_dict(), lock=_read_json(recipe.lock_path),
+        tree_hashes={t.source: t.tree_hash for t in p.trees}, env_key=p.env.key,
+        sglang_version=sg_ver or (p.check.version if p.check else None), flashinfer_version=fi_ver,
+        arch_list=list(recipe.build.arch), bench_driver=recipe.benchmark.driver,
+        bench_params=recipe.benchmark.params(),
+        server_argv=["-m", "sglang.launch_server", *launch_argv(recipe.server, host=a.host,
+                                                                 port=recipe.server.port or 0)],
+        machine=machine.provenance(), env_vars=dict(recipe.server.env), repeat=a.repeat, group_id=group_id,
+        log_paths={"run_dir": str(a.run_dir)}, extra=a.extra)
+
+
+def log_paths(a: Attempt) -> dict:
+    return {"run_dir": str(a.run_dir), **{k: str(v) for k, v in a.logs.items() if Path(v).exists()}}
+
+
+def _main_log(a: Attempt) -> Path | None:
+    return next((Path(v) for v in a.logs.values() if Path(v).exists()), None)
+
+
+def _reason(exc: BaseException, a: Attempt) -> str:
+    """One line: the error's own message, or for a bug its type and message (traceback to a file)."""
+    if isinstance(exc, srv.ServerFailed) or isinstance(exc, OneBatchFailed):
+        return exc.message
+    if isinstance(exc, PatchbenchError):
+        return str(exc)
+    if isinstance(exc, subprocess.TimeoutExpired):
+        return f"timed out after {exc.timeout:.0f} s: {' '.join(map(str, exc.cmd))[:200]}"
+    log = a.run_dir / "error.log"
+    log.write_text("".join(traceback.format_exception(exc)))
+    a.logs["error"] = log
+    first = (str(exc).splitlines() or [""])[0]
+    return f"{type(exc).__name__}: {first} [traceback: {log}]"
+
+
+def finish(a: Attempt, status: str, error: str, *, tail: str | None = None, **fields) -> None:
+    log = _main_log(a)
+    tail = tail or (srv.log_tail(log) if log else None)
+    colour = "yellow" if status == "interrupted" else "red"
+    a.console.print(f"[{colour}]{escape(a.title)}[/]: {status.upper()}: {escape(error)}", highlight=False)
+    if tail and status == "failed":
+        a.console.print("\n".join("    " + ln for ln in tail.splitlines()[-10:]), markup=False, highlight=False)
+    try:
+        a.store.finish_run(a.run_id, status, error=error, log_tail=tail, server_info=a.info, timings=a.timings,
+                           log_paths=log_paths(a), extra=a.extra, **fields)
+    except Exception as exc:  # noqa: BLE001 - the store refused: keep the status at least
+        a.console.print(f"[red]{a.title}[/]: could not store the result ({type(exc).__name__}: {exc})")
+        with contextlib.suppress(Exception):
+            a.store.finish_run(a.run_id, "failed", error=f"{status}: {error}; storing failed: {exc}"[:500])
+    a.finished = True
+
+
+def supervise(a: Attempt, proc: subprocess.Popen, what: str, *, stop: Callable[[], None]) -> None:
+    """Record a started process group as live and make `a.cleanup` end it, then forget it."""
+    record = reaper.register(a.home, proc.pid, run_id=a.run_id, store=a.store.path, what=what)
+    a.cleanup.callback(reaper.unregister, record)
+    a.cleanup.callback(stop)
+
+
+def versions(env) -> tuple[str | None, str | None]:
+    pkgs = {}
+    for line in (getattr(env, "manifest", {}) or {}).get("packages", []) or []:
+        name, _, ver = str(line).partition("==")
+        pkgs[name.lower().replace("_", "-")] = ver
+    return pkgs.get("sglang"), pkgs.get("flashinfer-python")
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+@contextlib.contextmanager
+def signals_interrupt() -> Iterator[None]:
+    """While a sweep runs, SIGTERM and SIGINT (also when inherited as ignored, as in a background
+    job) raise Interrupted, so the current run is stored `interrupted` and its server group ended;
+    a second signal during that cleanup is ignored."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught = (signal.SIGTERM, signal.SIGINT)
+
+    def on_signal(signum, frame):
+        for sig in caught:
+            signal.signal(sig, signal.SIG_IGN)
+        raise Interrupted(signal.Signals(signum).name)
+
+    old = {sig: signal.signal(sig, on_signal) for sig in caught}
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)

@@ -1,0 +1,70 @@
+"""The static check, remembered: a repeat with the same env, server arguments and target is free.
+
+`sglang_args.check_recipe` imports the env's sglang to parse, validate and resolve the recipe's
+arguments for its `[target]` (minutes for a real sglang on a small machine). Its outcome is a
+function of the env (its key names every package in it), the argument vector, the expectations, the
+model's config, the target's facts, the device, and the programs that judge (the probe and the
+model-shape rules); the sha256 of those is the cache key, and the outcome is stored as JSON under
+`PATCHBENCH_HOME/checks/<key[:32]>.json`. A check that raises (sglang refuses, a shape rule breaks,
+a broken env) is not stored: it runs again next time and says why again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+from pathlib import Path
+
+from toolkit.digest import sha256_file
+from toolkit.envs import Env
+from toolkit.run.sglang_args import PROBE, StaticCheck, check_recipe, recipe_args, stand_in_model
+from toolkit.recipe.spec import canonical_json
+
+SCHEMA = 2
+_JUDGES = (PROBE, Path(__file__).resolve().parent / "model_shape.py")
+
+
+def _file_sha256(path: Path) -> str | None:
+    try:
+        return sha256_file(path)
+    except OSError:
+        return None
+
+
+def check_key(env: Env, recipe, model: str | None, *, device: str | None) -> str:
+    """What the check's outcome depends on. The model enters by its config.json's content (the
+    check runs against a stand-in directory at a temporary path)."""
+    from toolkit.recipe.target import target_facts
+
+    config = _file_sha256(Path(model) / "config.json") if model and Path(model).is_dir() else None
+    doc = {
+        "schema": SCHEMA,
+        "env": env.key,
+        "args": recipe_args(recipe.server),
+        "model": config or model,
+        "expect": dict(recipe.expect),
+        "target": target_facts(recipe.target) if recipe.target else None,
+        "weights": recipe.roofline.get("weights"),
+        "device": device,
+        "judges": [_file_sha256(p) for p in _JUDGES],
+    }
+    return hashlib.sha256(canonical_json(doc).encode()).hexdigest()
+
+
+def cached_check_recipe(env: Env, recipe, workdir: Path, home: Path, *,
+                        device: str | None = None) -> tuple[StaticCheck, bool]:
+    """`check_recipe` in `env`, or its stored outcome for the same inputs. Returns (check, reused)."""
+    model, _ = stand_in_model(recipe, workdir)
+    path = Path(home) / "checks" / f"{check_key(env, recipe, model, device=device)[:32]}.json"
+    try:
+        return StaticCheck(**json.loads(path.read_text())), True
+    except (OSError, ValueError, TypeError):
+        pass
+    check = check_recipe(env.python, recipe, workdir, environ=env.run_environ(), device=device)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(dataclasses.asdict(check), indent=1, sort_keys=True, default=str) + "\n")
+    os.replace(tmp, path)
+    return check, False

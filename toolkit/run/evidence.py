@@ -1,0 +1,88 @@
+"""Patch activation evidence: did each patch of the recipe run in the live server?
+
+A recipe declares, per patch, what a live server shows when the change is active
+(`[evidence."PATCH"]`: a server-log regex with a minimum count, and/or /server_info fields). After
+the benchmark the pipeline hands the server log and /server_info here; a patch whose evidence is
+missing makes the run `invalid`, with the reason. A patch without declared evidence is allowed and
+reported as `undeclared` (results and the report flag it). Named groups of a log regex become
+run-level metrics: the mean of the numbers they captured (OEA's `distinct_experts`).
+
+Pure: takes text and dicts, returns a verdict.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping
+
+from toolkit.recipe.spec import EvidenceSpec
+
+OK, MISSING, UNDECLARED = "ok", "missing", "undeclared"
+
+
+@dataclass
+class EvidenceVerdict:
+    status: dict[str, str] = field(default_factory=dict)  # patch -> ok | missing | undeclared
+    problems: list[str] = field(default_factory=list)  # one line per missing proof
+    metrics: dict[str, float] = field(default_factory=dict)  # named regex groups, mean over matches
+    counts: dict[str, int] = field(default_factory=dict)  # patch -> matching log lines
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def to_dict(self) -> dict:
+        return {"status": self.status, "problems": self.problems, "metrics": self.metrics, "counts": self.counts}
+
+
+def _same(want: Any, got: Any) -> bool:
+    if isinstance(want, bool) or isinstance(got, bool):
+        return str(want).lower() == str(got).lower()
+    try:
+        return float(want) == float(got)
+    except (TypeError, ValueError):
+        return str(want) == str(got)
+
+
+def _log_matches(pattern: str, log_text: str) -> list[re.Match]:
+    rx = re.compile(pattern)
+    return [m for m in (rx.search(line) for line in log_text.splitlines()) if m]
+
+
+def _group_means(matches: list[re.Match]) -> dict[str, float]:
+    values: dict[str, list[float]] = {}
+    for m in matches:
+        for name, text in m.groupdict().items():
+            try:
+                values.setdefault(name, []).append(float(text))
+            except (TypeError, ValueError):
+                continue
+    return {name: statistics.fmean(vals) for name, vals in values.items() if vals}
+
+
+def check_evidence(patches: Iterable[str], specs: Mapping[str, EvidenceSpec], log_text: str,
+                   server_info: Mapping[str, Any] | None) -> EvidenceVerdict:
+    """The verdict for every patch of a run, from its server log and /server_info."""
+    verdict = EvidenceVerdict()
+    for patch in patches:
+        spec = specs.get(patch)
+        if spec is None:
+            verdict.status[patch] = UNDECLARED
+            continue
+        problems = []
+        if spec.log:
+            matches = _log_matches(spec.log, log_text)
+            verdict.counts[patch] = len(matches)
+            if len(matches) < spec.min_count:
+                problems.append(f"{patch}: {len(matches)} of >= {spec.min_count} {spec.log!r} lines in server.log")
+            verdict.metrics.update(_group_means(matches))
+        for key, want in spec.server_info:
+            if server_info is None or key not in server_info:
+                problems.append(f"{patch}: /server_info has no field `{key}` (expected {want!r})")
+            elif not _same(want, server_info[key]):
+                problems.append(f"{patch}: /server_info {key} = {server_info[key]!r}, expected {want!r}")
+        verdict.status[patch] = MISSING if problems else OK
+        verdict.problems.extend(problems)
+    return verdict

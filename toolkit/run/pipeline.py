@@ -1,0 +1,384 @@
+"""The run as a list of named steps (`STEPS`), each a small function that takes the previous step's
+value and returns the next:
+
+    Job -apply_trees-> Applied -ensure_env-> Built -static_check-> Prepared        (once per recipe)
+    Attempt -launch-> Launched -verify-> Verified -benchmark-> Measured
+            -check_evidence-> Measured -store-> run id                             (once per repeat)
+
+`prepare` runs the first three, `run_once` the rest inside `attempt.recorded`, the one place that
+finishes a run whatever happens: a step that raises finishes it `failed` (or `invalid`, for
+`RunInvalid`) with a one-line reason, Ctrl-C/SIGTERM finish it `interrupted`, and the run's process
+groups are ended in every case. `run_sweep` first reaps what dead patchbench processes left
+(toolkit/run/reaper.py), then interleaves repeats of several recipes and goes on after a failure.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from rich.console import Console
+
+from toolkit.run import evidence, machine, metrics, reaper, server as srv
+from toolkit.run.attempt import Attempt, Prepared, RunInvalid, recorded, log_paths, signals_interrupt, supervise
+from toolkit.run.bench import Sample
+from toolkit.run.bench.one_batch import find_one_batch_module, one_batch_argv, parse_one_batch_jsonl, run_one_batch
+from toolkit.envs import Env, ensure_env as build_env
+from toolkit.errors import BadInput, NoGPU, PatchbenchError
+from toolkit.recipe.load import Recipe
+from toolkit.run.check_cache import cached_check_recipe
+from toolkit.run.sglang_args import check_summary, compare_fields, launch_argv, recipe_args, verify_resolved
+from toolkit.results.store import Store
+from toolkit.tree.applied import AppliedTree, apply_recipe
+
+# Where `--until` can stop: after apply, build, the static check, the /server_info verification
+# (a launch, no benchmark: the run is stored with its verdict and no samples), or at the end.
+STOPS = ("apply", "build", "check", "verify", "store")
+
+
+def step(name: str) -> Callable:
+    """Name a step (the key of its timing and of `--until`)."""
+    def mark(fn: Callable) -> Callable:
+        fn.step_name = name
+        return fn
+    return mark
+
+
+# ---------------------------------------------------------------------------- values between steps
+
+@dataclass(frozen=True)
+class Job:
+    """What `prepare` was asked to do."""
+
+    recipe: Recipe
+    home: Path
+    console: Console
+    frozen: bool = False
+    overrides: dict | None = None
+    label: str | None = None
+
+
+@dataclass(frozen=True)
+class Applied:
+    """The job's sources as patched trees (one commit per patch)."""
+
+    job: Job
+    trees: list[AppliedTree]
+
+
+@dataclass(frozen=True)
+class Built:
+    applied: Applied
+    env: Env  # published, content-addressed (toolkit.envs)
+
+
+@dataclass(frozen=True)
+class Launched:
+    """A run begun in the store and, for the serving driver, its server up and healthy; its process
+    group is ended by the attempt's cleanup whatever happens next."""
+
+    attempt: Attempt
+    server: srv.Server | None  # None for the one-batch driver (it runs no server)
+
+
+@dataclass(frozen=True)
+class Verified:
+    """/server_info (or, for one-batch, the static check) agrees with the recipe."""
+
+    launched: Launched
+    notes: list[str]  # what was verified, stored with the run
+
+
+@dataclass(frozen=True)
+class Measured:
+    verified: Verified
+    samples: list[Sample]
+    errors: list[str] = field(default_factory=list)
+
+
+# ---------------------------------------------------------------------------- prepare: once per recipe
+
+@step("apply")
+def apply_trees(job: Job) -> Applied:
+    """Materialise each source and apply the recipe's patches (git commits in the tree cache)."""
+    results = apply_recipe(job.recipe, job.home, frozen=job.frozen, overrides=job.overrides)
+    for tree, reused in results:
+        job.console.print(f"[bold]{job.recipe.name}[/]: {tree.source} {'reused' if reused else 'applied'} "
+                          f"tree {tree.tree_hash[:12]} ({len(tree.patches)} patches)")
+    return Applied(job, [t for t, _ in results])
+
+
+@step("build")
+def ensure_env(applied: Applied) -> Built:
+    """Find or build the content-addressed env of the trees (writes under $PATCHBENCH_HOME/envs)."""
+    job = applied.job
+    env = build_env(applied.trees, job.recipe.build, job.home, recipe=job.recipe.name, console=job.console)
+    return Built(applied, env)
+
+
+@step("check")
+def static_check(built: Built) -> Prepared:
+    """sglang's own validation and default resolution in the env, for the recipe's `[target]`
+    (toolkit.run.sglang_args.check_recipe), plus patchbench's model-shape rules; BadInput if sglang
+    refuses the arguments, they contradict `[expect]`, or the model does not fit (a scratch
+    directory holds a stand-in model config)."""
+    job = built.applied.job
+    recipe = job.recipe
+    with tempfile.TemporaryDirectory(prefix="patchbench-check-") as tmp:
+        check, reused = cached_check_recipe(built.env, recipe, Path(tmp), job.home,
+                                            device="cuda" if needs_gpu(recipe) else None)
+    if not check.ok:
+        raise BadInput("static config check failed: " + "; ".join(check.problems))
+    job.console.print(f"[bold]{recipe.name}[/]: static check passed{' (remembered)' if reused else ''} (sglang {check.version}"
+                      f"{'' if check.resolved else ', defaults unresolved: ' + str(check.note or 'no reason given')})")
+    for line in check_summary(check):
+        job.console.print(line, markup=False, highlight=False)
+    return Prepared(recipe, built.applied.trees, built.env, check, label=job.label)
+
+
+# ---------------------------------------------------------------------------- measure: once per repeat
+
+@step("launch")
+def launch(attempt: Attempt) -> Launched:
+    """Start the server under its supervisor (own process group, recorded in the live registry,
+    ended by `attempt.cleanup`) and wait until /health_generate answers. The one-batch driver
+    starts nothing here. Raises BindError / ServerFailed."""
+    p = attempt.prepared
+    server_spec = p.recipe.server
+    if p.recipe.benchmark.driver == "one-batch":
+        return Launched(attempt, None)
+    port = server_spec.port or srv.free_port(attempt.host)
+    log = attempt.logs["server"] = attempt.run_dir / "server.log"
+    environ = {**p.env.run_environ(), **dict(server_spec.env)}
+    server = srv.launch(p.env.python, launch_argv(server_spec, host=attempt.host, port=port), host=attempt.host,
+                        port=port, log=log, environ=environ)
+    supervise(attempt, server.proc, "server", stop=server.stop)
+    server.wait_ready(server_spec.timeout_s)
+    attempt.console.print(f"[bold]{attempt.title}[/]: server ready in {time.monotonic() - server.started:.1f} s "
+                          f"at {server.url}")
+    return Launched(attempt, server)
+
+
+@step("verify")
+def verify(launched: Launched) -> Verified:
+    """GET /server_info and compare it with the static check's implied fields and `[expect]`;
+    raises RunInvalid naming every difference."""
+    attempt, server = launched.attempt, launched.server
+    if server is None:
+        return Verified(launched, ["static check passed; one-batch runs no server"])
+    p = attempt.prepared
+    attempt.info = server.server_info()
+    expected = {**(p.check.implied if p.check else {}), **dict(p.recipe.expect)}
+    problems = compare_fields(expected, attempt.info, source="/server_info") + verify_resolved(p.check, attempt.info)
+    if problems:
+        raise RunInvalid("effective config differs: " + "; ".join(problems), problems=problems)
+    return Verified(launched, ["/server_info matches expectations"])
+
+
+@step("benchmark")
+def benchmark(verified: Verified) -> Measured:
+    """Drive the benchmark: the serving client against the server, or sglang's one-batch
+    benchmark in its own supervised process group (writes one_batch.jsonl and one_batch.log)."""
+    attempt, server = verified.launched.attempt, verified.launched.server
+    bench = attempt.prepared.recipe.benchmark
+    if bench.driver == "one-batch":
+        return Measured(verified, _one_batch(attempt))
+    samples, errors = _serving(server.url, bench, attempt.console, attempt.prepared.name)
+    server.check_alive(wait=5.0 if errors else 0.0)
+    return Measured(verified, samples, errors)
+
+
+@step("evidence")
+def check_evidence(measured: Measured) -> Measured:
+    """Did every patch run in the live server? The recipe's `[evidence]` against the server log and
+    /server_info (toolkit.run.evidence). Missing evidence: RunInvalid (stored `invalid`, with the reason).
+    Named log groups that are registered metrics (distinct_experts) become run-level samples (point 0)."""
+    attempt = measured.verified.launched.attempt
+    recipe = attempt.prepared.recipe
+    patches = [name for tree in attempt.prepared.trees for name in tree.patches]
+    log = attempt.logs.get("server") or attempt.logs.get("one-batch")  # where the patched code logs
+    text = Path(log).read_text(errors="replace") if log and Path(log).exists() else ""
+    verdict = evidence.check_evidence(patches, recipe.evidence, text, attempt.info)
+    attempt.extra["evidence"] = verdict.status
+    if verdict.metrics:
+        attempt.extra["evidence_metrics"] = verdict.metrics
+    undeclared = [p for p, s in verdict.status.items() if s == evidence.UNDECLARED]
+    if undeclared:
+        attempt.console.print(f"[yellow]{attempt.title}[/]: no activation evidence declared for "
+                              f"{', '.join(undeclared)} (add [evidence.\"PATCH\"] to the recipe)")
+    if not verdict.ok:
+        raise RunInvalid("activation evidence missing: " + "; ".join(verdict.problems), problems=verdict.problems)
+    kind = "batch" if recipe.benchmark.driver == "one-batch" else "concurrency"
+    extra = [Sample(name, value, metrics.unit_of(name), 0, kind) for name, value in verdict.metrics.items()
+             if metrics.lookup(name) is not None]
+    return Measured(measured.verified, [*measured.samples, *extra], measured.errors)
+
+
+@step("store")
+def store(value: Verified | Measured) -> str:
+    """Finish the run in the store: `ok` with its samples, or `invalid` when requests failed."""
+    measured = value if isinstance(value, Measured) else None
+    verified = measured.verified if measured else value
+    attempt = verified.launched.attempt
+    notes = list(verified.notes)
+    if measured is None:
+        notes.append("stopped before the benchmark, as asked")
+        attempt.console.print(f"[bold]{attempt.title}[/]: effective config verified; stopping as asked")
+    errors = measured.errors if measured else []
+    attempt.store.finish_run(attempt.run_id, "invalid" if errors else "ok",
+                             samples=measured.samples if measured else None, server_info=attempt.info,
+                             config_verified=True, verification=notes + errors, timings=attempt.timings,
+                             log_paths=log_paths(attempt), extra=attempt.extra,
+                             error="; ".join(errors[:3]) if errors else None)
+    attempt.finished = True
+    return attempt.run_id
+
+
+STEPS = (apply_trees, ensure_env, static_check, launch, verify, benchmark, check_evidence, store)
+PREPARE_STEPS = STEPS[:3]
+MEASURE_STEPS = STEPS[3:]
+
+
+def steps_until(until: str) -> tuple[tuple, tuple]:
+    """(prepare steps, measure steps) run when stopping after `until` (a STOPS name): the steps up
+    to it; `verify` still stores its verdict (launch -> verify -> store)."""
+    if until == "store":
+        return PREPARE_STEPS, MEASURE_STEPS
+    if until == "verify":
+        return PREPARE_STEPS, (launch, verify, store)
+    names = [s.step_name for s in PREPARE_STEPS]
+    if until not in names:
+        raise BadInput(f"--until must be one of {', '.join(STOPS)}, not {until!r}")
+    return PREPARE_STEPS[:names.index(until) + 1], ()
+
+
+def _run_steps(steps: tuple, value, timings: dict):
+    for fn in steps:
+        t0 = time.monotonic()
+        value = fn(value)
+        timings[fn.step_name] = round(timings.get(fn.step_name, 0.0) + time.monotonic() - t0, 3)
+    return value
+
+
+# ---------------------------------------------------------------------------- entry points
+
+def needs_gpu(recipe: Recipe) -> bool:
+    return recipe.server.gpus != 0
+
+
+def prepare(recipe: Recipe, home: Path, *, until: str = "store", frozen: bool = False,
+            overrides: dict | None = None, label: str | None = None, console: Console | None = None) -> Prepared:
+    """apply_trees -> ensure_env -> static_check (or fewer, with `until`). Raises PatchbenchError
+    located at the failing step."""
+    job = Job(recipe, home, console or Console(stderr=True), frozen, overrides, label)
+    timings: dict = {}
+    value = job
+    for fn in steps_until(until)[0]:
+        try:
+            value = _run_steps((fn,), value, timings)
+        except PatchbenchError as exc:
+            raise exc.located(recipe=recipe.name, step=fn.step_name)
+    if isinstance(value, Applied):
+        value = Prepared(recipe, value.trees, None, label=label)
+    elif isinstance(value, Built):
+        value = Prepared(recipe, value.applied.trees, value.env, label=label)
+    value.timings.update(timings)
+    return value
+
+
+def run_once(p: Prepared, *, home: Path, store: Store, repeat: int, group_id: str, console: Console,
+             host: str | None = None, until: str = "store") -> str:
+    """One independent measurement of a prepared recipe: launch -> verify -> benchmark ->
+    check_evidence -> store, inside `recorded`. Every outcome is stored (ok, invalid, failed,
+    interrupted); returns the run id. Raises only for Ctrl-C/SIGTERM (after storing)."""
+    with recorded(p, home=home, store=store, repeat=repeat, group_id=group_id, console=console,
+                  host=host) as attempt:
+        _run_steps(steps_until(until)[1], attempt, attempt.timings)
+    return attempt.run_id
+
+
+def _serving(url: str, bench, console: Console, name: str) -> tuple[list[Sample], list[str]]:
+    from toolkit.run.bench.serving import ServingConfig, run_serving
+
+    cfg = ServingConfig(input_len=bench.input_len, output_len=bench.output_len,
+                        concurrency=tuple(bench.concurrency), num_prompts=bench.num_prompts, warmup=bench.warmup,
+                        seed=bench.seed, endpoint=bench.endpoint, timeout_s=bench.timeout_s)
+    points = run_serving(url, cfg)
+    samples: list[Sample] = []
+    errors: list[str] = []
+    for pt in points:
+        samples.extend(pt.to_samples())
+        errors.extend(f"concurrency {pt.concurrency}: {e}" for e in pt.errors)
+    best = max((s.value for s in samples if s.metric == "output_tok_s"), default=0.0)
+    console.print(f"[bold]{name}[/]: {len(points)} points, best output {best:.1f} tok/s")
+    return samples, errors
+
+
+def _one_batch(a: Attempt) -> list[Sample]:
+    p, bench = a.prepared, a.prepared.recipe.benchmark
+    environ = {**p.env.run_environ(), **dict(p.recipe.server.env)}
+    out = a.run_dir / "one_batch.jsonl"
+    log = a.logs["one-batch"] = a.run_dir / "one_batch.log"
+    argv = one_batch_argv(python=str(p.env.python), module=find_one_batch_module(p.env.python, environ),
+                          model_path=p.recipe.server.model, batch_sizes=bench.batch_sizes,
+                          input_len=bench.input_len, output_len=bench.output_len, result_filename=str(out),
+                          server_argv=recipe_args(p.recipe.server))
+    a.logs["result"] = out
+    run_one_batch(argv, log=log, environ=environ, timeout_s=bench.timeout_s,
+                  started=lambda proc: supervise(a, proc, "one-batch", stop=lambda: None))
+    return parse_one_batch_jsonl(out, input_len=bench.input_len, output_len=bench.output_len)
+
+
+def run_sweep(recipes: list[Recipe], *, home: Path, store: Store, repeats: int | None = None, until: str = "store",
+              frozen: bool = False, console: Console | None = None) -> dict:
+    """Reap what dead patchbench processes left, prepare every recipe, then measure them with
+    interleaved repeats (A B A B ...).
+
+    A recipe that fails to prepare is reported and skipped; a run that fails is stored and the
+    sweep goes on. Returns {"group_id", "runs": [(recipe, run_id)], "failed": [(recipe, message)]}.
+    """
+    console = console or Console(stderr=True)
+    for line in reaper.reap(home, store):
+        console.print(f"[yellow]reaped[/]: {line}")
+    group_id = uuid.uuid4().hex[:12]
+    prepared: list[Prepared] = []
+    failed: list[tuple[str, str]] = []
+    for recipe in recipes:
+        try:
+            prepared.append(prepare(recipe, home, until=until, frozen=frozen, console=console))
+        except PatchbenchError as exc:
+            exc.located(recipe=recipe.name)
+            if isinstance(exc, BadInput) and len(recipes) == 1:
+                raise
+            failed.append((recipe.name, str(exc)))
+            console.print(f"[red]error[/]: {exc}")
+    result = {"group_id": group_id, "runs": [], "failed": failed,
+              "resolved": {p.name: p.check.resolved_config for p in prepared if p.check}}
+    if until in ("apply", "build", "check"):
+        return result
+    gpu_needed = [p.name for p in prepared if needs_gpu(p.recipe)]
+    if gpu_needed and not machine.has_cuda_gpu():
+        raise NoGPU(
+            f"no CUDA GPU on this machine: {', '.join(gpu_needed)} applied, built and passed the static check; "
+            "launching needs a GPU (stop here on purpose with `--until check`: `patchbench run NAME --until check`, "
+            "or through nox `nox -s recipe-NAME -- --until check`; or `--executor slurm` to run on a GPU node)",
+            step="launch",
+        )
+    n = max([repeats or p.recipe.benchmark.repeats for p in prepared], default=0)
+    with signals_interrupt():
+        for rep in range(n):
+            for p in prepared:
+                if rep < (repeats or p.recipe.benchmark.repeats):
+                    try:
+                        rid = run_once(p, home=home, store=store, repeat=rep, group_id=group_id,
+                                       console=console, until=until)
+                    except PatchbenchError as exc:  # the run could not even be begun in the store
+                        failed.append((p.name, str(exc.located(recipe=p.name))))
+                        console.print(f"[red]error[/]: {exc}")
+                        continue
+                    result["runs"].append((p.name, rid))
+    return result

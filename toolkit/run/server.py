@@ -1,0 +1,209 @@
+"""Server lifecycle: launch `python -m sglang.launch_server` from an env, wait, inspect, tear down.
+
+The server runs under toolkit/run/supervisor.py in its own process group (session) with its output in
+a log file: the supervisor ends the group when patchbench dies, even by SIGKILL. Teardown kills the
+whole group and any descendant that escaped it, on success, on errors and on Ctrl-C. A port in use
+or a host that cannot be bound is found before the launch (`check_bindable`), and a crash is
+summarised by the exception line of its log.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import re
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+from toolkit.run import supervisor
+from toolkit.errors import PatchbenchError
+
+CRASH_PATTERNS = re.compile(
+    r"CUDA error|cudaError\w*|illegal memory access|out of memory|Traceback \(most recent call last\)|"
+    r"Segmentation fault|core dumped|NCCL error",
+)
+
+
+class ServerFailed(PatchbenchError):
+    """The server exited, crashed or hung; carries the log tail."""
+
+    def __init__(self, message: str, *, log: Path, tail: str, kind: str):
+        super().__init__(message, log=log)
+        self.tail = tail
+        self.kind = kind  # exited | crashed | hung
+
+
+# The last line of a Python traceback ("OSError: [Errno 98] Address already in use") or a CUDA line.
+EXCEPTION_LINE = re.compile(r"^(?:[\w.]+\.)?\w*(?:Error|Exception|Interrupt|Exit)\b(?::.*)?$|CUDA error.*|NCCL error.*")
+
+
+class BindError(PatchbenchError):
+    """The server's host/port cannot be bound (in use, or not an address of this machine)."""
+
+
+def _bind(host: str, port: int) -> int:
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        raise BindError(f"host {host} cannot be bound: {exc.strerror or exc}") from None
+    family, _, _, _, addr = infos[0]
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as servers do: TIME_WAIT is no conflict
+        try:
+            s.bind(addr)
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise BindError(f"port {port} on {host} is in use") from None
+            raise BindError(f"host {host} cannot be bound: {exc.strerror or exc}") from None
+        return s.getsockname()[1]
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port free on `host` now. Raises BindError when the host cannot be bound."""
+    return _bind(host, 0)
+
+
+def check_bindable(host: str, port: int) -> None:
+    """Raise BindError ("port 30000 on 127.0.0.1 is in use") unless the server could bind there."""
+    _bind(host, port)
+
+
+def crash_line(tail: str) -> str | None:
+    """The line that says why a server died: the last exception line of a traceback, else the last
+    CUDA/NCCL error line, else None."""
+    for line in reversed(tail.splitlines()):
+        line = line.strip()
+        if line and EXCEPTION_LINE.match(line):
+            return line[:300]
+    return None
+
+
+def log_tail(path: Path, lines: int = 40) -> str:
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(0, size - 64 * 1024))
+            data = fh.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+    return "\n".join(data.splitlines()[-lines:])
+
+
+@dataclass
+class Server:
+    argv: list[str]
+    host: str
+    port: int
+    log: Path
+    proc: subprocess.Popen
+    started: float = field(default_factory=time.monotonic)
+    _descendants: set = field(default_factory=set)
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    # -------------------------------------------------------------------------------- lifecycle
+
+    def _remember_children(self) -> None:
+        try:
+            for child in psutil.Process(self.proc.pid).children(recursive=True):
+                self._descendants.add(child.pid)
+        except psutil.Error:
+            pass
+
+    def check_alive(self, wait: float = 0.0) -> None:
+        """Raise ServerFailed if the server exited. With `wait` (after requests failed), give a
+        dying server that long to exit, and count a crash line in its log as a crash even if the
+        process is still tearing down: the client often sees the connection drop first."""
+        if wait:
+            try:
+                self.proc.wait(timeout=wait)
+            except subprocess.TimeoutExpired:
+                pass
+        code = self.proc.poll()
+        tail = log_tail(self.log)
+        m = CRASH_PATTERNS.search(tail)
+        if code is None and not (wait and m):
+            return
+        line = crash_line(tail)
+        if line and "Address already in use" in line:
+            raise ServerFailed(f"port {self.port} on {self.host} is in use ({line})", log=self.log, tail=tail,
+                               kind="exited")
+        if m:
+            raise ServerFailed(f"server crashed: {line or m.group(0)}", log=self.log, tail=tail, kind="crashed")
+        why = f"exited with code {code}" + (f": {line}" if line else "")
+        raise ServerFailed(f"server {why}", log=self.log, tail=tail, kind="exited")
+
+    def wait_ready(self, timeout: float) -> float:
+        """Poll /health_generate until 200; return seconds taken. Raise ServerFailed otherwise."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.check_alive()
+            self._remember_children()
+            try:
+                with urllib.request.urlopen(f"{self.url}/health_generate", timeout=10) as resp:
+                    if resp.status == 200:
+                        return time.monotonic() - self.started
+            except (urllib.error.URLError, OSError, TimeoutError):
+                pass
+            time.sleep(0.2)
+        raise ServerFailed(f"server not ready after {timeout:.0f} s (hang)", log=self.log,
+                           tail=log_tail(self.log), kind="hung")
+
+    def server_info(self) -> dict:
+        """GET /server_info, falling back to the old /get_server_info."""
+        last = None
+        for path in ("/server_info", "/get_server_info"):
+            try:
+                with urllib.request.urlopen(f"{self.url}{path}", timeout=30) as resp:
+                    return json.loads(resp.read())
+            except urllib.error.HTTPError as exc:
+                last = f"{path}: HTTP {exc.code}"
+            except (urllib.error.URLError, OSError, ValueError) as exc:
+                last = f"{path}: {exc}"
+        self.check_alive()
+        raise PatchbenchError(f"server gave no server info ({last})", log=self.log)
+
+    def stop(self, grace: float = 15.0) -> None:
+        """Kill the process group and every descendant seen; wait until none is alive."""
+        self._remember_children()
+        procs = []
+        for pid in {self.proc.pid, *self._descendants}:
+            try:
+                procs.append(psutil.Process(pid))
+            except psutil.Error:
+                pass
+        supervisor.end_group(self.proc.pid, procs, grace)
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+
+    def __enter__(self) -> "Server":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def launch(python: Path, args: list[str], *, host: str, port: int, log: Path, environ: dict) -> Server:
+    """Start `python -m sglang.launch_server ARGS` under the supervisor (its own process group, ended
+    when patchbench dies), output to `log`. Raises BindError first if host:port cannot be bound."""
+    check_bindable(host, port)
+    argv = [str(python), "-m", "sglang.launch_server", *args]
+    log.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        proc = supervisor.spawn(argv, log=log, environ=environ)
+    except OSError as exc:
+        raise PatchbenchError(f"cannot start the server: {exc}", log=log) from None
+    return Server(argv=argv, host=host, port=port, log=log, proc=proc)

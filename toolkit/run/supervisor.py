@@ -1,0 +1,163 @@
+"""A tiny supervisor that ties a process group to the life of patchbench.
+
+    python supervisor.py PARENT_PID -- ARGV...
+
+Started by patchbench (toolkit/run/server.py `spawn`) in a new session, so its pid is the process
+group of everything below it. It asks the kernel for SIGTERM when its parent dies
+(prctl(PR_SET_PDEATHSIG)), starts ARGV in the same group and waits:
+
+- ARGV exits: the supervisor exits the same way (its code, or the same signal).
+- patchbench dies (SIGKILL, SIGTERM, a crash) or sends SIGTERM/SIGINT: the whole group gets SIGTERM,
+  then SIGKILL after a short grace, together with any descendant that left the group.
+
+Run by file path with patchbench's own Python (psutil finds descendants that called setsid), so it
+starts in a fraction of a second. The functions below `main` are patchbench's side: `spawn` a
+supervised group, `end_group` it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+
+PR_SET_PDEATHSIG = 1
+GRACE_S = 2.0
+POLL_S = 0.2
+
+_stop = False
+
+
+def _on_signal(signum, frame) -> None:
+    global _stop
+    _stop = True
+
+
+def _set_parent_death_signal() -> None:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: the polling of the parent pid below still works
+        pass
+
+
+def _descendants() -> list:
+    try:
+        return psutil.Process().children(recursive=True)
+    except psutil.Error:
+        return []
+
+
+def _end_group(child: subprocess.Popen, seen: dict) -> None:
+    """SIGTERM to the group, SIGKILL after GRACE_S to the group and every descendant seen."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    pgid = os.getpgrp()
+    try:
+        os.killpg(pgid, signal.SIGTERM)
+    except OSError:
+        pass
+    deadline = time.monotonic() + GRACE_S
+    while time.monotonic() < deadline and child.poll() is None:
+        time.sleep(0.05)
+    for p in list(seen.values()) + _descendants():
+        try:
+            p.kill()
+        except Exception:
+            pass
+    os.killpg(pgid, signal.SIGKILL)  # ends this process too
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) < 3 or argv[1] != "--":
+        print("usage: supervisor.py PARENT_PID -- ARGV...", file=sys.stderr)
+        return 2
+    parent = int(argv[0])
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
+    signal.signal(signal.SIGHUP, _on_signal)
+    _set_parent_death_signal()
+    if os.getppid() != parent:  # the parent died before the death signal was armed
+        return 1
+    child = subprocess.Popen(argv[2:], stdin=subprocess.DEVNULL)
+    seen: dict = {}
+    while True:
+        code = child.poll()
+        if code is not None:
+            if code < 0:
+                signal.signal(-code, signal.SIG_DFL)
+                os.kill(os.getpid(), -code)
+            return code
+        if _stop or os.getppid() != parent:
+            _end_group(child, seen)
+        for p in _descendants():
+            seen.setdefault(p.pid, p)
+        time.sleep(POLL_S)
+
+
+
+# ------------------------------------------------------------------ patchbench's side (imported)
+
+def spawn(argv: list[str], *, log, environ: dict) -> subprocess.Popen:
+    """Start ARGV under a supervisor in a new process group whose id is the returned process's
+    pid; ARGV's output (and the supervisor's) is appended to `log`. Raises OSError."""
+    with open(log, "ab") as fh:
+        fh.write(("$ " + " ".join(str(a) for a in argv) + "\n").encode())
+        fh.flush()
+        # -I: the env's PYTHONPATH/PYTHONHOME (meant for ARGV) must not reach patchbench's own Python
+        return subprocess.Popen([sys.executable, "-I", os.path.abspath(__file__), str(os.getpid()), "--", *argv],
+                                stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env=environ, start_new_session=True)
+
+
+def kill_group(pgid: int, sig: int) -> bool:
+    """Send `sig` to process group `pgid`; False if no process of it is left."""
+    try:
+        os.killpg(pgid, sig)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+
+def stop_group(proc: subprocess.Popen, grace: float = 10.0) -> None:
+    """End a spawned group: SIGTERM, SIGKILL after `grace` seconds, then reap the supervisor."""
+    if kill_group(proc.pid, signal.SIGTERM):
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline and kill_group(proc.pid, 0):
+            proc.poll()
+            time.sleep(0.05)
+        kill_group(proc.pid, signal.SIGKILL)
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        pass
+
+
+def end_group(pgid: int, procs: list, grace: float) -> None:
+    """SIGTERM group `pgid` and `procs` (psutil processes, e.g. descendants that left the group);
+    after `grace` seconds SIGKILL the group and whatever of `procs` is alive; wait for them."""
+    kill_group(pgid, signal.SIGTERM)
+    _each(procs, psutil.Process.terminate)
+    _, alive = psutil.wait_procs(procs, timeout=grace)
+    kill_group(pgid, signal.SIGKILL)
+    _each(alive, psutil.Process.kill)
+    psutil.wait_procs(alive, timeout=5)
+
+
+def _each(procs: list, action) -> None:
+    """`action(p)` for every process, ignoring those already gone."""
+    for p in procs:
+        try:
+            action(p)
+        except psutil.Error:
+            pass
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
