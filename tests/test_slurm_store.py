@@ -19,7 +19,8 @@ def test_v1_store_migrates_keeping_samples_and_accepts_interrupted(tmp_path):
     con.commit()
     con.close()
     store = Store(path)
-    assert store.schema_version() == SCHEMA_VERSION == 2
+    assert store.schema_version() == SCHEMA_VERSION == 3
+    assert store.get_run("r1").identity == "unknown"  # no benchmark key stored: never counts
     assert [s.value for s in store.samples("r1")] == [10.0]
     rid = store.begin_run(recipe="b")
     store.add_samples(rid, [Sample("output_tok_s", 5.0, "tok/s", 1, "concurrency")])

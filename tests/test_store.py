@@ -348,3 +348,33 @@ def test_fork_reopens_connection(tmp_path):
 
 def _child_write(store: Store) -> None:
     store.record_run({"recipe": "child"}, SAMPLES)
+
+
+def test_v2_store_gets_run_identities_from_its_stored_fields(tmp_path):
+    """Migration to schema 3: a run stored before identities gets the one its fields give; two runs
+    that differ only in a server argument get different ones, and flag order does not matter."""
+    import sqlite3
+
+    from toolkit.results.schema import MIGRATIONS as M
+
+    path = tmp_path / "v2.sqlite"
+    con = sqlite3.connect(path)
+    con.executescript(M[1] + ";" + "CREATE TABLE schema_version (version INTEGER NOT NULL);"
+                      "INSERT INTO schema_version VALUES (1);")
+    for stmt in M[2].split(";"):
+        if stmt.strip():
+            con.execute(stmt)
+    con.execute("UPDATE schema_version SET version = 2")
+    argv = '["-m","sglang.launch_server","--host","h","--port","1","--tp-size","1","--x"]'
+    other = '["-m","sglang.launch_server","--x","--tp-size","1","--port","2"]'
+    slow = '["-m","sglang.launch_server","--tp-size","1","--x","--mini-step-base-ms","30"]'
+    for rid, a in (("r1", argv), ("r2", other), ("r3", slow)):
+        con.execute("INSERT INTO runs (run_id, recipe, status, env_key, bench_key, server_argv) "
+                    "VALUES (?, 'a', 'ok', 'e', 'b', ?)", (rid, a))
+    con.commit()
+    con.close()
+    store = Store(path)
+    assert store.schema_version() == 3
+    ids = {r.run_id: r.identity for r in store.runs()}
+    assert ids["r1"] == ids["r2"] != ids["r3"] and len(ids["r1"]) == 32
+    assert [r.run_id for r in store.runs(identity=ids["r3"])] == ["r3"]

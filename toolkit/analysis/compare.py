@@ -110,21 +110,25 @@ def compare_selection(store: Store, sel: Selection, *, metrics: Sequence[str | M
 
 def compare_recipes(store: Store, recipes: Sequence[str], *, metrics: Sequence[str | MetricSpec] | None = None,
                     points: Sequence[int] | None = None, criteria: Criteria | None = None,
-                    group_id: str | None = None, require_verified: bool = True, **kw: Any) -> list[CompareRow]:
+                    group_id: str | None = None, require_verified: bool = True, current: dict | None = None,
+                    **kw: Any) -> list[CompareRow]:
     """`compare_selection` over `select(store, recipes, criteria)` (recipes[0] is the baseline)."""
     if len(dict.fromkeys(recipes)) < 2:
         raise BadInput("compare needs at least two recipes (the first is the baseline)")
     if criteria is None:
         criteria = Criteria(group_id=group_id, unverified=not require_verified)
-    return compare_selection(store, select(store, recipes, criteria), metrics=metrics, points=points, **kw)
+    return compare_selection(store, select(store, recipes, criteria, current=current), metrics=metrics,
+                             points=points, **kw)
 
 
-def missing_recipes(store: Store, recipes: Sequence[str], criteria: Criteria = Criteria()) -> list[str]:
-    """Recipes (in the order given) without a single usable run under `criteria`: what `--run` measures."""
+def missing_recipes(store: Store, recipes: Sequence[str], criteria: Criteria = Criteria(),
+                    current: dict | None = None) -> list[str]:
+    """Recipes (in the order given) without a single usable run of their current definition under
+    `criteria`: what `--run` measures."""
     out = []
     for r in dict.fromkeys(recipes):
         try:
-            select(store, [r], criteria)
+            select(store, [r], criteria, current={r: current[r]} if current and r in current else None)
         except MissingResults:
             out.append(r)
     return out

@@ -1,24 +1,30 @@
 """Which runs count: the one rule every table uses (compare, report, results, efficiency, "what else
 differed", the variant cache), and the one rule that reduces repeats to values.
 
-`choose(rows, recipes, criteria)` is pure over stored runs; `select(store, recipes, criteria)` is
-the thin store query in front of it. The rule, in order:
+`choose(rows, recipes, criteria, measured=, current=, metrics=)` is pure over stored runs;
+`select(store, recipes, criteria, current=, metrics=)` is the thin store query in front of it. The
+rule, in order:
 
-1. **Usable runs** per recipe: status `ok`; configuration verified (unless `unverified`); measured
-   here (imported runs only with `imported`, and then whatever their verification); runs stored
-   `invalid` because a patch's activation evidence was missing only with `missing_evidence`;
-   and the explicit filters given (group, env key, bench key, GPU key).
-2. **One benchmark on one GPU kind**: among the (bench key, GPU key) pairs every recipe has runs
-   for, the one whose last complete set is newest. Editing a recipe's `[benchmark]` and re-running
-   therefore moves every table to the new runs; old ones become history. `mix_gpus` drops the GPU
-   from the pair (and says so).
-3. **The recipe as it is now**: per recipe, only runs of its newest env key (a recipe whose patches
-   or flags changed has a new env key), unless `mix_envs`.
-4. **One interleaved sweep** when there is one: the newest group (`group_id`) holding runs of every
-   recipe; otherwise every run left, pooled (and the groups named).
+1. **Measurements only**: status `ok`; configuration verified (unless `unverified`); made by the
+   recipe's benchmark driver (`RunRow.kind == "benchmark"`: `--until verify` runs and profiler runs
+   never count, they stay visible in `results`); with samples (of an asked metric, when metrics are
+   given); measured here (imported runs only with `imported`); a known run identity; runs stored
+   `invalid` because a patch's activation evidence was missing only with `missing_evidence` (their
+   samples are stored); and the explicit filters given (group, env key, bench key, GPU key, identity).
+2. **The recipe as its file says now** (`current`: toolkit.run.identity.recipe_definition per
+   recipe): runs of an older definition (server arguments, [server.env], model, [target],
+   [benchmark]) are left out and named with what changed. When the recipes' current benchmarks
+   differ, nothing is compared: the error says how and how to align them.
+3. **One benchmark on one GPU kind**: among the (bench key, GPU key) pairs every recipe has runs for,
+   the one whose last complete set is newest (`mix_gpus` drops the GPU from the pair).
+4. **One run identity per recipe** (toolkit/results/identity.py): the newest counts; runs of
+   another identity are left out and the note says what differed (unless `mix_envs`, which pools
+   identities that differ only in their env key).
+5. **One interleaved sweep** when there is one: the newest group (`group_id`) holding runs of every
+   recipe; otherwise every run left, pooled, and a note says the comparison crosses sweeps.
 
 `Selection.describe()` names the runs, groups, dates, env keys and GPUs used; `Selection.notes`
-says what was mixed on request. Repeats: `reduce(samples)` gives, per (metric, point, kind), one
+says what was left out or mixed. Repeats: `reduce(samples)` gives, per (metric, point, kind), one
 value per run (the mean of that run's samples there) and the list of those values across runs.
 """
 
@@ -29,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
 from toolkit.errors import BadInput
+from toolkit.results.identity import UNKNOWN, components_of, definition_differences, differences
 from toolkit.results.records import RunRow, SampleRow, comparable_bench_params
 
 
@@ -40,6 +47,7 @@ class Criteria:
     env_key: str | None = None
     bench_key: str | None = None
     gpu_key: str | None = None
+    identity: str | None = None
     unverified: bool = False  # also runs whose configuration was not verified
     imported: bool = False  # also imported runs
     missing_evidence: bool = False  # also runs stored `invalid` for missing activation evidence
@@ -99,7 +107,7 @@ def _when(run: RunRow) -> tuple[str, str]:
     return (run.started_at or "", run.run_id)
 
 
-def _why_not(run: RunRow, c: Criteria) -> str | None:
+def _why_not(run: RunRow, c: Criteria, measured: dict | None = None, metrics: Sequence[str] | None = None) -> str | None:
     """Why `run` does not count under `c`, or None when it does."""
     if run.imported and not c.imported:
         return "imported (use --imported)"
@@ -108,47 +116,107 @@ def _why_not(run: RunRow, c: Criteria) -> str | None:
             return "activation evidence missing (use --missing-evidence)"
     elif run.status != "ok":
         return f"status {run.status}"
+    if run.kind != "benchmark":
+        return f"{run.kind} runs measure nothing that counts"
     if run.config_verified is not True and not c.unverified and not (run.imported and c.imported):
         return "configuration not verified (use --unverified)"
-    for attr in ("group_id", "env_key", "bench_key", "gpu_key"):
+    if measured is not None:
+        have = measured.get(run.run_id, set())
+        if not have:
+            return "no samples"
+        if metrics and not have & set(metrics):
+            return f"no samples of {', '.join(metrics)} (measured: {', '.join(sorted(have))})"
+    if (run.identity or UNKNOWN) == UNKNOWN and not run.imported:
+        return "run identity unknown (stored before identities; never reused)"
+    for attr in ("group_id", "env_key", "bench_key", "gpu_key", "identity"):
         want = getattr(c, attr)
         if want is not None and getattr(run, attr) != want:
             return f"none with {attr.replace('_id', '').replace('_', ' ')} {want}"
     return None
 
 
+def _points(run: RunRow) -> str:
+    pts = (run.bench_params or {}).get("points")
+    return ",".join(map(str, pts)) if isinstance(pts, list) else "?"
+
+
+def _params_diff(a: dict | None, b: dict | None, sep: str = " vs ", end: str = "") -> str:
+    """"points [1, 4, 16] vs [1, 8, 32]": the benchmark parameters in which two differ."""
+    pa, pb = comparable_bench_params(None, a), comparable_bench_params(None, b)
+    return ", ".join(f"{k} {pa.get(k, '(unset)')}{sep}{pb.get(k, '(unset)')}{end}"
+                     for k in sorted(set(pa) | set(pb)) if pa.get(k) != pb.get(k))
+
+
+def _older_definition(name: str, runs: list[RunRow], current: dict) -> tuple[list[RunRow], list[str]]:
+    """Runs of `name` whose definition is the recipe's current one, and notes naming the others
+    ("2 run(s) of an older [benchmark] of mine/quick left out: points 1,4,16")."""
+    keep, left = [], defaultdict(list)
+    for r in runs:
+        diffs = definition_differences(components_of(r), current)
+        if not diffs:
+            keep.append(r)
+            continue
+        other = [d for d in diffs if not d.startswith("[benchmark]")]
+        if r.bench_key != current.get("bench_key"):
+            what = "[benchmark]" + (" and server settings" if other else "")
+            detail = _params_diff(r.bench_params, current.get("bench_params"), " (now ", ")")
+            detail = "; ".join([detail, *other] if detail else other)
+        else:
+            what, detail = "definition", "; ".join(other)
+        left[(what, detail)].append(r)
+    notes = [f"{len(rs)} run(s) of an older {what} of {name} left out" + (f": {detail}" if detail else "")
+             for (what, detail), rs in left.items()]
+    return keep, notes
+
+
 def describe_bench_diff(a: RunRow, b: RunRow) -> str:
     """The benchmark parameters in which two runs differ ("input_len 128 vs 256")."""
-    pa = comparable_bench_params(a.bench_driver, a.bench_params)
-    pb = comparable_bench_params(b.bench_driver, b.bench_params)
-    diffs = [f"{k} {pa.get(k, '(unset)')} vs {pb.get(k, '(unset)')}"
-             for k in sorted(set(pa) | set(pb), key=lambda k: (k != "driver", k)) if pa.get(k) != pb.get(k)]
-    return ", ".join(diffs) or f"bench_key {(a.bench_key or '?')[:12]} vs {(b.bench_key or '?')[:12]}"
+    return (_params_diff({"driver": a.bench_driver, **(a.bench_params or {})},
+                         {"driver": b.bench_driver, **(b.bench_params or {})})
+            or f"bench_key {(a.bench_key or '?')[:12]} vs {(b.bench_key or '?')[:12]}")
 
 
-def choose(rows: Iterable[RunRow], recipes: Sequence[str], criteria: Criteria = Criteria()) -> Selection:
-    """The runs that count for `recipes` among `rows` (see the module docstring). Raises
-    MissingResults (a recipe has no usable run) or BadInput (no benchmark/GPU in common)."""
+def choose(rows: Iterable[RunRow], recipes: Sequence[str], criteria: Criteria = Criteria(), *,
+           measured: dict[str, set[str]] | None = None, current: dict[str, dict] | None = None,
+           metrics: Sequence[str] | None = None) -> Selection:
+    """The runs that count for `recipes` among `rows` (see the module docstring). `measured`: run
+    id -> metrics it has samples of; `current`: recipe -> its definition now; `metrics`: the metrics
+    asked. Raises MissingResults (a recipe has no usable run) or BadInput (nothing in common)."""
     c = criteria
+    current = current or {}
     names = list(dict.fromkeys(recipes))
     if not names:
         raise BadInput("no recipe given")
+    defined = [n for n in names if n in current]
+    if len(defined) > 1 and c.bench_key is None and c.group_id is None:
+        ref = current[defined[0]]
+        for n in defined[1:]:
+            if current[n].get("bench_key") != ref.get("bench_key"):
+                raise BadInput(
+                    f"cannot compare: the [benchmark] of {defined[0]} and {n} differ now: "
+                    f"{_params_diff(ref.get('bench_params'), current[n].get('bench_params')) or 'benchmark keys'}",
+                    hint=f"give both the same [benchmark] (e.g. make {n} extend {defined[0]} or copy its "
+                         f"[benchmark] table), then `patchbench run {defined[0]} {n}`")
     rows = sorted((r for r in rows if r.recipe in names), key=_when)
     usable: dict[str, list[RunRow]] = {n: [] for n in names}
     reasons: dict[str, set[str]] = defaultdict(set)
     for run in rows:
-        why = _why_not(run, c)
+        why = _why_not(run, c, measured, metrics)
         if why is None:
             usable[run.recipe].append(run)
         elif not why.startswith("status"):
             reasons[run.recipe].add(why)
+    notes: list[str] = []
+    for n in defined:
+        usable[n], left = _older_definition(n, usable[n], current[n])
+        notes.extend(left)
+        reasons[n].update(left)
     missing = [n for n in names if not usable[n]]
     if missing:
         detail = "; ".join(f"{n}: {', '.join(sorted(reasons[n]))}" for n in missing if reasons[n])
         raise MissingResults(missing, detail)
-    notes: list[str] = []
 
-    # 2. one (bench key, GPU key) that every recipe has; the newest complete one
+    # 3. one (bench key, GPU key) that every recipe has; the newest complete one
     def cohort(r: RunRow) -> tuple:
         return (r.bench_key,) if c.mix_gpus else (r.bench_key, r.gpu_key)
 
@@ -175,22 +243,33 @@ def choose(rows: Iterable[RunRow], recipes: Sequence[str], criteria: Criteria = 
     key = max(common, key=lambda k: min(newest_at[n][k] for n in names))
     chosen = {n: [r for r in usable[n] if cohort(r) == key] for n in names}
     for n in names:
-        left = len(usable[n]) - len(chosen[n])
-        if left and (c.bench_key is None and c.group_id is None):
-            notes.append(f"{n}: {left} older run(s) of another benchmark or GPU left out")
+        left_out = [r for r in usable[n] if cohort(r) != key]
+        if left_out and (c.bench_key is None and c.group_id is None):
+            notes.append(f"{n}: {len(left_out)} run(s) of another benchmark or GPU left out "
+                         f"({describe_bench_diff(left_out[-1], chosen[n][-1]) if left_out[-1].bench_key != chosen[n][-1].bench_key else 'GPU ' + left_out[-1].gpu_key})")
     gpus = sorted({r.gpu_key for n in names for r in chosen[n]})
     if len(gpus) > 1:
         notes.append(f"mixing GPUs on request: {', '.join(gpus)}")
 
-    # 3. the newest env key per recipe
+    # 4. one run identity per recipe: the newest
     for n in names:
-        envs = list(dict.fromkeys(r.env_key for r in chosen[n]))
-        if len(envs) > 1:
-            if c.mix_envs:
-                notes.append(f"{n}: mixing {len(envs)} env keys on request")
-            else:
-                newest = chosen[n][-1].env_key
-                chosen[n] = [r for r in chosen[n] if r.env_key == newest]
+        newest = chosen[n][-1]
+        ident = components_of(newest)
+        keep, other = [], defaultdict(list)
+        for r in chosen[n]:
+            if r.identity == newest.identity or r.imported:
+                keep.append(r)
+                continue
+            diffs = differences(components_of(r), ident)
+            if c.mix_envs and all(d.startswith("env key") for d in diffs):
+                keep.append(r)
+                continue
+            other["; ".join(diffs)].append(r)
+        chosen[n] = keep
+        for what, rs in other.items():
+            notes.append(f"{n}: {len(rs)} run(s) of another configuration left out ({what})")
+        if c.mix_envs and len({r.env_key for r in keep}) > 1:
+            notes.append(f"{n}: mixing {len({r.env_key for r in keep})} env keys on request")
     imported = [n for n in names if any(r.imported for r in chosen[n])]
     if imported:
         notes.append(f"imported runs used on request: {', '.join(imported)}")
@@ -198,22 +277,30 @@ def choose(rows: Iterable[RunRow], recipes: Sequence[str], criteria: Criteria = 
     if evidence:
         notes.append(f"runs with missing activation evidence used on request: {', '.join(evidence)}")
 
-    # 4. one interleaved sweep when there is one
+    # 5. one interleaved sweep when there is one
     group = c.group_id
     if c.prefer_group and group is None and len(names) > 1:
         complete = set.intersection(*({r.group_id for r in chosen[n] if r.group_id} for n in names))
         if complete:
             group = max(complete, key=lambda g: max(_when(r) for n in names for r in chosen[n] if r.group_id == g))
             chosen = {n: [r for r in chosen[n] if r.group_id == group] for n in names}
+        else:
+            groups = {n: sorted({(r.group_id or "-")[:12] for r in chosen[n]}) for n in names}
+            notes.append("no sweep measured all of them together: comparing across sweeps ("
+                         + "; ".join(f"{n}: group {', '.join(g)}" for n, g in groups.items())
+                         + "); `patchbench run " + " ".join(names) + "` measures them interleaved")
     ref = chosen[names[0]][-1]
     return Selection(tuple(names), chosen, ref.bench_key, ref.gpu_key if len(gpus) == 1 else " + ".join(gpus),
                      group, tuple(notes))
 
 
-def select(store, recipes: Sequence[str], criteria: Criteria = Criteria()) -> Selection:
+def select(store, recipes: Sequence[str], criteria: Criteria = Criteria(), *, current: dict[str, dict] | None = None,
+           metrics: Sequence[str] | None = None) -> Selection:
     """`choose` over the store's ok and invalid runs of `recipes` (invalid ones count only with
-    `missing_evidence`; reading them lets a refusal say why)."""
-    return choose(store.runs(recipe=list(dict.fromkeys(recipes)), status=["ok", "invalid"]), recipes, criteria)
+    `missing_evidence`; reading them lets a refusal say why), with the metrics each run measured."""
+    rows = store.runs(recipe=list(dict.fromkeys(recipes)), status=["ok", "invalid"])
+    measured = store.measured_metrics([r.run_id for r in rows])
+    return choose(rows, recipes, criteria, measured=measured, current=current, metrics=metrics)
 
 
 def criteria_from_args(args) -> Criteria:

@@ -1,12 +1,14 @@
 """Variants of a recipe (a prefix of its patch stack, the stack minus one patch, another upstream
-commit) measured through the normal pipeline, with results cached per env key in the store.
+commit) measured through the normal pipeline, with results cached per run identity in the store.
 
 This is the effectful edge that `attribute` and `bisect` (pure) measure through: a variant is
 prepared (apply -> build -> static check); an apply or build failure is a *skip* (None, its reason
-in `VariantMeter.skipped`), as `git bisect run`'s exit 125. Runs already stored are reused when
-`toolkit.analysis.selection` would count them for the same env key, benchmark and GPU kind as here
-(verified, measured here: never imported), one value per run, so a bisect can be resumed or
-replayed without measuring again.
+in `VariantMeter.skipped`), as `git bisect run`'s exit 125. Runs already stored are reused only
+when they have the run identity this variant's run would have (toolkit/results/identity.py: env
+key, server arguments and env, model, target, benchmark, GPUs) and `toolkit.analysis.selection`
+counts them (verified benchmark runs with samples, measured here: never imported), one value per
+run, so a bisect can be resumed or replayed without measuring again. A variant that is the whole
+stack is the recipe itself: its runs are stored under the recipe's own name.
 """
 
 from __future__ import annotations
@@ -85,7 +87,7 @@ class VariantMeter:
     _prepared: dict = field(default_factory=dict)  # label -> Prepared | None
     skipped: dict = field(default_factory=dict)  # label -> why it has no values
     _gpu_key: str | None = None
-    log: list = field(default_factory=list)  # (label, env key, values, run ids) for the report
+    log: list = field(default_factory=list)  # (label, run identity, values, run ids) for the report
 
     @property
     def point(self) -> int:
@@ -98,10 +100,11 @@ class VariantMeter:
         from toolkit.run.pipeline import prepare
 
         if label not in self._prepared:
-            try:
+            whole = recipe is None and overrides == overrides_for(self.recipe, stack_of(self.recipe))
+            try:  # the whole stack is the recipe itself: its runs are the recipe's own
                 self._prepared[label] = prepare(recipe or self.recipe, self.home, overrides=overrides or None,
-                                                label=f"{self.recipe.name}@{label}", console=self.console,
-                                                until=until)
+                                                label=None if whole else f"{self.recipe.name}@{label}",
+                                                console=self.console, until=until)
                 self.builds += 1
             except PatchbenchError as exc:
                 self.console.print(f"[yellow]skip[/] {label}: {exc}")
@@ -122,13 +125,13 @@ class VariantMeter:
         """One value per run (`selection.reduce`) of the metric at the point, in run order."""
         return values_at(self.store.samples(run_ids, metric=self.spec.metric), self.spec.metric, self.point, run_ids)
 
-    def cached(self, env_key: str, bench_key: str) -> list[str]:
-        """Stored runs that count for this env, benchmark and GPU kind (oldest first)."""
+    def cached(self, identity: str) -> list[str]:
+        """Stored runs of this identity that count (oldest first), whatever recipe label they carry."""
         name = self.recipe.name
-        rows = [r for r in self.store.runs(env_key=env_key, status="ok", bench_key=bench_key, gpu_key=self.gpu_key)]
+        rows = self.store.runs(identity=identity, status="ok")
         try:
-            sel = choose([_as(r, name) for r in rows], [name],
-                         Criteria(env_key=env_key, bench_key=bench_key, gpu_key=self.gpu_key, prefer_group=False))
+            sel = choose([_as(r, name) for r in rows], [name], Criteria(identity=identity, prefer_group=False),
+                         measured=self.store.measured_metrics([r.run_id for r in rows]), metrics=[self.spec.metric])
         except MissingResults:
             return []
         return sel.run_ids(name)
@@ -136,17 +139,16 @@ class VariantMeter:
     def measure(self, label: str, overrides: dict, repeats: int, recipe: Recipe | None = None) -> list[float] | None:
         """`repeats` values not handed out before for this env: stored ones first, then new runs.
         `recipe`: a variant recipe (another release) instead of overrides of this one."""
+        from toolkit.run.identity import expected_identity
         from toolkit.run.pipeline import run_once
-        from toolkit.results.store import bench_key
 
         p = self._prepare(label, overrides, recipe)
         if p is None:
             return None
-        key = p.env.key
+        key = expected_identity(p.recipe, p.env.key, self.gpu_key)
         used = self._used.setdefault(key, set())
-        bk = bench_key(self.recipe.benchmark.driver, self.recipe.benchmark.params())
         # oldest first: a replay hands out the same values in the same order, so it decides the same
-        cached = [r for r in self.cached(key, bk) if r not in used]
+        cached = [r for r in self.cached(key) if r not in used]
         take = cached[:repeats]
         values = self._values(take)
         used.update(take)
@@ -168,7 +170,7 @@ class VariantMeter:
                 ids.pop()  # the failed run gave no value
                 break
             values.extend(got)
-        self.log.append((label, key, list(values), ids))
+        self.log.append((label, key, list(values), ids))  # key: the run identity
         return values
 
 

@@ -43,7 +43,7 @@ def print_runs_used(meter) -> None:
     for label, key, _, ids in meter.log:
         dates = sorted(r.started_at or "" for r in meter.store.runs(run_ids=ids))
         when = f"{dates[0][:16]} .. {dates[-1][:16]}".replace("T", " ") if dates else "?"
-        console.print(f"[dim]runs used:[/] {label} (env {(key or '-')[:10]}): {len(ids)} run(s) "
+        console.print(f"[dim]runs used:[/] {label} (identity {(key or '-')[:10]}): {len(ids)} run(s) "
                       f"{', '.join(i[:8] for i in ids)}, {when}", highlight=False)
 
 
@@ -96,7 +96,7 @@ def run(args) -> int:
         print_json({"recipe": recipe.name, "metric": spec.metric, "point": meter.point, "lines": result.lines(),
                     "prefix_values": prefix_values, "leave_one_out": loo, "skipped": skipped,
                     "builds": meter.builds, "runs": meter.runs, "min_effect": args.min_effect,
-                    "values_from": [{"label": label, "env_key": key, "values": vals, "runs": ids}
+                    "values_from": [{"label": label, "identity": key, "values": vals, "runs": ids}
                                     for label, key, vals, ids in meter.log]})
         return 0
     console.print(render_attribution(result, title=f"{recipe.name}: {spec.metric} at point {meter.point}"))

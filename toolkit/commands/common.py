@@ -40,6 +40,14 @@ def load(ref: str) -> Recipe:
         raise exc.located(step="load recipe")
 
 
+def definitions(names) -> dict:
+    """Each loadable recipe's definition as its file says now (toolkit.run.identity): selection
+    leaves out runs of older definitions and names them."""
+    from toolkit.run.identity import current_definitions
+
+    return current_definitions(names, load_recipe)
+
+
 def home_of(args):
     return resolve_home(getattr(args, "home", None))
 

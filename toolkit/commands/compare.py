@@ -4,7 +4,7 @@ The runs used are chosen by `toolkit.analysis.selection` and named under the tab
 
 from __future__ import annotations
 
-from toolkit.commands.common import known_recipes, console, err, home_of, load, print_json, store_of
+from toolkit.commands.common import definitions, known_recipes, console, err, home_of, load, print_json, store_of
 
 HELP = "compare stored results of recipes against the first (ratio, 95% CI, Mann-Whitney verdict)"
 
@@ -76,14 +76,15 @@ def run(args) -> int:
         return 0
     criteria = criteria_from_args(args)
     if args.run:
-        missing = missing_recipes(store, args.recipes, criteria)
+        missing = missing_recipes(store, args.recipes, criteria, current=definitions(args.recipes))
         if missing:
             from toolkit.run.pipeline import run_sweep
 
             err.print(f"measuring {', '.join(missing)} first")
             run_sweep([load(r) for r in missing], home=home_of(args), store=store, repeats=args.repeats,
                       console=err)
-    sel = select(store, args.recipes, criteria)
+    sel = select(store, args.recipes, criteria, current=definitions(args.recipes),
+                 metrics=sorted({s.metric for s in specs}) if specs else None)
     rows = compare_selection(store, sel, metrics=specs, points=args.point, min_effect=args.min_effect)
     if not rows and args.metric:
         measured = sorted({s.metric for s in store.samples(sel.run_ids(sel.recipes[0]))})
@@ -98,9 +99,12 @@ def run(args) -> int:
                     "group": sel.group_id, "selection": sel.describe(), "notes": list(sel.notes),
                     "min_effect": args.min_effect})
         return 0
-    console.print(render_compare(rows, title=f"{' vs '.join(args.recipes[1:])} against {args.recipes[0]}"))
     if not rows:
-        console.print("[yellow]no metric measured by both at the points asked[/]")
+        looked = "; ".join(sel.describe())
+        raise BadInput("nothing to compare: no metric measured by both at the points asked "
+                       f"(runs looked at: {looked})", hint="`patchbench results --selected "
+                       + " ".join(args.recipes) + "` lists them")
+    console.print(render_compare(rows, title=f"{' vs '.join(args.recipes[1:])} against {args.recipes[0]}"))
     console.print(f"[dim]{legend}[/]")
     for line in sel.describe():
         console.print(f"[dim]runs used:[/] {escape(line)}", highlight=False)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from toolkit.commands.common import known_recipes, console, store_of
+from toolkit.commands.common import definitions, known_recipes, console, store_of
 
 HELP = "write report.md (PR-ready table + PNG plots) and report.html (self-contained, SVG plots) for recipes"
 
@@ -56,7 +56,8 @@ def run(args) -> int:
     store = store_of(args)
     known_recipes(store, list(args.recipes))
     data = collect(store, args.recipes, args.metric, title=args.title,
-                   criteria=criteria_from_args(args), min_effect=args.min_effect)
+                   criteria=criteria_from_args(args), min_effect=args.min_effect,
+                   current=definitions(args.recipes))
     out = Path(args.output).expanduser()
     figures = plots(data)
     try:

@@ -117,7 +117,9 @@ def run(args) -> int:
             from toolkit.errors import BadInput
 
             raise BadInput("--selected needs the recipes to select for")
-        sel = select(store, args.recipes, criteria_from_args(args))
+        from toolkit.commands.common import definitions
+
+        sel = select(store, args.recipes, criteria_from_args(args), current=definitions(args.recipes))
         console.print(render_runs(store, [r for name in sel.recipes for r in sel.runs[name]]))
         for line in sel.notes:
             console.print(f"note: {line}", markup=False)

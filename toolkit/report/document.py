@@ -94,7 +94,7 @@ def _patch_names(patches: Any) -> dict[str, list[str]]:
 
 def collect(store: Any, recipes: Sequence[str], metrics_: Sequence[str] | None = None, *,
             title: str | None = None, criteria: Criteria = Criteria(),
-            min_effect: float = stats.DEFAULT_MIN_EFFECT) -> ReportData:
+            min_effect: float = stats.DEFAULT_MIN_EFFECT, current: dict | None = None) -> ReportData:
     """Everything a report shows for `recipes` (the first is the baseline) from `store`.
 
     Runs: the ones `toolkit.analysis.selection` chooses under `criteria`, the same as `compare`'s;
@@ -104,7 +104,7 @@ def collect(store: Any, recipes: Sequence[str], metrics_: Sequence[str] | None =
     if not names:
         raise BadInput("report needs at least one recipe")
     specs = metrics.parse_specs(list(metrics_ or []))
-    sel = select(store, names, criteria)
+    sel = select(store, names, criteria, current=current)
     notes: list[str] = list(sel.notes)
     values: dict[tuple[str, str, int], tuple[float, ...]] = {}
     units: dict[str, str] = {}

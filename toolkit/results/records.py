@@ -4,7 +4,8 @@ run's writer process is alive.
 
 A run's `extra` may carry `imported` ({"from", "file_sha256", "rows_sha256"}: the run came from a
 file, not from a measurement here) and `evidence` ({patch: "ok" | "missing" | "undeclared"}: whether
-each patch showed its activation evidence).
+each patch showed its activation evidence), `kind` ("benchmark", "verify", "profile": what made the
+run; only benchmark runs count in tables) and `model_config_sha256` (part of the run identity).
 """
 
 from __future__ import annotations
@@ -141,6 +142,14 @@ class RunRow:
     host: str | None = None
     pid_started: float | None = None  # process start time, epoch seconds (pid reuse guard)
     extra: dict = field(default_factory=dict)
+    identity: str | None = None  # toolkit.results.identity: the same experiment has the same key
+
+    @property
+    def kind(self) -> str:
+        """What made the run: "benchmark" (the recipe's driver), "verify" (`--until verify`: a
+        launch and a verdict, no measurement) or "profile" (under the profiler's overhead)."""
+        kind = (self.extra or {}).get("kind")
+        return str(kind or ("profile" if self.bench_driver == "profile" else "benchmark"))
 
     def is_interrupted(self) -> bool:
         """A `running` run whose writer process is gone (same host only)."""

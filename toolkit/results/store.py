@@ -12,6 +12,8 @@ Tables:
   list, benchmark driver + params + `bench_key`, server argv + `/server_info`, verification, machine
   (+ `gpu_key`), group id, timestamps, timings, status, error, log paths/tail, and the writer's pid,
   host and process start time (a run left `running` by a dead process reads as "interrupted").
+  The run identity (`identity`, toolkit/results/identity.py) is computed by the store from those
+  fields whenever a run is written.
 - `samples`: one row per measured value (metric, value, unit, point, point_kind, repeat).
 
 JSON columns are stored as text and come back parsed (`RunRow`).
@@ -31,11 +33,13 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 
 from toolkit.errors import BadInput, PatchbenchError
+from toolkit.results.identity import identity_of
+from toolkit.results.schema import MIGRATIONS
 from toolkit.results.records import (  # noqa: F401  (re-exported: the store's row types and keys)
     BENCH_KEY_IGNORED, RUN_FIELDS, SAMPLE_FIELDS, RunRow, SampleRow, _now, _process_start_time, bench_key,
     canonical_json, comparable_bench_params, gpu_key, process_alive)
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 STORE_FILENAME = "results.sqlite"
 STATUSES = ("running", "ok", "failed", "invalid", "interrupted")
 # interrupted: its patchbench died (SIGKILL, SIGTERM, Ctrl-C) before it finished (see toolkit/run/reaper.py)
@@ -56,71 +60,6 @@ JSON_FIELDS = frozenset({
     "server_info", "verification", "machine", "env_vars", "timings", "log_paths", "extra",
 })
 _JSON_DEFAULTS = {f.name: f.default_factory for f in fields(RunRow) if f.name in JSON_FIELDS}  # type: ignore[misc]
-
-_SCHEMA_V1 = """
-CREATE TABLE runs (
-    run_id TEXT PRIMARY KEY,
-    recipe TEXT NOT NULL,
-    status TEXT NOT NULL CHECK (status IN ('running', 'ok', 'failed', 'invalid')),
-    recipe_resolved TEXT NOT NULL DEFAULT '{}',
-    lock TEXT NOT NULL DEFAULT '{}',
-    tree_hashes TEXT NOT NULL DEFAULT '{}',
-    env_key TEXT,
-    sglang_version TEXT,
-    flashinfer_version TEXT,
-    arch_list TEXT NOT NULL DEFAULT '[]',
-    bench_driver TEXT,
-    bench_params TEXT NOT NULL DEFAULT '{}',
-    bench_key TEXT,
-    server_argv TEXT NOT NULL DEFAULT '[]',
-    server_info TEXT NOT NULL DEFAULT '{}',
-    config_verified INTEGER,
-    verification TEXT NOT NULL DEFAULT '[]',
-    machine TEXT NOT NULL DEFAULT '{}',
-    gpu_key TEXT NOT NULL DEFAULT 'none',
-    env_vars TEXT NOT NULL DEFAULT '{}',
-    "repeat" INTEGER NOT NULL DEFAULT 0,
-    group_id TEXT,
-    started_at TEXT,
-    finished_at TEXT,
-    timings TEXT NOT NULL DEFAULT '{}',
-    error TEXT,
-    log_paths TEXT NOT NULL DEFAULT '{}',
-    log_tail TEXT,
-    pid INTEGER,
-    host TEXT,
-    pid_started REAL,
-    extra TEXT NOT NULL DEFAULT '{}'
-);
-CREATE INDEX runs_recipe ON runs (recipe, status);
-CREATE INDEX runs_env_key ON runs (env_key);
-CREATE INDEX runs_group ON runs (group_id);
-CREATE TABLE samples (
-    id INTEGER PRIMARY KEY,
-    run_id TEXT NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE,
-    metric TEXT NOT NULL,
-    value REAL NOT NULL,
-    unit TEXT NOT NULL,
-    point INTEGER NOT NULL,
-    point_kind TEXT NOT NULL CHECK (point_kind IN ('batch', 'concurrency')),
-    "repeat" INTEGER NOT NULL DEFAULT 0
-);
-CREATE INDEX samples_run ON samples (run_id, metric, point);
-"""
-
-# v2: the `interrupted` status. Loosening a CHECK changes no stored row, so the table definition is
-# edited in place (the procedure SQLite documents for CHECK changes); samples keep their rows.
-_ALLOW_INTERRUPTED = """
-PRAGMA writable_schema = ON;
-UPDATE sqlite_master SET sql = replace(sql, '''invalid'')', '''invalid'', ''interrupted'')')
-    WHERE type = 'table' AND name = 'runs' AND sql NOT LIKE '%''interrupted''%';
-PRAGMA writable_schema = RESET
-"""
-
-# version -> SQL that brings version-1 to version. Append, never edit.
-MIGRATIONS: dict[int, str] = {1: _SCHEMA_V1, 2: _ALLOW_INTERRUPTED}
-
-
 
 _IMPORTED_SQL = ("SELECT {cols} FROM runs WHERE json_extract(extra, '$.imported.file_sha256') = ? "
                  "OR json_extract(extra, '$.imported.rows_sha256') = ? ORDER BY started_at, rowid")
@@ -177,6 +116,8 @@ class Store:
                 for stmt in MIGRATIONS[v].split(";"):
                     if stmt.strip():
                         conn.execute(stmt)
+            if 0 < current < 3:
+                self._backfill_identities(conn)
             if row is None:
                 conn.execute("INSERT INTO schema_version (version) VALUES (?)", (SCHEMA_VERSION,))
             elif current != SCHEMA_VERSION:
@@ -185,6 +126,15 @@ class Store:
         except BaseException:
             conn.execute("ROLLBACK")
             raise
+
+    def _backfill_identities(self, conn: sqlite3.Connection) -> None:
+        cols = [c for c in RUN_FIELDS if c != "identity"]
+        rows = conn.execute(f"SELECT {', '.join(_q(c) for c in cols)} FROM runs").fetchall()
+        for r in rows:
+            d = dict(zip(cols, r))
+            for k in JSON_FIELDS:
+                d[k] = json.loads(d[k]) if d.get(k) else _JSON_DEFAULTS[k]()
+            conn.execute("UPDATE runs SET identity = ? WHERE run_id = ?", (identity_of(d), d["run_id"]))
 
     def schema_version(self) -> int:
         return int(self._connect().execute("SELECT version FROM schema_version").fetchone()[0])
@@ -245,6 +195,8 @@ class Store:
             row["bench_key"] = bench_key(row.get("bench_driver"), row.get("bench_params"))
         if row.get("gpu_key") is None:
             row["gpu_key"] = gpu_key(row.get("machine"))
+        if row.get("identity") is None:
+            row["identity"] = identity_of(row)
         return row
 
     @staticmethod
@@ -344,6 +296,17 @@ class Store:
                          [self._encode(c, upd[c]) for c in cols] + [run_id])
             if samples:
                 self._insert_samples(conn, run_id, samples, None)
+            if "identity" not in upd:
+                self._rekey_identity(conn, run_id)
+
+    def _rekey_identity(self, conn: sqlite3.Connection, run_id: str) -> None:
+        """The identity from the run's fields as they are now stored (finish may set the machine)."""
+        names = ("env_key", "bench_key", "server_argv", "env_vars", "recipe_resolved", "extra", "gpu_key")
+        r = conn.execute(f"SELECT {', '.join(_q(c) for c in names)} FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+        d = dict(zip(names, r))
+        for k in JSON_FIELDS & set(names):
+            d[k] = json.loads(d[k]) if d.get(k) else _JSON_DEFAULTS[k]()
+        conn.execute("UPDATE runs SET identity = ? WHERE run_id = ?", (identity_of(d), run_id))
 
     def mark_interrupted(self, run_id: str, reason: str) -> bool:
         """Finish a run still `running` as `interrupted` with `reason` (the reaper, after its
@@ -398,6 +361,7 @@ class Store:
     def runs(self, recipe: str | Sequence[str] | None = None, status: str | Sequence[str] | None = None,
              env_key: str | None = None, *, group_id: str | None = None, bench_key: str | None = None,
              gpu_key: str | None = None, run_ids: Sequence[str] | None = None,
+             identity: str | Sequence[str] | None = None,
              config_verified: bool | None = None, limit: int | None = None,
              newest_first: bool = False) -> list[RunRow]:
         """Runs matching every filter given (a list means any of), oldest first by default."""
@@ -419,6 +383,7 @@ class Store:
         any_of("group_id", group_id)
         any_of("bench_key", bench_key)
         any_of("gpu_key", gpu_key)
+        any_of("identity", identity)
         if run_ids is not None:
             any_of("run_id", list(run_ids))
         if config_verified is not None:
@@ -447,6 +412,16 @@ class Store:
                 raise BadInput(f"run id prefix {run_id} is ambiguous", hint="give more characters")
             rows = exact
         return self._decode(rows[0], RUN_FIELDS)
+
+    def measured_metrics(self, run_ids: Sequence[str]) -> dict[str, set[str]]:
+        """run id -> the metrics it has samples of (runs without samples are absent)."""
+        out: dict[str, set[str]] = {}
+        conn = self._connect()
+        for chunk in _chunks(list(run_ids)):
+            sql = f"SELECT DISTINCT run_id, metric FROM samples WHERE run_id IN ({', '.join('?' * len(chunk))})"
+            for rid, metric in conn.execute(sql, chunk):
+                out.setdefault(rid, set()).add(metric)
+        return out
 
     def samples(self, run_ids: Sequence[str] | str, metric: str | Sequence[str] | None = None) -> list[SampleRow]:
         """Samples of the given runs (optionally only some metrics), in insertion order."""

@@ -29,6 +29,7 @@ from toolkit.envs import Env
 from toolkit.envs.manifest import env_record
 from toolkit.errors import PatchbenchError
 from toolkit.recipe.load import Recipe
+from toolkit.run.identity import model_config_sha256
 from toolkit.run.sglang_args import StaticCheck, launch_argv
 from toolkit.results.store import Store
 from toolkit.tree.applied import AppliedTree
@@ -37,9 +38,12 @@ from toolkit.tree.applied import AppliedTree
 class RunInvalid(PatchbenchError):
     """A step found the run measured something other than the recipe: stored `invalid`."""
 
-    def __init__(self, message: str, *, problems: list[str] | None = None):
+    def __init__(self, message: str, *, problems: list[str] | None = None, samples: list | None = None,
+                 config_verified: bool = False):
         super().__init__(message)
         self.problems = problems or [message]
+        self.samples = samples or []  # what was measured before the step refused: kept with the run
+        self.config_verified = config_verified  # False: the config differs; True: verified, then refused
 
 
 class Interrupted(KeyboardInterrupt):
@@ -89,17 +93,19 @@ class Attempt:
 
 @contextlib.contextmanager
 def recorded(p: Prepared, *, home: Path, store: Store, repeat: int, group_id: str, console: Console,
-             host: str | None = None) -> Iterator[Attempt]:
+             host: str | None = None, kind: str = "benchmark") -> Iterator[Attempt]:
     """Begin a run in the store and finish it whatever happens: the one place a run ends.
 
     RunInvalid -> `invalid`; any other exception (a step's, a timeout, the store's) -> `failed`
     with a one-line reason and the log tail, and the sweep goes on; Ctrl-C/SIGTERM -> `interrupted`,
-    re-raised. Every process group the steps started is ended first."""
+    re-raised. Every process group the steps started is ended first. `kind` says what the run is
+    for ("benchmark", "verify": a launch and a verdict only, "profile"); only benchmark runs count in
+    tables (toolkit.analysis.selection)."""
     run_id = uuid.uuid4().hex
     run_dir = home / "runs" / run_id
     run_dir.mkdir(parents=True, exist_ok=True)
     attempt = Attempt(p, run_id, run_dir, repeat, home, store, console, host or p.recipe.server.host,
-                      contextlib.ExitStack(), timings=dict(p.timings))
+                      contextlib.ExitStack(), timings=dict(p.timings), extra={"kind": kind})
     begin(attempt, group_id)
     try:
         with attempt.cleanup:
@@ -109,7 +115,8 @@ def recorded(p: Prepared, *, home: Path, store: Store, repeat: int, group_id: st
             finish(attempt, "interrupted", f"interrupted ({exc.args[0] if exc.args else 'Ctrl-C'})")
         raise
     except RunInvalid as exc:
-        finish(attempt, "invalid", exc.message, verification=exc.problems, config_verified=False)
+        finish(attempt, "invalid", exc.message, verification=exc.problems, config_verified=exc.config_verified,
+               samples=exc.samples or None)
     except Exception as exc:  # noqa: BLE001 - every failure of a step is a failed run, not a lost one
         if attempt.finished:  # stored already; ending its processes failed
             console.print(f"[red]{escape(attempt.title)}[/]: teardown: {escape(_reason(exc, attempt))}")
@@ -126,7 +133,8 @@ def begin(a: Attempt, group_id: str) -> None:
                     "static_check": p.check.fields if p.check else {},
                     "resolved_config": p.check.resolved_config if p.check else {},
                     "target": p.check.target if p.check else None,
-                    "env": env_record(p.env.manifest, p.check.resolved_config if p.check else None)})
+                    "env": env_record(p.env.manifest, p.check.resolved_config if p.check else None),
+                    "model_config_sha256": model_config_sha256(recipe.server.model)})
     sg_ver, fi_ver = versions(p.env)
     a.store.begin_run(
         run_id=a.run_id, recipe=p.name, recipe_resolved=recipe.to_dict(), lock=_read_json(recipe.lock_path),

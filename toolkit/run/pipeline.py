@@ -210,11 +210,12 @@ def check_evidence(measured: Measured) -> Measured:
     if undeclared:
         attempt.console.print(f"[yellow]{attempt.title}[/]: no activation evidence declared for "
                               f"{', '.join(undeclared)} (add [evidence.\"PATCH\"] to the recipe)")
-    if not verdict.ok:
-        raise RunInvalid("activation evidence missing: " + "; ".join(verdict.problems), problems=verdict.problems)
     kind = "batch" if recipe.benchmark.driver == "one-batch" else "concurrency"
     extra = [Sample(name, value, metrics.unit_of(name), 0, kind) for name, value in verdict.metrics.items()
              if metrics.lookup(name) is not None]
+    if not verdict.ok:  # stored invalid with its numbers: `--missing-evidence` can still select it
+        raise RunInvalid("activation evidence missing: " + "; ".join(verdict.problems), problems=verdict.problems,
+                         samples=[*measured.samples, *extra], config_verified=True)
     return Measured(measured.verified, [*measured.samples, *extra], measured.errors)
 
 
@@ -296,7 +297,7 @@ def run_once(p: Prepared, *, home: Path, store: Store, repeat: int, group_id: st
     check_evidence -> store, inside `recorded`. Every outcome is stored (ok, invalid, failed,
     interrupted); returns the run id. Raises only for Ctrl-C/SIGTERM (after storing)."""
     with recorded(p, home=home, store=store, repeat=repeat, group_id=group_id, console=console,
-                  host=host) as attempt:
+                  host=host, kind="verify" if until == "verify" else "benchmark") as attempt:
         _run_steps(steps_until(until)[1], attempt, attempt.timings)
     return attempt.run_id
 
@@ -368,11 +369,14 @@ def run_sweep(recipes: list[Recipe], *, home: Path, store: Store, repeats: int |
             "or through nox `nox -s recipe-NAME -- --until check`; or `--executor slurm` to run on a GPU node)",
             step="launch",
         )
-    n = max([repeats or p.recipe.benchmark.repeats for p in prepared], default=0)
+    def wanted(p: Prepared) -> int:  # a verification needs one launch, a measurement the recipe's repeats
+        return repeats or (1 if until == "verify" else p.recipe.benchmark.repeats)
+
+    n = max([wanted(p) for p in prepared], default=0)
     with signals_interrupt():
         for rep in range(n):
             for p in prepared:
-                if rep < (repeats or p.recipe.benchmark.repeats):
+                if rep < wanted(p):
                     try:
                         rid = run_once(p, home=home, store=store, repeat=rep, group_id=group_id,
                                        console=console, until=until)
