@@ -102,7 +102,7 @@ def test_verify_runs_and_missing_evidence_never_move_compare(demo, capsys):
     assert rc == 0 and after["runs"] == before["runs"] and after["rows"] == before["rows"]
 
     # missing evidence: stored invalid with its samples; out by default, selected on request
-    assert main(["run", "mine/noproof"]) == 1  # every run invalid
+    assert main(["run", "demo/baseline", "mine/noproof"]) == 1  # mine/noproof's runs are invalid
     bad = store.runs(recipe="mine/noproof")
     assert len(bad) == 2 and all(r.status == "invalid" and r.missing_evidence for r in bad)
     assert store.samples([r.run_id for r in bad], metric="output_tok_s")
@@ -113,6 +113,15 @@ def test_verify_runs_and_missing_evidence_never_move_compare(demo, capsys):
                              "--missing-evidence"])
     assert rc == 0 and set(out["runs"]["mine/noproof"]) == {r.run_id for r in bad}
     assert any("missing activation evidence used on request" in n for n in out["notes"])
+
+    # three recipes, no sweep of all three: each pair within the sweep that measured both
+    rc, out = _json(capsys, ["compare", "demo/baseline", "demo/fast", "mine/noproof", "--metric", "output_tok_s",
+                             "--missing-evidence"])
+    assert rc == 0 and any("each pair is compared within the newest sweep" in n for n in out["notes"])
+    rows = {r["recipe"]: r for r in out["rows"]}
+    assert rows["demo/fast"]["base_runs"] == before["rows"][0]["base_runs"]
+    second = {r.run_id for r in store.runs(recipe="demo/baseline") if r.group_id == bad[0].group_id}
+    assert set(rows["mine/noproof"]["base_runs"]) == second and len(second) == 2
 
 
 def test_editing_a_child_benchmark_says_the_benchmarks_differ_then_counts_the_new_runs(demo, capsys):

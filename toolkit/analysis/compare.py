@@ -84,14 +84,15 @@ def compare_selection(store: Store, sel: Selection, *, metrics: Sequence[str | M
     (`NAME[@POINT]` specs; None: all) and point measured by both, sorted by variant, metric, point."""
     specs = _as_specs(metrics)
     base = sel.recipes[0]
-    obs = {r: reduce(store.samples(sel.run_ids(r)), sel.run_ids(r)) for r in sel.recipes}
     rows: list[CompareRow] = []
-    for variant in sel.recipes[1:]:
-        for key in sorted(set(obs[base]) & set(obs[variant])):
+    for variant in sel.recipes[1:]:  # each pair within one sweep where one measured both
+        ids_a, ids_b = sel.pair(base, variant)
+        obs_a, obs_b = reduce(store.samples(ids_a), ids_a), reduce(store.samples(ids_b), ids_b)
+        for key in sorted(set(obs_a) & set(obs_b)):
             metric, point, kind = key
             if not _wanted(metric, point, specs, points):
                 continue
-            a, b = obs[base][key], obs[variant][key]
+            a, b = obs_a[key], obs_b[key]
             unit = a.unit or b.unit
             hib = registry.higher_is_better(metric)
             c = stats.compare_values(a.values, b.values, higher_is_better=hib, unit=unit,

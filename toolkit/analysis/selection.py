@@ -81,6 +81,18 @@ class Selection:
     def run_ids(self, recipe: str) -> list[str]:
         return [r.run_id for r in self.runs[recipe]]
 
+    def pair(self, base: str, variant: str) -> tuple[list[str], list[str]]:
+        """Run ids of `base` and `variant` to compare with each other: when no sweep measured every
+        recipe but one measured these two, only that sweep's runs (the newest such); else all."""
+        if self.group_id is None:
+            shared = {r.group_id for r in self.runs[base] if r.group_id} & {r.group_id for r in self.runs[variant]}
+            if shared:
+                g = max(shared, key=lambda g: max(_when(r) for r in self.runs[base] + self.runs[variant]
+                                                  if r.group_id == g))
+                return ([r.run_id for r in self.runs[base] if r.group_id == g],
+                        [r.run_id for r in self.runs[variant] if r.group_id == g])
+        return self.run_ids(base), self.run_ids(variant)
+
     def newest(self, recipe: str) -> RunRow:
         return self.runs[recipe][-1]
 
@@ -285,10 +297,15 @@ def choose(rows: Iterable[RunRow], recipes: Sequence[str], criteria: Criteria = 
             group = max(complete, key=lambda g: max(_when(r) for n in names for r in chosen[n] if r.group_id == g))
             chosen = {n: [r for r in chosen[n] if r.group_id == group] for n in names}
         else:
-            groups = {n: sorted({(r.group_id or "-")[:12] for r in chosen[n]}) for n in names}
-            notes.append("no sweep measured all of them together: comparing across sweeps ("
-                         + "; ".join(f"{n}: group {', '.join(g)}" for n, g in groups.items())
-                         + "); `patchbench run " + " ".join(names) + "` measures them interleaved")
+            base = names[0]
+            base_groups = {r.group_id for r in chosen[base] if r.group_id}
+            crossing = [n for n in names[1:] if not base_groups & {r.group_id for r in chosen[n]}]
+            if len(names) > 2 and len(crossing) < len(names) - 1:
+                notes.append(f"no sweep measured all of {', '.join(names)}: each pair is compared within the "
+                             "newest sweep that measured both")
+            for n in crossing:
+                notes.append(f"{base} and {n} were never measured in one sweep: compared across sweeps "
+                             f"(`patchbench run {base} {n}` measures them interleaved)")
     ref = chosen[names[0]][-1]
     return Selection(tuple(names), chosen, ref.bench_key, ref.gpu_key if len(gpus) == 1 else " + ".join(gpus),
                      group, tuple(notes))
