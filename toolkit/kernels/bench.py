@@ -49,7 +49,7 @@ def run_kernels(recipe, op: OpSpec, shapes: list[Shape], *, home: Path, shapes_f
                   f"backends offered: {', '.join(offered) or 'none'}")
     want = list(backends or offered)
     unknown = [b for b in want if b not in offered]
-    if op.needs_gpu and not machine.has_cuda_gpu():
+    if (settings.device or op.device) == "cuda" and not machine.has_cuda_gpu():
         raise NoGPU(f"no CUDA GPU on this machine: {recipe.name}'s env has {op.name} "
                     f"(backends {', '.join(offered) or 'none'}); timing it needs the GPU it runs on", step="measure")
     if unknown:

@@ -10,7 +10,8 @@ table) for the decode shapes of the routed experts at every benchmark concurrenc
   2 x 256 + 256 = 768 columns of 6144);
 - at decode concurrency b, b tokens pick top-k experts each and a layer touches
   E * (1 - (1 - k/E)^b) distinct experts (the roofline's expected count), so an active expert sees
-  M = ceil(b * k / distinct) tokens: M = 1 up to b ~ E/k, then it grows.
+  M = round(b * k / distinct) tokens on average (at least 1): M = 1 up to b ~ E/k, then it grows
+  (GLM-5: M = 1, 2, 4, 8, 16, 32 at b = 1, 32, 128, 256, 512, 1024).
 
 For the MoE op a shape is one GPU's grouped problem: tokens b, experts E/EP, top-k (k/EP of each
 token's experts land on one rank under EP: at least 1), hidden, I_s.
@@ -24,7 +25,6 @@ definitions give N and K; M is a var axis the dump does not record, so M comes f
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -80,8 +80,9 @@ class Layout:
         return self.model.n_experts // self.ep
 
     def tokens_per_expert(self, b: int) -> int:
+        """The mean tokens an active expert sees at decode concurrency b, rounded (at least 1)."""
         m = self.model
-        return max(1, math.ceil(b * m.top_k / expected_distinct_experts(m.n_experts, m.top_k, b)))
+        return max(1, round(b * m.top_k / expected_distinct_experts(m.n_experts, m.top_k, b)))
 
 
 def _int_arg(args, *names: str, default: int = 1) -> int:

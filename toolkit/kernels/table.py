@@ -140,7 +140,7 @@ def render_rows(record: dict) -> Table:
     for r in rows(record):
         t.add_row(r.label, _dims(r.dims), ",".join(map(str, r.points)) or "-", _f(r.median_ms * 1e3, ".1f"),
                   _f(r.tflops, ".3g"), _f(r.floor_ms * 1e3 if r.floor_ms else None, ".2f"),
-                  _f(r.efficiency * 100 if r.efficiency is not None else None, ".2f") + ("%" if r.efficiency else ""),
+                  _f(r.efficiency * 100 if r.efficiency is not None else None, ".3g") + ("%" if r.efficiency else ""),
                   _f(r.max_relative_error, ".2e"), _f(r.within_tolerance, ".3f"),
                   r.verdict if r.status == "ok" else f"error: {r.error[:60]}")
     return t
@@ -156,6 +156,6 @@ def render_compare(items: list[ShapeComparison], title: str) -> Table:
         color = {"faster": "green", "slower": "red", WRONG: "bold red", ERROR: "red"}.get(c.verdict, "")
         t.add_row(c.label, _dims(c.dims), _f(c.base.median_ms * 1e3, ".1f"), _f(c.cand.median_ms * 1e3, ".1f"),
                   f"{_f(c.speedup, '.3f')} [{_f(lo, '.3f')}, {_f(hi, '.3f')}]", _f(c.p_value, ".3f"),
-                  (_f(c.cand.efficiency * 100, ".2f") + "%") if c.cand.efficiency is not None else "-",
+                  (_f(c.cand.efficiency * 100, ".3g") + "%") if c.cand.efficiency is not None else "-",
                   c.cand.verdict, f"[{color}]{c.verdict}[/]" if color else c.verdict)
     return t
