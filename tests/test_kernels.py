@@ -6,6 +6,7 @@ demo torch recipe's env."""
 from __future__ import annotations
 
 import json
+import subprocess
 
 import pytest
 
@@ -245,3 +246,42 @@ def test_kernels_cli_compare_export_report_and_no_gpu(tmp_path, monkeypatch, hom
     assert "cannot run flashinfer.mm_fp4" in capsys.readouterr().err
     with pytest.raises(Exception, match="cannot run flashinfer.mm_fp4"):
         check_op(base_torch_python(), MM, {"PATH": "/usr/bin:/bin"})
+
+
+NVFP4_ROUNDTRIP = r'''
+import sys, torch
+sys.path.insert(0, sys.argv[1])
+import kernel_bench as kb
+torch.manual_seed(0)
+rows, cols = 200, 96          # padded to 256 rows and 8 (not 6) scale columns: 2 x 2 tiles
+x = torch.randn(rows, cols)
+gs = kb.FP4_GLOBAL / x.abs().max()
+grid = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0])
+blocks = x.reshape(rows, cols // 16, 16)
+scale = (blocks.abs().amax(-1) / 6.0 * gs).to(torch.float8_e4m3fn)         # E4M3 block scales
+scaled = blocks / (scale.float() / gs).clamp_min(1e-12).unsqueeze(-1)
+mag = (scaled.abs().unsqueeze(-1) - grid).abs().argmin(-1)                   # nearest E2M1 magnitude
+code = (mag + 8 * (scaled < 0)).reshape(rows, cols).to(torch.uint8)
+packed = code[:, 0::2] | (code[:, 1::2] << 4)                                # low nibble first
+# CUTLASS's 128x4 scale-factor layout, written from its formula
+R, C = -(-rows // 128) * 128, -(-(cols // 16) // 4) * 4
+sf = torch.zeros(R * C, dtype=torch.uint8)
+for r in range(rows):
+    for c in range(cols // 16):
+        off = ((r // 128) * (C // 4) + c // 4) * 512 + (r % 32) * 16 + ((r % 128) // 32) * 4 + c % 4
+        sf[off] = scale[r, c].view(torch.uint8)
+deq = kb.dequant_nvfp4(torch, packed, sf.view(torch.float8_e4m3fn), gs, rows, cols)
+want = (grid[mag] * torch.where(scaled < 0, -1.0, 1.0) * (scale.float() / gs).unsqueeze(-1)).reshape(rows, cols)
+assert torch.equal(deq, want), (deq - want).abs().max()
+assert kb._cos(torch, deq, x) > 0.98, kb._cos(torch, deq, x)
+print("ok")
+'''
+
+
+def test_nvfp4_dequantization_reads_the_swizzled_scale_layout(tmp_path):
+    """The reference dequantizes E2M1 nibbles (low first) times E4M3 scales stored in CUTLASS's
+    128x4 swizzled layout: checked against a quantizer that writes that layout from its formula."""
+    script = tmp_path / "roundtrip.py"
+    script.write_text(NVFP4_ROUNDTRIP)
+    out = subprocess.run([str(base_torch_python()), str(script), str(PROBES_DIR)], capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-2000:]

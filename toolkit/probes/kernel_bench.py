@@ -65,10 +65,19 @@ def _cos(torch, a, b):
     return float((a * b).sum()) / den if den else 0.0
 
 
+def _round_up(x, y):
+    return -(-x // y) * y
+
+
 def _fp4_quantize(fi, torch, x, gs):
-    """FlashInfer's quantizer (128x4 swizzled scales): packed bytes and scales."""
-    q, sf = fi.fp4_quantize(x, gs)
-    return q, sf
+    """FlashInfer's own NVFP4 quantizer, scales in the 128x4 swizzled layout: (packed bytes [rows,
+    cols/2], scales [round_up(rows, 128), round_up(cols/16, 4)])."""
+    rows, cols = x.shape
+    if hasattr(fi, "nvfp4_quantize") and hasattr(fi, "SfLayout"):
+        q, sf = fi.nvfp4_quantize(x, gs, sfLayout=fi.SfLayout.layout_128x4, do_shuffle=False)
+    else:
+        q, sf = fi.fp4_quantize(x, gs)
+    return q, sf.reshape(_round_up(rows, 128), _round_up(cols // 16, 4))
 
 
 # ----------------------------------------------------------------------------------------------- ops
@@ -141,8 +150,8 @@ class MmFp4:
         g = torch.Generator(device="cpu").manual_seed(seed)
         a = torch.randn(m, k, generator=g).to(torch.bfloat16).to(self.device)
         b = torch.randn(n, k, generator=g).to(torch.bfloat16).to(self.device)
-        ga = (FP4_GLOBAL / a.float().abs().max()).reshape(1)
-        gb = (FP4_GLOBAL / b.float().abs().max()).reshape(1)
+        ga = FP4_GLOBAL / a.float().abs().max()  # 0-dim fp32 global scales, as FlashInfer's tests pass them
+        gb = FP4_GLOBAL / b.float().abs().max()
         a_q, a_sf = _fp4_quantize(fi, torch, a, ga)
         b_q, b_sf = _fp4_quantize(fi, torch, b, gb)
         call_b_q, call_b_sf = b_q, b_sf
@@ -194,15 +203,15 @@ class CutlassFusedMoe:
         w2 = (torch.randn(e, h, i, generator=g) / 10).to(torch.bfloat16).to(dev)
         w1_gs = torch.stack([FP4_GLOBAL / w1[j].float().abs().max() for j in range(e)]).float()
         w2_gs = torch.stack([FP4_GLOBAL / w2[j].float().abs().max() for j in range(e)]).float()
-        q1 = [_fp4_quantize(fi, torch, w1[j], w1_gs[j].reshape(1)) for j in range(e)]
-        q2 = [_fp4_quantize(fi, torch, w2[j], w2_gs[j].reshape(1)) for j in range(e)]
-        w1_q = torch.stack([q for q, _ in q1]).contiguous()
-        w1_sf = torch.stack([s.reshape(-1) for _, s in q1]).contiguous()
+        q1 = [_fp4_quantize(fi, torch, w1[j], w1_gs[j]) for j in range(e)]
+        q2 = [_fp4_quantize(fi, torch, w2[j], w2_gs[j]) for j in range(e)]
+        w1_q = torch.stack([q for q, _ in q1]).contiguous()  # [E, 2I, H/2]
+        w1_sf = torch.stack([s for _, s in q1]).contiguous()  # [E, round_up(2I, 128), round_up(H/16, 4)]
         w2_q = torch.stack([q for q, _ in q2]).contiguous()
-        w2_sf = torch.stack([s.reshape(-1) for _, s in q2]).contiguous()
+        w2_sf = torch.stack([s for _, s in q2]).contiguous()
         sel = torch.rand(t, e, generator=g).topk(topk, dim=1).indices.to(torch.int32).to(dev)
         weights = torch.softmax(torch.randn(t, topk, generator=g), dim=1).float().to(dev)
-        one = torch.ones(1, dtype=torch.float32, device=dev)
+        one = torch.ones((), dtype=torch.float32, device=dev)
         scales = [one, w1_sf.view(torch.int32), (1.0 / w1_gs), one, w2_sf.view(torch.int32), (1.0 / w2_gs)]
         return {"x": x, "sel": sel, "weights": weights, "w1": w1_q.view(torch.long), "w2": w2_q.view(torch.long),
                 "scales": scales, "out": torch.empty(t, h, dtype=torch.bfloat16, device=dev),
@@ -217,7 +226,7 @@ class CutlassFusedMoe:
         torch, fi = self.torch, self.fi
         w1_q, w1_sf, w1_gs, w2_q, w2_sf, w2_gs = st["ref"]
         t, e, topk, h, i = st["dims"]
-        one = torch.ones(1, dtype=torch.float32, device=self.device)
+        one = torch.ones((), dtype=torch.float32, device=self.device)
         xq, xsf = _fp4_quantize(fi, torch, st["x"], one)
         xd = dequant_nvfp4(torch, xq, xsf, 1.0, t, h)
         out = torch.zeros(t, h, dtype=torch.float32, device=self.device)
