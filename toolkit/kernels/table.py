@@ -47,7 +47,8 @@ class Row:
         return (self.label, tuple(sorted(self.dims.items())))
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """JSON-safe: non-finite numbers (an errored shape's time) become null."""
+        return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in asdict(self).items()}
 
 
 def rows(record: dict) -> list[Row]:
@@ -87,8 +88,9 @@ class ShapeComparison:
     verdict: str
 
     def to_dict(self) -> dict:
-        return {"label": self.label, "dims": self.dims, "speedup": self.speedup, "speedup_ci": list(self.speedup_ci),
-                "p_value": self.p_value, "verdict": self.verdict, "baseline": self.base.to_dict(),
+        fin = lambda x: x if isinstance(x, (int, float)) and math.isfinite(x) else None  # noqa: E731
+        return {"label": self.label, "dims": self.dims, "speedup": fin(self.speedup),
+                "speedup_ci": [fin(x) for x in self.speedup_ci], "p_value": fin(self.p_value), "verdict": self.verdict, "baseline": self.base.to_dict(),
                 "candidate": self.cand.to_dict()}
 
 
