@@ -97,7 +97,9 @@ def checks(python: str = sys.executable, *, iters: int = 20, trials: int = 5) ->
             med = statistics.median(statistics.median(t) for t in r["times_ms"])
             tflops = 2 * r["shape"]["m"] * r["shape"]["n"] * r["shape"]["k"] / (med * 1e-3) / 1e12
             out.append(("PASS" if c["verdict"] == "ok" else "FAIL", what,
-                        f"{med * 1e3:.1f} us, {tflops:.3g} TFLOPS, check {c['verdict']} (max rel err "
+                        f"{med * 1e3:.1f} us, {tflops:.3g} TFLOPS, "
+                        f"{(r.get('transient_alloc_bytes') or 0) / 2**20:.2f} MiB allocated per call, "
+                        f"check {c['verdict']} (max rel err "
                         f"{c['max_relative_error']:.2e}, {100 * c['within_tolerance']:.1f}% within tolerance, "
                         f"reference input cos {c.get('reference_input_cos', float('nan')):.4f})"))
     return out

@@ -338,9 +338,17 @@ def check_output(torch, out, ref, rtol, atol, min_within):
 
 def measure_shape(torch, op, device, shape, job, flush):
     st = op.build(shape, job.get("backend"), int(job.get("seed", 0)))
-    before = flush.calls
+    flushed = flush.calls
     times = time_calls(torch, device, lambda: op.call(st), flush, int(job["warmup"]), int(job["iters"]),
                        int(job["trials"]))
+    transient = None
+    if device == "cuda":  # what one warm call allocates beyond its inputs (FlashInfer #4549: 34 MiB per call)
+        torch.cuda.synchronize()
+        held = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        op.call(st)
+        torch.cuda.synchronize()
+        transient = int(torch.cuda.max_memory_allocated() - held)
     out = op.call(st).clone()
     if device == "cuda":
         torch.cuda.synchronize()
@@ -349,8 +357,8 @@ def measure_shape(torch, op, device, shape, job, flush):
     if extra.get("reference_input_cos", 1.0) < 0.9:  # the dequantized inputs do not resemble the inputs
         corr["verdict"] = "reference-broken"
     corr.update(extra)
-    return {"shape": shape, "status": "ok", "times_ms": times, "flushes": flush.calls - before,
-            "correctness": corr}
+    return {"shape": shape, "status": "ok", "times_ms": times, "flushes": flush.calls - flushed,
+            "transient_alloc_bytes": transient, "correctness": corr}
 
 
 def _device(torch, op, job):
