@@ -28,6 +28,7 @@ VERBS = {
     "report": "report",
     "roofline": "roofline",
     "profile": "profile",
+    "kernels": "kernels",
 }
 
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)

@@ -23,6 +23,10 @@ def add_arguments(parser) -> None:
     add_min_effect_argument(parser)
     add_selection_arguments(parser)
     parser.add_argument("--kernels", action="store_true", help="kernel-family diff of stored profiles (patchbench profile)")
+    parser.add_argument("--kernels-table", action="store_true",
+                        help="per-shape diff of stored kernel tables (patchbench kernels); --op/--backend narrow it")
+    parser.add_argument("--op", default=None, help="with --kernels-table: only this op")
+    parser.add_argument("--backend", default=None, help="with --kernels-table: only this backend")
     parser.add_argument("--json", action="store_true")
 
 
@@ -62,6 +66,17 @@ def run(args) -> int:
     if len(args.recipes) < 2:
         raise BadInput("compare needs a baseline and at least one variant")
     specs = None if args.all_metrics else metrics.parse_specs(args.metric or metrics.default_names())
+    if args.kernels_table:  # per-shape kernel tables live in toolkit.kernels
+        from toolkit.kernels.compare import compare_recipes
+
+        items, data = compare_recipes(home_of(args), list(args.recipes), op=args.op, backend=args.backend,
+                                      min_effect=args.min_effect)
+        if args.json:
+            print_json(data)
+        else:
+            for item in items:
+                console.print(item)
+        return 0
     store = store_of(args)
     known_recipes(store, list(args.recipes))
     if args.kernels:  # the kernel-family diff lives in toolkit.profile

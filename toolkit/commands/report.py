@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from toolkit.commands.common import definitions, known_recipes, console, store_of
+from toolkit.commands.common import definitions, known_recipes, console, home_of, store_of
 
 HELP = "write report.md (PR-ready table + PNG plots) and report.html (self-contained, SVG plots) for recipes"
 
@@ -47,6 +47,26 @@ def _kernel_bars(store, recipes, out: Path) -> tuple[Path, Path] | None:
                  for ext in ("png", "svg"))
 
 
+def _kernels_only(args, out: Path) -> int:
+    """report.md / report.html holding only the kernel tables (the recipes have no stored runs)."""
+    from toolkit.errors import BadInput
+    from toolkit.report.kernels import kernel_section
+
+    title = args.title or f"Kernel tables: {' vs '.join(args.recipes)}"
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        kern = kernel_section(home_of(args), list(args.recipes), out)
+        md, page = out / "report.md", out / "report.html"
+        _write(md, f"## {title}\n" + "\n".join(kern.markdown) + "\n")
+        _write(page, f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{title}</title></head>'
+                     f"<body><h1>{title}</h1>\n{kern.html}\n</body></html>\n")
+    except OSError as exc:
+        raise BadInput(f"cannot write the report to {out}: {exc.strerror or exc}") from None
+    console.print(str(md), markup=False)
+    console.print(str(page), markup=False)
+    return 0
+
+
 def run(args) -> int:
     from toolkit.analysis.selection import criteria_from_args
     from toolkit.errors import BadInput
@@ -55,10 +75,17 @@ def run(args) -> int:
 
     store = store_of(args)
     known_recipes(store, list(args.recipes))
-    data = collect(store, args.recipes, args.metric, title=args.title,
-                   criteria=criteria_from_args(args), min_effect=args.min_effect,
-                   current=definitions(args.recipes))
     out = Path(args.output).expanduser()
+    try:
+        data = collect(store, args.recipes, args.metric, title=args.title,
+                       criteria=criteria_from_args(args), min_effect=args.min_effect,
+                       current=definitions(args.recipes))
+    except BadInput:  # no stored runs: a report of the kernel tables alone, when there are some
+        from toolkit.kernels import records
+
+        if not records.latest(home_of(args), args.recipes[0]):
+            raise
+        return _kernels_only(args, out)
     figures = plots(data)
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -69,8 +96,11 @@ def run(args) -> int:
             images.append(("decode step by kernel family (profiles), with the roofline floor", bars[0].name))
             svgs.append(bars[1].read_text())
         md, page = out / "report.md", out / "report.html"
-        _write(md, render_markdown(data, images))
-        _write(page, render_html(data, figures, svgs))
+        from toolkit.report.kernels import kernel_section  # stored `patchbench kernels` tables, if any
+
+        kern = kernel_section(home_of(args), list(args.recipes), out)
+        _write(md, render_markdown(data, images).rstrip("\n") + "\n".join(kern.markdown) + "\n")
+        _write(page, render_html(data, figures, svgs).replace("</body></html>", kern.html + "\n</body></html>"))
     except OSError as exc:
         raise BadInput(f"cannot write the report to {out}: {exc.strerror or exc}") from None
     for line in data.selection:

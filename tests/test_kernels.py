@@ -1,0 +1,287 @@
+"""Kernel tables (`patchbench kernels`, toolkit/kernels): model shapes from the roofline's own facts,
+shape files and FlashInfer trace dumps, the in-env probe (trials, cold-L2 flush, reference check)
+with the torch CPU test op, and the CLI flow (store, compare --kernels-table, export, report) on the
+demo torch recipe's env."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from conftest import base_torch_python, demo_project
+from toolkit.cli import main
+from toolkit.errors import BadInput
+from toolkit.kernels import records
+from toolkit.kernels.export import export
+from toolkit.kernels.measure import Settings, check_op, measure
+from toolkit.kernels.registry import OPS, get_op
+from toolkit.kernels.shapes import Shape, file_shapes, layout_of, model_shapes
+from toolkit.kernels.table import FIXED, WRONG, compare, rows
+from toolkit.report.kernels import kernel_section
+from toolkit.recipe.load import load_recipe
+from toolkit.resources import PROBES_DIR
+from toolkit.roofline import expected_distinct_experts, make_inputs
+
+MM = get_op("flashinfer.mm_fp4")
+MOE = get_op("flashinfer.cutlass_fused_moe")
+TEST = get_op("test.matmul")
+
+
+# ---------------------------------------------------------------------------------------- shapes
+
+
+@pytest.mark.parametrize("name,tp,ep", [("baseline", 8, 1), ("ep8", 8, 8)])
+def test_glm5_shapes_agree_with_the_roofline(name, tp, ep, monkeypatch):
+    monkeypatch.delenv("PATCHBENCH_GPUS", raising=False)
+    recipe = load_recipe(name)
+    lay = layout_of(recipe)
+    assert (lay.tp, lay.ep) == (tp, ep)
+    model = make_inputs("glm-5", "rtx-pro-6000", tp=tp, ep=ep).model  # the roofline's own model facts
+    gemms = model_shapes(lay, MM)
+    by_label = {}
+    for s in gemms:
+        by_label.setdefault(s.label, set()).add((s.dims["n"], s.dims["k"]))
+    (gu_n, gu_k), = by_label["experts.gate_up"]
+    (dn_n, dn_k), = by_label["experts.down"]
+    # one GPU's slice of one expert: the two GEMMs hold exactly the roofline's expert weights / (TP/EP)
+    assert gu_n * gu_k + dn_n * dn_k == model.expert_params // (tp // ep)
+    assert gu_k == dn_n == model.hidden == 6144
+    assert gu_n == 2 * dn_k
+    if ep == 1:  # TP8: each expert sliced 8 ways, 2 x 256 + 256 = 768 columns of 6144
+        assert (gu_n, dn_k, gu_n + dn_k) == (512, 256, 768)
+    else:  # EP8: whole experts, 32 per GPU
+        assert (gu_n, dn_k) == (4096, 2048)
+    # M: the mean tokens per active expert at each benchmark concurrency, from the roofline's count
+    for s in gemms:
+        for b in s.points:
+            want = b * model.top_k / expected_distinct_experts(model.n_experts, model.top_k, b)
+            assert s.dims["m"] == max(1, round(want))
+    assert {b for s in gemms for b in s.points} == set(recipe.benchmark.concurrency)
+    assert min(s.dims["m"] for s in gemms) == 1
+    moe = model_shapes(lay, MOE)
+    assert {s.dims["experts"] for s in moe} == {model.n_experts // ep}
+    assert {s.dims["inter"] for s in moe} == {dn_k}
+    assert {s.dims["top_k"] for s in moe} == {max(1, model.top_k // ep)}
+    assert [s.dims["tokens"] for s in moe] == sorted(recipe.benchmark.concurrency)
+
+
+def test_shapes_from_jsonl_and_a_flashinfer_trace_dump(tmp_path):
+    jsonl = tmp_path / "shapes.jsonl"
+    jsonl.write_text('{"m": 1, "n": 768, "k": 6144}\n\n{"m": 16, "n": 768, "k": 6144, "label": "x"}\n')
+    assert [s.dims for s in file_shapes(jsonl, MM)] == [{"m": 1, "n": 768, "k": 6144}, {"m": 16, "n": 768, "k": 6144}]
+    dump = tmp_path / "fi_trace_out"
+    dump.mkdir()
+    # what FLASHINFER_TRACE_DUMP=1 writes for mm_fp4: M is a var axis, N and K const
+    (dump / "gemm_fp4_n512_k6144.json").write_text(json.dumps({
+        "name": "gemm_fp4_n512_k6144", "op_type": "gemm_fp4",
+        "axes": {"M": {"type": "var"}, "N": {"type": "const", "value": 512}, "K": {"type": "const", "value": 6144},
+                 "block_size": {"type": "const", "value": 16}},
+        "inputs": {}, "outputs": {}}))
+    (dump / "rmsnorm_h6144.json").write_text(json.dumps({"name": "rmsnorm_h6144", "op_type": "rmsnorm",
+                                                         "axes": {"hidden_size": {"type": "const", "value": 6144}}}))
+    shapes = file_shapes(dump, MM, (1, 16, 128))
+    assert [s.dims for s in shapes] == [{"m": m, "n": 512, "k": 6144} for m in (1, 16, 128)]
+    assert {s.label for s in shapes} == {"gemm_fp4_n512_k6144"}
+    with pytest.raises(BadInput, match="no gemm_fp4 definition"):
+        file_shapes(dump / "rmsnorm_h6144.json", MM)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"m": 1, "n": 0, "k": 8}\n')
+    with pytest.raises(BadInput, match=">= 1"):
+        file_shapes(bad, MM)
+    with pytest.raises(BadInput, match="needs integer"):
+        file_shapes(jsonl, MOE)
+    with pytest.raises(BadInput, match="unknown kernel op"):
+        get_op("flashinfer.mm_fp5")
+
+
+def test_every_registered_op_has_its_in_env_half():
+    text = (PROBES_DIR / "kernel_bench.py").read_text()
+    for name in OPS:
+        assert f'name = "{name}"' in text, name
+
+
+# ------------------------------------------------------------------------------- the probe itself
+
+SHAPES = [Shape({"m": m, "n": 32, "k": 64}, "t") for m in (1, 4, 8, 16)]
+FAST = Settings(warmup=1, iters=3, trials=4, flush_mb=1)
+
+
+def _record(recipe: str, result: dict) -> dict:
+    """A kernel record as `patchbench kernels` stores it, around a real probe result."""
+    return {"recipe": recipe, "recipe_resolved": {"roofline": {"gpu": "h200"}, "description": recipe},
+            "env_key": "0" * 16, "tree_hashes": {}, "arch_list": [], "op": TEST.name, "backend": "torch",
+            "settings": FAST.to_dict(), "shapes_from": "test", "machine": {},
+            "probe": {k: result.get(k) for k in ("versions", "device", "gpu", "flush_bytes")},
+            "results": result["results"]}
+
+
+@pytest.fixture(scope="module")
+def measured():
+    """The torch test op timed in a real torch venv: as it is, and broken for M >= 8 by its
+    environment variable (as a recipe's [server.env] would set it)."""
+    py = base_torch_python()
+    env = {"PATH": "/usr/bin:/bin"}
+    broken_env = {**env, "PATCHBENCH_TEST_OP_ZEROS_FROM_M": "8"}
+    base = measure(py, TEST, SHAPES, backend="torch", environ=env, settings=FAST)
+    broken = measure(py, TEST, SHAPES, backend="torch", environ=broken_env, settings=FAST)
+    return {"python": py, "env": env, "base": base, "broken": broken}
+
+
+def test_probe_times_trials_with_a_cold_l2_and_flags_zeros_from_m8(measured):
+    res = measured["broken"]
+    assert res["backends"] == ["torch"] and "torch" in res["versions"] and res["device"] == "cpu"
+    assert res["flush_bytes"] == 1 << 20
+    verdicts = {r["shape"]["m"]: r["correctness"]["verdict"] for r in res["results"]}
+    assert verdicts == {1: "ok", 4: "ok", 8: "all-zero", 16: "all-zero"}
+    assert {r["correctness"]["verdict"] for r in measured["base"]["results"]} == {"ok"}
+    for r in res["results"]:
+        assert [len(t) for t in r["times_ms"]] == [3, 3, 3, 3]  # trials x iterations
+        assert r["flushes"] == 12  # one L2 flush before every timed call
+        assert all(t > 0 for trial in r["times_ms"] for t in trial)
+        c = r["correctness"]
+        if r["shape"]["m"] < 8:
+            assert c["within_tolerance"] == 1.0 and c["max_relative_error"] < 0.02 and c["non_finite"] == 0
+        else:
+            assert c["all_zero"] and c["within_tolerance"] < 0.5
+
+
+def test_per_shape_comparison_calls_a_wrong_candidate_wrong_never_faster(measured):
+    base, broken = _record("a", measured["base"]), _record("b", measured["broken"])
+    by_m = {c.dims["m"]: c for c in compare(base, broken)}
+    assert by_m[8].verdict == by_m[16].verdict == WRONG
+    assert by_m[1].verdict not in (WRONG, FIXED) and by_m[4].verdict not in (WRONG, FIXED)
+    lo, hi = by_m[1].speedup_ci
+    assert lo <= by_m[1].speedup <= hi
+    assert {c.verdict for c in compare(broken, base) if c.dims["m"] >= 8} == {FIXED}
+    r = rows(base)[0]
+    assert r.floor_ms > 0 and 0 < r.efficiency < 1 and r.tflops > 0  # the h200 roofline floor
+
+
+def test_export_as_flashinfer_bench_traces(measured, tmp_path):
+    out = export([_record("demo/zeros", measured["broken"])], tmp_path / "fib")
+    assert out["definitions"] == 1 and out["traces"] == 4 and out["solutions"] == 1
+    root = tmp_path / "fib"
+    traces = [json.loads(x) for x in (root / "traces" / "patchbench" / "gemm_bf16" / "gemm_bf16_n32_k64.jsonl")
+              .read_text().splitlines()]
+    status = {t["workload"]["axes"]["M"]: t["evaluation"]["status"] for t in traces}
+    assert status == {1: "PASSED", 4: "PASSED", 8: "INCORRECT_NUMERICAL", 16: "INCORRECT_NUMERICAL"}
+    for t in traces:
+        ev = t["evaluation"]
+        assert ("performance" in ev) == (ev["status"] == "PASSED") and "correctness" in ev
+        assert t["solution"] == "patchbench_demo_zeros_torch_000000000000"
+    d = json.loads((root / "definitions" / "gemm_bf16_n32_k64.json").read_text())
+    assert d["axes"] == {"M": {"type": "var"}, "N": {"type": "const", "value": 32}, "K": {"type": "const", "value": 64}}
+    compile(d["reference"], "reference", "exec")
+    sol = json.loads(next((root / "solutions").rglob("*.json")).read_text())
+    assert sol["definition"] == d["name"] and sol["spec"]["entry_point"] == "main.py::run"
+    compile(sol["sources"][0]["content"], "main.py", "exec")
+    assert len((root / "workloads" / "gemm_bf16_n32_k64.jsonl").read_text().splitlines()) == 4
+
+
+def test_report_section_has_the_table_and_the_plot(measured, tmp_path):
+    home = tmp_path / "home"
+    records.save(home, _record("a", measured["base"]))
+    records.save(home, _record("b", measured["broken"]))
+    sec = kernel_section(home, ["a", "b"], tmp_path)
+    md = "\n".join(sec.markdown)
+    assert "Kernel tables" in md and md.count("wrong output") >= 2
+    assert (tmp_path / "kernels_0.png").stat().st_size > 0 and "<svg" in sec.html
+
+
+# ------------------------------------------------------------------------------------ CLI e2e
+
+
+@pytest.mark.slow
+def test_kernels_cli_compare_export_report_and_no_gpu(tmp_path, monkeypatch, home, capsys):
+    proj = demo_project(tmp_path, monkeypatch)
+    (proj / "recipes" / "demo" / "torch-zeros.toml").write_text(
+        'description = "the torch demo whose test op returns zeros for M >= 8"\n'
+        'extends = "demo/torch-baseline"\n[server.env]\nPATCHBENCH_TEST_OP_ZEROS_FROM_M = "8"\n')
+    shapes = tmp_path / "shapes.jsonl"
+    shapes.write_text("".join(json.dumps({"m": m, "n": 32, "k": 64}) + "\n" for m in (1, 4, 8, 16)))
+    common = ["--op", "test.matmul", "--shapes", str(shapes), "--trials", "4", "--iters", "3", "--warmup", "1",
+              "--flush-mb", "1"]
+    assert main(["kernels", "demo/torch-baseline", *common]) == 0
+    assert main(["kernels", "demo/torch-zeros", *common]) == 1  # a shape failed its check
+    capsys.readouterr()
+    assert main(["compare", "demo/torch-baseline", "demo/torch-zeros", "--kernels-table", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["schema_version"] >= 1
+    rows = data["variants"]["demo/torch-zeros"][0]["rows"]
+    by_m = {r["dims"]["m"]: r for r in rows}
+    assert by_m[8]["verdict"] == by_m[16]["verdict"] == "wrong output"
+    assert by_m[1]["verdict"] != "wrong output" and by_m[1]["speedup_ci"][0] <= by_m[1]["speedup_ci"][1]
+    assert all(r["baseline"]["efficiency"] > 0 for r in rows)  # the roofline floor of the recipe's GPU
+    # flashinfer-bench traces
+    out = tmp_path / "fib"
+    assert main(["kernels", "demo/torch-zeros", "--op", "test.matmul", "--export", str(out)]) == 0
+    traces = [json.loads(x) for x in (out / "traces" / "patchbench" / "gemm_bf16" / "gemm_bf16_n32_k64.jsonl")
+              .read_text().splitlines()]
+    status = {t["workload"]["axes"]["M"]: t["evaluation"]["status"] for t in traces}
+    assert status == {1: "PASSED", 4: "PASSED", 8: "INCORRECT_NUMERICAL", 16: "INCORRECT_NUMERICAL"}
+    for t in traces:
+        assert ("performance" in t["evaluation"]) == (t["evaluation"]["status"] == "PASSED")
+        assert t["solution"].startswith("patchbench_demo_torch-zeros_torch")
+    definition = json.loads((out / "definitions" / "gemm_bf16_n32_k64.json").read_text())
+    assert definition["axes"]["M"] == {"type": "var"} and definition["axes"]["N"]["value"] == 32
+    assert list((out / "solutions").rglob("*.json"))
+    # the report: the kernel table and its plot
+    rep = tmp_path / "rep"
+    assert main(["report", "demo/torch-baseline", "demo/torch-zeros", "-o", str(rep)]) == 0
+    md = (rep / "report.md").read_text()
+    assert "Kernel tables" in md and "wrong output" in md and (rep / "kernels_0.png").stat().st_size > 0
+    assert "<svg" in (rep / "report.html").read_text()
+    # without a GPU: a CUDA op stops with exit 3 after the env said it has the op
+    import toolkit.run.machine as machine
+
+    if not machine.has_cuda_gpu():
+        capsys.readouterr()
+        assert main(["kernels", "demo/torch-baseline", *common, "--device", "cuda"]) == 3
+        assert "has test.matmul" in capsys.readouterr().err
+    # an env without FlashInfer says so before anything is timed
+    capsys.readouterr()
+    assert main(["kernels", "demo/torch-baseline", "--op", "flashinfer.mm_fp4", "--shapes", str(shapes)]) == 1
+    assert "cannot run flashinfer.mm_fp4" in capsys.readouterr().err
+    with pytest.raises(Exception, match="cannot run flashinfer.mm_fp4"):
+        check_op(base_torch_python(), MM, {"PATH": "/usr/bin:/bin"})
+
+
+NVFP4_ROUNDTRIP = r'''
+import sys, torch
+sys.path.insert(0, sys.argv[1])
+import kernel_bench as kb
+torch.manual_seed(0)
+rows, cols = 200, 96          # padded to 256 rows and 8 (not 6) scale columns: 2 x 2 tiles
+x = torch.randn(rows, cols)
+gs = kb.FP4_GLOBAL / x.abs().max()
+grid = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0])
+blocks = x.reshape(rows, cols // 16, 16)
+scale = (blocks.abs().amax(-1) / 6.0 * gs).to(torch.float8_e4m3fn)         # E4M3 block scales
+scaled = blocks / (scale.float() / gs).clamp_min(1e-12).unsqueeze(-1)
+mag = (scaled.abs().unsqueeze(-1) - grid).abs().argmin(-1)                   # nearest E2M1 magnitude
+code = (mag + 8 * (scaled < 0)).reshape(rows, cols).to(torch.uint8)
+packed = code[:, 0::2] | (code[:, 1::2] << 4)                                # low nibble first
+# CUTLASS's 128x4 scale-factor layout, written from its formula
+R, C = -(-rows // 128) * 128, -(-(cols // 16) // 4) * 4
+sf = torch.zeros(R * C, dtype=torch.uint8)
+for r in range(rows):
+    for c in range(cols // 16):
+        off = ((r // 128) * (C // 4) + c // 4) * 512 + (r % 32) * 16 + ((r % 128) // 32) * 4 + c % 4
+        sf[off] = scale[r, c].view(torch.uint8)
+deq = kb.dequant_nvfp4(torch, packed, sf.view(torch.float8_e4m3fn), gs, rows, cols)
+want = (grid[mag] * torch.where(scaled < 0, -1.0, 1.0) * (scale.float() / gs).unsqueeze(-1)).reshape(rows, cols)
+assert torch.equal(deq, want), (deq - want).abs().max()
+assert kb._cos(torch, deq, x) > 0.98, kb._cos(torch, deq, x)
+print("ok")
+'''
+
+
+def test_nvfp4_dequantization_reads_the_swizzled_scale_layout(tmp_path):
+    """The reference dequantizes E2M1 nibbles (low first) times E4M3 scales stored in CUTLASS's
+    128x4 swizzled layout: checked against a quantizer that writes that layout from its formula."""
+    script = tmp_path / "roundtrip.py"
+    script.write_text(NVFP4_ROUNDTRIP)
+    out = subprocess.run([str(base_torch_python()), str(script), str(PROBES_DIR)], capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-2000:]

@@ -1,0 +1,96 @@
+"""The report's kernel-table section: for every (op, backend) the baseline measured with
+`patchbench kernels`, one row per shape (time, TFLOPS, efficiency against the roofline floor, the
+correctness check), the variants' per-shape speedups with their 95% CI and verdicts ("wrong output"
+where a variant failed its check), and the plot of TFLOPS and efficiency against M.
+
+Effects: writes the plot as PNG into the report's directory; returns the Markdown lines and the
+HTML fragment (inline SVG) the report appends. Reads $PATCHBENCH_HOME/kernels only.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from toolkit.kernels import records
+from toolkit.kernels.plots import tflops_efficiency_plot
+from toolkit.kernels.table import compare, rows
+from toolkit.report.plots import svg, write_png
+
+
+@dataclass
+class KernelSection:
+    markdown: list = field(default_factory=list)
+    html: str = ""
+    images: list = field(default_factory=list)  # (title, file name)
+
+    def __bool__(self) -> bool:
+        return bool(self.markdown)
+
+
+def _f(x, fmt: str) -> str:
+    return "-" if x is None or (isinstance(x, float) and not math.isfinite(x)) else format(x, fmt)
+
+
+def _dims(d: dict) -> str:
+    return " x ".join(f"{v}" for v in d.values())
+
+
+def _tables(home: Path, names: list[str]) -> list[tuple[str, list[str], list[list[str]], list[dict]]]:
+    base_name, variants = names[0], names[1:]
+    out = []
+    for base in records.latest(home, base_name):
+        key = (base["op"], base.get("backend"))
+        cands = [(n, r) for n in variants for r in records.latest(home, n, base["op"], base.get("backend"))
+                 if (r["op"], r.get("backend")) == key]
+        head = ["shape", "dims", f"{base_name} us", "TFLOPS", "efficiency", "check"]
+        for n, _ in cands:
+            head += [f"{n} us", "speedup [95% CI]", "verdict"]
+        per_variant = [{c.base.key(): c for c in compare(base, r)} for _, r in cands]
+        body = []
+        for r in rows(base):
+            row = [r.label, _dims(r.dims), _f(r.median_ms * 1e3, ".1f"), _f(r.tflops, ".3g"),
+                   (_f(r.efficiency * 100, ".3g") + "%") if r.efficiency is not None else "-",
+                   r.verdict]
+            for cmp in per_variant:
+                c = cmp.get(r.key())
+                if c is None:
+                    row += ["-", "-", "not measured"]
+                    continue
+                lo, hi = c.speedup_ci
+                row += [_f(c.cand.median_ms * 1e3, ".1f"),
+                        f"{_f(c.speedup, '.3f')} [{_f(lo, '.3f')}, {_f(hi, '.3f')}]", c.verdict]
+            body.append(row)
+        title = f"{base['op']} ({base.get('backend')}) on {(base.get('probe') or {}).get('gpu') or (base.get('probe') or {}).get('device')}"
+        out.append((title, head, body, [base] + [r for _, r in cands]))
+    return out
+
+
+def kernel_section(home: Path, names: list[str], out_dir: Path) -> KernelSection:
+    sec = KernelSection()
+    tables = _tables(home, names)
+    if not tables:
+        return sec
+    sec.markdown = ["", "### Kernel tables", "",
+                    "Per shape, inside each recipe's env (`patchbench kernels`): median of the trial medians, "
+                    "cold L2; efficiency = roofline floor (max(bytes / bandwidth, FLOPs / peak)) / measured; "
+                    "check = the output against an fp32 reference from the same quantized inputs. A variant "
+                    "that fails the check at a shape is \"wrong output\" there, never faster."]
+    parts = ["<h2>Kernel tables</h2>"]
+    for i, (title, head, body, recs) in enumerate(tables):
+        sec.markdown += ["", f"**{title}**", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        sec.markdown += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in body]
+        fig = tflops_efficiency_plot(recs, title)
+        name = f"kernels_{i}.png"
+        write_png(fig, out_dir / name)
+        sec.images.append((f"{title}: TFLOPS and efficiency against M", name))
+        sec.markdown += ["", f"![{title}: TFLOPS and efficiency against M]({name})"]
+        parts.append(f"<h3>{html.escape(title)}</h3><table><thead><tr>"
+                     + "".join(f"<th>{html.escape(h)}</th>" for h in head) + "</tr></thead><tbody>"
+                     + "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in body)
+                     + "</tbody></table>")
+        parts.append(f'<div class="plots">{svg(fig, title)}</div>')
+    sec.html = "\n".join(parts)
+    return sec
