@@ -28,6 +28,7 @@ VERBS = {
     "report": "report",
     "roofline": "roofline",
     "profile": "profile",
+    "doctor": "doctor",
 }
 
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)

@@ -39,6 +39,16 @@ def explain_differences(sel) -> list[str]:
     return lines
 
 
+def box_lines(sel) -> list[str]:
+    """GPU-state flags of the runs used (throttling, foreign processes, clocks apart from the others)."""
+    from toolkit.run.gpustate.flags import notes, state_of
+
+    runs = [r for name in sel.recipes for r in sel.runs[name]]
+    if not any(state_of(r).get("available") for r in runs):
+        return ["no GPU state recorded for the runs used"]
+    return notes(runs, {r.run_id: name for name in sel.recipes for r in sel.runs[name]})
+
+
 def efficiency_lines(store, sel) -> list[str]:
     """Measured tok/s at point 1 over the theoretical roofline, for recipes naming model and GPU."""
     from toolkit.analysis.efficiency import efficiency
@@ -95,6 +105,7 @@ def run(args) -> int:
     if args.json:
         print_json({"rows": [r.__dict__ for r in rows], "differences": diffs,
                     "efficiency": efficiency_lines(store, sel), "runs": {r: sel.run_ids(r) for r in sel.recipes},
+                    "box": box_lines(sel),
                     "group": sel.group_id, "selection": sel.describe(), "notes": list(sel.notes),
                     "min_effect": args.min_effect})
         return 0
@@ -108,6 +119,8 @@ def run(args) -> int:
         console.print(f"[yellow]note:[/] {escape(line)}")
     for line in diffs:
         console.print(f"[dim]what else differed:[/] {escape(line)}")
+    for line in box_lines(sel):
+        console.print(f"[yellow]box:[/] {escape(line)}", highlight=False)
     for line in efficiency_lines(store, sel):
         console.print(f"[dim]vs roofline:[/] {line}")
     return 0

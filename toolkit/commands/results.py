@@ -59,6 +59,24 @@ def evidence_flag(run) -> str:
     return f"undeclared ({undeclared})" if undeclared else "ok"
 
 
+def box_flags(runs) -> dict[str, list[str]]:
+    """GPU-state flags per run; clocks are compared within each sweep (group) shown."""
+    from toolkit.run.gpustate.flags import run_flags
+
+    by_group = defaultdict(list)
+    for r in runs:
+        by_group[r.group_id or r.run_id].append(r)
+    return {rid: f for group in by_group.values() for rid, f in run_flags(group).items()}
+
+
+def box_cell(run, flags: list[str]) -> str:
+    """The box column: "no GPU state", "ok" or the flags (yellow)."""
+    from toolkit.run.gpustate.flags import short
+
+    text = short(run, flags)
+    return f"[yellow]{text}[/]" if flags else text
+
+
 WIDE = 140  # below this many columns the table drops group/env/gpu and keeps one line per run
 
 
@@ -68,15 +86,17 @@ def render_runs(store, runs, width: int | None = None) -> Table:
     width = width or console.width
     wide = width >= WIDE
     table = Table(title="results", title_justify="left", box=box.HEAVY_HEAD if wide else box.SIMPLE_HEAD)
-    cols = ["run", "group", "recipe", "rep", "status", "evidence", "env", "gpu", "headline (point:value)",
-            "vs roofline", "error"] if wide else ["run", "recipe", "status", "evidence", "headline", "error"]
+    cols = ["run", "group", "recipe", "rep", "status", "evidence", "box", "env", "gpu", "headline (point:value)",
+            "vs roofline", "error"] if wide else ["run", "recipe", "status", "evidence", "box", "headline", "error"]
     rows = []
+    flags = box_flags(runs)
     for run in runs:
         samples = store.samples([run.run_id])
         status = run.display_status()
         style = {"ok": "green", "invalid": "yellow"}.get(status, "red")
         row = {"run": run.run_id[:8], "group": run.group_id or "", "recipe": run.recipe, "rep": str(run.repeat),
-               "status": f"[{style}]{status}[/]", "evidence": evidence_flag(run), "env": (run.env_key or "")[:10],
+               "status": f"[{style}]{status}[/]", "evidence": evidence_flag(run),
+               "box": box_cell(run, flags[run.run_id]), "env": (run.env_key or "")[:10],
                "gpu": run.gpu_key, "headline (point:value)": _headline(samples), "headline": _headline(samples).split(": ", 1)[-1],
                "vs roofline": _efficiency(run, samples), "error": (run.error or "")[:120]}
         rows.append([row[c] for c in cols])
