@@ -4,7 +4,9 @@
 "cuda_driver", "gpus": [{name, uuid, power_limit_w, persistence, ..., "series": {sm_mhz: [...], ...}}]}),
 so a series recorded on a real box replays here. Each `nvmlDeviceGetPowerUsage` call moves that
 GPU to its next reading (cycling); the other readings return the current one. `processes` lists
-(gpu index, pid, MiB) of running processes; `ecc` gives the uncorrected counts read in turn.
+(gpu index, pid, MiB) of running processes (a record's own "processes" wins); each gpu's
+`ecc_counts` are the uncorrected counts read in turn; `sessions` are records replayed one per
+`nvmlInit` (one per run: run 1 steady, run 2 throttled, ...).
 Install it with `monkeypatch.setitem(sys.modules, "pynvml", FakeNvml(...))` or pass it as `module`.
 """
 
@@ -45,16 +47,23 @@ class FakeNvml(types.ModuleType):
     NVMLError = NVMLError
 
     def __init__(self, record: dict | None = None, *, processes: list[tuple[int, int, int]] = (),
-                 fail_init: bool = False, p2p_ok: bool = True, topology: int = 30):
+                 fail_init: bool = False, p2p_ok: bool = True, topology: int = 30, sessions: list[dict] = ()):
         super().__init__("pynvml")
-        self.record = record or {"gpus": [gpu(0)]}
-        self.gpus = self.record["gpus"]
-        self.procs = list(processes)
+        self.sessions = list(sessions) or [record or {"gpus": [gpu(0)]}]
+        self.procs_default = list(processes)
         self.fail_init, self.p2p_ok, self.topology = fail_init, p2p_ok, topology
-        self.pos = [-1] * len(self.gpus)
-        self.ecc_reads = [0] * len(self.gpus)
+        self.inits = 0
         self.calls = 0
         self.initialised = False
+        self._load(self.sessions[0])
+
+    def _load(self, record: dict) -> None:
+        """Replay `record` from its first tick (each nvmlInit takes the next of `sessions`)."""
+        self.record = record
+        self.gpus = record["gpus"]
+        self.procs = [tuple(p) for p in record.get("processes", self.procs_default)]
+        self.pos = [-1] * len(self.gpus)
+        self.ecc_reads = [0] * len(self.gpus)
 
     # -- helpers ---------------------------------------------------------------------------------
     def _g(self, h):
@@ -72,6 +81,8 @@ class FakeNvml(types.ModuleType):
     def nvmlInit(self):
         if self.fail_init:
             raise NVMLError("Driver Not Loaded")
+        self._load(self.sessions[self.inits % len(self.sessions)])
+        self.inits += 1
         self.initialised = True
 
     def nvmlShutdown(self):
