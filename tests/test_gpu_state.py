@@ -221,3 +221,18 @@ def test_doctor_command_with_the_double(monkeypatch, home, capsys):
     text = capsys.readouterr().out
     assert "ok   power limit: 600 W on every GPU" in text and "fix:" not in text
     assert gather(module=FakeNvml(fail_init=True))["nvml"]["available"] is False
+
+
+def test_gpu_check_judges_a_series_and_doctor_output():
+    sys.path.insert(0, str(__import__("conftest").REPO_ROOT / "benchmarks"))
+    import gpu_check
+
+    ok, detail = gpu_check.check_series(sample(FakeNvml({"gpus": [gpu(0, power=[450.0, 590.0])]})))
+    assert ok, detail
+    bad = sample(FakeNvml({"gpus": [gpu(0, sm=0), gpu(1, power=700.0)]}))
+    ok, detail = gpu_check.check_series(bad)
+    assert not ok and "GPU 0: clocks missing or 0" in detail and "GPU 1: power mean 700 W" in detail
+    assert gpu_check.check_series({"available": False, "reason": "no NVIDIA GPU"}) == (False, "no GPU state: no NVIDIA GPU")
+    facts = healthy_facts()
+    out = json.dumps({"schema_version": 1, "checks": [c.to_dict() for c in doctor.run_rules(facts)]})
+    assert gpu_check.doctor_ok(out)[0] and not gpu_check.doctor_ok("oops")[0]
