@@ -89,7 +89,7 @@ _TABLE: list[Metric] = [
     _m("gpu_power_w_mean", "W", LOWER, "mean power draw per GPU over the benchmark window"),
     _m("gpu_power_limit_w", "W", HIGHER, "enforced power limit (the lowest of the run's GPUs)"),
     _m("gpu_temp_c_max", "C", LOWER, "highest GPU temperature over the benchmark window"),
-    _m("gpu_util_pct_mean", "%", HIGHER, "mean GPU utilization over the benchmark window"),
+    _m("gpu_util_pct_mean", "percent", HIGHER, "mean GPU utilization over the benchmark window"),
     _m("gpu_mem_used_mib_max", "MiB", LOWER, "most GPU memory used on one GPU over the benchmark window"),
     _m("gpu_throttled_share", "share", LOWER, "share of the window with a power, thermal or hardware slowdown"),
     _m("gpu_thermal_throttled_share", "share", LOWER, "share of the window with a thermal slowdown"),
