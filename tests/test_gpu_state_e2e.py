@@ -40,12 +40,17 @@ SLOW_CLOCKS = {"gpus": [gpu(0, sm=2200, name="NVIDIA RTX PRO 6000 Blackwell Max-
                         gpu(1, sm=2200, name="NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition", limit_w=300.0)]}
 
 
-def test_gpu_state_flows_from_the_run_to_results_compare_and_report(tmp_path, home, monkeypatch, capsys):
+def _project(tmp_path, monkeypatch):
     proj = demo_project(tmp_path, monkeypatch)
     (proj / "recipes" / "box").mkdir()
     for name in ("a", "b"):
         (proj / "recipes" / "box" / f"{name}.toml").write_text(RECIPE.format(name=name))
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    return proj
+
+
+def test_gpu_state_flows_from_the_run_to_results_compare_and_report(tmp_path, home, monkeypatch, capsys):
+    _project(tmp_path, monkeypatch)
     # one recorded session per run, in the sweep's order: a0 b0 a1 b1
     fake = FakeNvml(sessions=[STEADY, STEADY, THROTTLED, SLOW_CLOCKS])
     monkeypatch.setitem(sys.modules, "pynvml", fake)
@@ -81,13 +86,20 @@ def test_gpu_state_flows_from_the_run_to_results_compare_and_report(tmp_path, ho
     assert "box: box/a run" in md and "power-throttled" in md and "median SM clock" in md
     capsys.readouterr()
 
-    # --strict-box: the throttled run is stored invalid with the reason
-    monkeypatch.setitem(sys.modules, "pynvml", FakeNvml(sessions=[THROTTLED]))
-    assert main(["run", "box/a", "--repeats", "1", "--strict-box", "--json"]) == 1
-    rid = json.loads(capsys.readouterr().out)["runs"][0][1]
+
+def test_strict_box_makes_flagged_runs_invalid_and_no_nvml_says_no_gpu_state(tmp_path, home, monkeypatch, capsys):
+    _project(tmp_path, monkeypatch)
+    # --strict-box: a steady run stays ok; one throttled at lower clocks than its sweep is stored invalid
+    throttled_slow = {"gpus": [gpu(0, sm=2200, reasons=0x4), gpu(1, sm=2200)]}
+    monkeypatch.setitem(sys.modules, "pynvml", FakeNvml(sessions=[STEADY, throttled_slow]))
+    assert main(["run", "box/a", "--repeats", "2", "--strict-box", "--json"]) == 1
+    ids = [rid for _, rid in json.loads(capsys.readouterr().out)["runs"]]
     assert main(["results", "--export", "json"]) == 0
-    strict = next(r for r in json.loads(capsys.readouterr().out)["runs"] if r["run_id"] == rid)
-    assert strict["status"] == "invalid" and "--strict-box" in strict["error"] and "power-throttled" in strict["error"]
+    strict = {r["run_id"]: r for r in json.loads(capsys.readouterr().out)["runs"]}
+    assert strict[ids[0]]["status"] == "ok"
+    bad = strict[ids[1]]
+    assert bad["status"] == "invalid" and "--strict-box" in bad["error"], bad["error"]
+    assert "power-throttled 100% of the window" in bad["error"] and "SM clock 2200 MHz, -8.3%" in bad["error"]
 
     # no NVML: nothing sampled, "no GPU state", no gpu_* sample (never zeros)
     monkeypatch.setitem(sys.modules, "pynvml", None)
