@@ -236,3 +236,23 @@ def test_gpu_check_judges_a_series_and_doctor_output():
     facts = healthy_facts()
     out = json.dumps({"schema_version": 1, "checks": [c.to_dict() for c in doctor.run_rules(facts)]})
     assert gpu_check.doctor_ok(out)[0] and not gpu_check.doctor_ok("oops")[0]
+
+
+def test_doctor_reads_the_recipe_gpus_and_mem_fraction(tmp_path, monkeypatch, home, capsys):
+    from conftest import demo_project
+    from toolkit.cli import main
+
+    proj = demo_project(tmp_path, monkeypatch)
+    text = (proj / "recipes/demo/baseline.toml").read_text().replace("gpus = 0", "gpus = 2")
+    text = text.replace("tp-size = 1", "tp-size = 2\nmem-fraction-static = 0.9\n[server.env]\nCUDA_VISIBLE_DEVICES = \"1,2\"")
+    (proj / "recipes/demo/tight.toml").write_text(text)
+    # GPU 2 is half full (another job); GPU 0 is not the recipe's and is ignored
+    monkeypatch.setitem(sys.modules, "pynvml", FakeNvml({"gpus": [gpu(0, limit_w=300.0), gpu(1), gpu(2, free_mib=48_000)]},
+                                                        processes=[(2, 999_999_2, 49_000)]))
+    monkeypatch.setattr("toolkit.run.gpustate.facts.cupti_access", lambda: {"admin_only": True, "root": False})
+    assert main(["doctor", "demo/tight"]) == 1
+    out = capsys.readouterr().out
+    assert "fail free memory: GPU 2: 49% free, the recipe's mem-fraction-static 0.9 needs 90%" in out
+    assert "warn processes: 1 other process(es) on the GPUs: pid 9999992 on GPU 2 (49000 MiB)" in out
+    assert "ok   power limit: 600 W on every GPU" in out  # GPU 0 (300 W) is not the recipe's
+    assert "warn cupti" in out and "fix: options nvidia NVreg_RestrictProfilingToAdminUsers=0" in out

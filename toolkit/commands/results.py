@@ -69,11 +69,17 @@ def box_flags(runs) -> dict[str, list[str]]:
     return {rid: f for group in by_group.values() for rid, f in run_flags(group).items()}
 
 
-def box_cell(run, flags: list[str]) -> str:
-    """The box column: "no GPU state", "ok" or the flags (yellow)."""
-    from toolkit.run.gpustate.flags import short
+def box_cell(run, flags: list[str], wide: bool = False) -> str:
+    """The box column: "no GPU state", "ok" or the flags (yellow); wide tables add the median SM
+    clock, mean power / limit and peak temperature."""
+    from toolkit.run.gpustate.flags import short, state_of
 
     text = short(run, flags)
+    m = state_of(run).get("metrics") or {}
+    if wide and m.get("gpu_sm_clock_mhz_median"):
+        power = f" {m['gpu_power_w_mean']:.0f}/{m.get('gpu_power_limit_w', 0):.0f} W" if m.get("gpu_power_w_mean") else ""
+        temp = f" {m['gpu_temp_c_max']:.0f} C" if m.get("gpu_temp_c_max") is not None else ""
+        text += f" ({m['gpu_sm_clock_mhz_median']:.0f} MHz{power}{temp})"
     return f"[yellow]{text}[/]" if flags else text
 
 
@@ -96,7 +102,7 @@ def render_runs(store, runs, width: int | None = None) -> Table:
         style = {"ok": "green", "invalid": "yellow"}.get(status, "red")
         row = {"run": run.run_id[:8], "group": run.group_id or "", "recipe": run.recipe, "rep": str(run.repeat),
                "status": f"[{style}]{status}[/]", "evidence": evidence_flag(run),
-               "box": box_cell(run, flags[run.run_id]), "env": (run.env_key or "")[:10],
+               "box": box_cell(run, flags[run.run_id], wide), "env": (run.env_key or "")[:10],
                "gpu": run.gpu_key, "headline (point:value)": _headline(samples), "headline": _headline(samples).split(": ", 1)[-1],
                "vs roofline": _efficiency(run, samples), "error": (run.error or "")[:120]}
         rows.append([row[c] for c in cols])
