@@ -68,6 +68,9 @@ def test_gpu_state_flows_from_the_run_to_results_compare_and_report(tmp_path, ho
     series = json.loads(open(a1["log_paths"]["gpu_state"]).read())
     assert len(series["t"]) >= 1 and [g["index"] for g in series["gpus"]] == [0, 1]
 
+    from toolkit.commands.common import console
+
+    monkeypatch.setattr(console, "width", 200)  # the wide table (the 80-column one is tested with evidence)
     assert main(["results"]) == 0
     table = capsys.readouterr().out
     assert re.search(r"power \d+%, foreign 1", table), table

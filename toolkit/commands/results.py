@@ -88,7 +88,7 @@ WIDE = 140  # below this many columns the table drops group/env/gpu and keeps on
 
 def render_runs(store, runs, width: int | None = None) -> Table:
     """One row per run. Narrow terminals get the columns that identify and judge a run, one line
-    each: identifiers are never cut, the headline and the error are shortened at their end."""
+    each: identifiers are never cut, the box flags, headline and error are shortened at their end."""
     width = width or console.width
     wide = width >= WIDE
     table = Table(title="results", title_justify="left", box=box.HEAVY_HEAD if wide else box.SIMPLE_HEAD)
@@ -111,10 +111,12 @@ def render_runs(store, runs, width: int | None = None) -> Table:
             table.add_column(c, overflow="fold")
     else:
         # Fixed widths: identifiers whole, the headline and the error share what is left, cut at the end.
-        fixed = {c: max([len(c)] + [len(Text.from_markup(r[i]).plain) for r in rows])
-                 for i, c in enumerate(cols) if c not in ("headline", "error")}
-        left = max(16, width - sum(fixed.values()) - 3 * len(cols) - 1)
-        sizes = {**fixed, "headline": max(8, left * 2 // 5), "error": max(8, left - left * 2 // 5)}
+        widest = {c: max([len(c)] + [len(Text.from_markup(r[i]).plain) for r in rows]) for i, c in enumerate(cols)}
+        fixed = {c: n for c, n in widest.items() if c not in ("headline", "error", "box")}
+        left = max(24, width - sum(fixed.values()) - 3 * len(cols) - 1)
+        box_w = min(widest["box"], max(12, left // 2))  # "no GPU state" whole
+        left -= box_w
+        sizes = {**fixed, "box": box_w, "headline": max(8, left * 2 // 5), "error": max(8, left - left * 2 // 5)}
         for c in cols:
             table.add_column(c, width=sizes[c], no_wrap=True, overflow="ellipsis")
     for r in rows:
