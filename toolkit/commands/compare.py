@@ -41,12 +41,10 @@ def explain_differences(sel) -> list[str]:
 
 def box_lines(sel) -> list[str]:
     """GPU-state flags of the runs used (throttling, foreign processes, clocks apart from the others)."""
-    from toolkit.run.gpustate.flags import notes, state_of
+    from toolkit.run.gpustate.flags import box_lines as lines
 
-    runs = [r for name in sel.recipes for r in sel.runs[name]]
-    if not any(state_of(r).get("available") for r in runs):
-        return ["no GPU state recorded for the runs used"]
-    return notes(runs, {r.run_id: name for name in sel.recipes for r in sel.runs[name]})
+    return lines([r for name in sel.recipes for r in sel.runs[name]],
+                 {r.run_id: name for name in sel.recipes for r in sel.runs[name]})
 
 
 def efficiency_lines(store, sel) -> list[str]:

@@ -125,6 +125,14 @@ def notes(runs: Iterable[Any], label: dict[str, str] | None = None) -> list[str]
     return out
 
 
+def box_lines(runs: Iterable[Any], label: dict[str, str] | None = None) -> list[str]:
+    """`notes` for compare and report, or one line saying no run used has GPU state."""
+    runs = list(runs)
+    if not any(state_of(r).get("available") for r in runs):
+        return [f"{NO_GPU_STATE} recorded for the runs used"]
+    return notes(runs, label)
+
+
 def _fmt_list(values: list) -> str:
     vals = list(dict.fromkeys(str(v) for v in values))
     return "/".join(vals) if vals else "(unknown)"
