@@ -54,7 +54,7 @@ def test_import_sglang_jsonl(home, capsys, tmp_path):
 
 @pytest.mark.parametrize("argv", [["--help"]] + [[v, "--help"] for v in
                                                  ("apply", "patches", "build", "env", "run", "results", "import",
-                                                  "compare", "attribute", "bisect", "report", "roofline")])
+                                                  "compare", "attribute", "bisect", "report", "roofline", "doctor")])
 def test_every_help_page_renders(argv, capsys):
     with pytest.raises(SystemExit) as exc:
         main(argv)

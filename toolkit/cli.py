@@ -29,6 +29,7 @@ VERBS = {
     "roofline": "roofline",
     "profile": "profile",
     "kernels": "kernels",
+    "doctor": "doctor",
 }
 
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)

@@ -75,7 +75,12 @@ def env_differences(a: Mapping | None, b: Mapping | None, *, resolved_keys: Iter
 
 
 def run_env_differences(run_a, run_b) -> list[str]:
-    """`env_differences` of two stored runs (their `extra["env"]`, written at launch)."""
+    """`env_differences` of two stored runs (their `extra["env"]`, written at launch), then what
+    differed on the box during their benchmarks (GPU edition, driver, power limit, persistence,
+    clocks: `extra["gpu_state"]`)."""
     from toolkit.run.sglang_args import KEY_FIELDS  # the resolved fields worth comparing
 
-    return env_differences((run_a.extra or {}).get("env"), (run_b.extra or {}).get("env"), resolved_keys=KEY_FIELDS)
+    from toolkit.run.gpustate.flags import differences, state_of  # the box: edition, limits, clocks, driver
+
+    return (env_differences((run_a.extra or {}).get("env"), (run_b.extra or {}).get("env"), resolved_keys=KEY_FIELDS)
+            + differences(state_of(run_a), state_of(run_b)))

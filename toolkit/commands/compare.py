@@ -43,6 +43,14 @@ def explain_differences(sel) -> list[str]:
     return lines
 
 
+def box_lines(sel) -> list[str]:
+    """GPU-state flags of the runs used (throttling, foreign processes, clocks apart from the others)."""
+    from toolkit.run.gpustate.flags import box_lines as lines
+
+    return lines([r for name in sel.recipes for r in sel.runs[name]],
+                 {r.run_id: name for name in sel.recipes for r in sel.runs[name]})
+
+
 def efficiency_lines(store, sel) -> list[str]:
     """Measured tok/s at point 1 over the theoretical roofline, for recipes naming model and GPU."""
     from toolkit.analysis.efficiency import efficiency
@@ -111,6 +119,7 @@ def run(args) -> int:
     if args.json:
         print_json({"rows": [r.__dict__ for r in rows], "differences": diffs,
                     "efficiency": efficiency_lines(store, sel), "runs": {r: sel.run_ids(r) for r in sel.recipes},
+                    "box": box_lines(sel),
                     "group": sel.group_id, "selection": sel.describe(), "notes": list(sel.notes),
                     "min_effect": args.min_effect})
         return 0
@@ -127,6 +136,8 @@ def run(args) -> int:
         console.print(f"[yellow]note:[/] {escape(line)}")
     for line in diffs:
         console.print(f"[dim]what else differed:[/] {escape(line)}")
+    for line in box_lines(sel):
+        console.print(f"[yellow]box:[/] {escape(line)}", highlight=False)
     for line in efficiency_lines(store, sel):
         console.print(f"[dim]vs roofline:[/] {line}")
     return 0

@@ -60,18 +60,43 @@ def evidence_flag(run) -> str:
     return f"undeclared ({undeclared})" if undeclared else "ok"
 
 
+def box_flags(runs) -> dict[str, list[str]]:
+    """GPU-state flags per run; clocks are compared within each sweep (group) shown."""
+    from toolkit.run.gpustate.flags import run_flags
+
+    by_group = defaultdict(list)
+    for r in runs:
+        by_group[r.group_id or r.run_id].append(r)
+    return {rid: f for group in by_group.values() for rid, f in run_flags(group).items()}
+
+
+def box_cell(run, flags: list[str], wide: bool = False) -> str:
+    """The box column: "no GPU state", "ok" or the flags (yellow); wide tables add the median SM
+    clock, mean power / limit and peak temperature."""
+    from toolkit.run.gpustate.flags import short, state_of
+
+    text = short(run, flags)
+    m = state_of(run).get("metrics") or {}
+    if wide and m.get("gpu_sm_clock_mhz_median"):
+        power = f" {m['gpu_power_w_mean']:.0f}/{m.get('gpu_power_limit_w', 0):.0f} W" if m.get("gpu_power_w_mean") else ""
+        temp = f" {m['gpu_temp_c_max']:.0f} C" if m.get("gpu_temp_c_max") is not None else ""
+        text += f" ({m['gpu_sm_clock_mhz_median']:.0f} MHz{power}{temp})"
+    return f"[yellow]{text}[/]" if flags else text
+
+
 WIDE = 140  # below this many columns the table drops group/env/gpu and keeps one line per run
 
 
 def render_runs(store, runs, width: int | None = None) -> Table:
     """One row per run. Narrow terminals get the columns that identify and judge a run, one line
-    each: identifiers are never cut, the headline and the error are shortened at their end."""
+    each: identifiers are never cut, the box flags, headline and error are shortened at their end."""
     width = width or console.width
     wide = width >= WIDE
     table = Table(title="results", title_justify="left", box=box.HEAVY_HEAD if wide else box.SIMPLE_HEAD)
-    cols = ["run", "group", "recipe", "rep", "status", "evidence", "env", "gpu", "headline (point:value)",
-            "vs roofline", "error"] if wide else ["run", "recipe", "status", "evidence", "headline", "error"]
+    cols = ["run", "group", "recipe", "rep", "status", "evidence", "box", "env", "gpu", "headline (point:value)",
+            "vs roofline", "error"] if wide else ["run", "recipe", "status", "evidence", "box", "headline", "error"]
     rows = []
+    flags = box_flags(runs)
     for run in runs:
         samples = store.samples([run.run_id])
         status = run.display_status()
@@ -79,7 +104,8 @@ def render_runs(store, runs, width: int | None = None) -> Table:
         if run.kind != "benchmark":  # a verification or a profile: shown, never counted in tables
             status, style = f"{status} ({run.kind})", "dim"
         row = {"run": run.run_id[:8], "group": run.group_id or "", "recipe": escape(run.recipe), "rep": str(run.repeat),
-               "status": f"[{style}]{status}[/]", "evidence": evidence_flag(run), "env": (run.env_key or "")[:10],
+               "status": f"[{style}]{status}[/]", "evidence": evidence_flag(run),
+               "box": box_cell(run, flags[run.run_id], wide), "env": (run.env_key or "")[:10],
                "gpu": run.gpu_key, "headline (point:value)": _headline(samples), "headline": _headline(samples).split(": ", 1)[-1],
                "vs roofline": _efficiency(run, samples), "error": escape((run.error or "")[:120])}
         rows.append([row[c] for c in cols])
@@ -88,10 +114,12 @@ def render_runs(store, runs, width: int | None = None) -> Table:
             table.add_column(c, overflow="fold")
     else:
         # Fixed widths: identifiers whole, the headline and the error share what is left, cut at the end.
-        fixed = {c: max([len(c)] + [len(Text.from_markup(r[i]).plain) for r in rows])
-                 for i, c in enumerate(cols) if c not in ("headline", "error")}
-        left = max(16, width - sum(fixed.values()) - 3 * len(cols) - 1)
-        sizes = {**fixed, "headline": max(8, left * 2 // 5), "error": max(8, left - left * 2 // 5)}
+        widest = {c: max([len(c)] + [len(Text.from_markup(r[i]).plain) for r in rows]) for i, c in enumerate(cols)}
+        fixed = {c: n for c, n in widest.items() if c not in ("headline", "error", "box")}
+        left = max(24, width - sum(fixed.values()) - 3 * len(cols) - 1)
+        box_w = min(widest["box"], max(12, left // 2))  # "no GPU state" whole
+        left -= box_w
+        sizes = {**fixed, "box": box_w, "headline": max(8, left * 2 // 5), "error": max(8, left - left * 2 // 5)}
         for c in cols:
             table.add_column(c, width=sizes[c], no_wrap=True, overflow="ellipsis")
     for r in rows:

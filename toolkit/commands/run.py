@@ -19,12 +19,19 @@ def add_arguments(parser) -> None:
     parser.add_argument("--until", choices=STOPS, default="store",
                         help="stop after this step on purpose (verify: launch and check /server_info, no benchmark)")
     parser.add_argument("--frozen", action="store_true", help="refuse drift from the recipes' lock files")
+    parser.add_argument("--strict-box", action="store_true",
+                        help="store a run `invalid` when its GPUs throttled, ran other processes or ran at clocks "
+                             "apart from the sweep's (as `[benchmark] strict_box = true`)")
     parser.add_argument("--json", action="store_true", help="print the run ids as JSON")
     add_executor_arguments(parser)
 
 
 def run(args) -> int:
     recipes = [load(r) for r in args.recipes]
+    if args.strict_box:
+        import dataclasses
+
+        recipes = [dataclasses.replace(r, benchmark=dataclasses.replace(r.benchmark, strict_box=True)) for r in recipes]
     home = home_of(args)
     store = store_of(args)
     if args.executor == "slurm":  # the same sweep as one Slurm job; its runs imported here

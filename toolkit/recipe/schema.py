@@ -81,6 +81,7 @@ class BenchTable(_Table):
     repeats: int | None = Field(None, description="server launches per recipe, interleaved A B A B")
     endpoint: Literal["generate", "completions"] | None = None
     timeout_s: float | None = None
+    strict_box: bool | None = Field(None, description="store a run `invalid` when its GPUs throttled, were shared, or ran at clocks apart from the sweep's")
 
 
 class RooflineTable(_Table):

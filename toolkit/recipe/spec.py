@@ -69,6 +69,7 @@ class BenchSpec:
     repeats: int = 3
     endpoint: str = "generate"
     timeout_s: float = 1800.0
+    strict_box: bool = False  # a run whose GPUs throttled / were shared is invalid (toolkit.run.gpustate)
 
     def params(self) -> dict:
         """The parameters that must match for two results to be comparable."""

@@ -168,6 +168,8 @@ def bench_spec(path: Path, t: dict) -> BenchSpec:
         kw["endpoint"] = t["endpoint"]
     if "timeout_s" in t:
         kw["timeout_s"] = float(t["timeout_s"])
+    if "strict_box" in t:
+        kw["strict_box"] = bool(t["strict_box"])
     return BenchSpec(**{**defaults.__dict__, **kw})
 
 

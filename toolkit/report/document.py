@@ -133,6 +133,10 @@ def collect(store: Any, recipes: Sequence[str], metrics_: Sequence[str] | None =
             patches=_patch_names((newest.extra or {}).get("patches")),
             gpu=newest.gpu_key, env_key=newest.env_key, efficiency=efficiency(newest, samples)))
 
+    from toolkit.run.gpustate.flags import box_lines
+
+    notes += [f"box: {line}" for line in box_lines([r for n in names for r in sel.runs[n]],
+                                                  {r.run_id: n for n in names for r in sel.runs[n]})]
     stored = {m for (_, m, _) in values}
     if specs:
         chosen = list(dict.fromkeys(s.metric for s in specs))

@@ -83,6 +83,21 @@ _TABLE: list[Metric] = [
     _m("distinct_experts", "experts", LOWER,
        "distinct experts per MoE layer per decode step, reported by the OEA patch", None,
        ("distinct_experts",), headline=7),
+    # The box during the benchmark window (toolkit.run.gpustate): run-level, point 0; absent without GPU state.
+    _m("gpu_sm_clock_mhz_median", "MHz", HIGHER, "median SM clock of the run's GPUs over the benchmark window"),
+    _m("gpu_mem_clock_mhz_median", "MHz", HIGHER, "median memory clock of the run's GPUs over the benchmark window"),
+    _m("gpu_power_w_mean", "W", LOWER, "mean power draw per GPU over the benchmark window"),
+    _m("gpu_power_limit_w", "W", HIGHER, "enforced power limit (the lowest of the run's GPUs)"),
+    _m("gpu_temp_c_max", "C", LOWER, "highest GPU temperature over the benchmark window"),
+    _m("gpu_util_pct_mean", "percent", HIGHER, "mean GPU utilization over the benchmark window"),
+    _m("gpu_mem_used_mib_max", "MiB", LOWER, "most GPU memory used on one GPU over the benchmark window"),
+    _m("gpu_throttled_share", "share", LOWER, "share of the window with a power, thermal or hardware slowdown"),
+    _m("gpu_thermal_throttled_share", "share", LOWER, "share of the window with a thermal slowdown"),
+    _m("gpu_power_throttled_share", "share", LOWER, "share of the window at the power cap or power brake"),
+    _m("gpu_foreign_processes", "count", LOWER, "processes outside patchbench's tree on the run's GPUs"),
+    _m("gpu_ecc_errors_new", "count", LOWER, "uncorrected ECC errors that appeared during the window"),
+    _m("gpu_pcie_gen_min", "gen", HIGHER, "PCIe generation seen under load (the lowest GPU)"),
+    _m("gpu_pcie_width_min", "lanes", HIGHER, "PCIe link width seen under load (the lowest GPU)"),
 ]
 
 METRICS: dict[str, Metric] = {m.name: m for m in _TABLE}

@@ -26,6 +26,7 @@ from rich.console import Console
 from toolkit.run import evidence, machine, metrics, reaper, server as srv
 from toolkit.run.attempt import Attempt, Prepared, RunInvalid, recorded, log_paths, signals_interrupt, supervise
 from toolkit.run.bench import Sample
+from toolkit.run.gpustate import record as gpu_record
 from toolkit.run.bench.one_batch import find_one_batch_module, one_batch_argv, parse_one_batch_jsonl, run_one_batch
 from toolkit.envs import Env, ensure_env as build_env
 from toolkit.errors import BadInput, NoGPU, PatchbenchError
@@ -182,14 +183,23 @@ def verify(launched: Launched) -> Verified:
 @step("benchmark")
 def benchmark(verified: Verified) -> Measured:
     """Drive the benchmark: the serving client against the server, or sglang's one-batch
-    benchmark in its own supervised process group (writes one_batch.jsonl and one_batch.log)."""
+    benchmark in its own supervised process group (writes one_batch.jsonl and one_batch.log). The
+    run's GPUs are sampled meanwhile (gpu_state.json, extra["gpu_state"], gpu_* samples); under
+    strict box mode a throttled or shared run is RunInvalid."""
     attempt, server = verified.launched.attempt, verified.launched.server
     bench = attempt.prepared.recipe.benchmark
-    if bench.driver == "one-batch":
-        return Measured(verified, _one_batch(attempt))
-    samples, errors = _serving(server.url, bench, attempt.console, attempt.prepared.name)
-    server.check_alive(wait=5.0 if errors else 0.0)
-    return Measured(verified, samples, errors)
+    sampler = gpu_record.sampler_for(attempt)  # GPU state over the window (toolkit.run.gpustate)
+    try:
+        if bench.driver == "one-batch":
+            samples, errors = _one_batch(attempt), []
+        else:
+            samples, errors = _serving(server.url, bench, attempt.console, attempt.prepared.name)
+    finally:
+        box = gpu_record.attach(attempt, sampler.stop(), "batch" if bench.driver == "one-batch" else "concurrency")
+    if server is not None:
+        server.check_alive(wait=5.0 if errors else 0.0)
+    gpu_record.enforce(attempt, [*samples, *box])
+    return Measured(verified, [*samples, *box], errors)
 
 
 @step("evidence")

@@ -1,0 +1,12 @@
+"""GPU state during a run (NVML through nvidia-ml-py), and the doctor's checks of the box.
+
+    nvml      the one module that talks to NVML: open a session, read a GPU, decode clock-event reasons
+    sampler   a background thread sampling the run's GPUs every 0.2 s over the benchmark window
+    summary   a sampling record -> the run's summary metrics (gpu_* in the registry) (pure)
+    flags     throttling, foreign processes, ECC, clocks apart from the compared runs; box differences (pure)
+    record    the run's glue: sampler for an attempt, gpu_state.json beside its logs, samples, --strict-box
+    facts     what `patchbench doctor` reads about the box (NVML, CUPTI access, the env's CUDA builds)
+    doctor    the doctor's rules over a facts dict (pure)
+
+Without NVML or an NVIDIA GPU nothing is sampled and every output says "no GPU state", never zeros.
+"""

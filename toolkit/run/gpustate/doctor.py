@@ -1,0 +1,206 @@
+"""The doctor's rules (pure): a facts dict (toolkit.run.gpustate.facts.gather) -> one `Check` per
+line, `ok` / `warn` / `fail` / `skip`, each not-ok one with the command that fixes it.
+
+Checks: GPUs visible; persistence mode; equal power limits (and at the default); application or
+locked clocks; ECC; other processes; free memory against `mem-fraction-static`; P2P and topology;
+CUPTI access for `profile`; the driver's CUDA against the env's torch / sgl-kernel builds; PCIe
+generation and width. `RULES` is the order they print in; `exit_code(checks)` is 1 when one fails.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+OK, WARN, FAIL, SKIP = "ok", "warn", "fail", "skip"
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    status: str
+    message: str
+    fix: str = ""
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _gpus(f: dict) -> list[dict]:
+    return (f.get("nvml") or {}).get("gpus") or []
+
+
+def _ids(gpus: list[dict]) -> str:
+    return ",".join(str(g["index"]) for g in gpus)
+
+
+def gpus_present(f: dict) -> Check:
+    nv = f.get("nvml") or {}
+    needs = (f.get("recipe") or {}).get("gpus", 1) != 0
+    if not nv.get("available"):
+        return Check("gpus", FAIL if needs else WARN, f"no GPU state: {nv.get('reason') or 'NVML unavailable'}",
+                     "install the NVIDIA driver and nvidia-ml-py (pip install nvidia-ml-py)" if needs else "")
+    names = sorted({g.get("name") or "?" for g in _gpus(f)})
+    return Check("gpus", OK, f"{len(_gpus(f))} GPU(s): {', '.join(names)}; driver {nv.get('driver')} "
+                             f"(CUDA {nv.get('cuda_driver')})")
+
+
+def persistence(f: dict) -> Check:
+    off = [g for g in _gpus(f) if g.get("persistence") is False]
+    if off:
+        return Check("persistence", WARN, f"persistence mode off on GPU {_ids(off)}: each launch re-initialises the driver",
+                     "sudo nvidia-smi -pm 1")
+    return Check("persistence", OK, "persistence mode on")
+
+
+def power_limits(f: dict) -> Check:
+    limits = {g["index"]: g.get("power_limit_w") for g in _gpus(f)}
+    known = {i: v for i, v in limits.items() if v is not None}
+    if not known:
+        return Check("power limit", SKIP, "power limit not reported")
+    if len(set(known.values())) > 1:
+        top = max(known.values())
+        low = [i for i, v in known.items() if v != top]
+        return Check("power limit", FAIL, "power limits differ: " + ", ".join(f"GPU {i} {v:.0f} W" for i, v in known.items()),
+                     f"sudo nvidia-smi -i {','.join(map(str, low))} -pl {top:.0f}")
+    below = [g for g in _gpus(f) if g.get("default_power_limit_w") and g.get("power_limit_w")
+             and g["power_limit_w"] < g["default_power_limit_w"]]
+    value = next(iter(known.values()))
+    if below:
+        return Check("power limit", WARN, f"power limit {value:.0f} W on every GPU, below the default "
+                                          f"{below[0]['default_power_limit_w']:.0f} W (record it with the results)",
+                     f"sudo nvidia-smi -pl {below[0]['default_power_limit_w']:.0f}")
+    return Check("power limit", OK, f"{value:.0f} W on every GPU")
+
+
+def clocks(f: dict) -> Check:
+    set_ = []
+    for g in _gpus(f):
+        app, default = g.get("app_clocks") or {}, g.get("default_app_clocks") or {}
+        if app.get("sm") is not None and default.get("sm") is not None and app != default:
+            set_.append(g)
+    if set_:
+        values = {str(g["app_clocks"]) for g in set_}
+        status = FAIL if len(values) > 1 or len(set_) != len(_gpus(f)) else WARN
+        return Check("clocks", status, f"application clocks set on GPU {_ids(set_)} "
+                                       f"({', '.join(sorted(values))}): results hold only at these clocks",
+                     "sudo nvidia-smi -rac (reset) or set the same on every GPU")
+    return Check("clocks", OK, "default application clocks (no clocks set)")
+
+
+def ecc(f: dict) -> Check:
+    errors = [g for g in _gpus(f) if g.get("ecc_uncorrected")]
+    if errors:
+        return Check("ecc", FAIL, "uncorrected ECC errors on GPU " + ", ".join(f"{g['index']} ({g['ecc_uncorrected']})" for g in errors),
+                     "drain the GPU and reset it (sudo nvidia-smi -r -i N) or replace it")
+    modes = {g.get("ecc_mode") for g in _gpus(f)} - {None}
+    if len(modes) > 1:
+        return Check("ecc", WARN, "ECC on for some GPUs and off for others", "sudo nvidia-smi -e 1 (then reboot)")
+    return Check("ecc", OK, "no uncorrected ECC errors" + (f"; ECC {'on' if modes == {True} else 'off'}" if modes else ""))
+
+
+def processes(f: dict) -> Check:
+    busy = [(g["index"], p) for g in _gpus(f) for p in g.get("processes") or []]
+    if busy:
+        listed = ", ".join(f"pid {p['pid']} on GPU {i}" + (f" ({p['used_mib']} MiB)" if p.get("used_mib") else "") for i, p in busy[:5])
+        return Check("processes", WARN, f"{len(busy)} other process(es) on the GPUs: {listed}",
+                     "stop them before the campaign (kill " + " ".join(str(p["pid"]) for _, p in busy[:5]) + ")")
+    return Check("processes", OK, "no other process on the GPUs")
+
+
+def free_memory(f: dict) -> Check:
+    frac = (f.get("recipe") or {}).get("mem_fraction_static")
+    if frac is None:
+        return Check("free memory", SKIP, "no recipe mem-fraction-static to check against")
+    short = [g for g in _gpus(f) if g.get("mem_total_mib") and g.get("mem_free_mib") is not None
+             and g["mem_free_mib"] < frac * g["mem_total_mib"]]
+    if short:
+        g = short[0]
+        return Check("free memory", FAIL, f"GPU {_ids(short)}: {g['mem_free_mib'] / g['mem_total_mib']:.0%} free, the "
+                                          f"recipe's mem-fraction-static {frac} needs {frac:.0%}",
+                     "free the GPUs (see processes) or lower server.args.mem-fraction-static")
+    return Check("free memory", OK, f"every GPU has at least {frac:.0%} free (mem-fraction-static {frac})")
+
+
+def p2p(f: dict) -> Check:
+    pairs = (f.get("nvml") or {}).get("pairs") or []
+    if not pairs:
+        return Check("p2p", SKIP, "one GPU: no peer traffic")
+    bad = [p for p in pairs if p.get("p2p") is False]
+    links = sorted({p.get("link") or "?" for p in pairs})
+    if bad:
+        return Check("p2p", WARN, f"P2P unavailable between {len(bad)} of {len(pairs)} GPU pairs (e.g. {bad[0]['a']}-{bad[0]['b']}): "
+                                  f"all-reduce goes through host memory; links: {', '.join(links)}",
+                     "enable IOMMU passthrough / ACS off in the BIOS, or expect slower TP all-reduce")
+    return Check("p2p", OK, f"P2P between every pair; links: {', '.join(links)}")
+
+
+def cupti(f: dict) -> Check:
+    c = f.get("cupti") or {}
+    if c.get("admin_only") and not c.get("root"):
+        return Check("cupti", WARN, "GPU profiling is restricted to admins: `patchbench profile` gets no kernels",
+                     "options nvidia NVreg_RestrictProfilingToAdminUsers=0 in /etc/modprobe.d/, then reboot (or run as root)")
+    if c.get("admin_only") is None:
+        return Check("cupti", SKIP, "profiling permission unknown (no /proc/driver/nvidia/params)")
+    return Check("cupti", OK, "GPU profiling allowed for this user")
+
+
+def _version(text: str | None) -> tuple[int, ...] | None:
+    try:
+        return tuple(int(x) for x in str(text).split(".")[:2])
+    except ValueError:
+        return None
+
+
+def cuda_builds(f: dict) -> Check:
+    driver = _version((f.get("nvml") or {}).get("cuda_driver"))
+    env = f.get("env_cuda") or {}
+    builds = {k: v for k, v in env.items() if k != "run"}
+    if not builds:
+        return Check("cuda", SKIP, "no env recorded for the recipe (run it once) or no CUDA build tags in it")
+    if driver is None:
+        return Check("cuda", SKIP, "driver CUDA version unknown")
+    newer = {k: v for k, v in builds.items() if _version(v) and _version(v) > driver}
+    text = ", ".join(f"{k} {v}" for k, v in builds.items())
+    if any(_version(v)[0] > driver[0] for v in newer.values()):
+        return Check("cuda", FAIL, f"driver supports CUDA {'.'.join(map(str, driver))}; the env was built for {text}",
+                     "upgrade the driver, or build the env with a torch for this CUDA (e.g. the cu12x index)")
+    if newer:
+        return Check("cuda", WARN, f"driver CUDA {'.'.join(map(str, driver))} is older than {text} (minor-version "
+                                   "compatibility only: PTX JIT and new kernels may fail)", "upgrade the driver")
+    return Check("cuda", OK, f"driver CUDA {'.'.join(map(str, driver))} runs {text}")
+
+
+def pcie(f: dict) -> Check:
+    gpus = [g for g in _gpus(f) if (g.get("pcie") or {}).get("max_width")]
+    if not gpus:
+        return Check("pcie", SKIP, "PCIe link not reported")
+    narrow = [g for g in gpus if g["pcie"]["max_width"] < 16]
+    gens = {g["pcie"].get("max_gen") for g in gpus}
+    if narrow:
+        return Check("pcie", WARN, f"GPU {_ids(narrow)} link at most x{narrow[0]['pcie']['max_width']} (not x16)",
+                     "reseat the card in an x16 slot; check the BIOS bifurcation setting")
+    if len(gens) > 1:
+        return Check("pcie", WARN, f"PCIe generations differ across GPUs: {sorted(gens)}",
+                     "check the slots and BIOS PCIe speed settings")
+    return Check("pcie", OK, f"Gen{next(iter(gens))} x16 on every GPU (the link idles lower; runs record it under load)")
+
+
+RULES = (gpus_present, persistence, power_limits, clocks, ecc, processes, free_memory, p2p, cupti, cuda_builds, pcie)
+_NAMES = {"power_limits": "power limit", "free_memory": "free memory"}
+GPU_RULES = {persistence, power_limits, clocks, ecc, processes, free_memory, p2p, pcie}
+
+
+def run_rules(facts: dict) -> list[Check]:
+    """Every rule over `facts`; without GPU state the per-GPU rules say so once (skip)."""
+    available = bool((facts.get("nvml") or {}).get("available"))
+    out = []
+    for rule in RULES:
+        if rule in GPU_RULES and not available:
+            out.append(Check(_NAMES.get(rule.__name__, rule.__name__), SKIP, "no GPU state"))
+        else:
+            out.append(rule(facts))
+    return out
+
+
+def exit_code(checks: list[Check]) -> int:
+    return 1 if any(c.status == FAIL for c in checks) else 0
