@@ -115,8 +115,11 @@ def find_recipes_dir(start: Path | None = None) -> Path:
 
 
 def resolve_recipe_path(ref: str | Path, recipes_dir: Path | None = None) -> Path:
-    """A recipe name (`baseline`, `demo/fast`) or a path to a .toml file -> the file's path."""
-    ref_s = str(ref)
+    """A recipe name (`baseline`, `demo/fast`) or a path to a .toml file -> the file's path. A matrix
+    variant's name (`NAME[k=v,...]`, toolkit/recipe/matrix.py) resolves to NAME's file."""
+    from toolkit.recipe.matrix import split_variant
+
+    ref_s = split_variant(str(ref))[0]
     as_path = Path(ref_s).expanduser()
     if ref_s.endswith(".toml") or as_path.is_file():
         if not as_path.is_file():
@@ -157,7 +160,14 @@ def _recipes_root_for(path: Path) -> Path:
 
 
 def load_recipe(ref: str | Path, recipes_dir: Path | None = None) -> Recipe:
-    """Load, merge (`extends`), expand and validate a recipe. Raises BadInput with one line."""
+    """Load, merge (`extends`), expand and validate a recipe. Raises BadInput with one line.
+    `NAME[k=v,...]` loads that variant of NAME's `[matrix]` (toolkit/recipe/matrix.py)."""
+    from toolkit.recipe.matrix import pick, split_variant
+
+    base, body = split_variant(str(ref))
+    if body is not None:
+        recipe = load_recipe(base, recipes_dir)
+        return pick(recipe, f"{recipe.name}[{body}]")
     path = resolve_recipe_path(ref, recipes_dir)
     root = recipes_dir if recipes_dir and is_under(path, recipes_dir) else _recipes_root_for(path)
     name = recipe_name(path, root)
