@@ -27,8 +27,7 @@ from rich.markup import escape
 from toolkit.analysis.sla import Bisection, Bound
 from toolkit.analysis.selection import values_at
 from toolkit.errors import BadInput, PatchbenchError
-from toolkit.recipe.load import Recipe
-from toolkit.recipe.matrix import expand_recipe
+from toolkit.recipe.load import Recipe, expand_recipe
 from toolkit.results.records import bench_key
 from toolkit.results.store import Store
 

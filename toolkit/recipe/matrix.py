@@ -18,13 +18,12 @@ Entries name keys in full (`server.args.X`) or by their last part (`X`) when tha
 
 A variant is named `NAME[k=v,k2=v2]` (keys by their short label, in axis order, then the keys an
 include added) and is a full Recipe: its own name, so its runs are its own, and no `[matrix]`.
-`load_variant("NAME[k=v,...]")` rebuilds it by expanding NAME's matrix, so every verb that takes a
-recipe name takes a variant name.
+`toolkit.recipe.load` builds the variants (`expand_recipe`) and loads `NAME[k=v,...]` by expanding
+NAME's matrix, so every verb that takes a recipe name takes a variant name.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import re
 from dataclasses import dataclass
@@ -210,36 +209,3 @@ def variants_of(recipe) -> list[Variant]:
     if not matrix:
         return []
     return expand(recipe.name, matrix, str(recipe.path))
-
-
-def variant_recipe(recipe, variant: Variant):
-    """The variant as a full Recipe (its own name, no `[matrix]`)."""
-    from toolkit.recipe.load import _build_recipe, _recipes_root_for
-
-    validate_settings(recipe.path, variant.settings)
-    raw = apply_settings(dict(recipe.raw), variant.settings)
-    root = recipe.patches_dir.parent / "recipes"
-    built = _build_recipe(variant.name, recipe.path, root if root.is_dir() else _recipes_root_for(recipe.path), raw)
-    origins = {**recipe.origins, **{k: recipe.path for k, _ in variant.settings}}
-    return dataclasses.replace(built, origins=origins)
-
-
-def expand_recipe(recipe) -> list:
-    """Every variant of `recipe` as a Recipe ([] without a matrix)."""
-    return [variant_recipe(recipe, v) for v in variants_of(recipe)]
-
-
-def pick(recipe, ref: str):
-    """The variant of `recipe` named `ref` (BadInput listing the variants otherwise)."""
-    import difflib
-
-    variants = variants_of(recipe)
-    for v in variants:
-        if v.name == ref:
-            return variant_recipe(recipe, v)
-    names = [v.name for v in variants]
-    if not names:
-        raise BadInput(f"no variant `{ref}`: recipe `{recipe.name}` has no [matrix]")
-    close = difflib.get_close_matches(ref, names, n=1)
-    raise BadInput(f"no variant `{ref}` in the matrix of `{recipe.name}`",
-                   hint=f"did you mean `{close[0]}`?" if close else f"variants: {', '.join(names)}")
