@@ -29,6 +29,8 @@ sglang = ["sglang/oea-topk.patch"]   # ordered; relative to patches/ beside reci
 log = 'OEA active: tokens=\d+ distinct_before=\d+ distinct_after=(?P<distinct_experts>\d+)'
 min_count = 1                        # named groups become run-level metrics; or server_info = {field = value}
 [target]     # gpu (a name in toolkit/data/gpus.toml), count: the machine the static check presents
+[matrix]     # lists of server.args.X / server.env.Y / benchmark.Z / patches.SRC values -> variants
+             # NAME[k=v,...], each a full recipe; include/exclude (toolkit/recipe/matrix.py)
 ```
 
 `extends` takes a recipe name exactly as the command line does (relative to `recipes/`, e.g.
