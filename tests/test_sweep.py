@@ -244,3 +244,11 @@ def test_sla_search_finds_the_cost_model_limit(tmp_path, monkeypatch, home, caps
         at = sla["at_max"]["itl_ms_median"]
         assert at["ci"][0] <= at["mean"] <= at["ci"][1] and at["mean"] <= 15
     assert any(p["on_front"] for p in doc["pareto"])
+
+
+def test_slurm_chunks_spread_variants_with_the_default_in_each():
+    from toolkit.executors.slurm_sweep import chunks
+
+    assert chunks(["d", "a", "b", "c"], 2) == [["d", "a", "c"], ["d", "b"]]
+    assert chunks(["d", "a"], 4) == [["d", "a"]]
+    assert chunks(["d", "a", "b"], 1) == [["d", "a", "b"]]

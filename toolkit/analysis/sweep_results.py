@@ -1,10 +1,12 @@
 """A sweep's results (pure over stored samples): the ranked table, verdicts against the default
 configuration, the Pareto points and the JSON document (`patchbench sweep --json`, docs/JSON.md).
 
-Ranking: a plain sweep ranks by `metric` at `point` (direction from the metric registry); an SLA
-search ranks by the highest concurrency meeting every bound, then by output tok/s there. The verdict
-compares a variant's per-run values with the default configuration's (the unexpanded recipe) at the
-same point (toolkit/analysis/stats.py); "-" where the default has no runs there.
+Ranking: a plain sweep ranks by `metric` at `point` (direction from the metric registry), and the
+verdict compares a variant's per-run values with the default configuration's (the unexpanded
+recipe) at that point. An SLA search ranks by the highest concurrency meeting every bound, then by
+output tok/s there, and the verdict compares output tok/s under the SLA: the variant's at its
+highest concurrency against the default's at the default's (what each serves at the latency
+target). Verdicts: toolkit/analysis/stats.py; "-" where the default has no runs to compare.
 """
 
 from __future__ import annotations
@@ -65,7 +67,8 @@ def rows(store: Store, outcomes: Sequence[Outcome], metric: str, *, sla: Sequenc
             continue
         m, lo, hi = mean_ci(xs)
         verdict, change = "-", None
-        base = values(store, _runs_at(default, at), metric, at)
+        base_at = (default.search.best if default.search else None) if sla else at
+        base = values(store, _runs_at(default, base_at), metric, base_at) if base_at else []
         if o is not default and base:
             c = stats.compare_values(base, xs, higher_is_better=hib, unit=metrics.unit_of(metric))
             verdict, change = c.verdict, c.change_pct
@@ -92,6 +95,13 @@ def pareto_points(store: Store, outcomes: Sequence[Outcome]) -> list[pareto.Poin
     return pts
 
 
+def _ci_text(entry: dict | None) -> str:
+    if not entry:
+        return "-"
+    lo, hi = entry["ci"]
+    return f"{stats.format_value(entry['mean'])} [{stats.format_value(lo)}, {stats.format_value(hi)}]"
+
+
 def render(table_rows: Sequence[Row], metric: str, outcomes: Sequence[Outcome], *, sla: Sequence[Bound] = (),
            dominated: Sequence[str] = (), title: str = "") -> Table:
     unit = metrics.unit_of(metric)
@@ -101,6 +111,8 @@ def render(table_rows: Sequence[Row], metric: str, outcomes: Sequence[Outcome], 
     if sla:
         t.add_column("max concurrency", justify="right")
         t.add_column("points", justify="right")
+        for b in dict.fromkeys(b.metric for b in sla):
+            t.add_column(f"{b} there [95% CI]", justify="right")
     else:
         t.add_column("at", justify="right")
     t.add_column(f"{metric} ({unit}) [95% CI]", justify="right")
@@ -111,8 +123,10 @@ def render(table_rows: Sequence[Row], metric: str, outcomes: Sequence[Outcome], 
         verdict = r.verdict + (f" ({r.change_pct:+.1f}%)" if r.change_pct is not None else "")
         name = f"[dim]{escape(r.name)} (dominated)[/]" if r.name in dominated else escape(r.name)
         if sla:
-            s = by_name[r.name].search
-            t.add_row(str(i), name, str(r.point), f"{len(s.measured)}/{max_points(s.lo, s.hi)}", cell, verdict)
+            o = by_name[r.name]
+            s = o.search
+            at = [_ci_text(o.at_best.get(m)) for m in dict.fromkeys(b.metric for b in sla)]
+            t.add_row(str(i), name, str(r.point), f"{len(s.measured)}/{max_points(s.lo, s.hi)}", *at, cell, verdict)
         else:
             t.add_row(str(i), name, str(r.point), cell, verdict)
     return t

@@ -29,13 +29,21 @@ def add_arguments(parser) -> None:
     parser.add_argument("--repeats", type=int, default=None, help="runs per variant (and per SLA point); default: the recipe's")
     parser.add_argument("--until", choices=("check", "store"), default="store",
                         help="check: stop after the static check of every variant (prints what is pruned)")
-    parser.add_argument("--slurm-jobs", type=int, default=4, metavar="N",
+    parser.add_argument("--slurm-jobs", type=_positive, default=4, metavar="N",
                         help="--executor slurm: spread the variants over at most N jobs (default 4)")
     parser.add_argument("--frozen", action="store_true", help="refuse drift from the recipe's lock file")
     parser.add_argument("-o", "--output", default="./patchbench-sweep", metavar="DIR",
                         help="directory for sweep.md, sweep.html, pareto.png and pareto.svg")
     parser.add_argument("--json", action="store_true", help="print the sweep as JSON (docs/JSON.md)")
     add_executor_arguments(parser)
+
+
+def _positive(text: str) -> int:
+    import argparse
+
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text} is not a positive integer")
+    return int(text)
 
 
 def _range(text: str | None, recipe) -> tuple[int, int]:
@@ -91,7 +99,7 @@ def run(args) -> int:
     runner = _runner(args, home, store)
     if bounds:
         sw.sla_search(store, outcomes, bounds, lo=lo, hi=hi, repeats=args.repeats, runner=runner, console=err)
-        metric, point = bounds[0].metric, None
+        metric, point = "output_tok_s", None  # ranked by what each serves under the SLA
     else:
         have, failed, reused = sw.measure(store, [o.recipe for o in kept], args.repeats, runner, err,
                                           {o.name: o.env_key for o in kept})

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import html
 import os
+import re
 from pathlib import Path
 
 from matplotlib.figure import Figure
@@ -57,13 +58,17 @@ def _write(path: Path, text: str) -> None:
 
 
 def _table(doc: dict) -> tuple[list[str], list[list[str]]]:
-    sla = bool(doc["sla"])
-    head = ["#", "variant", "max concurrency" if sla else "at", f"{doc['metric']} [95% CI]", "vs default"]
+    bound_metrics = list(dict.fromkeys(re.split(r"[<>=]", b)[0] for b in doc["sla"]))
+    head = ["#", "variant", "max concurrency" if bound_metrics else "at",
+            *[f"{m} there [95% CI]" for m in bound_metrics], f"{doc['metric']} [95% CI]", "vs default"]
+    at_max = {v["variant"]: (v["sla"] or {}).get("at_max", {}) for v in doc["variants"]}
     rows = []
     for i, r in enumerate(doc["ranked"], 1):
         ci = f"{r['mean']:.4g} [{r['ci'][0]:.4g}, {r['ci'][1]:.4g}] n={r['n']}"
         verdict = r["verdict"] + (f" ({r['change_pct']:+.1f}%)" if r["change_pct"] is not None else "")
-        rows.append([str(i), r["variant"], str(r["point"]), ci, verdict])
+        bounds = [(lambda e: f"{e['mean']:.4g} [{e['ci'][0]:.4g}, {e['ci'][1]:.4g}]" if e else "-")(
+            at_max[r["variant"]].get(m)) for m in bound_metrics]
+        rows.append([str(i), r["variant"], str(r["point"]), *bounds, ci, verdict])
     return head, rows
 
 
