@@ -6,6 +6,7 @@ import sys
 from collections import defaultdict
 
 from rich import box
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -75,7 +76,7 @@ def render_runs(store, runs, width: int | None = None) -> Table:
         samples = store.samples([run.run_id])
         status = run.display_status()
         style = {"ok": "green", "invalid": "yellow"}.get(status, "red")
-        row = {"run": run.run_id[:8], "group": run.group_id or "", "recipe": run.recipe, "rep": str(run.repeat),
+        row = {"run": run.run_id[:8], "group": run.group_id or "", "recipe": escape(run.recipe), "rep": str(run.repeat),
                "status": f"[{style}]{status}[/]", "evidence": evidence_flag(run), "env": (run.env_key or "")[:10],
                "gpu": run.gpu_key, "headline (point:value)": _headline(samples), "headline": _headline(samples).split(": ", 1)[-1],
                "vs roofline": _efficiency(run, samples), "error": (run.error or "")[:120]}
