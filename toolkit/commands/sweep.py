@@ -79,6 +79,11 @@ def run(args) -> int:
     bounds = parse_bounds(args.sla)  # bad bounds: exit 2 before any work
     spec = metrics.parse_spec(args.metric) if args.metric else None
     recipe = load(args.recipe)
+    if bounds and recipe.benchmark.driver != "serving":
+        from toolkit.errors import BadInput
+
+        raise BadInput(f"--sla needs the serving benchmark: {recipe.name} uses driver {recipe.benchmark.driver!r}",
+                       hint="an SLA search varies the concurrency of a live server")
     recipes = sw.plan(recipe)
     lo, hi = _range(args.crange, recipe)
     home, store = home_of(args), store_of(args)
