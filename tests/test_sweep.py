@@ -82,6 +82,12 @@ def test_exclude_and_include_work_as_in_ci_matrices(project):
         "m[attention-backend=triton,moe-runner-backend=triton,page-size=64]",  # extended, not added
         "m[attention-backend=flashmla,moe-runner-backend=cutlass]",  # no match: a combination of its own
     ]
+    project.recipe("n", BASE + """
+        [matrix]
+        server.args.attention-backend = ["fa3", "triton"]
+        include = [{ "server.env.X" = "1" }]
+        """)
+    assert _names(load_recipe("n", project.recipes)) == ["n[attention-backend=fa3,X=1]", "n[attention-backend=triton,X=1]"]
 
 
 @pytest.mark.parametrize("matrix, words", [

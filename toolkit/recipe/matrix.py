@@ -13,7 +13,8 @@ include = [{ moe-runner-backend = "triton", SGLANG_ENABLE_SPEC_V2 = "0" }]  # ad
 Axes are `server.args.FLAG`, `server.env.VAR`, `benchmark.FIELD` and `patches.SOURCE`, each a
 non-empty list. The combinations are the cross product in declaration order; `exclude` drops every
 combination matching all of an entry's keys; `include` works as in CI matrices: an entry whose axis
-values match existing combinations adds its other keys to them, else it is a combination of its own.
+values match existing combinations adds its other keys to them (an entry without axis keys, to every
+combination), else it is a combination of its own.
 Entries name keys in full (`server.args.X`) or by their last part (`X`) when that is unambiguous.
 
 A variant is named `NAME[k=v,k2=v2]` (keys by their short label, in axis order, then the keys an
@@ -153,7 +154,7 @@ def expand(base: str, matrix: dict, where: str) -> list[Variant]:
         on_axes = {k: v for k, v in entry.items() if k in axes}
         others = {k: v for k, v in entry.items() if k not in axes}
         matched = False
-        if others and on_axes:
+        if others:  # added to every combination it matches (no axis keys: to all), as CI matrices do
             for c in combos:
                 if all(c.get(k) == v for k, v in on_axes.items()) and not any(k in c for k in others):
                     c.update(others)
