@@ -64,6 +64,17 @@ def test_matrix_expands_to_named_full_recipes(project):
     assert "moe-runner-backend" not in dict(recipe.server.args)
 
 
+def test_show_lists_the_expansion(project, capsys):
+    path = project.recipe("m", BASE + '[matrix]\nserver.args.ep-size = [1, 2]\n')
+    assert main(["show", str(path), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [v["name"] for v in doc["variants"]] == ["m[ep-size=1]", "m[ep-size=2]"]
+    assert doc["variants"][1]["settings"] == {"server.args.ep-size": 2}
+    assert main(["show", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "2 variant(s)" in out and "m[ep-size=2]" in out
+
+
 def test_exclude_and_include_work_as_in_ci_matrices(project):
     project.recipe("m", BASE + """
         [matrix]
