@@ -1,4 +1,5 @@
-"""nox sessions: `tests`, `demo`, `compare`, `bisect`, and one `recipe-NAME` per recipe.
+"""nox sessions: `tests`, `demo`, `demo-sweep`, `compare`, `bisect`, and one `recipe-NAME` per recipe
+(a recipe with `[matrix]` runs `patchbench sweep`).
 
 `nox -l` lists every experiment in recipes/ with its description. The session's own venv only hosts
 the toolkit; each recipe's envs are patchbench's (content-addressed under $PATCHBENCH_HOME).
@@ -65,6 +66,16 @@ def demo_update(session: nox.Session) -> None:
                 *session.posargs, env={"PATCHBENCH_MINI_INDEX": str(releases / "index")})
 
 
+@nox.session(name="demo-sweep", python="3.11")
+def demo_sweep(session: nox.Session) -> None:
+    """The miniature's cost knobs as a 3 x 2 matrix plus one combination its validation refuses:
+    static pruning, then the SLA search per variant (ITL(c) = base + per_seq x c), CPU only."""
+    _toolkit(session)
+    session.run("patchbench", "show", "demo/sweep")
+    session.run("patchbench", "sweep", "demo/sweep", "--sla", "itl_ms_median<=20.5", "-o", "patchbench-sweep",
+                *session.posargs)
+
+
 @nox.session(python="3.11")
 def compare(session: nox.Session) -> None:
     """`nox -s compare -- A B [C ...] [--run]`."""
@@ -92,9 +103,12 @@ def _recipe_table(path: Path, seen: tuple = ()) -> dict:
     return data
 
 
-def _recipe_session(name: str, description: str, compare_to: str | None):
+def _recipe_session(name: str, description: str, compare_to: str | None, matrix: bool = False):
     def session_fn(session: nox.Session) -> None:
         _toolkit(session)
+        if matrix:  # a recipe with [matrix]: its default configuration and every variant
+            session.run("patchbench", "sweep", name, *session.posargs)
+            return
         runs = [name] if not compare_to or compare_to == name else [compare_to, name]
         session.run("patchbench", "run", *runs, *session.posargs)
         if len(runs) > 1:
@@ -114,7 +128,7 @@ def _register_recipes() -> None:
         compare_to = table.get("compare_to", "demo/baseline" if name.startswith("demo/") else "baseline")
         session_name = "recipe-" + name.replace("/", "-")
         nox.session(name=session_name, python="3.11")(
-            _recipe_session(name, table.get("description", ""), compare_to)
+            _recipe_session(name, table.get("description", ""), compare_to, "matrix" in table)
         )
 
 

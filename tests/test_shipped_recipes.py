@@ -15,7 +15,7 @@ from toolkit.cli import main
 pytestmark = pytest.mark.slow
 
 SHARED_HOME = Path(os.environ.get("PATCHBENCH_TEST_HOME", Path.home() / ".cache" / "patchbench-test"))
-SHIPPED = ["baseline", "cutlass", "ep8", "sbo", "oea", "tiles", "arch-120f", "full-stack", "sglang-0.5.10", "sglang-0.5.10-oea"]
+SHIPPED = ["baseline", "cutlass", "ep8", "ep-vs-tp", "sm120-backends", "sbo", "oea", "tiles", "arch-120f", "full-stack", "sglang-0.5.10", "sglang-0.5.10-oea"]
 
 
 def test_every_shipped_recipe_is_tested():

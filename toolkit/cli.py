@@ -20,6 +20,7 @@ VERBS = {
     "build": "build",
     "env": "env",
     "run": "run",
+    "sweep": "sweep",
     "results": "results",
     "import": "import_results",
     "compare": "compare",

@@ -17,6 +17,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -142,11 +143,11 @@ _VERDICT_STYLE = {stats.FASTER: "bold green", stats.SLOWER: "bold red",
 def render_compare(rows: Sequence[CompareRow], *, title: str | None = None) -> Table:
     """A rich Table: one line per (variant, metric, point), pyperf-style figures and verdict."""
     base = rows[0].baseline if rows else ""
-    table = Table(title=title or (f"compared with {base}" if base else "comparison"))
+    table = Table(title=escape(title or (f"compared with {base}" if base else "comparison")))
     table.add_column("variant")
     table.add_column("metric")
     table.add_column("point", justify="right")
-    table.add_column(f"{base or 'baseline'}", justify="right")
+    table.add_column(escape(f"{base or 'baseline'}"), justify="right")
     table.add_column("variant value", justify="right")
     table.add_column("speedup [95% CI]", justify="right")
     table.add_column("p", justify="right")
@@ -158,7 +159,7 @@ def render_compare(rows: Sequence[CompareRow], *, title: str | None = None) -> T
             lo, hi = (1.0 / hi if hi else float("inf")), (1.0 / lo if lo else float("inf"))
         ci = f"[{lo:.2f}, {hi:.2f}]" if lo == lo and hi == hi else ""
         table.add_row(
-            r.recipe, r.metric, f"{'bs' if r.point_kind == 'batch' else 'c'}={r.point}",
+            escape(r.recipe), r.metric, f"{'bs' if r.point_kind == 'batch' else 'c'}={r.point}",
             stats.format_mean_std(r.base_mean, r.base_std, r.unit),
             stats.format_mean_std(r.variant_mean, r.variant_std, r.unit),
             f"{r.speedup:.3f}x {ci}", f"{r.p_value:.3f}", f"{r.n_base}/{r.n_variant}",

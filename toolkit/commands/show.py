@@ -49,10 +49,14 @@ def _short(path: Path, root: Path) -> str:
 def run(args) -> int:
     recipe = load(args.recipe)
     root = recipe.patches_dir.parent / "recipes"
+    from toolkit.recipe.matrix import variants_of
+
     rows = [(k, v, _origin(k, dict(recipe.origins), recipe.path)) for k, v in _leaves(dict(recipe.raw))]
+    variants = variants_of(recipe)
     if args.json:
         print_json({"recipe": recipe.name, "path": str(recipe.path),
-                    "values": {k: {"value": v, "file": str(f)} for k, v, f in rows}})
+                    "values": {k: {"value": v, "file": str(f)} for k, v, f in rows},
+                    "variants": [{"name": v.name, "settings": dict(v.settings)} for v in variants]})
         return 0
     table = Table(title=f"recipe {recipe.name} ({_short(recipe.path, root)})", title_justify="left")
     table.add_column("key", overflow="fold")
@@ -61,4 +65,8 @@ def run(args) -> int:
     for key, value, origin in rows:
         table.add_row(key, json.dumps(value), _short(origin, root))
     console.print(table)
+    if variants:
+        console.print(f"[bold]matrix[/]: {len(variants)} variant(s) (`patchbench sweep {recipe.name}` measures them)")
+        for v in variants:
+            console.print(f"  {v.name}", markup=False, highlight=False)
     return 0

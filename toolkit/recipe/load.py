@@ -29,6 +29,8 @@ sglang = ["sglang/oea-topk.patch"]   # ordered; relative to patches/ beside reci
 log = 'OEA active: tokens=\d+ distinct_before=\d+ distinct_after=(?P<distinct_experts>\d+)'
 min_count = 1                        # named groups become run-level metrics; or server_info = {field = value}
 [target]     # gpu (a name in toolkit/data/gpus.toml), count: the machine the static check presents
+[matrix]     # lists of server.args.X / server.env.Y / benchmark.Z / patches.SRC values -> variants
+             # NAME[k=v,...], each a full recipe; include/exclude (toolkit/recipe/matrix.py)
 ```
 
 `extends` takes a recipe name exactly as the command line does (relative to `recipes/`, e.g.
@@ -55,6 +57,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from toolkit.errors import BadInput
+from toolkit.recipe.matrix import Variant, apply_settings, split_variant, validate_settings, variants_of
 from toolkit.recipe.schema import validate_file
 from toolkit.recipe.values import (bench_spec, build_spec, evidence_specs, is_under, patch_paths, rel_name,
                                    server_spec, target_spec)
@@ -115,8 +118,9 @@ def find_recipes_dir(start: Path | None = None) -> Path:
 
 
 def resolve_recipe_path(ref: str | Path, recipes_dir: Path | None = None) -> Path:
-    """A recipe name (`baseline`, `demo/fast`) or a path to a .toml file -> the file's path."""
-    ref_s = str(ref)
+    """A recipe name (`baseline`, `demo/fast`) or a path to a .toml file -> the file's path. A matrix
+    variant's name (`NAME[k=v,...]`, toolkit/recipe/matrix.py) resolves to NAME's file."""
+    ref_s = split_variant(str(ref))[0]
     as_path = Path(ref_s).expanduser()
     if ref_s.endswith(".toml") or as_path.is_file():
         if not as_path.is_file():
@@ -157,7 +161,12 @@ def _recipes_root_for(path: Path) -> Path:
 
 
 def load_recipe(ref: str | Path, recipes_dir: Path | None = None) -> Recipe:
-    """Load, merge (`extends`), expand and validate a recipe. Raises BadInput with one line."""
+    """Load, merge (`extends`), expand and validate a recipe. Raises BadInput with one line.
+    `NAME[k=v,...]` loads that variant of NAME's `[matrix]` (toolkit/recipe/matrix.py)."""
+    base, body = split_variant(str(ref))
+    if body is not None:
+        recipe = load_recipe(base, recipes_dir)
+        return pick_variant(recipe, f"{recipe.name}[{body}]")
     path = resolve_recipe_path(ref, recipes_dir)
     root = recipes_dir if recipes_dir and is_under(path, recipes_dir) else _recipes_root_for(path)
     name = recipe_name(path, root)
@@ -368,3 +377,32 @@ def _build_recipe(name: str, path: Path, root: Path, data: dict) -> Recipe:
     )
 
 
+# ---------------------------------------------------------------------------------------- [matrix]
+
+
+def variant_recipe(recipe: Recipe, variant: Variant) -> Recipe:
+    """One variant of `recipe`'s `[matrix]` (toolkit/recipe/matrix.py) as a full Recipe: its own
+    name, the variant's settings applied, no `[matrix]`."""
+    validate_settings(recipe.path, variant.settings)
+    raw = apply_settings(dict(recipe.raw), variant.settings)
+    built = _build_recipe(variant.name, recipe.path, recipe.patches_dir.parent / RECIPES_DIRNAME, raw)
+    return dataclasses.replace(built, origins={**recipe.origins, **{k: recipe.path for k, _ in variant.settings}})
+
+
+def expand_recipe(recipe: Recipe) -> list[Recipe]:
+    """Every variant of `recipe` as a Recipe ([] without a matrix)."""
+    return [variant_recipe(recipe, v) for v in variants_of(recipe)]
+
+
+def pick_variant(recipe: Recipe, ref: str) -> Recipe:
+    """The variant of `recipe` named `ref` (BadInput naming the closest otherwise)."""
+    variants = variants_of(recipe)
+    for v in variants:
+        if v.name == ref:
+            return variant_recipe(recipe, v)
+    names = [v.name for v in variants]
+    if not names:
+        raise BadInput(f"no variant `{ref}`: recipe `{recipe.name}` has no [matrix]")
+    close = difflib.get_close_matches(ref, names, n=1)
+    raise BadInput(f"no variant `{ref}` in the matrix of `{recipe.name}`",
+                   hint=f"did you mean `{close[0]}`?" if close else f"variants: {', '.join(names)}")

@@ -124,6 +124,7 @@ class RecipeFile(_Table):
     roofline: RooflineTable | None = None
     target: TargetTable | None = None
     evidence: dict[str, EvidenceTable] | None = None
+    matrix: dict[str, Any] | None = Field(None, description="lists of server.args.X / server.env.Y / benchmark.Z / patches.SRC values that expand to named variants NAME[k=v,...]; `exclude` and `include` lists of tables as in CI matrices (toolkit/recipe/matrix.py)")
 
 
 def json_schema() -> dict:

@@ -182,7 +182,7 @@ def finish(a: Attempt, status: str, error: str, *, tail: str | None = None, **fi
         a.store.finish_run(a.run_id, status, error=error, log_tail=tail, server_info=a.info, timings=a.timings,
                            log_paths=log_paths(a), extra=a.extra, **fields)
     except Exception as exc:  # noqa: BLE001 - the store refused: keep the status at least
-        a.console.print(f"[red]{a.title}[/]: could not store the result ({type(exc).__name__}: {exc})")
+        a.console.print(f"[red]{escape(a.title)}[/]: could not store the result ({type(exc).__name__}: {exc})")
         with contextlib.suppress(Exception):
             a.store.finish_run(a.run_id, "failed", error=f"{status}: {error}; storing failed: {exc}"[:500])
     a.finished = True

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Callable
 
 from rich.console import Console
+from rich.markup import escape
 
 from toolkit.run import evidence, machine, metrics, reaper, server as srv
 from toolkit.run.attempt import Attempt, Prepared, RunInvalid, recorded, log_paths, signals_interrupt, supervise
@@ -108,7 +109,7 @@ def apply_trees(job: Job) -> Applied:
     """Materialise each source and apply the recipe's patches (git commits in the tree cache)."""
     results = apply_recipe(job.recipe, job.home, frozen=job.frozen, overrides=job.overrides)
     for tree, reused in results:
-        job.console.print(f"[bold]{job.recipe.name}[/]: {tree.source} {'reused' if reused else 'applied'} "
+        job.console.print(f"[bold]{escape(job.recipe.name)}[/]: {tree.source} {'reused' if reused else 'applied'} "
                           f"tree {tree.tree_hash[:12]} ({len(tree.patches)} patches)")
     return Applied(job, [t for t, _ in results])
 
@@ -134,7 +135,7 @@ def static_check(built: Built) -> Prepared:
                                             device="cuda" if needs_gpu(recipe) else None)
     if not check.ok:
         raise BadInput("static config check failed: " + "; ".join(check.problems))
-    job.console.print(f"[bold]{recipe.name}[/]: static check passed{' (remembered)' if reused else ''} (sglang {check.version}"
+    job.console.print(f"[bold]{escape(recipe.name)}[/]: static check passed{' (remembered)' if reused else ''} (sglang {check.version}"
                       f"{'' if check.resolved else ', defaults unresolved: ' + str(check.note or 'no reason given')})")
     for line in check_summary(check):
         job.console.print(line, markup=False, highlight=False)
@@ -159,7 +160,7 @@ def launch(attempt: Attempt) -> Launched:
                         port=port, log=log, environ=environ)
     supervise(attempt, server.proc, "server", stop=server.stop)
     server.wait_ready(server_spec.timeout_s)
-    attempt.console.print(f"[bold]{attempt.title}[/]: server ready in {time.monotonic() - server.started:.1f} s "
+    attempt.console.print(f"[bold]{escape(attempt.title)}[/]: server ready in {time.monotonic() - server.started:.1f} s "
                           f"at {server.url}")
     return Launched(attempt, server)
 
@@ -218,7 +219,7 @@ def check_evidence(measured: Measured) -> Measured:
         attempt.extra["evidence_metrics"] = verdict.metrics
     undeclared = [p for p, s in verdict.status.items() if s == evidence.UNDECLARED]
     if undeclared:
-        attempt.console.print(f"[yellow]{attempt.title}[/]: no activation evidence declared for "
+        attempt.console.print(f"[yellow]{escape(attempt.title)}[/]: no activation evidence declared for "
                               f"{', '.join(undeclared)} (add [evidence.\"PATCH\"] to the recipe)")
     kind = "batch" if recipe.benchmark.driver == "one-batch" else "concurrency"
     extra = [Sample(name, value, metrics.unit_of(name), 0, kind) for name, value in verdict.metrics.items()
@@ -238,7 +239,7 @@ def store(value: Verified | Measured) -> str:
     notes = list(verified.notes)
     if measured is None:
         notes.append("stopped before the benchmark, as asked")
-        attempt.console.print(f"[bold]{attempt.title}[/]: effective config verified; stopping as asked")
+        attempt.console.print(f"[bold]{escape(attempt.title)}[/]: effective config verified; stopping as asked")
     errors = measured.errors if measured else []
     attempt.store.finish_run(attempt.run_id, "invalid" if errors else "ok",
                              samples=measured.samples if measured else None, server_info=attempt.info,
@@ -325,7 +326,7 @@ def _serving(url: str, bench, console: Console, name: str) -> tuple[list[Sample]
         samples.extend(pt.to_samples())
         errors.extend(f"concurrency {pt.concurrency}: {e}" for e in pt.errors)
     best = max((s.value for s in samples if s.metric == "output_tok_s"), default=0.0)
-    console.print(f"[bold]{name}[/]: {len(points)} points, best output {best:.1f} tok/s")
+    console.print(f"[bold]{escape(name)}[/]: {len(points)} points, best output {best:.1f} tok/s")
     return samples, errors
 
 
@@ -366,7 +367,7 @@ def run_sweep(recipes: list[Recipe], *, home: Path, store: Store, repeats: int |
             if isinstance(exc, BadInput) and len(recipes) == 1:
                 raise
             failed.append((recipe.name, str(exc)))
-            console.print(f"[red]error[/]: {exc}")
+            console.print(f"[red]error[/]: {escape(str(exc))}")
     result = {"group_id": group_id, "runs": [], "failed": failed,
               "resolved": {p.name: p.check.resolved_config for p in prepared if p.check}}
     if until in ("apply", "build", "check"):
@@ -392,7 +393,7 @@ def run_sweep(recipes: list[Recipe], *, home: Path, store: Store, repeats: int |
                                        console=console, until=until)
                     except PatchbenchError as exc:  # the run could not even be begun in the store
                         failed.append((p.name, str(exc.located(recipe=p.name))))
-                        console.print(f"[red]error[/]: {exc}")
+                        console.print(f"[red]error[/]: {escape(str(exc))}")
                         continue
                     result["runs"].append((p.name, rid))
     return result

@@ -1,0 +1,271 @@
+"""Sweeps: [matrix] expansion, include/exclude, bad input, SLA bisection, the Pareto front, and
+`patchbench sweep` on the miniature (pruning with its refusal, interleaving, resume, SLA limit)."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+
+import pytest
+
+from conftest import demo_project
+from toolkit.analysis.pareto import Point, dominated_variants, front
+from toolkit.analysis.sla import Bisection, max_points, parse_bound, search
+from toolkit.cli import main
+from toolkit.errors import BadInput
+from toolkit.recipe.load import expand_recipe, load_recipe
+from toolkit.recipe.matrix import variants_of
+from toolkit.results.store import Store
+
+BASE = """
+description = "base"
+[sources.mini]
+git = "@UPSTREAM@"
+rev = "v1"
+package_dir = "python"
+[server.args]
+tp-size = 2
+[benchmark]
+concurrency = [1, 2]
+"""
+
+
+def _names(recipe) -> list[str]:
+    return [v.name for v in variants_of(recipe)]
+
+
+# -- expansion ----------------------------------------------------------------------------------
+
+def test_matrix_expands_to_named_full_recipes(project):
+    project.patch("a.patch", "Subject: a\n")
+    project.recipe("m", BASE + """
+        [matrix]
+        server.args.moe-runner-backend = ["cutlass", "triton"]
+        server.env.SGLANG_X = ["0", "1"]
+        benchmark.output_len = [64]
+        patches.mini = [[], ["a.patch"]]
+        """)
+    recipe = load_recipe("m", project.recipes)
+    variants = expand_recipe(recipe)
+    assert len(variants) == 8
+    first = variants[0]
+    assert first.name == "m[moe-runner-backend=cutlass,SGLANG_X=0,output_len=64,mini=none]"
+    assert dict(first.server.args)["moe-runner-backend"] == "cutlass"
+    assert dict(first.server.env)["SGLANG_X"] == "0"
+    assert first.benchmark.output_len == 64 and "matrix" not in first.raw
+    assert first.patch_names("mini") == ()
+    last = variants[-1]
+    assert last.name.endswith("mini=a]") and last.patch_names("mini") == ("a.patch",)
+    # loading by the variant's name gives the same recipe, everywhere a name is taken
+    again = load_recipe(last.name, project.recipes)
+    assert again.name == last.name and again.server == last.server and again.patches == last.patches
+    # the unexpanded recipe is the default configuration: unchanged
+    assert "moe-runner-backend" not in dict(recipe.server.args)
+
+
+def test_show_lists_the_expansion(project, capsys):
+    path = project.recipe("m", BASE + '[matrix]\nserver.args.ep-size = [1, 2]\n')
+    assert main(["show", str(path), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [v["name"] for v in doc["variants"]] == ["m[ep-size=1]", "m[ep-size=2]"]
+    assert doc["variants"][1]["settings"] == {"server.args.ep-size": 2}
+    assert main(["show", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "2 variant(s)" in out and "m[ep-size=2]" in out
+
+
+def test_exclude_and_include_work_as_in_ci_matrices(project):
+    project.recipe("m", BASE + """
+        [matrix]
+        server.args.attention-backend = ["fa3", "triton"]
+        server.args.moe-runner-backend = ["cutlass", "triton"]
+        exclude = [{ attention-backend = "fa3", moe-runner-backend = "triton" }]
+        include = [
+            { attention-backend = "triton", moe-runner-backend = "triton", "server.args.page-size" = 64 },
+            { attention-backend = "flashmla", moe-runner-backend = "cutlass" },
+        ]
+        """)
+    names = _names(load_recipe("m", project.recipes))
+    assert names == [
+        "m[attention-backend=fa3,moe-runner-backend=cutlass]",
+        "m[attention-backend=triton,moe-runner-backend=cutlass]",
+        "m[attention-backend=triton,moe-runner-backend=triton,page-size=64]",  # extended, not added
+        "m[attention-backend=flashmla,moe-runner-backend=cutlass]",  # no match: a combination of its own
+    ]
+    project.recipe("n", BASE + """
+        [matrix]
+        server.args.attention-backend = ["fa3", "triton"]
+        include = [{ "server.env.X" = "1" }]
+        """)
+    assert _names(load_recipe("n", project.recipes)) == ["n[attention-backend=fa3,X=1]", "n[attention-backend=triton,X=1]"]
+
+
+@pytest.mark.parametrize("matrix, words", [
+    ('server.flags.x = [1, 2]', ["server.flags.x", "not a recipe key"]),
+    ('benchmark.concurency = [1, 2]', ["benchmark.concurency", "not a recipe key"]),
+    ('server.args.tp-size = []', ["server.args.tp-size", "empty list"]),
+    ('server.args.tp-size = 2', ["server.args.tp-size", "must be a list"]),
+    ('server.args.tp-size = [1]\nexclude = [{ ep-size = 2 }]', ["ep-size", "not a matrix axis"]),
+])
+def test_bad_matrix_is_exit_2_naming_the_key(project, capsys, matrix, words):
+    project.recipe("m", BASE + "[matrix]\n" + matrix + "\n")
+    assert main(["show", str(project.recipes / "m.toml")]) == 2
+    text = capsys.readouterr().err
+    assert all(w in text for w in words), text
+
+
+def test_unknown_variant_name_is_exit_2_with_the_closest(project, capsys):
+    project.recipe("m", BASE + '[matrix]\nserver.args.ep-size = [1, 2]\n')
+    with pytest.raises(BadInput, match=r"did you mean `m\[ep-size=2\]`"):
+        load_recipe("m[ep-size=3]", project.recipes)
+
+
+# -- SLA bounds and bisection ------------------------------------------------------------------
+
+@pytest.mark.parametrize("text, words", [
+    ("itl_ms_p98<=50", ["itl_ms_p98", "unknown metric", "known metrics", "itl_ms_p99"]),
+    ("itl_ms_p99=<50", ["not a bound", "known metrics"]),
+    ("itl_ms_p99<=fast", ["not a bound"]),
+])
+def test_bad_bounds_are_exit_2_with_the_known_metrics(text, words, capsys):
+    assert main(["sweep", "demo/sweep", "--sla", text]) == 2
+    err = capsys.readouterr().err
+    assert all(w in err for w in words), err
+
+
+def test_bound_parses_and_holds():
+    b = parse_bound(" itl_ms_p99 <= 50 ")
+    assert (b.metric, b.op, b.value) == ("itl_ms_p99", "<=", 50.0)
+    assert b.holds(50.0) and not b.holds(50.1)
+    assert parse_bound("output_tok_s>100").holds(101)
+
+
+def test_bisection_finds_the_analytic_limit_within_the_point_bound():
+    rng = random.Random(7)
+    for _ in range(300):
+        lo, hi = rng.randint(1, 4), rng.randint(4, 256)
+        base, per = rng.uniform(2, 20), rng.uniform(0.05, 3)
+        bound = rng.uniform(5, 120)
+        limit = math.floor((bound - base) / per)  # ITL(c) = base + per x c <= bound
+        s = search(lo, hi, lambda c: base + per * c <= bound)
+        if limit < lo:
+            assert s.best is None and s.fails_at_lo and s.measured == [(lo, False)]
+        else:
+            assert s.best == min(limit, hi)
+        assert len(s.measured) <= max_points(lo, hi)
+    assert max_points(1, 128) == 8 and max_points(5, 5) == 1
+
+
+def test_bisection_advances_one_point_per_round():
+    b = Bisection(1, 16)
+    assert b.next_point() == 1
+    b.feed(1, True)
+    assert b.next_point() == 9
+    b.feed(9, False)
+    assert b.next_point() == 5
+
+
+# -- Pareto ----------------------------------------------------------------------------------------
+
+def test_pareto_front_membership():
+    pts = [Point("a", 1, 100, 100), Point("a", 8, 40, 320),
+           Point("b", 1, 90, 90), Point("b", 8, 30, 240),  # b is worse than a at every load
+           Point("c", 16, 20, 400)]  # the most per GPU: on the front
+    on = front(pts)
+    assert [(p.variant, p.concurrency) for p in on] == [("a", 1), ("a", 8), ("c", 16)]
+    assert dominated_variants(pts) == ["b"]
+
+
+# -- on the miniature ----------------------------------------------------------------------------
+
+SWEEP = """
+description = "sweep test"
+[sources.sglang]
+path = "../../upstream/minisglang"
+package_dir = "python"
+[build]
+mode = "full"
+[server]
+model = "minisglang/tiny"
+gpus = 0
+timeout_s = 60
+[server.args]
+tp-size = 1
+random-seed = 0
+mini-step-base-ms = 4
+mini-step-per-seq-us = 2500
+mini-prefill-base-ms = 0.5
+[benchmark]
+input_len = 8
+output_len = 8
+concurrency = [1, 8]
+num_prompts = {prompts}
+warmup = 1
+repeats = {repeats}
+[matrix]
+server.args.mini-step-per-seq-us = [2000, 3000]
+include = [{{ mini-step-per-seq-us = 4000, "server.args.stream-interval" = 0 }}]
+"""
+
+
+def _write(proj, name: str, text: str) -> None:
+    (proj / "recipes" / f"{name}.toml").write_text(text)
+
+
+def test_sweep_prunes_interleaves_and_resumes(tmp_path, monkeypatch, home, capsys):
+    proj = demo_project(tmp_path, monkeypatch)
+    _write(proj, "demo/sw", SWEEP.format(prompts=4, repeats=2).replace("concurrency = [1, 8]",
+                                                                                "concurrency = [2]"))
+    out = proj / "out"
+    assert main(["sweep", "demo/sw", "--json", "-o", str(out)]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    by = {v["variant"]: v for v in doc["variants"]}
+    refused = by["demo/sw[mini-step-per-seq-us=4000,stream-interval=0]"]
+    assert "stream_interval must be >= 1" in refused["pruned"] and not refused["runs"]
+    store = Store(home / "results.sqlite")
+    runs = store.runs()
+    assert "demo/sw[mini-step-per-seq-us=4000,stream-interval=0]" not in {r.recipe for r in runs}
+    order = [r.recipe for r in runs]
+    names = ["demo/sw", "demo/sw[mini-step-per-seq-us=2000]", "demo/sw[mini-step-per-seq-us=3000]"]
+    assert order == names + names  # repeats interleaved: A B C A B C
+    assert [r["verdict"] for r in doc["ranked"] if r["variant"] == "demo/sw"] == ["default"]
+    assert (out / "pareto.png").stat().st_size > 0 and "<svg" in (out / "pareto.svg").read_text()
+    assert "stream_interval must be >= 1" in (out / "sweep.md").read_text()
+    # resumed: every variant already has its runs; nothing is launched again
+    assert main(["sweep", "demo/sw", "--json", "-o", str(out)]) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert len(store.runs()) == 6
+    assert {v["variant"]: v["reused"] for v in again["variants"] if v["runs"]} == {n: 2 for n in names}
+    # variant names work where recipe names do
+    assert main(["compare", names[1], names[2], "--metric", "itl_ms_median"]) == 0
+    assert "demo/sw[mini-step-per-seq-us=3000]" in capsys.readouterr().out
+
+
+@pytest.mark.slow  # ~45 s on 2 busy cores: 12 server launches
+def test_sla_search_finds_the_cost_model_limit(tmp_path, monkeypatch, home, capsys):
+    proj = demo_project(tmp_path, monkeypatch)
+    _write(proj, "demo/sw", SWEEP.format(prompts=8, repeats=1))
+    # bound 15 ms, base 4 ms: limits 4 (2.5 ms/seq), 5 (2 ms/seq), 3 (3 ms/seq), none of them on the bound
+    assert main(["sweep", "demo/sw", "--sla", "itl_ms_median<=15", "--json", "-o", str(proj / "o")]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    per_seq = {"demo/sw": 2.5, "demo/sw[mini-step-per-seq-us=2000]": 2.0, "demo/sw[mini-step-per-seq-us=3000]": 3.0}
+    for v in doc["variants"]:
+        if v["variant"] not in per_seq:
+            assert v["pruned"]
+            continue
+        sla = v["sla"]
+        limit = min(math.floor((15 - 4) / per_seq[v["variant"]]), 8)  # ITL(c) = base + per_seq x c
+        assert abs(sla["max_concurrency"] - limit) <= 1, (v["variant"], sla)
+        assert len(sla["measured"]) <= sla["bound_points"] == 4
+        at = sla["at_max"]["itl_ms_median"]
+        assert at["ci"][0] <= at["mean"] <= at["ci"][1] and at["mean"] <= 15
+    assert any(p["on_front"] for p in doc["pareto"])
+
+
+def test_slurm_chunks_spread_variants_with_the_default_in_each():
+    from toolkit.executors.slurm_sweep import chunks
+
+    assert chunks(["d", "a", "b", "c"], 2) == [["d", "a", "c"], ["d", "b"]]
+    assert chunks(["d", "a"], 4) == [["d", "a"]]
+    assert chunks(["d", "a", "b"], 1) == [["d", "a", "b"]]

@@ -1,0 +1,180 @@
+"""`patchbench sweep`: a recipe and its `[matrix]` variants, checked, measured and searched.
+
+1. **Static check** of the default recipe and every variant (`prepare(until="check")`: apply, build,
+   sglang's or the miniature's own validation for the `[target]`, the model-shape rules). A variant
+   refused there is pruned with the refusal's message before any server time.
+2. **Measure** the rest with repeats interleaved (`runner`: the pipeline's `run_sweep`, or one Slurm
+   job per chunk), reusing what the store already holds: ok, verified runs of the same recipe name
+   and benchmark (bench key) count toward the repeats, so an interrupted sweep resumes.
+3. **SLA search** (`bounds`): per variant, bisection over the concurrency range (toolkit/analysis/
+   sla.py), one point per variant per round, each round one interleaved `runner` call; a point is
+   the variant with `benchmark.concurrency = [c]`, its runs stored under the variant's own name.
+
+Effects: runs stored through the pipeline; nothing else written.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+from rich.console import Console
+from rich.markup import escape
+
+from toolkit.analysis.sla import Bisection, Bound
+from toolkit.analysis.selection import values_at
+from toolkit.errors import BadInput, PatchbenchError
+from toolkit.recipe.load import Recipe, expand_recipe
+from toolkit.results.records import bench_key
+from toolkit.results.store import Store
+
+Runner = Callable[[list[Recipe]], dict]  # run_sweep(recipes) -> {"runs", "failed", ...}
+
+
+@dataclass
+class Outcome:
+    """One variant's part of a sweep."""
+
+    name: str
+    recipe: Recipe | None = None
+    env_key: str | None = None  # the env the static check ran in (reuse needs the same)
+    pruned: str | None = None  # the refusal's message
+    failed: str | None = None
+    runs: list[str] = field(default_factory=list)  # ok runs that count (reused + new)
+    reused: int = 0
+    search: Bisection | None = None
+    at_best: dict = field(default_factory=dict)  # metric -> {"mean", "ci": [lo, hi], "n"}
+    points: dict = field(default_factory=dict)  # concurrency -> [run ids] (SLA search)
+
+
+def plan(recipe: Recipe) -> list[Recipe]:
+    """The default configuration (the unexpanded recipe) first, then its variants."""
+    variants = expand_recipe(recipe)
+    if not variants:
+        raise BadInput(f"recipe `{recipe.name}` has no [matrix]: nothing to sweep",
+                       hint="add [matrix] with lists of server.args.X / benchmark.Y values, or use `patchbench run`")
+    return [recipe, *variants]
+
+
+def static_checks(recipes: Sequence[Recipe], *, home: Path, console: Console,
+                  frozen: bool = False) -> list[Outcome]:
+    """Check every recipe statically; refused ones come back with `pruned` set."""
+    from toolkit.run.pipeline import prepare
+
+    out = []
+    for r in recipes:
+        o = Outcome(r.name, r)
+        try:
+            p = prepare(r, home, until="check", frozen=frozen, console=console)
+            o.env_key = p.env.key if p.env else None
+        except BadInput as exc:
+            o.pruned = exc.message + (f" ({exc.hint})" if exc.hint else "")
+            console.print(f"[yellow]pruned[/] {escape(r.name)}: {escape(o.pruned)}", highlight=False)
+        except PatchbenchError as exc:
+            o.failed = str(exc)
+            console.print(f"[red]failed[/] {escape(r.name)}: {escape(str(exc))}", highlight=False)
+        out.append(o)
+    return out
+
+
+def bench_key_of(recipe: Recipe) -> str:
+    return bench_key(recipe.benchmark.driver, recipe.benchmark.params())
+
+
+def reusable_runs(store: Store, recipe: Recipe, env_key: str | None = None) -> list[str]:
+    """Ok, verified runs measured here of this recipe name and benchmark (and env, when given),
+    oldest first."""
+    rows = store.runs(recipe=recipe.name, status="ok", bench_key=bench_key_of(recipe), env_key=env_key,
+                      config_verified=True)
+    return [r.run_id for r in rows if not r.imported]
+
+
+def _with_repeats(recipe: Recipe, repeats: int) -> Recipe:
+    return dataclasses.replace(recipe, benchmark=dataclasses.replace(recipe.benchmark, repeats=repeats))
+
+
+def at_concurrency(recipe: Recipe, c: int) -> Recipe:
+    """The recipe measured at one concurrency (same name: its runs are the variant's)."""
+    raw = {**recipe.raw, "benchmark": {**recipe.raw.get("benchmark", {}), "concurrency": [c]}}
+    bench = dataclasses.replace(recipe.benchmark, concurrency=(c,))
+    return dataclasses.replace(recipe, benchmark=bench, raw=raw)
+
+
+def measure(store: Store, recipes: Sequence[Recipe], repeats: int | None, runner: Runner,
+            console: Console, env_keys: dict | None = None) -> tuple[dict[str, list[str]], dict[str, str], dict[str, int]]:
+    """Bring every recipe to `repeats` ok runs (default: its own), reusing stored ones. Returns
+    (name -> ok run ids, name -> failure, name -> how many were reused)."""
+    todo, have, reused = [], {}, {}
+    for r in recipes:
+        want = repeats or r.benchmark.repeats
+        have[r.name] = reusable_runs(store, r, (env_keys or {}).get(r.name))[-want:]
+        reused[r.name] = len(have[r.name])
+        if len(have[r.name]) < want:
+            todo.append(_with_repeats(r, want - len(have[r.name])))
+    failed: dict[str, str] = {}
+    if reused and any(reused.values()):
+        console.print(escape("reused: " + ", ".join(f"{n} ({k} run(s))" for n, k in reused.items() if k)), highlight=False)
+    if todo:
+        result = runner(todo)
+        for name, msg in result.get("failed", []):
+            failed.setdefault(name, msg)
+        for name, rid in result.get("runs", []):
+            if store.get_run(rid).status == "ok":
+                have[name].append(rid)
+    return have, failed, reused
+
+
+def values(store: Store, run_ids: Sequence[str], metric: str, point: int) -> list[float]:
+    return values_at(store.samples(list(run_ids), metric), metric, point, list(run_ids)) if run_ids else []
+
+
+def mean_ci(xs: Sequence[float], confidence: float = 0.95) -> tuple[float, float, float]:
+    """Mean and its t interval (a single value: the interval is that value)."""
+    n = len(xs)
+    if n == 0:
+        return (math.nan, math.nan, math.nan)
+    m = sum(xs) / n
+    if n == 1:
+        return (m, m, m)
+    from scipy import stats as sp
+
+    s = math.sqrt(sum((x - m) ** 2 for x in xs) / (n - 1))
+    half = float(sp.t.ppf(0.5 + confidence / 2, n - 1)) * s / math.sqrt(n)
+    return (m, m - half, m + half)
+
+
+def sla_search(store: Store, outcomes: Sequence[Outcome], bounds: Sequence[Bound], *, lo: int, hi: int,
+               repeats: int | None, runner: Runner, console: Console) -> None:
+    """Bisect each measurable outcome's concurrency range in rounds (see the module docstring)."""
+    active = [o for o in outcomes if o.recipe is not None and not o.pruned and not o.failed]
+    for o in active:
+        o.search = Bisection(lo, hi)
+    rnd = 0
+    while True:
+        asks = [(o, c) for o in active if o.search and not o.failed and (c := o.search.next_point()) is not None]
+        if not asks:
+            break
+        rnd += 1
+        console.print(escape(f"SLA round {rnd}: " + ", ".join(f"{o.name} @ {c}" for o, c in asks)), highlight=False)
+        have, failed, reused = measure(store, [at_concurrency(o.recipe, c) for o, c in asks], repeats, runner, console,
+                                       {o.name: o.env_key for o, _ in asks})
+        for o, c in asks:
+            runs = have.get(o.name, [])
+            o.reused += reused.get(o.name, 0)
+            o.points[c] = runs
+            if not runs:
+                o.failed = failed.get(o.name, f"no ok run at concurrency {c}")
+                continue
+            means = {b.metric: mean_ci(values(store, runs, b.metric, c))[0] for b in bounds}
+            ok = all(not math.isnan(means[b.metric]) and b.holds(means[b.metric]) for b in bounds)
+            o.search.feed(c, ok)
+    for o in active:
+        if o.search and o.search.best is not None:
+            best = o.search.best
+            o.runs = o.points.get(best, [])
+            for name in dict.fromkeys([*(b.metric for b in bounds), "output_tok_s"]):
+                m, l, h = mean_ci(values(store, o.runs, name, best))
+                o.at_best[name] = {"mean": m, "ci": [l, h], "n": len(o.runs)}

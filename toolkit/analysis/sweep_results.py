@@ -1,0 +1,155 @@
+"""A sweep's results (pure over stored samples): the ranked table, verdicts against the default
+configuration, the Pareto points and the JSON document (`patchbench sweep --json`, docs/JSON.md).
+
+Ranking: a plain sweep ranks by `metric` at `point` (direction from the metric registry), and the
+verdict compares a variant's per-run values with the default configuration's (the unexpanded
+recipe) at that point. An SLA search ranks by the highest concurrency meeting every bound, then by
+output tok/s there, and the verdict compares output tok/s under the SLA: the variant's at its
+highest concurrency against the default's at the default's (what each serves at the latency
+target). Verdicts: toolkit/analysis/stats.py; "-" where the default has no runs to compare.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+from rich.markup import escape
+from rich.table import Table
+
+from toolkit.analysis import pareto, stats
+from toolkit.analysis.sla import Bound, max_points
+from toolkit.analysis.sweep import Outcome, mean_ci, values
+from toolkit.results.store import Store
+from toolkit.run import metrics
+
+
+@dataclass
+class Row:
+    name: str
+    point: int | None
+    mean: float
+    ci: tuple[float, float]
+    n: int
+    verdict: str
+    change_pct: float | None
+
+
+def gpus_of(recipe) -> int:
+    """GPUs serving one variant: the target's count, else tp-size x dp-size, else 1."""
+    try:
+        if recipe.target is not None:
+            return max(int(recipe.target.count), 1)
+        args = dict(recipe.server.args)
+        return max(int(args.get("tp-size", 1)) * int(args.get("dp-size", 1)), 1)
+    except (TypeError, ValueError):
+        return 1
+
+
+def _runs_at(o: Outcome, point: int) -> list[str]:
+    return o.points.get(point, [])
+
+
+def rows(store: Store, outcomes: Sequence[Outcome], metric: str, *, sla: Sequence[Bound] = (),
+         point: int | None = None) -> list[Row]:
+    """The measured outcomes ranked (best first), outcomes[0] being the default configuration."""
+    default = outcomes[0]
+    hib = metrics.higher_is_better(metric)
+    out = []
+    for o in outcomes:
+        if o.pruned or o.failed or (sla and (o.search is None or o.search.best is None)):
+            continue
+        at = o.search.best if sla else point
+        runs = _runs_at(o, at)
+        xs = values(store, runs, metric, at)
+        if not xs:
+            continue
+        m, lo, hi = mean_ci(xs)
+        verdict, change = "-", None
+        base_at = (default.search.best if default.search else None) if sla else at
+        base = values(store, _runs_at(default, base_at), metric, base_at) if base_at else []
+        if o is not default and base:
+            c = stats.compare_values(base, xs, higher_is_better=hib, unit=metrics.unit_of(metric))
+            verdict, change = c.verdict, c.change_pct
+        elif o is default:
+            verdict = "default"
+        out.append(Row(o.name, at, m, (lo, hi), len(xs), verdict, change))
+    sign = -1 if hib is not False else 1
+    if sla:
+        out.sort(key=lambda r: (-(r.point or 0), sign * (r.mean if not math.isnan(r.mean) else 0)))
+    else:
+        out.sort(key=lambda r: sign * r.mean)
+    return out
+
+
+def pareto_points(store: Store, outcomes: Sequence[Outcome]) -> list[pareto.Point]:
+    pts = []
+    for o in outcomes:
+        if o.recipe is None or o.pruned:
+            continue
+        for c, runs in sorted(o.points.items()):
+            xs = values(store, runs, "output_tok_s", c)
+            if xs:
+                pts.append(pareto.point(o.name, c, sum(xs) / len(xs), gpus_of(o.recipe)))
+    return pts
+
+
+def _ci_text(entry: dict | None) -> str:
+    if not entry:
+        return "-"
+    lo, hi = entry["ci"]
+    return f"{stats.format_value(entry['mean'])} [{stats.format_value(lo)}, {stats.format_value(hi)}]"
+
+
+def render(table_rows: Sequence[Row], metric: str, outcomes: Sequence[Outcome], *, sla: Sequence[Bound] = (),
+           dominated: Sequence[str] = (), title: str = "") -> Table:
+    unit = metrics.unit_of(metric)
+    t = Table(title=title or None, title_justify="left")
+    t.add_column("#", justify="right")
+    t.add_column("variant", overflow="fold")
+    if sla:
+        t.add_column("max concurrency", justify="right")
+        t.add_column("points", justify="right")
+        for b in dict.fromkeys(b.metric for b in sla):
+            t.add_column(f"{b} there [95% CI]", justify="right")
+    else:
+        t.add_column("at", justify="right")
+    t.add_column(f"{metric} ({unit}) [95% CI]", justify="right")
+    t.add_column("vs default", overflow="fold")
+    by_name = {o.name: o for o in outcomes}
+    for i, r in enumerate(table_rows, 1):
+        cell = f"{stats.format_value(r.mean)} [{stats.format_value(r.ci[0])}, {stats.format_value(r.ci[1])}] n={r.n}"
+        verdict = r.verdict + (f" ({r.change_pct:+.1f}%)" if r.change_pct is not None else "")
+        name = f"[dim]{escape(r.name)} (dominated)[/]" if r.name in dominated else escape(r.name)
+        if sla:
+            o = by_name[r.name]
+            s = o.search
+            at = [_ci_text(o.at_best.get(m)) for m in dict.fromkeys(b.metric for b in sla)]
+            t.add_row(str(i), name, str(r.point), f"{len(s.measured)}/{max_points(s.lo, s.hi)}", *at, cell, verdict)
+        else:
+            t.add_row(str(i), name, str(r.point), cell, verdict)
+    return t
+
+
+def document(table_rows: Sequence[Row], outcomes: Sequence[Outcome], points: Sequence[pareto.Point], *,
+             recipe: str, metric: str, sla: Sequence[Bound] = ()) -> dict:
+    """The JSON form (docs/JSON.md, `sweep`)."""
+    front = {(p.variant, p.concurrency) for p in pareto.front(points)}
+    return {
+        "recipe": recipe,
+        "metric": metric,
+        "sla": [str(b) for b in sla],
+        "ranked": [{"variant": r.name, "point": r.point, "mean": r.mean, "ci": list(r.ci), "n": r.n,
+                    "verdict": r.verdict, "change_pct": r.change_pct} for r in table_rows],
+        "variants": [{
+            "variant": o.name, "pruned": o.pruned, "failed": o.failed, "runs": o.runs, "reused": o.reused,
+            "sla": None if o.search is None else {
+                "max_concurrency": o.search.best, "fails_at_lowest": o.search.fails_at_lo,
+                "range": [o.search.lo, o.search.hi], "measured": [list(m) for m in o.search.measured],
+                "bound_points": max_points(o.search.lo, o.search.hi), "at_max": o.at_best},
+        } for o in outcomes],
+        "pareto": [{"variant": p.variant, "concurrency": p.concurrency, "tok_s_per_user": p.per_user,
+                    "tok_s_per_gpu": p.per_gpu, "on_front": (p.variant, p.concurrency) in front} for p in points],
+        "dominated": pareto.dominated_variants(points),
+    }

@@ -1,0 +1,109 @@
+"""A sweep's report: the Pareto figure (tokens/s per user vs tokens/s per GPU, one line per variant
+over concurrency; variants on the front in colour, dominated ones grey, the front dashed) as PNG and
+SVG, and `sweep.md` / `sweep.html` with the ranked table, the pruned variants and their reasons.
+
+`write_sweep_report(doc, out)` writes them into `out` (atomically per file) and returns the paths.
+"""
+
+from __future__ import annotations
+
+import html
+import os
+import re
+from pathlib import Path
+
+from matplotlib.figure import Figure
+
+from toolkit.report.plots import PALETTE, svg, write_png
+
+GREY = "#b0b0b0"
+
+
+def pareto_figure(points: list[dict], title: str) -> Figure:
+    """`points`: the JSON document's `pareto` entries."""
+    fig = Figure(figsize=(7.6, 4.6 + 0.16 * len({p["variant"] for p in points})))
+    ax = fig.add_subplot()
+    variants = list(dict.fromkeys(p["variant"] for p in points))
+    on_front = {p["variant"] for p in points if p["on_front"]}
+    colors = iter(PALETTE * 10)
+    for v in variants:
+        pts = sorted((p for p in points if p["variant"] == v), key=lambda p: p["concurrency"])
+        dominated = v not in on_front
+        line = ax.plot([p["tok_s_per_gpu"] for p in pts], [p["tok_s_per_user"] for p in pts], marker="o",
+                       color=GREY if dominated else next(colors), alpha=0.6 if dominated else 1.0,
+                       label=v + (" (dominated)" if dominated else ""), zorder=1 if dominated else 2)
+        line[0].set_gid(f"variant {'dominated' if dominated else 'front'} {v}")
+        for p in pts:
+            ax.annotate(f"c={p['concurrency']}", (p["tok_s_per_gpu"], p["tok_s_per_user"]), fontsize=6,
+                        color="#555555", xytext=(3, 3), textcoords="offset points")
+    front = sorted((p for p in points if p["on_front"]), key=lambda p: p["tok_s_per_gpu"])
+    if front:
+        ax.plot([p["tok_s_per_gpu"] for p in front], [p["tok_s_per_user"] for p in front], linestyle="--",
+                color="black", linewidth=1.0, label="Pareto front", zorder=3)[0].set_gid("pareto-front")
+    ax.set_title(title, fontsize=11, fontweight="bold")
+    ax.set_xlabel("output tokens/s per GPU")
+    ax.set_ylabel("output tokens/s per user")
+    ax.grid(color="#e5e5e5")
+    ax.set_axisbelow(True)
+    if variants:
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.14), frameon=False, fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def _write(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _table(doc: dict) -> tuple[list[str], list[list[str]]]:
+    bound_metrics = list(dict.fromkeys(re.split(r"[<>=]", b)[0] for b in doc["sla"]))
+    head = ["#", "variant", "max concurrency" if bound_metrics else "at",
+            *[f"{m} there [95% CI]" for m in bound_metrics], f"{doc['metric']} [95% CI]", "vs default"]
+    at_max = {v["variant"]: (v["sla"] or {}).get("at_max", {}) for v in doc["variants"]}
+    rows = []
+    for i, r in enumerate(doc["ranked"], 1):
+        ci = f"{r['mean']:.4g} [{r['ci'][0]:.4g}, {r['ci'][1]:.4g}] n={r['n']}"
+        verdict = r["verdict"] + (f" ({r['change_pct']:+.1f}%)" if r["change_pct"] is not None else "")
+        bounds = [(lambda e: f"{e['mean']:.4g} [{e['ci'][0]:.4g}, {e['ci'][1]:.4g}]" if e else "-")(
+            at_max[r["variant"]].get(m)) for m in bound_metrics]
+        rows.append([str(i), r["variant"], str(r["point"]), *bounds, ci, verdict])
+    return head, rows
+
+
+def notes(doc: dict) -> list[str]:
+    out = []
+    for v in doc["variants"]:
+        if v["pruned"]:
+            out.append(f"pruned {v['variant']}: {v['pruned']}")
+        elif v["failed"]:
+            out.append(f"failed {v['variant']}: {v['failed']}")
+        elif v["sla"] and v["sla"]["fails_at_lowest"]:
+            out.append(f"{v['variant']}: fails the SLA already at concurrency {v['sla']['range'][0]}")
+    if doc["dominated"]:
+        out.append("dominated (no point on the Pareto front): " + ", ".join(doc["dominated"]))
+    return out
+
+
+def write_sweep_report(doc: dict, out: Path) -> list[Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    title = f"sweep {doc['recipe']}" + (f" (SLA {', '.join(doc['sla'])})" if doc["sla"] else "")
+    fig = pareto_figure(doc["pareto"], f"{doc['recipe']}: tokens/s per user vs per GPU")
+    png = write_png(fig, out / "pareto.png")
+    svg_text = svg(fig, "Pareto front")
+    svg_path = out / "pareto.svg"
+    _write(svg_path, svg_text + "\n")
+    head, rows = _table(doc)
+    md = [f"# {title}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    md += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in rows]
+    md += [""] + [f"- {line}" for line in notes(doc)] + ["", f"![Pareto front]({png.name})", ""]
+    _write(out / "sweep.md", "\n".join(md))
+    esc = html.escape
+    page = [f"<!doctype html><html><head><meta charset='utf-8'><title>{esc(title)}</title></head><body>",
+            f"<h1>{esc(title)}</h1><table border='1' cellspacing='0' cellpadding='4'><tr>"
+            + "".join(f"<th>{esc(h)}</th>" for h in head) + "</tr>"]
+    page += ["<tr>" + "".join(f"<td>{esc(c)}</td>" for c in r) + "</tr>" for r in rows]
+    page += ["</table><ul>"] + [f"<li>{esc(line)}</li>" for line in notes(doc)] + ["</ul>", svg_text, "</body></html>"]
+    _write(out / "sweep.html", "\n".join(page))
+    return [out / "sweep.md", out / "sweep.html", png, svg_path]
