@@ -85,11 +85,21 @@ def bench_key_of(recipe: Recipe) -> str:
 
 
 def reusable_runs(store: Store, recipe: Recipe, env_key: str | None = None) -> list[str]:
-    """Ok, verified runs measured here of this recipe name and benchmark (and env, when given),
-    oldest first."""
-    rows = store.runs(recipe=recipe.name, status="ok", bench_key=bench_key_of(recipe), env_key=env_key,
-                      config_verified=True)
-    return [r.run_id for r in rows if not r.imported]
+    """The stored runs that count for this variant as its file defines it now (toolkit.analysis.
+    selection: benchmark runs with samples, verified, measured here), of the run identity a new run
+    in env `env_key` on this machine's GPUs would have when the env is known; oldest first."""
+    from toolkit.analysis.selection import Criteria, MissingResults, select
+    from toolkit.errors import BadInput
+    from toolkit.run.identity import expected_identity, recipe_definition
+    from toolkit.run.machine import gpu_key, gpus
+
+    ident = expected_identity(recipe, env_key, gpu_key(gpus())) if env_key else None
+    try:
+        sel = select(store, [recipe.name], Criteria(identity=ident, prefer_group=False),
+                     current={recipe.name: recipe_definition(recipe)})
+    except (MissingResults, BadInput):
+        return []
+    return sel.run_ids(recipe.name)
 
 
 def _with_repeats(recipe: Recipe, repeats: int) -> Recipe:
