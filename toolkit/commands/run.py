@@ -19,6 +19,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--until", choices=STOPS, default="store",
                         help="stop after this step on purpose (verify: launch and check /server_info, no benchmark)")
     parser.add_argument("--frozen", action="store_true", help="refuse drift from the recipes' lock files")
+    parser.add_argument("--strict-check", action="store_true",
+                        help="a static check that could not resolve sglang's defaults stops the recipe (exit 2), "
+                             "as `[target] strict = true` does")
     parser.add_argument("--json", action="store_true", help="print the run ids as JSON")
     add_executor_arguments(parser)
 
@@ -35,7 +38,7 @@ def run(args) -> int:
                               until=args.until, frozen=args.frozen, console=err)
     else:
         result = run_sweep(recipes, home=home, store=store, repeats=args.repeats, until=args.until,
-                           frozen=args.frozen, console=err)
+                           frozen=args.frozen, console=err, strict=args.strict_check)
     if args.json:
         print_json(result)
     elif result["runs"]:

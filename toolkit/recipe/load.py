@@ -28,7 +28,8 @@ sglang = ["sglang/oea-topk.patch"]   # ordered; relative to patches/ beside reci
 [evidence."sglang/oea-topk.patch"]   # how a live server proves the patch ran (checked after the benchmark)
 log = 'OEA active: tokens=\d+ distinct_before=\d+ distinct_after=(?P<distinct_experts>\d+)'
 min_count = 1                        # named groups become run-level metrics; or server_info = {field = value}
-[target]     # gpu (a name in toolkit/data/gpus.toml), count: the machine the static check presents
+[target]     # gpu (a name in toolkit/data/gpus.toml), count: the machine the static check presents;
+             # strict = true: an unresolved check stops the run (exit 2), as `run --strict-check`
 ```
 
 `extends` takes a recipe name exactly as the command line does (relative to `recipes/`, e.g.

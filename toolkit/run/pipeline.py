@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Callable
 
 from rich.console import Console
+from rich.markup import escape
 
 from toolkit.run import evidence, machine, metrics, reaper, server as srv
 from toolkit.run.attempt import Attempt, Prepared, RunInvalid, recorded, log_paths, signals_interrupt, supervise
@@ -60,6 +61,7 @@ class Job:
     frozen: bool = False
     overrides: dict | None = None
     label: str | None = None
+    strict: bool = False  # `--strict-check`: an unresolved static check is BadInput (also `[target] strict`)
 
 
 @dataclass(frozen=True)
@@ -133,8 +135,19 @@ def static_check(built: Built) -> Prepared:
                                             device="cuda" if needs_gpu(recipe) else None)
     if not check.ok:
         raise BadInput("static config check failed: " + "; ".join(check.problems))
-    job.console.print(f"[bold]{recipe.name}[/]: static check passed{' (remembered)' if reused else ''} (sglang {check.version}"
-                      f"{'' if check.resolved else ', defaults unresolved: ' + str(check.note or 'no reason given')})")
+    name = escape(recipe.name)
+    if check.unresolved:
+        strict = job.strict or bool(recipe.target and recipe.target.strict)
+        if strict:
+            raise BadInput(f"static check {check.outcome}", hint="sglang could not resolve the configuration here; "
+                           "--strict-check / [target] strict = true make that an error")
+        job.console.print(f"[yellow]{name}: static check {escape(check.outcome)}[/] (sglang {escape(str(check.version))}; "
+                          "parsed and compared, defaults not verified; --strict-check makes this an error)")
+    else:
+        job.console.print(f"[bold]{name}[/]: static check passed{' (remembered)' if reused else ''} "
+                          f"(sglang {escape(str(check.version))})")
+    for warning in check.warnings:
+        job.console.print(f"[yellow]{name}: warning:[/] {escape(warning)}")
     for line in check_summary(check):
         job.console.print(line, markup=False, highlight=False)
     return Prepared(recipe, built.applied.trees, built.env, check, label=job.label)
@@ -148,6 +161,9 @@ def launch(attempt: Attempt) -> Launched:
     ended by `attempt.cleanup`) and wait until /health_generate answers. The one-batch driver
     starts nothing here. Raises BindError / ServerFailed."""
     p = attempt.prepared
+    if p.check is not None:  # stored with the run: whether the static check resolved, and what it presented
+        attempt.extra.update(static_check_outcome=p.check.outcome, static_check_presented=p.check.presented,
+                             static_check_warnings=list(p.check.warnings))
     server_spec = p.recipe.server
     if p.recipe.benchmark.driver == "one-batch":
         return Launched(attempt, None)
@@ -271,10 +287,11 @@ def needs_gpu(recipe: Recipe) -> bool:
 
 
 def prepare(recipe: Recipe, home: Path, *, until: str = "store", frozen: bool = False,
-            overrides: dict | None = None, label: str | None = None, console: Console | None = None) -> Prepared:
+            overrides: dict | None = None, label: str | None = None, console: Console | None = None,
+            strict: bool = False) -> Prepared:
     """apply_trees -> ensure_env -> static_check (or fewer, with `until`). Raises PatchbenchError
     located at the failing step."""
-    job = Job(recipe, home, console or Console(stderr=True), frozen, overrides, label)
+    job = Job(recipe, home, console or Console(stderr=True), frozen, overrides, label, strict)
     timings: dict = {}
     value = job
     for fn in steps_until(until)[0]:
@@ -334,7 +351,7 @@ def _one_batch(a: Attempt) -> list[Sample]:
 
 
 def run_sweep(recipes: list[Recipe], *, home: Path, store: Store, repeats: int | None = None, until: str = "store",
-              frozen: bool = False, console: Console | None = None) -> dict:
+              frozen: bool = False, console: Console | None = None, strict: bool = False) -> dict:
     """Reap what dead patchbench processes left, prepare every recipe, then measure them with
     interleaved repeats (A B A B ...).
 
@@ -349,7 +366,7 @@ def run_sweep(recipes: list[Recipe], *, home: Path, store: Store, repeats: int |
     failed: list[tuple[str, str]] = []
     for recipe in recipes:
         try:
-            prepared.append(prepare(recipe, home, until=until, frozen=frozen, console=console))
+            prepared.append(prepare(recipe, home, until=until, frozen=frozen, console=console, strict=strict))
         except PatchbenchError as exc:
             exc.located(recipe=recipe.name)
             if isinstance(exc, BadInput) and len(recipes) == 1:
