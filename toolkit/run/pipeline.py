@@ -32,7 +32,7 @@ from toolkit.envs import Env, ensure_env as build_env
 from toolkit.errors import BadInput, NoGPU, PatchbenchError
 from toolkit.recipe.load import Recipe
 from toolkit.run.check_cache import cached_check_recipe
-from toolkit.run.sglang_args import check_summary, compare_fields, launch_argv, recipe_args, verify_resolved
+from toolkit.run.sglang_args import check_record, check_summary, launch_argv, recipe_args, server_info_problems
 from toolkit.results.store import Store
 from toolkit.tree.applied import AppliedTree, apply_recipe
 
@@ -161,9 +161,7 @@ def launch(attempt: Attempt) -> Launched:
     ended by `attempt.cleanup`) and wait until /health_generate answers. The one-batch driver
     starts nothing here. Raises BindError / ServerFailed."""
     p = attempt.prepared
-    if p.check is not None:  # stored with the run: whether the static check resolved, and what it presented
-        attempt.extra.update(static_check_outcome=p.check.outcome, static_check_presented=p.check.presented,
-                             static_check_warnings=list(p.check.warnings))
+    attempt.extra.update(check_record(p.check))  # stored with the run: did the static check resolve, what it presented
     server_spec = p.recipe.server
     if p.recipe.benchmark.driver == "one-batch":
         return Launched(attempt, None)
@@ -188,8 +186,7 @@ def verify(launched: Launched) -> Verified:
         return Verified(launched, ["static check passed; one-batch runs no server"])
     p = attempt.prepared
     attempt.info = server.server_info()
-    expected = {**(p.check.implied if p.check else {}), **dict(p.recipe.expect)}
-    problems = compare_fields(expected, attempt.info, source="/server_info") + verify_resolved(p.check, attempt.info)
+    problems = server_info_problems(p.check, dict(p.recipe.expect), attempt.info)
     if problems:
         raise RunInvalid("effective config differs: " + "; ".join(problems), problems=problems)
     return Verified(launched, ["/server_info matches expectations"])

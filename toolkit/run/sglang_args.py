@@ -185,6 +185,23 @@ def verify_resolved(check: StaticCheck | None, server_info: dict) -> list[str]:
     return compare_fields(want, server_info, source="/server_info (resolved statically for the target)")
 
 
+def check_record(check: StaticCheck | None) -> dict:
+    """What a run stores in its `extra` about its static check beyond the parsed fields: the outcome
+    (`ok`, or `unresolved: ...`), what the probe presented to sglang, what was not checked."""
+    if check is None:
+        return {}
+    return {"static_check_outcome": check.outcome, "static_check_presented": check.presented,
+            "static_check_warnings": list(check.warnings)}
+
+
+def server_info_problems(check: StaticCheck | None, expect: dict, server_info: dict) -> list[str]:
+    """What a launched server's /server_info contradicts: the recipe's flags (as the static check
+    parsed them) and `[expect]`, then the statically resolved key fields. Every launch path (the
+    pipeline's verify step, `profile`) checks a server with this."""
+    expected = {**(check.implied if check else {}), **dict(expect)}
+    return compare_fields(expected, server_info, source="/server_info") + verify_resolved(check, server_info)
+
+
 def resolved_table(check: StaticCheck) -> list[tuple[str, str]]:
     """(field, value) rows for the check's printout: the key resolved fields, or why there are none."""
     rows = [(k, _cuda_graphs(v) if k == "cuda_graph_config" else _short(v)) for k, v in key_resolved(check).items()]
