@@ -56,6 +56,7 @@ def run(args) -> int:
     from toolkit.analysis import stats
     from toolkit.analysis.compare import compare_selection, missing_recipes, render_compare
     from toolkit.analysis.selection import criteria_from_args, select
+    from toolkit.analysis.where import where_by_recipe
     from toolkit.errors import BadInput
     from rich.markup import escape
 
@@ -96,9 +97,11 @@ def run(args) -> int:
         print_json({"rows": [r.__dict__ for r in rows], "differences": diffs,
                     "efficiency": efficiency_lines(store, sel), "runs": {r: sel.run_ids(r) for r in sel.recipes},
                     "group": sel.group_id, "selection": sel.describe(), "notes": list(sel.notes),
-                    "min_effect": args.min_effect})
+                    "min_effect": args.min_effect,
+                    "measured_where": {f"{r}:{m}": t for (r, m), t in where_by_recipe(sel.runs).items()}})
         return 0
-    console.print(render_compare(rows, title=f"{' vs '.join(args.recipes[1:])} against {args.recipes[0]}"))
+    console.print(render_compare(rows, title=f"{' vs '.join(args.recipes[1:])} against {args.recipes[0]}",
+                                 where=where_by_recipe(sel.runs)))
     if not rows:
         console.print("[yellow]no metric measured by both at the points asked[/]")
     console.print(f"[dim]{legend}[/]")

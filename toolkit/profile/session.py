@@ -122,6 +122,7 @@ def profile_recipe(recipe: Recipe, *, home: Path, store, concurrency: int, steps
     extra.update(profile=summary, evidence=verdict.status)
     if verdict.metrics:
         extra["evidence_metrics"] = verdict.metrics
+        extra["evidence_metrics_source"] = evidence.metrics_source(verdict, argv)
     verification = ["/server_info matches expectations"]
     if status == "ok" and not verdict.ok:
         status, error = "invalid", "activation evidence missing: " + "; ".join(verdict.problems)

@@ -219,10 +219,11 @@ def check_evidence(measured: Measured) -> Measured:
     attempt.extra["evidence"] = verdict.status
     if verdict.metrics:
         attempt.extra["evidence_metrics"] = verdict.metrics
+        attempt.extra["evidence_metrics_source"] = evidence.metrics_source(verdict, recipe_args(recipe.server))
     undeclared = [p for p, s in verdict.status.items() if s == evidence.UNDECLARED]
     if undeclared:
-        attempt.console.print(f"[yellow]{attempt.title}[/]: no activation evidence declared for "
-                              f"{', '.join(undeclared)} (add [evidence.\"PATCH\"] to the recipe)")
+        attempt.console.print(f"[yellow]{escape(attempt.title)}[/]: no activation evidence declared for "
+                              + escape(f"{', '.join(undeclared)} (add [evidence.\"PATCH\"] to the recipe)"))
     if not verdict.ok:
         raise RunInvalid("activation evidence missing: " + "; ".join(verdict.problems), problems=verdict.problems)
     kind = "batch" if recipe.benchmark.driver == "one-batch" else "concurrency"
