@@ -230,3 +230,17 @@ def test_shares_of_a_not_significant_total_are_not_percentages_and_skips_show_wh
     import re
 
     assert not re.search(r"[+-]\d+%", text)
+
+
+def test_steps_that_push_both_ways_show_their_own_ratios_not_shares():
+    """A +10.9% and a -12.1% patch (total -2.6%) are not -400% and +500% of the total."""
+    rng = random.Random(5)
+    prefixes = [_values(rng, 100.0), _values(rng, 110.9), _values(rng, 110.9 * 0.879)]
+    attr = attribute(prefixes, higher_is_better=True, names=["up.patch", "down.patch"], unit="tok/s")
+    assert [p.incremental.verdict for p in attr.patches] == ["faster", "slower"]
+    assert not attr.one_way
+    up, down = (float(attr.share_text(p).rstrip("%")) for p in attr.patches)
+    assert up == pytest.approx(10.9, abs=2.5) and down == pytest.approx(-12.1, abs=2.5)
+    assert not any("of total" in line for line in attr.lines())
+    text = _table_text(render_attribution(attr))
+    assert "own ratio (steps push both ways)" in text and attr.share_text(attr.patches[0]) in text

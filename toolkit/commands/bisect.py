@@ -19,6 +19,7 @@ import uuid
 
 from toolkit.commands.common import console, err, home_of, load, print_json, store_of
 from toolkit.executors.config import add_executor_arguments
+from toolkit.wording import plural
 
 HELP = ("find the patch, release or upstream commit that moved a metric (worse, or --direction better) "
         "in about log2(n)+1 builds, noise-aware")
@@ -124,7 +125,7 @@ def run(args) -> int:
         if args.executor == "local":  # a Slurm node has the GPU, not this machine
             require_gpu_if_needed(recipe, args)
         names = [patch_label(recipe, p) for _, p in stack]
-        err.print(f"bisecting {len(stack)} patches of {recipe.name}")
+        err.print(f"bisecting {plural(len(stack), 'patch')} of {recipe.name}")
 
         def measure(k: int, r: int):
             return meter.measure(f"prefix{k}", prefix_overrides(recipe, k), r)

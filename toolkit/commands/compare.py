@@ -87,10 +87,12 @@ def run(args) -> int:
     sel = select(store, args.recipes, criteria)
     rows = compare_selection(store, sel, metrics=specs, points=args.point, min_effect=args.min_effect)
     if not rows and args.metric:
-        measured = sorted({s.metric for s in store.samples(sel.run_ids(sel.recipes[0]))})
+        base_samples = store.samples(sel.run_ids(sel.recipes[0]))
+        measured = sorted({s.metric for s in base_samples})
         raise BadInput(f"{', '.join(args.metric)}: not measured by both {sel.recipes[0]} and the variants"
                        + (f" at point(s) {', '.join(map(str, args.point))}" if args.point else ""),
-                       hint=f"{sel.recipes[0]} measured: {', '.join(measured) or 'nothing'}")
+                       hint=f"{sel.recipes[0]}: " + (metrics.measured_points(base_samples, specs or [])
+                                                     or f"measured {', '.join(measured) or 'nothing'}"))
     diffs = explain_differences(sel)
     legend = stats.verdict_legend(min_effect=args.min_effect)
     if args.json:

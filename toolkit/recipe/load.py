@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import json
 import os
 import re
 import tomllib
@@ -196,8 +197,28 @@ def _load_merged(path: Path, root: Path, chain: tuple[Path, ...]) -> tuple[dict,
     parent_path = _resolve_parent(path, root, parent_ref)
     parent, origins = _load_merged(parent_path, root, (*chain, path))
     merged = _merge(parent, data)
+    if "description" not in data:  # not the parent's words: what this recipe adds to it
+        merged["description"] = child_description(recipe_name(parent_path, root), recipe_name(path, root), data)
     kept = {k: v for k, v in origins.items() if _has_leaf(merged, k) and k not in own}
     return merged, {**kept, **{k: v for k, v in own.items() if k != "extends"}}
+
+
+def child_description(parent: str, name: str, own: dict, limit: int = 4) -> str:
+    """"demo/baseline + mine/quick: benchmark.concurrency = [1, 8, 32]": a recipe without its own
+    description, told by its parent and what it sets (patches it adds, values it overrides)."""
+    changes = []
+    for key in _leaf_keys({k: v for k, v in own.items() if k not in ("extends", "description", "compare_to")}):
+        node: Any = own
+        for part in key.split("."):
+            node = node[part]
+        if key.startswith("patches."):
+            changes.append(f"+{', +'.join(map(str, node))}" if isinstance(node, list) else f"{key} = {node}")
+        elif not key.startswith("sources."):
+            changes.append(f"{key} = {json.dumps(node) if isinstance(node, (list, dict)) else node}")
+        elif key.split(".")[-1] in SOURCE_KINDS + ("rev",):
+            changes.append(f"{key.split('.')[1]} at {Path(str(node)).name if key.endswith('path') else node}")
+    shown = changes[:limit] + ([f"... ({len(changes) - limit} more)"] if len(changes) > limit else [])
+    return f"{parent} + {name}: {'; '.join(shown) if shown else 'as it is'}"
 
 
 def _absolute_locations(path: Path, data: dict) -> dict:

@@ -24,6 +24,7 @@ from toolkit.tree import gitrepo
 from toolkit.errors import BadInput, PatchbenchError
 from toolkit.recipe.load import Recipe, load_recipe
 from toolkit.tree.applied import AppliedTree, apply_recipe
+from toolkit.wording import plural
 
 META = "patchbench-work.json"
 _TRAILER = re.compile(r"\n*patchbench: \S+ sha256 [0-9a-f]+\n*$")
@@ -183,7 +184,7 @@ def export(recipe: Recipe, source: str | None, home: Path) -> list[tuple[str, st
         raise BadInput(f"{work.path} has uncommitted changes", hint="commit them (git commit -a) and export again")
     commits = commits_of(work)
     if len(commits) < len(work.patches):
-        raise BadInput(f"{work.path} has {len(commits)} commits for {len(work.patches)} patches: dropping a patch is "
+        raise BadInput(f"{work.path} has {plural(len(commits), 'commit')} for {plural(len(work.patches), 'patch')}: dropping a patch is "
                        f"a recipe edit (remove it from [patches]), not an export")
     written: list[tuple[str, str]] = []
     names = list(work.patches)
