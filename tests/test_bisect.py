@@ -244,3 +244,25 @@ def test_steps_that_push_both_ways_show_their_own_ratios_not_shares():
     assert not any("of total" in line for line in attr.lines())
     text = _table_text(render_attribution(attr))
     assert "own ratio (steps push both ways)" in text and attr.share_text(attr.patches[0]) in text
+
+
+def test_threshold_is_against_the_neighbour_by_default_and_gains_read_as_gains():
+    """A +10% patch then a patch costing 12% against it: only 1.3% below the base, yet the culprit;
+    against the base (`reference="base"`) it is not a 5% regression."""
+    means = [100.0, 110.0, 110.0, 110.0 * 0.88, 110.0 * 0.88]  # prefix k = base + items 1..k
+    rng = random.Random(11)
+
+    def measure(k, r):
+        return [means[k] * (1 + rng.gauss(0, 0.005)) for _ in range(r)]
+
+    res = bisect_stack(4, measure, threshold_pct=5, labels=["gain", "noop", "costly", "noop2"])
+    assert res.culprit == 3 and res.confirmed
+    assert any("vs gain" in s.line or "vs noop" in s.line for s in res.steps)  # compared with its neighbour
+    base_res = bisect_stack(4, measure, threshold_pct=5, reference="base")
+    assert base_res.culprit is None
+
+    gained = bisect_stack(4, lambda k, r: [v * -1 + 220 for v in measure(k, r)], threshold_pct=5,
+                          direction="better", labels=["a", "b", "c", "d"])
+    assert gained.culprit == 3 and gained.message.startswith("the gain: c")  # item 1 is a loss, 3 the gain
+    assert all(s.line.endswith(("before the gain", "with the gain")) for s in gained.steps)
+    assert not any(s.line.endswith(("bad", "good")) for s in gained.steps)
