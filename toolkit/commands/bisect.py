@@ -133,7 +133,7 @@ def run(args) -> int:
         if args.executor == "local":  # a Slurm node has the GPU, not this machine
             require_gpu_if_needed(recipe, args)
         names = [patch_label(recipe, p) for _, p in stack]
-        err.print(f"bisecting {plural(len(stack), 'patch')} of {recipe.name}")
+        err.print(f"bisecting {plural(len(stack), 'patch')} of {recipe.name}", markup=False)
 
         def measure(k: int, r: int):
             return meter.measure(f"prefix{k}", prefix_overrides(recipe, k), r)
@@ -168,7 +168,7 @@ def run(args) -> int:
         _print_result(commit_result, stats, args.direction)
     print_runs_used(meter)
     console.print(f"{meter.builds} build(s), {meter.runs} new run(s)")
-    console.print(f"reproduce: {shlex.join(repro)}")
+    console.print(f"reproduce: {shlex.join(repro)}", markup=False)
     return 0
 
 

@@ -114,5 +114,5 @@ def run(args) -> int:
     for line in diffs:
         console.print(f"[dim]what else differed:[/] {escape(line)}")
     for line in efficiency_lines(store, sel):
-        console.print(f"[dim]vs roofline:[/] {line}")
+        console.print(f"[dim]vs roofline:[/] {escape(line)}")
     return 0

@@ -110,7 +110,7 @@ def apply_trees(job: Job) -> Applied:
     """Materialise each source and apply the recipe's patches (git commits in the tree cache)."""
     results = apply_recipe(job.recipe, job.home, frozen=job.frozen, overrides=job.overrides)
     for tree, reused in results:
-        job.console.print(f"[bold]{job.recipe.name}[/]: {tree.source} {'reused' if reused else 'applied'} "
+        job.console.print(f"[bold]{escape(job.recipe.name)}[/]: {tree.source} {'reused' if reused else 'applied'} "
                           f"tree {tree.tree_hash[:12]} ({plural(len(tree.patches), 'patch')})")
     return Applied(job, [t for t, _ in results])
 
@@ -173,7 +173,7 @@ def launch(attempt: Attempt) -> Launched:
                         port=port, log=log, environ=environ)
     supervise(attempt, server.proc, "server", stop=server.stop)
     server.wait_ready(server_spec.timeout_s)
-    attempt.console.print(f"[bold]{attempt.title}[/]: server ready in {time.monotonic() - server.started:.1f} s "
+    attempt.console.print(f"[bold]{escape(attempt.title)}[/]: server ready in {time.monotonic() - server.started:.1f} s "
                           f"at {server.url}")
     return Launched(attempt, server)
 
@@ -242,7 +242,7 @@ def store(value: Verified | Measured) -> str:
     notes = list(verified.notes)
     if measured is None:
         notes.append("stopped before the benchmark, as asked")
-        attempt.console.print(f"[bold]{attempt.title}[/]: effective config verified; stopping as asked")
+        attempt.console.print(f"[bold]{escape(attempt.title)}[/]: effective config verified; stopping as asked")
     errors = measured.errors if measured else []
     attempt.store.finish_run(attempt.run_id, "invalid" if errors else "ok",
                              samples=measured.samples if measured else None, server_info=attempt.info,
@@ -330,7 +330,7 @@ def _serving(url: str, bench, console: Console, name: str) -> tuple[list[Sample]
         samples.extend(pt.to_samples())
         errors.extend(f"concurrency {pt.concurrency}: {e}" for e in pt.errors)
     best = max((s.value for s in samples if s.metric == "output_tok_s"), default=0.0)
-    console.print(f"[bold]{name}[/]: {len(points)} points, best output {best:.1f} tok/s")
+    console.print(f"[bold]{escape(name)}[/]: {len(points)} points, best output {best:.1f} tok/s")
     return samples, errors
 
 
@@ -359,7 +359,7 @@ def run_sweep(recipes: list[Recipe], *, home: Path, store: Store, repeats: int |
     """
     console = console or Console(stderr=True)
     for line in reaper.reap(home, store):
-        console.print(f"[yellow]reaped[/]: {line}")
+        console.print(f"[yellow]reaped[/]: {escape(line)}")
     group_id = uuid.uuid4().hex[:12]
     prepared: list[Prepared] = []
     failed: list[tuple[str, str]] = []
@@ -371,7 +371,7 @@ def run_sweep(recipes: list[Recipe], *, home: Path, store: Store, repeats: int |
             if isinstance(exc, BadInput) and len(recipes) == 1:
                 raise
             failed.append((recipe.name, str(exc)))
-            console.print(f"[red]error[/]: {exc}")
+            console.print(f"[red]error[/]: {escape(str(exc))}")
     result = {"group_id": group_id, "runs": [], "failed": failed,
               "resolved": {p.name: p.check.resolved_config for p in prepared if p.check}}
     if until in ("apply", "build", "check"):
@@ -394,7 +394,7 @@ def run_sweep(recipes: list[Recipe], *, home: Path, store: Store, repeats: int |
                                        console=console, until=until)
                     except PatchbenchError as exc:  # the run could not even be begun in the store
                         failed.append((p.name, str(exc.located(recipe=p.name))))
-                        console.print(f"[red]error[/]: {exc}")
+                        console.print(f"[red]error[/]: {escape(str(exc))}")
                         continue
                     result["runs"].append((p.name, rid))
     return result
