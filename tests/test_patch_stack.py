@@ -113,9 +113,9 @@ def test_readme_loop_edit_export_run_compare(tmp_path, home, monkeypatch, capsys
     cost.write_text(cost.read_text().replace("STEP_BASE_S = 0.012", "STEP_BASE_S = 0.006"))
     git(work, "commit", "-qam", "decode: halve the step's base cost")
     assert main(["patches", "export", "mine/quick"]) == 0
-    assert "new patches/sglang/decode-halve-the-step-s-base-cost.patch" in " ".join(capsys.readouterr().out.split())
+    assert "new patches/demo/decode-halve-the-step-s-base-cost.patch" in " ".join(capsys.readouterr().out.split())
     recipe = load_recipe("mine/quick")
-    assert recipe.patch_names("sglang") == ("sglang/decode-halve-the-step-s-base-cost.patch",)
+    assert recipe.patch_names("sglang") == ("demo/decode-halve-the-step-s-base-cost.patch",)  # the stack's folder
     assert main(["patches", "export", "mine/quick"]) == 0  # nothing new: a no-op
     assert "nothing new to export" in capsys.readouterr().out
     assert main(["run", "mine/base", "mine/quick"]) == 0
@@ -124,6 +124,14 @@ def test_readme_loop_edit_export_run_compare(tmp_path, home, monkeypatch, capsys
     out = capsys.readouterr().out
     assert "mine/quick" in out
     proc = subprocess.run(["git", "apply", "--check", "-p1",
-                           str(proj / "patches/sglang/decode-halve-the-step-s-base-cost.patch")],
+                           str(proj / "patches/demo/decode-halve-the-step-s-base-cost.patch")],
                           cwd=proj / "upstream/minisglang", capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_exported_names_keep_whole_words():
+    from toolkit.tree.stack import _slug
+
+    name = _slug("moe: route the top-k experts through the fused cutlass kernel for small batches")
+    assert name == "moe-route-the-top-k-experts-through-the-fused"  # 45 characters, no word cut
+    assert len(_slug("x" * 80)) == 48 and _slug("!!!") == "change"
