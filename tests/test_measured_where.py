@@ -27,6 +27,7 @@ def test_evidence_metric_says_where_and_a_roofline_beaten_is_flagged(tmp_path, h
                                               + '[server.args]\nmini-step-base-ms = 10\n')
     (proj / "recipes/t/fast.toml").write_text('extends = "demo/fast"\n' + SHORT + PROOF)
     assert main(["run", "t/base", "t/fast"]) == 0
+    assert "(1 patch)" in capsys.readouterr().err  # not "1 patches"
     store = Store(home / "results.sqlite")
     for run in store.runs(recipe="t/fast"):
         n = len(re.findall(r"Prefill batch\. #new-seq: \d+", open(run.log_paths["server"]).read()))
@@ -52,3 +53,9 @@ def test_evidence_metric_says_where_and_a_roofline_beaten_is_flagged(tmp_path, h
     assert "roofline inputs do not" in text and "%" not in text.split("roofline inputs")[0][-40:]
     assert main(["compare", "t/base", "t/fast"]) == 0
     assert "t/base: the roofline inputs do not describe this run" in capsys.readouterr().out
+    assert main(["report", "t/base", "t/fast", "-o", str(out), "--metric", "output_tok_s"]) == 0
+    assert "the roofline inputs do not describe this run" in (out / "report.md").read_text()
+
+    # a point that was not measured: the points that were
+    assert main(["compare", "t/base", "t/fast", "--metric", "output_tok_s@64"]) == 2
+    assert "output_tok_s measured at concurrency 1" in " ".join(capsys.readouterr().err.split())
