@@ -25,7 +25,7 @@ def test_evidence_metric_says_where_and_a_roofline_beaten_is_flagged(tmp_path, h
     (proj / "recipes/t").mkdir()
     (proj / "recipes/t/base.toml").write_text('extends = "demo/fast"\n' + SHORT + PROOF + WRONG_ROOFLINE
                                               + '[server.args]\nmini-step-base-ms = 10\n')
-    (proj / "recipes/t/fast.toml").write_text('extends = "demo/fast"\n' + SHORT + PROOF)
+    (proj / "recipes/t/fast.toml").write_text('extends = "demo/fast"\n' + SHORT + PROOF + '[target]\ngpu = "h100"\n')
     assert main(["run", "t/base", "t/fast"]) == 0
     assert "(1 patch)" in capsys.readouterr().err  # not "1 patches"
     store = Store(home / "results.sqlite")
@@ -35,6 +35,14 @@ def test_evidence_metric_says_where_and_a_roofline_beaten_is_flagged(tmp_path, h
         assert run.extra["evidence_metrics_source"] == {
             "distinct_experts": f"from {n} eager calls, outside CUDA graphs"}
     capsys.readouterr()
+    # the target facts the static check presented to sglang travel with the run's export
+    export = tmp_path / "export.json"
+    assert main(["results", "t/fast", "--export", "json", "-o", str(export)]) == 0
+    assert "exported 1 run to" in capsys.readouterr().out
+    [exported] = json.loads(export.read_text())["runs"]
+    assert exported["extra"]["static_check_outcome"] == "ok"
+    assert exported["extra"]["target"]["key"] == "h100-sxm" and exported["extra"]["target"]["capability"] == [9, 0]
+    assert exported["extra"]["static_check_presented"]["target"]["memory_mib"] == 81559
 
     assert main(["compare", "t/base", "t/fast", "--metric", "distinct_experts", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
@@ -44,8 +52,11 @@ def test_evidence_metric_says_where_and_a_roofline_beaten_is_flagged(tmp_path, h
     assert {"eager", "calls", "outside", "CUDA", "graphs"} <= words
 
     out = tmp_path / "report"
-    assert main(["report", "t/fast", "-o", str(out), "--metric", "distinct_experts"]) == 0
-    assert "outside CUDA graphs)" in (out / "report.md").read_text()
+    assert main(["report", "t/base", "t/fast", "-o", str(out), "--metric", "distinct_experts",
+                 "--metric", "output_tok_s"]) == 0
+    report = (out / "report.md").read_text()
+    assert "outside CUDA graphs)" in report
+    assert "the roofline inputs do not describe this run" in report  # t/base's efficiency: not a percentage
 
     # t/base declares a roofline its runs beat many times over: no percentage, the inputs are wrong
     assert main(["results", "t/base"]) == 0
@@ -53,8 +64,6 @@ def test_evidence_metric_says_where_and_a_roofline_beaten_is_flagged(tmp_path, h
     assert "roofline inputs do not" in text and "%" not in text.split("roofline inputs")[0][-40:]
     assert main(["compare", "t/base", "t/fast"]) == 0
     assert "t/base: the roofline inputs do not describe this run" in capsys.readouterr().out
-    assert main(["report", "t/base", "t/fast", "-o", str(out), "--metric", "output_tok_s"]) == 0
-    assert "the roofline inputs do not describe this run" in (out / "report.md").read_text()
 
     # a point that was not measured: the points that were
     assert main(["compare", "t/base", "t/fast", "--metric", "output_tok_s@64"]) == 2

@@ -5,6 +5,7 @@ is part of the check's key; a missing model config names the shape rules that di
 
 from __future__ import annotations
 
+import json
 import shutil
 
 from conftest import REPO_ROOT
@@ -34,6 +35,12 @@ model = "mini"
 gpus = 0
 [server.args]
 tp-size = 2
+[benchmark]
+concurrency = [1]
+num_prompts = 2
+output_len = 4
+warmup = 0
+repeats = 1
 """
 
 
@@ -68,6 +75,15 @@ def test_unresolved_check_warns_is_not_remembered_and_fails_when_strict(tmp_path
 
     assert main(["run", str(path), "--until", "check", "--strict-check"]) == 2
     assert "static check unresolved: RuntimeError" in capsys.readouterr().err
+
+    # without --strict-check the run goes on, and says with its numbers what was not checked
+    assert main(["run", str(path)]) == 0
+    out = tmp_path / "export.json"
+    assert main(["results", "--export", "json", "-o", str(out)]) == 0
+    [run] = json.loads(out.read_text())["runs"]
+    assert run["extra"]["static_check_outcome"].startswith("unresolved: RuntimeError: cannot query the platform")
+    assert "ep-divides-experts" in run["extra"]["static_check_warnings"][0]
+    capsys.readouterr()
 
     path.write_text(RECIPE + '[target]\ngpu = "h100"\nstrict = true\n')
     assert main(["run", str(path), "--until", "check"]) == 2

@@ -206,17 +206,26 @@ def _load_merged(path: Path, root: Path, chain: tuple[Path, ...]) -> tuple[dict,
 def child_description(parent: str, name: str, own: dict, limit: int = 4) -> str:
     """"demo/baseline + mine/quick: benchmark.concurrency = [1, 8, 32]": a recipe without its own
     description, told by its parent and what it sets (patches it adds, values it overrides)."""
-    changes = []
-    for key in _leaf_keys({k: v for k, v in own.items() if k not in ("extends", "description", "compare_to")}):
-        node: Any = own
-        for part in key.split("."):
-            node = node[part]
-        if key.startswith("patches."):
-            changes.append(f"+{', +'.join(map(str, node))}" if isinstance(node, list) else f"{key} = {node}")
-        elif not key.startswith("sources."):
-            changes.append(f"{key} = {json.dumps(node) if isinstance(node, (list, dict)) else node}")
-        elif key.split(".")[-1] in SOURCE_KINDS + ("rev",):
-            changes.append(f"{key.split('.')[1]} at {Path(str(node)).name if key.endswith('path') else node}")
+    changes: list[str] = []
+
+    def walk(table: dict, prefix: str) -> None:
+        for key, value in table.items():
+            dotted = f"{prefix}{key}"
+            if not prefix and key in ("extends", "description", "compare_to"):
+                continue
+            if prefix == "patches." and isinstance(value, list):
+                changes.append(", ".join(f"+{v}" for v in value))
+            elif not prefix and key == "evidence" and isinstance(value, dict):
+                changes.append(f"evidence for {', '.join(value)}")
+            elif isinstance(value, dict) and value:
+                walk(value, dotted + ".")
+            elif prefix.startswith("sources."):
+                if key in SOURCE_KINDS + ("rev",):
+                    changes.append(f"{prefix.split('.')[1]} at {Path(str(value)).name if key == 'path' else value}")
+            else:
+                changes.append(f"{dotted} = {json.dumps(value) if isinstance(value, (list, dict)) else value}")
+
+    walk(own, "")
     shown = changes[:limit] + ([f"... ({len(changes) - limit} more)"] if len(changes) > limit else [])
     return f"{parent} + {name}: {'; '.join(shown) if shown else 'as it is'}"
 
