@@ -19,7 +19,7 @@ import uuid
 
 from toolkit.commands.common import console, err, home_of, load, print_json, store_of
 from toolkit.executors.config import add_executor_arguments
-from toolkit.wording import plural
+from toolkit.errors import plural
 
 HELP = ("find the patch, release or upstream commit that moved a metric (worse, or --direction better) "
         "in about log2(n)+1 builds, noise-aware")

@@ -9,7 +9,7 @@ from toolkit.commands.common import console, home_of, load, print_json
 from toolkit.errors import PatchbenchError
 from toolkit.tree.lock import read_lock
 from toolkit.tree.applied import check_plan, plan_source
-from toolkit.wording import plural
+from toolkit.errors import plural
 
 HELP = ("check (zero fuzz, in order) or show a recipe's patch stacks; edit them as git commits, export them "
         "back as patches, rebase them onto another revision or release")

@@ -13,7 +13,7 @@ from toolkit.run import metrics
 from toolkit.analysis.efficiency import efficiency
 from toolkit.analysis.selection import add_selection_arguments, criteria_from_args, reduce, select
 from toolkit.commands.common import console, store_of
-from toolkit.wording import plural
+from toolkit.errors import plural
 
 HELP = "list stored runs (status, provenance, headline numbers) or export them (JSON/CSV)"
 

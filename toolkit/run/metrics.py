@@ -106,8 +106,9 @@ def get(name: str, *, option: str = "--metric") -> Metric:
     if m is None:
         from toolkit.recipe.values import suggest
 
-        raise BadInput(f"{option} {name}: unknown metric",
-                       hint=suggest(name, METRICS) or f"known metrics: {', '.join(METRICS)}")
+        known = f"known metrics: {', '.join(METRICS)}"
+        close = suggest(name, METRICS)
+        raise BadInput(f"{option} {name}: unknown metric", hint=f"{close} ({known})" if close else known)
     return m
 
 

@@ -30,7 +30,7 @@ from toolkit.run.bench import Sample
 from toolkit.run.bench.one_batch import find_one_batch_module, one_batch_argv, parse_one_batch_jsonl, run_one_batch
 from toolkit.envs import Env, ensure_env as build_env
 from toolkit.errors import BadInput, NoGPU, PatchbenchError
-from toolkit.wording import plural
+from toolkit.errors import plural
 from toolkit.recipe.load import Recipe
 from toolkit.run.check_cache import cached_check_recipe
 from toolkit.run.sglang_args import check_record, check_summary, launch_argv, recipe_args, server_info_problems

@@ -18,7 +18,7 @@ import os
 from pathlib import Path, PurePosixPath
 
 from toolkit.errors import BadInput
-from toolkit.wording import plural
+from toolkit.errors import plural
 
 LOCK_VERSION = 1
 

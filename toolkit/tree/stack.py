@@ -24,7 +24,7 @@ from toolkit.tree import gitrepo
 from toolkit.errors import BadInput, PatchbenchError
 from toolkit.recipe.load import Recipe, load_recipe
 from toolkit.tree.applied import AppliedTree, apply_recipe
-from toolkit.wording import plural
+from toolkit.errors import plural
 
 META = "patchbench-work.json"
 _TRAILER = re.compile(r"\n*patchbench: \S+ sha256 [0-9a-f]+\n*$")
