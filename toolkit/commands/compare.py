@@ -89,10 +89,11 @@ def run(args) -> int:
     if not rows and args.metric:
         base_samples = store.samples(sel.run_ids(sel.recipes[0]))
         measured = sorted({s.metric for s in base_samples})
+        points = metrics.measured_points(base_samples, specs or [])  # NAME@POINT at a point not measured
         raise BadInput(f"{', '.join(args.metric)}: not measured by both {sel.recipes[0]} and the variants"
                        + (f" at point(s) {', '.join(map(str, args.point))}" if args.point else ""),
-                       hint=f"{sel.recipes[0]}: " + (metrics.measured_points(base_samples, specs or [])
-                                                     or f"measured {', '.join(measured) or 'nothing'}"))
+                       hint=f"{sel.recipes[0]}: {points}" if points
+                       else f"{sel.recipes[0]} measured: {', '.join(measured) or 'nothing'}")
     diffs = explain_differences(sel)
     legend = stats.verdict_legend(min_effect=args.min_effect)
     if args.json:
