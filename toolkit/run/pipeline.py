@@ -29,8 +29,7 @@ from toolkit.run.attempt import Attempt, Prepared, RunInvalid, recorded, log_pat
 from toolkit.run.bench import Sample
 from toolkit.run.bench.one_batch import find_one_batch_module, one_batch_argv, parse_one_batch_jsonl, run_one_batch
 from toolkit.envs import Env, ensure_env as build_env
-from toolkit.errors import BadInput, NoGPU, PatchbenchError
-from toolkit.errors import plural
+from toolkit.errors import BadInput, NoGPU, PatchbenchError, plural
 from toolkit.recipe.load import Recipe
 from toolkit.run.check_cache import cached_check_recipe
 from toolkit.run.sglang_args import check_record, check_summary, launch_argv, recipe_args, server_info_problems
@@ -242,7 +241,7 @@ def store(value: Verified | Measured) -> str:
     notes = list(verified.notes)
     if measured is None:
         notes.append("stopped before the benchmark, as asked")
-        attempt.console.print(f"[bold]{escape(attempt.title)}[/]: effective config verified; stopping as asked")
+        attempt.console.print(f"[bold]{attempt.title}[/]: effective config verified; stopping as asked")
     errors = measured.errors if measured else []
     attempt.store.finish_run(attempt.run_id, "invalid" if errors else "ok",
                              samples=measured.samples if measured else None, server_info=attempt.info,
