@@ -1,6 +1,7 @@
 """`patchbench bisect RECIPE --metric NAME[@POINT]`: the first patch of the stack, the first release of
 a PyPI source, or the first upstream commit of a git source that moves the metric past --threshold
-percent (worse by default; `--direction better` finds the one that brought a gain).
+percent (worse by default; `--direction better` finds the one that brought a gain), against the
+nearest item before it found good (`--reference neighbour`, default) or the base (`--reference base`).
 
 - stack:    `patchbench bisect full-stack --metric output_tok_s@1`
 - releases: `patchbench bisect baseline --source sglang --good 0.5.10.post1 --bad 0.5.23` (or
