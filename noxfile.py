@@ -92,15 +92,52 @@ def bisect(session: nox.Session) -> None:
 
 def _recipe_table(path: Path, seen: tuple = ()) -> dict:
     """The top-level keys of a recipe after `extends` (same rule as toolkit.recipe.load: names relative to
-    recipes/, or ./ ../ paths relative to the file); patchbench itself validates everything else."""
+    recipes/, or ./ ../ paths relative to the file); patchbench itself validates everything else. A child
+    without its own description is described as toolkit.recipe.load does: its parent plus what it sets."""
     data = tomllib.loads(path.read_text())
     parent = data.get("extends")
     if parent and path not in seen:
         p = (path.parent / parent) if parent.startswith(("./", "../")) else RECIPES / parent
         p = p.with_name(p.name + ".toml") if p.suffix != ".toml" else p
         if p.is_file():
-            return {**_recipe_table(p, (*seen, path)), **{k: v for k, v in data.items() if k != "extends"}}
+            merged = {**_recipe_table(p, (*seen, path)), **{k: v for k, v in data.items() if k != "extends"}}
+            if "description" not in data:
+                merged["description"] = f"{_name(p)} + {_name(path)}: {_sets(data) or 'as it is'}"
+            return merged
     return data
+
+
+def _name(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(RECIPES).with_suffix(""))
+    except ValueError:
+        return path.stem
+
+
+def _sets(table: dict, prefix: str = "") -> str:
+    """The keys a recipe file sets, one phrase (patches as +NAME), for `nox -l`."""
+    out = []
+    for key, value in table.items():
+        if key in ("extends", "description", "compare_to"):
+            continue
+        if isinstance(value, dict):
+            inner = _sets(value, f"{prefix}{key}.")
+            out += [inner] if inner else []
+        elif prefix.startswith("patches.") and isinstance(value, list):
+            out.append(", ".join(f"+{v}" for v in value))
+        else:
+            out.append(f"{prefix}{key} = {json.dumps(value)}")
+    return "; ".join(out)
+
+
+def _stops_before_store(posargs: list[str]) -> bool:
+    """`-- --until STEP` (or `--until=STEP`) with a step before `store`: nothing to compare."""
+    for i, arg in enumerate(posargs):
+        value = posargs[i + 1] if arg == "--until" and i + 1 < len(posargs) else arg.partition("=")[2] \
+            if arg.startswith("--until=") else None
+        if value is not None:
+            return value != "store"
+    return False
 
 
 def _recipe_session(name: str, description: str, compare_to: str | None, matrix: bool = False):
@@ -111,7 +148,9 @@ def _recipe_session(name: str, description: str, compare_to: str | None, matrix:
             return
         runs = [name] if not compare_to or compare_to == name else [compare_to, name]
         session.run("patchbench", "run", *runs, *session.posargs)
-        if len(runs) > 1:
+        if len(runs) > 1 and _stops_before_store(list(session.posargs)):
+            session.log(f"stopped before `store` as asked: no runs to compare ({' vs '.join(runs)})")
+        elif len(runs) > 1:
             session.run("patchbench", "compare", *runs)
 
     session_fn.__doc__ = description or f"recipe {name}"

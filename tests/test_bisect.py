@@ -230,3 +230,39 @@ def test_shares_of_a_not_significant_total_are_not_percentages_and_skips_show_wh
     import re
 
     assert not re.search(r"[+-]\d+%", text)
+
+
+def test_steps_that_push_both_ways_show_their_own_ratios_not_shares():
+    """A +10.9% and a -12.1% patch (total -2.6%) are not -400% and +500% of the total."""
+    rng = random.Random(5)
+    prefixes = [_values(rng, 100.0), _values(rng, 110.9), _values(rng, 110.9 * 0.879)]
+    attr = attribute(prefixes, higher_is_better=True, names=["up.patch", "down.patch"], unit="tok/s")
+    assert [p.incremental.verdict for p in attr.patches] == ["faster", "slower"]
+    assert not attr.one_way
+    up, down = (float(attr.share_text(p).rstrip("%")) for p in attr.patches)
+    assert up == pytest.approx(10.9, abs=2.5) and down == pytest.approx(-12.1, abs=2.5)
+    assert not any("of total" in line for line in attr.lines())
+    text = _table_text(render_attribution(attr))
+    assert "own ratio (steps push both ways)" in text and attr.share_text(attr.patches[0]) in text
+
+
+def test_threshold_is_against_the_neighbour_by_default_and_gains_read_as_gains():
+    """A +10% patch then a patch costing 12% against it: only 1.3% below the base, yet the culprit;
+    against the base (`reference="base"`) it is not a 5% regression."""
+    means = [100.0, 110.0, 110.0, 110.0 * 0.88, 110.0 * 0.88]  # prefix k = base + items 1..k
+    rng = random.Random(11)
+
+    def measure(k, r):
+        return [means[k] * (1 + rng.gauss(0, 0.005)) for _ in range(r)]
+
+    res = bisect_stack(4, measure, threshold_pct=5, labels=["gain", "noop", "costly", "noop2"])
+    assert res.culprit == 3 and res.confirmed
+    assert any("vs gain" in s.line or "vs noop" in s.line for s in res.steps)  # compared with its neighbour
+    base_res = bisect_stack(4, measure, threshold_pct=5, reference="base")
+    assert base_res.culprit is None
+
+    gained = bisect_stack(4, lambda k, r: [v * -1 + 220 for v in measure(k, r)], threshold_pct=5,
+                          direction="better", labels=["a", "b", "c", "d"])
+    assert gained.culprit == 3 and gained.message.startswith("the gain: c")  # item 1 is a loss, 3 the gain
+    assert all(s.line.endswith(("before the gain", "with the gain")) for s in gained.steps)
+    assert not any(s.line.endswith(("bad", "good")) for s in gained.steps)

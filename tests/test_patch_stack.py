@@ -113,9 +113,9 @@ def test_readme_loop_edit_export_run_compare(tmp_path, home, monkeypatch, capsys
     cost.write_text(cost.read_text().replace("STEP_BASE_S = 0.012", "STEP_BASE_S = 0.006"))
     git(work, "commit", "-qam", "decode: halve the step's base cost")
     assert main(["patches", "export", "mine/quick"]) == 0
-    assert "new patches/sglang/decode-halve-the-step-s-base-cost.patch" in " ".join(capsys.readouterr().out.split())
+    assert "new patches/demo/decode-halve-the-step-s-base-cost.patch" in " ".join(capsys.readouterr().out.split())
     recipe = load_recipe("mine/quick")
-    assert recipe.patch_names("sglang") == ("sglang/decode-halve-the-step-s-base-cost.patch",)
+    assert recipe.patch_names("sglang") == ("demo/decode-halve-the-step-s-base-cost.patch",)  # the stack's folder
     assert main(["patches", "export", "mine/quick"]) == 0  # nothing new: a no-op
     assert "nothing new to export" in capsys.readouterr().out
     assert main(["run", "mine/base", "mine/quick"]) == 0
@@ -124,6 +124,48 @@ def test_readme_loop_edit_export_run_compare(tmp_path, home, monkeypatch, capsys
     out = capsys.readouterr().out
     assert "mine/quick" in out
     proc = subprocess.run(["git", "apply", "--check", "-p1",
-                           str(proj / "patches/sglang/decode-halve-the-step-s-base-cost.patch")],
+                           str(proj / "patches/demo/decode-halve-the-step-s-base-cost.patch")],
                           cwd=proj / "upstream/minisglang", capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_exported_names_keep_whole_words():
+    from toolkit.tree.stack import _slug
+
+    name = _slug("moe: route the top-k experts through the fused cutlass kernel for small batches")
+    assert name == "moe-route-the-top-k-experts-through-the-fused"  # 45 characters, no word cut
+    assert len(_slug("x" * 80)) == 48 and _slug("!!!") == "change"
+
+
+def test_rebase_a_path_source_onto_its_current_content(project, home, monkeypatch, capsys):
+    """A local path has one new state, its content now: the stack as applied to the content the lock
+    recorded is cherry-picked onto it (3-way merges, conflicts with --continue), patches rewritten in place."""
+    monkeypatch.setenv("PATCHBENCH_RECIPES", str(project.recipes))
+    path = _stack(project)
+    path.write_text(path.read_text().replace(f'git = "{project.upstream}"\nrev = "v1"', f'path = "{project.upstream}"'))
+    assert main(["apply", "mini"]) == 0  # the stack applied to the path's content, lock written
+    project.write_upstream("python/mini/cost.py",
+                           "STEP_MS = 10\nPREFILL_MS = 1\nNAME = 'mini'\nTP = 1\nEP = 1\n\n\n\n\n\nSEQ_US = 40\nKV = 'bf16'\nPAGE = 128\n")
+    capsys.readouterr()
+    assert main(["patches", "rebase", "mini", "--onto", "v2"]) == 2  # a path has no revisions: it says so
+    assert "--onto HEAD" in capsys.readouterr().err
+    assert main(["patches", "rebase", "mini", "--onto", "HEAD"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "applies patches/mini/step.patch" in out and "3-way merged patches/mini/name.patch" in out
+    assert load_recipe("mini").sources["mini"].kind == "path"
+    assert main(["patches", "check", "mini"]) == 0
+    assert " PAGE = 128" in (project.patches / "mini/name.patch").read_text()  # written against the new content
+
+    project.write_upstream("python/mini/cost.py",  # the very line the first patch changes
+                           "STEP_MS = 12\nPREFILL_MS = 1\nNAME = 'mini'\nTP = 1\nEP = 1\n\n\n\n\n\nSEQ_US = 40\nKV = 'bf16'\nPAGE = 128\n")
+    assert main(["patches", "rebase", "mini", "--onto", "HEAD"]) == 1
+    assert "the new base has STEP_MS = 12; the patch wants STEP_MS = 8" in " ".join(capsys.readouterr().err.split())
+    work = home / "work" / "mini" / "mini-onto-HEAD"
+    cost = work / "python/mini/cost.py"
+    text = cost.read_text()
+    start, end = text.index("<<<<<<<"), text.index(">>>>>>>")
+    cost.write_text(text[:start] + "STEP_MS = 8\n" + text[text.index("\n", end) + 1:])
+    git(work, "add", "python/mini/cost.py")
+    assert main(["patches", "rebase", "mini", "--onto", "HEAD", "--continue"]) == 0
+    assert "resolved patches/mini/step.patch" in " ".join(capsys.readouterr().out.split())
+    assert main(["patches", "check", "mini"]) == 0

@@ -209,3 +209,22 @@ def test_gpu_annotation_scopes_name_generic_kernels(tmp_path):
     b = breakdown(load_trace(p), load_families())
     assert b.mode == "gpu"
     assert b.family_ms() == pytest.approx({"moe_gemm": 0.04, "gemm_bf16": 0.02, "idle": 0.04})
+
+
+def test_a_family_faster_than_its_floor_flags_the_inputs(tmp_path):
+    """The same trace against the floors of a far bigger model: measured below the floor, which is
+    an error of the roofline inputs, not a percentage."""
+    from toolkit.profile.render import render
+
+    fams = load_families()
+    b = breakdown(load_trace(_gpu_trace(tmp_path)[0]), fams).to_dict()
+    huge = floor_spec({"roofline": {"model": "glm-5", "gpu": "rtx-pro-6000", "weights": "all=bf16"},
+                       "server": {"args": {"tp-size": 1}}, "benchmark": {"input_len": 1024, "output_len": 256}},
+                      batch=64)
+    rows = floor_lines(fams, b, huge)
+    beyond = [r for r in rows if r["beyond"]]
+    assert beyond and all(r["floor_ms"] > 1.02 * r["ms"] for r in beyond)
+    text = "\n".join(str(x) for x in render("r", fams, {"ranks": [b], "itl_ms_median": None}, huge)
+                     if isinstance(x, str))
+    assert "the roofline inputs do not describe this run" in text
+    assert not any(f"{r['pct_of_floor']:.1f}%" in text for r in beyond)

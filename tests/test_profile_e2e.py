@@ -103,7 +103,7 @@ def test_profile_then_kernel_compare(home, capsys):
 
     bars, floors = bar_data(store, ["demo/torch-baseline", "demo/torch-small-experts"], load_families())
     assert bars["demo/torch-small-experts"]["moe_gemm"] < bars["demo/torch-baseline"]["moe_gemm"]
-    assert floors["demo/torch-baseline"] == floors["demo/torch-small-experts"] > 0
+    assert 0 < floors["demo/torch-small-experts"] < floors["demo/torch-baseline"]  # each its own sizes
     # ... and the report carries it: a PNG referenced from report.md, the SVG inline in report.html
     out = home / "report"
     assert main(["report", "demo/torch-baseline", "demo/torch-small-experts", "-o", str(out), "--metric", "itl_ms_median"]) in (0, 2)

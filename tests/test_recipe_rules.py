@@ -24,9 +24,10 @@ def test_extends_names_are_relative_to_recipes_root(project):
     project.recipe("mine/exp", 'extends = "baseline"\n')
     project.recipe("mine/exp2", 'extends = "demo/baseline"\n')
     project.recipe("demo/sib", 'extends = "./baseline"\n')
-    assert load_recipe(project.recipes / "mine/exp.toml").description == "base"
-    assert load_recipe(project.recipes / "mine/exp2.toml").description == "demo base"
-    assert load_recipe(project.recipes / "demo/sib.toml").description == "demo base"
+    # a child without its own description names the parent it resolved to (and what it adds)
+    assert load_recipe(project.recipes / "mine/exp.toml").description == "baseline + mine/exp: as it is"
+    assert load_recipe(project.recipes / "mine/exp2.toml").description == "demo/baseline + mine/exp2: as it is"
+    assert load_recipe(project.recipes / "demo/sib.toml").description == "demo/baseline + demo/sib: as it is"
 
 
 def test_extends_of_a_sibling_name_suggests_the_full_name(project):

@@ -241,3 +241,22 @@ def test_report_writes_png_plots_referenced_from_markdown(db, tmp_path):
         assert data.startswith(b"\x89PNG\r\n\x1a\n") and len(data) > 5000
     assert "verdict: faster/slower needs" in text and "1% (--min-effect)" in text
     assert "**Runs used:**" in text and "base: 4 run(s)" in text
+
+
+def test_speedup_bars_are_coloured_by_verdict_not_by_recipe(db):
+    """Faster is always the 'better' colour, slower the 'worse' one, whatever the recipe's colour."""
+    from matplotlib.colors import to_hex
+
+    from toolkit.report.plots import BETTER, PALETTE, UNDECIDED, WORSE, plots
+
+    store = Store(db)
+    data = collect(store, ["base", "fast", "same"], ["output_tok_s", "itl_ms_median"])
+    assert BETTER not in PALETTE and WORSE not in PALETTE
+    for plot in (p for p in plots(data) if p.name.startswith("speedup-")):
+        ax = plot.figure.axes[0]
+        fast = [b for b in ax.patches if "fast" in (b.get_gid() or "")]
+        same = [b for b in ax.patches if "same" in (b.get_gid() or "")]
+        assert fast and all(to_hex(b.get_facecolor()) == BETTER for b in fast), plot.name
+        assert same and all(to_hex(b.get_facecolor()) in (UNDECIDED, BETTER, WORSE) for b in same)
+        assert all(to_hex(b.get_facecolor()) != BETTER for b in same
+                   if data.compare_row("same", plot.name.removeprefix("speedup-"), 1).verdict != "faster")

@@ -53,6 +53,9 @@ def test_gpu_table_has_sources_and_datasheet_bandwidths():
     assert gpus["b200"].mem_bw_gbps == 8000
     assert gpus["h100-sxm"].mem_bw_gbps == 3350
     for gpu in gpus.values():
+        if gpu.arch == "CPU":  # the demo's machine: declared float32 rates, no tensor cores
+            assert gpu.source and "Declared estimates" in gpu.source and gpu.peak("fp32")
+            continue
         assert gpu.source and gpu.peak("bf16") and gpu.peak("fp8")
     assert gpus["h100-sxm"].peak("fp4") is None and gpus["b200"].peak("fp4")
     assert rl.get_gpu("RTX PRO 6000 Blackwell").key == "rtx-pro-6000"
@@ -329,3 +332,16 @@ def test_cli_bad_input_raises_badinput():
         cmd.run(_args("--model", "glm-5", "--gpu", "a100"))
     with pytest.raises(BadInput, match="unknown weight format"):
         cmd.run(_args("--model", "glm-5", "--gpu", "h200", "--weights", "experts=int3"))
+
+
+def test_the_demo_roofline_describes_the_miniature():
+    """The demo's [roofline] is the miniature's torch step on the CPU it runs on: float32 weights at
+    the declared float32 rate, and a floor well below the miniature's paced step."""
+    inputs = rl.make_inputs("minisglang-torch-step", "cpu-2core", tp=1, ep=1, batches=(4,), context=128,
+                            weights="all=fp32")
+    row = rl.roofline(inputs).rows[0]
+    experts = next(c for c in row.components if c.name == "experts")
+    assert experts.peak_dtype == "fp32" and experts.fmt == "fp32"
+    # 2 layers x E(1-(1-k/E)^4) = 5.47 of 8 experts x 3 x 256 x 768 params x 4 B
+    assert experts.bytes == pytest.approx(2 * 8 * (1 - 0.75 ** 4) * 3 * 256 * 768 * 4, rel=1e-6)
+    assert 0.5 < row.step_s * 1e3 < 12.0  # the miniature paces a decode step at >= 12 ms

@@ -78,6 +78,11 @@ def test_recipe_target_table(tmp_path):
     path.write_text('[target]\ngpu = "h100"\ncount = 0\n')
     with pytest.raises(BadInput, match="positive integer"):
         load_recipe(path)
+    path.write_text('[target]\ngpu = "h100"\nstrict = true\n')
+    assert load_recipe(path).target == TargetSpec("h100", 1, strict=True)
+    path.write_text('[target]\ngpu = "h100"\nstrict = "yes"\n')
+    with pytest.raises(BadInput, match="strict"):
+        load_recipe(path)
     path.write_text('[target]\ngpu = "h100"\ncuont = 4\n')
     with pytest.raises(BadInput, match="did you mean `count`"):
         load_recipe(path)

@@ -48,7 +48,7 @@ def test_baseline_prints_what_sglang_resolves_for_the_target(project, capsys):
     rc, out = run_check(project / "baseline.toml", capsys)
     assert rc == 0, out
     assert "target: 8 x NVIDIA RTX PRO 6000" in " ".join(out.split())
-    assert "defaults unresolved" not in out
+    assert "unresolved" not in out and "static check passed" in out
     lines = {ln.split()[0]: ln.split()[1:] for ln in out.splitlines() if ln.startswith("  ") and len(ln.split()) > 1}
     assert lines["attention_backend"] == ["dsa"]
     assert lines["kv_cache_dtype"] == ["fp8_e4m3"]

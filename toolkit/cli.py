@@ -54,8 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
             if exc.name == f"toolkit.commands.{module_name}":
                 continue
             raise
-        text = module.HELP.replace("%", "%%")  # argparse formats help strings with %
-        p = sub.add_parser(verb, help=text, description=text)
+        # argparse %-formats a `help` string (the verb list), never a `description`
+        p = sub.add_parser(verb, help=module.HELP.replace("%", "%%"), description=module.HELP)
         p.add_argument("--home", default=None, help="workspace (default $PATCHBENCH_HOME or ~/.cache/patchbench)")
         p.add_argument("--store", default=None, help="results store (default HOME/results.sqlite)")
         module.add_arguments(p)

@@ -1,4 +1,5 @@
-"""Errors that reach the user as one line and an exit code, never a traceback."""
+"""Errors that reach the user as one line and an exit code, never a traceback (and `plural`, for
+counts in those lines)."""
 
 from __future__ import annotations
 
@@ -61,3 +62,11 @@ class NoGPU(PatchbenchError):
     """The pipeline reached a step that needs a CUDA GPU on a machine without one."""
 
     exit_code = 3
+
+
+_PLURALS = {"patch": "patches", "match": "matches", "batch": "batches", "family": "families"}
+
+
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """`1 patch`, `2 patches`, `0 runs`: a count in a message, with its noun in the right number."""
+    return f"{n} {word if n == 1 else (many or _PLURALS.get(word) or word + 's')}"

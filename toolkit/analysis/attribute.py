@@ -10,7 +10,8 @@ the whole stack without patch i). Output, per patch i:
   all the others (interactions show up as a difference between the two);
 - `share`: log(incremental speedup) / log(total speedup), the patch's part of the total on a log
   scale (shares of a stack add up to 1; meaningless when the total is ~1, so shown as a percentage
-  only when the total is significant).
+  only when the total is significant, and only when every step pushes the same way: a +10.9% and a
+  -12.1% patch are not -400% and +500% of a -2.6% total; then each step's own ratio is shown).
 
 Every comparison is `toolkit.analysis.stats.compare_values`: ratio, confidence interval, Mann-Whitney p and
 verdict (faster / slower / not significant / too few repeats).
@@ -48,9 +49,23 @@ class Attribution:
     higher_is_better: bool | None
     unit: str = ""
 
+    @property
+    def one_way(self) -> bool:
+        """Every step that significantly moves the metric moves it the same way (noise pushes no
+        way): only then is a step's part of the total a share."""
+        sides = {p.incremental.speedup > 1 for p in self.patches if p.incremental and p.incremental.significant}
+        return len(sides) <= 1
+
+    @property
+    def share_header(self) -> str:
+        return "share" if self.one_way else "own ratio (steps push both ways)"
+
     def share_text(self, p: PatchEffect) -> str:
         """The patch's share of the total as a percentage, only when the total is significant
-        (a share of noise is not a share): "n.s. total" otherwise."""
+        (a share of noise is not a share: "n.s. total") and every step pushes the same way (else
+        the step's own ratio, e.g. "+10.9%")."""
+        if not self.one_way:
+            return f"{p.incremental.speedup - 1:+.1%}" if p.incremental else "-"
         if p.share is None:
             return "-"
         if self.total is None or not self.total.significant:
@@ -64,7 +79,7 @@ class Attribution:
             inc = stats.format_comparison(p.incremental) if p.incremental else "no values"
             loo = (f"; without it: {stats.format_comparison(p.leave_one_out)}" if p.leave_one_out
                    else (f"; without it: skipped ({p.loo_skipped})" if p.loo_skipped else ""))
-            share = f" ({self.share_text(p)} of total)" if self.share_text(p).endswith("%") else ""
+            share = f" ({self.share_text(p)} of total)" if self.one_way and self.share_text(p).endswith("%") else ""
             out.append(f"{p.index:>3} {p.name}: {inc}{share}{loo}")
         if self.total is not None:
             out.append(f"total: {stats.format_comparison(self.total)}")
@@ -124,7 +139,7 @@ def render_attribution(attr: Attribution, *, title: str = "per-patch effect") ->
     """A rich Table: per patch, incremental and leave-one-out speedups with CIs and verdicts."""
     t = Table(title=title)
     for col, just in (("#", "right"), ("patch", "left"), ("speedup [95% CI]", "right"),
-                      ("p", "right"), ("verdict", "left"), ("share", "right"),
+                      ("p", "right"), ("verdict", "left"), (attr.share_header, "right"),
                       ("without it", "right"), ("cumulative", "right")):
         t.add_column(col, justify=just)  # type: ignore[arg-type]
 

@@ -2,8 +2,12 @@
 passes a measurement callback; nothing here builds, runs or stores.
 
 Prefix `k` is the base with the first `k` items applied (prefix 0 = the base, prefix n = the whole
-stack). A prefix is **bad** when its metric is worse than the base's by more than `threshold_pct`,
-**good** otherwise; we look for the first bad prefix after a good one, the culprit.
+stack). A prefix is **bad** when its metric is worse than the reference's by more than
+`threshold_pct`, **good** otherwise; we look for the first bad prefix after a good one, the culprit.
+The reference (`reference=`) is by default the **neighbour**: the nearest prefix before it already
+found good (`lo` below; the base at first), so a patch that costs 12% against its predecessor is bad
+even after an earlier gain put the stack above the base; `reference="base"` compares every prefix
+with the base (a slow drift of small losses then adds up to a culprit).
 
 The search keeps `lo` (a good prefix, initially the base) and `hi` (a bad prefix, initially the
 virtual prefix n+1, "bad" by definition) and measures the middle, so the whole stack is measured
@@ -146,7 +150,7 @@ def bisect_stack(n_patches: int, measure: Measure, *, higher_is_better: bool = T
                  labels: Sequence[str] | None = None,
                  base_label: str = "base", max_builds: int | None = None,
                  on_step: Callable[[BisectStep], None] | None = None,
-                 direction: str = "worse") -> BisectResult:
+                 direction: str = "worse", reference: str = "neighbour") -> BisectResult:
     """Find the first prefix worse (`direction="better"`: better) than the base by more than `threshold_pct` (see the module
     docstring). `measure(prefix_len, repeats)` returns `repeats` new values for that prefix, or None
     to skip it. `labels[i - 1]` names item i (patch file, commit). `max_builds` stops the search
@@ -166,6 +170,11 @@ def bisect_stack(n_patches: int, measure: Measure, *, higher_is_better: bool = T
     thr = threshold_pct / 100.0
     if direction not in ("worse", "better"):
         raise ValueError("direction must be worse or better")
+    if reference not in ("neighbour", "base"):
+        raise ValueError("reference must be neighbour or base")
+    ref = [0]  # the prefix the step compares with: the base, or the nearest good prefix before it
+    # what a step's outcome reads as: for a gain, "bad" is the state with it
+    words = {GOOD: "good", BAD: "bad"} if direction == "worse" else {GOOD: "before the gain", BAD: "with the gain"}
     # The search measures the "loss" in the direction asked for; convictions use the real direction.
     moved_hib = higher_is_better if direction == "worse" else not higher_is_better
     moved = stats.SLOWER if direction == "worse" else stats.FASTER
@@ -204,7 +213,7 @@ def bisect_stack(n_patches: int, measure: Measure, *, higher_is_better: bool = T
         return have >= want or get(p, want - have)
 
     def loss_of(p: int) -> tuple[float, tuple[float, float]]:
-        a, b = cache[0], cache[p]
+        a, b = cache[ref[0]], cache[p]
         ratio = (sum(b) / len(b)) / (sum(a) / len(a))
         lo, hi = stats.ratio_ci(a, b, confidence=1.0 - alpha)
         if moved_hib:
@@ -225,12 +234,12 @@ def bisect_stack(n_patches: int, measure: Measure, *, higher_is_better: bool = T
                 return BAD, True
             if math.isfinite(lhi) and lhi < thr:
                 return GOOD, True
-            np_, nb = len(cache[p]), len(cache[0])
+            np_, nb = len(cache[p]), len(cache[ref[0]])
             grew = False
             if np_ < max_repeats:
                 grew = get(p, min(repeat_step, max_repeats - np_)) or grew
             if nb < max_repeats and nb <= np_:
-                grew = get(0, min(repeat_step, max_repeats - nb)) or grew
+                grew = get(ref[0], min(repeat_step, max_repeats - nb)) or grew
             if not grew:
                 return (BAD if loss > thr else GOOD), False
 
@@ -267,15 +276,16 @@ def bisect_stack(n_patches: int, measure: Measure, *, higher_is_better: bool = T
                             pass_no=current_pass[0])
         else:
             loss, ci = loss_of(p)
-            vals, base = cache[p], cache[0]
+            vals, base = cache[p], cache[ref[0]]
             # shown as the change of the metric itself (ratio - 1), whatever its direction
             sign = -1.0 if moved_hib else 1.0
             chg, chg_ci = sign * loss * 100, sorted((sign * ci[0] * 100, sign * ci[1] * 100))
             line = (f"step {len(steps) + 1:>2} {pic} prefix {p:>3}/{n} {label(p)}: "
-                    f"{stats.format_value(mean(p))} vs base {stats.format_value(mean(0))}: "
+                    f"{stats.format_value(mean(p))} vs {'base' if ref[0] == 0 else label(ref[0])} "
+                    f"{stats.format_value(mean(ref[0]))}: "
                     f"{_fmt_pct(chg)} [{_fmt_pct(chg_ci[0])}, {_fmt_pct(chg_ci[1])}] "
-                    f"n={len(vals)}/{len(base)} -> {outcome}{'' if certain else ' (uncertain)'}")
-            st = BisectStep(len(steps) + 1, p, lo, hi, outcome, len(vals), len(base), mean(p), mean(0),
+                    f"n={len(vals)}/{len(base)}: {words[outcome]}{'' if certain else ' (uncertain)'}")
+            st = BisectStep(len(steps) + 1, p, lo, hi, outcome, len(vals), len(base), mean(p), mean(ref[0]),
                             loss * 100, (ci[0] * 100, ci[1] * 100), certain, label(p), line,
                             current_pass[0])
         steps.append(st)
@@ -300,6 +310,7 @@ def bisect_stack(n_patches: int, measure: Measure, *, higher_is_better: bool = T
                     continue
                 if limit is not None and p not in cache and len(cache) >= limit:
                     return lo, hi, True
+                ref[0] = lo if reference == "neighbour" else 0
                 outcome, certain, hi = decide(p, lo, hi, use_full, limit)
                 record(p, lo, hi, outcome, certain)
                 if outcome != SKIP:
@@ -341,7 +352,7 @@ def bisect_stack(n_patches: int, measure: Measure, *, higher_is_better: bool = T
         conviction = convict(lo, hi)
         good_values, bad_values = tuple(cache[lo]), tuple(cache[hi])
         confirmed = conviction.verdict == moved
-        msg = (f"culprit: {label(hi)} (item {hi}/{n}): "
+        msg = (f"{'culprit' if direction == 'worse' else 'the gain'}: {label(hi)} (item {hi}/{n}): "
                f"{stats.format_comparison(conviction)} against {label(lo)}")
         if not confirmed:
             msg += f" (weak: that step alone is not a significant {change_word}"
@@ -349,7 +360,8 @@ def bisect_stack(n_patches: int, measure: Measure, *, higher_is_better: bool = T
         if repaired:
             msg += " (after a second pass with the whole stack measured)"
     elif hi == lo + 1:
-        msg = f"no item makes the metric {direction} than {base_label} by more than {threshold_pct:g}%"
+        against = "the good item before it" if reference == "neighbour" else base_label
+        msg = f"no item makes the metric {direction} than {against} by more than {threshold_pct:g}%"
     else:
         candidates = (lo + 1, min(hi, n))
         why = "build limit reached" if stopped else "every prefix between them was skipped"

@@ -140,8 +140,16 @@ _VERDICT_STYLE = {stats.FASTER: "bold green", stats.SLOWER: "bold red",
                   stats.NOT_SIGNIFICANT: "dim", stats.TOO_FEW: "yellow"}
 
 
-def render_compare(rows: Sequence[CompareRow], *, title: str | None = None) -> Table:
-    """A rich Table: one line per (variant, metric, point), pyperf-style figures and verdict."""
+def render_compare(rows: Sequence[CompareRow], *, title: str | None = None,
+                   where: dict[tuple[str, str], str] | None = None) -> Table:
+    """A rich Table: one line per (variant, metric, point), pyperf-style figures and verdict;
+    `where` ((recipe, metric) -> where it was measured, toolkit.analysis.where) goes beside a value."""
+    where = where or {}
+
+    def value(recipe: str, metric: str, mean: float, std: float, unit: str) -> str:
+        text = stats.format_mean_std(mean, std, unit)
+        return f"{text}\n({where[recipe, metric]})" if (recipe, metric) in where else text
+
     base = rows[0].baseline if rows else ""
     table = Table(title=escape(title or (f"compared with {base}" if base else "comparison")))
     table.add_column("variant")
@@ -160,8 +168,8 @@ def render_compare(rows: Sequence[CompareRow], *, title: str | None = None) -> T
         ci = f"[{lo:.2f}, {hi:.2f}]" if lo == lo and hi == hi else ""
         table.add_row(
             escape(r.recipe), r.metric, f"{'bs' if r.point_kind == 'batch' else 'c'}={r.point}",
-            stats.format_mean_std(r.base_mean, r.base_std, r.unit),
-            stats.format_mean_std(r.variant_mean, r.variant_std, r.unit),
+            value(r.baseline, r.metric, r.base_mean, r.base_std, r.unit),
+            value(r.recipe, r.metric, r.variant_mean, r.variant_std, r.unit),
             f"{r.speedup:.3f}x {ci}", f"{r.p_value:.3f}", f"{r.n_base}/{r.n_variant}",
             Text(r.verdict, style=_VERDICT_STYLE.get(r.verdict, "")))
     return table

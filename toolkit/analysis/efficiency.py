@@ -5,7 +5,8 @@ throughput (`toolkit.run.metrics.throughput_headline`) measured at batch/concurr
 every table reduces repeats (`selection.reduce`: one value per run, then their mean), over
 `toolkit.roofline.theoretical_tok_s` for the `[roofline]` model and GPU the run's recipe names
 (tp/ep from its server args). None when the recipe names no model and GPU, or nothing was measured
-at point 1.
+at point 1. Above 100% (beyond toolkit.roofline.beyond's tolerance) the figure is not printed:
+`text()` says the roofline inputs do not describe the run.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Iterable
 
+from toolkit.roofline.beyond import INPUTS_WRONG, beyond_roofline
 from toolkit.run import metrics
 from toolkit.analysis.selection import reduce
 
@@ -33,7 +35,15 @@ class Efficiency:
     def fraction(self) -> float:
         return self.measured / self.theoretical if self.theoretical else float("nan")
 
+    @property
+    def beyond(self) -> bool:
+        """Faster than the roofline: its inputs (model, GPU, weights) are not this run's."""
+        return beyond_roofline(self.fraction)
+
     def text(self) -> str:
+        if self.beyond:
+            return (f"{INPUTS_WRONG}: {self.measured:.2f} tok/s measured, above the {self.theoretical:.0f} tok/s "
+                    f"roofline of {self.model} on {self.gpu}")
         return f"{self.measured:.2f} of {self.theoretical:.0f} tok/s ({100 * self.fraction:.1f}%)"
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import uuid
 
+from rich.markup import escape
+
 from toolkit.commands.common import console, err, home_of, load, print_json, store_of
 from toolkit.executors.config import add_executor_arguments
 
@@ -43,7 +45,7 @@ def print_runs_used(meter) -> None:
     for label, key, _, ids in meter.log:
         dates = sorted(r.started_at or "" for r in meter.store.runs(run_ids=ids))
         when = f"{dates[0][:16]} .. {dates[-1][:16]}".replace("T", " ") if dates else "?"
-        console.print(f"[dim]runs used:[/] {label} (identity {(key or '-')[:10]}): {len(ids)} run(s) "
+        console.print(f"[dim]runs used:[/] {escape(label)} (identity {(key or '-')[:10]}): {len(ids)} run(s) "
                       f"{', '.join(i[:8] for i in ids)}, {when}", highlight=False)
 
 
@@ -77,12 +79,12 @@ def run(args) -> int:
     prefix_values = []
     for k in range(len(stack) + 1):
         label = "base" if k == 0 else f"+{k}"
-        err.print(f"[bold]prefix {k}/{len(stack)}[/] {label if k == 0 else names[k - 1]}")
+        err.print(f"[bold]prefix {k}/{len(stack)}[/] {escape(label if k == 0 else names[k - 1])}")
         prefix_values.append(meter.measure(f"prefix{k}", prefix_overrides(recipe, k), repeats))
     loo, skipped = {}, {}
     if args.leave_one_out:
         for i in range(1, len(stack) + 1):
-            err.print(f"[bold]without {names[i - 1]}[/]")
+            err.print(f"[bold]without {escape(names[i - 1])}[/]")
             values = meter.measure(f"without{i}", without_overrides(recipe, i), repeats)
             if values:
                 loo[i] = values

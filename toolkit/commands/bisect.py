@@ -1,6 +1,7 @@
 """`patchbench bisect RECIPE --metric NAME[@POINT]`: the first patch of the stack, the first release of
 a PyPI source, or the first upstream commit of a git source that moves the metric past --threshold
-percent (worse by default; `--direction better` finds the one that brought a gain).
+percent (worse by default; `--direction better` finds the one that brought a gain), against the
+nearest item before it found good (`--reference neighbour`, default) or the base (`--reference base`).
 
 - stack:    `patchbench bisect full-stack --metric output_tok_s@1`
 - releases: `patchbench bisect baseline --source sglang --good 0.5.10.post1 --bad 0.5.23` (or
@@ -19,6 +20,7 @@ import uuid
 
 from toolkit.commands.common import console, err, home_of, load, print_json, store_of
 from toolkit.executors.config import add_executor_arguments
+from toolkit.errors import plural
 
 HELP = ("find the patch, release or upstream commit that moved a metric (worse, or --direction better) "
         "in about log2(n)+1 builds, noise-aware")
@@ -30,7 +32,12 @@ def add_arguments(parser) -> None:
     parser.add_argument("recipe", metavar="RECIPE")
     parser.add_argument("--metric", required=True, metavar="NAME[@POINT]",
                         help=f"e.g. output_tok_s@1. Known: {metrics.help_text()}")
-    parser.add_argument("--threshold", type=float, default=5.0, help="percent change that counts")
+    parser.add_argument("--threshold", type=float, default=5.0,
+                        help="percent change that counts, against the --reference (default %(default)s%%)")
+    parser.add_argument("--reference", choices=("neighbour", "base"), default="neighbour",
+                        help="what a probe is compared with: the nearest item before it found good (neighbour, "
+                             "default: a patch costing 12%% against its predecessor counts even after an earlier "
+                             "gain) or the base (every item against the start: small losses add up)")
     parser.add_argument("--direction", choices=("worse", "better"), default="worse",
                         help="look for the change that made the metric worse (a regression, default) or better (a gain)")
     parser.add_argument("--repeats", type=int, default=3, help="initial values per step")
@@ -78,10 +85,13 @@ def run(args) -> int:
     if args.executor == "slurm":  # each probe one Slurm job
         meter = _slurm_meter(recipe, home, meter, spec, args)
     kw = dict(higher_is_better=spec.info.higher_is_better, threshold_pct=args.threshold, initial_repeats=max(2, args.repeats),
-              max_repeats=args.max_repeats, on_step=lambda s: err.print(s.line), direction=args.direction)
+              max_repeats=args.max_repeats, on_step=lambda s: err.print(s.line, markup=False, highlight=False),
+              direction=args.direction, reference=args.reference)
     repro = ["patchbench", "bisect", recipe.name, "--metric", args.metric, "--threshold", str(args.threshold)]
     if args.direction != "worse":
         repro += ["--direction", args.direction]
+    if args.reference != "neighbour":
+        repro += ["--reference", args.reference]
     commit_phase = None
     if args.source:
         source = recipe.sources.get(args.source)
@@ -124,7 +134,7 @@ def run(args) -> int:
         if args.executor == "local":  # a Slurm node has the GPU, not this machine
             require_gpu_if_needed(recipe, args)
         names = [patch_label(recipe, p) for _, p in stack]
-        err.print(f"bisecting {len(stack)} patches of {recipe.name}")
+        err.print(f"bisecting {plural(len(stack), 'patch')} of {recipe.name}", markup=False)
 
         def measure(k: int, r: int):
             return meter.measure(f"prefix{k}", prefix_overrides(recipe, k), r)
@@ -146,19 +156,20 @@ def run(args) -> int:
         repro += ["--git", args.git, "--tag-format", args.tag_format]
     if args.json:
         out = {"recipe": recipe.name, "metric": spec.metric, "point": meter.point, "direction": args.direction,
+               "reference": args.reference, "threshold_pct": args.threshold,
                **_result_json(result), "builds": meter.builds, "first_phase_builds": first_builds,
                "runs": meter.runs, "reproduce": shlex.join(repro)}
         if commit_result is not None:
             out["commit"] = _result_json(commit_result)
         print_json(out)
         return 0 if result.culprit is not None or result.candidates is None else 1
-    _print_result(result, stats)
+    _print_result(result, stats, args.direction)
     if commit_result is not None:
         console.print("[bold]commits[/] between the neighbouring releases:")
-        _print_result(commit_result, stats)
+        _print_result(commit_result, stats, args.direction)
     print_runs_used(meter)
     console.print(f"{meter.builds} build(s), {meter.runs} new run(s)")
-    console.print(f"reproduce: {shlex.join(repro)}")
+    console.print(f"reproduce: {shlex.join(repro)}", markup=False)
     return 0
 
 
@@ -187,14 +198,17 @@ def _result_json(result) -> dict:
             "message": result.message}
 
 
-def _print_result(result, stats) -> None:
-    console.print(result.message)
+def _print_result(result, stats, direction: str = "worse") -> None:
+    console.print(result.message, markup=False, highlight=False)
     if result.culprit is not None:
-        console.print(f"culprit: #{result.culprit} {result.culprit_label}")
-        console.print(f"  good (before it): {', '.join(f'{v:.4g}' for v in result.good_values)}")
-        console.print(f"  bad  (with it):   {', '.join(f'{v:.4g}' for v in result.bad_values)}")
+        before, after = ("good (before it)", "bad  (with it)") if direction == "worse" else \
+            ("before the gain", "with the gain")
+        console.print(f"{'culprit' if direction == 'worse' else 'the gain'}: #{result.culprit} {result.culprit_label}",
+                      markup=False)
+        console.print(f"  {before + ':':<18} {', '.join(f'{v:.4g}' for v in result.good_values)}", markup=False)
+        console.print(f"  {after + ':':<18} {', '.join(f'{v:.4g}' for v in result.bad_values)}", markup=False)
         if result.conviction is not None:
-            console.print(f"  {stats.format_comparison(result.conviction)}")
+            console.print(f"  {stats.format_comparison(result.conviction)}", markup=False)
 
 
 def _dry_run(meter, variants, versions, args) -> int:

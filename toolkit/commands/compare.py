@@ -68,6 +68,7 @@ def run(args) -> int:
     from toolkit.analysis import stats
     from toolkit.analysis.compare import compare_selection, missing_recipes, render_compare
     from toolkit.analysis.selection import criteria_from_args, select
+    from toolkit.analysis.where import where_by_recipe
     from toolkit.errors import BadInput
     from rich.markup import escape
 
@@ -110,10 +111,13 @@ def run(args) -> int:
                  metrics=sorted({s.metric for s in specs}) if specs else None)
     rows = compare_selection(store, sel, metrics=specs, points=args.point, min_effect=args.min_effect)
     if not rows and args.metric:
-        measured = sorted({s.metric for s in store.samples(sel.run_ids(sel.recipes[0]))})
+        base_samples = store.samples(sel.run_ids(sel.recipes[0]))
+        measured = sorted({s.metric for s in base_samples})
+        points = metrics.measured_points(base_samples, specs or [])  # NAME@POINT at a point not measured
         raise BadInput(f"{', '.join(args.metric)}: not measured by both {sel.recipes[0]} and the variants"
                        + (f" at point(s) {', '.join(map(str, args.point))}" if args.point else ""),
-                       hint=f"{sel.recipes[0]} measured: {', '.join(measured) or 'nothing'}")
+                       hint=f"{sel.recipes[0]}: {points}" if points
+                       else f"{sel.recipes[0]} measured: {', '.join(measured) or 'nothing'}")
     diffs = explain_differences(sel)
     legend = stats.verdict_legend(min_effect=args.min_effect)
     if args.json:
@@ -121,14 +125,16 @@ def run(args) -> int:
                     "efficiency": efficiency_lines(store, sel), "runs": {r: sel.run_ids(r) for r in sel.recipes},
                     "box": box_lines(sel),
                     "group": sel.group_id, "selection": sel.describe(), "notes": list(sel.notes),
-                    "min_effect": args.min_effect})
+                    "min_effect": args.min_effect,
+                    "measured_where": {f"{r}:{m}": t for (r, m), t in where_by_recipe(sel.runs).items()}})
         return 0
     if not rows:
         looked = "; ".join(sel.describe())
         raise BadInput("nothing to compare: no metric measured by both at the points asked "
                        f"(runs looked at: {looked})", hint="`patchbench results --selected "
                        + " ".join(args.recipes) + "` lists them")
-    console.print(render_compare(rows, title=f"{' vs '.join(args.recipes[1:])} against {args.recipes[0]}"))
+    console.print(render_compare(rows, title=f"{' vs '.join(args.recipes[1:])} against {args.recipes[0]}",
+                                 where=where_by_recipe(sel.runs)))
     console.print(f"[dim]{legend}[/]")
     for line in sel.describe():
         console.print(f"[dim]runs used:[/] {escape(line)}", highlight=False)
@@ -139,5 +145,5 @@ def run(args) -> int:
     for line in box_lines(sel):
         console.print(f"[yellow]box:[/] {escape(line)}", highlight=False)
     for line in efficiency_lines(store, sel):
-        console.print(f"[dim]vs roofline:[/] {line}")
+        console.print(f"[dim]vs roofline:[/] {escape(line)}")
     return 0

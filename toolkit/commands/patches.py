@@ -9,6 +9,7 @@ from toolkit.commands.common import console, home_of, load, print_json
 from toolkit.errors import PatchbenchError
 from toolkit.tree.lock import read_lock
 from toolkit.tree.applied import check_plan, plan_source
+from toolkit.errors import plural
 
 HELP = ("check (zero fuzz, in order) or show a recipe's patch stacks; edit them as git commits, export them "
         "back as patches, rebase them onto another revision or release")
@@ -87,7 +88,7 @@ def _author(args, recipe, home) -> int:
 
     if args.action == "edit":
         work = stack.edit(recipe, args.source, home)
-        console.print(f"work tree for {recipe.name} ({work.source}, {len(work.patches)} patches, one commit each):")
+        console.print(f"work tree for {recipe.name} ({work.source}, {plural(len(work.patches), 'patch')}, one commit each):")
         print(work.path)
         console.print(f"  cd {work.path}; edit; git commit -a   (a new patch; `git commit --amend` or "
                       f"`git rebase -i` changes one)\n  then: patchbench patches export {recipe.name}")

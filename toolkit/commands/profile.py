@@ -29,6 +29,8 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
+    from rich.markup import escape
+
     from toolkit.errors import BadInput
     from toolkit.profile.families import load_families
     from toolkit.profile.floors import floor_spec
@@ -43,9 +45,13 @@ def run(args) -> int:
                             steps=args.steps, families_file=args.families, frozen=args.frozen, console=err)
     spec = floor_spec(recipe.to_dict(), args.concurrency)
     if args.json:
-        print_json({"run_id": result.run_id, **result.summary})
-        return 0
-    for item in render(recipe.name, families, result.summary, spec):
-        console.print(item)
-    console.print(f"run {result.run_id[:8]}: traces {', '.join(result.summary['traces'])}")
+        print_json({"run_id": result.run_id, "status": result.status, "error": result.error, **result.summary})
+        return 0 if result.status == "ok" else 1
+    if result.summary.get("ranks"):
+        for item in render(recipe.name, families, result.summary, spec):
+            console.print(item)
+        console.print(f"run {result.run_id[:8]}: traces {', '.join(result.summary['traces'])}", markup=False)
+    if result.status != "ok":
+        err.print(f"[red]{escape(recipe.name)}: profile run {result.run_id[:8]} stored INVALID:[/] {escape(result.error or '')}")
+        return 1
     return 0

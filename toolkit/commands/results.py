@@ -14,6 +14,7 @@ from toolkit.run import metrics
 from toolkit.analysis.efficiency import efficiency
 from toolkit.analysis.selection import add_selection_arguments, criteria_from_args, reduce, select
 from toolkit.commands.common import console, store_of
+from toolkit.errors import plural
 
 HELP = "list stored runs (status, provenance, headline numbers) or export them (JSON/CSV)"
 
@@ -141,7 +142,7 @@ def run(args) -> int:
 
         n = export(store, args.export, out, **filters)
         if args.output:
-            console.print(f"exported {n} runs to {args.output}")
+            console.print(f"exported {plural(n, 'run')} to {args.output}", markup=False)
         return 0
     if args.selected:
         if not args.recipes:

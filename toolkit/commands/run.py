@@ -22,6 +22,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--strict-box", action="store_true",
                         help="store a run `invalid` when its GPUs throttled, ran other processes or ran at clocks "
                              "apart from the sweep's (as `[benchmark] strict_box = true`)")
+    parser.add_argument("--strict-check", action="store_true",
+                        help="a static check that could not resolve sglang's defaults stops the recipe (exit 2), "
+                             "as `[target] strict = true` does")
     parser.add_argument("--json", action="store_true", help="print the run ids as JSON")
     add_executor_arguments(parser)
 
@@ -42,7 +45,7 @@ def run(args) -> int:
                               until=args.until, frozen=args.frozen, console=err)
     else:
         result = run_sweep(recipes, home=home, store=store, repeats=args.repeats, until=args.until,
-                           frozen=args.frozen, console=err)
+                           frozen=args.frozen, console=err, strict=args.strict_check)
     if args.json:
         print_json(result)
     elif result["runs"]:

@@ -121,7 +121,7 @@ def run_variant_job(job: VariantJob) -> dict:
     try:
         values = meter.measure(job.label, job.overrides, job.repeats)
     except JobStopped as exc:
-        console.print(f"slurm job {job_id}: stopped by {exc} (runs in progress are left interrupted)")
+        console.print(f"slurm job {job_id}: stopped by {exc} (runs in progress are left interrupted)", markup=False)
         raise SystemExit(143) from None
     finally:
         export(store, "json", store.export_path)
@@ -140,10 +140,10 @@ def run_sweep_job(job: SweepJob) -> dict:
         result = run_sweep(job.recipes, home=node_home, store=store, repeats=job.repeats, until=job.until,
                            frozen=job.frozen, console=console)
     except JobStopped as exc:
-        console.print(f"slurm job {job_id}: stopped by {exc} (runs in progress are left interrupted)")
+        console.print(f"slurm job {job_id}: stopped by {exc} (runs in progress are left interrupted)", markup=False)
         raise SystemExit(143) from None
     except PatchbenchError as exc:  # refused before any launch (bad recipe, no GPU): say so, exit 0
-        console.print(f"error: {exc}")
+        console.print(f"error: {exc}", markup=False)
         result = {"group_id": None, "runs": [], "failed": [(r.name, str(exc)) for r in job.recipes]}
     finally:
         export(store, "json", store.export_path)

@@ -27,7 +27,9 @@ for the target; not covered: facts a version reads some other way (NVML directly
 
 Reports: ok, version, fields (parsed, or resolved when resolution ran), resolved_config (resolved
 values only), dests (flag -> field), options, resolved (bool), resolve_error (why defaults did not
-resolve: never silent), refused (sglang's own refusal of the configuration), error, presented.
+resolve: never silent), refused (sglang's own refusal of the configuration), error, presented, and
+`outcome`: "ok", "refused: <line>", "unresolved: <line>" (resolution raised something that is not
+a refusal: the check could not check; `ok` is then false) or "error: <line>".
 """
 
 import argparse
@@ -42,7 +44,7 @@ import traceback
 import types
 
 # Exceptions sglang's validation raises to refuse a configuration; anything else that stops
-# resolution (a missing driver, a library that cannot load) leaves the defaults unresolved.
+# resolution (a missing driver, a library that cannot load) is the outcome `unresolved`: not a pass.
 REFUSALS = (ValueError, AssertionError, NotImplementedError)
 
 
@@ -188,7 +190,7 @@ def main() -> int:
         req = {"argv": req, "device": sys.argv[2] if len(sys.argv) > 2 else ""}
     argv, device, target = list(req.get("argv", [])), req.get("device") or "", req.get("target")
     out = {"ok": False, "fields": {}, "resolved_config": {}, "dests": {}, "options": [], "resolved": False,
-           "resolve_error": None, "refused": None, "error": None, "presented": None}
+           "resolve_error": None, "refused": None, "error": None, "presented": None, "outcome": None}
     try:
         import sglang
         from sglang.srt.server_args import ServerArgs
@@ -196,7 +198,7 @@ def main() -> int:
         out["version"] = getattr(sglang, "__version__", None)
     except Exception as exc:  # noqa: BLE001 - report whatever the env's import raises
         out["error"] = f"cannot import sglang.srt.server_args: {type(exc).__name__}: {exc}"
-        print(json.dumps(out))
+        print(json.dumps(_with_outcome(out)))
         return 0
     parser = argparse.ArgumentParser(prog="sglang.launch_server", exit_on_error=False)
     ServerArgs.add_cli_args(parser)
@@ -211,7 +213,7 @@ def main() -> int:
     except (argparse.ArgumentError, SystemExit) as exc:
         msg = str(exc) if isinstance(exc, argparse.ArgumentError) else err.getvalue().strip().splitlines()[-1:]
         out["error"] = msg if isinstance(msg, str) else (msg[0] if msg else "argument error")
-        print(json.dumps(out))
+        print(json.dumps(_with_outcome(out)))
         return 0
     if target:
         preload_failures = _preload_resolution_modules()
@@ -226,7 +228,7 @@ def main() -> int:
     except Exception as exc:  # noqa: BLE001
         out["fields"] = {k: _jsonable(v) for k, v in vars(ns).items()}
         _classify(out, exc, target)
-        print(json.dumps(out))
+        print(json.dumps(_with_outcome(out)))
         return 0
     resolve = getattr(args, "resolve_once", None)
     if callable(resolve):
@@ -248,9 +250,22 @@ def main() -> int:
             out["resolved"] = False
         fields.update(out["resolved_config"])
     out["fields"] = fields
-    out["ok"] = out["refused"] is None
-    print(json.dumps(out))
+    out["ok"] = out["refused"] is None and out["resolve_error"] is None
+    print(json.dumps(_with_outcome(out)))
     return 0
+
+
+def _with_outcome(out: dict) -> dict:
+    """One word and its reason: ok, refused, unresolved (the check could not check) or error."""
+    if out["refused"]:
+        out["outcome"] = f"refused: {out['refused']}"
+    elif out["error"]:
+        out["outcome"] = f"error: {out['error']}"
+    elif out["resolve_error"] or not out["resolved"]:
+        out["outcome"] = f"unresolved: {out['resolve_error'] or 'no reason reported'}"
+    else:
+        out["outcome"] = "ok"
+    return out
 
 
 def _classify(out: dict, exc: BaseException, target) -> None:
@@ -261,7 +276,6 @@ def _classify(out: dict, exc: BaseException, target) -> None:
         out["refused"] = text
     else:
         out["resolve_error"] = text
-        out["ok"] = True
 
 
 if __name__ == "__main__":

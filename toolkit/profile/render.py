@@ -7,6 +7,7 @@ from rich.table import Table
 
 from toolkit.profile.families import IDLE, labels as family_labels
 from toolkit.profile.floors import FloorSpec, component_floors_ms, family_floors_ms
+from toolkit.roofline.beyond import INPUTS_WRONG, beyond_roofline
 
 
 def floor_lines(families, rank: dict, spec: FloorSpec | None) -> list[dict]:
@@ -23,6 +24,7 @@ def floor_lines(families, rank: dict, spec: FloorSpec | None) -> list[dict]:
         rows.append({"family": fam, "label": names.get(fam, fam), "ms": ms, "share": ms / step,
                      "count": rank["counts_per_step"].get(fam, 0.0), "floor_ms": floor,
                      "pct_of_floor": (100 * floor / ms) if floor is not None and ms else None,
+                     "beyond": floor is not None and bool(ms) and beyond_roofline(floor / ms),
                      "shapes": rank.get("shapes", {}).get(fam, {})})
     rows.sort(key=lambda r: -(r["ms"] - (r["floor_ms"] or 0.0)))
     return rows
@@ -40,7 +42,15 @@ def step_check(rank: dict, itl_ms: float | None) -> dict:
 def sentence(row: dict) -> str:
     if row["floor_ms"] is None:
         return f"{row['label']} {row['ms']:.2f} ms (no roofline floor)"
+    if row["beyond"]:
+        return f"{row['label']} {row['ms']:.2f} ms, below its floor {row['floor_ms']:.3f} ms: {INPUTS_WRONG}"
     return f"{row['label']} {row['ms']:.2f} ms vs floor {row['floor_ms']:.3f} ms: {row['pct_of_floor']:.1f}%"
+
+
+def _pct(row: dict) -> str:
+    if row["pct_of_floor"] is None:
+        return "-"
+    return "beyond the floor: inputs wrong" if row["beyond"] else f"{row['pct_of_floor']:.1f}%"
 
 
 def render(recipe: str, families, summary: dict, spec: FloorSpec | None) -> list:
@@ -57,7 +67,7 @@ def render(recipe: str, families, summary: dict, spec: FloorSpec | None) -> list
             t.add_row(r["label"], f"{r['ms']:.3f}", f"{100 * r['share']:.1f}%",
                       "" if r["family"] == IDLE else f"{r['count']:.1f}",
                       "-" if r["floor_ms"] is None else f"{r['floor_ms']:.3f} ms",
-                      "-" if r["pct_of_floor"] is None else f"{r['pct_of_floor']:.1f}%", shapes[:60])
+                      _pct(r), shapes[:60])
         out.append(t)
         c = step_check(rank, summary.get("itl_ms_median"))
         line = (f"sum of families (idle included) {c['families_sum_ms']:.2f} ms vs trace step "
@@ -66,9 +76,10 @@ def render(recipe: str, families, summary: dict, spec: FloorSpec | None) -> list
             line += (f"; benchmark ITL (median, same load) {c['itl_ms_median']:.2f} ms: trace step "
                      f"{100 * c['step_vs_itl']:+.1f}% vs ITL")
         out.append(line)
-        gaps = [sentence(r) for r in rows if r["floor_ms"] is not None][:3]
+        gaps = [sentence(r) for r in rows if r["floor_ms"] is not None and not r["beyond"]][:3]
         if gaps:
             out.append("largest gaps: " + "; ".join(gaps))
+        out += [f"[!] {sentence(r)}" for r in rows if r["beyond"]]
     if spec is not None:
         out.append(f"floors: {spec.text()} (toolkit.roofline)")
     else:

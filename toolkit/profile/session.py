@@ -1,5 +1,11 @@
 """`patchbench profile RECIPE`: prepare and launch like `run`, verify /server_info, profile N decode
-steps under a steady load, analyse the traces, store the run (traces in its log_paths and extra)."""
+steps under a steady load, analyse the traces, store the run (traces in its log_paths and extra).
+
+A profile run is checked as a benchmark run is: /server_info against the static check and
+`[expect]` (toolkit.run.sglang_args.server_info_problems, as the pipeline's verify step) before
+profiling, the patches' activation evidence (toolkit.run.evidence) after; a failed check stores
+the run `invalid` with the reason. Its extra says `"kind": "profile"`: a profile runs under the
+profiler's overhead, so it is never one of a recipe's benchmark runs."""
 
 from __future__ import annotations
 
@@ -10,7 +16,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from toolkit.run import machine, server as srv
+from toolkit.run import evidence, machine, server as srv
 from toolkit.errors import NoGPU, PatchbenchError
 from toolkit.profile.breakdown import breakdown
 from toolkit.profile.capture import accepted_fields, capture, profile_body
@@ -19,6 +25,7 @@ from toolkit.profile.trace import load_trace
 from toolkit.recipe.load import Recipe
 
 BENCH_DRIVER = "profile"
+KIND = "profile"  # extra["kind"]: not a benchmark run
 
 
 @dataclass
@@ -26,6 +33,7 @@ class ProfileRun:
     run_id: str
     status: str
     summary: dict  # what extra["profile"] holds
+    error: str | None = None  # why the run is not ok (invalid: a check failed)
 
 
 def _serving_config(recipe: Recipe, concurrency: int, steps: int):
@@ -47,7 +55,7 @@ def profile_recipe(recipe: Recipe, *, home: Path, store, concurrency: int, steps
                    families_file: str | None = None, frozen: bool = False,
                    console: Console | None = None) -> ProfileRun:
     from toolkit.run.pipeline import needs_gpu, prepare
-    from toolkit.run.sglang_args import compare_fields, launch_argv
+    from toolkit.run.sglang_args import check_record, launch_argv, server_info_problems
 
     console = console or Console(stderr=True)
     families = load_families(families_file)
@@ -67,6 +75,9 @@ def profile_recipe(recipe: Recipe, *, home: Path, store, concurrency: int, steps
     argv = launch_argv(recipe.server, host=host, port=port)
     cfg = _serving_config(recipe, concurrency, steps)
     body = profile_body(accepted, output_dir=str(trace_dir), num_steps=steps, profile_id=run_id[:12], gpu=gpu)
+    extra = {"kind": KIND, "profile_request": body, "profile_fields_from": source,
+             "patches": {t.source: list(t.patches) for t in p.trees},
+             "target": p.check.target if p.check else None, **check_record(p.check)}
     store.begin_run(
         run_id=run_id, recipe=recipe.name, recipe_resolved=recipe.to_dict(),
         tree_hashes={t.source: t.tree_hash for t in p.trees}, env_key=p.env.key,
@@ -75,7 +86,7 @@ def profile_recipe(recipe: Recipe, *, home: Path, store, concurrency: int, steps
         server_argv=["-m", "sglang.launch_server", *argv], machine=machine.provenance(),
         env_vars=dict(recipe.server.env), group_id=uuid.uuid4().hex[:12],
         log_paths={"server": str(server_log), "run_dir": str(run_dir), "profile_dir": str(trace_dir)},
-        extra={"profile_request": body, "profile_fields_from": source},
+        extra=extra,
     )
     timings = dict(p.timings)
     info: dict = {}
@@ -83,12 +94,12 @@ def profile_recipe(recipe: Recipe, *, home: Path, store, concurrency: int, steps
         with srv.launch(p.env.python, argv, host=host, port=port, log=server_log, environ=environ) as server:
             timings["launch"] = server.wait_ready(recipe.server.timeout_s)
             info = server.server_info()
-            expected = {**(p.check.implied if p.check else {}), **dict(recipe.expect)}
-            problems = compare_fields(expected, info, source="/server_info")
+            problems = server_info_problems(p.check, dict(recipe.expect), info)
             if problems:
-                store.finish_run(run_id, "invalid", error="effective config differs: " + "; ".join(problems),
-                                 server_info=info, config_verified=False, verification=problems, timings=timings)
-                return ProfileRun(run_id, "invalid", {})
+                error = "effective config differs: " + "; ".join(problems)
+                store.finish_run(run_id, "invalid", error=error, server_info=info, config_verified=False,
+                                 verification=problems, timings=timings, extra=extra)
+                return ProfileRun(run_id, "invalid", {}, error)
             console.print(f"[bold]{recipe.name}[/]: server ready in {timings['launch']:.1f} s; "
                           f"/start_profile fields from {source}")
             t0 = time.monotonic()
@@ -106,14 +117,24 @@ def profile_recipe(recipe: Recipe, *, home: Path, store, concurrency: int, steps
     summary.update(traces=[str(t) for t in cap.traces], steps=steps, concurrency=concurrency)
     status = "ok" if cap.traces and not cap.errors and any(r["steps"] for r in summary["ranks"]) else "failed"
     error = "; ".join(cap.errors[:3]) or (None if status == "ok" else "no decode step in the trace")
+    verdict = evidence.check_evidence([n for t in p.trees for n in t.patches], recipe.evidence,
+                                      server_log.read_text(errors="replace") if server_log.exists() else "", info)
+    extra.update(profile=summary, evidence=verdict.status)
+    if verdict.metrics:
+        extra["evidence_metrics"] = verdict.metrics
+        extra["evidence_metrics_source"] = evidence.metrics_source(verdict, argv)
+    verification = ["/server_info matches expectations"]
+    if status == "ok" and not verdict.ok:
+        status, error = "invalid", "activation evidence missing: " + "; ".join(verdict.problems)
+        verification += verdict.problems
     store.finish_run(run_id, status, samples=samples, server_info=info, config_verified=True, timings=timings,
-                     verification=["/server_info matches expectations"], error=error,
+                     verification=verification, error=error,
                      log_paths={"server": str(server_log), "run_dir": str(run_dir), "profile_dir": str(trace_dir),
                                 **{f"trace_rank{r['rank']}": r["path"] for r in summary["ranks"]}},
-                     extra={"profile_request": body, "profile_fields_from": source, "profile": summary})
-    if status != "ok":
+                     extra=extra)
+    if status == "failed":
         raise PatchbenchError(f"profile of {recipe.name} failed: {error}", log=server_log)
-    return ProfileRun(run_id, status, summary)
+    return ProfileRun(run_id, status, summary, error)
 
 
 def stored_profiles(store, recipe: str) -> list[dict]:

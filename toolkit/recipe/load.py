@@ -28,7 +28,8 @@ sglang = ["sglang/oea-topk.patch"]   # ordered; relative to patches/ beside reci
 [evidence."sglang/oea-topk.patch"]   # how a live server proves the patch ran (checked after the benchmark)
 log = 'OEA active: tokens=\d+ distinct_before=\d+ distinct_after=(?P<distinct_experts>\d+)'
 min_count = 1                        # named groups become run-level metrics; or server_info = {field = value}
-[target]     # gpu (a name in toolkit/data/gpus.toml), count: the machine the static check presents
+[target]     # gpu (a name in toolkit/data/gpus.toml), count: the machine the static check presents;
+             # strict = true: an unresolved check stops the run (exit 2), as `run --strict-check`
 [matrix]     # lists of server.args.X / server.env.Y / benchmark.Z / patches.SRC values -> variants
              # NAME[k=v,...], each a full recipe; include/exclude (toolkit/recipe/matrix.py)
 ```
@@ -49,6 +50,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import json
 import os
 import re
 import tomllib
@@ -204,8 +206,37 @@ def _load_merged(path: Path, root: Path, chain: tuple[Path, ...]) -> tuple[dict,
     parent_path = _resolve_parent(path, root, parent_ref)
     parent, origins = _load_merged(parent_path, root, (*chain, path))
     merged = _merge(parent, data)
+    if "description" not in data:  # not the parent's words: what this recipe adds to it
+        merged["description"] = child_description(recipe_name(parent_path, root), recipe_name(path, root), data)
     kept = {k: v for k, v in origins.items() if _has_leaf(merged, k) and k not in own}
     return merged, {**kept, **{k: v for k, v in own.items() if k != "extends"}}
+
+
+def child_description(parent: str, name: str, own: dict, limit: int = 4) -> str:
+    """"demo/baseline + mine/quick: benchmark.concurrency = [1, 8, 32]": a recipe without its own
+    description, told by its parent and what it sets (patches it adds, values it overrides)."""
+    changes: list[str] = []
+
+    def walk(table: dict, prefix: str) -> None:
+        for key, value in table.items():
+            dotted = f"{prefix}{key}"
+            if not prefix and key in ("extends", "description", "compare_to"):
+                continue
+            if prefix == "patches." and isinstance(value, list):
+                changes.append(", ".join(f"+{v}" for v in value))
+            elif not prefix and key == "evidence" and isinstance(value, dict):
+                changes.append(f"evidence for {', '.join(value)}")
+            elif isinstance(value, dict) and value:
+                walk(value, dotted + ".")
+            elif prefix.startswith("sources."):
+                if key in SOURCE_KINDS + ("rev",):
+                    changes.append(f"{prefix.split('.')[1]} at {Path(str(value)).name if key == 'path' else value}")
+            else:
+                changes.append(f"{dotted} = {json.dumps(value) if isinstance(value, (list, dict)) else value}")
+
+    walk(own, "")
+    shown = changes[:limit] + ([f"... ({len(changes) - limit} more)"] if len(changes) > limit else [])
+    return f"{parent} + {name}: {'; '.join(shown) if shown else 'as it is'}"
 
 
 def _absolute_locations(path: Path, data: dict) -> dict:

@@ -98,6 +98,7 @@ class TargetTable(_Table):
 
     gpu: str | None = Field(None, description="a GPU name in toolkit/data/gpus.toml, e.g. rtx-pro-6000")
     count: int | str | None = Field(None, description="GPUs on the box (an integer, or ${PATCHBENCH_GPUS:-8})")
+    strict: bool | None = Field(None, description="an unresolved static check stops the run (as `run --strict-check`)")
 
 
 class EvidenceTable(_Table):

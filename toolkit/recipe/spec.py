@@ -152,3 +152,4 @@ class TargetSpec:
 
     gpu: str
     count: int = 1
+    strict: bool = False  # an unresolved static check is an error, not a warning

@@ -186,4 +186,7 @@ def target_spec(path: Path, t: dict | None) -> TargetSpec | None:
         raise BadInput(f"{path}: `target.count` must be a positive integer, not {count!r}") from None
     if count < 1:
         raise BadInput(f"{path}: `target.count` must be a positive integer, not {count}")
-    return TargetSpec(gpu=t["gpu"], count=count)
+    strict = t.get("strict", False)
+    if not isinstance(strict, bool):
+        raise BadInput(f"{path}: `target.strict` must be true or false, not {strict!r}")
+    return TargetSpec(gpu=t["gpu"], count=count, strict=strict)

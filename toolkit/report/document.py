@@ -23,6 +23,7 @@ from toolkit.analysis import stats
 from toolkit.analysis.compare import compare_selection, diff_provenance
 from toolkit.analysis.efficiency import Efficiency, efficiency
 from toolkit.analysis.selection import Criteria, reduce, select
+from toolkit.analysis.where import where_by_recipe
 from toolkit.errors import BadInput
 from toolkit.analysis.provenance import run_env_differences
 from toolkit.report.plots import Plot, plots, speedup_ci, svg
@@ -58,6 +59,7 @@ class ReportData:
     notes: tuple[str, ...] = ()
     generated_at: str = ""
     selection: tuple[str, ...] = ()  # the runs, groups and dates used, one line per recipe
+    where: dict = field(default_factory=dict)  # (recipe, metric) -> where it was measured (evidence metrics)
     legend: str = ""  # the verdict rule with the settings in force
 
     @property
@@ -164,7 +166,8 @@ def collect(store: Any, recipes: Sequence[str], metrics_: Sequence[str] | None =
         units={m: units.get(m, "") for m in chosen}, point_kinds={m: kinds.get(m, "concurrency") for m in chosen},
         values=values, rows=tuple(rows), differences=differences, notes=tuple(notes),
         generated_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        selection=tuple(sel.describe()), legend=stats.verdict_legend(min_effect=min_effect))
+        selection=tuple(sel.describe()), legend=stats.verdict_legend(min_effect=min_effect),
+        where=where_by_recipe(sel.runs))
 
 # -- table contents shared by both renderers --------------------------------------------------------
 
@@ -220,6 +223,8 @@ def results_table(data: ReportData) -> tuple[list[str], list[list[str]]]:
                     continue
                 s = stats.summarize(vals)
                 cell = stats.format_mean_std(s.mean, s.std, unit).replace(" +- ", " ± ")
+                if (r.name, metric) in data.where:
+                    cell += f" ({data.where[r.name, metric]})"
                 if r.name == data.baseline:
                     speed, verdict = "baseline", ""
                 else:

@@ -24,8 +24,10 @@ from toolkit.run import metrics
 
 from toolkit.analysis import stats
 
-PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf",
-           "#7f7f7f", "#bcbd22")
+# Recipe colours: no red or green, which mean worse and better (BETTER/WORSE) in the speedup plots.
+PALETTE = ("#1f77b4", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#7f7f7f", "#bcbd22")
+BETTER, WORSE, UNDECIDED = "#2ca02c", "#d62728", "#b0b0b0"  # a speedup bar: faster, slower, neither
+HATCHES = ("", "//", "..", "xx", "\\\\", "oo")  # a speedup bar's recipe, when several are compared
 FIGSIZE = (7.2, 4.0)
 
 
@@ -36,6 +38,8 @@ class Series:
     name: str
     color: str
     points: tuple
+    colors: tuple | None = None  # per point (bars): overrides `color`
+    hatch: str = ""
 
 
 @dataclass(frozen=True)
@@ -87,8 +91,10 @@ def bar_plot(title: str, xlabel: str, ylabel: str, categories: Sequence[str], se
     for j, s in enumerate(series):
         pts = [p for p in s.points if _finite(p[1])]
         if pts:
+            colors = [s.colors[s.points.index(p)] for p in pts] if s.colors else s.color
             bars = ax.bar([p[0] - 0.4 + width * (j + 0.5) for p in pts], [p[1] for p in pts], width * 0.92,
-                          yerr=_errs(pts), color=s.color, ecolor="#222222", capsize=3, label=s.name)
+                          yerr=_errs(pts), color=colors, ecolor="#222222", capsize=3, label=s.name,
+                          hatch=s.hatch or None, edgecolor="#333333" if s.hatch else None)
             for k, b in enumerate(bars):
                 b.set_gid(f"series-bar-{k} {s.name}")
     ax.set_xticks(range(len(categories)), list(categories))
@@ -153,6 +159,11 @@ def speedup_ci(row) -> tuple[float, float]:
     return lo, hi
 
 
+def verdict_color(verdict: str) -> str:
+    """A speedup bar's colour: BETTER for a faster verdict, WORSE for slower, else UNDECIDED."""
+    return {stats.FASTER: BETTER, stats.SLOWER: WORSE}.get(verdict, UNDECIDED)
+
+
 def _pick(data, higher: bool) -> str | None:
     """The first metric of the report (in headline order) whose direction is `higher`."""
     for m in data.metrics:
@@ -186,20 +197,22 @@ def plots(data) -> list[Plot]:
         kind = data.point_kinds.get(metric, "concurrency")
         pts_all = data.points(metric)
         series = []
-        for r in data.recipes[1:]:
-            pts = []
+        for j, r in enumerate(data.recipes[1:]):
+            pts, colors = [], []
             for i, point in enumerate(pts_all):
                 row = data.compare_row(r.name, metric, point)
                 if row is not None:
                     lo, hi = speedup_ci(row)
                     pts.append((i, row.speedup, lo, hi))
+                    colors.append(verdict_color(row.verdict))
             if pts:
-                series.append(Series(r.name, color[r.name], tuple(pts)))
+                series.append(Series(r.name, color[r.name], tuple(pts), tuple(colors),
+                                     HATCHES[j % len(HATCHES)] if len(data.recipes) > 2 else ""))
         if series:
-            title = f"speedup of {metric} vs {data.baseline} (95% CI)"
+            title = f"speedup of {metric} vs {data.baseline} (95% CI; green faster, red slower)"
             out.append(Plot(f"speedup-{metric}", title, bar_plot(
                 title, kind, "speedup (> 1: better)", [_point_label(kind, p) for p in pts_all], series, ref=1.0)))
-    effs = [r for r in data.recipes if r.efficiency]
+    effs = [r for r in data.recipes if r.efficiency and not r.efficiency.beyond]  # beyond: inputs wrong
     if effs:
         series = [Series(r.name, color[r.name], ((0, 100 * r.efficiency.fraction, None, None),)) for r in effs]
         title = "efficiency vs decode roofline at point 1"

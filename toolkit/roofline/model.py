@@ -152,6 +152,8 @@ def _compute_dtype(fmt: str, gpu: GpuSpec) -> str:
         return "fp4" if gpu.peak("fp4") else "bf16"
     if fmt == "fp8":
         return "fp8" if gpu.peak("fp8") else "bf16"
+    if fmt == "fp32" and gpu.peak("fp32"):  # a CPU row (the demo's): float32 at its own rate
+        return "fp32"
     return "bf16"
 
 

@@ -5,7 +5,12 @@ A recipe declares, per patch, what a live server shows when the change is active
 the benchmark the pipeline hands the server log and /server_info here; a patch whose evidence is
 missing makes the run `invalid`, with the reason. A patch without declared evidence is allowed and
 reported as `undeclared` (results and the report flag it). Named groups of a log regex become
-run-level metrics: the mean of the numbers they captured (OEA's `distinct_experts`).
+run-level metrics: the mean of the numbers they captured (OEA's `distinct_experts`), and
+`metrics_source` says where such a number was measured: the patch logs from Python, so with CUDA
+graphs on (no `--disable-cuda-graph`) its lines come only from eager calls (warmup, prefills, batch
+sizes outside the captured graphs), never from the replayed decode steps the benchmark times. A
+host-side log line cannot run inside a captured graph; counting there would need a device counter
+the patch does not have.
 
 Pure: takes text and dicts, returns a verdict.
 """
@@ -28,13 +33,15 @@ class EvidenceVerdict:
     problems: list[str] = field(default_factory=list)  # one line per missing proof
     metrics: dict[str, float] = field(default_factory=dict)  # named regex groups, mean over matches
     counts: dict[str, int] = field(default_factory=dict)  # patch -> matching log lines
+    metric_counts: dict[str, int] = field(default_factory=dict)  # metric -> log lines it was averaged over
 
     @property
     def ok(self) -> bool:
         return not self.problems
 
     def to_dict(self) -> dict:
-        return {"status": self.status, "problems": self.problems, "metrics": self.metrics, "counts": self.counts}
+        return {"status": self.status, "problems": self.problems, "metrics": self.metrics, "counts": self.counts,
+                "metric_counts": self.metric_counts}
 
 
 def _same(want: Any, got: Any) -> bool:
@@ -51,7 +58,7 @@ def _log_matches(pattern: str, log_text: str) -> list[re.Match]:
     return [m for m in (rx.search(line) for line in log_text.splitlines()) if m]
 
 
-def _group_means(matches: list[re.Match]) -> dict[str, float]:
+def _group_values(matches: list[re.Match]) -> dict[str, list[float]]:
     values: dict[str, list[float]] = {}
     for m in matches:
         for name, text in m.groupdict().items():
@@ -59,7 +66,15 @@ def _group_means(matches: list[re.Match]) -> dict[str, float]:
                 values.setdefault(name, []).append(float(text))
             except (TypeError, ValueError):
                 continue
-    return {name: statistics.fmean(vals) for name, vals in values.items() if vals}
+    return {name: vals for name, vals in values.items() if vals}
+
+
+def metrics_source(verdict: EvidenceVerdict, server_argv: Iterable[str]) -> dict[str, str]:
+    """metric -> where it was measured, e.g. "from 12 eager calls, outside CUDA graphs" (stored in
+    the run's extra["evidence_metrics_source"]; compare and report print it beside the value)."""
+    graphs = "--disable-cuda-graph" not in list(server_argv)
+    where = "eager calls, outside CUDA graphs" if graphs else "calls (CUDA graphs disabled: every step eager)"
+    return {m: f"from {verdict.metric_counts.get(m, 0)} {where}" for m in verdict.metrics}
 
 
 def check_evidence(patches: Iterable[str], specs: Mapping[str, EvidenceSpec], log_text: str,
@@ -77,7 +92,9 @@ def check_evidence(patches: Iterable[str], specs: Mapping[str, EvidenceSpec], lo
             verdict.counts[patch] = len(matches)
             if len(matches) < spec.min_count:
                 problems.append(f"{patch}: {len(matches)} of >= {spec.min_count} {spec.log!r} lines in server.log")
-            verdict.metrics.update(_group_means(matches))
+            for name, vals in _group_values(matches).items():
+                verdict.metrics[name] = statistics.fmean(vals)
+                verdict.metric_counts[name] = len(vals)
         for key, want in spec.server_info:
             if server_info is None or key not in server_info:
                 problems.append(f"{patch}: /server_info has no field `{key}` (expected {want!r})")

@@ -119,7 +119,11 @@ def get(name: str, *, option: str = "--metric") -> Metric:
     """The metric called `name`; BadInput (exit 2) listing the known names otherwise."""
     m = METRICS.get(name)
     if m is None:
-        raise BadInput(f"{option} {name}: unknown metric", hint=f"known metrics: {', '.join(METRICS)}")
+        from toolkit.recipe.values import suggest
+
+        known = f"known metrics: {', '.join(METRICS)}"
+        close = suggest(name, METRICS)
+        raise BadInput(f"{option} {name}: unknown metric", hint=f"{close} ({known})" if close else known)
     return m
 
 
@@ -188,3 +192,16 @@ def parse_specs(texts: list[str] | None, *, option: str = "--metric") -> list[Me
 def help_text() -> str:
     """The metric list for help pages: "name (unit, higher|lower is better)"."""
     return "; ".join(f"{m.name} ({m.unit}, {m.direction})" for m in _TABLE)
+
+
+def measured_points(samples, specs: list[MetricSpec]) -> str | None:
+    """For asked metrics that were measured, at which points: "output_tok_s measured at
+    concurrency 1, 4, 16" (the hint when NAME@POINT names a point that was not measured)."""
+    points: dict[str, set] = {}
+    kinds: dict[str, str] = {}
+    for s in samples:
+        if any(spec.metric == s.metric for spec in specs):
+            points.setdefault(s.metric, set()).add(int(s.point))
+            kinds.setdefault(s.metric, getattr(s, "point_kind", "") or "point")
+    parts = [f"{m} measured at {kinds[m]} {', '.join(map(str, sorted(p)))}" for m, p in points.items()]
+    return "; ".join(parts) or None

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 
 from toolkit.roofline import BYTES_PER_PARAM, ModelShape, WeightFormats, model_shape, parse_weights
 
+RULES = ("ep-divides-experts", "ep-divides-tp", "tp-divides-heads", "gpus-cover-layout", "weights-fit")
+
 
 @dataclass(frozen=True)
 class Violation:

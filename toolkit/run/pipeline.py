@@ -30,10 +30,10 @@ from toolkit.run.bench import Sample
 from toolkit.run.gpustate import record as gpu_record
 from toolkit.run.bench.one_batch import find_one_batch_module, one_batch_argv, parse_one_batch_jsonl, run_one_batch
 from toolkit.envs import Env, ensure_env as build_env
-from toolkit.errors import BadInput, NoGPU, PatchbenchError
+from toolkit.errors import BadInput, NoGPU, PatchbenchError, plural
 from toolkit.recipe.load import Recipe
 from toolkit.run.check_cache import cached_check_recipe
-from toolkit.run.sglang_args import check_summary, compare_fields, launch_argv, recipe_args, verify_resolved
+from toolkit.run.sglang_args import check_record, check_summary, launch_argv, recipe_args, server_info_problems
 from toolkit.results.store import Store
 from toolkit.tree.applied import AppliedTree, apply_recipe
 
@@ -62,6 +62,7 @@ class Job:
     frozen: bool = False
     overrides: dict | None = None
     label: str | None = None
+    strict: bool = False  # `--strict-check`: an unresolved static check is BadInput (also `[target] strict`)
 
 
 @dataclass(frozen=True)
@@ -110,7 +111,7 @@ def apply_trees(job: Job) -> Applied:
     results = apply_recipe(job.recipe, job.home, frozen=job.frozen, overrides=job.overrides)
     for tree, reused in results:
         job.console.print(f"[bold]{escape(job.recipe.name)}[/]: {tree.source} {'reused' if reused else 'applied'} "
-                          f"tree {tree.tree_hash[:12]} ({len(tree.patches)} patches)")
+                          f"tree {tree.tree_hash[:12]} ({plural(len(tree.patches), 'patch')})")
     return Applied(job, [t for t, _ in results])
 
 
@@ -135,8 +136,19 @@ def static_check(built: Built) -> Prepared:
                                             device="cuda" if needs_gpu(recipe) else None)
     if not check.ok:
         raise BadInput("static config check failed: " + "; ".join(check.problems))
-    job.console.print(f"[bold]{escape(recipe.name)}[/]: static check passed{' (remembered)' if reused else ''} (sglang {check.version}"
-                      f"{'' if check.resolved else ', defaults unresolved: ' + str(check.note or 'no reason given')})")
+    name = escape(recipe.name)
+    if check.unresolved:
+        strict = job.strict or bool(recipe.target and recipe.target.strict)
+        if strict:
+            raise BadInput(f"static check {check.outcome}", hint="sglang could not resolve the configuration here; "
+                           "--strict-check / [target] strict = true make that an error")
+        job.console.print(f"[yellow]{name}: static check {escape(check.outcome)}[/] (sglang {escape(str(check.version))}; "
+                          "parsed and compared, defaults not verified; --strict-check makes this an error)")
+    else:
+        job.console.print(f"[bold]{name}[/]: static check passed{' (remembered)' if reused else ''} "
+                          f"(sglang {escape(str(check.version))})")
+    for warning in check.warnings:
+        job.console.print(f"[yellow]{name}: warning:[/] {escape(warning)}")
     for line in check_summary(check):
         job.console.print(line, markup=False, highlight=False)
     return Prepared(recipe, built.applied.trees, built.env, check, label=job.label)
@@ -150,6 +162,7 @@ def launch(attempt: Attempt) -> Launched:
     ended by `attempt.cleanup`) and wait until /health_generate answers. The one-batch driver
     starts nothing here. Raises BindError / ServerFailed."""
     p = attempt.prepared
+    attempt.extra.update(check_record(p.check))  # stored with the run: did the static check resolve, what it presented
     server_spec = p.recipe.server
     if p.recipe.benchmark.driver == "one-batch":
         return Launched(attempt, None)
@@ -174,8 +187,7 @@ def verify(launched: Launched) -> Verified:
         return Verified(launched, ["static check passed; one-batch runs no server"])
     p = attempt.prepared
     attempt.info = server.server_info()
-    expected = {**(p.check.implied if p.check else {}), **dict(p.recipe.expect)}
-    problems = compare_fields(expected, attempt.info, source="/server_info") + verify_resolved(p.check, attempt.info)
+    problems = server_info_problems(p.check, dict(p.recipe.expect), attempt.info)
     if problems:
         raise RunInvalid("effective config differs: " + "; ".join(problems), problems=problems)
     return Verified(launched, ["/server_info matches expectations"])
@@ -217,10 +229,11 @@ def check_evidence(measured: Measured) -> Measured:
     attempt.extra["evidence"] = verdict.status
     if verdict.metrics:
         attempt.extra["evidence_metrics"] = verdict.metrics
+        attempt.extra["evidence_metrics_source"] = evidence.metrics_source(verdict, recipe_args(recipe.server))
     undeclared = [p for p, s in verdict.status.items() if s == evidence.UNDECLARED]
     if undeclared:
         attempt.console.print(f"[yellow]{escape(attempt.title)}[/]: no activation evidence declared for "
-                              f"{', '.join(undeclared)} (add [evidence.\"PATCH\"] to the recipe)")
+                              + escape(f"{', '.join(undeclared)} (add [evidence.\"PATCH\"] to the recipe)"))
     kind = "batch" if recipe.benchmark.driver == "one-batch" else "concurrency"
     extra = [Sample(name, value, metrics.unit_of(name), 0, kind) for name, value in verdict.metrics.items()
              if metrics.lookup(name) is not None]
@@ -283,10 +296,11 @@ def needs_gpu(recipe: Recipe) -> bool:
 
 
 def prepare(recipe: Recipe, home: Path, *, until: str = "store", frozen: bool = False,
-            overrides: dict | None = None, label: str | None = None, console: Console | None = None) -> Prepared:
+            overrides: dict | None = None, label: str | None = None, console: Console | None = None,
+            strict: bool = False) -> Prepared:
     """apply_trees -> ensure_env -> static_check (or fewer, with `until`). Raises PatchbenchError
     located at the failing step."""
-    job = Job(recipe, home, console or Console(stderr=True), frozen, overrides, label)
+    job = Job(recipe, home, console or Console(stderr=True), frozen, overrides, label, strict)
     timings: dict = {}
     value = job
     for fn in steps_until(until)[0]:
@@ -346,7 +360,7 @@ def _one_batch(a: Attempt) -> list[Sample]:
 
 
 def run_sweep(recipes: list[Recipe], *, home: Path, store: Store, repeats: int | None = None, until: str = "store",
-              frozen: bool = False, console: Console | None = None) -> dict:
+              frozen: bool = False, console: Console | None = None, strict: bool = False) -> dict:
     """Reap what dead patchbench processes left, prepare every recipe, then measure them with
     interleaved repeats (A B A B ...).
 
@@ -355,13 +369,13 @@ def run_sweep(recipes: list[Recipe], *, home: Path, store: Store, repeats: int |
     """
     console = console or Console(stderr=True)
     for line in reaper.reap(home, store):
-        console.print(f"[yellow]reaped[/]: {line}")
+        console.print(f"[yellow]reaped[/]: {escape(line)}")
     group_id = uuid.uuid4().hex[:12]
     prepared: list[Prepared] = []
     failed: list[tuple[str, str]] = []
     for recipe in recipes:
         try:
-            prepared.append(prepare(recipe, home, until=until, frozen=frozen, console=console))
+            prepared.append(prepare(recipe, home, until=until, frozen=frozen, console=console, strict=strict))
         except PatchbenchError as exc:
             exc.located(recipe=recipe.name)
             if isinstance(exc, BadInput) and len(recipes) == 1:

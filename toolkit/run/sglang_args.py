@@ -94,6 +94,13 @@ class StaticCheck:
     resolved_config: dict = field(default_factory=dict)  # sglang's resolved_dict() for the target
     target: dict | None = None  # the facts presented (toolkit.recipe.target.target_facts)
     shape: dict = field(default_factory=dict)  # model-shape check: weights per GPU, budget, notes
+    outcome: str = "ok"  # "ok", or "unresolved: <exception line>" (the check could not check)
+    presented: dict | None = None  # what the probe presented to sglang (target, platform facts)
+    warnings: list[str] = field(default_factory=list)  # what the check did not check, printed
+
+    @property
+    def unresolved(self) -> bool:
+        return self.outcome.startswith("unresolved")
 
 
 def static_check(python: Path, server, expect: dict, *, environ: dict | None = None,
@@ -136,12 +143,13 @@ def static_check(python: Path, server, expect: dict, *, environ: dict | None = N
     problems = compare_fields(expected, fields, source=f"sglang {version} parser")
     if err:
         problems.insert(0, err)
-    note = None
+    outcome = report.get("outcome") or "ok"
     if not report.get("resolved") or report.get("resolve_error"):
-        note = f"defaults unresolved: {report.get('resolve_error') or 'no reason reported'}"
+        outcome = f"unresolved: {report.get('resolve_error') or 'no reason reported'}"
     return StaticCheck(ok=not problems, version=version, fields=fields, problems=problems,
-                       resolved=bool(report.get("resolved")), note=note, implied=implied,
-                       resolved_config=report.get("resolved_config") or {}, target=target)
+                       resolved=bool(report.get("resolved")), note=None if outcome == "ok" else outcome,
+                       implied=implied, resolved_config=report.get("resolved_config") or {}, target=target,
+                       outcome=outcome, presented=report.get("presented"))
 
 
 # The effective config worth a line in the check's table, a diff between recipes and a comparison
@@ -175,6 +183,23 @@ def verify_resolved(check: StaticCheck | None, server_info: dict) -> list[str]:
     (fields /server_info does not report are left out: versions nest some of them differently)."""
     want = {k: v for k, v in key_resolved(check).items() if k in server_info and k not in PER_LAUNCH}
     return compare_fields(want, server_info, source="/server_info (resolved statically for the target)")
+
+
+def check_record(check: StaticCheck | None) -> dict:
+    """What a run stores in its `extra` about its static check beyond the parsed fields: the outcome
+    (`ok`, or `unresolved: ...`), what the probe presented to sglang, what was not checked."""
+    if check is None:
+        return {}
+    return {"static_check_outcome": check.outcome, "static_check_presented": check.presented,
+            "static_check_warnings": list(check.warnings)}
+
+
+def server_info_problems(check: StaticCheck | None, expect: dict, server_info: dict) -> list[str]:
+    """What a launched server's /server_info contradicts: the recipe's flags (as the static check
+    parsed them) and `[expect]`, then the statically resolved key fields. Every launch path (the
+    pipeline's verify step, `profile`) checks a server with this."""
+    expected = {**(check.implied if check else {}), **dict(expect)}
+    return compare_fields(expected, server_info, source="/server_info") + verify_resolved(check, server_info)
 
 
 def resolved_table(check: StaticCheck) -> list[tuple[str, str]]:
@@ -258,6 +283,10 @@ def check_recipe(python: Path, recipe, workdir: Path, *, environ: dict | None = 
     check = static_check(python, recipe.server, dict(recipe.expect), environ=environ, model=model,
                          device=device, target=facts)
     if config is None:
+        from toolkit.run.model_shape import RULES
+
+        check.warnings.append(f"model-shape rules not run (no model config for {recipe.server.model!r}; "
+                              f"set [roofline] model): {', '.join(RULES)}")
         return check
     args = {**check.fields, **check.resolved_config}
     shape = check_model_shape(config, args, weights=recipe.roofline.get("weights"),
@@ -271,14 +300,13 @@ def check_recipe(python: Path, recipe, workdir: Path, *, environ: dict | None = 
 
 
 def check_summary(check: StaticCheck) -> list[str]:
-    """Lines for `run --until check`: the target, the key resolved fields, or why they are missing."""
+    """Lines for `run --until check`: the target and the key resolved fields (the outcome is printed
+    by the caller, as a warning when unresolved)."""
     lines = []
     if check.target:
         t = check.target
         lines.append(f"  target: {t['count']} x {t['name']} (compute capability {t['capability'][0]}.{t['capability'][1]}, "
                      f"{t['memory_mib']} MiB)")
-    if check.note:
-        lines.append(f"  {check.note}")
     width = max((len(k) for k, _ in resolved_table(check)), default=0)
     lines += [f"  {k:<{width}}  {v}" for k, v in resolved_table(check)]
     return lines

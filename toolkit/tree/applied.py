@@ -116,6 +116,13 @@ def _plan_key(base: sources.Base, strip: str, infos) -> str:
     ).hexdigest()
 
 
+def plan_on_content(plan: Plan, resolved: str) -> Plan:
+    """The same plan on another recorded state of its base (a path's content hash from a lock):
+    its key finds the tree applied to that state, if the workspace still has it."""
+    base = dataclasses.replace(plan.base, resolved=resolved)
+    return dataclasses.replace(plan, base=base, key=_plan_key(base, plan.strip_prefix, plan.patches))
+
+
 def base_plan(plan: Plan) -> Plan:
     """The same source with no patches: its tree is the base itself, published (and reused) like
     any other tree, e.g. by a recipe that patches nothing in that source."""

@@ -18,6 +18,7 @@ import os
 from pathlib import Path, PurePosixPath
 
 from toolkit.errors import BadInput
+from toolkit.errors import plural
 
 LOCK_VERSION = 1
 
@@ -98,7 +99,7 @@ def check_frozen(lock: dict | None, lock_path: Path, source: str, entry: dict) -
                 f"--frozen: patch {nn} changed since the lock (sha256 {osha[:12]} -> {nsha[:12]})"
             )
     if len(old_p) != len(new_p):
-        raise BadInput(f"--frozen: source {source}: patch stack has {len(new_p)} patches, the lock {len(old_p)}")
+        raise BadInput(f"--frozen: source {source}: patch stack has {plural(len(new_p), 'patch')}, the lock {len(old_p)}")
 
 
 def write_lock(path: Path, recipe: str, sources: dict[str, dict]) -> bool:

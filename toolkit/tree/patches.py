@@ -331,7 +331,7 @@ def _mismatch(repo: Path, info: PatchInfo, file: str, strip_prefix: str) -> str 
                 if have != want:
                     return (f"context mismatch at {h}: line {n} expected `{want.strip()}`, the tree has "
                             f"`{have.strip()}` (the base moved on: `patchbench patches rebase RECIPE --onto "
-                            f"REV` ports the stack with a 3-way merge)")
+                            f"REV` ports the stack with a 3-way merge; for a path source `--onto HEAD`)")
     return None
 
 

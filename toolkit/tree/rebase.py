@@ -10,6 +10,11 @@ and a real conflict stops with the hunk, the lines on each side and the commands
 When every patch is in, the refreshed patches are written to `patches/<folder>-<V>/` with a new
 recipe `recipes/<RECIPE>-<V>.toml` (the resolved recipe on the new base, standalone), or over the
 old patches and the recipe's own source pin with `--in-place`. The new recipe's lock is written.
+
+A `path` source has one state, its current content (`--onto HEAD`, `.` or the path itself): the
+old stack is the tree patchbench applied to the content the lock recorded (kept in the workspace's
+tree cache), cherry-picked onto the path as it is now with the same conflict flow, and the patches
+are rewritten in place (the recipe keeps its path).
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from toolkit.tree import gitrepo
 from toolkit.errors import BadInput, PatchbenchError
 from toolkit.recipe.load import Recipe, load_recipe
 from toolkit.tree.stack import Work, commits_of, patch_text, tree_of, pick_source, work_dir
-from toolkit.tree.applied import materialise, plan_source
+from toolkit.tree.applied import AppliedTree, existing_tree, materialise, plan_on_content, plan_source
 
 
 class RebaseConflict(PatchbenchError):
@@ -52,10 +57,37 @@ def _on_new_base(recipe: Recipe, source: str, onto: str) -> Recipe:
         new = dataclasses.replace(spec, location=f"{_project(spec.location)}=={onto}", sha256=None)
     elif spec.kind == "git":
         new = dataclasses.replace(spec, rev=onto)
-    else:
-        raise BadInput(f"source {source} is a local path; it has no revisions to rebase onto",
-                       hint="give the recipe a git source (git = PATH, rev = ...) to rebase")
+    else:  # a path: its current content is the new base
+        if onto not in PATH_NOW and Path(onto).resolve() != Path(spec.location).resolve():
+            raise BadInput(f"source {source} is the local path {spec.location}: its one new state is its current "
+                           f"content, not {onto!r}", hint=f"--onto HEAD (the path as it is now)")
+        return recipe
     return dataclasses.replace(recipe, sources={**recipe.sources, source: new})
+
+
+PATH_NOW = ("HEAD", ".", "current")  # --onto for a path source: the path as it is now
+
+
+def _old_path_tree(recipe: Recipe, source: str, home: Path) -> AppliedTree:
+    """The stack as patchbench applied it to the path's content the lock recorded (the tree cache
+    keeps it), for a path whose content has changed since."""
+    try:
+        entry = json.loads(recipe.lock_path.read_text())["sources"][source]
+    except (OSError, ValueError, KeyError):
+        raise BadInput(f"recipe {recipe.name}: no lock entry for {source}: nothing records the content the "
+                       "patches were written for", hint="fix the .patch files by hand, or re-create the stack "
+                       "with `patchbench patches edit`") from None
+    tree = existing_tree(plan_on_content(plan_source(recipe, source, home), entry["resolved"]), home)
+    if tree is None:
+        raise BadInput(f"recipe {recipe.name}: the stack on the old content of {spec_path(recipe, source)} "
+                       f"(content {entry['resolved'][:12]}) is not in this workspace's tree cache",
+                       hint="rebase in the workspace that applied it before the path changed, or fix the .patch "
+                            "files by hand")
+    return tree
+
+
+def spec_path(recipe: Recipe, source: str) -> str:
+    return recipe.sources[source].location
 
 
 def _rebase_dir(home: Path, recipe: Recipe, source: str, onto: str) -> Path:
@@ -71,8 +103,10 @@ def start(recipe: Recipe, source: str | None, onto: str, home: Path, *, in_place
     if dest.exists():
         raise BadInput(f"a rebase of {recipe.name} onto {onto} is in progress in {dest}",
                        hint=f"patchbench patches rebase {recipe.name} --onto {onto} --continue (or --abort)")
-    old = tree_of(recipe, source, home)
+    is_path = recipe.sources[source].kind == "path"
     target = _on_new_base(recipe, source, onto)
+    old = _old_path_tree(recipe, source, home) if is_path else tree_of(recipe, source, home)
+    in_place = in_place or is_path  # a path keeps its location: the patches are rewritten where they are
     base, _ = materialise(plan_source(target, source, home, stack=[]), home)
     if base.layout != old.layout:
         raise BadInput(f"{source}: the old base is a {old.layout} tree and {onto} a {base.layout} tree; "
@@ -170,7 +204,9 @@ def _finish(work: Work, recipe: Recipe, home: Path) -> RebaseResult:
         text = patch_text(work, commit, recipe.patches_dir / old_name)
         target.write_text(text)
     recipes_dir = recipe.patches_dir.parent / "recipes"
-    if state["in_place"]:
+    if state["in_place"] and recipe.sources[work.source].kind == "path":
+        path = Path(recipe.path)  # nothing to pin: the path is the new base
+    elif state["in_place"]:
         path = _pin_in_place(recipe, work.source, onto)
     else:
         path = _write_recipe(recipe, work.source, onto, dict(zip(names, new_names)), state.get("name"), recipes_dir)

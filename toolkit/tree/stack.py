@@ -24,6 +24,7 @@ from toolkit.tree import gitrepo
 from toolkit.errors import BadInput, PatchbenchError
 from toolkit.recipe.load import Recipe, load_recipe
 from toolkit.tree.applied import AppliedTree, apply_recipe
+from toolkit.errors import plural
 
 META = "patchbench-work.json"
 _TRAILER = re.compile(r"\n*patchbench: \S+ sha256 [0-9a-f]+\n*$")
@@ -138,13 +139,41 @@ def _header_of(patch_file: Path) -> str | None:
     return text[:i] if i > 0 else None
 
 
-def _slug(subject: str) -> str:
-    return re.sub(r"[^a-z0-9]+", "-", subject.lower()).strip("-")[:48] or "change"
+def _slug(subject: str, limit: int = 48) -> str:
+    """The subject as a file name: lower-case words joined by `-`, whole words up to `limit`
+    characters (a first word longer than that is cut)."""
+    words = [w for w in re.split(r"[^a-z0-9]+", subject.lower()) if w]
+    out = ""
+    for word in words:
+        if out and len(out) + 1 + len(word) > limit:
+            break
+        out = f"{out}-{word}" if out else word[:limit]
+    return out or "change"
+
+
+def patch_folder(recipe: Recipe, source: str, names: list[str]) -> str:
+    """Where a new patch of `source` goes under patches/: beside the source's stack (its last
+    patch's folder), else beside the recipe's other patches, else the folder of the recipe it
+    extends (`demo/` for a recipe built on demo/baseline: a demo patch is not put beside the GLM-5
+    ones in `sglang/`), else the recipe's own folder, else the source's name."""
+    import tomllib
+
+    for group in (names, [n for s in recipe.sources for n in recipe.patch_names(s)]):
+        folders = [n.rsplit("/", 1)[0] for n in group if "/" in n]
+        if folders:
+            return folders[-1]
+    try:
+        parent = str(tomllib.loads(Path(recipe.path).read_text()).get("extends") or "")
+    except (OSError, tomllib.TOMLDecodeError):
+        parent = ""
+    for name in (parent if not parent.startswith(".") else "", recipe.name):
+        if "/" in name:
+            return name.rsplit("/", 1)[0]
+    return source
 
 
 def _new_name(recipe: Recipe, work: Work, subject: str, taken: set[str]) -> str:
-    existing = [n for n in work.patches if "/" in n]
-    folder = existing[-1].rsplit("/", 1)[0] if existing else work.source
+    folder = patch_folder(recipe, work.source, list(work.patches))
     base = f"{folder}/{_slug(subject)}"
     name, n = f"{base}.patch", 2
     while name in taken or (recipe.patches_dir / name).exists():
@@ -183,7 +212,7 @@ def export(recipe: Recipe, source: str | None, home: Path) -> list[tuple[str, st
         raise BadInput(f"{work.path} has uncommitted changes", hint="commit them (git commit -a) and export again")
     commits = commits_of(work)
     if len(commits) < len(work.patches):
-        raise BadInput(f"{work.path} has {len(commits)} commits for {len(work.patches)} patches: dropping a patch is "
+        raise BadInput(f"{work.path} has {plural(len(commits), 'commit')} for {plural(len(work.patches), 'patch')}: dropping a patch is "
                        f"a recipe edit (remove it from [patches]), not an export")
     written: list[tuple[str, str]] = []
     names = list(work.patches)
