@@ -16,7 +16,7 @@ LAYERS = [
     {"envs"},
     {"results"},
     {"run"},
-    {"analysis", "profile"},
+    {"analysis", "profile", "history"},
     {"report"},
     {"executors"},
     {"commands", "cli", "__main__"},
