@@ -9,6 +9,10 @@ reason); a point whose patch stack does not apply (`does-not-apply`) or whose en
 the same stack (the digest of the patch files): a killed or failed point is measured again next time,
 and a changed stack measures every point again.
 
+With `repeats` > 1 the points are measured in passes, every point once per pass, alternately oldest
+first and newest first: a slow drift of the machine (load, temperature) then adds the same to every
+point's mean instead of reading as a change in upstream history.
+
 One `track` at a time per workspace (a FileLock under PATCHBENCH_HOME): it is meant for cron or a
 timer, where a slow run must not overlap the next one.
 """
@@ -73,6 +77,7 @@ class TrackResult:
     recorded: dict = field(default_factory=dict)  # label -> (outcome, reason): did not apply / build
     failed: dict = field(default_factory=dict)  # label -> reason: runs that did not end ok
     run_ids: list[str] = field(default_factory=list)
+    ok: set = field(default_factory=set)  # labels with an ok run now
 
     def to_dict(self) -> dict:
         return {"measured": self.measured, "already_measured": self.already,
@@ -104,8 +109,11 @@ def track(recipe: Recipe, source: str, points: list[Point], variant: Callable[[P
 
 
 def _track(recipe, source, points, variant, *, home, store, console, repeats, group_id, limit) -> TrackResult:
-    from toolkit.run.pipeline import prepare, run_once
+    from toolkit.run import reaper
+    from toolkit.run.pipeline import prepare
 
+    for line in reaper.reap(home, store):  # what a killed track left running
+        console.print(f"[yellow]reaped[/]: {line}")
     stack = stack_digest(recipe)
     done = done_points(tracked(store, recipe.name, source, stack))
     res = TrackResult()
@@ -113,6 +121,7 @@ def _track(recipe, source, points, variant, *, home, store, console, repeats, gr
     res.already = [p.label for p in points if p.id in done]
     if limit is not None:
         todo = todo[:limit]
+    ready = []
     for n, pt in enumerate(todo, 1):
         label = f"{recipe.name}@{pt.label}"
         info = {"recipe": recipe.name, "source": source, "stack": stack, "point": pt.to_dict()}
@@ -128,15 +137,24 @@ def _track(recipe, source, points, variant, *, home, store, console, repeats, gr
             res.recorded[pt.label] = (outcome, str(exc))
             continue
         prepared.extra["track"] = {**info, "outcome": MEASURED}
-        ok = False
+        ready.append((pt, prepared))
+        if repeats == 1:  # measured as soon as built: a long first track stores as it goes
+            _measure(pt, prepared, 0, res, home=home, store=store, console=console, group_id=group_id)
+    if repeats > 1:  # passes over every point: a slow drift of the machine does not read as a change
         for r in range(repeats):
-            run_id = run_once(prepared, home=home, store=store, repeat=r, group_id=group_id, console=console)
-            res.run_ids.append(run_id)
-            run = store.get_run(run_id)
-            if run.status == "ok":
-                ok = True
-            else:
-                res.failed[pt.label] = f"run {run_id[:8]} {run.status}: {run.error}"
-        if ok:
-            res.measured.append(pt.label)
+            for pt, prepared in (ready if r % 2 == 0 else ready[::-1]):
+                _measure(pt, prepared, r, res, home=home, store=store, console=console, group_id=group_id)
+    res.measured = [pt.label for pt in todo if pt.label in res.ok]
     return res
+
+
+def _measure(pt: Point, prepared, repeat: int, res: TrackResult, *, home, store, console, group_id) -> None:
+    from toolkit.run.pipeline import run_once
+
+    run_id = run_once(prepared, home=home, store=store, repeat=repeat, group_id=group_id, console=console)
+    res.run_ids.append(run_id)
+    run = store.get_run(run_id)
+    if run.status == "ok":
+        res.ok.add(pt.label)
+    else:
+        res.failed[pt.label] = f"run {run_id[:8]} {run.status}: {run.error}"
