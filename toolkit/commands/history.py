@@ -25,7 +25,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--window", type=int, default=DEFAULTS["window"], help="Otava's window (points)")
     parser.add_argument("--max-pvalue", type=float, default=DEFAULTS["max_pvalue"], help="Otava's p-value bound")
     parser.add_argument("--min-magnitude", type=float, default=DEFAULTS["min_magnitude"],
-                        help="Otava's minimum relative change (0.05 = 5%%)")
+                        help="Otava's minimum relative change (default 0.03 = 3%%; Otava's own: 0)")
     parser.add_argument("--bisect", action="store_true", help="bisect each new change point in --direction")
     parser.add_argument("--direction", choices=("worse", "better", "both"), default="worse",
                         help="which change points to bisect: regressions (default), gains, or both")
