@@ -23,7 +23,6 @@ import argparse
 import math
 import random
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -66,16 +65,19 @@ def history(rng: random.Random) -> tuple[list[float], dict[int, float]]:
     return truth, plants
 
 
-def one(rng: random.Random, home: Path, verbose: bool) -> list[tuple[bool, int, int]]:
-    """(named right, builds, bound) per planted change."""
+def tracked(rng: random.Random) -> tuple[list[float], dict[int, float], list[int], list[float]]:
+    """A history and its tracked series: (truth, plants, tracked commits, measured values)."""
     truth, plants = history(rng)
+    points = list(range(0, len(truth), EVERY))
+    return truth, plants, points, [truth[i] * (1 + rng.gauss(0, NOISE)) for i in points]
+
+
+def one(rng: random.Random, truth, plants, points, found, verbose: bool) -> list[tuple[bool, int, int]]:
+    """Bisect each change point found; (named right, builds, bound) per planted change."""
 
     def noisy(i: int) -> float:
         return truth[i] * (1 + rng.gauss(0, NOISE))
 
-    points = list(range(0, len(truth), EVERY))
-    series = [noisy(i) for i in points]
-    found = otava.detect(series, home).change_points
     named: dict[int, int] = {}
     for cp in found:
         lo, hi = points[cp.index - 1], points[cp.index]
@@ -109,14 +111,15 @@ def main() -> int:
     args = ap.parse_args()
     home = default_home()
     home.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory():
-        analysis_s, _ = speed(home)
+    analysis_s, _ = speed(home)
     rng = random.Random(args.seed)
+    histories = [tracked(rng) for _ in range(args.histories)]
+    detections = otava.detect_many([h[3] for h in histories], home)  # one start of Otava's interpreter
     results = []
-    for h in range(args.histories):
+    for n, ((truth, plants, points, _), det) in enumerate(zip(histories, detections), 1):
         if args.verbose:
-            print(f"history {h + 1}:")
-        results += one(rng, home, args.verbose)
+            print(f"history {n}:")
+        results += one(rng, truth, plants, points, det.change_points, args.verbose)
     right = sum(ok for ok, _, _ in results)
     builds = [b for ok, b, _ in results if ok]
     bound = results[0][2]

@@ -76,27 +76,27 @@ def _steps(rng: random.Random, levels: list[tuple[int, float]], noise: float) ->
 def test_otava_finds_known_change_points_and_none_on_a_flat_series(home, otava_env):
     rng = random.Random(7)
     values = _steps(rng, [(30, 100.0), (25, 92.0), (35, 180.0)], 0.01)
-    found = otava.detect(values, home).change_points
+    flats = [_steps(random.Random(seed), [(200, 100.0)], 0.02) for seed in (1, 2, 3)]
+    stepped, *flat = otava.detect_many([values, *flats], home)
+    found = stepped.change_points
     assert [c.index for c in found] == [30, 55]
     assert found[0].forward_change_percent == pytest.approx(-8, abs=1.5) and found[0].pvalue < 0.001
     assert found[0].direction(higher_is_better=True) == "worse"
     assert found[1].direction(higher_is_better=True) == "better" and found[1].magnitude > 0.8
-    for seed in (1, 2, 3):
-        flat = _steps(random.Random(seed), [(200, 100.0)], 0.02)
-        assert otava.detect(flat, home).change_points == [], seed
+    assert [d.change_points for d in flat] == [[], [], []]
+    assert stepped.otava == "0.8.0" and max(d.analysis_s for d in flat) < 1.0
 
 
 def test_not_enough_history_is_otavas_own_minimum(home, otava_env):
     with pytest.raises(otava.NotEnoughHistory, match="not enough history"):
         otava.detect([100.0, 100.5, 200.0], home)
 
-    def raw(values):  # Otava itself, without patchbench's guard
-        res = subprocess.run([str(otava_env), str(PROBES_DIR / "otava_detect.py")], check=True,
-                             input=json.dumps({"values": values}), capture_output=True, text=True)
-        return json.loads(res.stdout)["change_points"]
-
-    assert raw([100.0, 100.5, 200.0]) == [] and raw([100.0, 200.0, 200.5]) == []
-    assert [c["index"] for c in raw([100.0, 100.5, 200.0, 200.5])] == [2]
+    # Otava itself, without patchbench's guard: nothing in 3 points, however large the step; 4 suffice
+    series = [[100.0, 100.5, 200.0], [100.0, 200.0, 200.5], [100.0, 100.5, 200.0, 200.5]]
+    res = subprocess.run([str(otava_env), str(PROBES_DIR / "otava_detect.py")], check=True,
+                         input=json.dumps({"series": series}), capture_output=True, text=True)
+    found = [[c["index"] for c in r["change_points"]] for r in json.loads(res.stdout)["results"]]
+    assert found == [[], [], [2]]
 
 
 # -- track: resume, one lock per workspace, a stack that does not apply, bad input -----------------

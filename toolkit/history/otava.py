@@ -98,21 +98,28 @@ def ensure_env(home: Path, console=None) -> Path:
     return _python(root)
 
 
-def detect(values: list[float], home: Path, *, window: int = DEFAULTS["window"],
-           max_pvalue: float = DEFAULTS["max_pvalue"], min_magnitude: float = DEFAULTS["min_magnitude"],
-           console=None) -> Detection:
-    """Otava's change points of `values` (in order); NotEnoughHistory below MIN_POINTS values."""
-    if len(values) < MIN_POINTS:
-        raise NotEnoughHistory(f"not enough history: {len(values)} measured point(s); Otava's E-Divisive "
-                               f"needs at least {MIN_POINTS} (two on each side of a change)")
+def detect(values: list[float], home: Path, **options) -> Detection:
+    """Otava's change points of `values` (in order); NotEnoughHistory below MIN_POINTS values.
+    `options`: window, max_pvalue, min_magnitude (DEFAULTS), console."""
+    return detect_many([values], home, **options)[0]
+
+
+def detect_many(many: list[list[float]], home: Path, *, window: int = DEFAULTS["window"],
+                max_pvalue: float = DEFAULTS["max_pvalue"], min_magnitude: float = DEFAULTS["min_magnitude"],
+                console=None) -> list[Detection]:
+    """`detect` for several series in one start of Otava's interpreter."""
+    for values in many:
+        if len(values) < MIN_POINTS:
+            raise NotEnoughHistory(f"not enough history: {len(values)} measured point(s); Otava's E-Divisive "
+                                   f"needs at least {MIN_POINTS} (two on each side of a change)")
     py = ensure_env(home, console)
-    req = {"values": [float(v) for v in values], "window": int(window), "max_pvalue": float(max_pvalue),
-           "min_magnitude": float(min_magnitude)}
+    req = {"series": [[float(v) for v in values] for values in many], "window": int(window),
+           "max_pvalue": float(max_pvalue), "min_magnitude": float(min_magnitude)}
     res = subprocess.run([str(py), str(PROBES_DIR / "otava_detect.py")], input=json.dumps(req),
                          capture_output=True, text=True, timeout=600)
     if res.returncode != 0:
         tail = (res.stderr.strip().splitlines() or ["no output"])[-1]
         raise PatchbenchError(f"Apache Otava failed: {tail}")
     out = json.loads(res.stdout.strip().splitlines()[-1])
-    return Detection([ChangePoint(**c) for c in out["change_points"]], out["analysis_s"], out["otava"],
-                     out["options"])
+    return [Detection([ChangePoint(**c) for c in r["change_points"]], r["analysis_s"], out["otava"], out["options"])
+            for r in out["results"]]
