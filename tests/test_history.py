@@ -10,7 +10,6 @@ import random
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
@@ -137,6 +136,7 @@ def test_track_resumes_after_a_kill_and_holds_one_lock(home, monkeypatch, capsys
     assert rc == 0 and [e["label"] for e in hist["series"]] == four_releases["versions"]
     assert [(c["before"], c["after"], c["direction"]) for c in hist["change_points"]] == [("0.1.1", "0.1.2", "worse")]
     assert Path(hist["plot"]["png"]).stat().st_size > 0 and "<svg" in Path(hist["plot"]["svg"]).read_text()
+    assert "change point 0.1.1 -&gt; 0.1.2" in Path(hist["plot"]["html"]).read_text()
     # a metric the runs do not have at that point, and one they do not have at all: exit 2, what is known
     assert main(["history", "demo/update", "--metric", "output_tok_s@4"]) == 2
     assert "have output_tok_s at 1 only" in capsys.readouterr().err
@@ -177,20 +177,7 @@ def test_bad_input_exits_2_with_what_is_known(home, monkeypatch, capsys, tmp_pat
     assert "track it with --releases" in capsys.readouterr().err
     assert main(["history", "demo/update", "--metric", "output_tok_s@1"]) == 2
     assert "nothing tracked for recipe demo/update" in capsys.readouterr().err
-    (tmp_path / "recipes").mkdir()
-    (tmp_path / "recipes" / "gitsrc.toml").write_text(textwrap.dedent(f"""
-        [sources.sglang]
-        git = "{four_releases['repo']}"
-        rev = "v0.1.0"
-        package_dir = "python"
-        [server]
-        model = "minisglang/tiny"
-        gpus = 0
-        [benchmark]
-        driver = "serving"
-        concurrency = [1]
-    """))
-    monkeypatch.setenv("PATCHBENCH_RECIPES", str(tmp_path / "recipes"))
+    monkeypatch.setenv("PATCHBENCH_RECIPES", str(_git_recipe(tmp_path, four_releases["repo"])))
     assert main(["track", "gitsrc", "--source", "sglang", "--every", "2"]) == 2
     assert "is a git source: name the branch to track with --branch" in capsys.readouterr().err
     assert main(["track", "gitsrc", "--source", "sglang", "--releases"]) == 2
@@ -200,6 +187,27 @@ def test_bad_input_exits_2_with_what_is_known(home, monkeypatch, capsys, tmp_pat
     assert out["points"] and all(p["date"] >= "2026-01-01T09:00:00" for p in out["points"])
     orders = [p["order"] for p in out["points"]]
     assert orders == sorted(orders)
+
+
+def _git_recipe(tmp_path: Path, repo: str) -> Path:
+    recipes = tmp_path / "recipes"
+    recipes.mkdir(exist_ok=True)
+    text = (REPO_ROOT / "recipes" / "demo" / "update.toml").read_text()
+    head, tail = text.split("[build]", 1)
+    (recipes / "gitsrc.toml").write_text(
+        f'[sources.sglang]\ngit = "{repo}"\nrev = "v0.1.0"\npackage_dir = "python"\n\n[build]' + tail)
+    return recipes
+
+
+@pytest.mark.slow
+def test_track_a_branch_every_n_commits_and_bisect_between_them(home, monkeypatch, capsys, tmp_path, four_releases,
+                                                                 otava_env):
+    monkeypatch.setenv("PATCHBENCH_RECIPES", str(_git_recipe(tmp_path, four_releases["repo"])))
+    rc, out = _json(capsys, ["track", "gitsrc", "--source", "sglang", "--branch", "main", "--every", "2"])
+    assert rc == 0 and [p["order"] for p in out["points"]] == list(range(0, 13, 2))
+    rc, hist = _json(capsys, ["history", "gitsrc", "--metric", "output_tok_s@1", "--bisect"])
+    [change] = hist["change_points"]
+    assert change["direction"] == "worse" and change["bisect"]["culprit_id"] == four_releases["planted_commit"]
 
 
 # -- the demo: both planted changes found and their commits named ----------------------------------

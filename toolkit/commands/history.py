@@ -110,7 +110,8 @@ def run(args) -> int:
                   "culprit": (r["bisect"] or {}).get("culprit")} for r in rows]
         fig = history_figure(title, f"{spec.metric} ({spec.info.unit})", [e.label for e in hist.entries],
                              [e.value for e in hist.entries], marks)
-        plot = write_history_plot(fig, out_dir, f"{source}-{spec.metric}@{spec.point}", title)
+        plot = write_history_plot(fig, out_dir, f"{source}-{spec.metric}@{spec.point}", title,
+                                  [_line(r) for r in rows] or ([why_none] if why_none else []))
     if args.json:
         print_json({"recipe": recipe.name, "source": source, "metric": spec.metric, "point": spec.point,
                     "gpu_key": hist.gpu_key, "series": [e.to_dict() for e in hist.entries],
@@ -139,11 +140,14 @@ def _print(hist, rows, why_none, plot, spec) -> None:
     elif not rows:
         console.print("no change points (Otava's E-Divisive)")
     for r in rows:
-        line = (f"change point {r['before']} -> {r['after']}: {r['change_pct']:+.1f}% ({r['direction']}), "
-                f"p={r['pvalue']:.2g}")
-        b = r["bisect"]
-        if b:
-            line += f"; bisect: {b.get('culprit') or 'no single commit'} ({b.get('message', '')})"
-        console.print(line)
+        console.print(_line(r))
     if plot:
-        console.print(f"plot: {plot['png']} ({plot['svg']})")
+        console.print(f"plot: {plot['png']} ({plot['svg']}, {plot['html']})")
+
+
+def _line(r: dict) -> str:
+    line = f"change point {r['before']} -> {r['after']}: {r['change_pct']:+.1f}% ({r['direction']}), p={r['pvalue']:.2g}"
+    b = r["bisect"]
+    if b:
+        line += f"; bisect: {b.get('culprit') or 'no single commit'} ({b.get('message', '')})"
+    return line

@@ -1,10 +1,11 @@
 """The tracked-history plot: the metric at each upstream point, in upstream order, with Otava's change
 points marked (a dashed line before the first point after the change, red for worse, green for better,
 labelled with the change and the commit its bisect named) and points without a value (stack did not
-apply, build failed) as grey ticks at the bottom. PNG for PRs, SVG for an HTML page (`plots.svg`)."""
+apply, build failed) as grey ticks at the bottom. PNG for PRs, SVG inline in an HTML page."""
 
 from __future__ import annotations
 
+import html
 from pathlib import Path
 
 from matplotlib.figure import Figure
@@ -49,10 +50,16 @@ def history_figure(title: str, ylabel: str, labels: list[str], values: list[floa
     return fig
 
 
-def write_history_plot(fig: Figure, out_dir: Path, stem: str, title: str) -> dict:
-    """history PNG and SVG files under `out_dir`; their paths."""
+def write_history_plot(fig: Figure, out_dir: Path, stem: str, title: str, lines: list[str] = ()) -> dict:
+    """The plot as PNG and SVG under `out_dir`, and a self-contained HTML page (the SVG inline, then
+    `lines`: the change points and their commits); their paths."""
     out_dir.mkdir(parents=True, exist_ok=True)
     png = write_png(fig, out_dir / f"{stem}.png")
     svg_path = out_dir / f"{stem}.svg"
-    svg_path.write_text(svg(fig, title))
-    return {"png": str(png), "svg": str(svg_path)}
+    svg_text = svg(fig, title)
+    svg_path.write_text(svg_text)
+    page = out_dir / f"{stem}.html"
+    items = "".join(f"<li>{html.escape(ln)}</li>" for ln in lines) or "<li>no change points</li>"
+    page.write_text(f"<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>{html.escape(title)}</title></head>"
+                    f"<body><h1>{html.escape(title)}</h1>{svg_text}<ul>{items}</ul></body></html>\n")
+    return {"png": str(png), "svg": str(svg_path), "html": str(page)}
