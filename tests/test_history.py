@@ -167,6 +167,10 @@ def test_points_where_the_stack_does_not_apply_are_recorded(home, monkeypatch, c
     assert [(e["label"], e["status"]) for e in hist["series"]] == [
         ("0.1.1", "measured"), ("0.1.2", "does-not-apply"), ("0.1.3", "does-not-apply")]
     assert hist["not_enough_history"].startswith("not enough history: 1 measured point")
+    capsys.readouterr()
+    assert main(["history", "patched", "--metric", "output_tok_s@1"]) == 0  # the table, as a person reads it
+    text = capsys.readouterr().out
+    assert "does-not-apply: recipe patched" in text and "not enough history" in text
 
 
 def test_bad_input_exits_2_with_what_is_known(home, monkeypatch, capsys, tmp_path, four_releases):

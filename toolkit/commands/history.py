@@ -114,7 +114,7 @@ def run(args) -> int:
                                   [_line(r) for r in rows] or ([why_none] if why_none else []))
     if args.json:
         print_json({"recipe": recipe.name, "source": source, "metric": spec.metric, "point": spec.point,
-                    "gpu_key": hist.gpu_key, "series": [e.to_dict() for e in hist.entries],
+                    "gpu_key": hist.gpu_key, "other_gpu_runs": hist.other_gpus, "series": [e.to_dict() for e in hist.entries],
                     "change_points": rows, "not_enough_history": why_none,
                     "otava": detection.otava if detection else None,
                     "otava_options": detection.options if detection else None, "plot": plot})
@@ -124,6 +124,7 @@ def run(args) -> int:
 
 
 def _print(hist, rows, why_none, plot, spec) -> None:
+    from rich.markup import escape
     from rich.table import Table
 
     from toolkit.analysis import stats
@@ -133,14 +134,16 @@ def _print(hist, rows, why_none, plot, spec) -> None:
         t.add_column(col)
     for e in hist.entries:
         t.add_row(e.label, e.date or "", stats.format_value(e.value) if e.value is not None else "-",
-                  str(len(e.run_ids)), e.status if not e.reason else f"{e.status}: {e.reason[:80]}")
+                  str(len(e.run_ids)), escape(e.status if not e.reason else f"{e.status}: {e.reason[:80]}"))
     console.print(t)
+    if hist.other_gpus:
+        console.print(f"{hist.other_gpus} ok run(s) on another GPU kind left out (this series: {hist.gpu_key})")
     if why_none:
         console.print(why_none)
     elif not rows:
         console.print("no change points (Otava's E-Divisive)")
     for r in rows:
-        console.print(_line(r))
+        console.print(_line(r), markup=False)
     if plot:
         console.print(f"plot: {plot['png']} ({plot['svg']}, {plot['html']})")
 

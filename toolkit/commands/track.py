@@ -79,8 +79,8 @@ def run(args) -> int:
     else:
         console.print(f"{len(res.measured)} point(s) measured now, {len(res.already)} measured before")
         for label, (outcome, why) in res.recorded.items():
-            console.print(f"  {label}: {outcome}: {why}")
+            console.print(f"  {label}: {outcome}: {why}", markup=False)
         for label, why in res.failed.items():
-            console.print(f"  {label}: failed: {why}")
+            console.print(f"  {label}: failed: {why}", markup=False)
         console.print(f"next: patchbench history {recipe.name} --source {args.source} --metric output_tok_s@1")
     return 0 if not res.failed else 1

@@ -26,6 +26,7 @@ from typing import Callable, Iterable
 
 from filelock import FileLock, Timeout
 from rich.console import Console
+from rich.markup import escape
 
 from toolkit.errors import PatchbenchError
 from toolkit.history.points import Point
@@ -131,7 +132,7 @@ def _track(recipe, source, points, variant, *, home, store, console, repeats, gr
             prepared = prepare(variant(pt), home, label=label, console=console)
         except PatchbenchError as exc:
             outcome = NO_APPLY if exc.step == "apply" and "does not apply" in str(exc) else BUILD_FAILED
-            console.print(f"[yellow]{pt.label}: {outcome}[/]: {exc}")
+            console.print(f"[yellow]{pt.label}: {outcome}[/]: {escape(str(exc))}")
             store.record_run({"recipe": label, "status": "failed", "error": str(exc)[:2000],
                               "group_id": group_id, "extra": {"track": {**info, "outcome": outcome}}})
             res.recorded[pt.label] = (outcome, str(exc))
