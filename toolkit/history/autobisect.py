@@ -5,7 +5,7 @@ Effects: builds and runs variants (through `VariantMeter`), writes the bisect's 
 and its verdicts into `PATCHBENCH_HOME/history/<recipe>/<source>.json`.
 
 Between two releases the bisect runs over the commits between their tags (a git repository of the
-project is needed: `--git`; without one the release itself is what is named). Between two commits of a
+project is needed: `--git`; without one the release itself is what is named, and nothing is stored). Between two commits of a
 tracked branch it runs over the first-parent commits between them; adjacent points name the later
 one without a build. The bisect's threshold is half the change point's own size unless one is given.
 A change point is keyed by its neighbours, the metric and the direction: one bisected before (named
@@ -114,6 +114,9 @@ def bisect_new(recipe: Recipe, source: str, changes: list[tuple[Entry, Entry, st
                                     home=home, store=store, console=console, **kw)
         except PatchbenchError as exc:
             console.print(f"[red]bisect {before.label} -> {after.label} failed[/]: {exc}")
+            continue
+        if verdict.get("culprit_kind") == "release":  # nothing bisected: a later --git still can
+            console.print(f"change {before.label} -> {after.label}: {verdict['message']}")
             continue
         state = load_state(path)
         state["bisects"][key] = verdict
