@@ -14,7 +14,8 @@
     releases.json       versions, tags, the planted release and the planted commit
 
 The release-bisect test and `nox -s demo-update` bisect these releases, then the commits between the
-two neighbouring tags. A fixture tool, not part of patchbench: plain git and pip, argv lists.
+two neighbouring tags; `nox -s demo-track` tracks them (`--also slowdown8@0.1.5`) and bisects what
+`patchbench history` finds. Commits are one hour apart from 2026-01-01, so builds are reproducible. A fixture tool, not part of patchbench: plain git and pip, argv lists.
 """
 
 from __future__ import annotations
