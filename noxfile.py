@@ -1,5 +1,5 @@
-"""nox sessions: `tests`, `demo`, `demo-sweep`, `compare`, `bisect`, and one `recipe-NAME` per recipe
-(a recipe with `[matrix]` runs `patchbench sweep`).
+"""nox sessions: `tests`, `demo`, `demo-update`, `demo-sweep`, `demo-track`, `compare`, `bisect`, and one
+`recipe-NAME` per recipe (a recipe with `[matrix]` runs `patchbench sweep`).
 
 `nox -l` lists every experiment in recipes/ with its description. The session's own venv only hosts
 the toolkit; each recipe's envs are patchbench's (content-addressed under $PATCHBENCH_HOME).
@@ -74,6 +74,24 @@ def demo_sweep(session: nox.Session) -> None:
     session.run("patchbench", "show", "demo/sweep")
     session.run("patchbench", "sweep", "demo/sweep", "--sla", "itl_ms_median<=20.5", "-o", "patchbench-sweep",
                 *session.posargs)
+
+
+@nox.session(name="demo-track", python="3.11")
+def demo_track(session: nox.Session) -> None:
+    """Catch changes before anyone bisects: the miniature's releases 0.1.0..0.1.13 carry a planted 8%
+    regression at concurrency 1 (0.1.5) and a planted 2x gain (0.1.10); `track` measures every release,
+    `history` finds both change points (Apache Otava, in its own env) and bisects each to its commit."""
+    _toolkit(session)
+    releases = ROOT / ".patchbench" / "mini-releases-track"
+    session.run("python", str(ROOT / "upstream" / "mini_releases.py"), str(releases), "--plant", "gain",
+                "--at", "0.1.10", "--also", "slowdown8@0.1.5", "--releases", "14")
+    env = {"PATCHBENCH_MINI_INDEX": str(releases / "index")}
+    session.run("patchbench", "track", "demo/update", "--source", "sglang", "--releases", "--git",
+                str(releases / "repo"), "--repeats", "2", env=env)
+    session.run("patchbench", "history", "demo/update", "--metric", "output_tok_s@1", "--bisect", "--direction",
+                "both", "--git", str(releases / "repo"), *session.posargs, env=env)
+    meta = json.loads((releases / "releases.json").read_text())
+    session.log(f"planted: {meta['planted']}")
 
 
 @nox.session(python="3.11")

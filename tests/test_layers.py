@@ -16,7 +16,7 @@ LAYERS = [
     {"envs"},
     {"results"},
     {"run"},
-    {"analysis", "profile", "kernels"},
+    {"analysis", "profile", "kernels", "history"},
     {"report"},
     {"executors"},
     {"commands", "cli", "__main__"},

@@ -26,6 +26,8 @@ VERBS = {
     "compare": "compare",
     "attribute": "attribute",
     "bisect": "bisect",
+    "track": "track",
+    "history": "history",
     "report": "report",
     "roofline": "roofline",
     "profile": "profile",

@@ -398,6 +398,12 @@ class Store:
         conn = self._connect()
         return [self._decode(r, RUN_FIELDS) for r in conn.execute(sql, args)]
 
+    def tracked_runs(self, recipe: str) -> list[RunRow]:
+        """Runs `patchbench track` measured for `recipe` (`extra.track.recipe`), oldest first."""
+        sql = (f"SELECT {', '.join(_q(c) for c in RUN_FIELDS)} FROM runs WHERE json_extract(extra, "
+               "'$.track.recipe') = ? ORDER BY started_at, rowid")
+        return [self._decode(r, RUN_FIELDS) for r in self._connect().execute(sql, (recipe,))]
+
     def get_run(self, run_id: str) -> RunRow:
         """The run whose id is `run_id` or starts with it (unique prefix, as git abbreviates)."""
         conn = self._connect()

@@ -60,6 +60,7 @@ class Prepared:
     check: StaticCheck | None = None
     label: str | None = None  # name recorded in the store (a variant of the recipe, for bisect)
     timings: dict = field(default_factory=dict)
+    extra: dict = field(default_factory=dict)  # added to each run's `extra` (`track`: the upstream point)
 
     @property
     def name(self) -> str:
@@ -129,7 +130,7 @@ def recorded(p: Prepared, *, home: Path, store: Store, repeat: int, group_id: st
 
 def begin(a: Attempt, group_id: str) -> None:
     p, recipe = a.prepared, a.prepared.recipe
-    a.extra.update({"patches": {t.source: list(t.patches) for t in p.trees},
+    a.extra.update({**p.extra, "patches": {t.source: list(t.patches) for t in p.trees},
                     "static_check": p.check.fields if p.check else {},
                     "resolved_config": p.check.resolved_config if p.check else {},
                     "target": p.check.target if p.check else None,

@@ -1,0 +1,243 @@
+"""Tracked upstream history: `track` over the miniature's releases (real wheels on a local index, one env
+per release, real servers), `history`'s change points by Apache Otava (its own env, made once per test
+cache), and the automatic bisects that name the planted commits."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO_ROOT, TEST_CACHE
+from toolkit.cli import main
+from toolkit.history import otava
+from toolkit.resources import PROBES_DIR
+from toolkit.results.store import Store
+
+sys.path.insert(0, str(REPO_ROOT / "upstream"))
+import mini_releases  # noqa: E402
+
+# Applies where the decode step's fixed cost is still 12 ms: before the planted change, not after.
+COST_PATCH = """\
+Subject: cost: a comment beside the decode step's fixed cost
+
+diff --git a/python/sglang/srt/model_executor/cost.py b/python/sglang/srt/model_executor/cost.py
+--- a/python/sglang/srt/model_executor/cost.py
++++ b/python/sglang/srt/model_executor/cost.py
+@@ -19,3 +19,3 @@
+ # Fixed cost of one decode step (reading the weights once per step).
+-STEP_BASE_S = 0.012
++STEP_BASE_S = 0.012  # checked by patchbench's history test
+ # Added per running sequence in a decode step (reading that sequence's KV cache).
+"""
+
+
+@pytest.fixture
+def otava_env(monkeypatch):
+    """Otava's own env, made once in the test cache (FileLock inside `ensure_env`)."""
+    monkeypatch.setenv("PATCHBENCH_OTAVA_ENV", str(TEST_CACHE / "otava-0.8.0"))
+    try:
+        return otava.ensure_env(TEST_CACHE)
+    except Exception as exc:  # noqa: BLE001 - no PyPI here
+        pytest.skip(f"apache-otava not installable here: {exc}")
+
+
+@pytest.fixture(scope="module")
+def four_releases():
+    """0.1.0 .. 0.1.3; 0.1.2 doubles the decode step's fixed cost."""
+    return mini_releases.build(TEST_CACHE / "mini-releases-track4", plant="regression", at="0.1.2", n_releases=4)
+
+
+def _env(monkeypatch, meta) -> None:
+    monkeypatch.setenv("PATCHBENCH_MINI_INDEX", meta["index"])
+    monkeypatch.setenv("PATCHBENCH_RECIPES", str(REPO_ROOT / "recipes"))
+
+
+def _json(capsys, argv: list[str]) -> tuple[int, dict]:
+    capsys.readouterr()
+    rc = main([*argv, "--json"])
+    return rc, json.loads(capsys.readouterr().out)
+
+
+# -- Otava on synthetic series --------------------------------------------------------------------
+
+def _steps(rng: random.Random, levels: list[tuple[int, float]], noise: float) -> list[float]:
+    return [lvl * (1 + rng.gauss(0, noise)) for n, lvl in levels for _ in range(n)]
+
+
+def test_otava_finds_known_change_points_and_none_on_a_flat_series(home, otava_env):
+    rng = random.Random(7)
+    values = _steps(rng, [(30, 100.0), (25, 92.0), (35, 180.0)], 0.01)
+    flats = [_steps(random.Random(seed), [(200, 100.0)], 0.02) for seed in (1, 2, 3)]
+    stepped, *flat = otava.detect_many([values, *flats], home)
+    found = stepped.change_points
+    assert [c.index for c in found] == [30, 55]
+    assert found[0].forward_change_percent == pytest.approx(-8, abs=1.5) and found[0].pvalue < 0.001
+    assert found[0].direction(higher_is_better=True) == "worse"
+    assert found[1].direction(higher_is_better=True) == "better" and found[1].magnitude > 0.8
+    assert [d.change_points for d in flat] == [[], [], []]
+    assert stepped.otava == "0.8.0" and max(d.analysis_s for d in flat) < 1.0
+
+
+def test_not_enough_history_is_otavas_own_minimum(home, otava_env):
+    with pytest.raises(otava.NotEnoughHistory, match="not enough history"):
+        otava.detect([100.0, 100.5, 200.0], home)
+
+    # Otava itself, without patchbench's guard: nothing in 3 points, however large the step; 4 suffice
+    series = [[100.0, 100.5, 200.0], [100.0, 200.0, 200.5], [100.0, 100.5, 200.0, 200.5]]
+    res = subprocess.run([str(otava_env), str(PROBES_DIR / "otava_detect.py")], check=True,
+                         input=json.dumps({"series": series}), capture_output=True, text=True)
+    found = [[c["index"] for c in r["change_points"]] for r in json.loads(res.stdout)["results"]]
+    assert found == [[], [], [2]]
+
+
+# -- track: resume, one lock per workspace, a stack that does not apply, bad input -----------------
+
+def test_track_resumes_after_a_kill_and_holds_one_lock(home, monkeypatch, capsys, four_releases, otava_env):
+    _env(monkeypatch, four_releases)
+    argv = [sys.executable, "-m", "toolkit", "track", "demo/update", "--source", "sglang", "--releases"]
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    store = Store(home / "results.sqlite")
+    deadline = time.monotonic() + 120
+    try:
+        while time.monotonic() < deadline and proc.poll() is None:
+            if (home / "results.sqlite").exists() and [r for r in store.tracked_runs("demo/update") if r.status == "ok"]:
+                break
+            time.sleep(0.2)
+        # the workspace is busy: a second track refuses at once
+        assert main(["track", "demo/update", "--source", "sglang", "--releases"]) == 1
+        assert "another `patchbench track` is running" in capsys.readouterr().err
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    before = {r.extra["track"]["point"]["id"] for r in store.tracked_runs("demo/update") if r.status == "ok"}
+    assert before and len(before) < 4
+    rc, out = _json(capsys, ["track", "demo/update", "--source", "sglang", "--releases"])
+    assert rc == 0
+    assert set(out["already_measured"]) == before
+    assert sorted(out["measured"] + out["already_measured"]) == four_releases["versions"]
+    ok = [r for r in store.tracked_runs("demo/update") if r.status == "ok"]
+    assert sorted(r.extra["track"]["point"]["id"] for r in ok) == four_releases["versions"]  # once each
+    assert {r.recipe for r in ok} == {f"demo/update@{v}" for v in four_releases["versions"]}
+    rc, again = _json(capsys, ["track", "demo/update", "--source", "sglang", "--releases"])
+    assert rc == 0 and again["measured"] == [] and len(again["already_measured"]) == 4
+
+    # history: four points, the doubled step cost between 0.1.1 and 0.1.2 is a change point
+    rc, hist = _json(capsys, ["history", "demo/update", "--metric", "output_tok_s@1"])
+    assert rc == 0 and [e["label"] for e in hist["series"]] == four_releases["versions"]
+    assert [(c["before"], c["after"], c["direction"]) for c in hist["change_points"]] == [("0.1.1", "0.1.2", "worse")]
+    assert Path(hist["plot"]["png"]).stat().st_size > 0 and "<svg" in Path(hist["plot"]["svg"]).read_text()
+    assert "change point 0.1.1 -&gt; 0.1.2" in Path(hist["plot"]["html"]).read_text()
+    # a metric the runs do not have at that point, and one they do not have at all: exit 2, what is known
+    assert main(["history", "demo/update", "--metric", "output_tok_s@4"]) == 2
+    assert "have output_tok_s at 1 only" in capsys.readouterr().err
+    assert main(["history", "demo/update", "--metric", "decode_tok_s"]) == 2
+    assert "they have: " in capsys.readouterr().err
+
+
+def test_points_where_the_stack_does_not_apply_are_recorded(home, monkeypatch, capsys, tmp_path, four_releases):
+    _env(monkeypatch, four_releases)
+    proj = tmp_path / "proj"
+    (proj / "patches").mkdir(parents=True)
+    (proj / "patches" / "cost-comment.patch").write_text(COST_PATCH)
+    recipe = (REPO_ROOT / "recipes" / "demo" / "update.toml").read_text()
+    recipe = recipe.replace('index = "${PATCHBENCH_MINI_INDEX:-../../.patchbench/mini-releases/index}"',
+                            f'index = "{four_releases["index"]}"')
+    (proj / "recipes").mkdir()
+    (proj / "recipes" / "patched.toml").write_text(recipe + '\n[patches]\nsglang = ["cost-comment.patch"]\n')
+    monkeypatch.setenv("PATCHBENCH_RECIPES", str(proj / "recipes"))
+    rc, out = _json(capsys, ["track", "patched", "--source", "sglang", "--releases", "--since", "0.1.1"])
+    assert rc == 0 and out["measured"] == ["0.1.1"]
+    assert {k: v["outcome"] for k, v in out["not_measured"].items()} == {"0.1.2": "does-not-apply",
+                                                                        "0.1.3": "does-not-apply"}
+    assert "does not apply" in out["not_measured"]["0.1.2"]["reason"]
+    # recorded: the next track does not try them again
+    rc, again = _json(capsys, ["track", "patched", "--source", "sglang", "--releases", "--since", "0.1.1"])
+    assert again["measured"] == [] and sorted(again["already_measured"]) == ["0.1.1", "0.1.2", "0.1.3"]
+    rc, hist = _json(capsys, ["history", "patched", "--metric", "output_tok_s@1"])
+    assert [(e["label"], e["status"]) for e in hist["series"]] == [
+        ("0.1.1", "measured"), ("0.1.2", "does-not-apply"), ("0.1.3", "does-not-apply")]
+    assert hist["not_enough_history"].startswith("not enough history: 1 measured point")
+    capsys.readouterr()
+    assert main(["history", "patched", "--metric", "output_tok_s@1"]) == 0  # the table, as a person reads it
+    text = capsys.readouterr().out
+    assert "does-not-apply: recipe patched" in text and "not enough history" in text
+
+
+def test_bad_input_exits_2_with_what_is_known(home, monkeypatch, capsys, tmp_path, four_releases):
+    _env(monkeypatch, four_releases)
+    assert main(["track", "demo/update", "--source", "flashinfer", "--releases"]) == 2
+    assert "has no source `flashinfer`" in capsys.readouterr().err
+    assert main(["track", "demo/update", "--source", "sglang"]) == 2
+    assert "track it with --releases" in capsys.readouterr().err
+    assert main(["history", "demo/update", "--metric", "output_tok_s@1"]) == 2
+    assert "nothing tracked for recipe demo/update" in capsys.readouterr().err
+    monkeypatch.setenv("PATCHBENCH_RECIPES", str(_git_recipe(tmp_path, four_releases["repo"])))
+    assert main(["track", "gitsrc", "--source", "sglang", "--every", "2"]) == 2
+    assert "is a git source: name the branch to track with --branch" in capsys.readouterr().err
+    assert main(["track", "gitsrc", "--source", "sglang", "--releases"]) == 2
+    rc, out = _json(capsys, ["track", "gitsrc", "--source", "sglang", "--branch", "main", "--since",
+                             "2026-01-01T09:00:00+00:00", "--limit", "0"])
+    assert rc == 0 and [p["kind"] for p in out["points"]] == ["commit"] * len(out["points"])
+    assert out["points"] and all(p["date"] >= "2026-01-01T09:00:00" for p in out["points"])
+    orders = [p["order"] for p in out["points"]]
+    assert orders == sorted(orders)
+
+
+def _git_recipe(tmp_path: Path, repo: str) -> Path:
+    recipes = tmp_path / "recipes"
+    recipes.mkdir(exist_ok=True)
+    text = (REPO_ROOT / "recipes" / "demo" / "update.toml").read_text()
+    head, tail = text.split("[build]", 1)
+    (recipes / "gitsrc.toml").write_text(
+        f'[sources.sglang]\ngit = "{repo}"\nrev = "v0.1.0"\npackage_dir = "python"\n\n[build]' + tail)
+    return recipes
+
+
+@pytest.mark.slow
+def test_track_a_branch_every_n_commits_and_bisect_between_them(home, monkeypatch, capsys, tmp_path, four_releases,
+                                                                 otava_env):
+    monkeypatch.setenv("PATCHBENCH_RECIPES", str(_git_recipe(tmp_path, four_releases["repo"])))
+    rc, out = _json(capsys, ["track", "gitsrc", "--source", "sglang", "--branch", "main", "--every", "2"])
+    assert rc == 0 and [p["order"] for p in out["points"]] == list(range(0, 13, 2))
+    rc, hist = _json(capsys, ["history", "gitsrc", "--metric", "output_tok_s@1", "--bisect"])
+    [change] = hist["change_points"]
+    assert change["direction"] == "worse" and change["bisect"]["culprit_id"] == four_releases["planted_commit"]
+
+
+# -- the demo: both planted changes found and their commits named ----------------------------------
+
+@pytest.mark.slow
+def test_history_finds_the_planted_gain_and_regression_and_names_their_commits(home, monkeypatch, capsys,
+                                                                               otava_env):
+    meta = mini_releases.build(TEST_CACHE / "mini-releases-track", **DEMO)
+    _env(monkeypatch, meta)
+    rc, out = _json(capsys, ["track", "demo/update", "--source", "sglang", "--releases", "--git", meta["repo"],
+                             "--repeats", "2"])
+    assert rc == 0 and len(out["measured"]) == len(meta["versions"])
+    argv = ["history", "demo/update", "--metric", "output_tok_s@1", "--bisect", "--direction", "both",
+            "--git", meta["repo"]]
+    rc, hist = _json(capsys, argv)
+    assert rc == 0
+    found = {(c["after"], c["direction"]): c for c in hist["change_points"]}
+    assert set(found) == {("0.1.5", "worse"), ("0.1.10", "better")}
+    assert found[("0.1.5", "worse")]["bisect"]["culprit_id"] == meta["planted"]["0.1.5"]
+    assert found[("0.1.10", "better")]["bisect"]["culprit_id"] == meta["planted"]["0.1.10"]
+    assert all(c["bisected_now"] for c in hist["change_points"])
+    # one bisect per change point: asking again measures nothing new
+    n_runs = len(Store(home / "results.sqlite").runs())
+    rc, again = _json(capsys, argv)
+    assert not any(c["bisected_now"] for c in again["change_points"])
+    assert len(Store(home / "results.sqlite").runs()) == n_runs
+
+
+DEMO = {"plant": "gain", "at": "0.1.10", "also": ("slowdown8@0.1.5",), "n_releases": 14}

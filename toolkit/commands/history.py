@@ -1,0 +1,156 @@
+"""`patchbench history RECIPE --source S --metric NAME[@POINT]`: the tracked series in upstream order
+with its change points found by Apache Otava's E-Divisive (magnitude, direction, p-value), a plot (PNG
+and SVG) with the change points marked, and, with `--bisect`, the existing bisect started on each new
+change point (regressions; `--direction better` gains, `both` both) between its neighbouring measured
+points, naming the commit (`--git REPO` for a release history). Verdicts are kept, shown with their
+change point, and never bisected twice."""
+
+from __future__ import annotations
+
+import uuid
+
+from toolkit.commands.common import console, err, home_of, load, print_json, store_of
+
+HELP = "the tracked metric in upstream order, its change points (Apache Otava) and the commits that caused them"
+
+
+def add_arguments(parser) -> None:
+    from toolkit.history.otava import DEFAULTS
+    from toolkit.run import metrics
+
+    parser.add_argument("recipe", metavar="RECIPE")
+    parser.add_argument("--source", help="the tracked source (default: the recipe's only source)")
+    parser.add_argument("--metric", required=True, metavar="NAME[@POINT]",
+                        help=f"e.g. output_tok_s@1. Known: {metrics.help_text()}")
+    parser.add_argument("--window", type=int, default=DEFAULTS["window"], help="Otava's window (points)")
+    parser.add_argument("--max-pvalue", type=float, default=DEFAULTS["max_pvalue"], help="Otava's p-value bound")
+    parser.add_argument("--min-magnitude", type=float, default=DEFAULTS["min_magnitude"],
+                        help="Otava's minimum relative change (default 0.03 = 3%%; Otava's own: 0)")
+    parser.add_argument("--bisect", action="store_true", help="bisect each new change point in --direction")
+    parser.add_argument("--direction", choices=("worse", "better", "both"), default="worse",
+                        help="which change points to bisect: regressions (default), gains, or both")
+    parser.add_argument("--git", metavar="URL|PATH", help="release history: the project's git repository")
+    parser.add_argument("--tag-format", default="v{version}", help="release -> git tag (default v{version})")
+    parser.add_argument("--threshold", type=float, help="bisect threshold %% (default: half the change)")
+    parser.add_argument("--repeats", type=int, default=3, help="bisect: initial values per step")
+    parser.add_argument("--max-repeats", type=int, default=8, help="bisect: bound on values per step")
+    parser.add_argument("-o", "--output", help="directory for the plot (default HOME/history/RECIPE)")
+    parser.add_argument("--json", action="store_true")
+
+
+def _source(recipe, args) -> str:
+    from toolkit.analysis.releases import source_spec
+    from toolkit.errors import BadInput
+
+    if args.source:
+        source_spec(recipe, args.source)
+        return args.source
+    if len(recipe.sources) == 1:
+        return next(iter(recipe.sources))
+    raise BadInput(f"recipe {recipe.name} has several sources ({', '.join(recipe.sources)}): name one with --source")
+
+
+def run(args) -> int:
+    from pathlib import Path
+
+    from toolkit.errors import BadInput
+    from toolkit.history.autobisect import bisect_new, key_of, load_state, state_path
+    from toolkit.history.otava import NotEnoughHistory, detect
+    from toolkit.history.series import load_history
+    from toolkit.history.track import TrackBusy, stack_digest, workspace_lock
+    from toolkit.run import metrics
+
+    spec = metrics.parse_spec(args.metric)
+    recipe = load(args.recipe)
+    source = _source(recipe, args)
+    home, store = home_of(args), store_of(args)
+    hist = load_history(store, recipe.name, source, spec, stack=stack_digest(recipe))
+    spec = metrics.MetricSpec(spec.metric, hist.point)
+    measured = hist.measured
+    hib = spec.info.higher_is_better
+    cps, why_none, detection = [], None, None
+    try:
+        detection = detect([e.value for e in measured], home, window=args.window, max_pvalue=args.max_pvalue,
+                           min_magnitude=args.min_magnitude, console=err)
+        cps = detection.change_points
+    except NotEnoughHistory as exc:
+        why_none = exc.message
+    changes = [(measured[c.index - 1], measured[c.index], c.direction(hib), c.forward_change_percent) for c in cps]
+    bisected_now: list[str] = []
+    if args.bisect and changes:
+        wanted = ("worse", "better") if args.direction == "both" else (args.direction,)
+        lock = workspace_lock(home)
+        try:
+            lock.acquire(timeout=0)
+        except Exception:
+            raise TrackBusy(f"a `patchbench track` is running in {home}; bisect when it is done") from None
+        try:
+            _, bisected_now = bisect_new(recipe, source, [c for c in changes if c[2] in wanted], spec=spec, home=home,
+                                         store=store, console=err, git=args.git, tag_format=args.tag_format,
+                                         threshold=args.threshold, repeats=args.repeats, max_repeats=args.max_repeats,
+                                         group_id=uuid.uuid4().hex[:12])
+        finally:
+            lock.release()
+    verdicts = load_state(state_path(home, recipe.name, source))["bisects"]
+    rows = []
+    for c, (before, after, direction, pct) in zip(cps, changes):
+        key = key_of(before, after, str(spec), direction)
+        rows.append({"index": c.index, "before": before.label, "after": after.label, "after_id": after.id,
+                     "direction": direction, "change_pct": pct, "magnitude": c.magnitude, "pvalue": c.pvalue,
+                     "mean_before": c.mean_before, "mean_after": c.mean_after, "bisect": verdicts.get(key),
+                     "bisected_now": key in bisected_now})
+    plot = None
+    if measured:
+        from toolkit.report.history_plot import history_figure, write_history_plot
+
+        out_dir = Path(args.output) if args.output else state_path(home, recipe.name, source).parent
+        pos = {e.id: i for i, e in enumerate(hist.entries)}
+        title = f"{recipe.name}: {spec} across {source} history"
+        marks = [{"index": pos[r["after_id"]], "direction": r["direction"], "change_pct": r["change_pct"],
+                  "culprit": (r["bisect"] or {}).get("culprit")} for r in rows]
+        fig = history_figure(title, f"{spec.metric} ({spec.info.unit})", [e.label for e in hist.entries],
+                             [e.value for e in hist.entries], marks)
+        plot = write_history_plot(fig, out_dir, f"{source}-{spec.metric}@{spec.point}", title,
+                                  [_line(r) for r in rows] or ([why_none] if why_none else []))
+    if args.json:
+        print_json({"recipe": recipe.name, "source": source, "metric": spec.metric, "point": spec.point,
+                    "gpu_key": hist.gpu_key, "other_gpu_runs": hist.other_gpus, "series": [e.to_dict() for e in hist.entries],
+                    "change_points": rows, "not_enough_history": why_none,
+                    "otava": detection.otava if detection else None,
+                    "otava_options": detection.options if detection else None, "plot": plot})
+        return 0
+    _print(hist, rows, why_none, plot, spec)
+    return 0
+
+
+def _print(hist, rows, why_none, plot, spec) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
+    from toolkit.analysis import stats
+
+    t = Table(title=f"{hist.recipe}: {spec} by {hist.source} point (oldest first)")
+    for col in ("point", "date", spec.metric, "runs", "status"):
+        t.add_column(col)
+    for e in hist.entries:
+        t.add_row(e.label, e.date or "", stats.format_value(e.value) if e.value is not None else "-",
+                  str(len(e.run_ids)), escape(e.status if not e.reason else f"{e.status}: {e.reason[:80]}"))
+    console.print(t)
+    if hist.other_gpus:
+        console.print(f"{hist.other_gpus} ok run(s) on another GPU kind left out (this series: {hist.gpu_key})")
+    if why_none:
+        console.print(why_none)
+    elif not rows:
+        console.print("no change points (Otava's E-Divisive)")
+    for r in rows:
+        console.print(_line(r), markup=False)
+    if plot:
+        console.print(f"plot: {plot['png']} ({plot['svg']}, {plot['html']})")
+
+
+def _line(r: dict) -> str:
+    line = f"change point {r['before']} -> {r['after']}: {r['change_pct']:+.1f}% ({r['direction']}), p={r['pvalue']:.2g}"
+    b = r["bisect"]
+    if b:
+        line += f"; bisect: {b.get('culprit') or 'no single commit'} ({b.get('message', '')})"
+    return line

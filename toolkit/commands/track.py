@@ -1,0 +1,86 @@
+"""`patchbench track RECIPE --source S (--releases | --branch B --every N | --since DATE)`: measure the
+recipe, its patch stack re-applied, at each upstream point not measured yet (toolkit/history/).
+
+- releases: `patchbench track demo/update --source sglang --releases [--since 0.1.4] [--git REPO]`
+  (every release on the source's package index; with --git each point carries its tag's date)
+- commits:  `patchbench track RECIPE --source sglang --branch main --every 20` or `--since 2026-01-01`
+Meant for cron or a timer: resumable (points already measured are skipped), one track per workspace,
+a failing point is stored and the next one measured; points where the stack does not apply are
+recorded as such. Then `patchbench history RECIPE --source S --metric M`."""
+
+from __future__ import annotations
+
+import uuid
+
+from toolkit.commands.common import console, err, home_of, load, print_json, store_of
+
+HELP = "measure the recipe (its patches re-applied) at each new upstream release or commit, resumably"
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("recipe", metavar="RECIPE")
+    parser.add_argument("--source", required=True, help="the upstream source to follow")
+    parser.add_argument("--releases", action="store_true", help="every release on a pypi source's index")
+    parser.add_argument("--branch", help="a git source's branch to follow (first-parent commits)")
+    parser.add_argument("--every", type=int, help="with --branch: every N-th commit, counted from the root")
+    parser.add_argument("--since", help="with --branch: commits since this date; with --releases: from this version")
+    parser.add_argument("--git", metavar="URL|PATH", help="with --releases: the project's git repository (tag dates)")
+    parser.add_argument("--tag-format", default="v{version}", help="release -> git tag (default v{version})")
+    parser.add_argument("--repeats", type=int, default=1, help="runs per point (default 1)")
+    parser.add_argument("--limit", type=int, help="measure at most this many new points now")
+    parser.add_argument("--json", action="store_true")
+
+
+def points_of(recipe, args, home):
+    """The upstream points the options name (BadInput for an unknown source or a wrong mode)."""
+    from toolkit.analysis.releases import source_spec
+    from toolkit.errors import BadInput
+    from toolkit.history.points import git_points, release_points
+
+    spec = source_spec(recipe, args.source)
+    if spec.kind == "git":
+        if args.releases:
+            raise BadInput(f"source {args.source} is a git source; --releases is for a pypi source",
+                           hint="--branch BRANCH --every N or --since DATE")
+        if args.branch and not (args.every or args.since):
+            args.every = 1
+        return git_points(recipe, args.source, home, branch=args.branch, every=args.every, since=args.since)
+    if spec.kind == "pypi":
+        if args.branch or args.every:
+            raise BadInput(f"source {args.source} is a pypi source; --branch/--every are for a git source",
+                           hint="--releases")
+        if not args.releases:
+            raise BadInput(f"source {args.source} is a pypi source: track it with --releases")
+        return release_points(recipe, args.source, git=args.git, tag_format=args.tag_format, since=args.since)
+    raise BadInput(f"source {args.source} is a {spec.kind} source; track follows a pypi (releases) or git "
+                   "(commits) source")
+
+
+def run(args) -> int:
+    from toolkit.commands.attribute import require_gpu_if_needed
+    from toolkit.errors import BadInput
+    from toolkit.history.points import variant_for
+    from toolkit.history.track import track
+
+    if args.repeats < 1:
+        raise BadInput("--repeats must be at least 1")
+    recipe = load(args.recipe)
+    home = home_of(args)
+    points = points_of(recipe, args, home)
+    require_gpu_if_needed(recipe, args)
+    store = store_of(args)
+    err.print(f"tracking {recipe.name} on {len(points)} {points[0].kind}(s) of {args.source}: "
+              f"{points[0].label} .. {points[-1].label}")
+    res = track(recipe, args.source, points, lambda p: variant_for(recipe, args.source, p, home), home=home,
+                store=store, console=err, repeats=args.repeats, group_id=uuid.uuid4().hex[:12], limit=args.limit)
+    if args.json:
+        print_json({"recipe": recipe.name, "source": args.source, "points": [p.to_dict() for p in points],
+                    **res.to_dict()})
+    else:
+        console.print(f"{len(res.measured)} point(s) measured now, {len(res.already)} measured before")
+        for label, (outcome, why) in res.recorded.items():
+            console.print(f"  {label}: {outcome}: {why}", markup=False)
+        for label, why in res.failed.items():
+            console.print(f"  {label}: failed: {why}", markup=False)
+        console.print(f"next: patchbench history {recipe.name} --source {args.source} --metric output_tok_s@1")
+    return 0 if not res.failed else 1

@@ -1,0 +1,125 @@
+"""Change points by Apache Otava (E-Divisive with a t-test, windows and a strict second pass), run in an
+env of its own. Effects: creates that env once (uv, this machine's pip sources), runs a probe in it.
+
+apache-otava 0.8.0 pins numpy==2.2.0.* and pulls BigQuery, Slack and Postgres clients, so it never
+enters patchbench's process: `ensure_env` makes `$PATCHBENCH_OTAVA_ENV` (default
+`PATCHBENCH_HOME/tools/otava-0.8.0`) under a FileLock, and `detect` feeds the series to
+`toolkit/probes/otava_detect.py` there as JSON and parses the change points it prints.
+
+Otava's own minimum: E-Divisive splits a series only where at least two points lie on each side of
+the split, so a series of fewer than `MIN_POINTS` (4) values can show no change point at all; `detect`
+says "not enough history" instead of "no change".
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from filelock import FileLock
+
+from toolkit.errors import PatchbenchError
+from toolkit.resources import PROBES_DIR
+
+OTAVA = "apache-otava==0.8.0"
+MIN_POINTS = 4
+# Otava's own defaults, but for the magnitude (Otava: 0): on a long flat series with a few % of noise
+# its windowed splits find ~2% "changes" at p < 0.001; smaller than 3% is also below what a bisect
+# between two points can pin down (its default threshold is 5%).
+DEFAULTS = {"window": 50, "max_pvalue": 0.001, "min_magnitude": 0.03}
+
+
+class NotEnoughHistory(PatchbenchError):
+    """Fewer points than E-Divisive can split."""
+
+
+@dataclass(frozen=True)
+class ChangePoint:
+    index: int  # the first point after the change
+    forward_change_percent: float
+    magnitude: float
+    mean_before: float
+    mean_after: float
+    stddev_before: float
+    stddev_after: float
+    pvalue: float
+
+    def direction(self, higher_is_better: bool) -> str:
+        up = self.forward_change_percent > 0
+        return "better" if up == higher_is_better else "worse"
+
+
+@dataclass(frozen=True)
+class Detection:
+    change_points: list[ChangePoint]
+    analysis_s: float  # Otava's analysis alone (its interpreter's start-up not counted)
+    otava: str
+    options: dict
+
+
+def env_dir(home: Path) -> Path:
+    override = os.environ.get("PATCHBENCH_OTAVA_ENV")
+    return Path(override).expanduser() if override else home / "tools" / "otava-0.8.0"
+
+
+def _python(root: Path) -> Path:
+    return root / "bin" / "python"
+
+
+def ensure_env(home: Path, console=None) -> Path:
+    """The interpreter of Otava's env, created on first use (a log beside it on failure)."""
+    from toolkit.envs import pip_sources, uv_bin
+
+    root = env_dir(home)
+    root.parent.mkdir(parents=True, exist_ok=True)
+    done = root / ".patchbench-ready"
+    with FileLock(str(root) + ".lock"):
+        if done.is_file() and _python(root).exists():
+            return _python(root)
+        if console is not None:
+            console.print(f"creating Apache Otava's own env ({OTAVA}) in {root} (once)")
+        uv = uv_bin()
+        log = root.parent / f"{root.name}.install.log"
+        steps = [[uv, "venv", "-q", "--no-config", "--clear", "--python", sys.executable, str(root)],
+                 [uv, "pip", "install", "-q", "--no-config", "--python", str(_python(root)),
+                  *pip_sources().uv_install_args(), OTAVA]]
+        with log.open("w") as fh:
+            for argv in steps:
+                fh.write(f"$ {' '.join(argv)}\n")
+                fh.flush()
+                res = subprocess.run(argv, stdout=fh, stderr=subprocess.STDOUT, text=True)
+                if res.returncode != 0:
+                    raise PatchbenchError(f"could not create Apache Otava's env ({OTAVA}) in {root}", log=log)
+        done.write_text(OTAVA + "\n")
+    return _python(root)
+
+
+def detect(values: list[float], home: Path, **options) -> Detection:
+    """Otava's change points of `values` (in order); NotEnoughHistory below MIN_POINTS values.
+    `options`: window, max_pvalue, min_magnitude (DEFAULTS), console."""
+    return detect_many([values], home, **options)[0]
+
+
+def detect_many(many: list[list[float]], home: Path, *, window: int = DEFAULTS["window"],
+                max_pvalue: float = DEFAULTS["max_pvalue"], min_magnitude: float = DEFAULTS["min_magnitude"],
+                console=None) -> list[Detection]:
+    """`detect` for several series in one start of Otava's interpreter."""
+    for values in many:
+        if len(values) < MIN_POINTS:
+            raise NotEnoughHistory(f"not enough history: {len(values)} measured point(s); Otava's E-Divisive "
+                                   f"needs at least {MIN_POINTS} (two on each side of a change)")
+    py = ensure_env(home, console)
+    req = {"series": [[float(v) for v in values] for values in many], "window": int(window),
+           "max_pvalue": float(max_pvalue), "min_magnitude": float(min_magnitude)}
+    res = subprocess.run([str(py), str(PROBES_DIR / "otava_detect.py")], input=json.dumps(req),
+                         capture_output=True, text=True, timeout=600)
+    if res.returncode != 0:
+        tail = (res.stderr.strip().splitlines() or ["no output"])[-1]
+        raise PatchbenchError(f"Apache Otava failed: {tail}")
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    return [Detection([ChangePoint(**c) for c in r["change_points"]], r["analysis_s"], out["otava"], out["options"])
+            for r in out["results"]]

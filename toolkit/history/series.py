@@ -1,0 +1,111 @@
+"""The tracked history of one recipe, source and metric, in upstream order: one entry per point `track`
+visited, with the mean of its ok runs' values (one value per run, `toolkit.analysis.selection`) or the
+reason it has none (the stack did not apply, the build or every run failed). Reads the store only.
+
+Only runs on one kind of machine count (the GPU key of the newest ok run): a history mixing GPUs
+would show the hardware change as a change point.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from toolkit.analysis.selection import values_at
+from toolkit.errors import BadInput
+from toolkit.history.track import RECORDS, point_of, tracked
+from toolkit.run.metrics import MetricSpec
+from toolkit.results.store import Store
+
+
+@dataclass
+class Entry:
+    id: str
+    label: str
+    kind: str
+    order: int
+    date: str | None
+    tag: str | None
+    values: list[float] = field(default_factory=list)
+    run_ids: list[str] = field(default_factory=list)
+    status: str = "measured"  # measured | does-not-apply | build-failed | failed
+    reason: str | None = None
+
+    @property
+    def value(self) -> float | None:
+        return sum(self.values) / len(self.values) if self.values else None
+
+    def to_dict(self) -> dict:
+        return {"id": self.id, "label": self.label, "kind": self.kind, "order": self.order, "date": self.date,
+                "tag": self.tag, "value": self.value, "values": self.values, "n_runs": len(self.run_ids),
+                "run_ids": self.run_ids, "status": self.status, "reason": self.reason}
+
+
+@dataclass
+class History:
+    recipe: str
+    source: str
+    metric: str
+    point: int
+    gpu_key: str | None
+    entries: list[Entry]
+    other_gpus: int = 0  # ok runs left out: another GPU kind
+
+    @property
+    def measured(self) -> list[Entry]:
+        return [e for e in self.entries if e.value is not None]
+
+
+def _sort_key(e: Entry):
+    if e.kind == "release":
+        from packaging.version import Version
+
+        return (0, Version(e.id), 0)
+    return (1, e.order, 0)
+
+
+def _bench_point(store: Store, run_ids: list[str], metric: str) -> int | None:
+    points = sorted({s.point for s in store.samples(run_ids, metric=metric)})
+    return points[0] if points else None
+
+
+def load_history(store: Store, recipe: str, source: str, spec: MetricSpec, stack: str | None = None) -> History:
+    """The series (BadInput when nothing was tracked, or the runs lack the metric or point)."""
+    runs = tracked(store, recipe, source, stack)
+    if not runs:
+        raise BadInput(f"nothing tracked for recipe {recipe}, source {source}",
+                       hint=f"patchbench track {recipe} --source {source} --releases (or --branch B --every N)")
+    ok = [r for r in runs if r.status == "ok"]
+    gpu = ok[-1].gpu_key if ok else None
+    counted = [r for r in ok if r.gpu_key == gpu]
+    ids = [r.run_id for r in counted]
+    have = {s.metric for s in store.samples(ids)} if ids else set()
+    if ids and spec.metric not in have:
+        raise BadInput(f"--metric {spec.metric}: the tracked runs of {recipe} have no such metric",
+                       hint=f"they have: {', '.join(sorted(have))}")
+    point = spec.point if spec.point is not None else _bench_point(store, ids, spec.metric)
+    if ids and point is not None:
+        known = sorted({s.point for s in store.samples(ids, metric=spec.metric)})
+        if point not in known:
+            raise BadInput(f"--metric {spec}: the tracked runs have {spec.metric} at {', '.join(map(str, known))} only")
+    by_point: dict[str, list] = defaultdict(list)
+    for r in runs:
+        by_point[point_of(r).get("id")].append(r)
+    entries = []
+    for pid, rs in by_point.items():
+        p = point_of(rs[-1])
+        e = Entry(pid, p["id"] if p.get("kind") == "release" else pid[:12], p.get("kind", "commit"),
+                  int(p.get("order", 0)), p.get("date"), p.get("tag"))
+        good = [r.run_id for r in rs if r.status == "ok" and r.gpu_key == gpu]
+        if good:
+            e.values = values_at(store.samples(good, metric=spec.metric), spec.metric, point, good)
+            e.run_ids = good
+        if e.value is None:
+            last = rs[-1]
+            outcome = (last.extra.get("track") or {}).get("outcome")
+            e.status = outcome if outcome in RECORDS else "failed"
+            e.reason = last.error
+        entries.append(e)
+    entries.sort(key=_sort_key)
+    return History(recipe, source, spec.metric, point if point is not None else 0, gpu, entries,
+                   other_gpus=len(ok) - len(counted))

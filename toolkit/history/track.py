@@ -1,0 +1,161 @@
+"""`patchbench track`'s loop: measure the recipe, its patch stack re-applied, at each upstream point not
+measured yet. Effects: builds envs, launches servers, writes runs into the results store.
+
+Every outcome is a run in the store carrying `extra.track` = {recipe, source, stack, point (id, order,
+kind, date, tag), outcome}: `measured` runs are the pipeline's own (ok, or failed/invalid with their
+reason); a point whose patch stack does not apply (`does-not-apply`) or whose env does not build
+(`build-failed`) is recorded as a failed run without samples, so the history shows it and the next
+`track` does not try again. A point counts as done when it has an ok run or one of those records for
+the same stack (the digest of the patch files): a killed or failed point is measured again next time,
+and a changed stack measures every point again.
+
+With `repeats` > 1 the points are measured in passes, every point once per pass, alternately oldest
+first and newest first: a slow drift of the machine (load, temperature) then adds the same to every
+point's mean instead of reading as a change in upstream history.
+
+One `track` at a time per workspace (a FileLock under PATCHBENCH_HOME): it is meant for cron or a
+timer, where a slow run must not overlap the next one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable
+
+from filelock import FileLock, Timeout
+from rich.console import Console
+from rich.markup import escape
+
+from toolkit.errors import PatchbenchError
+from toolkit.history.points import Point
+from toolkit.recipe.load import Recipe
+from toolkit.results.store import RunRow, Store
+
+MEASURED, NO_APPLY, BUILD_FAILED = "measured", "does-not-apply", "build-failed"
+RECORDS = (NO_APPLY, BUILD_FAILED)  # outcomes stored without a run of the pipeline
+
+
+class TrackBusy(PatchbenchError):
+    """Another `track` holds this workspace's lock."""
+
+
+def stack_digest(recipe: Recipe) -> str:
+    """What the tracked variants re-apply: the patch files of every source, by content."""
+    h = hashlib.sha256()
+    for src in sorted(recipe.patches):
+        for p in recipe.patches[src]:
+            h.update(f"{src}\0{Path(p).name}\0".encode())
+            h.update(Path(p).read_bytes())
+    return h.hexdigest()[:16]
+
+
+def point_of(run: RunRow) -> dict:
+    return (run.extra.get("track") or {}).get("point") or {}
+
+
+def tracked(store: Store, recipe: str, source: str, stack: str | None = None) -> list[RunRow]:
+    """The runs `track` stored for this recipe and source (and stack, when given)."""
+    out = []
+    for r in store.tracked_runs(recipe):
+        t = r.extra.get("track") or {}
+        if t.get("source") == source and (stack is None or t.get("stack") == stack):
+            out.append(r)
+    return out
+
+
+def done_points(runs: Iterable[RunRow]) -> set[str]:
+    """Point ids with an ok run or a does-not-apply/build-failed record."""
+    return {point_of(r).get("id") for r in runs
+            if r.status == "ok" or (r.extra.get("track") or {}).get("outcome") in RECORDS}
+
+
+@dataclass
+class TrackResult:
+    measured: list[str] = field(default_factory=list)  # point labels measured now
+    already: list[str] = field(default_factory=list)
+    recorded: dict = field(default_factory=dict)  # label -> (outcome, reason): did not apply / build
+    failed: dict = field(default_factory=dict)  # label -> reason: runs that did not end ok
+    run_ids: list[str] = field(default_factory=list)
+    ok: set = field(default_factory=set)  # labels with an ok run now
+
+    def to_dict(self) -> dict:
+        return {"measured": self.measured, "already_measured": self.already,
+                "not_measured": {k: {"outcome": o, "reason": r} for k, (o, r) in self.recorded.items()},
+                "failed": self.failed, "run_ids": self.run_ids}
+
+
+def workspace_lock(home: Path) -> FileLock:
+    home.mkdir(parents=True, exist_ok=True)
+    return FileLock(str(home / "track.lock"), thread_local=False)
+
+
+def track(recipe: Recipe, source: str, points: list[Point], variant: Callable[[Point], Recipe], *,
+          home: Path, store: Store, console: Console, repeats: int = 1, group_id: str = "",
+          limit: int | None = None) -> TrackResult:
+    """Measure each point of `points` not done yet (see the module doc); `limit`: at most that many
+    new points this time. Raises TrackBusy when another track holds the workspace."""
+    lock = workspace_lock(home)
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        raise TrackBusy(f"another `patchbench track` is running in {home} (lock {lock.lock_file})",
+                        hint="it ends by itself; a timer simply tries again next time") from None
+    try:
+        return _track(recipe, source, points, variant, home=home, store=store, console=console,
+                      repeats=repeats, group_id=group_id, limit=limit)
+    finally:
+        lock.release()
+
+
+def _track(recipe, source, points, variant, *, home, store, console, repeats, group_id, limit) -> TrackResult:
+    from toolkit.run import reaper
+    from toolkit.run.pipeline import prepare
+
+    for line in reaper.reap(home, store):  # what a killed track left running
+        console.print(f"[yellow]reaped[/]: {line}")
+    stack = stack_digest(recipe)
+    done = done_points(tracked(store, recipe.name, source, stack))
+    res = TrackResult()
+    todo = [p for p in points if p.id not in done]
+    res.already = [p.label for p in points if p.id in done]
+    if limit is not None:
+        todo = todo[:limit]
+    ready = []
+    for n, pt in enumerate(todo, 1):
+        label = f"{recipe.name}@{pt.label}"
+        info = {"recipe": recipe.name, "source": source, "stack": stack, "point": pt.to_dict()}
+        console.print(f"[bold]track[/] {n}/{len(todo)}: {source} {pt.kind} {pt.label}"
+                      + (f" ({pt.date})" if pt.date else ""))
+        try:
+            prepared = prepare(variant(pt), home, label=label, console=console)
+        except PatchbenchError as exc:
+            outcome = NO_APPLY if exc.step == "apply" and "does not apply" in str(exc) else BUILD_FAILED
+            console.print(f"[yellow]{pt.label}: {outcome}[/]: {escape(str(exc))}")
+            store.record_run({"recipe": label, "status": "failed", "error": str(exc)[:2000],
+                              "group_id": group_id, "extra": {"track": {**info, "outcome": outcome}}})
+            res.recorded[pt.label] = (outcome, str(exc))
+            continue
+        prepared.extra["track"] = {**info, "outcome": MEASURED}
+        ready.append((pt, prepared))
+        if repeats == 1:  # measured as soon as built: a long first track stores as it goes
+            _measure(pt, prepared, 0, res, home=home, store=store, console=console, group_id=group_id)
+    if repeats > 1:  # passes over every point: a slow drift of the machine does not read as a change
+        for r in range(repeats):
+            for pt, prepared in (ready if r % 2 == 0 else ready[::-1]):
+                _measure(pt, prepared, r, res, home=home, store=store, console=console, group_id=group_id)
+    res.measured = [pt.label for pt in todo if pt.label in res.ok]
+    return res
+
+
+def _measure(pt: Point, prepared, repeat: int, res: TrackResult, *, home, store, console, group_id) -> None:
+    from toolkit.run.pipeline import run_once
+
+    run_id = run_once(prepared, home=home, store=store, repeat=repeat, group_id=group_id, console=console)
+    res.run_ids.append(run_id)
+    run = store.get_run(run_id)
+    if run.status == "ok":
+        res.ok.add(pt.label)
+    else:
+        res.failed[pt.label] = f"run {run_id[:8]} {run.status}: {run.error}"
