@@ -213,7 +213,7 @@ def test_a_version_1_store_gains_the_interrupted_status_and_keeps_its_runs(tmp_p
                  "VALUES ('r1', 'output_tok_s', 1.0, 'tok/s', 1, 'concurrency')")
     conn.close()
     store = Store(path)
-    assert store.schema_version() == 2
+    assert store.schema_version() == 3
     assert store.mark_interrupted("r1", "interrupted: gone") is True
     assert store.mark_interrupted("r1", "again") is False  # only a running run is marked
     run = store.get_run("r1")

@@ -24,7 +24,10 @@ def _tail(path: Path, n: int = TAIL_LINES) -> str:
     except OSError:
         return ""
     lines = [ln for ln in lines if ln.strip()]
-    return "\n".join("    " + ln[:300] for ln in lines[-n:])
+    tail = lines[-n:]
+    # the first line that names an error, when the tail (a tool's closing advice) does not hold it
+    first = next((ln for ln in lines[:-n] if "error" in ln.lower()), None)
+    return "\n".join("    " + ln[:300] for ln in ([first, "    ..."] if first else []) + tail)
 
 
 class Steps:
