@@ -27,21 +27,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 MINI_PY = ROOT / "upstream" / "minisglang" / "python"
-
-
-def wait_ready(url: str, proc: subprocess.Popen, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"server exited with {proc.returncode}")
-        try:
-            with urllib.request.urlopen(url + "/health_generate", timeout=10) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.3)
-    raise SystemExit("server not ready in time")
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from profile_gpu import _wait as wait_ready  # noqa: E402  (the benchmarks' one readiness wait)
 
 
 def ratio_line(without: list[float], with_: list[float], max_ratio: float) -> tuple[float, str]:
@@ -85,7 +72,7 @@ def main(argv=None) -> int:
     rates: dict[bool, list[float]] = {False: [], True: []}
     ticks = 0
     try:
-        wait_ready(url, proc)
+        wait_ready(url, proc, 120)
         run_serving(url, cfg)  # warm the server and the client's imports
         for r in range(args.rounds):
             for sampling in ((False, True) if r % 2 == 0 else (True, False)):

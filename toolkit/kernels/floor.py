@@ -11,23 +11,16 @@ from dataclasses import dataclass
 
 from toolkit.kernels.registry import OpSpec, flops
 from toolkit.roofline import BYTES_PER_PARAM, GpuSpec, expected_distinct_experts, get_gpu
+from toolkit.roofline.model import Bounded
 
 
 @dataclass(frozen=True)
-class Floor:
+class Floor(Bounded):
     bytes: float
     flops: float
     mem_s: float
     compute_s: float
     gpu: str
-
-    @property
-    def time_s(self) -> float:
-        return max(self.mem_s, self.compute_s)
-
-    @property
-    def bound(self) -> str:
-        return "compute" if self.compute_s > self.mem_s else "memory"
 
 
 def bytes_moved(op: OpSpec, dims: dict, touched_experts: int | None = None) -> float:

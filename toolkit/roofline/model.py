@@ -13,13 +13,9 @@ from toolkit.roofline.formats import BYTES_PER_PARAM, KV_BYTES, SEED_GLM5_WEIGHT
 from toolkit.roofline.inputs import ACT_BYTES, SHARDINGS, RooflineInputs
 
 
-@dataclass(frozen=True)
-class ComponentCost:
-    name: str
-    fmt: str  # weight format, or the KV dtype for kv_cache
-    bytes: float  # read per GPU per step
-    flops: float  # per GPU per step
-    peak_dtype: str  # which peak the compute time used
+class Bounded:
+    """A floor made of a memory time and a compute time: the larger one is the floor."""
+
     mem_s: float
     compute_s: float
 
@@ -30,6 +26,17 @@ class ComponentCost:
     @property
     def bound(self) -> str:
         return "compute" if self.compute_s > self.mem_s else "memory"
+
+
+@dataclass(frozen=True)
+class ComponentCost(Bounded):
+    name: str
+    fmt: str  # weight format, or the KV dtype for kv_cache
+    bytes: float  # read per GPU per step
+    flops: float  # per GPU per step
+    peak_dtype: str  # which peak the compute time used
+    mem_s: float
+    compute_s: float
 
 
 @dataclass(frozen=True)
