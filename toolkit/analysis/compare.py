@@ -134,8 +134,11 @@ _VERDICT_STYLE = {stats.FASTER: "bold green", stats.SLOWER: "bold red",
                   stats.NOT_SIGNIFICANT: "dim", stats.TOO_FEW: "yellow"}
 
 
-def render_compare(rows: Sequence[CompareRow], *, title: str | None = None) -> Table:
-    """A rich Table: one line per (variant, metric, point), pyperf-style figures and verdict."""
+def render_compare(rows: Sequence[CompareRow], *, title: str | None = None, quality: dict | None = None) -> Table:
+    """A rich Table: one line per (variant, metric, point), pyperf-style figures and verdict; with
+    `quality` ({variant: {point: QualityVerdict}}, toolkit.analysis.quality_runs) the answers'
+    verdict beside the speed verdict ("faster, answers changed" is never styled as a win)."""
+    from toolkit.analysis.quality import combined, is_plain_win
     base = rows[0].baseline if rows else ""
     table = Table(title=title or (f"compared with {base}" if base else "comparison"))
     table.add_column("variant")
@@ -157,8 +160,17 @@ def render_compare(rows: Sequence[CompareRow], *, title: str | None = None) -> T
             stats.format_mean_std(r.base_mean, r.base_std, r.unit),
             stats.format_mean_std(r.variant_mean, r.variant_std, r.unit),
             f"{r.speedup:.3f}x {ci}", f"{r.p_value:.3f}", f"{r.n_base}/{r.n_variant}",
-            Text(r.verdict, style=_VERDICT_STYLE.get(r.verdict, "")))
+            _verdict_text(r, (quality or {}).get(r.recipe, {}).get(r.point), combined, is_plain_win))
     return table
+
+
+def _verdict_text(r: CompareRow, q, combined, is_plain_win) -> Text:
+    if q is None:
+        return Text(r.verdict, style=_VERDICT_STYLE.get(r.verdict, ""))
+    style = _VERDICT_STYLE.get(r.verdict, "")
+    if r.verdict == stats.FASTER and not is_plain_win(r.verdict, q):
+        style = "bold red" if q.verdict == "broken output" else "bold yellow"
+    return Text(combined(r.verdict, q), style=style)
 
 
 # -- provenance ---------------------------------------------------------------------------------

@@ -92,16 +92,25 @@ def run(args) -> int:
                        hint=f"{sel.recipes[0]} measured: {', '.join(measured) or 'nothing'}")
     diffs = explain_differences(sel)
     legend = stats.verdict_legend(min_effect=args.min_effect)
+    from toolkit.analysis import quality, quality_runs
+
+    answers = quality_runs.verdicts(sel)
     if args.json:
         print_json({"rows": [r.__dict__ for r in rows], "differences": diffs,
+                    "quality": {v: {str(p): q.to_dict() for p, q in per.items()} for v, per in answers.items()},
                     "efficiency": efficiency_lines(store, sel), "runs": {r: sel.run_ids(r) for r in sel.recipes},
                     "group": sel.group_id, "selection": sel.describe(), "notes": list(sel.notes),
                     "min_effect": args.min_effect})
         return 0
-    console.print(render_compare(rows, title=f"{' vs '.join(args.recipes[1:])} against {args.recipes[0]}"))
+    console.print(render_compare(rows, title=f"{' vs '.join(args.recipes[1:])} against {args.recipes[0]}",
+                                 quality=answers))
     if not rows:
         console.print("[yellow]no metric measured by both at the points asked[/]")
     console.print(f"[dim]{legend}[/]")
+    for line in quality_runs.lines(answers):
+        console.print(f"answers: {escape(line)}", highlight=False)
+    if any(answers.values()):
+        console.print(f"[dim]{quality.legend()}[/]")
     for line in sel.describe():
         console.print(f"[dim]runs used:[/] {escape(line)}", highlight=False)
     for line in sel.notes:

@@ -83,6 +83,13 @@ _TABLE: list[Metric] = [
     _m("distinct_experts", "experts", LOWER,
        "distinct experts per MoE layer per decode step, reported by the OEA patch", None,
        ("distinct_experts",), headline=7),
+    _m("answer_agreement", "share", HIGHER,
+       "share of the output check's prompts answered token for token as the reference run did", _SERVING),
+    _m("first_divergence", "tokens", HIGHER,
+       "median token index of the first difference from the reference run's answer (equal: its length)", _SERVING),
+    _m("output_sanity", "share", HIGHER,
+       "share of the output check's answers that are not degenerate (empty, one token repeated, "
+       "another prompt's answer, non-finite logprobs)", _SERVING),
 ]
 
 METRICS: dict[str, Metric] = {m.name: m for m in _TABLE}

@@ -194,6 +194,8 @@ class HttpServer:
         info["mini_cost_model"] = self.scheduler.cost.to_dict()
         info["mini_cost_module"] = os.path.abspath(cost_mod.__file__)
         info["mini_tokenizer"] = "whitespace-words-v1"
+        # where generated tokens come from: the torch step's greedy argmax, or the prompt's hash
+        info["mini_outputs"] = "torch-step" if self.scheduler.torch_step is not None else "prompt-hash"
         info["mini_child_pids"] = list(self.child_pids)
         info["mini_ready"] = self.ready
         return self._send_json(writer, 200, info, keep_alive)
@@ -332,7 +334,11 @@ class HttpServer:
         keep = await self._run(req, writer, keep_alive, stream=False)
         if req.aborted:
             return False
-        return self._send_json(writer, 200, {"text": req.text, "meta_info": meta(req, True)}, keep)
+        info = meta(req, True)
+        if obj.get("return_logprob"):
+            info["output_token_logprobs"] = [[lp, i, None] for lp, i in zip(req.logprobs, req.output_ids)]
+        return self._send_json(writer, 200, {"text": req.text, "output_ids": req.output_ids,
+                                             "meta_info": info}, keep)
 
     async def completions(self, body, writer, keep_alive):
         obj = self._parse_json(body)
