@@ -1,0 +1,170 @@
+"""The output check beside every speedup: [quality] recipes, the check in the same launch, the
+answers' verdict against the reference's own variation (real servers, real stores through the
+pipeline; the torch e2e is slow)."""
+
+from __future__ import annotations
+
+import json
+import re
+import textwrap
+
+import pytest
+
+from conftest import demo_project
+from toolkit.analysis.quality import BROKEN, CHANGED, NOT_INFORMATIVE, SAME, TOO_FEW, Launch, judge
+from toolkit.cli import main
+from toolkit.results.store import Store
+
+
+def _launch(rid, answers, degenerate=None, informative=True):
+    return Launch(rid, tuple(tuple(a) for a in answers), tuple(degenerate or [None] * len(answers)), informative,
+                  None if informative else "hash text")
+
+
+def test_verdict_against_the_reference_floor():
+    base = [[i, i + 1, i + 2] for i in range(40)]
+    wobbly = [list(a) for a in base]
+    for p in range(6):  # the reference's own launches differ on 6 prompts
+        wobbly[p] = [999, p]
+    ref = [_launch("r1", base), _launch("r2", wobbly)]
+    # a candidate that differs exactly where the reference itself varies: same answers
+    assert judge(16, ref, [_launch("c", wobbly)]).verdict == SAME
+    # ... and one that departs on 20 prompts the reference never varied on (20 vs 6 discordant): changed
+    changed = [list(a) for a in base]
+    for p in range(14, 34):
+        changed[p] = [7, 7, 8]
+    v = judge(16, ref, [_launch("c", changed)])
+    assert v.verdict == CHANGED and v.departs == 20 and v.varies == 6 and "20 of 40 prompts" in v.text
+    # a degenerate answer wins over everything; text that does not depend on computation says so
+    assert judge(16, ref, [_launch("c", base, ["one token repeated"] + [None] * 39)]).verdict == BROKEN
+    v = judge(1, [_launch("r1", base, informative=False)] * 2, [_launch("c", base, informative=False)])
+    assert v.verdict == NOT_INFORMATIVE and "hash text" in v.text
+    assert judge(1, ref[:1], [_launch("c", base)]).verdict == TOO_FEW
+
+
+def test_malformed_prompts_file_names_file_and_line(home, tmp_path, monkeypatch, capsys):
+    proj = demo_project(tmp_path, monkeypatch)
+    bad = proj / "recipes" / "demo" / "prompts.jsonl"
+    bad.write_text('{"prompt": "one"}\n{"prompt": "two"}\n{"prompt": 3}\n')
+    (proj / "recipes" / "demo" / "q.toml").write_text(textwrap.dedent("""\
+        extends = "demo/baseline"
+        [quality]
+        prompts = "prompts.jsonl"
+        """))
+    assert main(["run", "demo/q"]) == 2
+    err = capsys.readouterr().err
+    assert f"{bad}:3" in err and "prompt" in err
+    bad.write_text('{"prompt": "one"}\nnot json\n')
+    assert main(["run", "demo/q"]) == 2
+    assert f"{bad}:2: not a JSON object" in capsys.readouterr().err
+
+
+def test_hash_text_is_not_informative_and_a_failed_check_keeps_the_speed(home, tmp_path, monkeypatch, capsys):
+    """The miniature without its torch step: answers stored, sane, but the verdict is 'not
+    informative', never 'same answers'. A server that dies during the check: quality `failed`
+    with the reason, the run `ok` with its speed samples."""
+    proj = demo_project(tmp_path, monkeypatch)
+    (proj / "recipes" / "demo" / "prompts8.jsonl").write_text(
+        "".join(json.dumps({"id": f"p{i}", "prompt": f"question number {i} about topic {i * 7}"}) + "\n"
+                for i in range(8)))
+    small = """\
+        extends = "demo/baseline"
+        compare_to = "demo/qa"
+        [benchmark]
+        concurrency = [1, 4]
+        num_prompts = 4
+        output_len = 8
+        warmup = 1
+        repeats = 2
+        [quality]
+        prompts = "prompts8.jsonl"
+        max_tokens = 6
+        """
+    (proj / "recipes" / "demo" / "qa.toml").write_text(textwrap.dedent(small))
+    (proj / "recipes" / "demo" / "qb.toml").write_text(textwrap.dedent(small).replace("repeats = 2", "repeats = 1")
+                                                       + "[server.args]\nmini-step-base-ms = 11\n")
+    assert main(["run", "demo/qa", "demo/qb"]) == 0
+    store = Store(home / "results.sqlite")
+    runs = store.runs(recipe="demo/qa", status="ok")
+    assert len(runs) == 2
+    q = runs[-1].extra["quality"]
+    assert q["status"] == "ok" and q["points"] == [1, 4] and q["informative"] is False
+    art = json.loads(open(q["artifact"]).read())
+    assert len(art["points"]["4"]) == 8 and all(len(r["ids"]) >= 1 for r in art["points"]["4"])
+    assert q["reference_run"] == runs[0].run_id  # its own previous launch
+    metrics = {(s.metric, s.point): s.value for s in store.samples([runs[-1].run_id])}
+    assert metrics[("output_sanity", 4)] == 1.0 and metrics[("answer_agreement", 4)] == 1.0
+    capsys.readouterr()
+    assert main(["compare", "demo/qa", "demo/qb"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "answers: demo/qb c=4: not informative: the miniature without its torch step" in out
+    assert main(["compare", "demo/qa", "demo/qb", "--json"]) == 0
+    verdicts = json.loads(capsys.readouterr().out)["quality"]["demo/qb"]
+    assert {p: v["verdict"] for p, v in verdicts.items()} == {"1": NOT_INFORMATIVE, "4": NOT_INFORMATIVE}
+
+    # A server that crashes during the check (after the benchmark's requests).
+    (proj / "recipes" / "demo" / "qc.toml").write_text(textwrap.dedent(small).replace('compare_to = "demo/qa"', '')
+                                                       + "[server.args]\nmini-crash-after-requests = 12\n")
+    assert main(["run", "demo/qc", "--repeats", "1"]) == 0
+    run = store.runs(recipe="demo/qc")[-1]
+    assert run.status == "ok", run.error
+    assert run.extra["quality"]["status"] == "failed" and run.extra["quality"]["reason"]
+    assert any(s.metric == "output_tok_s" for s in store.samples([run.run_id]))
+
+
+@pytest.mark.slow
+def test_torch_answers_beside_speed(home, tmp_path, monkeypatch, capsys):
+    """The torch miniature: its tokens are its computation. A launch of the baseline against the
+    others: same answers; smaller experts: answers changed; the zeroing tile: faster, and broken output
+    at c=16 (run invalid) while the same answers at c=1; compare, report and attribute say both."""
+    proj = demo_project(tmp_path, monkeypatch)
+    assert main(["run", "demo/torch-baseline", "demo/torch-zero-experts"]) == 0
+    assert main(["run", "demo/torch-small-experts", "--repeats", "1"]) == 0
+    store = Store(home / "results.sqlite")
+    base = store.runs(recipe="demo/torch-baseline", status="ok")
+    assert len(base) == 4 and all(r.extra["quality"]["status"] == "ok" for r in base)
+    zero = store.runs(recipe="demo/torch-zero-experts")
+    assert zero and all(r.status == "invalid" and r.extra["quality"]["status"] == "broken" for r in zero)
+    assert "broken output at concurrency 16" in zero[-1].error
+
+    from toolkit.analysis.quality_runs import self_verdict
+
+    assert {p: v.verdict for p, v in self_verdict(base).items()} == {1: SAME, 16: SAME}
+
+    capsys.readouterr()
+    assert main(["compare", "demo/torch-baseline", "demo/torch-zero-experts"]) == 2  # broken: left out by default
+    assert "--broken-output" in capsys.readouterr().err
+    assert main(["compare", "demo/torch-baseline", "demo/torch-small-experts", "demo/torch-zero-experts",
+                 "--broken-output", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    q = data["quality"]
+    assert q["demo/torch-small-experts"]["1"]["verdict"] == CHANGED
+    assert q["demo/torch-small-experts"]["16"]["verdict"] == CHANGED
+    assert q["demo/torch-zero-experts"]["1"]["verdict"] == SAME
+    assert q["demo/torch-zero-experts"]["16"]["verdict"] == BROKEN
+    tok = {r["recipe"]: r for r in data["rows"] if r["metric"] == "output_tok_s" and r["point"] == 16}
+    assert tok["demo/torch-zero-experts"]["verdict"] == "faster", tok
+    assert main(["compare", "demo/torch-baseline", "demo/torch-zero-experts", "--broken-output"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"faster,\s+broken\s+output", out) and "exact McNemar" in out
+
+    report = tmp_path / "report"
+    assert main(["report", "demo/torch-baseline", "demo/torch-small-experts", "-o", str(report)]) == 0
+    md = (report / "report.md").read_text()
+    assert "### Answers (output check)" in md and "answers changed" in md
+    assert "| prompt | demo/torch-baseline | demo/torch-small-experts |" in md
+    assert "Answers (output check)" in (report / "report.html").read_text()
+
+    capsys.readouterr()
+    assert main(["attribute", "demo/torch-zero-experts", "--metric", "output_tok_s@16", "--repeats", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "broken output" in out and "answers:" in out
+
+
+def test_departing_no_more_than_the_floor_is_same_answers():
+    """10 departures against a floor of 6 varying prompts: McNemar cannot tell them apart."""
+    base = [[i, i + 1] for i in range(40)]
+    wobbly = [[999, p] if p < 6 else list(a) for p, a in enumerate(base)]
+    cand = [[7, 7] if 20 <= p < 30 else list(a) for p, a in enumerate(base)]
+    v = judge(1, [_launch("r1", base), _launch("r2", wobbly)], [_launch("c", cand)])
+    assert v.verdict == SAME and v.departs == 10 and v.reverse == 6 and v.p_value > 0.05
