@@ -168,3 +168,56 @@ def test_departing_no_more_than_the_floor_is_same_answers():
     cand = [[7, 7] if 20 <= p < 30 else list(a) for p, a in enumerate(base)]
     v = judge(1, [_launch("r1", base), _launch("r2", wobbly)], [_launch("c", cand)])
     assert v.verdict == SAME and v.departs == 10 and v.reverse == 6 and v.p_value > 0.05
+
+
+def _gsm8k_lines(n: int) -> str:
+    """GSM8K-shaped questions written for this test (not GSM8K's text)."""
+    return "".join(json.dumps({"question": f"Ann has {i} apples and buys {i + 3} more. How many apples does she have?",
+                               "answer": f"She has {i} + {i + 3} = {2 * i + 3} apples.\n#### {2 * i + 3}"}) + "\n"
+                   for i in range(1, n + 1))
+
+
+def test_gate_runs_the_envs_evaluation(home, tmp_path, monkeypatch, capsys):
+    """`eval = "gsm8k"`: the env's sglang.test.few_shot_gsm8k against the live server, with a local
+    10-question file; the miniature's answers are words, so the accuracy is 0.0, parsed, and the
+    gate's verdict says so. Without the dataset: bad input that says where to get it."""
+    proj = demo_project(tmp_path, monkeypatch)
+    demo = proj / "recipes" / "demo"
+    (demo / "gsm10.jsonl").write_text(_gsm8k_lines(10))
+    (demo / "prompts4.jsonl").write_text("".join(json.dumps({"prompt": f"say {w}"}) + "\n"
+                                                 for w in ("one", "two", "three", "four")))
+    recipe = """\
+        extends = "demo/baseline"
+        [benchmark]
+        concurrency = [1]
+        num_prompts = 2
+        output_len = 4
+        warmup = 0
+        repeats = 1
+        [quality]
+        prompts = "prompts4.jsonl"
+        max_tokens = 4
+        eval = "gsm8k"
+        eval_questions = 10
+        min_accuracy = 0.5
+        """
+    (demo / "ga.toml").write_text(textwrap.dedent(recipe).replace("min_accuracy = 0.5\n", "dataset = \"gsm10.jsonl\"\n"))
+    (demo / "gb.toml").write_text(textwrap.dedent(recipe) + 'dataset = "gsm10.jsonl"\n')
+    assert main(["run", "demo/ga", "demo/gb"]) == 0
+    store = Store(home / "results.sqlite")
+    run = store.runs(recipe="demo/gb", status="ok")[-1]
+    ev = run.extra["quality"]["eval"]
+    assert ev["status"] == "ok" and ev["module"] == "sglang.test.few_shot_gsm8k"
+    assert ev["accuracy"] == 0.0 and ev["correct"] == [0] * 10
+    assert {s.metric: s.value for s in store.samples([run.run_id])}["eval_accuracy"] == 0.0
+    assert (home / "runs" / run.run_id / "eval" / "tmp_output_gsm8k.txt").is_file()
+    capsys.readouterr()
+    assert main(["compare", "demo/ga", "demo/gb", "--json"]) == 0
+    gate = json.loads(capsys.readouterr().out)["gate"]["demo/gb"]
+    assert gate["verdict"] == "gate failed" and "min_accuracy 0.5" in gate["text"] and gate["p_value"] == 1.0
+
+    (demo / "gc.toml").write_text(textwrap.dedent(recipe))  # no dataset, no $PATCHBENCH_DATA
+    monkeypatch.delenv("PATCHBENCH_DATA", raising=False)
+    assert main(["run", "demo/gc"]) == 2
+    err = capsys.readouterr().err
+    assert "no dataset" in err and "grade-school-math" in err

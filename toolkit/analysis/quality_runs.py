@@ -121,3 +121,23 @@ def worst(per: dict[int, QualityVerdict]) -> str | None:
     """The worst verdict over a variant's quality points (broken > changed > ... > same)."""
     found = [q.verdict for q in per.values()]
     return next((v for v in _RANK if v in found), None)
+
+
+def _eval(run: RunRow) -> dict | None:
+    return ((run.extra or {}).get("quality") or {}).get("eval")
+
+
+def gate_verdicts(sel) -> dict:
+    """{variant: GateVerdict} for variants whose newest run ran the gate tier (thresholds from its recipe)."""
+    from toolkit.analysis.gate import judge as judge_gate
+
+    base = sel.recipes[0]
+    ref = next((e for e in map(_eval, reversed(sel.runs[base])) if e), None)
+    out = {}
+    for v in sel.recipes[1:]:
+        cand = next((e for e in map(_eval, reversed(sel.runs[v])) if e), None)
+        if cand is None:
+            continue
+        spec = (sel.newest(v).recipe_resolved or {}).get("quality") or {}
+        out[v] = judge_gate(cand, ref, min_accuracy=spec.get("min_accuracy"), max_drop=spec.get("max_drop"))
+    return out

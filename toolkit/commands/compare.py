@@ -98,6 +98,7 @@ def run(args) -> int:
     if args.json:
         print_json({"rows": [r.__dict__ for r in rows], "differences": diffs,
                     "quality": {v: {str(p): q.to_dict() for p, q in per.items()} for v, per in answers.items()},
+                    "gate": {v: g.to_dict() for v, g in quality_runs.gate_verdicts(sel).items()},
                     "efficiency": efficiency_lines(store, sel), "runs": {r: sel.run_ids(r) for r in sel.recipes},
                     "group": sel.group_id, "selection": sel.describe(), "notes": list(sel.notes),
                     "min_effect": args.min_effect})
@@ -109,6 +110,8 @@ def run(args) -> int:
     console.print(f"[dim]{legend}[/]")
     for line in quality_runs.lines(answers):
         console.print(f"answers: {escape(line)}", highlight=False)
+    for name, gate in quality_runs.gate_verdicts(sel).items():
+        console.print(f"gate: {escape(name)}: {escape(gate.text)}", highlight=False)
     if any(answers.values()):
         console.print(f"[dim]{quality.legend()}[/]")
     for line in sel.describe():

@@ -90,6 +90,7 @@ _TABLE: list[Metric] = [
     _m("output_sanity", "share", HIGHER,
        "share of the output check's answers that are not degenerate (empty, one token repeated, "
        "another prompt's answer, non-finite logprobs)", _SERVING),
+    _m("eval_accuracy", "share", HIGHER, "accuracy of sglang's own evaluation ([quality] eval, e.g. gsm8k)", None),
 ]
 
 METRICS: dict[str, Metric] = {m.name: m for m in _TABLE}

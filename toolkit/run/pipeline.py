@@ -201,6 +201,10 @@ def quality(measured: Measured) -> Measured:
     if attempt.prepared.recipe.quality is None or server is None:
         return measured
     samples, problems = output_check.check(attempt, server.url)
+    if attempt.prepared.recipe.quality.eval:  # the gate tier: sglang's own evaluation (toolkit.run.gate)
+        from toolkit.run import gate
+
+        samples += gate.run(attempt, server.host, server.port)
     return Measured(measured.verified, [*measured.samples, *samples], [*measured.errors, *problems])
 
 
@@ -291,6 +295,10 @@ def prepare(recipe: Recipe, home: Path, *, until: str = "store", frozen: bool = 
         from toolkit.run.prompts import load_prompts
 
         load_prompts(recipe.quality.prompts)
+        if recipe.quality.eval and until not in ("apply", "build", "check"):
+            from toolkit.run.gate import dataset_path
+
+            dataset_path(recipe.quality)  # patchbench never downloads it: say where to get it
     timings: dict = {}
     value = job
     for fn in steps_until(until)[0]:
