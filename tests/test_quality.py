@@ -221,3 +221,29 @@ def test_gate_runs_the_envs_evaluation(home, tmp_path, monkeypatch, capsys):
     assert main(["run", "demo/gc"]) == 2
     err = capsys.readouterr().err
     assert "no dataset" in err and "grade-school-math" in err
+
+
+@pytest.mark.slow
+def test_bisect_answer_agreement_finds_the_zeroing_patch(home, tmp_path, monkeypatch, capsys):
+    """`bisect --metric answer_agreement@16` over [harmless, zeroing tile] names the tile."""
+    proj = demo_project(tmp_path, monkeypatch)
+    (proj / "patches" / "demo" / "harmless.patch").write_text(textwrap.dedent("""\
+        Subject: harmless
+
+        diff --git a/python/sglang/srt/extra_note.py b/python/sglang/srt/extra_note.py
+        new file mode 100644
+        --- /dev/null
+        +++ b/python/sglang/srt/extra_note.py
+        @@ -0,0 +1 @@
+        +NOTE = 1
+        """))
+    (proj / "recipes" / "demo" / "bz.toml").write_text(textwrap.dedent("""\
+        extends = "demo/torch-baseline"
+        [patches]
+        sglang = ["demo/harmless.patch", "demo/torch-zero-experts.patch"]
+        """))
+    assert main(["run", "demo/torch-baseline", "--repeats", "2"]) == 0
+    capsys.readouterr()
+    assert main(["bisect", "demo/bz", "--metric", "answer_agreement@16", "--repeats", "2", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["culprit"] == 2 and "torch-zero-experts" in data["culprit_label"], data
