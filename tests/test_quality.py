@@ -247,3 +247,12 @@ def test_bisect_answer_agreement_finds_the_zeroing_patch(home, tmp_path, monkeyp
     assert main(["bisect", "demo/bz", "--metric", "answer_agreement@16", "--repeats", "2", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["culprit"] == 2 and "torch-zero-experts" in data["culprit_label"], data
+
+
+def test_malformed_dataset_names_file_and_line(home, tmp_path, monkeypatch, capsys):
+    proj = demo_project(tmp_path, monkeypatch)
+    demo = proj / "recipes" / "demo"
+    (demo / "gsm-bad.jsonl").write_text(_gsm8k_lines(1) + '{"question": "no answer here"}\n')
+    (demo / "gd.toml").write_text('extends = "demo/baseline"\n[quality]\neval = "gsm8k"\ndataset = "gsm-bad.jsonl"\n')
+    assert main(["run", "demo/gd"]) == 2
+    assert f"{demo / 'gsm-bad.jsonl'}:2: not a GSM8K line" in capsys.readouterr().err

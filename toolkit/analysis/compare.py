@@ -160,8 +160,22 @@ def render_compare(rows: Sequence[CompareRow], *, title: str | None = None, qual
             stats.format_mean_std(r.base_mean, r.base_std, r.unit),
             stats.format_mean_std(r.variant_mean, r.variant_std, r.unit),
             f"{r.speedup:.3f}x {ci}", f"{r.p_value:.3f}", f"{r.n_base}/{r.n_variant}",
-            _verdict_text(r, (quality or {}).get(r.recipe, {}).get(r.point), combined, is_plain_win))
+            _verdict_text(r, _answers_at((quality or {}).get(r.recipe, {}), r.point), combined, is_plain_win))
     return table
+
+
+def _answers_at(per: dict, point: int):
+    """The answers' verdict at `point`; at a point the check did not run, a changed or broken verdict
+    of another point (named), so a gain elsewhere is not shown as a plain win either."""
+    import dataclasses
+
+    if point in per:
+        return per[point]
+    bad = [q for q in per.values() if q.verdict in ("broken output", "answers changed")]
+    if not bad:
+        return None
+    worst = min(bad, key=lambda q: q.verdict != "broken output")
+    return dataclasses.replace(worst, verdict=f"{worst.verdict} (at c={worst.point})")
 
 
 def _verdict_text(r: CompareRow, q, combined, is_plain_win) -> Text:
@@ -169,7 +183,7 @@ def _verdict_text(r: CompareRow, q, combined, is_plain_win) -> Text:
         return Text(r.verdict, style=_VERDICT_STYLE.get(r.verdict, ""))
     style = _VERDICT_STYLE.get(r.verdict, "")
     if r.verdict == stats.FASTER and not is_plain_win(r.verdict, q):
-        style = "bold red" if q.verdict == "broken output" else "bold yellow"
+        style = "bold red" if q.verdict.startswith("broken output") else "bold yellow"
     return Text(combined(r.verdict, q), style=style)
 
 
