@@ -21,7 +21,14 @@ def collect(sel) -> dict:
 
 
 def verdict_at(data: dict, variant: str, point: int) -> str | None:
-    return next((i["verdict"] for i in data.get(variant, []) if i["point"] == point), None)
+    """The answers' verdict at `point`, else a broken/changed one of another point (named)."""
+    items = data.get(variant, [])
+    here = next((i["verdict"] for i in items if i["point"] == point), None)
+    if here is not None:
+        return here
+    bad = sorted((i for i in items if i["verdict"] in ("broken output", "answers changed")),
+                 key=lambda i: i["verdict"] != "broken output")
+    return f"{bad[0]['verdict']} (at c={bad[0]['point']})" if bad else None
 
 
 def _short(text: str, n: int = 160) -> str:
