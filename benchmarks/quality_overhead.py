@@ -54,12 +54,17 @@ def main() -> int:
         recipes = [load_recipe("demo/baseline"), load_recipe("demo/baseline-checked")]
         run_sweep(recipes, home=home, store=store, repeats=args.repeats, console=Console(file=io.StringIO()))
         walls: dict[str, list[float]] = {}
+        steps: dict[str, dict[str, list[float]]] = {}
         check_s: list[float] = []
         for r in recipes:
             for run in store.runs(recipe=r.name, status="ok"):
                 walls.setdefault(r.name, []).append(sum(run.timings.get(s, 0.0) for s in MEASURE_STEPS))
-                if "quality" in run.timings:
-                    check_s.append(run.timings["quality"])
+                for s in MEASURE_STEPS:
+                    steps.setdefault(r.name, {}).setdefault(s, []).append(run.timings.get(s, 0.0))
+                if r.quality is not None:
+                    check_s.append(run.timings.get("quality", 0.0))
+        for name, per in steps.items():
+            print(f"{name}: " + ", ".join(f"{s} {statistics.mean(v):.2f} s" for s, v in per.items()))
     base, checked = (statistics.mean(walls.get(r.name, [float("nan")])) for r in recipes)
     ratio = checked / base
     out = {"no_quality_check_s": base, "with_quality_check_s": checked, "check_s": statistics.mean(check_s),
