@@ -5,8 +5,10 @@ pipeline; the torch e2e is slow)."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -262,3 +264,44 @@ def test_malformed_dataset_names_file_and_line(home, tmp_path, monkeypatch, caps
     (demo / "gd.toml").write_text('extends = "demo/baseline"\n[quality]\neval = "gsm8k"\ndataset = "gsm-bad.jsonl"\n')
     assert main(["run", "demo/gd"]) == 2
     assert f"{demo / 'gsm-bad.jsonl'}:2: not a GSM8K line" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_gate_runs_sglang_0_5_23s_evaluation(tmp_path):
+    """sglang 0.5.23's own `sglang.test.few_shot_gsm8k` (the shipped baseline's tree, on a CPU
+    interpreter) against the miniature with a 10-question local file: its accuracy parsed (0.0: the
+    miniature answers in words), per-question results from its dump, the paired verdict computed."""
+    from conftest import TEST_CACHE, mini_env, mini_tu
+    from sglang_cpu import sglang_cpu_python
+    from toolkit.analysis.gate import FAILED, judge as judge_gate
+    from toolkit.recipe.load import load_recipe
+    from toolkit.run import gate
+    from toolkit.tree.applied import apply_recipe
+
+    home = TEST_CACHE / "oea-home"
+    home.mkdir(parents=True, exist_ok=True)
+    trees = apply_recipe(load_recipe("baseline"), home, frozen=True, write_lock=False)
+    tree = next(t for t, _ in trees if t.source == "sglang").project_dir
+    py = sglang_cpu_python(tree)
+    site = tmp_path / "site"  # torchvision's CUDA-linked operators declared before sglang imports it
+    site.mkdir()
+    (site / "sitecustomize.py").write_text("import torchvision_ops_placeholder\ntorchvision_ops_placeholder.install()\n")
+    tests_dir = Path(__file__).resolve().parent
+    environ = {**mini_env(), "PYTHONPATH": os.pathsep.join(map(str, (site, tests_dir, tree))),
+               "CUDA_VISIBLE_DEVICES": "", "PYTHONPYCACHEPREFIX": str(TEST_CACHE / "pycache")}
+    data = tmp_path / "gsm10.jsonl"
+    data.write_text(_gsm8k_lines(10))
+    port = mini_tu.find_free_port()
+    server = mini_tu.popen_launch_server("mini", f"http://127.0.0.1:{port}", 60, other_args=[], env=mini_env())
+    try:
+        module = gate.find_module(py, environ, "gsm8k")
+        assert module == "sglang.test.few_shot_gsm8k"
+        acc, correct = gate.evaluate(py, environ, module, questions=10, data=data, workdir=tmp_path / "eval",
+                                     log=tmp_path / "eval.log", host="127.0.0.1", port=port, timeout_s=600)
+    finally:
+        mini_tu.kill_process_tree(server.pid)
+    assert "DeprecationWarning" in (tmp_path / "eval.log").read_text()  # it is 0.5.23's module that ran
+    assert acc == 0.0 and correct == [0] * 10
+    record = {"name": "gsm8k", "status": "ok", "accuracy": acc, "correct": correct, "questions": 10}
+    v = judge_gate(record, dict(record), min_accuracy=0.5)
+    assert v.verdict == FAILED and v.p_value == 1.0 and v.lower_bound == 0.0

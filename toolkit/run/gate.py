@@ -74,6 +74,18 @@ def find_module(python, environ: dict, name: str) -> str | None:
     return proc.stdout.strip() or None
 
 
+def host_arg(python, environ: dict, module: str, host: str) -> str:
+    """`--host` as the module wants it: a bare host (0.5.23 builds the URL itself), or with http://
+    where its default has the scheme (older releases). Read from the module's source, not run."""
+    code = f"import importlib.util as u; print(u.find_spec({module!r}).origin)"
+    proc = subprocess.run([str(python), "-c", code], capture_output=True, text=True, env=environ, timeout=120)
+    try:
+        source = Path(proc.stdout.strip()).read_text(errors="replace")
+    except OSError:
+        source = ""
+    return f"http://{host}" if re.search(r"--host.*default=[\"']https?://", source) else host
+
+
 def parse(log_text: str, dump: Path, truth: list[int]) -> tuple[float, list[int] | None]:
     """(accuracy printed by the harness, per-question correctness from its dump or None)."""
     m = re.findall(r"^Accuracy: ([0-9.]+)\s*$", log_text, re.M)
@@ -88,6 +100,28 @@ def parse(log_text: str, dump: Path, truth: list[int]) -> tuple[float, list[int]
     return float(m[-1]), correct
 
 
+def evaluate(python, environ: dict, module: str, *, questions: int, data: Path, workdir: Path, log: Path,
+             host: str, port: int, timeout_s: float) -> tuple[float, list[int] | None]:
+    """Run `module` of the env of `python` against the server at host:port, in `workdir` (its dump
+    lands there), output appended to `log`, in its own supervised process group. Returns (accuracy,
+    per-question correctness or None); raises PatchbenchError when it fails."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    args = ["--num-questions", str(questions), "--data-path", str(data),
+            "--host", host_arg(python, environ, module, host), "--port", str(port)]
+    boot = f"import os, runpy, sys; os.chdir({str(workdir)!r}); sys.argv = [{module!r}] + sys.argv[1:]; " \
+           f"runpy.run_module({module!r}, run_name='__main__', alter_sys=True)"
+    proc = supervisor.spawn([str(python), "-c", boot, *args], log=log, environ=environ)
+    try:
+        code = proc.wait(timeout=timeout_s)
+    finally:
+        supervisor.stop_group(proc, grace=5.0)
+    text = log.read_text(errors="replace")
+    if code != 0:
+        last = next((ln for ln in reversed(text.splitlines()) if ln.strip()), "")
+        raise PatchbenchError(f"{module} exited with code {code}: {last[:200]}")
+    return parse(text, workdir / DUMP, labels(data)[:questions])
+
+
 def run(attempt, host: str, port: int) -> list[Sample]:
     """Run the recipe's evaluation against the live server; store its outcome in extra["quality"]."""
     p = attempt.prepared
@@ -100,23 +134,10 @@ def run(attempt, host: str, port: int) -> list[Sample]:
         module = find_module(p.env.python, environ, spec.eval)
         if module is None:
             raise PatchbenchError(f"the env's sglang has none of {', '.join(EVAL_MODULES[spec.eval])}")
-        workdir = attempt.run_dir / "eval"
-        workdir.mkdir(exist_ok=True)
-        args = ["--num-questions", str(spec.eval_questions), "--data-path", str(data), "--host", f"http://{host}",
-                "--port", str(port)]
-        boot = f"import os, runpy, sys; os.chdir({str(workdir)!r}); sys.argv = [{module!r}] + sys.argv[1:]; " \
-               f"runpy.run_module({module!r}, run_name='__main__', alter_sys=True)"
         log = attempt.logs["eval"] = attempt.run_dir / "eval.log"
-        proc = supervisor.spawn([str(p.env.python), "-c", boot, *args], log=log, environ=environ)
-        try:
-            code = proc.wait(timeout=p.recipe.benchmark.timeout_s)
-        finally:
-            supervisor.stop_group(proc, grace=5.0)
-        text = log.read_text(errors="replace")
-        if code != 0:
-            last = next((ln for ln in reversed(text.splitlines()) if ln.strip()), "")
-            raise PatchbenchError(f"{module} exited with code {code}: {last[:200]}")
-        accuracy, correct = parse(text, workdir / DUMP, labels(data)[: spec.eval_questions])
+        accuracy, correct = evaluate(p.env.python, environ, module, questions=spec.eval_questions, data=data,
+                                     workdir=attempt.run_dir / "eval", log=log, host=host, port=port,
+                                     timeout_s=p.recipe.benchmark.timeout_s)
     except (PatchbenchError, OSError, subprocess.TimeoutExpired) as exc:
         record.update(status="failed", reason=str(exc))
         attempt.console.print(f"[yellow]{attempt.title}[/]: evaluation {spec.eval} failed: {exc} (speed numbers kept)")

@@ -1,7 +1,7 @@
 """The miniature's few-shot GSM-8K evaluation, with sglang's command line and output.
 
     python -m sglang.test.few_shot_gsm8k --num-questions 200 --data-path test.jsonl \
-        --host http://127.0.0.1 --port 30000
+        --host 127.0.0.1 --port 30000
 
 Reads GSM-8K test lines (`{"question": ..., "answer": "... #### 42"}`) from `--data-path` (the
 miniature never downloads: a missing file exits 1), builds `--num-shots`-shot prompts from the first
@@ -42,7 +42,7 @@ def main(argv=None) -> int:
     ap.add_argument("--num-questions", type=int, default=200)
     ap.add_argument("--max-new-tokens", type=int, default=512)
     ap.add_argument("--parallel", type=int, default=128)
-    ap.add_argument("--host", type=str, default="http://127.0.0.1")
+    ap.add_argument("--host", type=str, default="127.0.0.1")  # 0.5.23: a bare host (older: with http://)
     ap.add_argument("--port", type=int, default=30000)
     args = ap.parse_args(argv)
     try:
@@ -54,7 +54,8 @@ def main(argv=None) -> int:
     shots = "".join(example(lines[i], True) + "\n\n" for i in range(min(args.num_shots, len(lines))))
     questions = lines[: args.num_questions]
     labels = [answer_value(q["answer"]) for q in questions]
-    url = f"{args.host}:{args.port}/generate"
+    host = args.host if "://" in args.host else f"http://{args.host}"
+    url = f"{host}:{args.port}/generate"
 
     def ask(q: dict) -> dict:
         body = {"text": shots + example(q, False), "sampling_params": {

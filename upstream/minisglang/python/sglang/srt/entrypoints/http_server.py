@@ -303,10 +303,17 @@ class HttpServer:
         prompt = self._prompt(obj, "text")
         sp = obj.get("sampling_params") or {}
         max_new = int(sp.get("max_new_tokens", 128))
-        if max_new < 1:
-            raise BadRequest("max_new_tokens must be >= 1")
+        if max_new < 0:
+            raise BadRequest("max_new_tokens must be >= 0")
         stream = bool(obj.get("stream", False))
         rid = str(obj.get("rid") or uuid.uuid4().hex)
+        if max_new == 0 and not stream:  # a prefill only (sglang's frontend caches prefixes so)
+            from sglang.srt import mini_tokenizer as tok
+
+            return self._send_json(writer, 200, {"text": "", "output_ids": [], "meta_info": {
+                "id": rid, "finish_reason": {"type": "length", "length": 0},
+                "prompt_tokens": tok.count_tokens(prompt), "completion_tokens": 0, "cached_tokens": 0}},
+                keep_alive)
 
         def meta(r: Req, finished: bool) -> dict:
             m = {"id": r.rid, "finish_reason": r.finish_reason if finished else None,
