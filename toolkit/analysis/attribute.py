@@ -135,8 +135,20 @@ _STYLE = {stats.FASTER: "green", stats.SLOWER: "red", stats.NOT_SIGNIFICANT: "di
           stats.TOO_FEW: "yellow"}
 
 
-def render_attribution(attr: Attribution, *, title: str = "per-patch effect") -> Table:
-    """A rich Table: per patch, incremental and leave-one-out speedups with CIs and verdicts."""
+def _verdict(c: stats.Comparison | None, answer: str | None) -> Text:
+    if c is None:
+        return Text("-")
+    if answer is None:
+        return Text(c.verdict, style=_STYLE.get(c.verdict, ""))
+    bad = answer != "same answers"
+    style = ("bold red" if answer == "broken output" else "bold yellow") if bad and c.verdict == stats.FASTER \
+        else _STYLE.get(c.verdict, "")
+    return Text(f"{c.verdict}, {answer}", style=style)
+
+
+def render_attribution(attr: Attribution, *, title: str = "per-patch effect", answers: dict | None = None) -> Table:
+    """A rich Table: per patch, incremental and leave-one-out speedups with CIs and verdicts;
+    `answers` (patch index -> the answers' verdict of its prefix against the base) beside them."""
     t = Table(title=title)
     for col, just in (("#", "right"), ("patch", "left"), ("speedup [95% CI]", "right"),
                       ("p", "right"), ("verdict", "left"), (attr.share_header, "right"),
@@ -153,7 +165,7 @@ def render_attribution(attr: Attribution, *, title: str = "per-patch effect") ->
     for p in attr.patches:
         c = p.incremental
         t.add_row(str(p.index), p.name, sp(c), f"{c.p_value:.3f}" if c else "-",
-                  Text(c.verdict if c else "-", style=_STYLE.get(c.verdict, "") if c else ""),
+                  _verdict(c, (answers or {}).get(p.index)),
                   attr.share_text(p), sp(p.leave_one_out) if p.leave_one_out or not p.loo_skipped
                   else f"skipped: {p.loo_skipped}",
                   sp(p.cumulative))

@@ -141,9 +141,13 @@ _VERDICT_STYLE = {stats.FASTER: "bold green", stats.SLOWER: "bold red",
 
 
 def render_compare(rows: Sequence[CompareRow], *, title: str | None = None,
-                   where: dict[tuple[str, str], str] | None = None) -> Table:
+                   where: dict[tuple[str, str], str] | None = None, quality: dict | None = None) -> Table:
     """A rich Table: one line per (variant, metric, point), pyperf-style figures and verdict;
-    `where` ((recipe, metric) -> where it was measured, toolkit.analysis.where) goes beside a value."""
+    `where` ((recipe, metric) -> where it was measured, toolkit.analysis.where) goes beside a value;
+    with `quality` ({variant: {point: QualityVerdict}}, toolkit.analysis.quality_runs) the answers'
+    verdict beside the speed verdict ("faster, answers changed" is never styled as a win)."""
+    from toolkit.analysis.quality import combined, is_plain_win
+
     where = where or {}
 
     def value(recipe: str, metric: str, mean: float, std: float, unit: str) -> str:
@@ -171,8 +175,31 @@ def render_compare(rows: Sequence[CompareRow], *, title: str | None = None,
             value(r.baseline, r.metric, r.base_mean, r.base_std, r.unit),
             value(r.recipe, r.metric, r.variant_mean, r.variant_std, r.unit),
             f"{r.speedup:.3f}x {ci}", f"{r.p_value:.3f}", f"{r.n_base}/{r.n_variant}",
-            Text(r.verdict, style=_VERDICT_STYLE.get(r.verdict, "")))
+            _verdict_text(r, _answers_at((quality or {}).get(r.recipe, {}), r.point), combined, is_plain_win))
     return table
+
+
+def _answers_at(per: dict, point: int):
+    """The answers' verdict at `point`; at a point the check did not run, a changed or broken verdict
+    of another point (named), so a gain elsewhere is not shown as a plain win either."""
+    import dataclasses
+
+    if point in per:
+        return per[point]
+    bad = [q for q in per.values() if q.verdict in ("broken output", "answers changed")]
+    if not bad:
+        return None
+    worst = min(bad, key=lambda q: q.verdict != "broken output")
+    return dataclasses.replace(worst, verdict=f"{worst.verdict} (at c={worst.point})")
+
+
+def _verdict_text(r: CompareRow, q, combined, is_plain_win) -> Text:
+    if q is None:
+        return Text(r.verdict, style=_VERDICT_STYLE.get(r.verdict, ""))
+    style = _VERDICT_STYLE.get(r.verdict, "")
+    if r.verdict == stats.FASTER and not is_plain_win(r.verdict, q):
+        style = "bold red" if q.verdict.startswith("broken output") else "bold yellow"
+    return Text(combined(r.verdict, q), style=style)
 
 
 # -- provenance ---------------------------------------------------------------------------------

@@ -51,6 +51,7 @@ class Criteria:
     unverified: bool = False  # also runs whose configuration was not verified
     imported: bool = False  # also imported runs
     missing_evidence: bool = False  # also runs stored `invalid` for missing activation evidence
+    broken_output: bool = False  # also runs stored `invalid` for degenerate answers (toolkit.run.quality)
     mix_envs: bool = False  # every env key of a recipe, not only its newest
     mix_gpus: bool = False  # runs on different GPUs together
     prefer_group: bool = True  # one interleaved sweep when there is one
@@ -126,6 +127,9 @@ def _why_not(run: RunRow, c: Criteria, measured: dict | None = None, metrics: Se
     if run.status == "invalid" and run.missing_evidence:
         if not c.missing_evidence:
             return "activation evidence missing (use --missing-evidence)"
+    elif run.status == "invalid" and run.broken_output:
+        if not c.broken_output:
+            return "broken output (use --broken-output)"
     elif run.status != "ok":
         return f"status {run.status}"
     if run.kind != "benchmark":
@@ -285,7 +289,10 @@ def choose(rows: Iterable[RunRow], recipes: Sequence[str], criteria: Criteria = 
     imported = [n for n in names if any(r.imported for r in chosen[n])]
     if imported:
         notes.append(f"imported runs used on request: {', '.join(imported)}")
-    evidence = [n for n in names if any(r.status == "invalid" for r in chosen[n])]
+    evidence = [n for n in names if any(r.status == "invalid" and not r.broken_output for r in chosen[n])]
+    broken = [n for n in names if any(r.status == "invalid" and r.broken_output for r in chosen[n])]
+    if broken:
+        notes.append(f"runs with broken output used on request: {', '.join(broken)}")
     if evidence:
         notes.append(f"runs with missing activation evidence used on request: {', '.join(evidence)}")
 
@@ -325,6 +332,7 @@ def criteria_from_args(args) -> Criteria:
     return Criteria(group_id=getattr(args, "group", None), unverified=getattr(args, "unverified", False),
                     imported=getattr(args, "imported", False),
                     missing_evidence=getattr(args, "missing_evidence", False),
+                    broken_output=getattr(args, "broken_output", False),
                     mix_envs=getattr(args, "mix_envs", False), mix_gpus=getattr(args, "mix_gpus", False))
 
 
@@ -335,6 +343,8 @@ def add_selection_arguments(parser) -> None:
     parser.add_argument("--imported", action="store_true", help="also imported runs (not measured here)")
     parser.add_argument("--missing-evidence", action="store_true",
                         help="also runs stored invalid because a patch's activation evidence was missing")
+    parser.add_argument("--broken-output", action="store_true",
+                        help="also runs stored invalid because the output check found degenerate answers")
     parser.add_argument("--mix-envs", action="store_true", help="pool every env key of a recipe, not only its newest")
     parser.add_argument("--mix-gpus", action="store_true", help="pool runs on different GPUs")
 

@@ -94,15 +94,25 @@ def run(args) -> int:
     result = attribute(prefix_values, higher_is_better=info.higher_is_better, names=names,
                        leave_one_out=loo or None, unit=info.unit, skipped=skipped or None,
                        min_effect=args.min_effect)
+    from toolkit.analysis import quality, quality_runs
+
+    answers = quality_runs.meter_verdicts(meter.store, meter.log, names)
     if args.json:
         print_json({"recipe": recipe.name, "metric": spec.metric, "point": meter.point, "lines": result.lines(),
+                    "quality": {k: {str(p): q.to_dict() for p, q in per.items()} for k, per in answers.items()},
                     "prefix_values": prefix_values, "leave_one_out": loo, "skipped": skipped,
                     "builds": meter.builds, "runs": meter.runs, "min_effect": args.min_effect,
                     "values_from": [{"label": label, "identity": key, "values": vals, "runs": ids}
                                     for label, key, vals, ids in meter.log]})
         return 0
-    console.print(render_attribution(result, title=f"{recipe.name}: {spec.metric} at point {meter.point}"))
+    worst = {int(k.split()[0][1:]): quality_runs.worst(per) for k, per in answers.items()}
+    console.print(render_attribution(result, title=f"{recipe.name}: {spec.metric} at point {meter.point}",
+                                     answers=worst))
     console.print(f"[dim]{stats.verdict_legend(min_effect=args.min_effect)}[/]")
+    for line in quality_runs.lines(answers):
+        console.print(f"answers: {line}", markup=False, highlight=False)
+    if answers:
+        console.print(f"[dim]{quality.legend()}[/]")
     print_runs_used(meter)
     console.print(f"{meter.builds} variant(s) prepared, {meter.runs} new run(s); cached values reused per env key")
     return 0

@@ -164,6 +164,11 @@ def run(args) -> int:
         print_json(out)
         return 0 if result.culprit is not None or result.candidates is None else 1
     _print_result(result, stats, args.direction)
+    if not args.source:  # the answers of each measured prefix against the base, beside the speed
+        from toolkit.analysis import quality_runs
+
+        for line in quality_runs.lines(quality_runs.meter_verdicts(meter.store, meter.log, names)):
+            console.print(f"answers: {line}", markup=False, highlight=False)
     if commit_result is not None:
         console.print("[bold]commits[/] between the neighbouring releases:")
         _print_result(commit_result, stats, args.direction)

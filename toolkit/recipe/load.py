@@ -32,6 +32,8 @@ min_count = 1                        # named groups become run-level metrics; or
              # strict = true: an unresolved check stops the run (exit 2), as `run --strict-check`
 [matrix]     # lists of server.args.X / server.env.Y / benchmark.Z / patches.SRC values -> variants
              # NAME[k=v,...], each a full recipe; include/exclude (toolkit/recipe/matrix.py)
+[quality]    # prompts (mixed-64 or a JSONL path), max_tokens, concurrency, logprobs; gate tier: eval,
+             # eval_questions, min_accuracy, max_drop, dataset (toolkit.run.quality)
 ```
 
 `extends` takes a recipe name exactly as the command line does (relative to `recipes/`, e.g.
@@ -61,9 +63,10 @@ from typing import Any, Mapping
 from toolkit.errors import BadInput
 from toolkit.recipe.matrix import Variant, apply_settings, split_variant, validate_settings, variants_of
 from toolkit.recipe.schema import validate_file
-from toolkit.recipe.values import (bench_spec, build_spec, evidence_specs, is_under, patch_paths, rel_name,
-                                   server_spec, target_spec)
-from toolkit.recipe.spec import BenchSpec, BuildSpec, EvidenceSpec, ServerSpec, SourceSpec, TargetSpec, jsonable
+from toolkit.recipe.values import (bench_spec, build_spec, evidence_specs, is_under, patch_paths, quality_spec,
+                                   rel_name, server_spec, target_spec)
+from toolkit.recipe.spec import (BenchSpec, BuildSpec, EvidenceSpec, QualitySpec, ServerSpec, SourceSpec, TargetSpec,
+                                 jsonable)
 from toolkit.resources import PROJECT_DIR
 
 RECIPES_DIRNAME = "recipes"
@@ -92,6 +95,7 @@ class Recipe:
     raw: Mapping[str, Any] = field(default_factory=dict)  # the merged, expanded table
     origins: Mapping[str, Path] = field(default_factory=dict)  # dotted key -> file it came from
     target: TargetSpec | None = None
+    quality: QualitySpec | None = None  # [quality]: the output check after the benchmark
 
     @property
     def lock_path(self) -> Path:
@@ -250,7 +254,13 @@ def _absolute_locations(path: Path, data: dict) -> dict:
                     and "${" not in loc:
                 table[kind] = str((path.parent / loc).resolve())
         sources[sname] = table
-    return {**data, "sources": sources} if sources else data
+    data = {**data, "sources": sources} if sources else data
+    quality = dict(data.get("quality") or {})
+    for key in ("prompts", "dataset"):  # a file path (not a shipped set's name) is relative to this file
+        loc = quality.get(key)
+        if isinstance(loc, str) and "${" not in loc and (key == "dataset" or "/" in loc or loc.endswith(".jsonl")):
+            quality[key] = str((path.parent / loc).resolve())
+    return {**data, "quality": quality} if quality else data
 
 
 def _leaf_keys(table: dict, prefix: str = "") -> list[str]:
@@ -405,6 +415,7 @@ def _build_recipe(name: str, path: Path, root: Path, data: dict) -> Recipe:
         evidence=evidence,
         raw=data,
         target=target_spec(path, data.get("target")),
+        quality=quality_spec(path, data.get("quality")),
     )
 
 

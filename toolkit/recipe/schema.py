@@ -109,6 +109,20 @@ class EvidenceTable(_Table):
     server_info: dict[str, Scalar] | None = Field(None, description="/server_info field -> value")
 
 
+class QualityTable(_Table):
+    """`[quality]`: the output check run in the same launch after the benchmark (toolkit.run.quality)."""
+
+    prompts: str | None = Field(None, description="a shipped prompt set (mixed-64, the default) or a JSONL file of {\"prompt\": ...} lines (relative to this file)")
+    max_tokens: int | None = Field(None, description="tokens generated per prompt, greedy (default 16)")
+    concurrency: list[int] | None = Field(None, description="points the prompts run at (default: the lowest and highest benchmark point the prompt count fills)")
+    logprobs: bool | None = Field(None, description="ask for logprobs and count non-finite ones as degenerate (default true)")
+    eval: str | None = Field(None, description="gate tier: an evaluation sglang's own harness knows, e.g. gsm8k")
+    eval_questions: int | None = Field(None, description="questions of the evaluation (default 200)")
+    min_accuracy: float | None = Field(None, description="the evaluation's one-sided Wilson lower bound must reach this")
+    max_drop: float | None = Field(None, description="largest accuracy drop against the reference (absolute, e.g. 0.02)")
+    dataset: str | None = Field(None, description="the evaluation's data file (relative to this file; default from $PATCHBENCH_DATA)")
+
+
 class RecipeFile(_Table):
     """One recipe file (`recipes/NAME.toml`), before `extends` merges it with its parent."""
 
@@ -126,6 +140,7 @@ class RecipeFile(_Table):
     target: TargetTable | None = None
     evidence: dict[str, EvidenceTable] | None = None
     matrix: dict[str, Any] | None = Field(None, description="lists of server.args.X / server.env.Y / benchmark.Z / patches.SRC values that expand to named variants NAME[k=v,...]; `exclude` and `include` lists of tables as in CI matrices (toolkit/recipe/matrix.py)")
+    quality: QualityTable | None = None
 
 
 def json_schema() -> dict:

@@ -153,3 +153,20 @@ class TargetSpec:
     gpu: str
     count: int = 1
     strict: bool = False  # an unresolved static check is an error, not a warning
+
+
+@dataclass(frozen=True)
+class QualitySpec:
+    """The recipe's `[quality]`: prompts (a resolved JSONL path), tokens per prompt, the points the
+    check runs at (None: derived from the benchmark's, `toolkit.run.quality.points`) and the
+    optional gate tier (`eval` through sglang's own evaluation)."""
+
+    prompts: Path
+    max_tokens: int = 16
+    concurrency: tuple[int, ...] | None = None
+    logprobs: bool = True
+    eval: str | None = None
+    eval_questions: int = 200
+    min_accuracy: float | None = None
+    max_drop: float | None = None
+    dataset: Path | None = None

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from toolkit.errors import BadInput
-from toolkit.recipe.spec import BenchSpec, BuildSpec, EvidenceSpec, ServerSpec, SourceSpec, TargetSpec
+from toolkit.recipe.spec import BenchSpec, BuildSpec, EvidenceSpec, QualitySpec, ServerSpec, SourceSpec, TargetSpec
 
 DRIVERS = ("serving", "one-batch")
 BUILD_MODES = ("full", "overlay")
@@ -190,3 +190,37 @@ def target_spec(path: Path, t: dict | None) -> TargetSpec | None:
     if not isinstance(strict, bool):
         raise BadInput(f"{path}: `target.strict` must be true or false, not {strict!r}")
     return TargetSpec(gpu=t["gpu"], count=count, strict=strict)
+
+
+def shipped_prompts(name: str) -> Path:
+    from toolkit.resources import DATA_DIR
+
+    return DATA_DIR / "prompts" / f"{name}.jsonl"
+
+
+def quality_spec(path: Path, t: dict | None) -> QualitySpec | None:
+    """`[quality]` -> QualitySpec (paths were made absolute by the loader); None without the table."""
+    if t is None:
+        return None
+    prompts = t.get("prompts", "mixed-64")
+    ppath = Path(prompts) if ("/" in prompts or prompts.endswith(".jsonl")) else shipped_prompts(prompts)
+    if not ppath.is_file():
+        raise BadInput(f"{path}: `quality.prompts`: {ppath} does not exist",
+                       hint="a shipped set (mixed-64) or a JSONL file of {\"prompt\": \"...\"} lines")
+    max_tokens = t.get("max_tokens", 16)
+    if max_tokens < 1:
+        raise BadInput(f"{path}: `quality.max_tokens` must be positive")
+    points = _int_list(path, "quality.concurrency", t["concurrency"]) if "concurrency" in t else None
+    for key in ("min_accuracy", "max_drop"):
+        if key in t and not 0.0 <= float(t[key]) <= 1.0:
+            raise BadInput(f"{path}: `quality.{key}` must be a fraction in [0, 1]")
+    if t.get("eval_questions", 1) < 1:
+        raise BadInput(f"{path}: `quality.eval_questions` must be positive")
+    if any(k in t for k in ("eval_questions", "min_accuracy", "max_drop", "dataset")) and not t.get("eval"):
+        raise BadInput(f"{path}: `quality` gate settings need `eval` (e.g. eval = \"gsm8k\")")
+    return QualitySpec(prompts=ppath.resolve(), max_tokens=max_tokens, concurrency=points,
+                       logprobs=t.get("logprobs", True), eval=t.get("eval"),
+                       eval_questions=t.get("eval_questions", 200),
+                       min_accuracy=None if "min_accuracy" not in t else float(t["min_accuracy"]),
+                       max_drop=None if "max_drop" not in t else float(t["max_drop"]),
+                       dataset=Path(t["dataset"]) if t.get("dataset") else None)

@@ -26,6 +26,7 @@ from toolkit.analysis.selection import Criteria, reduce, select
 from toolkit.analysis.where import where_by_recipe
 from toolkit.errors import BadInput
 from toolkit.analysis.provenance import run_env_differences
+from toolkit.report import quality_section
 from toolkit.report.plots import Plot, plots, speedup_ci, svg
 
 # -- the data of a report ---------------------------------------------------------------------------
@@ -61,6 +62,7 @@ class ReportData:
     selection: tuple[str, ...] = ()  # the runs, groups and dates used, one line per recipe
     where: dict = field(default_factory=dict)  # (recipe, metric) -> where it was measured (evidence metrics)
     legend: str = ""  # the verdict rule with the settings in force
+    quality: dict = field(default_factory=dict)  # variant -> answers' verdicts (toolkit.report.quality_section)
 
     @property
     def names(self) -> list[str]:
@@ -167,7 +169,8 @@ def collect(store: Any, recipes: Sequence[str], metrics_: Sequence[str] | None =
         values=values, rows=tuple(rows), differences=differences, notes=tuple(notes),
         generated_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         selection=tuple(sel.describe()), legend=stats.verdict_legend(min_effect=min_effect),
-        where=where_by_recipe(sel.runs))
+        where=where_by_recipe(sel.runs),
+        quality=quality_section.collect(sel) if len(names) >= 2 else {})
 
 # -- table contents shared by both renderers --------------------------------------------------------
 
@@ -230,6 +233,7 @@ def results_table(data: ReportData) -> tuple[list[str], list[list[str]]]:
                 else:
                     row = data.compare_row(r.name, metric, point)
                     speed, verdict = (_speedup_text(row), row.verdict) if row else ("-", "")
+                    verdict = quality_section.combined(verdict, quality_section.verdict_at(data.quality, r.name, point))
                 rows.append([f"{metric} ({unit})" if first and unit else (metric if first else ""),
                              _point_label(kind, point) if first else "", r.name, cell, str(s.n),
                              speed, verdict])
@@ -274,6 +278,7 @@ def render_markdown(data: ReportData, images: Sequence[tuple[str, str]] = ()) ->
     eff = efficiency_lines(data)
     if eff:
         lines += ["", "**Efficiency vs roofline:** " + "; ".join(eff)]
+    lines += quality_section.markdown(data.quality, data.baseline)
     if data.differences:
         lines += ["", "### What else differed", ""]
         for name, diffs in data.differences.items():
@@ -334,6 +339,7 @@ def render_html(data: ReportData, figures: Sequence[Plot] | None = None, svgs: S
         parts.append("<p><b>Efficiency vs roofline:</b> " + _esc("; ".join(eff)) + "</p>")
     parts += ["<h2>Plots</h2>", '<div class="plots">', *(svg(p.figure, p.title) for p in figures),
               *(x[x.find("<svg"):] for x in svgs), "</div>"]
+    parts += quality_section.html_section(data.quality, data.baseline)
     if data.differences:
         parts.append("<h2>What else differed</h2><ul>")
         for name, diffs in data.differences.items():

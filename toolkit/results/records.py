@@ -180,6 +180,12 @@ class RunRow:
         ev = (self.extra or {}).get("evidence") or {}
         return sorted(k for k, v in ev.items() if v == "missing") if isinstance(ev, dict) else []
 
+    @property
+    def broken_output(self) -> bool:
+        """The output check found degenerate answers (`extra["quality"]["status"] == "broken"`)."""
+        q = (self.extra or {}).get("quality") or {}
+        return isinstance(q, dict) and q.get("status") == "broken"
+
 
 @dataclass(frozen=True)
 class SampleRow:

@@ -98,6 +98,14 @@ _TABLE: list[Metric] = [
     _m("gpu_ecc_errors_new", "count", LOWER, "uncorrected ECC errors that appeared during the window"),
     _m("gpu_pcie_gen_min", "gen", HIGHER, "PCIe generation seen under load (the lowest GPU)"),
     _m("gpu_pcie_width_min", "lanes", HIGHER, "PCIe link width seen under load (the lowest GPU)"),
+    _m("answer_agreement", "share", HIGHER,
+       "share of the output check's prompts answered token for token as the reference run did", _SERVING),
+    _m("first_divergence", "tokens", HIGHER,
+       "median token index of the first difference from the reference run's answer (equal: its length)", _SERVING),
+    _m("output_sanity", "share", HIGHER,
+       "share of the output check's answers that are not degenerate (empty, one token repeated, "
+       "another prompt's answer, non-finite logprobs)", _SERVING),
+    _m("eval_accuracy", "share", HIGHER, "accuracy of sglang's own evaluation ([quality] eval, e.g. gsm8k)", None),
 ]
 
 METRICS: dict[str, Metric] = {m.name: m for m in _TABLE}

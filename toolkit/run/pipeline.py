@@ -2,7 +2,7 @@
 value and returns the next:
 
     Job -apply_trees-> Applied -ensure_env-> Built -static_check-> Prepared        (once per recipe)
-    Attempt -launch-> Launched -verify-> Verified -benchmark-> Measured
+    Attempt -launch-> Launched -verify-> Verified -benchmark-> Measured -quality-> Measured
             -check_evidence-> Measured -store-> run id                             (once per repeat)
 
 `prepare` runs the first three, `run_once` the rest inside `attempt.recorded`, the one place that
@@ -24,7 +24,7 @@ from typing import Callable
 from rich.console import Console
 from rich.markup import escape
 
-from toolkit.run import evidence, machine, metrics, reaper, server as srv
+from toolkit.run import evidence, machine, metrics, quality as output_check, reaper, server as srv
 from toolkit.run.attempt import Attempt, Prepared, RunInvalid, recorded, log_paths, signals_interrupt, supervise
 from toolkit.run.bench import Sample
 from toolkit.run.gpustate import record as gpu_record
@@ -215,6 +215,22 @@ def benchmark(verified: Verified) -> Measured:
     return Measured(verified, [*samples, *box], errors)
 
 
+@step("quality")
+def quality(measured: Measured) -> Measured:
+    """The recipe's `[quality]` output check in the same launch (toolkit.run.quality): answers stored
+    beside the logs, sanity/agreement samples; degenerate answers make the run `invalid`, a failed
+    check is noted and keeps the speed numbers."""
+    attempt, server = measured.verified.launched.attempt, measured.verified.launched.server
+    if attempt.prepared.recipe.quality is None or server is None:
+        return measured
+    samples, problems = output_check.check(attempt, server.url)
+    if attempt.prepared.recipe.quality.eval:  # the gate tier: sglang's own evaluation (toolkit.run.gate)
+        from toolkit.run import gate
+
+        samples += gate.run(attempt, server.host, server.port)
+    return Measured(measured.verified, [*measured.samples, *samples], [*measured.errors, *problems])
+
+
 @step("evidence")
 def check_evidence(measured: Measured) -> Measured:
     """Did every patch run in the live server? The recipe's `[evidence]` against the server log and
@@ -263,7 +279,7 @@ def store(value: Verified | Measured) -> str:
     return attempt.run_id
 
 
-STEPS = (apply_trees, ensure_env, static_check, launch, verify, benchmark, check_evidence, store)
+STEPS = (apply_trees, ensure_env, static_check, launch, verify, benchmark, quality, check_evidence, store)
 PREPARE_STEPS = STEPS[:3]
 MEASURE_STEPS = STEPS[3:]
 
@@ -301,6 +317,14 @@ def prepare(recipe: Recipe, home: Path, *, until: str = "store", frozen: bool = 
     """apply_trees -> ensure_env -> static_check (or fewer, with `until`). Raises PatchbenchError
     located at the failing step."""
     job = Job(recipe, home, console or Console(stderr=True), frozen, overrides, label, strict)
+    if recipe.quality is not None:  # a malformed prompts file is bad input before anything is built
+        from toolkit.run.prompts import load_prompts
+
+        load_prompts(recipe.quality.prompts)
+        if recipe.quality.eval and until not in ("apply", "build", "check"):
+            from toolkit.run.gate import dataset_path
+
+            dataset_path(recipe.quality)  # patchbench never downloads it: say where to get it
     timings: dict = {}
     value = job
     for fn in steps_until(until)[0]:

@@ -7,6 +7,9 @@ Generation: token i of a request is the word `VOCAB[(seed + 7919 * i) % len(VOCA
 is the CRC-32 of the prompt (its text, or its ids), and its text piece is " " + word. So the text of
 n generated tokens always holds exactly n words, and the same prompt always yields the same text.
 
+With the torch step on (`--mini-torch-step`), token i is instead what the step computed (the greedy
+lm_head index, `computed_id` / `computed_piece`): the text then depends on the computation.
+
 End of sequence: without `ignore_eos`, a request stops after `eos_position(seed)` tokens
 (1 + seed % 97) when that comes before `max_new_tokens` (finish_reason "stop"). With `ignore_eos`
 it always generates exactly `max_new_tokens`.
@@ -47,12 +50,24 @@ def token_word(seed: int, i: int) -> str:
 
 
 def token_id(seed: int, i: int) -> int:
-    return 3 + (seed + 7919 * i) % len(VOCAB)
+    """The id of generated token i: a hash of (seed, i), so different prompts' answers differ in ids
+    even where their words coincide (the words repeat every 512 seeds)."""
+    return 3 + zlib.crc32(f"{seed},{i}".encode()) % (VOCAB_SIZE - 3)
 
 
 def token_piece(seed: int, i: int) -> str:
     """The detokenized text of generated token i."""
     return " " + token_word(seed, i)
+
+
+def computed_id(index: int) -> int:
+    """The token id of lm_head index `index` (the torch step's greedy choice)."""
+    return 3 + index
+
+
+def computed_piece(index: int) -> str:
+    """The text of lm_head index `index`: a vocabulary word (several indices share a word)."""
+    return " " + VOCAB[index % len(VOCAB)]
 
 
 def eos_position(seed: int) -> int:

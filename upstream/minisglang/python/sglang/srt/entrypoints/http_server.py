@@ -194,6 +194,8 @@ class HttpServer:
         info["mini_cost_model"] = self.scheduler.cost.to_dict()
         info["mini_cost_module"] = os.path.abspath(cost_mod.__file__)
         info["mini_tokenizer"] = "whitespace-words-v1"
+        # where generated tokens come from: the torch step's greedy argmax, or the prompt's hash
+        info["mini_outputs"] = "torch-step" if self.scheduler.torch_step is not None else "prompt-hash"
         info["mini_child_pids"] = list(self.child_pids)
         info["mini_ready"] = self.ready
         return self._send_json(writer, 200, info, keep_alive)
@@ -301,10 +303,17 @@ class HttpServer:
         prompt = self._prompt(obj, "text")
         sp = obj.get("sampling_params") or {}
         max_new = int(sp.get("max_new_tokens", 128))
-        if max_new < 1:
-            raise BadRequest("max_new_tokens must be >= 1")
+        if max_new < 0:
+            raise BadRequest("max_new_tokens must be >= 0")
         stream = bool(obj.get("stream", False))
         rid = str(obj.get("rid") or uuid.uuid4().hex)
+        if max_new == 0 and not stream:  # a prefill only (sglang's frontend caches prefixes so)
+            from sglang.srt import mini_tokenizer as tok
+
+            return self._send_json(writer, 200, {"text": "", "output_ids": [], "meta_info": {
+                "id": rid, "finish_reason": {"type": "length", "length": 0},
+                "prompt_tokens": tok.count_tokens(prompt), "completion_tokens": 0, "cached_tokens": 0}},
+                keep_alive)
 
         def meta(r: Req, finished: bool) -> dict:
             m = {"id": r.rid, "finish_reason": r.finish_reason if finished else None,
@@ -332,7 +341,11 @@ class HttpServer:
         keep = await self._run(req, writer, keep_alive, stream=False)
         if req.aborted:
             return False
-        return self._send_json(writer, 200, {"text": req.text, "meta_info": meta(req, True)}, keep)
+        info = meta(req, True)
+        if obj.get("return_logprob"):
+            info["output_token_logprobs"] = [[lp, i, None] for lp, i in zip(req.logprobs, req.output_ids)]
+        return self._send_json(writer, 200, {"text": req.text, "output_ids": req.output_ids,
+                                             "meta_info": info}, keep)
 
     async def completions(self, body, writer, keep_alive):
         obj = self._parse_json(body)

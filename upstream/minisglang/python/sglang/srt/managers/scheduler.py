@@ -68,7 +68,7 @@ class Req:
     __slots__ = (
         "rid", "kind", "prompt_tokens", "max_new_tokens", "ignore_eos", "seed", "eos_at",
         "completion_tokens", "text", "created", "first_token_time", "token_times",
-        "finish_reason", "sink", "done", "is_probe", "aborted",
+        "finish_reason", "sink", "done", "is_probe", "aborted", "output_ids", "logprobs",
     )
 
     def __init__(self, rid: str, kind: str, prompt, max_new_tokens: int, ignore_eos: bool,
@@ -90,11 +90,28 @@ class Req:
         self.done: asyncio.Future = asyncio.get_running_loop().create_future()
         self.is_probe = is_probe
         self.aborted = False
+        self.output_ids: List[int] = []
+        self.logprobs: List[float] = []
 
-    def add_token(self, t: float) -> bool:
-        """Append one generated token at time t; return True when the request is finished."""
+    def step_row(self) -> tuple:
+        """(previous token, prompt seed, position): what the torch step computes this request's
+        next token from (the first token's "previous" is drawn from the prompt)."""
+        prev = self.output_ids[-1] if self.output_ids else self.seed
+        return (prev, self.seed, self.completion_tokens)
+
+    def add_token(self, t: float, computed: Optional[tuple] = None) -> bool:
+        """Append one generated token at time t (`computed`: (lm_head index, logprob) from the torch
+        step; else the tokenizer's word for the prompt); return True when the request is finished."""
         i = self.completion_tokens
-        self.text += tok.token_piece(self.seed, i)
+        if computed is None:
+            self.text += tok.token_piece(self.seed, i)
+            self.output_ids.append(tok.token_id(self.seed, i))
+            self.logprobs.append(0.0)
+        else:
+            index, logprob = computed
+            self.text += tok.computed_piece(index)
+            self.output_ids.append(tok.computed_id(index))
+            self.logprobs.append(float(logprob))
         self.completion_tokens = i + 1
         self.token_times.append(t)
         if self.first_token_time is None:
@@ -184,7 +201,7 @@ class Scheduler:
                 cost = self.cost.decode_step_s(len(batch))
 
             deadline += cost
-            self._forward(kind, batch)
+            tokens = self._forward(kind, batch)
             await _sleep_until(deadline)
             if self.profiler is not None:
                 self.profiler.end_step(kind)
@@ -192,22 +209,24 @@ class Scheduler:
             self.trace_steps.append((t, kind, len(batch), cost, t - prev_end))
             prev_end = t
             if kind == "prefill":
-                self._emit(batch, t, prefill=True)
+                self._emit(batch, t, prefill=True, tokens=tokens)
                 self._log_prefill(batch)
             else:
-                self._emit(batch, t, prefill=False)
+                self._emit(batch, t, prefill=False, tokens=tokens)
                 self._decode_steps += 1
                 if self._decode_steps % DECODE_LOG_INTERVAL == 0:
                     self._log_decode()
 
-    def _forward(self, kind: str, batch: List[Req]) -> None:
+    def _forward(self, kind: str, batch: List[Req]) -> Optional[list]:
         """The step's real work (with --mini-torch-step) inside the profiler's step span; the cost
-        model's deadline then paces it: a step lasts max(real work, cost)."""
+        model's deadline then paces it: a step lasts max(real work, cost). With the torch step, the
+        tokens it computed (one (index, logprob) per request of the batch), else None."""
         if self.profiler is not None:
             tokens = sum(r.prompt_tokens for r in batch) if kind == "prefill" else len(batch)
             self.profiler.begin_step(kind, len(batch), tokens)
-        if self.torch_step is not None:
-            self.torch_step.run(len(batch))
+        if self.torch_step is not None and batch:
+            return self.torch_step.run(len(batch), [r.step_row() for r in batch])
+        return None
 
     def _room(self) -> float:
         if self.max_running_requests is None:
@@ -230,14 +249,14 @@ class Scheduler:
             tokens += r.prompt_tokens
         return batch
 
-    def _emit(self, batch: List[Req], t: float, prefill: bool) -> None:
+    def _emit(self, batch: List[Req], t: float, prefill: bool, tokens: Optional[list] = None) -> None:
         interval = self.stream_interval
         still_running: List[Req] = [] if not prefill else self.running
-        for r in batch:
+        for j, r in enumerate(batch):
             if r.aborted:
                 self._finish(r, aborted=True)
                 continue
-            finished = r.add_token(t)
+            finished = r.add_token(t, tokens[j] if tokens else None)
             self.total_generated_tokens += 1
             alive = True
             if r.sink is not None and (finished or r.completion_tokens % interval == 0

@@ -7,7 +7,16 @@ shapes of a small MoE transformer for each running sequence:
     per layer:  rmsnorm -> qkv projection (GEMM) -> attention over a KV cache (two batched matmuls and
                 a softmax) -> o projection (GEMM) -> all-reduce stand-in -> rmsnorm -> router GEMM +
                 top-k -> for each selected expert: gate_up GEMM, silu_and_mul, down GEMM
-    then:       lm_head GEMM -> sampling (softmax, multinomial)
+    then:       lm_head GEMM (over the last layer's expert output) -> sampling (softmax, multinomial)
+
+Given the running requests (`rows`: each one's previous token, prompt seed and position), the step
+also *decides their tokens*: each row's input is the embedding of its previous token plus a
+position vector drawn from its prompt seed (other bits of it than the first token's), and its next token is the greedy argmax of the lm_head
+(returned with its log-probability). So the text the server returns depends on this computation:
+a patch that changes the expert GEMMs changes the answers, and one that zeroes them makes every
+row's logits zero (argmax 0: one token repeated). Each row is computed independently of the others
+(its KV cache is the same fixed block whatever the batch), so a correct step answers the same at
+batch 1 and batch 16, up to floating-point differences between GEMM shapes.
 
 Each piece runs inside a `torch.profiler.record_function` scope named after the sglang kernel
 family it stands for (`mini::...`), so a profiler trace of the miniature reads like one of sglang's:
@@ -65,6 +74,10 @@ class TorchStep:
                 "down": [w(EXPERT_INTERMEDIATE, HIDDEN) for _ in range(N_EXPERTS)],
             })
         self.lm_head = w(HIDDEN, VOCAB)
+        self.embed = torch.randn(VOCAB, HIDDEN, generator=g).to(self.device, dtype)
+        self.position = torch.randn(VOCAB, HIDDEN, generator=g).to(self.device, dtype)
+        kv = (1, HEADS, KV_CONTEXT, HIDDEN // HEADS)
+        self.kv = tuple(torch.randn(*kv, generator=g).to(self.device, dtype) for _ in range(2))
         self.inputs = {}  # batch -> (hidden states, K cache, V cache), made on first use
 
     def _inputs(self, batch: int):
@@ -83,13 +96,24 @@ class TorchStep:
             var = x.pow(2).mean(-1, keepdim=True)
             return x * self.torch.rsqrt(var + 1e-6) * weight
 
-    def run(self, batch: int) -> None:
+    def _row_inputs(self, rows):
+        """Hidden states of real rows: embedding of the previous token + a position vector."""
+        t = self.torch
+        prev = t.tensor([r[0] % VOCAB for r in rows], device=self.device)
+        pos = t.tensor([(r[1] // VOCAB + 7919 * r[2]) % VOCAB for r in rows], device=self.device)
+        x = self.embed[prev] + self.position[pos]
+        k_cache, v_cache = (c.expand(len(rows), -1, -1, -1) for c in self.kv)
+        return x, k_cache, v_cache
+
+    def run(self, batch: int, rows=None):
+        """One step for `batch` sequences. With `rows` ((previous token, prompt seed, position) per
+        sequence): return each row's greedy token (an lm_head index) and its log-probability."""
         if batch < 1:
-            return
+            return []
         t = self.torch
         rf = t.profiler.record_function
         with t.inference_mode():
-            x, k_cache, v_cache = self._inputs(batch)
+            x, k_cache, v_cache = self._inputs(batch) if rows is None else self._row_inputs(rows)
             for layer in self.layers:
                 h = self._rmsnorm(x, layer["norm1"])
                 with rf("mini::dense_gemm_bf16[qkv_proj]"):
@@ -121,9 +145,13 @@ class TorchStep:
                     out = t.stack((out, out)).sum(0) * 0.5
                 x = x + out
             with rf("mini::dense_gemm_bf16[lm_head]"):
-                logits = self._rmsnorm(x, self.layers[-1]["norm1"]) @ self.lm_head
+                logits = self._rmsnorm(out, self.layers[-1]["norm1"]) @ self.lm_head
             with rf("mini::sampling"):
-                probs = t.softmax(logits.float(), dim=-1)
-                t.multinomial(probs, 1)
+                logp = t.log_softmax(logits.float(), dim=-1)
+                t.multinomial(logp.exp(), 1)
+                best, token = logp.max(dim=-1)
             if self.device.type == "cuda":
                 t.cuda.synchronize()
+            if rows is None:
+                return None
+            return list(zip(token.tolist(), best.tolist()))

@@ -1,0 +1,143 @@
+"""The quality verdicts of a selection: stored answers (each run's `quality.json`, written by
+toolkit.run.quality) -> toolkit.analysis.quality.judge per variant and point. Reads files; the runs
+are the ones toolkit.analysis.selection chose (the baseline of the selection is the reference).
+
+`verdicts(sel)` -> {variant: {point: QualityVerdict}} (empty when no run of the variant ran the
+check); `self_verdict(runs)`: a recipe against itself (its newest launch against the others);
+`examples(sel, variant, point)`: the first prompts where the variant departed, both answers side by side.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Sequence
+
+from toolkit.analysis.quality import FAILED, Launch, QualityVerdict, judge
+from toolkit.results.records import RunRow
+
+
+def _artifact(run: RunRow) -> dict | None:
+    path = ((run.extra or {}).get("quality") or {}).get("artifact")
+    try:
+        return json.loads(Path(path).read_text()) if path else None
+    except (OSError, ValueError):
+        return None
+
+
+def status(run: RunRow) -> str | None:
+    return ((run.extra or {}).get("quality") or {}).get("status")
+
+
+def launches(runs: Sequence[RunRow], *, sane_only: bool) -> dict[int, list[Launch]]:
+    """Per point, one Launch per run that stored answers there (`sane_only`: runs whose check was ok)."""
+    out: dict[int, list[Launch]] = {}
+    for run in runs:
+        if sane_only and status(run) != "ok":
+            continue
+        art = _artifact(run)
+        if not art:
+            continue
+        for point, rows in (art.get("points") or {}).items():
+            out.setdefault(int(point), []).append(Launch(
+                run.run_id, tuple(tuple(r["ids"]) for r in rows), tuple(r.get("degenerate") for r in rows),
+                bool(art.get("informative", True)), art.get("why")))
+    return out
+
+
+def _failed(runs: Sequence[RunRow]) -> str | None:
+    reasons = [((r.extra or {}).get("quality") or {}).get("reason") for r in runs if status(r) == "failed"]
+    return reasons[-1] if reasons else None
+
+
+def judge_runs(reference: Sequence[RunRow], candidate: Sequence[RunRow], *,
+               alpha: float = 0.05) -> dict[int, QualityVerdict]:
+    ref = launches(reference, sane_only=True)
+    cand = launches(candidate, sane_only=False)
+    if not cand:
+        why = _failed(candidate)
+        return {0: QualityVerdict(0, FAILED, f"{FAILED}: {why}")} if why else {}
+    return {p: judge(p, ref.get(p, []), cand[p], alpha=alpha) for p in sorted(cand)}
+
+
+def verdicts(sel, *, alpha: float = 0.05) -> dict[str, dict[int, QualityVerdict]]:
+    base = sel.recipes[0]
+    return {v: judge_runs(sel.runs[base], sel.runs[v], alpha=alpha) for v in sel.recipes[1:]}
+
+
+def self_verdict(runs: Sequence[RunRow], *, alpha: float = 0.05) -> dict[int, QualityVerdict]:
+    """A recipe against its own variation: the newest launch with answers against the others."""
+    with_answers = [r for r in runs if _artifact(r)]
+    if len(with_answers) < 2:
+        return {}
+    return judge_runs(with_answers[:-1], with_answers[-1:], alpha=alpha)
+
+
+def examples(sel, variant: str, point: int, verdict: QualityVerdict, limit: int = 3) -> list[dict]:
+    """The first prompts where `variant` departed at `point`: prompt, reference answer, variant answer."""
+    ref = next((a for a in map(_artifact, reversed(sel.runs[sel.recipes[0]])) if a), None)
+    cand = next((a for a in map(_artifact, reversed(sel.runs[variant])) if a), None)
+    if not ref or not cand:
+        return []
+    r_rows, c_rows = ref["points"].get(str(point)) or [], cand["points"].get(str(point)) or []
+    texts = cand.get("prompt_text") or {}
+    indices = verdict.divergent or tuple(i for i, row in enumerate(c_rows) if row.get("degenerate"))
+    out = []
+    for i in indices[:limit]:
+        if i < len(r_rows) and i < len(c_rows):
+            pid = c_rows[i]["id"]
+            out.append({"id": pid, "prompt": texts.get(pid, ""), "reference": r_rows[i]["text"],
+                        "variant": c_rows[i]["text"]})
+    return out
+
+
+def lines(answers: dict) -> list[str]:
+    """One line per variant and quality point: "VARIANT c=16: broken output (...)"."""
+    return [f"{v} c={p}: {q.text}" if p else f"{v}: {q.text}" for v, per in answers.items() for p, q in per.items()]
+
+
+def meter_verdicts(store, log: Sequence, names: Sequence[str]) -> dict[str, dict[int, QualityVerdict]]:
+    """attribute/bisect: each measured prefix (`log`: (label, env key, values, run ids), label
+    "prefixK") against the base (prefix0), keyed "+K NAME"."""
+    runs = {label: store.runs(run_ids=ids) for label, _, _, ids in log}
+    base = runs.get("prefix0")
+    if not base:
+        return {}
+    out = {}
+    for label, rows in runs.items():
+        if label.startswith("prefix") and label != "prefix0":
+            k = int(label[len("prefix"):])
+            name = names[k - 1] if 0 < k <= len(names) else label
+            verdicts_k = judge_runs(base, rows)
+            if verdicts_k:
+                out[f"+{k} {name}"] = verdicts_k
+    return out
+
+
+_RANK = ("broken output", "answers changed", "check failed", "not informative", "too few launches", "same answers")
+
+
+def worst(per: dict[int, QualityVerdict]) -> str | None:
+    """The worst verdict over a variant's quality points (broken > changed > ... > same)."""
+    found = [q.verdict for q in per.values()]
+    return next((v for v in _RANK if v in found), None)
+
+
+def _eval(run: RunRow) -> dict | None:
+    return ((run.extra or {}).get("quality") or {}).get("eval")
+
+
+def gate_verdicts(sel) -> dict:
+    """{variant: GateVerdict} for variants whose newest run ran the gate tier (thresholds from its recipe)."""
+    from toolkit.analysis.gate import judge as judge_gate
+
+    base = sel.recipes[0]
+    ref = next((e for e in map(_eval, reversed(sel.runs[base])) if e), None)
+    out = {}
+    for v in sel.recipes[1:]:
+        cand = next((e for e in map(_eval, reversed(sel.runs[v])) if e), None)
+        if cand is None:
+            continue
+        spec = (sel.newest(v).recipe_resolved or {}).get("quality") or {}
+        out[v] = judge_gate(cand, ref, min_accuracy=spec.get("min_accuracy"), max_drop=spec.get("max_drop"))
+    return out

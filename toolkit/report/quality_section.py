@@ -1,0 +1,77 @@
+"""The report's quality section: per variant and quality point, the answers' verdict against the
+baseline (toolkit.analysis.quality_runs) and the first divergent prompts side by side (the
+baseline's answer and the variant's). Pure rendering over what `collect` read."""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+from toolkit.analysis import quality, quality_runs
+
+
+def collect(sel) -> dict:
+    """{variant: [{"point", "verdict", "text", "examples": [{id, prompt, reference, variant}]}]}."""
+    out: dict = {}
+    for variant, per in quality_runs.verdicts(sel).items():
+        out[variant] = [{"point": p, "verdict": q.verdict, "text": q.text,
+                         "examples": quality_runs.examples(sel, variant, p, q) if p else []}
+                        for p, q in per.items()]
+    return {v: items for v, items in out.items() if items}
+
+
+def verdict_at(data: dict, variant: str, point: int) -> str | None:
+    """The answers' verdict at `point`, else a broken/changed one of another point (named)."""
+    items = data.get(variant, [])
+    here = next((i["verdict"] for i in items if i["point"] == point), None)
+    if here is not None:
+        return here
+    bad = sorted((i for i in items if i["verdict"] in ("broken output", "answers changed")),
+                 key=lambda i: i["verdict"] != "broken output")
+    return f"{bad[0]['verdict']} (at c={bad[0]['point']})" if bad else None
+
+
+def _short(text: str, n: int = 160) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= n else text[: n - 3] + "..."
+
+
+def markdown(data: dict, baseline: str) -> list[str]:
+    if not data:
+        return []
+    lines = ["", "### Answers (output check)", ""]
+    for variant, items in data.items():
+        for item in items:
+            where = f" at c={item['point']}" if item["point"] else ""
+            lines.append(f"- **{variant}**{where}: {item['text']}")
+            if item["examples"]:
+                lines += ["", "  | prompt | " + baseline + " | " + variant + " |", "  |---|---|---|"]
+                lines += [f"  | {_short(e['prompt'], 80)} | {_short(e['reference'])} | {_short(e['variant'])} |"
+                          .replace("\n", " ") for e in item["examples"]]
+                lines.append("")
+    lines += ["", quality.legend() + "."]
+    return lines
+
+
+def html_section(data: dict, baseline: str) -> list[str]:
+    if not data:
+        return []
+    esc = lambda s: html.escape(str(s), quote=True)  # noqa: E731
+    parts = ["<h2>Answers (output check)</h2><ul>"]
+    for variant, items in data.items():
+        for item in items:
+            where = f" at c={item['point']}" if item["point"] else ""
+            parts.append(f"<li><b>{esc(variant)}</b>{esc(where)}: {esc(item['text'])}")
+            if item["examples"]:
+                parts.append(f'<table class="answers"><thead><tr><th>prompt</th><th>{esc(baseline)}</th>'
+                             f"<th>{esc(variant)}</th></tr></thead><tbody>")
+                parts += [f"<tr><td>{esc(e['prompt'])}</td><td>{esc(e['reference'])}</td><td>{esc(e['variant'])}</td></tr>"
+                          for e in item["examples"]]
+                parts.append("</tbody></table>")
+            parts.append("</li>")
+    parts.append(f'</ul><p class="note">{esc(quality.legend())}.</p>')
+    return parts
+
+
+def combined(verdict: str, q: Any) -> str:
+    return f"{verdict}, {q}" if q and verdict else verdict

@@ -1,0 +1,183 @@
+"""The output check: the recipe's `[quality]` prompts through the live server, after the benchmark,
+in the same launch (effects: HTTP requests, `quality.json` in the run's directory, the run's
+`extra["quality"]`).
+
+Every prompt goes to sglang's native `POST /generate` (the API the serving benchmark drives; it is
+the one that returns the generated token ids), greedy (`temperature` 0; the server runs with its
+recipe's `--random-seed`), `max_new_tokens = max_tokens`, with `return_logprob` when asked, at each
+quality point (at most `c` requests in flight). Stored per run:
+
+- `quality.json` beside the run's logs: per point, each prompt's output token ids, text and
+  whether its logprobs were finite (the artifact the verdict and the report read);
+- samples at each point (toolkit.run.metrics): `output_sanity` (share of non-degenerate answers,
+  toolkit.run.answers), and against the reference (the newest run of the recipe's `compare_to`
+  holding answers to the same prompts; for a baseline, its own previous launch) `answer_agreement`
+  and `first_divergence`;
+- `extra["quality"]`: status `ok`, `broken` (some answers degenerate: the run is stored `invalid`,
+  whatever its speed), or `failed` (a request failed or the server died: the reason is kept, the
+  speed numbers stay), the artifact's path, and whether the outputs can tell anything at all
+  (`informative`; the miniature without its torch step makes text from a hash of the prompt).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+
+from toolkit.recipe.spec import BenchSpec, QualitySpec
+from toolkit.run import answers, metrics
+from toolkit.run.bench import Sample
+from toolkit.run.prompts import Prompt, digest, load_prompts
+
+ARTIFACT = "quality.json"
+NOT_INFORMATIVE = ("the miniature without its torch step makes its text from a hash of the prompt, not from any "
+                   "computation: no patch can change it (the torch step, --mini-torch-step, makes it real)")
+
+
+class QualityFailed(Exception):
+    """A request of the check failed (the reason is stored; the speed numbers stay)."""
+
+
+def points(spec: QualitySpec, bench: BenchSpec, n_prompts: int) -> tuple[int, ...]:
+    """The recipe's quality points, else the lowest and highest benchmark point the prompts can fill."""
+    if spec.concurrency:
+        return tuple(spec.concurrency)
+    pts = bench.concurrency if bench.driver == "serving" else bench.batch_sizes
+    fill = sorted(c for c in pts if c <= n_prompts) or [1]
+    return tuple(sorted({fill[0], fill[-1]}))
+
+
+def informative(info: dict) -> tuple[bool, str | None]:
+    """Whether answers depend on what the server computes ((False, why) for the hash-text miniature)."""
+    if info.get("mini_outputs") == "prompt-hash" or ("mini_tokenizer" in info and "mini_outputs" not in info):
+        return False, NOT_INFORMATIVE
+    return True, None
+
+
+async def _one(session, url: str, prompt: Prompt, spec: QualitySpec) -> dict:
+    import aiohttp
+
+    body = {"text": prompt.prompt, "stream": False,
+            "sampling_params": {"temperature": 0.0, "max_new_tokens": spec.max_tokens}}
+    if spec.logprobs:
+        body["return_logprob"] = True
+    try:
+        async with session.post(url + "/generate", json=body) as resp:
+            text = await resp.text()
+            if resp.status != 200:
+                raise QualityFailed(f"prompt {prompt.id}: HTTP {resp.status}: {' '.join(text.split())[:200]}")
+    except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+        raise QualityFailed(f"prompt {prompt.id}: {type(exc).__name__}: {exc}") from None
+    data = json.loads(text)
+    meta = data.get("meta_info") or {}
+    ids = data.get("output_ids")
+    lps = meta.get("output_token_logprobs")
+    if ids is None and lps:  # older servers: the ids only inside the logprobs
+        ids = [row[1] for row in lps]
+    if ids is None:
+        raise QualityFailed(f"prompt {prompt.id}: the server returned no output token ids")
+    out = {"id": prompt.id, "ids": [int(i) for i in ids], "text": data.get("text", "")}
+    if spec.logprobs:
+        out["logprobs"] = [None if row[0] is None else float(row[0]) for row in (lps or [])]
+    return out
+
+
+async def _point(url: str, prompts: list[Prompt], spec: QualitySpec, c: int, timeout_s: float) -> list[dict]:
+    import aiohttp
+
+    sem = asyncio.Semaphore(c)
+
+    async def bounded(session, p):
+        async with sem:
+            return await _one(session, url, p, spec)
+
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as session:
+        return list(await asyncio.gather(*(bounded(session, p) for p in prompts)))
+
+
+def ask(url: str, spec: QualitySpec, pts: tuple[int, ...], prompts: list[Prompt], timeout_s: float) -> dict:
+    """Answers per point: {point: [answer per prompt]}. Raises QualityFailed."""
+    return {c: asyncio.run(_point(url, prompts, spec, c, timeout_s)) for c in pts}
+
+
+def _logprobs(rows: list[dict]):
+    return [r.get("logprobs") for r in rows] if rows and "logprobs" in rows[0] else None
+
+
+def reference_answers(store, recipe: str, prompts_digest: str, max_tokens: int, exclude: str) -> tuple[str, dict] | None:
+    """(run id, artifact) of the newest ok run of `recipe` with answers to the same prompts."""
+    for run in store.runs(recipe=recipe, status="ok", newest_first=True):
+        q = (run.extra or {}).get("quality") or {}
+        if run.run_id == exclude or q.get("status") != "ok":
+            continue
+        art = read_artifact(q.get("artifact"))
+        if art and art.get("prompts_digest") == prompts_digest and art.get("max_tokens") == max_tokens:
+            return run.run_id, art
+    return None
+
+
+def read_artifact(path) -> dict | None:
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def check(attempt, url: str) -> tuple[list[Sample], list[str]]:
+    """Run the check for `attempt` (an toolkit.run.attempt.Attempt) against `url`: write the
+    artifact, set `attempt.extra["quality"]`, return the samples and the problems that make the run
+    invalid (degenerate output)."""
+    recipe = attempt.prepared.recipe
+    spec = recipe.quality
+    prompts = load_prompts(spec.prompts)
+    pts = points(spec, recipe.benchmark, len(prompts))
+    ok, why = informative(attempt.info)
+    summary: dict = {"status": "ok", "points": list(pts), "prompts": str(spec.prompts), "informative": ok,
+                     "why": why}
+    attempt.extra["quality"] = summary
+    t0 = time.monotonic()
+    try:
+        got = ask(url, spec, pts, prompts, recipe.benchmark.timeout_s)
+    except QualityFailed as exc:
+        summary.update(status="failed", reason=str(exc))
+        attempt.console.print(f"[yellow]{attempt.title}[/]: output check failed: {exc} (speed numbers kept)")
+        return [], []
+    path = attempt.run_dir / ARTIFACT
+    art = {"prompts": str(spec.prompts), "prompts_digest": digest(prompts), "max_tokens": spec.max_tokens,
+           "informative": ok, "why": why, "prompt_text": {p.id: p.prompt for p in prompts},
+           "points": {str(c): rows for c, rows in got.items()}}
+    ref = reference_answers(attempt.store, recipe.compare_to or recipe.name, art["prompts_digest"],
+                            spec.max_tokens, attempt.run_id)
+    samples: list[Sample] = []
+    problems: list[str] = []
+    share = metrics.unit_of
+    for c, rows in got.items():
+        ids = [r["ids"] for r in rows]
+        flags = answers.degenerate(ids, _logprobs(rows))
+        for r, f in zip(rows, flags):
+            r["degenerate"] = f
+        sane = sum(f is None for f in flags) / len(flags)
+        samples.append(Sample("output_sanity", sane, share("output_sanity"), c, "concurrency"))
+        if sane < 1.0:
+            bad = [f for f in flags if f]
+            problems.append(f"broken output at concurrency {c}: {len(bad)} of {len(flags)} answers degenerate "
+                            f"({', '.join(sorted(set(bad)))})")
+        ref_rows = ((ref[1].get("points") or {}).get(str(c)) if ref else None)
+        if ref_rows and len(ref_rows) == len(rows):
+            ref_ids = [r["ids"] for r in ref_rows]
+            samples.append(Sample("answer_agreement", answers.agreement(ids, ref_ids),
+                                  share("answer_agreement"), c, "concurrency"))
+            samples.append(Sample("first_divergence", answers.median_first_divergence(ids, ref_ids),
+                                  share("first_divergence"), c, "concurrency"))
+    path.write_text(json.dumps(art))
+    attempt.logs["quality"] = path
+    summary.update(artifact=str(path), reference_run=ref[0] if ref else None,
+                   seconds=round(time.monotonic() - t0, 3))
+    if problems:
+        summary.update(status="broken", reason="; ".join(problems))
+    attempt.console.print(f"[bold]{attempt.title}[/]: output check of {len(prompts)} prompts at "
+                          f"c={','.join(map(str, pts))}: {summary['status']}"
+                          + ("" if ok else " (not informative: text from a hash of the prompt)"))
+    return samples, problems
