@@ -147,3 +147,21 @@ def test_editing_a_child_benchmark_says_the_benchmarks_differ_then_counts_the_ne
     notes = "\n".join(out["notes"])
     assert "2 run(s) of an older [benchmark] of mine/quick left out: points [1, 2] (now [1]), warmup 1 (now 2)" in notes, notes
     assert "2 run(s) of an older [benchmark] of mine/quick left out: warmup 1 (now 2)" in notes, notes
+
+
+@pytest.mark.slow
+def test_profile_runs_never_move_compare(demo, capsys):
+    """A profile run (under the profiler's overhead, no repeats) is stored and shown, never counted."""
+    small = ('[benchmark]\nconcurrency = [4]\noutput_len = 8\nnum_prompts = 8\nrepeats = 2\n'
+             '[quality]\nconcurrency = [1]\nmax_tokens = 4\n')
+    _recipe(demo, "mine/tb", 'extends = "demo/torch-baseline"\ncompare_to = "mine/tb"\n' + small)
+    _recipe(demo, "mine/ts", 'extends = "demo/torch-small-experts"\ncompare_to = "mine/tb"\n' + small)
+    assert main(["run", "mine/tb", "mine/ts"]) == 0
+    rc, before = _json(capsys, ["compare", "mine/tb", "mine/ts", "--metric", "output_tok_s"])
+    assert rc == 0
+    assert main(["profile", "mine/tb", "--steps", "5"]) == 0
+    profiled = [r for r in Store().runs(recipe="mine/tb") if r.kind == "profile"]
+    assert len(profiled) == 1 and profiled[0].status == "ok"
+    rc, after = _json(capsys, ["compare", "mine/tb", "mine/ts", "--metric", "output_tok_s"])
+    assert rc == 0 and after["runs"] == before["runs"] and after["rows"] == before["rows"]
+    assert profiled[0].run_id not in after["runs"]["mine/tb"]
