@@ -12,6 +12,10 @@ from pathlib import Path
 import pytest
 from filelock import FileLock
 
+# The CLI's tables and paths as on a wide terminal, in every worker: pytest-xdist's workers get
+# COLUMNS=80, where the long tmp paths wrap and what a test finds in the output would depend on it.
+os.environ["COLUMNS"] = "200"
+
 from toolkit.tree.applied import AppliedTree
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

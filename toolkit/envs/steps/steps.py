@@ -24,7 +24,12 @@ def _tail(path: Path, n: int = TAIL_LINES) -> str:
     except OSError:
         return ""
     lines = [ln for ln in lines if ln.strip()]
-    return "\n".join("    " + ln[:300] for ln in lines[-n:])
+    tail = lines[-n:]
+    # the first error line (the cause; what follows it is often advice) even when the tail is past it
+    first = next((ln for ln in lines if ln.lstrip().lower().startswith("error")), None)
+    if first is not None and first not in tail:
+        tail = [first, "..."] + tail
+    return "\n".join("    " + ln[:300] for ln in tail)
 
 
 class Steps:
