@@ -235,6 +235,20 @@ def base_torch_python() -> Path:
 
 
 
+@pytest.fixture(scope="session")
+def bare_python(tmp_path_factory) -> Path:
+    """A venv of this Python with nothing installed (no torch, whatever the test runner's env has):
+    the stdlib-only miniature runs there as on a machine without the optional packages."""
+    from toolkit.envs import uv_bin
+
+    root = tmp_path_factory.mktemp("bare-venv")
+    subprocess.run([uv_bin(), "venv", "-q", "--no-config", "--clear", "--python", sys.executable, str(root)],
+                   check=True)
+    py = root / "bin" / "python"
+    assert subprocess.run([str(py), "-c", "import torch"], capture_output=True).returncode != 0
+    return py
+
+
 def demo_project(tmp_path: Path, monkeypatch) -> Path:
     """A scratch project holding the demo recipes, their patches and the miniature, as a user's own
     clone would (the current directory; recipes/ found from there)."""
