@@ -29,6 +29,9 @@ from pathlib import Path
 
 import pytest
 
+# The patched routing check (`routed`, a module fixture) runs once: these tests share one worker.
+pytestmark = pytest.mark.xdist_group("oea")
+
 from conftest import REPO_ROOT, TEST_CACHE, git
 from sglang_cpu import sglang_cpu_python
 
