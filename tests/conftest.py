@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -233,6 +234,21 @@ def base_torch_python() -> Path:
     return py
 
 
+
+
+def once_per_run(tmp_path_factory, name: str, produce):
+    """`produce()` (a JSON value) computed once per test run however many pytest-xdist workers ask:
+    the first computes it under a FileLock in the run's own temp directory (shared by its workers),
+    the others read it. Nothing outlives the run: every run computes it afresh."""
+    base = tmp_path_factory.getbasetemp()
+    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # workers: pytest-N/popen-gwK
+    path = root / f"once-{name}.json"
+    with FileLock(str(path) + ".lock"):
+        if path.is_file():
+            return json.loads(path.read_text())
+        value = produce()
+        path.write_text(json.dumps(value))
+        return value
 
 
 @pytest.fixture(scope="session")
