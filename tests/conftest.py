@@ -62,6 +62,10 @@ def pytest_addoption(parser):
 
 def pytest_collection_modifyitems(config, items):
     if config.getoption("--slow") or os.environ.get("PATCHBENCH_SLOW") == "1":
+        # The slow tests (minutes each: real artifacts, compiles) first, so that parallel workers
+        # do not start one when the rest of the suite is nearly done (a stable sort: same order in
+        # every xdist worker).
+        items.sort(key=lambda item: "slow" not in item.keywords)
         return
     skip = pytest.mark.skip(reason="slow: run with --slow (CI does)")
     for item in items:
