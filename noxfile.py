@@ -8,6 +8,7 @@ the toolkit; each recipe's envs are patchbench's (content-addressed under $PATCH
 from __future__ import annotations
 
 import json
+import os
 import tomllib
 from pathlib import Path
 
@@ -35,14 +36,25 @@ def _machine_pip_sources(session: nox.Session) -> list[str]:
     return json.loads(out.strip().splitlines()[-1])
 
 
+def _test_workers() -> str:
+    """pytest-xdist workers: twice the usable CPUs, at least 4, at most 16. The tests mostly wait
+    (on miniature servers, their paced steps, builds), so more workers than cores finish sooner."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return str(min(16, max(4, 2 * cpus)))
+
+
 @nox.session(python="3.11")
 def tests(session: nox.Session) -> None:
-    """The test suite (add `-- --slow` for real PyPI artifacts and CUTLASS compiles)."""
+    """The test suite in parallel (add `-- --slow` for real PyPI artifacts and CUTLASS compiles,
+    `-- -n 0` for one process)."""
     _toolkit(session, "test")
     # CPU torch from the machine's pip sources: the OEA tests run the patched sglang routing. uv does
     # not read pip's config, so the toolkit's own reading of it (toolkit.envs.pip_sources) is passed.
     session.install(*_machine_pip_sources(session), "torch==2.13.0")
-    session.run("pytest", *session.posargs, env={"PATCHBENCH_REQUIRE_TORCH": "1"})
+    # Each test has its own PATCHBENCH_HOME (the `home` fixture); tests sharing one costly fixture
+    # carry an xdist_group mark and run on one worker. A later -n in posargs wins.
+    session.run("pytest", "-n", _test_workers(), "--dist", "loadgroup", "--durations", "15", *session.posargs,
+                env={"PATCHBENCH_REQUIRE_TORCH": "1"})
 
 
 @nox.session(python="3.11")

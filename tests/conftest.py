@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -11,6 +12,10 @@ from pathlib import Path
 
 import pytest
 from filelock import FileLock
+
+# The CLI's tables and paths as on a wide terminal, in every worker: pytest-xdist's workers get
+# COLUMNS=80, where the long tmp paths wrap and what a test finds in the output would depend on it.
+os.environ["COLUMNS"] = "200"
 
 from toolkit.tree.applied import AppliedTree
 
@@ -57,6 +62,10 @@ def pytest_addoption(parser):
 
 def pytest_collection_modifyitems(config, items):
     if config.getoption("--slow") or os.environ.get("PATCHBENCH_SLOW") == "1":
+        # The slow tests (minutes each: real artifacts, compiles) first, so that parallel workers
+        # do not start one when the rest of the suite is nearly done (a stable sort: same order in
+        # every xdist worker).
+        items.sort(key=lambda item: "slow" not in item.keywords)
         return
     skip = pytest.mark.skip(reason="slow: run with --slow (CI does)")
     for item in items:
@@ -229,6 +238,35 @@ def base_torch_python() -> Path:
     return py
 
 
+
+
+def once_per_run(tmp_path_factory, name: str, produce):
+    """`produce()` (a JSON value) computed once per test run however many pytest-xdist workers ask:
+    the first computes it under a FileLock in the run's own temp directory (shared by its workers),
+    the others read it. Nothing outlives the run: every run computes it afresh."""
+    base = tmp_path_factory.getbasetemp()
+    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # workers: pytest-N/popen-gwK
+    path = root / f"once-{name}.json"
+    with FileLock(str(path) + ".lock"):
+        if path.is_file():
+            return json.loads(path.read_text())
+        value = produce()
+        path.write_text(json.dumps(value))
+        return value
+
+
+@pytest.fixture(scope="session")
+def bare_python(tmp_path_factory) -> Path:
+    """A venv of this Python with nothing installed (no torch, whatever the test runner's env has):
+    the stdlib-only miniature runs there as on a machine without the optional packages."""
+    from toolkit.envs import uv_bin
+
+    root = tmp_path_factory.mktemp("bare-venv")
+    subprocess.run([uv_bin(), "venv", "-q", "--no-config", "--clear", "--python", sys.executable, str(root)],
+                   check=True)
+    py = root / "bin" / "python"
+    assert subprocess.run([str(py), "-c", "import torch"], capture_output=True).returncode != 0
+    return py
 
 
 def demo_project(tmp_path: Path, monkeypatch) -> Path:

@@ -11,9 +11,10 @@ import subprocess
 import sys
 import time
 
+import psutil
 import pytest
 
-from test_verified_runs import _alive_servers, proj, recipe  # noqa: F401  (proj is a fixture)
+from test_verified_runs import _alive_servers, _client_connected, proj, recipe  # noqa: F401  (proj: a fixture)
 from toolkit.cli import main
 from toolkit.results.store import Store
 
@@ -40,12 +41,24 @@ def _wait_mid_benchmark(cli, home):
             if (home / "results.sqlite").exists() else []
         for r in runs:
             log = home / "runs" / r.run_id / "server.log"
-            if log.exists() and "ready to roll" in log.read_text(errors="replace"):
-                time.sleep(2.0)  # inside the benchmark: its warmup request alone takes 400 x 40 ms
+            # ready, and the benchmark's client connected (its warmup request alone takes 400 x 40 ms)
+            if log.exists() and "ready to roll" in log.read_text(errors="replace") and _benchmarking(home):
                 return r.run_id
         time.sleep(0.2)
     out, err = cli.communicate(timeout=10) if cli.poll() is not None else ("", "")
     raise AssertionError(f"the benchmark never started: {err[-2000:]}")
+
+
+def _benchmarking(home) -> bool:
+    """Whether a server of `home` (not its supervisor) has a client connected."""
+    for p in _alive_servers(str(home / "envs")):
+        try:
+            argv = " ".join(p.cmdline())
+            if "sglang.launch_server" in argv and "supervisor.py" not in argv and _client_connected(p):
+                return True
+        except psutil.Error:
+            pass
+    return False
 
 
 def _gone_within(home, seconds: float) -> list:

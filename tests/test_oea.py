@@ -18,6 +18,7 @@ Slow run (--slow): the same check inside the real `oea` env (`patchbench build o
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import logging
@@ -29,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO_ROOT, TEST_CACHE, git
+from conftest import REPO_ROOT, TEST_CACHE, git, once_per_run
 from sglang_cpu import sglang_cpu_python
 
 E, K, K0, TOKENS = 256, 8, 4, 16
@@ -103,8 +104,14 @@ def _recipe_env() -> dict:
 
 @pytest.fixture(scope="module")
 def routed(torch, sglang_tree, tmp_path_factory) -> dict:
-    """The check's result: sglang's real select_experts, patched and unpatched, on CPU."""
-    tree = sglang_tree
+    """The check's result: sglang's real select_experts, patched and unpatched, on CPU. Run once per
+    test run (the tests that read it may sit on several xdist workers), keyed on the tree and check."""
+    key = hashlib.sha256((git(sglang_tree.path, "rev-parse", "HEAD") + CHECK.read_text()).encode()).hexdigest()
+    return once_per_run(tmp_path_factory, f"oea-routed-{key[:16]}",
+                        lambda: _run_check(sglang_tree, tmp_path_factory))
+
+
+def _run_check(tree, tmp_path_factory) -> dict:
     py = sglang_cpu_python(tree.project_dir)
     upstream = tmp_path_factory.mktemp("upstream") / "topk.py"
     rel = (tree.project_dir / TOPK_PY).relative_to(tree.path).as_posix()

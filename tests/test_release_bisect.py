@@ -8,6 +8,7 @@ import math
 import sys
 
 import pytest
+from filelock import FileLock
 
 from conftest import REPO_ROOT, TEST_CACHE
 from toolkit.cli import main
@@ -17,9 +18,16 @@ sys.path.insert(0, str(REPO_ROOT / "upstream"))
 import mini_releases  # noqa: E402
 
 
+def _releases(name: str, plant: str, at: str) -> dict:
+    """The miniature's releases under TEST_CACHE, built by one test process at a time (xdist)."""
+    TEST_CACHE.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(TEST_CACHE / f"{name}.lock")):
+        return mini_releases.build(TEST_CACHE / name, plant=plant, at=at)
+
+
 @pytest.fixture(scope="module")
 def gain_releases():
-    return mini_releases.build(TEST_CACHE / "mini-releases-gain", plant="gain", at="0.1.5")
+    return _releases("mini-releases-gain", "gain", "0.1.5")
 
 
 def _bisect(monkeypatch, capsys, meta, *extra) -> dict:
@@ -52,7 +60,7 @@ def test_bisect_names_the_release_that_brought_the_gain_then_its_commit(home, mo
 
 @pytest.mark.slow
 def test_bisect_names_a_planted_regression_by_default(home, monkeypatch, capsys):
-    meta = mini_releases.build(TEST_CACHE / "mini-releases-regression", plant="regression", at="0.1.3")
+    meta = _releases("mini-releases-regression", "regression", "0.1.3")
     out = _bisect(monkeypatch, capsys, meta)
     assert out["culprit_label"] == "0.1.3"
 

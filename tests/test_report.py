@@ -158,15 +158,32 @@ def test_report_cli_writes_markdown_and_html(db, tmp_path, capsys):
 CHROMIUM = "/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else shutil.which("chromium")
 
 
-@pytest.mark.skipif(not CHROMIUM, reason="no chromium to render the page with")
+def _chromium(*args: str, profile: Path) -> str:
+    """Headless Chromium with a profile of its own (parallel tests each start one); its stdout."""
+    return subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", f"--user-data-dir={profile}",
+                           *args], check=True, capture_output=True, text=True, timeout=120).stdout
+
+
+@pytest.mark.skipif(not CHROMIUM, reason="no chromium to render the page with (apt-get install chromium)")
 def test_report_html_renders_in_chromium(db, tmp_path):
     out = tmp_path / "out"
     assert main(["report", "base", "fast", "--store", str(db), "-o", str(out)]) == 0
+    page = out / "report.html"
+    # The DOM the browser built from the page: every inline SVG parsed, with its title and series.
+    source, rendered = Page(), Page()
+    source.feed(page.read_text())
+    rendered.feed(_chromium("--dump-dom", page.as_uri(), profile=tmp_path / "profile"))
+    assert rendered.svgs and [(s["title"], s["series"]) for s in rendered.svgs] == \
+        [(s["title"], s["series"]) for s in source.svgs]
+    assert rendered.tables == source.tables >= 2
+    # ... and painted: the screenshot has the plots' coloured lines and bars, not a blank page.
+    import matplotlib.image
+
     png = tmp_path / "shot.png"
-    subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu",
-                    f"--screenshot={png}", "--window-size=1200,2400", (out / "report.html").as_uri()],
-                   check=True, capture_output=True, timeout=120)
-    assert png.exists() and png.stat().st_size > 1000
+    _chromium(f"--screenshot={png}", "--window-size=1200,2400", page.as_uri(), profile=tmp_path / "profile")
+    rgb = matplotlib.image.imread(png)[..., :3]
+    coloured = (rgb.max(axis=-1) - rgb.min(axis=-1)) > 0.3  # saturated pixels: series colours, not text
+    assert rgb.shape[:2] == (2400, 1200) and coloured.sum() > 1000
 
 
 def test_single_recipe_has_no_comparisons(db, tmp_path):

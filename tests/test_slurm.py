@@ -18,6 +18,9 @@ from slurm_cluster import SlurmCluster, unavailable
 from test_analysis_e2e import mini  # noqa: F401  (fixture: a git copy of the miniature upstream)
 from toolkit.results.store import Store
 
+# One Slurm cluster (a session fixture) for all of them: on one pytest-xdist worker.
+pytestmark = pytest.mark.xdist_group("slurm")
+
 DEMO = ["demo/baseline", "demo/fast", "demo/slow"]
 PROVENANCE = ("recipe", "repeat", "env_key", "bench_key", "gpu_key", "sglang_version", "flashinfer_version")
 MACHINE = ("host", "gpus", "gpu_key", "driver", "cuda", "topology", "cpu")

@@ -18,6 +18,7 @@ import zipfile
 from pathlib import Path, PurePosixPath
 
 import pytest
+from filelock import FileLock
 
 from conftest import git_run, pip_download
 from toolkit.envs.steps import flashinfer_sources as fk
@@ -152,9 +153,10 @@ def _pip_download(args: list[str], dest: Path) -> None:
 def flashinfer_sdist() -> Path:
     cache = _cache_dir() / "sdist"
     path = cache / SDIST_NAME
-    if not path.is_file():
-        cache.mkdir(parents=True, exist_ok=True)
-        _pip_download(["--no-binary", "flashinfer-python", SDIST_REQ], cache)
+    with FileLock(str(_cache_dir() / "sdist.lock")):  # parallel test processes download it once
+        if not path.is_file():
+            cache.mkdir(parents=True, exist_ok=True)
+            _pip_download(["--no-binary", "flashinfer-python", SDIST_REQ], cache)
     assert sha256_file(path) == SDIST_SHA256, f"{path} is not the flashinfer-python 0.7.2 sdist"
     return path
 
@@ -196,7 +198,13 @@ def _cuda_version(nvcc: Path) -> tuple[int, int]:
 
 def _from_wheel(cache: Path, requirement: str, marker: str) -> Path:
     """Download this platform's wheel of `requirement`, extract the directory holding the member
-    that ends in `marker` (all of it: headers include their siblings) and return that member."""
+    that ends in `marker` (all of it: headers include their siblings) and return that member.
+    One test process at a time (parallel workers share the cache)."""
+    with FileLock(str(cache / "wheels.lock")):
+        return _from_wheel_unlocked(cache, requirement, marker)
+
+
+def _from_wheel_unlocked(cache: Path, requirement: str, marker: str) -> Path:
     wheels = cache / "wheels"
     wheels.mkdir(parents=True, exist_ok=True)
     name = requirement.split("=")[0].split("<")[0].split(">")[0].replace("-", "_")

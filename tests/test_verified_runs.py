@@ -105,6 +105,13 @@ def _alive_servers(marker: str) -> list[psutil.Process]:
     return out
 
 
+def _client_connected(server: psutil.Process) -> bool:
+    """Whether a client holds an established connection to one of `server`'s listening ports."""
+    conns = getattr(server, "net_connections", server.connections)(kind="tcp")  # psutil < 6: connections
+    ports = {c.laddr.port for c in conns if c.status == psutil.CONN_LISTEN}
+    return any(c.status == psutil.CONN_ESTABLISHED and c.laddr.port in ports for c in conns)
+
+
 def test_crash_mid_sweep_is_recorded_and_sweep_goes_on(proj, home, capsys):
     crash = recipe(proj, "crashes", extra_args="mini-crash-after-requests = 3")
     fine = recipe(proj, "fine")
@@ -167,14 +174,17 @@ def test_server_killed_mid_sweep(proj, home, tmp_path):
     while victim is None and time.monotonic() < deadline and cli.poll() is None:
         for p in _alive_servers(str(home / "envs")):
             try:
-                if "sglang.launch_server" in " ".join(p.cmdline()) and p.children():
+                argv = " ".join(p.cmdline())
+                # the server itself (not its supervisor, whose argv names it too), with its child up and
+                # the benchmark's client connected: mid-benchmark
+                if ("sglang.launch_server" in argv and "supervisor.py" not in argv and p.children()
+                        and _client_connected(p)):
                     victim = p
                     break
             except psutil.Error:
                 pass
-        time.sleep(0.2)
+        time.sleep(0.05)
     assert victim is not None, "the first server never came up"
-    time.sleep(1.0)  # mid-benchmark
     os.kill(victim.pid, signal.SIGKILL)
     out, err = cli.communicate(timeout=300)
     assert cli.returncode == 1, err
@@ -182,6 +192,7 @@ def test_server_killed_mid_sweep(proj, home, tmp_path):
     store = Store(home / "results.sqlite")
     by_recipe = {store.get_run(rid).recipe: store.get_run(rid) for _, rid in runs}
     assert by_recipe["killed"].status == "failed" and by_recipe["killed"].log_tail
+    assert "code -9" in by_recipe["killed"].error  # the server's own signal, passed on by its supervisor
     assert by_recipe["after"].status == "ok"
     assert _alive_servers(str(home / "envs")) == []
 

@@ -89,7 +89,8 @@ def main(argv: list[str]) -> int:
         code = child.poll()
         if code is not None:
             if code < 0:
-                signal.signal(-code, signal.SIG_DFL)
+                if -code not in (signal.SIGKILL, signal.SIGSTOP):  # those two take no handler
+                    signal.signal(-code, signal.SIG_DFL)
                 os.kill(os.getpid(), -code)
             return code
         if _stop or os.getppid() != parent:

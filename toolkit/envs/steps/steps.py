@@ -25,9 +25,11 @@ def _tail(path: Path, n: int = TAIL_LINES) -> str:
         return ""
     lines = [ln for ln in lines if ln.strip()]
     tail = lines[-n:]
-    # the first line that names an error, when the tail (a tool's closing advice) does not hold it
-    first = next((ln for ln in lines[:-n] if "error" in ln.lower()), None)
-    return "\n".join("    " + ln[:300] for ln in ([first, "    ..."] if first else []) + tail)
+    # the first error line (the cause; what follows it is often advice) even when the tail is past it
+    first = next((ln for ln in lines if ln.lstrip().lower().startswith("error")), None)
+    if first is not None and first not in tail:
+        tail = [first, "..."] + tail
+    return "\n".join("    " + ln[:300] for ln in tail)
 
 
 class Steps:
