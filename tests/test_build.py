@@ -56,6 +56,17 @@ def pb_home(tmp_path) -> Path:
     return h
 
 
+@pytest.fixture
+def norm_home(pb_home) -> Path:
+    """A PATCHBENCH_HOME whose compiler cache is shared by the tests that compile FlashInfer's norm
+    module for sm_120a (one xdist group, so they run one after the other): the second gets ccache
+    hits, as a second env of a real campaign does, instead of minutes of nvcc."""
+    shared = TEST_CACHE / "ccache-flashinfer-norm"
+    shared.mkdir(parents=True, exist_ok=True)
+    (pb_home / "ccache").symlink_to(shared, target_is_directory=True)
+    return pb_home
+
+
 def nvcc_object(tmp_path: Path, arches, name="k") -> Path:
     src = tmp_path / f"{name}.cu"
     src.write_text("__global__ void k(float* x) { x[threadIdx.x] += 1.0f; }\n")
@@ -357,7 +368,9 @@ def _flashinfer_overlay(base: Path, kernels: tuple = ()) -> tuple[AppliedTree, B
 @pytest.mark.slow
 @needs_nvcc
 @pytest.mark.timeout(1500)
-def test_flashinfer_sdist_tree_overlay_with_norm_compiled_for_12_0a(pb_home):
+@pytest.mark.xdist_group("flashinfer-norm")
+def test_flashinfer_sdist_tree_overlay_with_norm_compiled_for_12_0a(norm_home):
+    pb_home = norm_home
     base = base_torch_python()
     tree, spec = _flashinfer_overlay(base, kernels=("norm",))
     c = quiet()
@@ -392,7 +405,9 @@ def test_flashinfer_sdist_tree_overlay_with_norm_compiled_for_12_0a(pb_home):
 @pytest.mark.slow
 @needs_nvcc
 @pytest.mark.timeout(1500)
-def test_only_the_matching_translation_units_of_a_module_are_compiled(pb_home):
+@pytest.mark.xdist_group("flashinfer-norm")
+def test_only_the_matching_translation_units_of_a_module_are_compiled(norm_home):
+    pb_home = norm_home
     tree, spec = _flashinfer_overlay(base_torch_python())
     env = ensure_env([tree], spec, pb_home, recipe="fi-only", console=quiet())
     built = envs.build_kernel_units(env, spec, ["norm"], "norm.cu", home=pb_home, console=quiet())

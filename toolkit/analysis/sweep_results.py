@@ -51,6 +51,20 @@ def _runs_at(o: Outcome, point: int) -> list[str]:
     return o.points.get(point, [])
 
 
+def _answers(store: Store, default: Outcome, o: Outcome) -> str | None:
+    """The worst answers' verdict of a variant against the default configuration over its quality
+    points (toolkit.analysis.quality_runs), None without a declared [quality]; its broken runs
+    (stored invalid) count here."""
+    from toolkit.analysis import quality_runs
+
+    def ids(x: Outcome) -> list[str]:
+        return list(dict.fromkeys([*x.runs, *(r for rs in x.points.values() for r in rs)]))
+
+    broken = [r for r in store.runs(recipe=o.name, status="invalid") if quality_runs.status(r) == "broken"]
+    per = quality_runs.judge_runs(store.runs(run_ids=ids(default)), [*store.runs(run_ids=ids(o)), *broken])
+    return quality_runs.worst(per)
+
+
 def rows(store: Store, outcomes: Sequence[Outcome], metric: str, *, sla: Sequence[Bound] = (),
          point: int | None = None) -> list[Row]:
     """The measured outcomes ranked (best first), outcomes[0] being the default configuration."""
@@ -63,7 +77,10 @@ def rows(store: Store, outcomes: Sequence[Outcome], metric: str, *, sla: Sequenc
         at = o.search.best if sla else point
         runs = _runs_at(o, at)
         xs = values(store, runs, metric, at)
+        answers = _answers(store, default, o) if o is not default else None
         if not xs:
+            if answers == "broken output":  # every run invalid: shown, never ranked as a result
+                out.append(Row(o.name, at, math.nan, (math.nan, math.nan), 0, "broken output (runs invalid)", None))
             continue
         m, lo, hi = mean_ci(xs)
         verdict, change = "-", None
@@ -72,14 +89,16 @@ def rows(store: Store, outcomes: Sequence[Outcome], metric: str, *, sla: Sequenc
         if o is not default and base:
             c = stats.compare_values(base, xs, higher_is_better=hib, unit=metrics.unit_of(metric))
             verdict, change = c.verdict, c.change_pct
+        if answers:  # "faster, answers changed" never reads as a plain win
+            verdict = f"{verdict}, {answers}"
         elif o is default:
             verdict = "default"
         out.append(Row(o.name, at, m, (lo, hi), len(xs), verdict, change))
     sign = -1 if hib is not False else 1
     if sla:
-        out.sort(key=lambda r: (-(r.point or 0), sign * (r.mean if not math.isnan(r.mean) else 0)))
+        out.sort(key=lambda r: (math.isnan(r.mean), -(r.point or 0), sign * (r.mean if not math.isnan(r.mean) else 0)))
     else:
-        out.sort(key=lambda r: sign * r.mean)
+        out.sort(key=lambda r: (math.isnan(r.mean), sign * (r.mean if not math.isnan(r.mean) else 0)))
     return out
 
 

@@ -63,6 +63,8 @@ def run(args) -> int:
             for key, values in rows:
                 console.print(f"  {key}: {' | '.join(values)}", markup=False, highlight=False)
         err.print(f"stopped after `{args.until}` as asked")
+    if result.get("bad_input"):  # a recipe refused as bad input (e.g. --strict-check): exit 2, as alone
+        return 2
     if result["failed"]:
         return 1
     statuses = {store.get_run(rid).status for _, rid in result["runs"]}

@@ -1,5 +1,6 @@
 """The tracked history of one recipe, source and metric, in upstream order: one entry per point `track`
-visited, with the mean of its ok runs' values (one value per run, `toolkit.analysis.selection`) or the
+visited, with the mean of the values of its runs that count (one value per run; verified benchmark runs
+of one run identity, `toolkit.analysis.selection`) or the
 reason it has none (the stack did not apply, the build or every run failed). Reads the store only.
 
 Only runs on one kind of machine count (the GPU key of the newest ok run): a history mixing GPUs
@@ -11,7 +12,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from toolkit.analysis.selection import values_at
+from toolkit.analysis.selection import Criteria, choose, values_at
 from toolkit.errors import BadInput
 from toolkit.history.track import RECORDS, point_of, tracked
 from toolkit.run.metrics import MetricSpec
@@ -69,6 +70,22 @@ def _bench_point(store: Store, run_ids: list[str], metric: str) -> int | None:
     return points[0] if points else None
 
 
+def _counted(store: Store, runs: list, metric: str) -> list[str]:
+    """The runs of one point that count (toolkit.analysis.selection: verified benchmark runs with
+    samples of `metric`, the newest run identity), oldest first."""
+    import dataclasses
+
+    if not runs:
+        return []
+    rows = [dataclasses.replace(r, recipe="point") for r in runs]
+    try:
+        sel = choose(rows, ["point"], Criteria(prefer_group=False), metrics=[metric],
+                     measured=store.measured_metrics([r.run_id for r in rows]))
+    except BadInput:  # MissingResults included: nothing counts at this point
+        return []
+    return sel.run_ids("point")
+
+
 def load_history(store: Store, recipe: str, source: str, spec: MetricSpec, stack: str | None = None) -> History:
     """The series (BadInput when nothing was tracked, or the runs lack the metric or point)."""
     runs = tracked(store, recipe, source, stack)
@@ -96,7 +113,7 @@ def load_history(store: Store, recipe: str, source: str, spec: MetricSpec, stack
         p = point_of(rs[-1])
         e = Entry(pid, p["id"] if p.get("kind") == "release" else pid[:12], p.get("kind", "commit"),
                   int(p.get("order", 0)), p.get("date"), p.get("tag"))
-        good = [r.run_id for r in rs if r.status == "ok" and r.gpu_key == gpu]
+        good = _counted(store, [r for r in rs if r.gpu_key == gpu], spec.metric)
         if good:
             e.values = values_at(store.samples(good, metric=spec.metric), spec.metric, point, good)
             e.run_ids = good

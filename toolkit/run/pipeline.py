@@ -397,6 +397,7 @@ def run_sweep(recipes: list[Recipe], *, home: Path, store: Store, repeats: int |
     group_id = uuid.uuid4().hex[:12]
     prepared: list[Prepared] = []
     failed: list[tuple[str, str]] = []
+    bad_input: list[str] = []  # recipes refused as bad input (exit 2 once the others are measured)
     for recipe in recipes:
         try:
             prepared.append(prepare(recipe, home, until=until, frozen=frozen, console=console, strict=strict))
@@ -405,8 +406,10 @@ def run_sweep(recipes: list[Recipe], *, home: Path, store: Store, repeats: int |
             if isinstance(exc, BadInput) and len(recipes) == 1:
                 raise
             failed.append((recipe.name, str(exc)))
+            if isinstance(exc, BadInput):
+                bad_input.append(recipe.name)
             console.print(f"[red]error[/]: {escape(str(exc))}")
-    result = {"group_id": group_id, "runs": [], "failed": failed,
+    result = {"group_id": group_id, "runs": [], "failed": failed, "bad_input": bad_input,
               "resolved": {p.name: p.check.resolved_config for p in prepared if p.check}}
     if until in ("apply", "build", "check"):
         return result
