@@ -414,7 +414,7 @@ def test_only_the_matching_translation_units_of_a_module_are_compiled(norm_home)
     (unit,) = built["norm"]["objects"]
     assert unit["source"].endswith("/norm.cu") and unit["object"].endswith("norm.cuda.o")
     assert unit["arches"] == ["sm_120a"] and (env.path / unit["object"]).is_file()
-    assert built["norm"]["seconds"] > 0
+    assert built["norm"]["seconds"] >= 0  # timed (a compiler-cache hit can round to 0.0 s)
     assert not list(env.path.rglob("norm.so"))  # nothing linked, nothing installed
     assert "kernels" not in envs.find_env(pb_home, env.key).manifest or \
         "norm" not in envs.find_env(pb_home, env.key).manifest["kernels"]
