@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from conftest import demo_project
+from conftest import MINI_RECIPE, demo_project
 from toolkit.analysis.pareto import Point, dominated_variants, front
 from toolkit.analysis.sla import Bisection, max_points, parse_bound, search
 from toolkit.cli import main
@@ -18,17 +18,7 @@ from toolkit.recipe.load import expand_recipe, load_recipe
 from toolkit.recipe.matrix import variants_of
 from toolkit.results.store import Store
 
-BASE = """
-description = "base"
-[sources.mini]
-git = "@UPSTREAM@"
-rev = "v1"
-package_dir = "python"
-[server.args]
-tp-size = 2
-[benchmark]
-concurrency = [1, 2]
-"""
+BASE = MINI_RECIPE  # the `project` fixture's recipe (tests/conftest.py)
 
 
 def _names(recipe) -> list[str]:
