@@ -44,12 +44,16 @@ def sentence(row: dict) -> str:
         return f"{row['label']} {row['ms']:.2f} ms (no roofline floor)"
     if row["beyond"]:
         return f"{row['label']} {row['ms']:.2f} ms, below its floor {row['floor_ms']:.3f} ms: {INPUTS_WRONG}"
+    if not row["floor_ms"]:  # e.g. an all-reduce at TP1: the roofline needs none of this time
+        return f"{row['label']} {row['ms']:.2f} ms with a zero floor (the layout needs none of it)"
     return f"{row['label']} {row['ms']:.2f} ms vs floor {row['floor_ms']:.3f} ms: {row['pct_of_floor']:.1f}%"
 
 
 def _pct(row: dict) -> str:
     if row["pct_of_floor"] is None:
         return "-"
+    if not row["floor_ms"] and not row["beyond"]:
+        return "zero floor"
     return "beyond the floor: inputs wrong" if row["beyond"] else f"{row['pct_of_floor']:.1f}%"
 
 
