@@ -87,6 +87,11 @@ def test_unresolved_check_warns_is_not_remembered_and_fails_when_strict(tmp_path
 
     path.write_text(RECIPE + '[target]\ngpu = "h100"\nstrict = true\n')
     assert main(["run", str(path), "--until", "check"]) == 2
+    # beside a recipe that passes: the other is checked, and the refusal still exits 2
+    fine = root / "recipes" / "fine.toml"
+    fine.write_text(RECIPE + '[server.env]\nSGLANG_FAKE_PLATFORM = "1"\n')
+    assert main(["run", str(path), str(fine), "--until", "check"]) == 2
+    assert "static check passed" in capsys.readouterr().err
 
     # [server.env] is set for the probe: resolution runs, the check passes and is remembered
     path.write_text(RECIPE + '[server.env]\nSGLANG_FAKE_PLATFORM = "1"\n')
