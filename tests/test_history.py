@@ -63,7 +63,9 @@ def _env(monkeypatch, meta) -> None:
 def _json(capsys, argv: list[str]) -> tuple[int, dict]:
     capsys.readouterr()
     rc = main([*argv, "--json"])
-    return rc, json.loads(capsys.readouterr().out)
+    cap = capsys.readouterr()
+    assert cap.out.strip(), f"{' '.join(argv)} printed no JSON (exit {rc}): {cap.err[-1500:]}"
+    return rc, json.loads(cap.out)
 
 
 # -- Otava on synthetic series --------------------------------------------------------------------

@@ -9,8 +9,6 @@ check); `self_verdict(runs)`: a recipe against itself (its newest launch against
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Sequence
 
 from toolkit.analysis.quality import FAILED, Launch, QualityVerdict, judge
@@ -18,11 +16,9 @@ from toolkit.results.records import RunRow
 
 
 def _artifact(run: RunRow) -> dict | None:
-    path = ((run.extra or {}).get("quality") or {}).get("artifact")
-    try:
-        return json.loads(Path(path).read_text()) if path else None
-    except (OSError, ValueError):
-        return None
+    from toolkit.run.quality import read_artifact
+
+    return read_artifact(((run.extra or {}).get("quality") or {}).get("artifact"))
 
 
 def status(run: RunRow) -> str | None:

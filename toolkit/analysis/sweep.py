@@ -91,9 +91,9 @@ def reusable_runs(store: Store, recipe: Recipe, env_key: str | None = None) -> l
     from toolkit.analysis.selection import Criteria, MissingResults, select
     from toolkit.errors import BadInput
     from toolkit.run.identity import expected_identity, recipe_definition
-    from toolkit.run.machine import gpu_key, gpus
+    from toolkit.run.machine import this_gpu_key
 
-    ident = expected_identity(recipe, env_key, gpu_key(gpus())) if env_key else None
+    ident = expected_identity(recipe, env_key, this_gpu_key()) if env_key else None
     try:
         sel = select(store, [recipe.name], Criteria(identity=ident, prefer_group=False),
                      current={recipe.name: recipe_definition(recipe)})

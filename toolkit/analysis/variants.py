@@ -116,9 +116,9 @@ class VariantMeter:
     def gpu_key(self) -> str:
         """The GPUs of this machine, as runs store them."""
         if self._gpu_key is None:
-            from toolkit.run.machine import gpu_key, gpus
+            from toolkit.run.machine import this_gpu_key
 
-            self._gpu_key = gpu_key(gpus())
+            self._gpu_key = this_gpu_key()
         return self._gpu_key
 
     def _values(self, run_ids: list[str]) -> list[float]:

@@ -4,7 +4,6 @@ baseline. Runs are chosen as `compare` chooses them (the same options widen the 
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from toolkit.commands.common import definitions, known_recipes, console, home_of, store_of
@@ -27,12 +26,6 @@ def add_arguments(parser) -> None:
     add_selection_arguments(parser)
 
 
-def _write(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-
-
 def _kernel_bars(store, recipes, out: Path) -> tuple[Path, Path] | None:
     """The stacked bar of step time by kernel family for recipes with stored profiles (PNG, SVG)."""
     from toolkit.profile.families import load_families
@@ -51,14 +44,15 @@ def _kernels_only(args, out: Path) -> int:
     """report.md / report.html holding only the kernel tables (the recipes have no stored runs)."""
     from toolkit.errors import BadInput
     from toolkit.report.kernels import kernel_section
+    from toolkit.report.plots import write_text
 
     title = args.title or f"Kernel tables: {' vs '.join(args.recipes)}"
     try:
         out.mkdir(parents=True, exist_ok=True)
         kern = kernel_section(home_of(args), list(args.recipes), out)
         md, page = out / "report.md", out / "report.html"
-        _write(md, f"## {title}\n" + "\n".join(kern.markdown) + "\n")
-        _write(page, f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{title}</title></head>'
+        write_text(md, f"## {title}\n" + "\n".join(kern.markdown) + "\n")
+        write_text(page, f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{title}</title></head>'
                      f"<body><h1>{title}</h1>\n{kern.html}\n</body></html>\n")
     except OSError as exc:
         raise BadInput(f"cannot write the report to {out}: {exc.strerror or exc}") from None
@@ -71,7 +65,7 @@ def run(args) -> int:
     from toolkit.analysis.selection import criteria_from_args
     from toolkit.errors import BadInput
     from toolkit.report.document import collect, render_html, render_markdown
-    from toolkit.report.plots import plots, write_png
+    from toolkit.report.plots import plots, write_png, write_text
 
     store = store_of(args)
     known_recipes(store, list(args.recipes))
@@ -99,8 +93,8 @@ def run(args) -> int:
         from toolkit.report.kernels import kernel_section  # stored `patchbench kernels` tables, if any
 
         kern = kernel_section(home_of(args), list(args.recipes), out)
-        _write(md, render_markdown(data, images).rstrip("\n") + "\n".join(kern.markdown) + "\n")
-        _write(page, render_html(data, figures, svgs).replace("</body></html>", kern.html + "\n</body></html>"))
+        write_text(md, render_markdown(data, images).rstrip("\n") + "\n".join(kern.markdown) + "\n")
+        write_text(page, render_html(data, figures, svgs).replace("</body></html>", kern.html + "\n</body></html>"))
     except OSError as exc:
         raise BadInput(f"cannot write the report to {out}: {exc.strerror or exc}") from None
     for line in data.selection:

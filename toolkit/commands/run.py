@@ -67,6 +67,6 @@ def run(args) -> int:
         return 2
     if result["failed"]:
         return 1
-    statuses = {store.get_run(rid).status for _, rid in result["runs"]}
+    statuses = {r.status for r in store.runs(run_ids=[rid for _, rid in result["runs"]])}
     return 0 if statuses <= {"ok"} else 1
 

@@ -96,7 +96,7 @@ def load_history(store: Store, recipe: str, source: str, spec: MetricSpec, stack
     gpu = ok[-1].gpu_key if ok else None
     counted = [r for r in ok if r.gpu_key == gpu]
     ids = [r.run_id for r in counted]
-    have = {s.metric for s in store.samples(ids)} if ids else set()
+    have = set().union(*store.measured_metrics(ids).values()) if ids else set()
     if ids and spec.metric not in have:
         raise BadInput(f"--metric {spec.metric}: the tracked runs of {recipe} have no such metric",
                        hint=f"they have: {', '.join(sorted(have))}")

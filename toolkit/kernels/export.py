@@ -22,6 +22,7 @@ import math
 import uuid
 from pathlib import Path
 
+from toolkit.kernels.records import _safe  # one file-safe name rule for kernel files
 from toolkit.kernels.registry import OPS, OpSpec
 from toolkit.kernels.table import rows
 
@@ -38,10 +39,6 @@ def _finite(x):
     if isinstance(x, (list, tuple)):
         return [_finite(v) for v in x]
     return x
-
-
-def _safe(text: str) -> str:
-    return "".join(ch if ch.isalnum() or ch in "._-" else "_" for ch in text)
 
 
 def definition_name(op: OpSpec, dims: dict) -> str:

@@ -19,6 +19,7 @@ from rich.table import Table
 from toolkit.analysis import stats
 from toolkit.kernels.floor import floor, gpu_of
 from toolkit.kernels.registry import OPS, flops
+from toolkit.roofline import get_gpu
 
 WRONG = "wrong output"
 FIXED = "fixed (baseline wrong)"
@@ -54,6 +55,7 @@ class Row:
 def rows(record: dict) -> list[Row]:
     op = OPS.get(record["op"])
     gpu = gpu_of(record.get("recipe_resolved") or {})
+    gpu = get_gpu(gpu) if (op and gpu) else None  # gpus.toml read once per table, not per shape
     out = []
     for res in record["results"]:
         dims = res["shape"]

@@ -119,10 +119,7 @@ def profile_recipe(recipe: Recipe, *, home: Path, store, concurrency: int, steps
     error = "; ".join(cap.errors[:3]) or (None if status == "ok" else "no decode step in the trace")
     verdict = evidence.check_evidence([n for t in p.trees for n in t.patches], recipe.evidence,
                                       server_log.read_text(errors="replace") if server_log.exists() else "", info)
-    extra.update(profile=summary, evidence=verdict.status)
-    if verdict.metrics:
-        extra["evidence_metrics"] = verdict.metrics
-        extra["evidence_metrics_source"] = evidence.metrics_source(verdict, argv)
+    extra.update(profile=summary, **evidence.run_extra(verdict, argv))
     verification = ["/server_info matches expectations"]
     if status == "ok" and not verdict.ok:
         status, error = "invalid", "activation evidence missing: " + "; ".join(verdict.problems)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
-from toolkit.report.plots import FIGSIZE, PALETTE, svg, write_png
+from toolkit.report.plots import BETTER, WORSE, FIGSIZE, PALETTE, svg, write_png
 
 
 def history_figure(title: str, ylabel: str, labels: list[str], values: list[float | None],
@@ -27,7 +27,7 @@ def history_figure(title: str, ylabel: str, labels: list[str], values: list[floa
         ax.plot(missing, [min(ys)] * len(missing), linestyle="none", marker="x", color="#999999",
                 label="no value (stack did not apply / failed)")
     for c in changes:
-        colour = "#d62728" if c["direction"] == "worse" else "#2ca02c"
+        colour = WORSE if c["direction"] == "worse" else BETTER
         x = c["index"] - 0.5
         ax.axvline(x, color=colour, linestyle="--", linewidth=1.2)
         text = f"{c['change_pct']:+.1f}%"

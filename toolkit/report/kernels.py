@@ -10,13 +10,12 @@ HTML fragment (inline SVG) the report appends. Reads $PATCHBENCH_HOME/kernels on
 from __future__ import annotations
 
 import html
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from toolkit.kernels import records
 from toolkit.kernels.plots import tflops_efficiency_plot
-from toolkit.kernels.table import compare, rows
+from toolkit.kernels.table import _dims, _f, compare, rows  # one way to print a value and a shape
 from toolkit.report.plots import svg, write_png
 
 
@@ -30,12 +29,6 @@ class KernelSection:
         return bool(self.markdown)
 
 
-def _f(x, fmt: str) -> str:
-    return "-" if x is None or (isinstance(x, float) and not math.isfinite(x)) else format(x, fmt)
-
-
-def _dims(d: dict) -> str:
-    return " x ".join(f"{v}" for v in d.values())
 
 
 def _tables(home: Path, names: list[str]) -> list[tuple[str, list[str], list[list[str]], list[dict]]]:

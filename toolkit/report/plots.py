@@ -137,6 +137,13 @@ def svg(fig: Figure, title: str = "") -> str:
     return text
 
 
+def write_text(path: Path, text: str) -> None:
+    """Write a report file atomically (a reader never sees half a file)."""
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
 def write_png(fig: Figure, path: Path) -> Path:
     """Write the figure as a PNG (atomically: a reader never sees half a file)."""
     tmp = path.with_name(path.name + f".tmp{os.getpid()}")

@@ -8,13 +8,12 @@ SVG, and `sweep.md` / `sweep.html` with the ranked table, the pruned variants an
 from __future__ import annotations
 
 import html
-import os
 import re
 from pathlib import Path
 
 from matplotlib.figure import Figure
 
-from toolkit.report.plots import PALETTE, svg, write_png
+from toolkit.report.plots import PALETTE, svg, write_png, write_text
 
 GREY = "#b0b0b0"
 
@@ -49,12 +48,6 @@ def pareto_figure(points: list[dict], title: str) -> Figure:
         ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.14), frameon=False, fontsize=7)
     fig.tight_layout()
     return fig
-
-
-def _write(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
 
 
 def _table(doc: dict) -> tuple[list[str], list[list[str]]]:
@@ -93,17 +86,17 @@ def write_sweep_report(doc: dict, out: Path) -> list[Path]:
     png = write_png(fig, out / "pareto.png")
     svg_text = svg(fig, "Pareto front")
     svg_path = out / "pareto.svg"
-    _write(svg_path, svg_text + "\n")
+    write_text(svg_path, svg_text + "\n")
     head, rows = _table(doc)
     md = [f"# {title}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     md += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in rows]
     md += [""] + [f"- {line}" for line in notes(doc)] + ["", f"![Pareto front]({png.name})", ""]
-    _write(out / "sweep.md", "\n".join(md))
+    write_text(out / "sweep.md", "\n".join(md))
     esc = html.escape
     page = [f"<!doctype html><html><head><meta charset='utf-8'><title>{esc(title)}</title></head><body>",
             f"<h1>{esc(title)}</h1><table border='1' cellspacing='0' cellpadding='4'><tr>"
             + "".join(f"<th>{esc(h)}</th>" for h in head) + "</tr>"]
     page += ["<tr>" + "".join(f"<td>{esc(c)}</td>" for c in r) + "</tr>" for r in rows]
     page += ["</table><ul>"] + [f"<li>{esc(line)}</li>" for line in notes(doc)] + ["</ul>", svg_text, "</body></html>"]
-    _write(out / "sweep.html", "\n".join(page))
+    write_text(out / "sweep.html", "\n".join(page))
     return [out / "sweep.md", out / "sweep.html", png, svg_path]

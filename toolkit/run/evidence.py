@@ -77,6 +77,15 @@ def metrics_source(verdict: EvidenceVerdict, server_argv: Iterable[str]) -> dict
     return {m: f"from {verdict.metric_counts.get(m, 0)} {where}" for m in verdict.metrics}
 
 
+def run_extra(verdict: EvidenceVerdict, server_argv: Iterable[str]) -> dict:
+    """What a run keeps of its evidence verdict in its `extra`: each patch's status, the metrics
+    its log lines gave, and where those were measured."""
+    out: dict = {"evidence": verdict.status}
+    if verdict.metrics:
+        out.update(evidence_metrics=verdict.metrics, evidence_metrics_source=metrics_source(verdict, server_argv))
+    return out
+
+
 def check_evidence(patches: Iterable[str], specs: Mapping[str, EvidenceSpec], log_text: str,
                    server_info: Mapping[str, Any] | None) -> EvidenceVerdict:
     """The verdict for every patch of a run, from its server log and /server_info."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import platform
 import shutil
 import socket
@@ -42,6 +43,12 @@ def gpu_key(gpu_rows: list[dict]) -> str:
         return "none"
     names = sorted({g.get("name", "?") for g in gpu_rows})
     return " + ".join(f"{sum(1 for g in gpu_rows if g.get('name') == n)}x {n}" for n in names)
+
+
+@functools.cache
+def this_gpu_key() -> str:
+    """`gpu_key(gpus())` of this machine, probed once per process (what its new runs will store)."""
+    return gpu_key(gpus())
 
 
 def cpu_model() -> str:

@@ -242,10 +242,7 @@ def check_evidence(measured: Measured) -> Measured:
     log = attempt.logs.get("server") or attempt.logs.get("one-batch")  # where the patched code logs
     text = Path(log).read_text(errors="replace") if log and Path(log).exists() else ""
     verdict = evidence.check_evidence(patches, recipe.evidence, text, attempt.info)
-    attempt.extra["evidence"] = verdict.status
-    if verdict.metrics:
-        attempt.extra["evidence_metrics"] = verdict.metrics
-        attempt.extra["evidence_metrics_source"] = evidence.metrics_source(verdict, recipe_args(recipe.server))
+    attempt.extra.update(evidence.run_extra(verdict, recipe_args(recipe.server)))
     undeclared = [p for p, s in verdict.status.items() if s == evidence.UNDECLARED]
     if undeclared:
         attempt.console.print(f"[yellow]{escape(attempt.title)}[/]: no activation evidence declared for "
