@@ -82,20 +82,30 @@ def test_hash_text_is_not_informative_and_a_failed_check_keeps_the_speed(home, t
         prompts = "prompts8.jsonl"
         max_tokens = 6
         """
-    (proj / "recipes" / "demo" / "qa.toml").write_text(textwrap.dedent(small))
-    (proj / "recipes" / "demo" / "qb.toml").write_text(textwrap.dedent(small).replace("repeats = 2", "repeats = 1")
+    (proj / "recipes" / "demo" / "qa.toml").write_text(textwrap.dedent(small).replace("repeats = 2", "repeats = 3"))
+    (proj / "recipes" / "demo" / "qb.toml").write_text(textwrap.dedent(small)
                                                        + "[server.args]\nmini-step-base-ms = 11\n")
     assert main(["run", "demo/qa", "demo/qb"]) == 0
     store = Store(home / "results.sqlite")
     runs = store.runs(recipe="demo/qa", status="ok")
-    assert len(runs) == 2
-    q = runs[-1].extra["quality"]
+    assert len(runs) == 3
+    q = runs[1].extra["quality"]
     assert q["status"] == "ok" and q["points"] == [1, 4] and q["informative"] is False
     art = json.loads(open(q["artifact"]).read())
     assert len(art["points"]["4"]) == 8 and all(len(r["ids"]) >= 1 for r in art["points"]["4"])
     assert q["reference_run"] == runs[0].run_id  # its own previous launch
-    metrics = {(s.metric, s.point): s.value for s in store.samples([runs[-1].run_id])}
+    metrics = {(s.metric, s.point): s.value for s in store.samples([runs[1].run_id])}
     assert metrics[("output_sanity", 4)] == 1.0 and metrics[("answer_agreement", 4)] == 1.0
+    # Answers belong to the configuration: the reference's third launch and the candidate's second
+    # ask nothing (2 launches give the floor, 1 a candidate's answers); their speed numbers count.
+    third = runs[2].extra["quality"]
+    assert third["status"] == "skipped" and runs[0].run_id[:8] in third["reason"] and runs[1].run_id[:8] in third["reason"]
+    assert any(s.metric == "output_tok_s" for s in store.samples([runs[2].run_id]))
+    assert not any(s.metric == "output_sanity" for s in store.samples([runs[2].run_id]))
+    cand = store.runs(recipe="demo/qb", status="ok")
+    assert [r.extra["quality"]["status"] for r in cand] == ["ok", "skipped"]
+    assert main(["run", "demo/qa", "--repeats", "1"]) == 0  # re-running a recipe asks nothing again
+    assert store.runs(recipe="demo/qa")[-1].extra["quality"]["status"] == "skipped"
     capsys.readouterr()
     assert main(["compare", "demo/qa", "demo/qb"]) == 0
     out = " ".join(capsys.readouterr().out.split())
@@ -124,14 +134,15 @@ def test_torch_answers_beside_speed(home, tmp_path, monkeypatch, capsys):
     assert main(["run", "demo/torch-small-experts", "--repeats", "1"]) == 0
     store = Store(home / "results.sqlite")
     base = store.runs(recipe="demo/torch-baseline", status="ok")
-    assert len(base) == 4 and all(r.extra["quality"]["status"] == "ok" for r in base)
+    # The reference answers in two launches (its floor); its other speed repeats ask nothing.
+    assert [r.extra["quality"]["status"] for r in base] == ["ok", "ok", "skipped", "skipped"]
     zero = store.runs(recipe="demo/torch-zero-experts")
     assert zero and all(r.status == "invalid" and r.extra["quality"]["status"] == "broken" for r in zero)
     assert "broken output at concurrency 16" in zero[-1].error
 
     from toolkit.analysis.quality_runs import self_verdict
 
-    assert {p: v.verdict for p, v in self_verdict(base).items()} == {1: SAME, 16: SAME}
+    assert {p: v.verdict for p, v in self_verdict(base).items()} == {1: SAME, 16: SAME}  # baseline vs baseline
 
     capsys.readouterr()
     assert main(["compare", "demo/torch-baseline", "demo/torch-zero-experts"]) == 2  # broken: left out by default
@@ -140,6 +151,7 @@ def test_torch_answers_beside_speed(home, tmp_path, monkeypatch, capsys):
                  "--broken-output", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     q = data["quality"]
+    assert {p: v["verdict"] for p, v in data["quality_floor"]["demo/torch-baseline"].items()} == {"1": SAME, "16": SAME}
     assert q["demo/torch-small-experts"]["1"]["verdict"] == CHANGED
     assert q["demo/torch-small-experts"]["16"]["verdict"] == CHANGED
     assert q["demo/torch-zero-experts"]["1"]["verdict"] == SAME

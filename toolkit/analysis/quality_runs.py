@@ -3,7 +3,7 @@ toolkit.run.quality) -> toolkit.analysis.quality.judge per variant and point. Re
 are the ones toolkit.analysis.selection chose (the baseline of the selection is the reference).
 
 `verdicts(sel)` -> {variant: {point: QualityVerdict}} (empty when no run of the variant ran the
-check); `self_verdict(runs)`: a recipe against itself (its newest launch against the others);
+check); `self_verdict(runs)` / `reference_floor(sel)`: a recipe against itself (its floor);
 `examples(sel, variant, point)`: the first prompts where the variant departed, both answers side by side.
 """
 
@@ -62,11 +62,29 @@ def verdicts(sel, *, alpha: float = 0.05) -> dict[str, dict[int, QualityVerdict]
 
 
 def self_verdict(runs: Sequence[RunRow], *, alpha: float = 0.05) -> dict[int, QualityVerdict]:
-    """A recipe against its own variation: the newest launch with answers against the others."""
+    """A recipe against itself: with two launches that answered, both are the reference and the
+    candidate (the verdict is its floor: "same answers", and on how many prompts its launches differ);
+    with three or more, its newest launch against the others (a real test of reproducibility)."""
+    import dataclasses
+
+    from toolkit.analysis.quality import SAME
+
     with_answers = [r for r in runs if _artifact(r)]
     if len(with_answers) < 2:
         return {}
-    return judge_runs(with_answers[:-1], with_answers[-1:], alpha=alpha)
+    if len(with_answers) > 2:
+        return judge_runs(with_answers[:-1], with_answers[-1:], alpha=alpha)
+    out = judge_runs(with_answers, with_answers, alpha=alpha)
+    return {p: dataclasses.replace(q, text=f"{SAME}: its own 2 launches differ on {q.varies} of {q.n} prompts "
+                                   "(the floor a candidate is judged against)") if q.verdict == SAME else q
+            for p, q in out.items()}
+
+
+def reference_floor(sel, *, alpha: float = 0.05) -> dict[str, dict[int, QualityVerdict]]:
+    """{the selection's baseline: its self_verdict} (empty when fewer than two launches answered)."""
+    base = sel.recipes[0]
+    own = self_verdict(sel.runs[base], alpha=alpha)
+    return {base: own} if own else {}
 
 
 def examples(sel, variant: str, point: int, verdict: QualityVerdict, limit: int = 3) -> list[dict]:

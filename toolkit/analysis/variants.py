@@ -22,6 +22,7 @@ from toolkit.tree import gitrepo
 from toolkit.analysis.selection import Criteria, MissingResults, choose, values_at
 from toolkit.errors import BadInput, PatchbenchError
 from toolkit.run.metrics import MetricSpec  # noqa: F401  (re-exported: attribute/bisect parse with it)
+from toolkit.run.quality import ANSWER_METRICS
 from toolkit.recipe.load import Recipe
 from toolkit.results.store import Store
 
@@ -155,7 +156,7 @@ class VariantMeter:
         ids = list(take)
         while len(values) < repeats:
             run_id = run_once(p, home=self.home, store=self.store, repeat=len(used), group_id=self.group_id,
-                              console=self.console)
+                              console=self.console, every_answer=self.spec.metric in ANSWER_METRICS)
             self.runs += 1
             used.add(run_id)
             ids.append(run_id)

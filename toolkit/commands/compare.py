@@ -123,9 +123,11 @@ def run(args) -> int:
     from toolkit.analysis import quality, quality_runs
 
     answers = quality_runs.verdicts(sel)
+    floor = quality_runs.reference_floor(sel)
     if args.json:
         print_json({"rows": [r.__dict__ for r in rows], "differences": diffs,
                     "quality": {v: {str(p): q.to_dict() for p, q in per.items()} for v, per in answers.items()},
+                    "quality_floor": {v: {str(p): q.to_dict() for p, q in per.items()} for v, per in floor.items()},
                     "gate": {v: g.to_dict() for v, g in quality_runs.gate_verdicts(sel).items()},
                     "efficiency": efficiency_lines(store, sel), "runs": {r: sel.run_ids(r) for r in sel.recipes},
                     "box": box_lines(sel),
@@ -141,11 +143,13 @@ def run(args) -> int:
     console.print(render_compare(rows, title=f"{' vs '.join(args.recipes[1:])} against {args.recipes[0]}",
                                  where=where_by_recipe(sel.runs), quality=answers))
     console.print(f"[dim]{legend}[/]")
+    for line in quality_runs.lines({f"{name} (against itself)": per for name, per in floor.items()}):
+        console.print(f"answers: {escape(line)}", highlight=False)
     for line in quality_runs.lines(answers):
         console.print(f"answers: {escape(line)}", highlight=False)
     for name, gate in quality_runs.gate_verdicts(sel).items():
         console.print(f"gate: {escape(name)}: {escape(gate.text)}", highlight=False)
-    if any(answers.values()):
+    if any(answers.values()) or floor:
         console.print(f"[dim]{quality.legend()}[/]")
     for line in sel.describe():
         console.print(f"[dim]runs used:[/] {escape(line)}", highlight=False)

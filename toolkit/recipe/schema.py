@@ -115,6 +115,8 @@ class QualityTable(_Table):
     prompts: str | None = Field(None, description="a shipped prompt set (mixed-64, the default) or a JSONL file of {\"prompt\": ...} lines (relative to this file)")
     max_tokens: int | None = Field(None, description="tokens generated per prompt, greedy (default 16)")
     concurrency: list[int] | None = Field(None, description="points the prompts run at (default: the lowest and highest benchmark point the prompt count fills)")
+    count: int | None = Field(None, description="use this many prompts of the set, taken in turn from each kind (default: all)")
+    launches: int | None = Field(None, description="launches of one configuration whose answers are asked; later launches skip the check; 0 turns an inherited check off (default: 2 for a recipe that is its own compare_to, the floor needs two; 1 for a candidate)")
     logprobs: bool | None = Field(None, description="ask for logprobs and count non-finite ones as degenerate (default true)")
     eval: str | None = Field(None, description="gate tier: an evaluation sglang's own harness knows, e.g. gsm8k")
     eval_questions: int | None = Field(None, description="questions of the evaluation (default 200)")

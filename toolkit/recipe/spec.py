@@ -164,6 +164,8 @@ class QualitySpec:
     prompts: Path
     max_tokens: int = 16
     concurrency: tuple[int, ...] | None = None
+    count: int | None = None  # the first `count` prompts taken in turn from each kind (None: all)
+    launches: int | None = None  # launches of one configuration that answer (None: 2 for a reference, else 1)
     logprobs: bool = True
     eval: str | None = None
     eval_questions: int = 200

@@ -214,11 +214,15 @@ def quality_spec(path: Path, t: dict | None) -> QualitySpec | None:
     for key in ("min_accuracy", "max_drop"):
         if key in t and not 0.0 <= float(t[key]) <= 1.0:
             raise BadInput(f"{path}: `quality.{key}` must be a fraction in [0, 1]")
-    if t.get("eval_questions", 1) < 1:
-        raise BadInput(f"{path}: `quality.eval_questions` must be positive")
+    for key in ("eval_questions", "count"):
+        if t.get(key, 1) < 1:
+            raise BadInput(f"{path}: `quality.{key}` must be positive")
+    if t.get("launches", 0) < 0:
+        raise BadInput(f"{path}: `quality.launches` must be 0 (the check off) or more")
     if any(k in t for k in ("eval_questions", "min_accuracy", "max_drop", "dataset")) and not t.get("eval"):
         raise BadInput(f"{path}: `quality` gate settings need `eval` (e.g. eval = \"gsm8k\")")
     return QualitySpec(prompts=ppath.resolve(), max_tokens=max_tokens, concurrency=points,
+                       count=t.get("count"), launches=t.get("launches"),
                        logprobs=t.get("logprobs", True), eval=t.get("eval"),
                        eval_questions=t.get("eval_questions", 200),
                        min_accuracy=None if "min_accuracy" not in t else float(t["min_accuracy"]),

@@ -224,6 +224,8 @@ def quality(measured: Measured) -> Measured:
     if attempt.prepared.recipe.quality is None or server is None:
         return measured
     samples, problems = output_check.check(attempt, server.url)
+    if attempt.extra["quality"]["status"] == "skipped":  # enough launches of this configuration answered
+        return measured
     if attempt.prepared.recipe.quality.eval:  # the gate tier: sglang's own evaluation (toolkit.run.gate)
         from toolkit.run import gate
 
@@ -338,12 +340,14 @@ def prepare(recipe: Recipe, home: Path, *, until: str = "store", frozen: bool = 
 
 
 def run_once(p: Prepared, *, home: Path, store: Store, repeat: int, group_id: str, console: Console,
-             host: str | None = None, until: str = "store") -> str:
+             host: str | None = None, until: str = "store", every_answer: bool = False) -> str:
     """One independent measurement of a prepared recipe: launch -> verify -> benchmark ->
-    check_evidence -> store, inside `recorded`. Every outcome is stored (ok, invalid, failed,
-    interrupted); returns the run id. Raises only for Ctrl-C/SIGTERM (after storing)."""
+    quality -> check_evidence -> store, inside `recorded`. Every outcome is stored (ok, invalid,
+    failed, interrupted); returns the run id. Raises only for Ctrl-C/SIGTERM (after storing).
+    `every_answer`: the output check answers even if enough launches of the configuration did."""
     with recorded(p, home=home, store=store, repeat=repeat, group_id=group_id, console=console,
-                  host=host, kind="verify" if until == "verify" else "benchmark") as attempt:
+                  host=host, kind="verify" if until == "verify" else "benchmark",
+                  every_answer=every_answer) as attempt:
         _run_steps(steps_until(until)[1], attempt, attempt.timings)
     return attempt.run_id
 

@@ -53,6 +53,23 @@ def load_prompts(path: Path) -> list[Prompt]:
     return out
 
 
+def take(prompts: list[Prompt], count: int | None) -> list[Prompt]:
+    """The first `count` prompts taken in turn from each kind, in file order (all when None or more
+    than there are): a smaller check keeps the set's mix of arithmetic, code, facts, instructions."""
+    if count is None or count >= len(prompts):
+        return list(prompts)
+    by_kind: dict[str, list[Prompt]] = {}
+    for p in prompts:
+        by_kind.setdefault(p.kind, []).append(p)
+    chosen: set[str] = set()
+    queues = [list(q) for q in by_kind.values()]
+    while len(chosen) < count:
+        for q in queues:
+            if q and len(chosen) < count:
+                chosen.add(q.pop(0).id)
+    return [p for p in prompts if p.id in chosen]
+
+
 def digest(prompts: list[Prompt]) -> str:
     """What must match for two runs' outputs to be compared prompt by prompt."""
     return hashlib.sha256(json.dumps([[p.id, p.prompt] for p in prompts]).encode()).hexdigest()[:16]

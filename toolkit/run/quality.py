@@ -14,9 +14,18 @@ quality point (at most `c` requests in flight). Stored per run:
   holding answers to the same prompts; for a baseline, its own previous launch) `answer_agreement`
   and `first_divergence`;
 - `extra["quality"]`: status `ok`, `broken` (some answers degenerate: the run is stored `invalid`,
-  whatever its speed), or `failed` (a request failed or the server died: the reason is kept, the
-  speed numbers stay), the artifact's path, and whether the outputs can tell anything at all
-  (`informative`; the miniature without its torch step makes text from a hash of the prompt).
+  whatever its speed), `failed` (a request failed or the server died: the reason is kept, the
+  speed numbers stay) or `skipped` (see below), the artifact's path, and whether the outputs can
+  tell anything at all (`informative`; the miniature without its torch step makes text from a hash
+  of the prompt).
+
+Answers belong to a configuration, not to a launch: once `[quality] launches` earlier launches of
+the same configuration (recipe, run identity, prompts, tokens and points) answered with sane output,
+a launch skips the check (`skipped`, naming those runs). The default is 2 for a reference (a recipe
+that is its own `compare_to`: its run-to-run variation is the floor) and 1 for a candidate. A broken
+or failed check is asked again in the next launch. Speed repeats therefore cost no answers, and
+re-running a recipe costs none at all; `launches = 0` turns an inherited check off; a quality metric measured by attribute/bisect asks in every
+launch (`Attempt.every_answer`).
 """
 
 from __future__ import annotations
@@ -29,9 +38,10 @@ from pathlib import Path
 from toolkit.recipe.spec import BenchSpec, QualitySpec
 from toolkit.run import answers, metrics
 from toolkit.run.bench import Sample
-from toolkit.run.prompts import Prompt, digest, load_prompts
+from toolkit.run.prompts import Prompt, digest, load_prompts, take
 
 ARTIFACT = "quality.json"
+ANSWER_METRICS = frozenset({"answer_agreement", "first_divergence", "output_sanity", "eval_accuracy"})
 NOT_INFORMATIVE = ("the miniature without its torch step makes its text from a hash of the prompt, not from any "
                    "computation: no patch can change it (the torch step, --mini-torch-step, makes it real)")
 
@@ -125,18 +135,69 @@ def read_artifact(path) -> dict | None:
         return None
 
 
+def launches_needed(recipe) -> int:
+    """Launches of one configuration that answer: `[quality] launches`, else 2 for a reference (its
+    own variation is the floor), 1 for a candidate."""
+    if recipe.quality.launches is not None:
+        return recipe.quality.launches
+    return 2 if recipe.compare_to in (None, recipe.name) else 1
+
+
+def _answers_key(art: dict) -> tuple:
+    return art.get("prompts_digest"), art.get("max_tokens"), tuple(sorted(int(c) for c in art.get("points") or {}))
+
+
+def answered_before(store, name: str, identity: str, key: tuple, exclude: str) -> list[str]:
+    """Earlier launches of one configuration (recipe `name`, run `identity`) whose check answered
+    the same prompts at the same tokens and points with sane output, oldest first."""
+    out = []
+    for run in store.runs(recipe=name, identity=identity):
+        q = (run.extra or {}).get("quality") or {}
+        if run.run_id == exclude or q.get("status") != "ok":
+            continue
+        art = read_artifact(q.get("artifact"))
+        if art and _answers_key(art) == key:
+            out.append(run.run_id)
+    return out
+
+
+def _skip_reason(attempt, prompts: list[Prompt], pts: tuple[int, ...]) -> str | None:
+    """Why this launch asks nothing (enough launches of its configuration answered), or None."""
+    if attempt.every_answer:
+        return None
+    from toolkit.run.identity import expected_identity
+    from toolkit.run.machine import this_gpu_key
+
+    p = attempt.prepared
+    need = launches_needed(p.recipe)
+    if need == 0:
+        return "[quality] launches = 0: the check is off for this recipe"
+    identity = expected_identity(p.recipe, p.env.key, this_gpu_key())
+    before = answered_before(attempt.store, p.name, identity, (digest(prompts), p.recipe.quality.max_tokens, pts),
+                             attempt.run_id)
+    if len(before) < need:
+        return None
+    return (f"{len(before)} earlier launch(es) of this configuration answered the same prompts "
+            f"({', '.join(r[:8] for r in before[:need])}); [quality] launches = {need}")
+
+
 def check(attempt, url: str) -> tuple[list[Sample], list[str]]:
     """Run the check for `attempt` (an toolkit.run.attempt.Attempt) against `url`: write the
     artifact, set `attempt.extra["quality"]`, return the samples and the problems that make the run
-    invalid (degenerate output)."""
+    invalid (degenerate output). Skipped (status `skipped`) when enough launches answered."""
     recipe = attempt.prepared.recipe
     spec = recipe.quality
-    prompts = load_prompts(spec.prompts)
+    prompts = take(load_prompts(spec.prompts), spec.count)
     pts = points(spec, recipe.benchmark, len(prompts))
     ok, why = informative(attempt.info)
     summary: dict = {"status": "ok", "points": list(pts), "prompts": str(spec.prompts), "informative": ok,
                      "why": why}
     attempt.extra["quality"] = summary
+    skip = _skip_reason(attempt, prompts, pts)
+    if skip:
+        summary.update(status="skipped", reason=skip)
+        attempt.console.print(f"[dim]{attempt.title}: output check skipped: {skip}[/]")
+        return [], []
     t0 = time.monotonic()
     try:
         got = ask(url, spec, pts, prompts, recipe.benchmark.timeout_s)
