@@ -84,3 +84,15 @@ def test_gate_runs_the_sgl_eval_harness(home, tmp_path, monkeypatch, capsys):
     assert main(["compare", "demo/sa", "demo/sb", "--json"]) == 0
     gate = json.loads(capsys.readouterr().out)["gate"]["demo/sb"]
     assert gate["verdict"] == "gate failed" and "min_accuracy 0.5" in gate["text"] and gate["p_value"] == 1.0
+
+    # Questions longer than the server's context: every request is refused (400), the harness scores
+    # them as errors; the evaluation is `failed` with the reason, never accuracy 0, the speed kept.
+    (demo / "sc.toml").write_text(textwrap.dedent(RECIPE).replace("output_len = 4", "output_len = 4\ninput_len = 8")
+                                  + "[server.args]\ncontext-length = 24\n")
+    assert main(["run", "demo/sc"]) == 0
+    run = store.runs(recipe="demo/sc")[-1]
+    assert run.status == "ok", run.error
+    ev = run.extra["quality"]["eval"]
+    assert ev["status"] == "failed" and "100% of the requests failed" in ev["reason"], ev
+    metrics = {s.metric for s in store.samples([run.run_id])}
+    assert "output_tok_s" in metrics and "eval_accuracy" not in metrics

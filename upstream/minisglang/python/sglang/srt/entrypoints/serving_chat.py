@@ -49,7 +49,7 @@ async def chat_completions(server, obj: dict, writer, keep_alive: bool) -> bool:
         raise BadRequest("the miniature answers n=1 only")
     max_new = obj.get("max_completion_tokens") or obj.get("max_tokens")
     if max_new is None:
-        max_new = (server.args.context_length or 4096) - len(prompt.split()) - 1
+        max_new = max(1, (server.args.context_length or 4096) - len(prompt.split()) - 1)
     max_new = int(max_new)
     if max_new < 1:
         raise BadRequest("max_tokens must be >= 1")
