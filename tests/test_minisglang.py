@@ -189,6 +189,32 @@ def test_completions_stream_and_usage(server):
     assert out["choices"][0]["finish_reason"] == "length"
 
 
+def test_chat_completions_contract(server):
+    """OpenAI chat: the messages joined into one prompt, answered by the completions' generation
+    path; usage; streaming with the role first, content deltas, a usage chunk, [DONE]."""
+    messages = [{"role": "system", "content": "be brief"},
+                {"role": "user", "content": [{"type": "text", "text": "a b c"}]}]
+    _, raw = server.post("/v1/chat/completions", {"model": "m", "messages": messages, "max_tokens": 4,
+                                                  "ignore_eos": True, "temperature": 0, "seed": 0})
+    out = json.loads(raw)
+    assert out["object"] == "chat.completion" and out["choices"][0]["message"]["role"] == "assistant"
+    assert out["choices"][0]["finish_reason"] == "length"
+    _, raw = server.post("/v1/completions", {"prompt": "system: be brief\nuser: a b c\nassistant:",
+                                             "max_tokens": 4, "ignore_eos": True})
+    assert out["choices"][0]["message"]["content"] == json.loads(raw)["choices"][0]["text"]
+    assert out["usage"] == {"prompt_tokens": 8, "completion_tokens": 4, "total_tokens": 12}
+    _, raw = server.post("/v1/chat/completions", {"messages": messages, "max_tokens": 3, "stream": True,
+                                                  "ignore_eos": True, "stream_options": {"include_usage": True}})
+    events = sse_events(raw)
+    assert events[-1] == "[DONE]" and events[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    deltas = [e["choices"][0]["delta"]["content"] for e in events[1:-1] if e["choices"]]
+    assert "".join(deltas) == out["choices"][0]["message"]["content"].rsplit(" ", 1)[0]
+    assert events[-2]["usage"]["completion_tokens"] == 3
+    with pytest.raises(urllib.error.HTTPError) as e:
+        server.post("/v1/chat/completions", {"messages": []})
+    assert e.value.code == 400
+
+
 def test_bad_request_is_400(server):
     with pytest.raises(urllib.error.HTTPError) as e:
         server.post("/generate", {"text": ["batched", "prompts"]})

@@ -3,7 +3,7 @@ env of its own. Effects: creates that env once (uv, this machine's pip sources),
 
 apache-otava 0.8.0 pins numpy==2.2.0.* and pulls BigQuery, Slack and Postgres clients, so it never
 enters patchbench's process: `ensure_env` makes `$PATCHBENCH_OTAVA_ENV` (default
-`PATCHBENCH_HOME/tools/otava-0.8.0`) under a FileLock, and `detect` feeds the series to
+`PATCHBENCH_HOME/tools/otava-0.8.0`; `toolkit.envs.tool_env`), and `detect` feeds the series to
 `toolkit/probes/otava_detect.py` there as JSON and parses the change points it prints.
 
 Otava's own minimum: E-Divisive splits a series only where at least two points lie on each side of
@@ -14,18 +14,16 @@ says "not enough history" instead of "no change".
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from filelock import FileLock
-
+from toolkit.envs.tool_env import ToolEnv
 from toolkit.errors import PatchbenchError
 from toolkit.resources import PROBES_DIR
 
 OTAVA = "apache-otava==0.8.0"
+OTAVA_ENV = ToolEnv("Apache Otava", OTAVA, "otava-0.8.0", "PATCHBENCH_OTAVA_ENV")
 MIN_POINTS = 4
 # Otava's own defaults, but for the magnitude (Otava: 0): on a long flat series with a few % of noise
 # its windowed splits find ~2% "changes" at p < 0.001; smaller than 3% is also below what a bisect
@@ -62,40 +60,12 @@ class Detection:
 
 
 def env_dir(home: Path) -> Path:
-    override = os.environ.get("PATCHBENCH_OTAVA_ENV")
-    return Path(override).expanduser() if override else home / "tools" / "otava-0.8.0"
-
-
-def _python(root: Path) -> Path:
-    return root / "bin" / "python"
+    return OTAVA_ENV.root(home)
 
 
 def ensure_env(home: Path, console=None) -> Path:
     """The interpreter of Otava's env, created on first use (a log beside it on failure)."""
-    from toolkit.envs import pip_sources, uv_bin
-
-    root = env_dir(home)
-    root.parent.mkdir(parents=True, exist_ok=True)
-    done = root / ".patchbench-ready"
-    with FileLock(str(root) + ".lock"):
-        if done.is_file() and _python(root).exists():
-            return _python(root)
-        if console is not None:
-            console.print(f"creating Apache Otava's own env ({OTAVA}) in {root} (once)")
-        uv = uv_bin()
-        log = root.parent / f"{root.name}.install.log"
-        steps = [[uv, "venv", "-q", "--no-config", "--clear", "--python", sys.executable, str(root)],
-                 [uv, "pip", "install", "-q", "--no-config", "--python", str(_python(root)),
-                  *pip_sources().uv_install_args(), OTAVA]]
-        with log.open("w") as fh:
-            for argv in steps:
-                fh.write(f"$ {' '.join(argv)}\n")
-                fh.flush()
-                res = subprocess.run(argv, stdout=fh, stderr=subprocess.STDOUT, text=True)
-                if res.returncode != 0:
-                    raise PatchbenchError(f"could not create Apache Otava's env ({OTAVA}) in {root}", log=log)
-        done.write_text(OTAVA + "\n")
-    return _python(root)
+    return OTAVA_ENV.ensure(home, console)
 
 
 def detect(values: list[float], home: Path, **options) -> Detection:

@@ -119,6 +119,7 @@ class QualityTable(_Table):
     launches: int | None = Field(None, description="launches of one configuration whose answers are asked; later launches skip the check; 0 turns an inherited check off (default: 2 for a recipe that is its own compare_to, the floor needs two; 1 for a candidate)")
     logprobs: bool | None = Field(None, description="ask for logprobs and count non-finite ones as degenerate (default true)")
     eval: str | None = Field(None, description="gate tier: an evaluation sglang's own harness knows, e.g. gsm8k")
+    eval_harness: Literal["sglang", "sgl-eval"] | None = Field(None, description="what runs the evaluation: sglang (the env's own sglang.test module, the default) or sgl-eval (the sgl-eval harness, in an env of its own)")
     eval_questions: int | None = Field(None, description="questions of the evaluation (default 200)")
     min_accuracy: float | None = Field(None, description="the evaluation's one-sided Wilson lower bound must reach this")
     max_drop: float | None = Field(None, description="largest accuracy drop against the reference (absolute, e.g. 0.02)")

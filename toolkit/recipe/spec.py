@@ -159,7 +159,7 @@ class TargetSpec:
 class QualitySpec:
     """The recipe's `[quality]`: prompts (a resolved JSONL path), tokens per prompt, the points the
     check runs at (None: derived from the benchmark's, `toolkit.run.quality.points`) and the
-    optional gate tier (`eval` through sglang's own evaluation)."""
+    optional gate tier (`eval` through sglang's own evaluation, or the sgl-eval harness)."""
 
     prompts: Path
     max_tokens: int = 16
@@ -168,6 +168,7 @@ class QualitySpec:
     launches: int | None = None  # launches of one configuration that answer (None: 2 for a reference, else 1)
     logprobs: bool = True
     eval: str | None = None
+    eval_harness: str = "sglang"  # or "sgl-eval" (toolkit.run.sgl_eval)
     eval_questions: int = 200
     min_accuracy: float | None = None
     max_drop: float | None = None

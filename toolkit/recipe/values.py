@@ -219,11 +219,12 @@ def quality_spec(path: Path, t: dict | None) -> QualitySpec | None:
             raise BadInput(f"{path}: `quality.{key}` must be positive")
     if t.get("launches", 0) < 0:
         raise BadInput(f"{path}: `quality.launches` must be 0 (the check off) or more")
-    if any(k in t for k in ("eval_questions", "min_accuracy", "max_drop", "dataset")) and not t.get("eval"):
+    if any(k in t for k in ("eval_harness", "eval_questions", "min_accuracy", "max_drop", "dataset")) and not t.get("eval"):
         raise BadInput(f"{path}: `quality` gate settings need `eval` (e.g. eval = \"gsm8k\")")
     return QualitySpec(prompts=ppath.resolve(), max_tokens=max_tokens, concurrency=points,
                        count=t.get("count"), launches=t.get("launches"),
                        logprobs=t.get("logprobs", True), eval=t.get("eval"),
+                       eval_harness=t.get("eval_harness", "sglang"),
                        eval_questions=t.get("eval_questions", 200),
                        min_accuracy=None if "min_accuracy" not in t else float(t["min_accuracy"]),
                        max_drop=None if "max_drop" not in t else float(t["max_drop"]),

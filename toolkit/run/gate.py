@@ -1,7 +1,8 @@
 """The quality gate tier: sglang's own evaluation against the live server, in the same launch after
 the output check (`[quality] eval = "gsm8k"`). Effects: one supervised process of the env's
-interpreter, `eval/` and `eval.log` in the run's directory, `extra["quality"]["eval"]`, a run-level
-`eval_accuracy` sample.
+interpreter (or, with `eval_harness = "sgl-eval"`, of the sgl-eval harness in its own env:
+toolkit.run.sgl_eval), `eval/` and `eval.log` in the run's directory, `extra["quality"]["eval"]`
+(`harness`, `module`: what ran), a run-level `eval_accuracy` sample.
 
 The entry point is probed in the env, never assumed from a version: `sglang.test.few_shot_gsm8k`
 (0.5.23 marks it deprecated for `sgl-eval`, still ships it). It gets `--num-questions`,
@@ -45,8 +46,17 @@ def dataset_path(spec: QualitySpec) -> Path:
         raise BadInput(f"[quality] eval = \"gsm8k\": no dataset at {where}",
                        hint=f"download {GSM8K_URL} to {where} (patchbench never downloads it), or set "
                             "[quality] dataset = \"PATH\" or $PATCHBENCH_DATA")
-    labels(Path(path))  # malformed lines are bad input too
+    rows(Path(path))  # malformed lines are bad input too
     return Path(path)
+
+
+def prepare(spec: QualitySpec, home: Path, console=None) -> None:
+    """Before the launch: the dataset is there and well-formed; the sgl-eval harness's env exists."""
+    dataset_path(spec)
+    if spec.eval_harness == "sgl-eval":
+        from toolkit.run import sgl_eval
+
+        sgl_eval.ensure_env(home, console)
 
 
 def answer_value(text: str) -> int | None:
@@ -54,18 +64,24 @@ def answer_value(text: str) -> int | None:
     return int(numbers[-1]) if numbers else None
 
 
-def labels(path: Path) -> list[int]:
+def rows(path: Path) -> list[tuple[str, str]]:
+    """(question, answer text) of each GSM8K line; BadInput naming the file and line otherwise."""
     out = []
     for no, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         if not line.strip() or line.startswith("#"):
             continue
         try:
             obj = json.loads(line)
-            out.append(answer_value(obj["answer"]))
-            str(obj["question"])
+            if not isinstance(obj["question"], str) or not isinstance(obj["answer"], str):
+                raise TypeError
+            out.append((obj["question"], obj["answer"]))
         except (ValueError, KeyError, TypeError, AttributeError):
             raise BadInput(f"{path}:{no}: not a GSM8K line ({{\"question\": ..., \"answer\": \"... #### N\"}})") from None
     return out
+
+
+def labels(path: Path) -> list[int]:
+    return [answer_value(answer) for _, answer in rows(path)]
 
 
 def find_module(python, environ: dict, name: str) -> str | None:
@@ -123,21 +139,30 @@ def evaluate(python, environ: dict, module: str, *, questions: int, data: Path, 
 
 
 def run(attempt, host: str, port: int) -> list[Sample]:
-    """Run the recipe's evaluation against the live server; store its outcome in extra["quality"]."""
+    """Run the recipe's evaluation against the live server with its harness; store its outcome in
+    extra["quality"]["eval"]."""
     p = attempt.prepared
     spec = p.recipe.quality
-    record: dict = {"name": spec.eval, "questions": spec.eval_questions, "status": "ok"}
+    record: dict = {"name": spec.eval, "questions": spec.eval_questions, "harness": spec.eval_harness, "status": "ok"}
     attempt.extra.setdefault("quality", {})["eval"] = record
     environ = {**p.env.run_environ(), **dict(p.recipe.server.env)}
     try:
         data = dataset_path(spec)
-        module = find_module(p.env.python, environ, spec.eval)
-        if module is None:
-            raise PatchbenchError(f"the env's sglang has none of {', '.join(EVAL_MODULES[spec.eval])}")
         log = attempt.logs["eval"] = attempt.run_dir / "eval.log"
-        accuracy, correct = evaluate(p.env.python, environ, module, questions=spec.eval_questions, data=data,
-                                     workdir=attempt.run_dir / "eval", log=log, host=host, port=port,
-                                     timeout_s=p.recipe.benchmark.timeout_s)
+        workdir, timeout_s = attempt.run_dir / "eval", p.recipe.benchmark.timeout_s
+        if spec.eval_harness == "sgl-eval":  # its own env (toolkit.run.sgl_eval)
+            from toolkit.run import sgl_eval
+
+            module = sgl_eval.HARNESS
+            accuracy, correct = sgl_eval.evaluate(sgl_eval.ensure_env(attempt.home), spec.eval,
+                                                  rows(data)[:spec.eval_questions], workdir=workdir, log=log,
+                                                  host=host, port=port, timeout_s=timeout_s)
+        else:
+            module = find_module(p.env.python, environ, spec.eval)
+            if module is None:
+                raise PatchbenchError(f"the env's sglang has none of {', '.join(EVAL_MODULES[spec.eval])}")
+            accuracy, correct = evaluate(p.env.python, environ, module, questions=spec.eval_questions, data=data,
+                                         workdir=workdir, log=log, host=host, port=port, timeout_s=timeout_s)
     except (PatchbenchError, OSError, subprocess.TimeoutExpired) as exc:
         record.update(status="failed", reason=str(exc))
         attempt.console.print(f"[yellow]{attempt.title}[/]: evaluation {spec.eval} failed: {exc} (speed numbers kept)")

@@ -321,9 +321,9 @@ def prepare(recipe: Recipe, home: Path, *, until: str = "store", frozen: bool = 
 
         load_prompts(recipe.quality.prompts)
         if recipe.quality.eval and until not in ("apply", "build", "check"):
-            from toolkit.run.gate import dataset_path
+            from toolkit.run import gate
 
-            dataset_path(recipe.quality)  # patchbench never downloads it: say where to get it
+            gate.prepare(recipe.quality, home, job.console)  # the dataset (never downloaded), the harness's env
     timings: dict = {}
     value = job
     for fn in steps_until(until)[0]:

@@ -7,6 +7,7 @@ Endpoints (sglang's names and shapes):
   GET  /get_model_info, /v1/models
   POST /generate                    sglang native API, SSE streaming with cumulative "text"
   POST /v1/completions              OpenAI completions, SSE streaming with delta "text"
+  POST /v1/chat/completions         OpenAI chat (serving_chat: messages joined into one prompt)
   POST /flush_cache                 200
   GET  /mini/trace, POST /mini/trace/reset   miniature only: ground-truth token timestamps
 """
@@ -147,6 +148,7 @@ class HttpServer:
         post_routes = {
             "/generate": self.generate,
             "/v1/completions": self.completions,
+            "/v1/chat/completions": self.chat_completions,
             "/flush_cache": self.flush_cache,
             "/mini/trace/reset": self.reset_trace,
             "/start_profile": self.start_profile,
@@ -398,6 +400,11 @@ class HttpServer:
             "choices": [{"index": 0, "text": req.text, "logprobs": None,
                          "finish_reason": req.finish_reason["type"]}],
             "usage": usage(req)}, keep)
+
+    async def chat_completions(self, body, writer, keep_alive):
+        from sglang.srt.entrypoints import serving_chat
+
+        return await serving_chat.chat_completions(self, self._parse_json(body), writer, keep_alive)
 
 
 # -- process ----------------------------------------------------------------------------------
