@@ -137,6 +137,11 @@ class VariantMeter:
             return []
         return sel.run_ids(name)
 
+    def _every_answer(self, label: str) -> bool:
+        """Whether each new launch asks the output check: when the metric is one of its answers, and
+        for the base of a stack (prefix0), whose own variation is the floor its prefixes are judged by."""
+        return self.spec.metric in ANSWER_METRICS or label == "prefix0"
+
     def measure(self, label: str, overrides: dict, repeats: int, recipe: Recipe | None = None) -> list[float] | None:
         """`repeats` values not handed out before for this env: stored ones first, then new runs.
         `recipe`: a variant recipe (another release) instead of overrides of this one."""
@@ -156,7 +161,7 @@ class VariantMeter:
         ids = list(take)
         while len(values) < repeats:
             run_id = run_once(p, home=self.home, store=self.store, repeat=len(used), group_id=self.group_id,
-                              console=self.console, every_answer=self.spec.metric in ANSWER_METRICS)
+                              console=self.console, every_answer=self._every_answer(label))
             self.runs += 1
             used.add(run_id)
             ids.append(run_id)
