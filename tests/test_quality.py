@@ -317,3 +317,18 @@ def test_gate_runs_sglang_0_5_23s_evaluation(tmp_path):
     record = {"name": "gsm8k", "status": "ok", "accuracy": acc, "correct": correct, "questions": 10}
     v = judge_gate(record, dict(record), min_accuracy=0.5)
     assert v.verdict == FAILED and v.p_value == 1.0 and v.lower_bound == 0.0
+
+
+def test_references_answer_twice_candidates_once(tmp_path, monkeypatch):
+    """How many launches of a configuration answer: two for a recipe that is compared against (its
+    own variation is a floor), one for a candidate, `launches` when set (0: the check off)."""
+    from toolkit.recipe.load import load_recipe
+    from toolkit.run.quality import launches_needed
+
+    proj = demo_project(tmp_path, monkeypatch)
+    demo = proj / "recipes" / "demo"
+    (demo / "mid.toml").write_text('extends = "demo/fast"\ncompare_to = "demo/baseline"\n')
+    (demo / "top.toml").write_text('extends = "demo/mid"\ncompare_to = "demo/mid"\n')
+    (demo / "off.toml").write_text('extends = "demo/fast"\n[quality]\nlaunches = 0\n')
+    got = {n: launches_needed(load_recipe(f"demo/{n}")) for n in ("baseline", "fast", "mid", "top", "off")}
+    assert got == {"baseline": 2, "fast": 1, "mid": 2, "top": 1, "off": 0}

@@ -157,6 +157,21 @@ def list_recipe_names(recipes_dir: Path | None = None) -> list[str]:
     )
 
 
+def compared_against(recipe: Recipe) -> frozenset[str]:
+    """The names the recipes beside `recipe` (its `recipes/` tree) declare as `compare_to`: the
+    references of the project (an unreadable file names none)."""
+    root = _recipes_root_for(recipe.path)
+    out = set()
+    for path in root.rglob("*.toml"):
+        try:
+            target = _read_toml(path).get("compare_to")
+        except BadInput:
+            continue
+        if isinstance(target, str):
+            out.add(target)
+    return frozenset(out)
+
+
 def recipe_name(path: Path, recipes_dir: Path) -> str:
     try:
         return str(path.resolve().relative_to(recipes_dir).with_suffix(""))

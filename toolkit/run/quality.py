@@ -22,7 +22,8 @@ quality point (at most `c` requests in flight). Stored per run:
 Answers belong to a configuration, not to a launch: once `[quality] launches` earlier launches of
 the same configuration (recipe, run identity, prompts, tokens and points) answered with sane output,
 a launch skips the check (`skipped`, naming those runs). The default is 2 for a reference (a recipe
-that is its own `compare_to`: its run-to-run variation is the floor) and 1 for a candidate. A broken
+that is its own `compare_to`, or one another recipe compares against: its run-to-run variation is
+the floor) and 1 for a candidate. A broken
 or failed check is asked again in the next launch. Speed repeats therefore cost no answers, and
 re-running a recipe costs none at all; `launches = 0` turns an inherited check off; a quality metric measured by attribute/bisect asks in every
 launch (`Attempt.every_answer`).
@@ -136,11 +137,15 @@ def read_artifact(path) -> dict | None:
 
 
 def launches_needed(recipe) -> int:
-    """Launches of one configuration that answer: `[quality] launches`, else 2 for a reference (its
-    own variation is the floor), 1 for a candidate."""
+    """Launches of one configuration that answer: `[quality] launches`, else 2 for a reference (a
+    recipe that is its own compare_to or that another recipe of the project compares against: its own
+    variation is the floor), 1 for a candidate."""
+    from toolkit.recipe.load import compared_against
+
     if recipe.quality.launches is not None:
         return recipe.quality.launches
-    return 2 if recipe.compare_to in (None, recipe.name) else 1
+    reference = recipe.compare_to in (None, recipe.name) or recipe.name in compared_against(recipe)
+    return 2 if reference else 1
 
 
 def _answers_key(art: dict) -> tuple:
