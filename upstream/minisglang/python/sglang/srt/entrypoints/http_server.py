@@ -48,6 +48,19 @@ def _sse(obj) -> bytes:
     return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
 
 
+
+def stream_flags(obj: dict) -> tuple[bool, bool, bool]:
+    """An OpenAI request's (stream, include_usage, continuous_usage_stats)."""
+    options = obj.get("stream_options") or {}
+    include_usage = bool(options.get("include_usage", False))
+    return bool(obj.get("stream", False)), include_usage, include_usage and bool(options.get("continuous_usage_stats"))
+
+
+def usage(r) -> dict:
+    """An OpenAI response's `usage` for a finished or running request."""
+    return {"prompt_tokens": r.prompt_tokens, "completion_tokens": r.completion_tokens,
+            "total_tokens": r.prompt_tokens + r.completion_tokens}
+
 class BadRequest(Exception):
     pass
 
@@ -353,18 +366,11 @@ class HttpServer:
         obj = self._parse_json(body)
         prompt = self._prompt(obj, "prompt")
         max_new = int(obj.get("max_tokens") or 16)
-        stream = bool(obj.get("stream", False))
-        stream_options = obj.get("stream_options") or {}
-        include_usage = bool(stream_options.get("include_usage", False))
-        continuous_usage = include_usage and bool(stream_options.get("continuous_usage_stats"))
+        stream, include_usage, continuous_usage = stream_flags(obj)
         model = obj.get("model") or self.args.served_model_name
         rid = str(obj.get("rid") or uuid.uuid4().hex)
         created = int(time.time())
         cid = f"cmpl-{rid}"
-
-        def usage(r: Req) -> dict:
-            return {"prompt_tokens": r.prompt_tokens, "completion_tokens": r.completion_tokens,
-                    "total_tokens": r.prompt_tokens + r.completion_tokens}
 
         if stream:
             sent = [0]  # characters of req.text already sent

@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 import uuid
 
-from sglang.srt.entrypoints.http_server import _DONE, BadRequest, _chunk, _sse
+from sglang.srt.entrypoints.http_server import _DONE, BadRequest, _chunk, _sse, stream_flags, usage
 from sglang.srt.managers.scheduler import Req
 
 
@@ -53,19 +53,12 @@ async def chat_completions(server, obj: dict, writer, keep_alive: bool) -> bool:
     max_new = int(max_new)
     if max_new < 1:
         raise BadRequest("max_tokens must be >= 1")
-    stream = bool(obj.get("stream", False))
-    stream_options = obj.get("stream_options") or {}
-    include_usage = bool(stream_options.get("include_usage", False))
-    continuous_usage = include_usage and bool(stream_options.get("continuous_usage_stats"))
+    stream, include_usage, continuous_usage = stream_flags(obj)
     model = obj.get("model") or server.args.served_model_name
     rid = str(obj.get("rid") or uuid.uuid4().hex)
     created = int(time.time())
     cid = f"chatcmpl-{rid}"
     ignore_eos = bool(obj.get("ignore_eos", False))
-
-    def usage(r: Req) -> dict:
-        return {"prompt_tokens": r.prompt_tokens, "completion_tokens": r.completion_tokens,
-                "total_tokens": r.prompt_tokens + r.completion_tokens}
 
     def event(delta: dict, finish, r: Req, with_usage: bool) -> bytes:
         return _sse({"id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
