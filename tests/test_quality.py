@@ -172,6 +172,7 @@ def test_torch_answers_beside_speed(home, tmp_path, monkeypatch, capsys):
     assert main(["report", "demo/torch-baseline", "demo/torch-small-experts", "-o", str(report)]) == 0
     md = (report / "report.md").read_text()
     assert "### Answers (output check)" in md and "answers changed" in md
+    assert "**demo/torch-baseline (against itself)** at c=16: same answers: its own 2 launches differ on" in md
     assert "| prompt | demo/torch-baseline | demo/torch-small-experts |" in md
     assert "Answers (output check)" in (report / "report.html").read_text()
 

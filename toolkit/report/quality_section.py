@@ -11,8 +11,11 @@ from toolkit.analysis import quality, quality_runs
 
 
 def collect(sel) -> dict:
-    """{variant: [{"point", "verdict", "text", "examples": [{id, prompt, reference, variant}]}]}."""
-    out: dict = {}
+    """{variant: [{"point", "verdict", "text", "examples": [{id, prompt, reference, variant}]}]},
+    the baseline against itself first ("NAME (against itself)": its floor)."""
+    out: dict = {f"{name} (against itself)": [{"point": p, "verdict": q.verdict, "text": q.text, "examples": []}
+                                             for p, q in per.items()]
+                 for name, per in quality_runs.reference_floor(sel).items()}
     for variant, per in quality_runs.verdicts(sel).items():
         out[variant] = [{"point": p, "verdict": q.verdict, "text": q.text,
                          "examples": quality_runs.examples(sel, variant, p, q) if p else []}
