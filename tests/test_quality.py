@@ -109,7 +109,7 @@ def test_hash_text_is_not_informative_and_a_failed_check_keeps_the_speed(home, t
     capsys.readouterr()
     assert main(["compare", "demo/qa", "demo/qb"]) == 0
     out = " ".join(capsys.readouterr().out.split())
-    assert "answers: demo/qb c=4: not informative: the miniature without its torch step" in out
+    assert "answers: demo/qa (against itself) c=1,4; demo/qb c=1,4: not informative: the miniature without its torch step" in out
     assert main(["compare", "demo/qa", "demo/qb", "--json"]) == 0
     verdicts = json.loads(capsys.readouterr().out)["quality"]["demo/qb"]
     assert {p: v["verdict"] for p, v in verdicts.items()} == {"1": NOT_INFORMATIVE, "4": NOT_INFORMATIVE}

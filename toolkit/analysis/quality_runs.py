@@ -106,8 +106,14 @@ def examples(sel, variant: str, point: int, verdict: QualityVerdict, limit: int 
 
 
 def lines(answers: dict) -> list[str]:
-    """One line per variant and quality point: "VARIANT c=16: broken output (...)"."""
-    return [f"{v} c={p}: {q.text}" if p else f"{v}: {q.text}" for v, per in answers.items() for p, q in per.items()]
+    """One line per distinct verdict text, naming where it holds: "VARIANT c=16: broken output (...)",
+    "A c=1,16; B c=1,16: not informative: ..." (the same reason is said once)."""
+    groups: dict[str, dict[str, list[int]]] = {}
+    for v, per in answers.items():
+        for p, q in per.items():
+            groups.setdefault(q.text, {}).setdefault(v, []).append(p)
+    return ["; ".join(f"{v} c={','.join(map(str, pts))}" if any(pts) else v for v, pts in where.items())
+            + f": {text}" for text, where in groups.items()]
 
 
 def meter_verdicts(store, log: Sequence, names: Sequence[str]) -> dict[str, dict[int, QualityVerdict]]:

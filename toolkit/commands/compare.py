@@ -143,9 +143,7 @@ def run(args) -> int:
     console.print(render_compare(rows, title=f"{' vs '.join(args.recipes[1:])} against {args.recipes[0]}",
                                  where=where_by_recipe(sel.runs), quality=answers))
     console.print(f"[dim]{legend}[/]")
-    for line in quality_runs.lines({f"{name} (against itself)": per for name, per in floor.items()}):
-        console.print(f"answers: {escape(line)}", highlight=False)
-    for line in quality_runs.lines(answers):
+    for line in quality_runs.lines({**{f"{name} (against itself)": per for name, per in floor.items()}, **answers}):
         console.print(f"answers: {escape(line)}", highlight=False)
     for name, gate in quality_runs.gate_verdicts(sel).items():
         console.print(f"gate: {escape(name)}: {escape(gate.text)}", highlight=False)
