@@ -221,3 +221,16 @@ def test_job_cancelled_while_queued_leaves_one_interrupted_record_per_recipe(slu
     assert all(r.status == "interrupted" and job["log"] in r.error and "before any run" in r.error for r in runs)
     out = patchbench(shared_home, "results", "--jobs", "--store", str(store))
     assert job["job_id"] in out.stdout and "CANCELLED" in out.stdout
+
+
+def test_strict_check_reaches_the_slurm_job(slurm, home, tmp_path):
+    """`run --strict-check --executor slurm`: the node refuses an unresolved static check as the
+    local run does (exit 2, the reason from the job), instead of measuring an unchecked config."""
+    from test_static_unresolved import RECIPE, _project
+
+    root = _project(tmp_path)
+    path = root / "recipes" / "u.toml"
+    path.write_text(RECIPE)
+    out = patchbench(home, "run", str(path), "--until", "check", "--strict-check", *slurm_args(home))
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert "static check unresolved: RuntimeError" in out.stderr, out.stderr[-2000:]

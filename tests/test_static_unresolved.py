@@ -103,3 +103,12 @@ def test_unresolved_check_warns_is_not_remembered_and_fails_when_strict(tmp_path
     # another value of the same variable is another check (the key holds [server.env])
     path.write_text(RECIPE + '[server.env]\nSGLANG_FAKE_PLATFORM = "0"\n')
     assert prepare(load_recipe(path), home, until="check").check.unresolved
+
+
+def test_profile_strict_check_refuses_an_unresolved_check(tmp_path, home, capsys):
+    """`profile --strict-check` refuses the recipe before any launch, as `run --strict-check` does."""
+    root = _project(tmp_path)
+    path = root / "recipes" / "u.toml"
+    path.write_text(RECIPE)
+    assert main(["profile", str(path), "--strict-check"]) == 2
+    assert "static check unresolved: RuntimeError" in capsys.readouterr().err

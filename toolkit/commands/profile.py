@@ -25,6 +25,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--families", default=None, metavar="FILE",
                         help="extra kernel-family rules (TOML, same layout as toolkit/data/kernel_families.toml)")
     parser.add_argument("--frozen", action="store_true", help="refuse drift from the recipe's lock file")
+    parser.add_argument("--strict-check", action="store_true",
+                        help="an unresolved static check refuses the recipe (exit 2), as `[target] strict = true` does")
     parser.add_argument("--json", action="store_true")
 
 
@@ -42,7 +44,8 @@ def run(args) -> int:
     recipe = load(args.recipe)
     families = load_families(args.families)
     result = profile_recipe(recipe, home=home_of(args), store=store_of(args), concurrency=args.concurrency,
-                            steps=args.steps, families_file=args.families, frozen=args.frozen, console=err)
+                            steps=args.steps, families_file=args.families, frozen=args.frozen, console=err,
+                            strict=args.strict_check)
     spec = floor_spec(recipe.to_dict(), args.concurrency)
     if args.json:
         print_json({"run_id": result.run_id, "status": result.status, "error": result.error, **result.summary})

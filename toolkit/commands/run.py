@@ -42,7 +42,7 @@ def run(args) -> int:
         from toolkit.executors.slurm import run_on_slurm
 
         result = run_on_slurm(recipes, home=home, store=store, cfg=cluster_config(args, home), repeats=args.repeats,
-                              until=args.until, frozen=args.frozen, console=err)
+                              until=args.until, frozen=args.frozen, console=err, strict=args.strict_check)
     else:
         result = run_sweep(recipes, home=home, store=store, repeats=args.repeats, until=args.until,
                            frozen=args.frozen, console=err, strict=args.strict_check)

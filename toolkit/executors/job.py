@@ -64,6 +64,7 @@ class SweepJob:
     until: str
     frozen: bool
     node_home: str
+    strict: bool = False  # `--strict-check`: an unresolved static check refuses the recipe (exit 2)
 
 
 def _stop(signum, frame):
@@ -132,21 +133,23 @@ def run_variant_job(job: VariantJob) -> dict:
 
 def run_sweep_job(job: SweepJob) -> dict:
     """The function submitit runs on the node. Returns the sweep's summary (also in done.json)."""
-    from toolkit.errors import PatchbenchError
+    from toolkit.errors import BadInput, PatchbenchError
     from toolkit.run.pipeline import run_sweep
 
     job_id, folder, node_home, store, console = _node(job.node_home)
     try:
         result = run_sweep(job.recipes, home=node_home, store=store, repeats=job.repeats, until=job.until,
-                           frozen=job.frozen, console=console)
+                           frozen=job.frozen, console=console, strict=job.strict)
     except JobStopped as exc:
         console.print(f"slurm job {job_id}: stopped by {exc} (runs in progress are left interrupted)", markup=False)
         raise SystemExit(143) from None
     except PatchbenchError as exc:  # refused before any launch (bad recipe, no GPU): say so, exit 0
         console.print(f"error: {exc}", markup=False)
-        result = {"group_id": None, "runs": [], "failed": [(r.name, str(exc)) for r in job.recipes]}
+        result = {"group_id": None, "runs": [], "failed": [(r.name, str(exc)) for r in job.recipes],
+                  "bad_input": [r.name for r in job.recipes] if isinstance(exc, BadInput) else []}
     finally:
         export(store, "json", store.export_path)
         store.close()
     return _write_done(folder, {"job_id": job_id, "node": socket.gethostname(), "group_id": result["group_id"],
-                                "runs": result["runs"], "failed": result["failed"]})
+                                "runs": result["runs"], "failed": result["failed"],
+                                "bad_input": result.get("bad_input", [])})

@@ -91,23 +91,28 @@ def _progress(rec: jobs.JobRecord, console: Console) -> None:
 
 
 def run_on_slurm(recipes, *, home: Path, store: Store, cfg: ClusterConfig, repeats: int | None, until: str,
-                 frozen: bool, console: Console) -> dict:
+                 frozen: bool, console: Console, strict: bool = False) -> dict:
     """`patchbench run --executor slurm`: the sweep as one job; returns what run_sweep returns, with
     `jobs` (the final job records) added. The runs are in `store` when this returns."""
     cfg = for_recipes(cfg, recipes)
-    sweep = SweepJob(recipes=list(recipes), repeats=repeats, until=until, frozen=frozen, node_home=cfg.node_home)
+    sweep = SweepJob(recipes=list(recipes), repeats=repeats, until=until, frozen=frozen, node_home=cfg.node_home,
+                     strict=strict)
     rec = submit(run_sweep_job, sweep, names=[r.name for r in recipes], home=home, cfg=cfg, command="run",
                  console=console)
     recs = wait([rec], home=home, store=store, cfg=cfg, console=console)
-    runs, failed, summary = [], [], {}
+    runs, failed, bad_input, summary = [], [], [], {}
     for rec in recs:
         done = Path(rec.folder) / jobs.DONE_NAME
         summary = read_json(done)
         failed += [tuple(f) for f in summary.get("failed", [])]
+        bad_input += list(summary.get("bad_input", []))
+        for name, why in summary.get("failed", []):  # the node said it in the job's log; say it here too
+            console.print(f"[red]error[/] (slurm job {rec.job_id}): {escape(why)}")
         runs += [(r.recipe, r.run_id) for r in store.runs(run_ids=jobs.run_ids(rec))]
         if not done.is_file():
             failed.append((" ".join(rec.recipes), f"slurm job {rec.job_id} ended {rec.state} [log: {rec.log}]"))
-    return {"group_id": summary.get("group_id"), "runs": runs, "failed": failed, "jobs": [r.job_id for r in recs]}
+    return {"group_id": summary.get("group_id"), "runs": runs, "failed": failed, "bad_input": bad_input,
+            "jobs": [r.job_id for r in recs]}
 
 
 def read_json(path: Path) -> dict:

@@ -53,13 +53,13 @@ def summarize(traces: list[Path], families, itl_ms: float | None) -> dict:
 
 def profile_recipe(recipe: Recipe, *, home: Path, store, concurrency: int, steps: int,
                    families_file: str | None = None, frozen: bool = False,
-                   console: Console | None = None) -> ProfileRun:
+                   console: Console | None = None, strict: bool = False) -> ProfileRun:
     from toolkit.run.pipeline import needs_gpu, prepare
     from toolkit.run.sglang_args import check_record, launch_argv, server_info_problems
 
     console = console or Console(stderr=True)
     families = load_families(families_file)
-    p = prepare(recipe, home, frozen=frozen, console=console)
+    p = prepare(recipe, home, frozen=frozen, console=console, strict=strict)
     gpu = needs_gpu(recipe)
     if gpu and not machine.has_cuda_gpu():
         raise NoGPU(f"no CUDA GPU on this machine: {recipe.name} built and passed the static check; "
