@@ -104,8 +104,16 @@ def test_hash_text_is_not_informative_and_a_failed_check_keeps_the_speed(home, t
     assert not any(s.metric == "output_sanity" for s in store.samples([runs[2].run_id]))
     cand = store.runs(recipe="demo/qb", status="ok")
     assert [r.extra["quality"]["status"] for r in cand] == ["ok", "skipped"]
-    assert main(["run", "demo/qa", "--repeats", "1"]) == 0  # re-running a recipe asks nothing again
-    assert store.runs(recipe="demo/qa")[-1].extra["quality"]["status"] == "skipped"
+    assert main(["run", "demo/qa", "demo/qb", "--repeats", "1"]) == 0  # re-running asks nothing again
+    again = store.runs(recipe="demo/qa", newest_first=True)[0]
+    assert again.extra["quality"]["status"] == "skipped"
+    assert list(again.extra["quality"]["answers_from"]) == [runs[0].run_id, runs[1].run_id]
+    # ... and a selection of only those runs (one sweep) still carries the configuration's answers
+    capsys.readouterr()
+    assert main(["compare", "demo/qa", "demo/qb", "--group", again.group_id, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["runs"]["demo/qa"] == [again.run_id]
+    assert {p: v["verdict"] for p, v in data["quality"]["demo/qb"].items()} == {"1": NOT_INFORMATIVE, "4": NOT_INFORMATIVE}
     capsys.readouterr()
     assert main(["compare", "demo/qa", "demo/qb"]) == 0
     out = " ".join(capsys.readouterr().out.split())

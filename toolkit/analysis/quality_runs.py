@@ -25,20 +25,41 @@ def status(run: RunRow) -> str | None:
     return ((run.extra or {}).get("quality") or {}).get("status")
 
 
-def launches(runs: Sequence[RunRow], *, sane_only: bool) -> dict[int, list[Launch]]:
-    """Per point, one Launch per run that stored answers there (`sane_only`: runs whose check was ok)."""
-    out: dict[int, list[Launch]] = {}
+def answered(runs: Sequence[RunRow]) -> list[tuple[str, str | None, dict]]:
+    """(run id, check status, artifact) of every launch whose answers these runs stand for, each
+    once, in order: a run's own answers, and for a run that skipped the check the earlier launches
+    of its configuration that answered for it (`answers_from`), so any selection of a
+    configuration's runs carries its answers."""
+    from toolkit.run.quality import read_artifact
+
+    out: dict[str, tuple[str, str | None, dict]] = {}
     for run in runs:
-        if sane_only and status(run) != "ok":
-            continue
-        art = _artifact(run)
-        if not art:
+        q = (run.extra or {}).get("quality") or {}
+        own = _artifact(run)
+        if own:
+            out.setdefault(run.run_id, (run.run_id, status(run), own))
+        for rid, path in (q.get("answers_from") or {}).items():
+            art = None if rid in out else read_artifact(path)
+            if art:
+                out[rid] = (rid, "ok", art)
+    return list(out.values())
+
+
+def _launches(sources, *, sane_only: bool) -> dict[int, list[Launch]]:
+    out: dict[int, list[Launch]] = {}
+    for rid, state, art in sources:
+        if sane_only and state != "ok":
             continue
         for point, rows in (art.get("points") or {}).items():
             out.setdefault(int(point), []).append(Launch(
-                run.run_id, tuple(tuple(r["ids"]) for r in rows), tuple(r.get("degenerate") for r in rows),
+                rid, tuple(tuple(r["ids"]) for r in rows), tuple(r.get("degenerate") for r in rows),
                 bool(art.get("informative", True)), art.get("why")))
     return out
+
+
+def launches(runs: Sequence[RunRow], *, sane_only: bool) -> dict[int, list[Launch]]:
+    """Per point, one Launch per launch that answered for these runs (`sane_only`: checks that were ok)."""
+    return _launches(answered(runs), sane_only=sane_only)
 
 
 def _failed(runs: Sequence[RunRow]) -> str | None:
@@ -46,14 +67,18 @@ def _failed(runs: Sequence[RunRow]) -> str | None:
     return reasons[-1] if reasons else None
 
 
-def judge_runs(reference: Sequence[RunRow], candidate: Sequence[RunRow], *,
-               alpha: float = 0.05) -> dict[int, QualityVerdict]:
-    ref = launches(reference, sane_only=True)
-    cand = launches(candidate, sane_only=False)
+def _judge(ref_sources, cand_sources, candidate: Sequence[RunRow], alpha: float) -> dict[int, QualityVerdict]:
+    ref = _launches(ref_sources, sane_only=True)
+    cand = _launches(cand_sources, sane_only=False)
     if not cand:
         why = _failed(candidate)
         return {0: QualityVerdict(0, FAILED, f"{FAILED}: {why}")} if why else {}
     return {p: judge(p, ref.get(p, []), cand[p], alpha=alpha) for p in sorted(cand)}
+
+
+def judge_runs(reference: Sequence[RunRow], candidate: Sequence[RunRow], *,
+               alpha: float = 0.05) -> dict[int, QualityVerdict]:
+    return _judge(answered(reference), answered(candidate), candidate, alpha)
 
 
 def verdicts(sel, *, alpha: float = 0.05) -> dict[str, dict[int, QualityVerdict]]:
@@ -69,12 +94,12 @@ def self_verdict(runs: Sequence[RunRow], *, alpha: float = 0.05) -> dict[int, Qu
 
     from toolkit.analysis.quality import SAME
 
-    with_answers = [r for r in runs if _artifact(r)]
-    if len(with_answers) < 2:
+    sources = answered(runs)
+    if len(sources) < 2:
         return {}
-    if len(with_answers) > 2:
-        return judge_runs(with_answers[:-1], with_answers[-1:], alpha=alpha)
-    out = judge_runs(with_answers, with_answers, alpha=alpha)
+    if len(sources) > 2:
+        return _judge(sources[:-1], sources[-1:], runs, alpha)
+    out = _judge(sources, sources, runs, alpha)
     return {p: dataclasses.replace(q, text=f"{SAME}: its own 2 launches differ on {q.varies} of {q.n} prompts "
                                    "(the floor a candidate is judged against)") if q.verdict == SAME else q
             for p, q in out.items()}
@@ -89,10 +114,11 @@ def reference_floor(sel, *, alpha: float = 0.05) -> dict[str, dict[int, QualityV
 
 def examples(sel, variant: str, point: int, verdict: QualityVerdict, limit: int = 3) -> list[dict]:
     """The first prompts where `variant` departed at `point`: prompt, reference answer, variant answer."""
-    ref = next((a for a in map(_artifact, reversed(sel.runs[sel.recipes[0]])) if a), None)
-    cand = next((a for a in map(_artifact, reversed(sel.runs[variant])) if a), None)
+    ref = answered(sel.runs[sel.recipes[0]])
+    cand = answered(sel.runs[variant])
     if not ref or not cand:
         return []
+    ref, cand = ref[-1][2], cand[-1][2]
     r_rows, c_rows = ref["points"].get(str(point)) or [], cand["points"].get(str(point)) or []
     texts = cand.get("prompt_text") or {}
     indices = verdict.divergent or tuple(i for i, row in enumerate(c_rows) if row.get("degenerate"))

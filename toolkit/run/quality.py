@@ -21,7 +21,8 @@ quality point (at most `c` requests in flight). Stored per run:
 
 Answers belong to a configuration, not to a launch: once `[quality] launches` earlier launches of
 the same configuration (recipe, run identity, prompts, tokens and points) answered with sane output,
-a launch skips the check (`skipped`, naming those runs). The default is 2 for a reference (a recipe
+a launch skips the check (`skipped`, naming those runs; `answers_from` maps them to their artifacts,
+so a selection of only this launch still carries its configuration's answers). The default is 2 for a reference (a recipe
 that is its own `compare_to`, or one another recipe compares against: its run-to-run variation is
 the floor) and 1 for a candidate. A broken
 or failed check is asked again in the next launch. Speed repeats therefore cost no answers, and
@@ -35,6 +36,8 @@ import asyncio
 import json
 import time
 from pathlib import Path
+
+from rich.markup import escape
 
 from toolkit.recipe.spec import BenchSpec, QualitySpec
 from toolkit.run import answers, metrics
@@ -152,22 +155,23 @@ def _answers_key(art: dict) -> tuple:
     return art.get("prompts_digest"), art.get("max_tokens"), tuple(sorted(int(c) for c in art.get("points") or {}))
 
 
-def answered_before(store, name: str, identity: str, key: tuple, exclude: str) -> list[str]:
+def answered_before(store, name: str, identity: str, key: tuple, exclude: str) -> dict[str, str]:
     """Earlier launches of one configuration (recipe `name`, run `identity`) whose check answered
-    the same prompts at the same tokens and points with sane output, oldest first."""
-    out = []
+    the same prompts at the same tokens and points with sane output, oldest first: run id -> artifact."""
+    out = {}
     for run in store.runs(recipe=name, identity=identity):
         q = (run.extra or {}).get("quality") or {}
         if run.run_id == exclude or q.get("status") != "ok":
             continue
         art = read_artifact(q.get("artifact"))
         if art and _answers_key(art) == key:
-            out.append(run.run_id)
+            out[run.run_id] = q["artifact"]
     return out
 
 
-def _skip_reason(attempt, prompts: list[Prompt], pts: tuple[int, ...]) -> str | None:
-    """Why this launch asks nothing (enough launches of its configuration answered), or None."""
+def _skip(attempt, prompts: list[Prompt], pts: tuple[int, ...]) -> tuple[str, dict] | None:
+    """(why this launch asks nothing, {run id: artifact} of the launches that answered for it), or
+    None when it asks."""
     if attempt.every_answer:
         return None
     from toolkit.run.identity import expected_identity
@@ -176,14 +180,15 @@ def _skip_reason(attempt, prompts: list[Prompt], pts: tuple[int, ...]) -> str | 
     p = attempt.prepared
     need = launches_needed(p.recipe)
     if need == 0:
-        return "[quality] launches = 0: the check is off for this recipe"
+        return "[quality] launches = 0: the check is off for this recipe", {}
     identity = expected_identity(p.recipe, p.env.key, this_gpu_key())
     before = answered_before(attempt.store, p.name, identity, (digest(prompts), p.recipe.quality.max_tokens, pts),
                              attempt.run_id)
     if len(before) < need:
         return None
+    used = dict(list(before.items())[:need])
     return (f"{len(before)} earlier launch(es) of this configuration answered the same prompts "
-            f"({', '.join(r[:8] for r in before[:need])}); [quality] launches = {need}")
+            f"({', '.join(r[:8] for r in used)}); [quality] launches = {need}"), used
 
 
 def check(attempt, url: str) -> tuple[list[Sample], list[str]]:
@@ -198,10 +203,10 @@ def check(attempt, url: str) -> tuple[list[Sample], list[str]]:
     summary: dict = {"status": "ok", "points": list(pts), "prompts": str(spec.prompts), "informative": ok,
                      "why": why}
     attempt.extra["quality"] = summary
-    skip = _skip_reason(attempt, prompts, pts)
+    skip = _skip(attempt, prompts, pts)
     if skip:
-        summary.update(status="skipped", reason=skip)
-        attempt.console.print(f"[dim]{attempt.title}: output check skipped: {skip}[/]")
+        summary.update(status="skipped", reason=skip[0], answers_from=skip[1])
+        attempt.console.print(f"[dim]{escape(attempt.title)}: output check skipped: {escape(skip[0])}[/]")
         return [], []
     t0 = time.monotonic()
     try:
