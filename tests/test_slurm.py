@@ -254,6 +254,8 @@ def test_track_through_slurm_equals_local_track_and_resumes_by_identity(slurm, h
         proc = patchbench(home, *argv, "--executor", ex, "--store", stores[ex])
         assert proc.returncode == 0, proc.stderr[-2000:]
         out[ex] = json.loads(proc.stdout)
+    lines = [ln for ln in proc.stderr.splitlines() if "submitted track" in ln or "RUNNING" in ln]
+    assert all("submitted" in ln for ln in lines[:3]), "every pending point goes to the queue at once"
     for ex in out:
         assert out[ex]["measured"] == ["0.1.1"] and out[ex]["already_measured"] == []
         assert {k: v["outcome"] for k, v in out[ex]["not_measured"].items()} == {

@@ -98,11 +98,12 @@ def _collect(pt, rec: jobs.JobRecord, store: Store, res: TrackResult) -> None:
     """The point's outcome from the runs its job left (now in the store), as the local loop notes it."""
     runs = store.runs(run_ids=jobs.run_ids(rec))
     for run in sorted(runs, key=lambda r: (r.repeat or 0, r.started_at or "")):
-        res.run_ids.append(run.run_id)
         outcome = (run.extra.get("track") or {}).get("outcome")
         if outcome in RECORDS:
             res.recorded[pt.label] = (outcome, run.error or "")
-        elif run.status == "ok":
+            continue
+        res.run_ids.append(run.run_id)  # the runs of the pipeline, as the local loop lists them
+        if run.status == "ok":
             res.ok.add(pt.label)
         else:
             res.failed[pt.label] = f"run {run.run_id[:8]} {run.status}: {run.error}"
