@@ -241,7 +241,8 @@ def test_track_through_slurm_equals_local_track_and_resumes_by_identity(slurm, h
                                                                         four_releases):  # noqa: F811
     """`track --executor slurm`: each pending point one job (all submitted at once), the runs and the
     does-not-apply records imported with their job, the same points and outcomes as a local track,
-    and a second track submits nothing (the points are done by identity)."""
+    a second track submits nothing (the points are done by identity), and a point whose job died is
+    a failure that the next track measures."""
     from toolkit.results import jobs
 
     _env(monkeypatch, four_releases)
@@ -285,3 +286,28 @@ def test_track_through_slurm_equals_local_track_and_resumes_by_identity(slurm, h
     res = json.loads(again.stdout)
     assert res["measured"] == [] and sorted(res["already_measured"]) == ["0.1.1", "0.1.2", "0.1.3"]
     assert "submitted" not in again.stderr and len([r for r in jobs.load_all(home) if r.command == "track"]) == 3
+
+    # a point whose job dies (cancelled while queued) is a failure now and measured again next time
+    jobs_before = {r.job_id for r in jobs.load_all(home)}
+    env = {**os.environ, "PATCHBENCH_HOME": str(home)}
+    argv0 = [sys.executable, "-m", "toolkit", *argv[:-3], "--since", "0.1.0", "--json", "--executor", "slurm",
+             "--store", stores["slurm"]]
+    proc = subprocess.Popen([*argv0, "--slurm-arg", "begin=now+1hour"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not ({r.job_id for r in jobs.load_all(home)} - jobs_before):
+            time.sleep(0.1)
+        [queued] = {r.job_id for r in jobs.load_all(home)} - jobs_before
+        subprocess.run(["scancel", queued], check=True, timeout=30)
+        stdout, errs = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1, errs[-2000:]
+    res = json.loads(stdout)
+    assert res["measured"] == [] and "CANCELLED" in res["failed"]["0.1.0"] and len(res["already_measured"]) == 3
+    rerun = subprocess.run(argv0, capture_output=True, text=True, env=env, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    assert json.loads(rerun.stdout)["measured"] == ["0.1.0"]
+    assert [e[:2] for e in series(stores["slurm"])][0] == ("0.1.0", "measured")
