@@ -24,7 +24,7 @@ from rich.console import Console
 from toolkit.executors.config import ClusterConfig, for_recipes
 from toolkit.executors.job import JobStopped, _node, _write_done
 from toolkit.executors.slurm import submit, wait
-from toolkit.history.track import RECORDS, TrackResult
+from toolkit.history.track import RECORDS, TrackResult, announce
 from toolkit.results import jobs
 from toolkit.results.exchange import export
 from toolkit.results.store import Store
@@ -79,8 +79,7 @@ def slurm_points(recipe, source: str, *, cfg: ClusterConfig, home: Path, store: 
         c = for_recipes(cfg, [recipe])
         submitted = []
         for n, pt in enumerate(todo, 1):
-            console.print(f"[bold]track[/] {n}/{len(todo)}: {source} {pt.kind} {pt.label}"
-                          + (f" ({pt.date})" if pt.date else ""))
+            announce(console, n, len(todo), source, pt)
             job = TrackPointJob(recipe=recipe, source=source, point=pt, stack=stack, repeats=repeats,
                                 group_id=group_id, node_home=c.node_home)
             submitted.append(submit(run_track_point_job, job, names=[f"{recipe.name}@{pt.label}"], home=home,

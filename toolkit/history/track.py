@@ -131,8 +131,7 @@ def _track(recipe, source, points, variant, *, home, store, console, repeats, gr
         return res
     ready = []
     for n, pt in enumerate(todo, 1):
-        console.print(f"[bold]track[/] {n}/{len(todo)}: {source} {pt.kind} {pt.label}"
-                      + (f" ({pt.date})" if pt.date else ""))
+        announce(console, n, len(todo), source, pt)
         prepared = prepare_point(recipe, source, stack, pt, variant, res, home=home, store=store, console=console,
                                  group_id=group_id)
         if prepared is None:
@@ -146,6 +145,10 @@ def _track(recipe, source, points, variant, *, home, store, console, repeats, gr
                 measure_once(pt, prepared, r, res, home=home, store=store, console=console, group_id=group_id)
     res.measured = [pt.label for pt in todo if pt.label in res.ok]
     return res
+
+
+def announce(console: Console, n: int, total: int, source: str, pt: Point) -> None:
+    console.print(f"[bold]track[/] {n}/{total}: {source} {pt.kind} {pt.label}" + (f" ({pt.date})" if pt.date else ""))
 
 
 def prepare_point(recipe: Recipe, source: str, stack: str, pt: Point, variant: Callable[[Point], Recipe],
