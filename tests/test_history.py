@@ -146,17 +146,22 @@ def test_track_resumes_after_a_kill_and_holds_one_lock(home, monkeypatch, capsys
     assert "they have: " in capsys.readouterr().err
 
 
-def test_points_where_the_stack_does_not_apply_are_recorded(home, monkeypatch, capsys, tmp_path, four_releases):
-    _env(monkeypatch, four_releases)
+def patched_recipes(tmp_path: Path, releases: dict) -> Path:
+    """A recipes folder with `patched`: demo/update plus a patch that applies up to 0.1.1 only."""
     proj = tmp_path / "proj"
     (proj / "patches").mkdir(parents=True)
     (proj / "patches" / "cost-comment.patch").write_text(COST_PATCH)
     recipe = (REPO_ROOT / "recipes" / "demo" / "update.toml").read_text()
     recipe = recipe.replace('index = "${PATCHBENCH_MINI_INDEX:-../../.patchbench/mini-releases/index}"',
-                            f'index = "{four_releases["index"]}"')
+                            f'index = "{releases["index"]}"')
     (proj / "recipes").mkdir()
     (proj / "recipes" / "patched.toml").write_text(recipe + '\n[patches]\nsglang = ["cost-comment.patch"]\n')
-    monkeypatch.setenv("PATCHBENCH_RECIPES", str(proj / "recipes"))
+    return proj / "recipes"
+
+
+def test_points_where_the_stack_does_not_apply_are_recorded(home, monkeypatch, capsys, tmp_path, four_releases):
+    _env(monkeypatch, four_releases)
+    monkeypatch.setenv("PATCHBENCH_RECIPES", str(patched_recipes(tmp_path, four_releases)))
     rc, out = _json(capsys, ["track", "patched", "--source", "sglang", "--releases", "--since", "0.1.1"])
     assert rc == 0 and out["measured"] == ["0.1.1"]
     assert {k: v["outcome"] for k, v in out["not_measured"].items()} == {"0.1.2": "does-not-apply",

@@ -16,6 +16,7 @@ import pytest
 
 from slurm_cluster import SlurmCluster, unavailable
 from test_analysis_e2e import mini  # noqa: F401  (fixture: a git copy of the miniature upstream)
+from test_history import _env, four_releases, patched_recipes  # noqa: F401  (four_releases: a fixture)
 from toolkit.results.store import Store
 
 # One Slurm cluster (a session fixture) for all of them: on one pytest-xdist worker.
@@ -234,3 +235,79 @@ def test_strict_check_reaches_the_slurm_job(slurm, home, tmp_path):
     out = patchbench(home, "run", str(path), "--until", "check", "--strict-check", *slurm_args(home))
     assert out.returncode == 2, out.stderr[-2000:]
     assert "static check unresolved: RuntimeError" in out.stderr, out.stderr[-2000:]
+
+
+def test_track_through_slurm_equals_local_track_and_resumes_by_identity(slurm, home, monkeypatch, tmp_path,
+                                                                        four_releases):  # noqa: F811
+    """`track --executor slurm`: each pending point one job (all submitted at once), the runs and the
+    does-not-apply records imported with their job, the same points and outcomes as a local track,
+    a second track submits nothing (the points are done by identity), and a point whose job died is
+    a failure that the next track measures."""
+    from toolkit.results import jobs
+
+    _env(monkeypatch, four_releases)
+    monkeypatch.setenv("PATCHBENCH_RECIPES", str(patched_recipes(tmp_path, four_releases)))
+    (home / "config.toml").write_text(f'[cluster]\npoll_s = 0.5\nnode_home = "{home}"\n')
+    argv = ["track", "patched", "--source", "sglang", "--releases", "--since", "0.1.1", "--json"]
+    stores = {ex: str(home / f"{ex}.sqlite") for ex in ("local", "slurm")}
+    out = {}
+    for ex in ("local", "slurm"):
+        proc = patchbench(home, *argv, "--executor", ex, "--store", stores[ex])
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        out[ex] = json.loads(proc.stdout)
+    lines = [ln for ln in proc.stderr.splitlines() if "submitted track" in ln or "RUNNING" in ln]
+    assert all("submitted" in ln for ln in lines[:3]), "every pending point goes to the queue at once"
+    for ex in out:
+        assert out[ex]["measured"] == ["0.1.1"] and out[ex]["already_measured"] == []
+        assert {k: v["outcome"] for k, v in out[ex]["not_measured"].items()} == {
+            "0.1.2": "does-not-apply", "0.1.3": "does-not-apply"}
+
+    recs = [r for r in jobs.load_all(home) if r.command == "track"]
+    assert len(recs) == 3 and all(r.state == "COMPLETED" and r.imported for r in recs), recs
+    assert sorted(n for r in recs for n in r.recipes) == [f"patched@{v}" for v in ("0.1.1", "0.1.2", "0.1.3")]
+    runs = Store(stores["slurm"]).tracked_runs("patched")
+    assert len(runs) == 3 and {r.extra["slurm"]["job_id"] for r in runs} == {r.job_id for r in recs}
+    [ok] = [r for r in runs if r.status == "ok"]
+    assert out["slurm"]["run_ids"] == [ok.run_id] and Path(ok.log_paths["slurm_job"]).is_file()
+    [local_ok] = [r for r in Store(stores["local"]).tracked_runs("patched") if r.status == "ok"]
+    assert ok.identity == local_ok.identity and ok.env_key == local_ok.env_key
+    assert Store(stores["slurm"]).samples([ok.run_id])
+
+    def series(store: str) -> list:
+        proc = patchbench(home, "history", "patched", "--metric", "output_tok_s@1", "--json", "--store", store)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        return [(e["label"], e["status"], e["n_runs"]) for e in json.loads(proc.stdout)["series"]]
+
+    assert series(stores["slurm"]) == series(stores["local"]) == [
+        ("0.1.1", "measured", 1), ("0.1.2", "does-not-apply", 0), ("0.1.3", "does-not-apply", 0)]
+
+    again = patchbench(home, *argv, "--executor", "slurm", "--store", stores["slurm"])
+    assert again.returncode == 0, again.stderr[-2000:]
+    res = json.loads(again.stdout)
+    assert res["measured"] == [] and sorted(res["already_measured"]) == ["0.1.1", "0.1.2", "0.1.3"]
+    assert "submitted" not in again.stderr and len([r for r in jobs.load_all(home) if r.command == "track"]) == 3
+
+    # a point whose job dies (cancelled while queued) is a failure now and measured again next time
+    jobs_before = {r.job_id for r in jobs.load_all(home)}
+    env = {**os.environ, "PATCHBENCH_HOME": str(home)}
+    argv0 = [sys.executable, "-m", "toolkit", *argv[:-3], "--since", "0.1.0", "--json", "--executor", "slurm",
+             "--store", stores["slurm"]]
+    proc = subprocess.Popen([*argv0, "--slurm-arg", "begin=now+1hour"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not ({r.job_id for r in jobs.load_all(home)} - jobs_before):
+            time.sleep(0.1)
+        [queued] = {r.job_id for r in jobs.load_all(home)} - jobs_before
+        subprocess.run(["scancel", queued], check=True, timeout=30)
+        stdout, errs = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1, errs[-2000:]
+    res = json.loads(stdout)
+    assert res["measured"] == [] and "CANCELLED" in res["failed"]["0.1.0"] and len(res["already_measured"]) == 3
+    rerun = subprocess.run(argv0, capture_output=True, text=True, env=env, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    assert json.loads(rerun.stdout)["measured"] == ["0.1.0"]
+    assert [e[:2] for e in series(stores["slurm"])][0] == ("0.1.0", "measured")

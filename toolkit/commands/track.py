@@ -6,13 +6,15 @@ recipe, its patch stack re-applied, at each upstream point not measured yet (too
 - commits:  `patchbench track RECIPE --source sglang --branch main --every 20` or `--since 2026-01-01`
 Meant for cron or a timer: resumable (points already measured are skipped), one track per workspace,
 a failing point is stored and the next one measured; points where the stack does not apply are
-recorded as such. Then `patchbench history RECIPE --source S --metric M`."""
+recorded as such. `--executor slurm`: each point not measured yet is a Slurm job, all submitted at
+once (toolkit/executors/slurm_track.py). Then `patchbench history RECIPE --source S --metric M`."""
 
 from __future__ import annotations
 
 import uuid
 
 from toolkit.commands.common import console, err, home_of, load, print_json, store_of
+from toolkit.executors.config import add_executor_arguments
 
 HELP = "measure the recipe (its patches re-applied) at each new upstream release or commit, resumably"
 
@@ -29,6 +31,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--repeats", type=int, default=1, help="runs per point (default 1)")
     parser.add_argument("--limit", type=int, help="measure at most this many new points now")
     parser.add_argument("--json", action="store_true")
+    add_executor_arguments(parser)
 
 
 def points_of(recipe, args, home):
@@ -71,8 +74,16 @@ def run(args) -> int:
     store = store_of(args)
     err.print(f"tracking {recipe.name} on {len(points)} {points[0].kind}(s) of {args.source}: "
               f"{points[0].label} .. {points[-1].label}")
+    group_id, elsewhere = uuid.uuid4().hex[:12], None
+    if args.executor == "slurm":  # each point not measured yet one Slurm job; their runs imported here
+        from toolkit.executors.config import cluster_config
+        from toolkit.executors.slurm_track import slurm_points
+
+        elsewhere = slurm_points(recipe, args.source, cfg=cluster_config(args, home), home=home, store=store,
+                                 repeats=args.repeats, group_id=group_id, console=err)
     res = track(recipe, args.source, points, lambda p: variant_for(recipe, args.source, p, home), home=home,
-                store=store, console=err, repeats=args.repeats, group_id=uuid.uuid4().hex[:12], limit=args.limit)
+                store=store, console=err, repeats=args.repeats, group_id=group_id, limit=args.limit,
+                elsewhere=elsewhere)
     if args.json:
         print_json({"recipe": recipe.name, "source": args.source, "points": [p.to_dict() for p in points],
                     **res.to_dict()})

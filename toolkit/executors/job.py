@@ -45,6 +45,14 @@ class JobStore(Store):
         export(self, "json", self.export_path)
         return run_id
 
+    def record_run(self, fields_: dict, samples=()) -> str:
+        """A whole run recorded at once (a tracked point whose stack does not apply): stamped too."""
+        fields_ = {**fields_, "extra": {**(fields_.get("extra") or {}), "slurm": dict(self.slurm)},
+                   "log_paths": {**(fields_.get("log_paths") or {}), "slurm_job": self.slurm["log"]}}
+        run_id = super().record_run(fields_, samples)
+        export(self, "json", self.export_path)
+        return run_id
+
     def finish_run(self, run_id: str, status: str, *args, **kw) -> None:
         # the pipeline's final extra/log_paths replace the begun ones: keep the job's stamp in them
         if kw.get("extra") is not None:

@@ -14,7 +14,8 @@ first and newest first: a slow drift of the machine (load, temperature) then add
 point's mean instead of reading as a change in upstream history.
 
 One `track` at a time per workspace (a FileLock under PATCHBENCH_HOME): it is meant for cron or a
-timer, where a slow run must not overlap the next one.
+timer, where a slow run must not overlap the next one. With `--executor slurm` the points not done are
+measured as Slurm jobs (toolkit/executors/slurm_track.py) under the same lock and bookkeeping.
 """
 
 from __future__ import annotations
@@ -93,9 +94,11 @@ def workspace_lock(home: Path) -> FileLock:
 
 def track(recipe: Recipe, source: str, points: list[Point], variant: Callable[[Point], Recipe], *,
           home: Path, store: Store, console: Console, repeats: int = 1, group_id: str = "",
-          limit: int | None = None) -> TrackResult:
+          limit: int | None = None, elsewhere: Callable | None = None) -> TrackResult:
     """Measure each point of `points` not done yet (see the module doc); `limit`: at most that many
-    new points this time. Raises TrackBusy when another track holds the workspace."""
+    new points this time. `elsewhere(todo, stack, res)`: measures the points not done elsewhere (Slurm
+    jobs, toolkit/executors/slurm_track.py), their runs in `store` and `res` filled when it returns.
+    Raises TrackBusy when another track holds the workspace."""
     lock = workspace_lock(home)
     try:
         lock.acquire(timeout=0)
@@ -104,14 +107,14 @@ def track(recipe: Recipe, source: str, points: list[Point], variant: Callable[[P
                         hint="it ends by itself; a timer simply tries again next time") from None
     try:
         return _track(recipe, source, points, variant, home=home, store=store, console=console,
-                      repeats=repeats, group_id=group_id, limit=limit)
+                      repeats=repeats, group_id=group_id, limit=limit, elsewhere=elsewhere)
     finally:
         lock.release()
 
 
-def _track(recipe, source, points, variant, *, home, store, console, repeats, group_id, limit) -> TrackResult:
+def _track(recipe, source, points, variant, *, home, store, console, repeats, group_id, limit,
+           elsewhere=None) -> TrackResult:
     from toolkit.run import reaper
-    from toolkit.run.pipeline import prepare
 
     for line in reaper.reap(home, store):  # what a killed track left running
         console.print(f"[yellow]reaped[/]: {line}")
@@ -122,34 +125,54 @@ def _track(recipe, source, points, variant, *, home, store, console, repeats, gr
     res.already = [p.label for p in points if p.id in done]
     if limit is not None:
         todo = todo[:limit]
+    if elsewhere is not None:
+        elsewhere(todo, stack, res)
+        res.measured = [pt.label for pt in todo if pt.label in res.ok]
+        return res
     ready = []
     for n, pt in enumerate(todo, 1):
-        label = f"{recipe.name}@{pt.label}"
-        info = {"recipe": recipe.name, "source": source, "stack": stack, "point": pt.to_dict()}
-        console.print(f"[bold]track[/] {n}/{len(todo)}: {source} {pt.kind} {pt.label}"
-                      + (f" ({pt.date})" if pt.date else ""))
-        try:
-            prepared = prepare(variant(pt), home, label=label, console=console)
-        except PatchbenchError as exc:
-            outcome = NO_APPLY if exc.step == "apply" and "does not apply" in str(exc) else BUILD_FAILED
-            console.print(f"[yellow]{pt.label}: {outcome}[/]: {escape(str(exc))}")
-            store.record_run({"recipe": label, "status": "failed", "error": str(exc)[:2000],
-                              "group_id": group_id, "extra": {"track": {**info, "outcome": outcome}}})
-            res.recorded[pt.label] = (outcome, str(exc))
+        announce(console, n, len(todo), source, pt)
+        prepared = prepare_point(recipe, source, stack, pt, variant, res, home=home, store=store, console=console,
+                                 group_id=group_id)
+        if prepared is None:
             continue
-        prepared.extra["track"] = {**info, "outcome": MEASURED}
         ready.append((pt, prepared))
         if repeats == 1:  # measured as soon as built: a long first track stores as it goes
-            _measure(pt, prepared, 0, res, home=home, store=store, console=console, group_id=group_id)
+            measure_once(pt, prepared, 0, res, home=home, store=store, console=console, group_id=group_id)
     if repeats > 1:  # passes over every point: a slow drift of the machine does not read as a change
         for r in range(repeats):
             for pt, prepared in (ready if r % 2 == 0 else ready[::-1]):
-                _measure(pt, prepared, r, res, home=home, store=store, console=console, group_id=group_id)
+                measure_once(pt, prepared, r, res, home=home, store=store, console=console, group_id=group_id)
     res.measured = [pt.label for pt in todo if pt.label in res.ok]
     return res
 
 
-def _measure(pt: Point, prepared, repeat: int, res: TrackResult, *, home, store, console, group_id) -> None:
+def announce(console: Console, n: int, total: int, source: str, pt: Point) -> None:
+    console.print(f"[bold]track[/] {n}/{total}: {source} {pt.kind} {pt.label}" + (f" ({pt.date})" if pt.date else ""))
+
+
+def prepare_point(recipe: Recipe, source: str, stack: str, pt: Point, variant: Callable[[Point], Recipe],
+                  res: TrackResult, *, home: Path, store: Store, console: Console, group_id: str):
+    """Apply and build the recipe at `pt`; the prepared variant (its runs marked `extra.track`), or None
+    when the stack does not apply or the env does not build (then recorded in `store` and `res`)."""
+    from toolkit.run.pipeline import prepare
+
+    info = {"recipe": recipe.name, "source": source, "stack": stack, "point": pt.to_dict()}
+    try:
+        prepared = prepare(variant(pt), home, label=f"{recipe.name}@{pt.label}", console=console)
+    except PatchbenchError as exc:
+        outcome = NO_APPLY if exc.step == "apply" and "does not apply" in str(exc) else BUILD_FAILED
+        console.print(f"[yellow]{pt.label}: {outcome}[/]: {escape(str(exc))}")
+        store.record_run({"recipe": f"{recipe.name}@{pt.label}", "status": "failed", "error": str(exc)[:2000],
+                          "group_id": group_id, "extra": {"track": {**info, "outcome": outcome}}})
+        res.recorded[pt.label] = (outcome, str(exc))
+        return None
+    prepared.extra["track"] = {**info, "outcome": MEASURED}
+    return prepared
+
+
+def measure_once(pt: Point, prepared, repeat: int, res: TrackResult, *, home, store, console, group_id) -> None:
+    """One run of a prepared point, stored; `res` notes it (ok, or failed with its reason)."""
     from toolkit.run.pipeline import run_once
 
     run_id = run_once(prepared, home=home, store=store, repeat=repeat, group_id=group_id, console=console)
