@@ -48,7 +48,13 @@ def _failed(runs: Sequence[RunRow]) -> str | None:
 
 def judge_runs(reference: Sequence[RunRow], candidate: Sequence[RunRow], *,
                alpha: float = 0.05) -> dict[int, QualityVerdict]:
-    ref = launches(reference, sane_only=True)
+    return judge_launches(launches(reference, sane_only=True), candidate, alpha=alpha)
+
+
+def judge_launches(ref: dict[int, list[Launch]], candidate: Sequence[RunRow], *,
+                   alpha: float = 0.05) -> dict[int, QualityVerdict]:
+    """judge_runs with the reference's launches read already (`launches(reference, sane_only=True)`),
+    for one reference judged against many candidates."""
     cand = launches(candidate, sane_only=False)
     if not cand:
         why = _failed(candidate)
