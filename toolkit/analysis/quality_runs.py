@@ -67,9 +67,8 @@ def _failed(runs: Sequence[RunRow]) -> str | None:
     return reasons[-1] if reasons else None
 
 
-def _judge(ref_sources, cand_sources, candidate: Sequence[RunRow], alpha: float) -> dict[int, QualityVerdict]:
-    ref = _launches(ref_sources, sane_only=True)
-    cand = _launches(cand_sources, sane_only=False)
+def _judge(ref: dict[int, list[Launch]], cand: dict[int, list[Launch]], candidate: Sequence[RunRow],
+           alpha: float) -> dict[int, QualityVerdict]:
     if not cand:
         why = _failed(candidate)
         return {0: QualityVerdict(0, FAILED, f"{FAILED}: {why}")} if why else {}
@@ -78,7 +77,14 @@ def _judge(ref_sources, cand_sources, candidate: Sequence[RunRow], alpha: float)
 
 def judge_runs(reference: Sequence[RunRow], candidate: Sequence[RunRow], *,
                alpha: float = 0.05) -> dict[int, QualityVerdict]:
-    return _judge(answered(reference), answered(candidate), candidate, alpha)
+    return judge_launches(launches(reference, sane_only=True), candidate, alpha=alpha)
+
+
+def judge_launches(ref: dict[int, list[Launch]], candidate: Sequence[RunRow], *,
+                   alpha: float = 0.05) -> dict[int, QualityVerdict]:
+    """judge_runs with the reference's launches read already (`launches(reference, sane_only=True)`),
+    for one reference judged against many candidates."""
+    return _judge(ref, launches(candidate, sane_only=False), candidate, alpha)
 
 
 def verdicts(sel, *, alpha: float = 0.05) -> dict[str, dict[int, QualityVerdict]]:
@@ -97,9 +103,10 @@ def self_verdict(runs: Sequence[RunRow], *, alpha: float = 0.05) -> dict[int, Qu
     sources = answered(runs)
     if len(sources) < 2:
         return {}
+    ref, cand = (sources[:-1], sources[-1:]) if len(sources) > 2 else (sources, sources)
+    out = _judge(_launches(ref, sane_only=True), _launches(cand, sane_only=False), runs, alpha)
     if len(sources) > 2:
-        return _judge(sources[:-1], sources[-1:], runs, alpha)
-    out = _judge(sources, sources, runs, alpha)
+        return out
     return {p: dataclasses.replace(q, text=f"{SAME}: its own 2 launches differ on {q.varies} of {q.n} prompts "
                                    "(the floor a candidate is judged against)") if q.verdict == SAME else q
             for p, q in out.items()}

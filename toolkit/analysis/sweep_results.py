@@ -18,7 +18,7 @@ from typing import Sequence
 from rich.markup import escape
 from rich.table import Table
 
-from toolkit.analysis import pareto, stats
+from toolkit.analysis import pareto, quality_runs, stats
 from toolkit.analysis.sla import Bound, max_points
 from toolkit.analysis.sweep import Outcome, mean_ci, values
 from toolkit.results.store import Store
@@ -51,18 +51,16 @@ def _runs_at(o: Outcome, point: int) -> list[str]:
     return o.points.get(point, [])
 
 
-def _answers(store: Store, default: Outcome, o: Outcome) -> str | None:
-    """The worst answers' verdict of a variant against the default configuration over its quality
-    points (toolkit.analysis.quality_runs), None without a declared [quality]; its broken runs
-    (stored invalid) count here."""
-    from toolkit.analysis import quality_runs
+def _ids(x: Outcome) -> list[str]:
+    return list(dict.fromkeys([*x.runs, *(r for rs in x.points.values() for r in rs)]))
 
-    def ids(x: Outcome) -> list[str]:
-        return list(dict.fromkeys([*x.runs, *(r for rs in x.points.values() for r in rs)]))
 
+def _answers(store: Store, ref: dict, o: Outcome) -> str | None:
+    """The worst answers' verdict of a variant against the default configuration's answered launches
+    `ref` (quality_runs.launches) over its quality points (toolkit.analysis.quality_runs), None without
+    a declared [quality]; its broken runs (stored invalid) count here."""
     broken = [r for r in store.runs(recipe=o.name, status="invalid") if quality_runs.status(r) == "broken"]
-    per = quality_runs.judge_runs(store.runs(run_ids=ids(default)), [*store.runs(run_ids=ids(o)), *broken])
-    return quality_runs.worst(per)
+    return quality_runs.worst(quality_runs.judge_launches(ref, [*store.runs(run_ids=_ids(o)), *broken]))
 
 
 def rows(store: Store, outcomes: Sequence[Outcome], metric: str, *, sla: Sequence[Bound] = (),
@@ -71,13 +69,18 @@ def rows(store: Store, outcomes: Sequence[Outcome], metric: str, *, sla: Sequenc
     default = outcomes[0]
     hib = metrics.higher_is_better(metric)
     out = []
+    ref = None  # the default's answered launches, read once (when the first variant needs them)
     for o in outcomes:
         if o.pruned or o.failed or (sla and (o.search is None or o.search.best is None)):
             continue
         at = o.search.best if sla else point
         runs = _runs_at(o, at)
         xs = values(store, runs, metric, at)
-        answers = _answers(store, default, o) if o is not default else None
+        answers = None
+        if o is not default:
+            if ref is None:
+                ref = quality_runs.launches(store.runs(run_ids=_ids(default)), sane_only=True)
+            answers = _answers(store, ref, o)
         if not xs:
             if answers == "broken output":  # every run invalid: shown, never ranked as a result
                 out.append(Row(o.name, at, math.nan, (math.nan, math.nan), 0, "broken output (runs invalid)", None))

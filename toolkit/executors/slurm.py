@@ -99,18 +99,25 @@ def run_on_slurm(recipes, *, home: Path, store: Store, cfg: ClusterConfig, repea
                      strict=strict)
     rec = submit(run_sweep_job, sweep, names=[r.name for r in recipes], home=home, cfg=cfg, command="run",
                  console=console)
-    recs = wait([rec], home=home, store=store, cfg=cfg, console=console)
+    return collect(wait([rec], home=home, store=store, cfg=cfg, console=console), store=store, console=console)
+
+
+def collect(recs: list[jobs.JobRecord], *, store: Store, console: Console) -> dict:
+    """What the ended jobs `recs` brought, shaped as run_sweep's result (+ `jobs`, their ids): the runs
+    imported from them, the recipes that failed (each failure printed here, as the node printed it in
+    the job's log) or were refused as bad input, read from each job's done.json; a job that ended
+    without one fails each of its recipes with its final state and log."""
     runs, failed, bad_input, summary = [], [], [], {}
     for rec in recs:
         done = Path(rec.folder) / jobs.DONE_NAME
         summary = read_json(done)
         failed += [tuple(f) for f in summary.get("failed", [])]
         bad_input += list(summary.get("bad_input", []))
-        for name, why in summary.get("failed", []):  # the node said it in the job's log; say it here too
+        for name, why in summary.get("failed", []):
             console.print(f"[red]error[/] (slurm job {rec.job_id}): {escape(why)}")
         runs += [(r.recipe, r.run_id) for r in store.runs(run_ids=jobs.run_ids(rec))]
         if not done.is_file():
-            failed.append((" ".join(rec.recipes), f"slurm job {rec.job_id} ended {rec.state} [log: {rec.log}]"))
+            failed += [(n, f"slurm job {rec.job_id} ended {rec.state} [log: {rec.log}]") for n in rec.recipes]
     return {"group_id": summary.get("group_id"), "runs": runs, "failed": failed, "bad_input": bad_input,
             "jobs": [r.job_id for r in recs]}
 

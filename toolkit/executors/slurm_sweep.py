@@ -3,7 +3,8 @@
 The recipes of one measuring round are dealt round-robin into at most `jobs` chunks; the default
 configuration (the first recipe) goes with every chunk, so each job's verdicts compare runs on one
 machine. Each chunk is one interleaved `run_sweep` job (toolkit/executors/job.py); the jobs run in
-parallel, are watched together and their runs imported into the store (toolkit/executors/slurm.py).
+parallel, are watched together and their runs imported into the store, their failures collected
+(toolkit/executors/slurm.py `collect`, as for `run --executor slurm`).
 """
 
 from __future__ import annotations
@@ -14,8 +15,7 @@ from rich.console import Console
 
 from toolkit.executors.config import ClusterConfig, for_recipes
 from toolkit.executors.job import SweepJob, run_sweep_job
-from toolkit.executors.slurm import read_json, submit, wait
-from toolkit.results import jobs as jobrecs
+from toolkit.executors.slurm import collect, submit, wait
 from toolkit.results.store import Store
 
 
@@ -38,14 +38,6 @@ def slurm_runner(cfg: ClusterConfig, *, home: Path, store: Store, jobs: int, fro
             job = SweepJob(recipes=chunk, repeats=None, until="store", frozen=frozen, node_home=c.node_home)
             recs.append(submit(run_sweep_job, job, names=[r.name for r in chunk], home=home, cfg=c,
                                command="sweep", console=console))
-        recs = wait(recs, home=home, store=store, cfg=cfg, console=console)
-        runs, failed = [], []
-        for rec in recs:
-            done = Path(rec.folder) / jobrecs.DONE_NAME
-            failed += [tuple(f) for f in read_json(done).get("failed", [])]
-            runs += [(r.recipe, r.run_id) for r in store.runs(run_ids=jobrecs.run_ids(rec))]
-            if not done.is_file():
-                failed += [(n, f"slurm job {rec.job_id} ended {rec.state} [log: {rec.log}]") for n in rec.recipes]
-        return {"runs": runs, "failed": failed, "jobs": [r.job_id for r in recs]}
+        return collect(wait(recs, home=home, store=store, cfg=cfg, console=console), store=store, console=console)
 
     return run

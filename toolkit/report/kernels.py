@@ -9,7 +9,6 @@ HTML fragment (inline SVG) the report appends. Reads $PATCHBENCH_HOME/kernels on
 
 from __future__ import annotations
 
-import html
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from toolkit.kernels import records
 from toolkit.kernels.plots import tflops_efficiency_plot
 from toolkit.kernels.table import _dims, _f, compare, rows  # one way to print a value and a shape
 from toolkit.report.plots import svg, write_png
+from toolkit.report.tables import esc, html_table, md_table
 
 
 @dataclass
@@ -27,8 +27,6 @@ class KernelSection:
 
     def __bool__(self) -> bool:
         return bool(self.markdown)
-
-
 
 
 def _tables(home: Path, names: list[str]) -> list[tuple[str, list[str], list[list[str]], list[dict]]]:
@@ -73,17 +71,13 @@ def kernel_section(home: Path, names: list[str], out_dir: Path) -> KernelSection
                     "that fails the check at a shape is \"wrong output\" there, never faster."]
     parts = ["<h2>Kernel tables</h2>"]
     for i, (title, head, body, recs) in enumerate(tables):
-        sec.markdown += ["", f"**{title}**", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-        sec.markdown += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in body]
+        sec.markdown += ["", f"**{title}**", "", *md_table(head, body)]
         fig = tflops_efficiency_plot(recs, title)
         name = f"kernels_{i}.png"
         write_png(fig, out_dir / name)
         sec.images.append((f"{title}: TFLOPS and efficiency against M", name))
         sec.markdown += ["", f"![{title}: TFLOPS and efficiency against M]({name})"]
-        parts.append(f"<h3>{html.escape(title)}</h3><table><thead><tr>"
-                     + "".join(f"<th>{html.escape(h)}</th>" for h in head) + "</tr></thead><tbody>"
-                     + "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in body)
-                     + "</tbody></table>")
+        parts.append(f"<h3>{esc(title)}</h3>" + html_table(head, body))
         parts.append(f'<div class="plots">{svg(fig, title)}</div>')
     sec.html = "\n".join(parts)
     return sec

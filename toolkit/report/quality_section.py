@@ -4,10 +4,10 @@ baseline's answer and the variant's). Pure rendering over what `collect` read.""
 
 from __future__ import annotations
 
-import html
 from typing import Any
 
 from toolkit.analysis import quality, quality_runs
+from toolkit.report.tables import esc, html_table, md_table
 
 
 def collect(sel) -> dict:
@@ -48,9 +48,9 @@ def markdown(data: dict, baseline: str) -> list[str]:
             where = f" at c={item['point']}" if item["point"] else ""
             lines.append(f"- **{variant}**{where}: {item['text']}")
             if item["examples"]:
-                lines += ["", "  | prompt | " + baseline + " | " + variant + " |", "  |---|---|---|"]
-                lines += [f"  | {_short(e['prompt'], 80)} | {_short(e['reference'])} | {_short(e['variant'])} |"
-                          .replace("\n", " ") for e in item["examples"]]
+                rows = [[_short(e["prompt"], 80), _short(e["reference"]), _short(e["variant"])]
+                        for e in item["examples"]]
+                lines += ["", *("  " + line for line in md_table(["prompt", baseline, variant], rows))]
                 lines.append("")
     lines += ["", quality.legend() + "."]
     return lines
@@ -59,18 +59,15 @@ def markdown(data: dict, baseline: str) -> list[str]:
 def html_section(data: dict, baseline: str) -> list[str]:
     if not data:
         return []
-    esc = lambda s: html.escape(str(s), quote=True)  # noqa: E731
     parts = ["<h2>Answers (output check)</h2><ul>"]
     for variant, items in data.items():
         for item in items:
             where = f" at c={item['point']}" if item["point"] else ""
             parts.append(f"<li><b>{esc(variant)}</b>{esc(where)}: {esc(item['text'])}")
             if item["examples"]:
-                parts.append(f'<table class="answers"><thead><tr><th>prompt</th><th>{esc(baseline)}</th>'
-                             f"<th>{esc(variant)}</th></tr></thead><tbody>")
-                parts += [f"<tr><td>{esc(e['prompt'])}</td><td>{esc(e['reference'])}</td><td>{esc(e['variant'])}</td></tr>"
-                          for e in item["examples"]]
-                parts.append("</tbody></table>")
+                parts.append(html_table(["prompt", baseline, variant],
+                                        [[e["prompt"], e["reference"], e["variant"]] for e in item["examples"]],
+                                        'class="answers"'))
             parts.append("</li>")
     parts.append(f'</ul><p class="note">{esc(quality.legend())}.</p>')
     return parts

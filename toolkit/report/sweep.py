@@ -7,13 +7,13 @@ SVG, and `sweep.md` / `sweep.html` with the ranked table, the pruned variants an
 
 from __future__ import annotations
 
-import html
 import re
 from pathlib import Path
 
 from matplotlib.figure import Figure
 
 from toolkit.report.plots import PALETTE, svg, write_png, write_text
+from toolkit.report.tables import esc, html_table, md_table
 
 GREY = "#b0b0b0"
 
@@ -88,15 +88,11 @@ def write_sweep_report(doc: dict, out: Path) -> list[Path]:
     svg_path = out / "pareto.svg"
     write_text(svg_path, svg_text + "\n")
     head, rows = _table(doc)
-    md = [f"# {title}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    md += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in rows]
+    md = [f"# {title}", "", *md_table(head, rows)]
     md += [""] + [f"- {line}" for line in notes(doc)] + ["", f"![Pareto front]({png.name})", ""]
     write_text(out / "sweep.md", "\n".join(md))
-    esc = html.escape
     page = [f"<!doctype html><html><head><meta charset='utf-8'><title>{esc(title)}</title></head><body>",
-            f"<h1>{esc(title)}</h1><table border='1' cellspacing='0' cellpadding='4'><tr>"
-            + "".join(f"<th>{esc(h)}</th>" for h in head) + "</tr>"]
-    page += ["<tr>" + "".join(f"<td>{esc(c)}</td>" for c in r) + "</tr>" for r in rows]
-    page += ["</table><ul>"] + [f"<li>{esc(line)}</li>" for line in notes(doc)] + ["</ul>", svg_text, "</body></html>"]
+            f"<h1>{esc(title)}</h1>", html_table(head, rows, "border='1' cellspacing='0' cellpadding='4'")]
+    page += ["<ul>"] + [f"<li>{esc(line)}</li>" for line in notes(doc)] + ["</ul>", svg_text, "</body></html>"]
     write_text(out / "sweep.html", "\n".join(page))
     return [out / "sweep.md", out / "sweep.html", png, svg_path]

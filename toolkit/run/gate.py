@@ -25,8 +25,8 @@ from pathlib import Path
 
 from toolkit.errors import BadInput, PatchbenchError
 from toolkit.recipe.spec import QualitySpec
-from toolkit.resources import PROBES_DIR
 from toolkit.run import supervisor
+from toolkit.run.env_module import first_module
 from toolkit.run.bench import Sample
 
 EVAL_MODULES = {"gsm8k": ("sglang.test.few_shot_gsm8k",)}
@@ -85,9 +85,8 @@ def labels(path: Path) -> list[int]:
 
 
 def find_module(python, environ: dict, name: str) -> str | None:
-    proc = subprocess.run([str(python), str(PROBES_DIR / "find_module.py"), *EVAL_MODULES[name]],
-                          capture_output=True, text=True, env=environ, timeout=120)
-    return proc.stdout.strip() or None
+    """The module of evaluation `name` the env's sglang has (toolkit.run.env_module), else None."""
+    return first_module(python, EVAL_MODULES[name], environ)
 
 
 def host_arg(python, environ: dict, module: str, host: str) -> str:

@@ -32,22 +32,17 @@ from toolkit.run.bench.sglang_jsonl import (  # noqa: F401  (re-exported importe
 from toolkit.errors import BadInput, PatchbenchError
 from toolkit.run.metrics import aliases
 from toolkit.run.server import log_tail
-from toolkit.resources import PROBES_DIR
+from toolkit.run.env_module import first_module
 
 # The names sglang has shipped the benchmark under, newest first (renamed in 0.5.23).
 ONE_BATCH_MODULES = ("sglang.benchmark.one_batch", "sglang.bench_one_batch")
-FIND_MODULE = PROBES_DIR / "find_module.py"
+
 
 def find_one_batch_module(python: str | Path, environ: dict | None = None) -> str:
     """The static-batch benchmark module that exists in the env of `python` (never chosen by
     version number: a fork may report 0.5.23 and keep `sglang.bench_one_batch`)."""
-    try:
-        proc = subprocess.run([str(python), str(FIND_MODULE), *ONE_BATCH_MODULES], capture_output=True,
-                              text=True, env=environ, timeout=120)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise PatchbenchError(f"cannot ask {python} for the one-batch benchmark: {exc}") from None
-    module = proc.stdout.strip()
-    if proc.returncode != 0 or module not in ONE_BATCH_MODULES:
+    module = first_module(python, ONE_BATCH_MODULES, environ)
+    if module is None:
         raise PatchbenchError(f"the env has no static-batch benchmark (looked for {', '.join(ONE_BATCH_MODULES)})",
                               hint=f"{python} -m sglang.bench_one_batch must exist for driver = \"one-batch\"")
     return module
