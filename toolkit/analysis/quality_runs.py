@@ -38,7 +38,7 @@ def answered(runs: Sequence[RunRow]) -> list[tuple[str, str | None, dict]]:
         own = _artifact(run)
         if own:
             out.setdefault(run.run_id, (run.run_id, status(run), own))
-        for rid, path in (q.get("answers_from") or {}).items():
+        for rid, path in q.get("answers_from") or []:
             art = None if rid in out else read_artifact(path)
             if art:
                 out[rid] = (rid, "ok", art)

@@ -21,7 +21,7 @@ quality point (at most `c` requests in flight). Stored per run:
 
 Answers belong to a configuration, not to a launch: once `[quality] launches` earlier launches of
 the same configuration (recipe, run identity, prompts, tokens and points) answered with sane output,
-a launch skips the check (`skipped`, naming those runs; `answers_from` maps them to their artifacts,
+a launch skips the check (`skipped`, naming those runs; `answers_from` lists them with their artifacts,
 so a selection of only this launch still carries its configuration's answers). The default is 2 for a reference (a recipe
 that is its own `compare_to`, or one another recipe compares against: its run-to-run variation is
 the floor) and 1 for a candidate. A broken
@@ -205,7 +205,7 @@ def check(attempt, url: str) -> tuple[list[Sample], list[str]]:
     attempt.extra["quality"] = summary
     skip = _skip(attempt, prompts, pts)
     if skip:
-        summary.update(status="skipped", reason=skip[0], answers_from=skip[1])
+        summary.update(status="skipped", reason=skip[0], answers_from=[[rid, art] for rid, art in skip[1].items()])
         attempt.console.print(f"[dim]{escape(attempt.title)}: output check skipped: {escape(skip[0])}[/]")
         return [], []
     t0 = time.monotonic()
