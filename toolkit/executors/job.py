@@ -92,7 +92,7 @@ class VariantJob:
     node_home: str
 
 
-def _node(node_home: str):
+def node_context(node_home: str):
     """The job's side of things: (job id, job folder, node home, its JobStore, a console).
     Installs the stop signals (SIGTERM from scancel, USR2 before the time limit)."""
     import submitit
@@ -114,7 +114,7 @@ def _node(node_home: str):
     return env.job_id, folder, home, store, console
 
 
-def _write_done(folder: Path, summary: dict) -> dict:
+def write_done(folder: Path, summary: dict) -> dict:
     tmp = folder / f".{DONE_NAME}.tmp"
     tmp.write_text(json.dumps(summary, indent=2, default=str))
     os.replace(tmp, folder / DONE_NAME)
@@ -125,7 +125,7 @@ def run_variant_job(job: VariantJob) -> dict:
     """On the node: measure one variant (prepare it, then `repeats` runs); values in done.json."""
     from toolkit.analysis.variants import VariantMeter
 
-    job_id, folder, home, store, console = _node(job.node_home)
+    job_id, folder, home, store, console = node_context(job.node_home)
     meter = VariantMeter(job.recipe, home, store, job.spec, console, group_id=job.group_id)
     try:
         values = meter.measure(job.label, job.overrides, job.repeats)
@@ -135,7 +135,7 @@ def run_variant_job(job: VariantJob) -> dict:
     finally:
         export(store, "json", store.export_path)
         store.close()
-    return _write_done(folder, {"job_id": job_id, "label": job.label, "values": values, "builds": meter.builds,
+    return write_done(folder, {"job_id": job_id, "label": job.label, "values": values, "builds": meter.builds,
                                 "runs": meter.runs})
 
 
@@ -144,7 +144,7 @@ def run_sweep_job(job: SweepJob) -> dict:
     from toolkit.errors import BadInput, PatchbenchError
     from toolkit.run.pipeline import run_sweep
 
-    job_id, folder, node_home, store, console = _node(job.node_home)
+    job_id, folder, node_home, store, console = node_context(job.node_home)
     try:
         result = run_sweep(job.recipes, home=node_home, store=store, repeats=job.repeats, until=job.until,
                            frozen=job.frozen, console=console, strict=job.strict)
@@ -158,6 +158,6 @@ def run_sweep_job(job: SweepJob) -> dict:
     finally:
         export(store, "json", store.export_path)
         store.close()
-    return _write_done(folder, {"job_id": job_id, "node": socket.gethostname(), "group_id": result["group_id"],
+    return write_done(folder, {"job_id": job_id, "node": socket.gethostname(), "group_id": result["group_id"],
                                 "runs": result["runs"], "failed": result["failed"],
                                 "bad_input": result.get("bad_input", [])})

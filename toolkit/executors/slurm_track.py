@@ -22,7 +22,7 @@ from pathlib import Path
 from rich.console import Console
 
 from toolkit.executors.config import ClusterConfig, for_recipes
-from toolkit.executors.job import JobStopped, _node, _write_done
+from toolkit.executors.job import JobStopped, node_context, write_done
 from toolkit.executors.slurm import submit, wait
 from toolkit.history.track import RECORDS, TrackResult, announce
 from toolkit.results import jobs
@@ -49,7 +49,7 @@ def run_track_point_job(job: TrackPointJob) -> dict:
     from toolkit.history.points import variant_for
     from toolkit.history.track import measure_once, prepare_point
 
-    job_id, folder, home, store, console = _node(job.node_home)
+    job_id, folder, home, store, console = node_context(job.node_home)
     res = TrackResult()
     pt = job.point
     console.print(f"track {job.source} {pt.kind} {pt.label}" + (f" ({pt.date})" if pt.date else ""), markup=False)
@@ -65,7 +65,7 @@ def run_track_point_job(job: TrackPointJob) -> dict:
     finally:
         export(store, "json", store.export_path)
         store.close()
-    return _write_done(folder, {"job_id": job_id, "node": socket.gethostname(), "point": pt.label,
+    return write_done(folder, {"job_id": job_id, "node": socket.gethostname(), "point": pt.label,
                                 "run_ids": res.run_ids, "ok": sorted(res.ok), "failed": res.failed,
                                 "recorded": {k: list(v) for k, v in res.recorded.items()}})
 
