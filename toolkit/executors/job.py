@@ -10,6 +10,8 @@ progress is torn down on the way out, the run is left `running` in the export.
 
 from __future__ import annotations
 
+import contextlib
+
 import json
 import os
 import signal
@@ -121,20 +123,28 @@ def write_done(folder: Path, summary: dict) -> dict:
     return summary
 
 
-def run_variant_job(job: VariantJob) -> dict:
-    """On the node: measure one variant (prepare it, then `repeats` runs); values in done.json."""
-    from toolkit.analysis.variants import VariantMeter
-
-    job_id, folder, home, store, console = node_context(job.node_home)
-    meter = VariantMeter(job.recipe, home, store, job.spec, console, group_id=job.group_id)
+@contextlib.contextmanager
+def node_work(job_id: str, store, console):
+    """The body of a node's job: a stop (scancel, time limit) leaves the runs in progress
+    interrupted and exits 143; whatever happens the node's store is exported and closed."""
     try:
-        values = meter.measure(job.label, job.overrides, job.repeats)
+        yield
     except JobStopped as exc:
         console.print(f"slurm job {job_id}: stopped by {exc} (runs in progress are left interrupted)", markup=False)
         raise SystemExit(143) from None
     finally:
         export(store, "json", store.export_path)
         store.close()
+
+
+def run_variant_job(job: VariantJob) -> dict:
+    """On the node: measure one variant (prepare it, then `repeats` runs); values in done.json."""
+    from toolkit.analysis.variants import VariantMeter
+
+    job_id, folder, home, store, console = node_context(job.node_home)
+    meter = VariantMeter(job.recipe, home, store, job.spec, console, group_id=job.group_id)
+    with node_work(job_id, store, console):
+        values = meter.measure(job.label, job.overrides, job.repeats)
     return write_done(folder, {"job_id": job_id, "label": job.label, "values": values, "builds": meter.builds,
                                 "runs": meter.runs})
 
@@ -145,19 +155,14 @@ def run_sweep_job(job: SweepJob) -> dict:
     from toolkit.run.pipeline import run_sweep
 
     job_id, folder, node_home, store, console = node_context(job.node_home)
-    try:
-        result = run_sweep(job.recipes, home=node_home, store=store, repeats=job.repeats, until=job.until,
-                           frozen=job.frozen, console=console, strict=job.strict)
-    except JobStopped as exc:
-        console.print(f"slurm job {job_id}: stopped by {exc} (runs in progress are left interrupted)", markup=False)
-        raise SystemExit(143) from None
-    except PatchbenchError as exc:  # refused before any launch (bad recipe, no GPU): say so, exit 0
-        console.print(f"error: {exc}", markup=False)
-        result = {"group_id": None, "runs": [], "failed": [(r.name, str(exc)) for r in job.recipes],
-                  "bad_input": [r.name for r in job.recipes] if isinstance(exc, BadInput) else []}
-    finally:
-        export(store, "json", store.export_path)
-        store.close()
+    with node_work(job_id, store, console):
+        try:
+            result = run_sweep(job.recipes, home=node_home, store=store, repeats=job.repeats, until=job.until,
+                               frozen=job.frozen, console=console, strict=job.strict)
+        except PatchbenchError as exc:  # refused before any launch (bad recipe, no GPU): say so, exit 0
+            console.print(f"error: {exc}", markup=False)
+            result = {"group_id": None, "runs": [], "failed": [(r.name, str(exc)) for r in job.recipes],
+                      "bad_input": [r.name for r in job.recipes] if isinstance(exc, BadInput) else []}
     return write_done(folder, {"job_id": job_id, "node": socket.gethostname(), "group_id": result["group_id"],
                                 "runs": result["runs"], "failed": result["failed"],
                                 "bad_input": result.get("bad_input", [])})

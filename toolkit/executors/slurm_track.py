@@ -22,11 +22,10 @@ from pathlib import Path
 from rich.console import Console
 
 from toolkit.executors.config import ClusterConfig, for_recipes
-from toolkit.executors.job import JobStopped, node_context, write_done
+from toolkit.executors.job import node_context, node_work, write_done
 from toolkit.executors.slurm import submit, wait
 from toolkit.history.track import RECORDS, TrackResult, announce
 from toolkit.results import jobs
-from toolkit.results.exchange import export
 from toolkit.results.store import Store
 
 
@@ -53,18 +52,12 @@ def run_track_point_job(job: TrackPointJob) -> dict:
     res = TrackResult()
     pt = job.point
     console.print(f"track {job.source} {pt.kind} {pt.label}" + (f" ({pt.date})" if pt.date else ""), markup=False)
-    try:
+    with node_work(job_id, store, console):
         prepared = prepare_point(job.recipe, job.source, job.stack, pt,
                                  lambda p: variant_for(job.recipe, job.source, p, home), res, home=home,
                                  store=store, console=console, group_id=job.group_id)
         for r in range(job.repeats if prepared is not None else 0):
             measure_once(pt, prepared, r, res, home=home, store=store, console=console, group_id=job.group_id)
-    except JobStopped as exc:
-        console.print(f"slurm job {job_id}: stopped by {exc} (runs in progress are left interrupted)", markup=False)
-        raise SystemExit(143) from None
-    finally:
-        export(store, "json", store.export_path)
-        store.close()
     return write_done(folder, {"job_id": job_id, "node": socket.gethostname(), "point": pt.label,
                                 "run_ids": res.run_ids, "ok": sorted(res.ok), "failed": res.failed,
                                 "recorded": {k: list(v) for k, v in res.recorded.items()}})
