@@ -42,6 +42,12 @@ def test_verdict_against_the_reference_floor():
     v = judge(1, [_launch("r1", base, informative=False)] * 2, [_launch("c", base, informative=False)])
     assert v.verdict == NOT_INFORMATIVE and "hash text" in v.text
     assert judge(1, ref[:1], [_launch("c", base)]).verdict == TOO_FEW
+    # answers to another max_tokens (or prompt set) never compare: not "answers changed", too few
+    import dataclasses
+
+    shorter = dataclasses.replace(_launch("c", [a[:2] for a in base]), key=("mixed", 6))
+    v = judge(1, [dataclasses.replace(r, key=("mixed", 8)) for r in ref], [shorter])
+    assert v.verdict == TOO_FEW and "2 more answered other prompts or another max_tokens" in v.text
 
 
 def test_malformed_prompts_file_names_file_and_line(home, tmp_path, monkeypatch, capsys):

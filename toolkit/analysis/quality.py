@@ -12,6 +12,9 @@ Per quality point, over the n prompts of the output check (toolkit.run.quality):
   reference does not vary, c = the reverse. "answers changed (b of n prompts beyond the reference's
   own variation)" when P(X >= b | b + c, 1/2) < alpha, else "same answers".
 
+Only launches that were asked the same (the candidate's newest prompt set and max_tokens) compare;
+the reference's others are named, never counted as departures.
+
 "broken output" (some candidate answer degenerate, toolkit.run.answers) comes first, whatever the
 test; "not informative" when the answers do not depend on the computation (the miniature without its
 torch step), never "same answers"; "too few launches" when the reference has fewer than two.
@@ -43,6 +46,7 @@ class Launch:
     degenerate: tuple[str | None, ...] = ()
     informative: bool = True
     why: str | None = None
+    key: tuple = ()  # what was asked (prompt set digest, max_tokens): only launches of one key compare
 
 
 @dataclass(frozen=True)
@@ -75,6 +79,10 @@ def judge(point: int, reference: Sequence[Launch], candidate: Sequence[Launch], 
 
     if not candidate:
         return QualityVerdict(point, FAILED, "no answers stored for the candidate")
+    asked = candidate[-1].key  # answers to other prompts or another max_tokens never compare
+    candidate = [launch for launch in candidate if launch.key == asked]
+    other = sum(launch.key != asked for launch in reference)
+    reference = [launch for launch in reference if launch.key == asked]
     bad = Counter(f for launch in candidate for f in launch.degenerate if f)
     n = len(candidate[-1].ids)
     if bad:
@@ -86,7 +94,9 @@ def judge(point: int, reference: Sequence[Launch], candidate: Sequence[Launch], 
         return QualityVerdict(point, NOT_INFORMATIVE, f"{NOT_INFORMATIVE}: {uninformative.why}", n=n)
     if len(reference) < 2:
         return QualityVerdict(point, TOO_FEW, f"{TOO_FEW}: the reference's own variation needs 2 launches "
-                              f"with answers, it has {len(reference)}", n=n)
+                              f"with answers, it has {len(reference)}"
+                              + (f" ({other} more answered other prompts or another max_tokens: run it with "
+                                 "the candidate's [quality])" if other else ""), n=n)
     if any(len(launch.ids) != n for launch in (*reference, *candidate)):
         return QualityVerdict(point, FAILED, "the launches answered different prompt sets", n=n)
     varies = departs = reverse = 0

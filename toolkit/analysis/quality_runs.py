@@ -53,7 +53,8 @@ def _launches(sources, *, sane_only: bool) -> dict[int, list[Launch]]:
         for point, rows in (art.get("points") or {}).items():
             out.setdefault(int(point), []).append(Launch(
                 rid, tuple(tuple(r["ids"]) for r in rows), tuple(r.get("degenerate") for r in rows),
-                bool(art.get("informative", True)), art.get("why")))
+                bool(art.get("informative", True)), art.get("why"),
+                (art.get("prompts_digest"), art.get("max_tokens"))))
     return out
 
 
