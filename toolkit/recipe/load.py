@@ -32,14 +32,9 @@ min_count = 1                        # named groups become run-level metrics; or
              # strict = true: an unresolved check stops the run (exit 2), as `run --strict-check`
 [matrix]     # lists of server.args.X / server.env.Y / benchmark.Z / patches.SRC values -> variants
              # NAME[k=v,...], each a full recipe; include/exclude (toolkit/recipe/matrix.py)
-<<<<<<< HEAD
 [quality]    # prompts (mixed-64 or a JSONL path), count, max_tokens, concurrency, logprobs, launches;
-             # gate tier: eval, eval_questions, min_accuracy, max_drop, dataset (toolkit.run.quality)
-=======
-[quality]    # prompts (mixed-64 or a JSONL path), max_tokens, concurrency, logprobs; gate tier: eval,
-             # eval_harness (sglang | sgl-eval), eval_questions, min_accuracy, max_drop, dataset
-             # (toolkit.run.quality, toolkit.run.gate)
->>>>>>> sgleval
+             # gate tier: eval, eval_harness (sglang | sgl-eval), eval_questions, min_accuracy,
+             # max_drop, dataset (toolkit.run.quality, toolkit.run.gate)
 ```
 
 `extends` takes a recipe name exactly as the command line does (relative to `recipes/`, e.g.
