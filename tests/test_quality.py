@@ -113,7 +113,7 @@ def test_hash_text_is_not_informative_and_a_failed_check_keeps_the_speed(home, t
     assert main(["run", "demo/qa", "demo/qb", "--repeats", "1"]) == 0  # re-running asks nothing again
     again = store.runs(recipe="demo/qa", newest_first=True)[0]
     assert again.extra["quality"]["status"] == "skipped"
-    assert [rid for rid, _ in again.extra["quality"]["answers_from"]] == [runs[0].run_id, runs[1].run_id]
+    assert [row[0] for row in again.extra["quality"]["answers_from"]] == [runs[0].run_id, runs[1].run_id]
     # ... and a selection of only those runs (one sweep) still carries the configuration's answers
     capsys.readouterr()
     assert main(["compare", "demo/qa", "demo/qb", "--group", again.group_id, "--json"]) == 0

@@ -27,22 +27,21 @@ def status(run: RunRow) -> str | None:
 
 def answered(runs: Sequence[RunRow]) -> list[tuple[str, str | None, dict]]:
     """(run id, check status, artifact) of every launch whose answers these runs stand for, each
-    once, in order: a run's own answers, and for a run that skipped the check the earlier launches
-    of its configuration that answered for it (`answers_from`), so any selection of a
+    once, oldest first: a run's own answers, and for a run that skipped the check the earlier
+    launches of its configuration that answered for it (`answers_from`), so any selection of a
     configuration's runs carries its answers."""
     from toolkit.run.quality import read_artifact
 
-    out: dict[str, tuple[str, str | None, dict]] = {}
+    out: dict[str, tuple[str, str, str | None, dict]] = {}
     for run in runs:
-        q = (run.extra or {}).get("quality") or {}
         own = _artifact(run)
         if own:
-            out.setdefault(run.run_id, (run.run_id, status(run), own))
-        for rid, path in q.get("answers_from") or []:
+            out.setdefault(run.run_id, (run.started_at or "", run.run_id, status(run), own))
+        for rid, path, *when in ((run.extra or {}).get("quality") or {}).get("answers_from") or []:
             art = None if rid in out else read_artifact(path)
             if art:
-                out[rid] = (rid, "ok", art)
-    return list(out.values())
+                out[rid] = ((when or [""])[0] or "", rid, "ok", art)
+    return [entry[1:] for entry in sorted(out.values(), key=lambda e: e[0])]
 
 
 def _launches(sources, *, sane_only: bool) -> dict[int, list[Launch]]:
@@ -89,8 +88,8 @@ def judge_launches(ref: dict[int, list[Launch]], candidate: Sequence[RunRow], *,
 
 
 def verdicts(sel, *, alpha: float = 0.05) -> dict[str, dict[int, QualityVerdict]]:
-    base = sel.recipes[0]
-    return {v: judge_runs(sel.runs[base], sel.runs[v], alpha=alpha) for v in sel.recipes[1:]}
+    ref = launches(sel.runs[sel.recipes[0]], sane_only=True)  # read once for every variant
+    return {v: judge_launches(ref, sel.runs[v], alpha=alpha) for v in sel.recipes[1:]}
 
 
 def self_verdict(runs: Sequence[RunRow], *, alpha: float = 0.05) -> dict[int, QualityVerdict]:

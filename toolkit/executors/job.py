@@ -37,30 +37,29 @@ class JobStore(Store):
         self.export_path = export
         self.slurm = slurm
 
+    def _stamped(self, fields_: dict) -> dict:
+        """`fields_` with the job's stamp added to the extra and log_paths it carries."""
+        out = dict(fields_)
+        if "extra" in out:
+            out["extra"] = {**(out["extra"] or {}), "slurm": dict(self.slurm)}
+        if "log_paths" in out:
+            out["log_paths"] = {**(out["log_paths"] or {}), "slurm_job": self.slurm["log"]}
+        return out
+
     def begin_run(self, **fields_) -> str:
-        extra = dict(fields_.get("extra") or {})
-        extra["slurm"] = dict(self.slurm)
-        log_paths = dict(fields_.get("log_paths") or {})
-        log_paths["slurm_job"] = self.slurm["log"]
-        fields_.update(extra=extra, log_paths=log_paths)
-        run_id = super().begin_run(**fields_)
+        run_id = super().begin_run(**self._stamped({"extra": None, "log_paths": None, **fields_}))
         export(self, "json", self.export_path)
         return run_id
 
     def record_run(self, fields_: dict, samples=()) -> str:
         """A whole run recorded at once (a tracked point whose stack does not apply): stamped too."""
-        fields_ = {**fields_, "extra": {**(fields_.get("extra") or {}), "slurm": dict(self.slurm)},
-                   "log_paths": {**(fields_.get("log_paths") or {}), "slurm_job": self.slurm["log"]}}
-        run_id = super().record_run(fields_, samples)
+        run_id = super().record_run(self._stamped({"extra": None, "log_paths": None, **fields_}), samples)
         export(self, "json", self.export_path)
         return run_id
 
     def finish_run(self, run_id: str, status: str, *args, **kw) -> None:
         # the pipeline's final extra/log_paths replace the begun ones: keep the job's stamp in them
-        if kw.get("extra") is not None:
-            kw["extra"] = {**kw["extra"], "slurm": dict(self.slurm)}
-        if kw.get("log_paths") is not None:
-            kw["log_paths"] = {**kw["log_paths"], "slurm_job": self.slurm["log"]}
+        kw = self._stamped({k: v for k, v in kw.items() if v is not None or k not in ("extra", "log_paths")})
         super().finish_run(run_id, status, *args, **kw)
         export(self, "json", self.export_path)
 

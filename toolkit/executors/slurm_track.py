@@ -71,17 +71,18 @@ def slurm_points(recipe, source: str, *, cfg: ClusterConfig, home: Path, store: 
     def measure(todo: list, stack: str, res: TrackResult) -> None:
         c = for_recipes(cfg, [recipe])
         submitted = []
-        for n, pt in enumerate(todo, 1):
-            announce(console, n, len(todo), source, pt)
-            job = TrackPointJob(recipe=recipe, source=source, point=pt, stack=stack, repeats=repeats,
-                                group_id=group_id, node_home=c.node_home)
-            submitted.append(submit(run_track_point_job, job, names=[f"{recipe.name}@{pt.label}"], home=home,
-                                    cfg=c, command="track", console=console))
-        if not submitted:
-            return
-        recs = wait(submitted, home=home, store=store, cfg=cfg, console=console)
-        for pt, rec in zip(todo, recs):
-            _collect(pt, rec, store, res)
+        try:
+            for n, pt in enumerate(todo, 1):
+                announce(console, n, len(todo), source, pt)
+                job = TrackPointJob(recipe=recipe, source=source, point=pt, stack=stack, repeats=repeats,
+                                    group_id=group_id, node_home=c.node_home)
+                submitted.append(submit(run_track_point_job, job, names=[f"{recipe.name}@{pt.label}"],
+                                        home=home, cfg=c, command="track", console=console))
+        finally:  # a refused submission still waits for, and imports, the jobs already submitted
+            if submitted:
+                recs = wait(submitted, home=home, store=store, cfg=cfg, console=console)
+                for pt, rec in zip(todo, recs):
+                    _collect(pt, rec, store, res)
 
     return measure
 

@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import json
 import os
 import re
@@ -153,18 +154,22 @@ def list_recipe_names(recipes_dir: Path | None = None) -> list[str]:
 
 
 def compared_against(recipe: Recipe) -> frozenset[str]:
-    """The names the recipes beside `recipe` (its `recipes/` tree) declare as `compare_to`: the
-    references of the project (an unreadable file names none)."""
-    root = _recipes_root_for(recipe.path)
-    out = set()
-    for path in root.rglob("*.toml"):
-        try:
-            target = _read_toml(path).get("compare_to")
-        except BadInput:
-            continue
-        if isinstance(target, str):
-            out.add(target)
-    return frozenset(out)
+    """The names the recipes of `recipe`'s `recipes/` tree declare as `compare_to`: the references
+    of the project (none for a recipe outside a `recipes/` folder; an unreadable file names none).
+    Each file is parsed once per version of it."""
+    root = next((d for d in Path(recipe.path).parents if d.name == RECIPES_DIRNAME), None)
+    if root is None:
+        return frozenset()
+    return frozenset(t for f in root.rglob("*.toml") if (t := _compare_to_of(f, f.stat().st_mtime_ns)))
+
+
+@functools.lru_cache(maxsize=4096)
+def _compare_to_of(path: Path, mtime_ns: int) -> str | None:
+    try:
+        target = _read_toml(path).get("compare_to")
+    except BadInput:
+        return None
+    return target if isinstance(target, str) else None
 
 
 def recipe_name(path: Path, recipes_dir: Path) -> str:

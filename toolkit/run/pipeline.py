@@ -320,7 +320,7 @@ def prepare(recipe: Recipe, home: Path, *, until: str = "store", frozen: bool = 
         from toolkit.run.prompts import load_prompts
 
         load_prompts(recipe.quality.prompts)
-        if recipe.quality.eval and until not in ("apply", "build", "check"):
+        if recipe.quality.eval and recipe.quality.launches != 0 and until not in ("apply", "build", "check"):
             from toolkit.run import gate
 
             gate.prepare(recipe.quality, home, job.console)  # the dataset (never downloaded), the harness's env

@@ -22,7 +22,9 @@ quality point (at most `c` requests in flight). Stored per run:
 Answers belong to a configuration, not to a launch: once `[quality] launches` earlier launches of
 the same configuration (recipe, run identity, prompts, tokens and points) answered with sane output,
 a launch skips the check (`skipped`, naming those runs; `answers_from` lists them with their artifacts,
-so a selection of only this launch still carries its configuration's answers). The default is 2 for a reference (a recipe
+[run id, artifact, started_at]: a selection of only this launch still carries its configuration's
+answers). What was asked (prompts, tokens, points, logprobs, the gate's settings) is `extra.quality.key`;
+a launch whose gate did not run ok does not answer for another. The default is 2 for a reference (a recipe
 that is its own `compare_to`, or one another recipe compares against: its run-to-run variation is
 the floor) and 1 for a candidate. A broken
 or failed check is asked again in the next launch. Speed repeats therefore cost no answers, and
@@ -124,7 +126,8 @@ def reference_answers(store, recipe: str, prompts_digest: str, max_tokens: int, 
     """(run id, artifact) of the newest ok run of `recipe` with answers to the same prompts."""
     for run in store.runs(recipe=recipe, status="ok", newest_first=True):
         q = (run.extra or {}).get("quality") or {}
-        if run.run_id == exclude or q.get("status") != "ok":
+        if run.run_id == exclude or q.get("status") != "ok" or (q.get("key") or [prompts_digest, max_tokens])[:2] != [
+                prompts_digest, max_tokens]:
             continue
         art = read_artifact(q.get("artifact"))
         if art and art.get("prompts_digest") == prompts_digest and art.get("max_tokens") == max_tokens:
@@ -151,26 +154,32 @@ def launches_needed(recipe) -> int:
     return 2 if reference else 1
 
 
-def _answers_key(art: dict) -> tuple:
-    return art.get("prompts_digest"), art.get("max_tokens"), tuple(sorted(int(c) for c in art.get("points") or {}))
+def asked_key(spec: QualitySpec, prompts: list[Prompt], pts: tuple[int, ...]) -> list:
+    """What a launch's check asks (stored as `extra.quality.key`): the prompt set, tokens, points,
+    logprobs and the gate's settings. Only a launch asked the same answers for another."""
+    return [digest(prompts), spec.max_tokens, sorted(pts), spec.logprobs, spec.eval, spec.eval_harness,
+            spec.eval_questions, str(spec.dataset) if spec.dataset else None]
 
 
-def answered_before(store, name: str, identity: str, key: tuple, exclude: str) -> dict[str, str]:
-    """Earlier launches of one configuration (recipe `name`, run `identity`) whose check answered
-    the same prompts at the same tokens and points with sane output, oldest first: run id -> artifact."""
-    out = {}
+def answered_before(store, name: str, identity: str, key: list, exclude: str, need: int) -> list[list]:
+    """Up to `need` earlier launches of one configuration (recipe `name`, run `identity`) whose
+    check was asked the same (`key`) with sane output and, with a gate, an evaluation that ran,
+    oldest first: [run id, artifact, started_at] each. Reads the store only, no artifact."""
+    out = []
     for run in store.runs(recipe=name, identity=identity):
         q = (run.extra or {}).get("quality") or {}
-        if run.run_id == exclude or q.get("status") != "ok":
+        if run.run_id == exclude or q.get("status") != "ok" or q.get("key") != key:
             continue
-        art = read_artifact(q.get("artifact"))
-        if art and _answers_key(art) == key:
-            out[run.run_id] = q["artifact"]
+        if key[4] and (q.get("eval") or {}).get("status") != "ok":
+            continue
+        out.append([run.run_id, q.get("artifact"), run.started_at])
+        if len(out) == need:
+            break
     return out
 
 
-def _skip(attempt, prompts: list[Prompt], pts: tuple[int, ...]) -> tuple[str, dict] | None:
-    """(why this launch asks nothing, {run id: artifact} of the launches that answered for it), or
+def _skip(attempt, key: list) -> tuple[str, list] | None:
+    """(why this launch asks nothing, the launches that answered for it: `answered_before`), or
     None when it asks."""
     if attempt.every_answer:
         return None
@@ -180,15 +189,13 @@ def _skip(attempt, prompts: list[Prompt], pts: tuple[int, ...]) -> tuple[str, di
     p = attempt.prepared
     need = launches_needed(p.recipe)
     if need == 0:
-        return "[quality] launches = 0: the check is off for this recipe", {}
+        return "[quality] launches = 0: the check is off for this recipe", []
     identity = expected_identity(p.recipe, p.env.key, this_gpu_key())
-    before = answered_before(attempt.store, p.name, identity, (digest(prompts), p.recipe.quality.max_tokens, pts),
-                             attempt.run_id)
+    before = answered_before(attempt.store, p.name, identity, key, attempt.run_id, need)
     if len(before) < need:
         return None
-    used = dict(list(before.items())[:need])
-    return (f"{len(before)} earlier launch(es) of this configuration answered the same prompts "
-            f"({', '.join(r[:8] for r in used)}); [quality] launches = {need}"), used
+    return (f"{need} earlier launch(es) of this configuration were asked the same "
+            f"({', '.join(r[0][:8] for r in before)}); [quality] launches = {need}"), before
 
 
 def check(attempt, url: str) -> tuple[list[Sample], list[str]]:
@@ -200,12 +207,13 @@ def check(attempt, url: str) -> tuple[list[Sample], list[str]]:
     prompts = take(load_prompts(spec.prompts), spec.count)
     pts = points(spec, recipe.benchmark, len(prompts))
     ok, why = informative(attempt.info)
+    key = asked_key(spec, prompts, pts)
     summary: dict = {"status": "ok", "points": list(pts), "prompts": str(spec.prompts), "informative": ok,
-                     "why": why}
+                     "why": why, "key": key}
     attempt.extra["quality"] = summary
-    skip = _skip(attempt, prompts, pts)
+    skip = _skip(attempt, key)
     if skip:
-        summary.update(status="skipped", reason=skip[0], answers_from=[[rid, art] for rid, art in skip[1].items()])
+        summary.update(status="skipped", reason=skip[0], answers_from=skip[1])
         attempt.console.print(f"[dim]{escape(attempt.title)}: output check skipped: {escape(skip[0])}[/]")
         return [], []
     t0 = time.monotonic()

@@ -47,7 +47,15 @@ def write_dataset(rows: list[tuple[str, str]], path: Path) -> None:
 
 
 def parse(out_dir: Path, questions: int) -> tuple[float, list[int]]:
-    """(accuracy, per-question correctness) from the harness's run folder in `out_dir`."""
+    """(accuracy, per-question correctness) from the harness's run folder in `out_dir`;
+    PatchbenchError for anything it wrote that cannot be read (the run keeps its speed numbers)."""
+    try:
+        return _parse(out_dir, questions)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise PatchbenchError(f"sgl-eval's output under {out_dir} cannot be read: {type(exc).__name__}: {exc}") from None
+
+
+def _parse(out_dir: Path, questions: int) -> tuple[float, list[int]]:
     runs = sorted(out_dir.glob("sgl_eval_*/metrics.json"))
     if not runs:
         raise PatchbenchError(f"sgl-eval wrote no metrics.json under {out_dir}")
