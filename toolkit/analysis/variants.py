@@ -22,7 +22,7 @@ from toolkit.tree import gitrepo
 from toolkit.analysis.selection import Criteria, MissingResults, choose, values_at
 from toolkit.errors import BadInput, PatchbenchError
 from toolkit.run.metrics import MetricSpec  # noqa: F401  (re-exported: attribute/bisect parse with it)
-from toolkit.run.quality import ANSWER_METRICS
+from toolkit.run.quality import ANSWER_METRICS, EVERY_LAUNCH
 from toolkit.recipe.load import Recipe
 from toolkit.results.store import Store
 
@@ -137,10 +137,13 @@ class VariantMeter:
             return []
         return sel.run_ids(name)
 
-    def _every_answer(self, label: str) -> bool:
-        """Whether each new launch asks the output check: when the metric is one of its answers, and
-        for the base of a stack (prefix0), whose own variation is the floor its prefixes are judged by."""
-        return self.spec.metric in ANSWER_METRICS or label == "prefix0"
+    def _answer_launches(self, label: str) -> int | None:
+        """Launches of a variant that ask the output check: every one when the metric is one of its
+        answers; two for the base of a stack ("prefix0", the reference meter_verdicts judges the
+        prefixes against: its variation is their floor); else the recipe's rule."""
+        if self.spec.metric in ANSWER_METRICS:
+            return EVERY_LAUNCH
+        return 2 if label == "prefix0" else None
 
     def measure(self, label: str, overrides: dict, repeats: int, recipe: Recipe | None = None) -> list[float] | None:
         """`repeats` values not handed out before for this env: stored ones first, then new runs.
@@ -161,7 +164,7 @@ class VariantMeter:
         ids = list(take)
         while len(values) < repeats:
             run_id = run_once(p, home=self.home, store=self.store, repeat=len(used), group_id=self.group_id,
-                              console=self.console, every_answer=self._every_answer(label))
+                              console=self.console, answer_launches=self._answer_launches(label))
             self.runs += 1
             used.add(run_id)
             ids.append(run_id)

@@ -86,7 +86,7 @@ class Attempt:
     logs: dict = field(default_factory=dict)  # name -> path of a log this run wrote
     extra: dict = field(default_factory=dict)  # the run's `extra` (steps add to it: evidence verdicts)
     finished: bool = False
-    every_answer: bool = False  # the output check runs in this launch even if enough launches answered
+    answer_launches: int | None = None  # overrides the recipe's [quality] launches (EVERY_LAUNCH: always ask)
 
     @property
     def title(self) -> str:
@@ -95,21 +95,21 @@ class Attempt:
 
 @contextlib.contextmanager
 def recorded(p: Prepared, *, home: Path, store: Store, repeat: int, group_id: str, console: Console,
-             host: str | None = None, kind: str = "benchmark", every_answer: bool = False) -> Iterator[Attempt]:
+             host: str | None = None, kind: str = "benchmark", answer_launches: int | None = None) -> Iterator[Attempt]:
     """Begin a run in the store and finish it whatever happens: the one place a run ends.
 
     RunInvalid -> `invalid`; any other exception (a step's, a timeout, the store's) -> `failed`
     with a one-line reason and the log tail, and the sweep goes on; Ctrl-C/SIGTERM -> `interrupted`,
     re-raised. Every process group the steps started is ended first. `kind` says what the run is
     for ("benchmark", "verify": a launch and a verdict only, "profile"); only benchmark runs count in
-    tables (toolkit.analysis.selection). `every_answer`: the output check answers in this launch
-    whatever earlier launches stored (a quality metric being measured, toolkit.analysis.variants)."""
+    tables (toolkit.analysis.selection). `answer_launches`: how many launches of the configuration
+    answer, instead of the recipe's rule (toolkit.analysis.variants: the base of a stack, a quality metric)."""
     run_id = uuid.uuid4().hex
     run_dir = home / "runs" / run_id
     run_dir.mkdir(parents=True, exist_ok=True)
     attempt = Attempt(p, run_id, run_dir, repeat, home, store, console, host or p.recipe.server.host,
                       contextlib.ExitStack(), timings=dict(p.timings), extra={"kind": kind},
-                      every_answer=every_answer)
+                      answer_launches=answer_launches)
     begin(attempt, group_id)
     try:
         with attempt.cleanup:

@@ -36,7 +36,7 @@ _BLOCK = re.compile(r"^={40} (\d+) ={40}\n(.*?)\n={80}$", re.S | re.M)
 
 
 def dataset_path(spec: QualitySpec) -> Path:
-    """The evaluation's data file; BadInput (where to get it) when it is missing or malformed."""
+    """The evaluation's data file; BadInput (where to get it) when it is missing."""
     if spec.eval not in EVAL_MODULES:
         raise BadInput(f"[quality] eval = {spec.eval!r}: patchbench runs {', '.join(EVAL_MODULES)}")
     data = os.environ.get("PATCHBENCH_DATA")
@@ -46,13 +46,13 @@ def dataset_path(spec: QualitySpec) -> Path:
         raise BadInput(f"[quality] eval = \"gsm8k\": no dataset at {where}",
                        hint=f"download {GSM8K_URL} to {where} (patchbench never downloads it), or set "
                             "[quality] dataset = \"PATH\" or $PATCHBENCH_DATA")
-    rows(Path(path))  # malformed lines are bad input too
     return Path(path)
 
 
 def prepare(spec: QualitySpec, home: Path, console=None) -> None:
-    """Before the launch: the dataset is there and well-formed; the sgl-eval harness's env exists."""
-    dataset_path(spec)
+    """Before the launch: the dataset is there and well-formed (a malformed line is bad input); the
+    sgl-eval harness's env exists."""
+    rows(dataset_path(spec))
     if spec.eval_harness == "sgl-eval":
         from toolkit.run import sgl_eval
 

@@ -29,7 +29,7 @@ that is its own `compare_to`, or one another recipe compares against: its run-to
 the floor) and 1 for a candidate. A broken
 or failed check is asked again in the next launch. Speed repeats therefore cost no answers, and
 re-running a recipe costs none at all; `launches = 0` turns an inherited check off; a quality metric measured by attribute/bisect asks in every
-launch (`Attempt.every_answer`).
+launch (`Attempt.answer_launches`, EVERY_LAUNCH), and the base of a stack in two.
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ from toolkit.run.prompts import Prompt, digest, load_prompts, take
 
 ARTIFACT = "quality.json"
 ANSWER_METRICS = frozenset({"answer_agreement", "first_divergence", "output_sanity", "eval_accuracy"})
+EVERY_LAUNCH = 1 << 30  # `answer_launches` that asks in every launch
 NOT_INFORMATIVE = ("the miniature without its torch step makes its text from a hash of the prompt, not from any "
                    "computation: no patch can change it (the torch step, --mini-torch-step, makes it real)")
 
@@ -181,15 +182,15 @@ def answered_before(store, name: str, identity: str, key: list, exclude: str, ne
 def _skip(attempt, key: list) -> tuple[str, list] | None:
     """(why this launch asks nothing, the launches that answered for it: `answered_before`), or
     None when it asks."""
-    if attempt.every_answer:
-        return None
     from toolkit.run.identity import expected_identity
     from toolkit.run.machine import this_gpu_key
 
     p = attempt.prepared
-    need = launches_needed(p.recipe)
+    need = launches_needed(p.recipe) if attempt.answer_launches is None else attempt.answer_launches
     if need == 0:
         return "[quality] launches = 0: the check is off for this recipe", []
+    if need >= EVERY_LAUNCH:
+        return None
     identity = expected_identity(p.recipe, p.env.key, this_gpu_key())
     before = answered_before(attempt.store, p.name, identity, key, attempt.run_id, need)
     if len(before) < need:
