@@ -237,6 +237,7 @@ def test_strict_check_reaches_the_slurm_job(slurm, home, tmp_path):
     assert "static check unresolved: RuntimeError" in out.stderr, out.stderr[-2000:]
 
 
+@pytest.mark.slow  # the Slurm tests run one after another on one worker: this one keeps `nox -s tests` short
 def test_track_through_slurm_equals_local_track_and_resumes_by_identity(slurm, home, monkeypatch, tmp_path,
                                                                         four_releases):  # noqa: F811
     """`track --executor slurm`: each pending point one job (all submitted at once), the runs and the
