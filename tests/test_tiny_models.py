@@ -1,0 +1,69 @@
+"""patchbench writes its tiny models itself: the same bytes every time, cached once, never half-made."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+
+import pytest
+
+pytest.importorskip("safetensors")
+pytest.importorskip("tokenizers")
+
+from toolkit.errors import BadInput
+from toolkit.models import tiny
+
+
+def test_the_same_model_twice_is_the_same_bytes(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir(), b.mkdir()
+    tiny.write("tiny-glm4-moe", a)
+    tiny.write("tiny-glm4-moe", b)
+    assert (a / "manifest.json").read_text() == (b / "manifest.json").read_text()
+    files = json.loads((a / "manifest.json").read_text())["files"]
+    assert {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"} <= set(files)
+
+
+def test_the_moe_routes_as_glm5_does():
+    from safetensors.numpy import load_file  # noqa: F401 (the writer's own library)
+
+    cfg = tiny.spec("tiny-glm4-moe")
+    assert cfg["architectures"] == ["Glm4MoeForCausalLM"]
+    assert cfg["n_group"] > 1 and cfg["topk_group"] < cfg["n_group"]  # the group selection acts
+    w = tiny.weights(cfg)
+    bias = w["model.layers.1.mlp.gate.e_score_correction_bias"]
+    assert bias.shape == (cfg["n_routed_experts"],) and bias.std() > 0  # a correction bias that matters
+    assert w["model.layers.0.mlp.experts.15.down_proj.weight"].shape == (cfg["hidden_size"],
+                                                                          cfg["moe_intermediate_size"])
+
+
+def test_the_tokenizer_is_trained_here_and_encodes_any_text(tmp_path):
+    from tokenizers import Tokenizer
+
+    tiny.write("tiny-llama", tmp_path)
+    tok = Tokenizer.from_file(str(tmp_path / "tokenizer.json"))
+    text = "What is 17 + 25? Ünïcode ✓"
+    assert tok.decode(tok.encode(text).ids) == text
+    assert tok.get_vocab_size() <= tiny.VOCAB
+    assert tok.token_to_id("<|eos|>") == json.loads((tmp_path / "config.json").read_text())["eos_token_id"]
+
+
+def _ensure(home):
+    return str(tiny.ensure("tiny-llama", home))
+
+
+def test_two_processes_writing_the_same_model_get_one_complete_copy(tmp_path):
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(2) as pool:
+        got = pool.map(_ensure, [tmp_path, tmp_path])
+    assert got[0] == got[1]
+    assert (tmp_path / "models").is_dir()
+    entries = [p.name for p in (tmp_path / "models").iterdir() if not p.name.endswith(".lock")]
+    assert entries == [got[0].rsplit("/", 1)[1]]  # no temporary directory left behind
+
+
+def test_a_recipe_names_a_tiny_model_by_scheme(tmp_path):
+    assert tiny.resolve("tiny:tiny-llama", tmp_path) == str(tiny.model_dir("tiny-llama", tmp_path))
+    assert tiny.resolve("/models/GLM-5", tmp_path) == "/models/GLM-5"
+    with pytest.raises(BadInput):
+        tiny.resolve("tiny:nope", tmp_path)
