@@ -19,8 +19,8 @@ sha256 = "..."                  # pypi only, optional pin of the artifact
 sglang = ["sglang/oea-topk.patch"]   # ordered; relative to patches/ beside recipes/
 
 [build]      # see toolkit.envs.BuildSpec: mode, python, base_python, arch, jobs, env, packages,
-             # install, editable, kernels, cuda (table source -> globs), nvcc_flags
-[server]     # model, args (flag -> value; true = bare flag), env, timeout_s, host, port
+             # install, editable, kernels, cuda (table source -> globs), nvcc_flags, overrides, excludes
+[server]     # model (a path, or tiny:<name>: toolkit.models.tiny), args (flag -> value; true = bare flag), env, timeout_s, host, port
 [benchmark]  # driver ("serving" | "one-batch"), input_len, output_len, concurrency, batch_sizes,
              # num_prompts, warmup, seed, repeats, endpoint, strict_box (GPU state flags -> invalid)
 [expect]     # effective-config expectations: field -> value (checked statically and at /server_info)

@@ -53,6 +53,8 @@ class BuildTable(_Table):
     kernels: list[str] | None = Field(None, description="FlashInfer JIT generators compiled ahead of time")
     cuda: dict[str, list[str]] | None = Field(None, description="source -> .cu globs compiled with nvcc and checked with cuobjdump")
     nvcc_flags: list[str] | None = None
+    overrides: list[str] | None = Field(None, description="requirements that replace any declared pin (uv --overrides), e.g. a CPU torch under sglang's CUDA pin")
+    excludes: list[str] | None = Field(None, description="distributions left out of the resolution (uv --excludes), e.g. a CUDA-only kernel package on CPU")
 
 
 class ServerTable(_Table):

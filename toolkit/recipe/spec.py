@@ -102,11 +102,16 @@ class BuildSpec:
     kernels: tuple[str, ...] = ()  # FlashInfer JIT module names to compile ahead of time
     cuda: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (source, .cu globs) compiled with nvcc
     nvcc_flags: tuple[str, ...] = ()
+    overrides: tuple[str, ...] = ()  # uv --overrides: requirements that replace any declared pin
+    excludes: tuple[str, ...] = ()  # uv --excludes: distributions left out of the resolution
 
     def identity(self) -> dict:
         """The fields that change what runs. `jobs` (parallelism only) is left out on purpose."""
         d = dataclasses.asdict(self)
         d.pop("jobs")
+        for k in ("overrides", "excludes"):  # added later: empty, they leave older identities as they were
+            if not d[k]:
+                d.pop(k)
         return jsonable(d)
 
     def to_dict(self) -> dict:
@@ -127,6 +132,8 @@ class BuildSpec:
             kernels=tuple(d.get("kernels", ())),
             cuda=tuple((s, tuple(p)) for s, p in d.get("cuda", ())),
             nvcc_flags=tuple(d.get("nvcc_flags", ())),
+            overrides=tuple(d.get("overrides", ())),
+            excludes=tuple(d.get("excludes", ())),
         )
 
 

@@ -127,7 +127,19 @@ def build_spec(path: Path, t: dict, sources: Mapping[str, SourceSpec]) -> BuildS
         kernels=_str_list(path, "build.kernels", t.get("kernels", [])),
         cuda=tuple(cuda),
         nvcc_flags=_str_list(path, "build.nvcc_flags", t.get("nvcc_flags", [])),
+        overrides=_str_list(path, "build.overrides", t.get("overrides", [])),
+        excludes=_str_list(path, "build.excludes", t.get("excludes", [])),
     )
+
+
+def _model(model: str | None) -> str | None:
+    """`tiny:<name>` is a model patchbench writes itself (toolkit.models.tiny): its directory,
+    written on first use (seconds) and cached by content key."""
+    if model and model.startswith("tiny:"):
+        from toolkit.models import tiny
+
+        return tiny.resolve(model)
+    return model
 
 
 def server_spec(path: Path, t: dict) -> ServerSpec:
@@ -137,7 +149,7 @@ def server_spec(path: Path, t: dict) -> ServerSpec:
             raise BadInput(f"{path}: `server.args` keys are flag names without dashes: `{flag.lstrip('-')}`")
         args.append((flag, tuple(value) if isinstance(value, list) else value))
     return ServerSpec(
-        model=t.get("model"),
+        model=_model(t.get("model")),
         args=tuple(args),
         env=tuple(sorted((str(k), str(v)) for k, v in t.get("env", {}).items())),
         timeout_s=float(t.get("timeout_s", 600.0)),

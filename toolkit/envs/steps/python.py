@@ -213,6 +213,13 @@ def _install_argv(ctx: BuildContext, reqs: Sequence[str]) -> list[str]:
                       *ctx.sources.uv_install_args())
     if ctx.spec.mode == "overlay":
         argv.append("--no-deps")
+    for flag, reqs_file, items in (("--overrides", "overrides.txt", ctx.spec.overrides),
+                                   ("--excludes", "excludes.txt", ctx.spec.excludes)):
+        if items:
+            path = ctx.build_dir / reqs_file
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text("".join(f"{r}\n" for r in items))
+            argv += [flag, str(path)]
     return argv + list(reqs)
 
 
