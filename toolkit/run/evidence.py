@@ -12,6 +12,10 @@ sizes outside the captured graphs), never from the replayed decode steps the ben
 host-side log line cannot run inside a captured graph; counting there would need a device counter
 the patch does not have.
 
+On CPU, real sglang runs with upstream/sgl-kernel-standin in place of sgl_kernel: its names raise
+when called and log `STANDIN_MARKER <name>` first. A server log holding that line is a run that
+reached no real kernel, so it is a problem of every run, whatever its patches.
+
 Pure: takes text and dicts, returns a verdict.
 """
 
@@ -25,6 +29,13 @@ from typing import Any, Iterable, Mapping
 from toolkit.recipe.spec import EvidenceSpec
 
 OK, MISSING, UNDECLARED = "ok", "missing", "undeclared"
+STANDIN_MARKER = "patchbench sgl_kernel stand-in called:"  # upstream/sgl-kernel-standin/src/sgl_kernel
+
+
+def standin_calls(log_text: str) -> list[str]:
+    """The sgl_kernel stand-in's names the server called, in log order (empty in a real run)."""
+    return [line.split(STANDIN_MARKER, 1)[1].strip() for line in log_text.splitlines()
+            if STANDIN_MARKER in line]
 
 
 @dataclass
@@ -90,6 +101,9 @@ def check_evidence(patches: Iterable[str], specs: Mapping[str, EvidenceSpec], lo
                    server_info: Mapping[str, Any] | None) -> EvidenceVerdict:
     """The verdict for every patch of a run, from its server log and /server_info."""
     verdict = EvidenceVerdict()
+    called = standin_calls(log_text)
+    if called:
+        verdict.problems.append(f"the server called the sgl_kernel stand-in (no kernel): {', '.join(sorted(set(called)))}")
     for patch in patches:
         spec = specs.get(patch)
         if spec is None:
