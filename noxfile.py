@@ -1,4 +1,4 @@
-"""nox sessions: `tests`, `demo`, `demo-update`, `demo-sweep`, `demo-track`, `compare`, `bisect`, and one
+"""nox sessions: `tests`, `demo`, `demo-real`, `demo-update`, `demo-sweep`, `demo-track`, `compare`, `bisect`, and one
 `recipe-NAME` per recipe (a recipe with `[matrix]` runs `patchbench sweep`).
 
 `nox -l` lists every experiment in recipes/ with its description. The session's own venv only hosts
@@ -17,6 +17,7 @@ import nox
 ROOT = Path(__file__).resolve().parent
 RECIPES = ROOT / "recipes"
 DEMO = ["demo/baseline", "demo/fast", "demo/slow"]
+DEMO_REAL = ["cpu/baseline", "cpu/oea"]
 
 nox.options.sessions = ["tests"]
 nox.options.default_venv_backend = "uv|virtualenv"  # uv when installed (it is a patchbench dependency)
@@ -64,6 +65,18 @@ def demo(session: nox.Session) -> None:
     session.run("patchbench", "run", *DEMO, *session.posargs)
     session.run("patchbench", "compare", *DEMO, "--metric", "output_tok_s", "--metric", "itl_ms_median")
     session.run("patchbench", "report", *DEMO, "-o", "patchbench-report")
+
+
+@nox.session(name="demo-real", python="3.11")
+def demo_real(session: nox.Session) -> None:
+    """The main job on real sglang 0.5.23 (PyPI) serving on this CPU: baseline and OEA on a tiny
+    GLM-4-MoE patchbench writes itself; run (launch, verify, benchmark, answers, evidence), compare
+    speed and answers, profile OEA's decode step, report. ~10+ min on 2 cores (4 launches + 1)."""
+    _toolkit(session)
+    session.run("patchbench", "run", *DEMO_REAL, *session.posargs)
+    session.run("patchbench", "compare", *DEMO_REAL, "--metric", "output_tok_s", "--metric", "itl_ms_median")
+    session.run("patchbench", "profile", "cpu/oea", "--concurrency", "8", "--steps", "8")
+    session.run("patchbench", "report", *DEMO_REAL, "-o", "patchbench-report-real")
 
 
 @nox.session(name="demo-update", python="3.11")
