@@ -67,3 +67,19 @@ def test_a_recipe_names_a_tiny_model_by_scheme(tmp_path):
     assert tiny.resolve("/models/GLM-5", tmp_path) == "/models/GLM-5"
     with pytest.raises(BadInput):
         tiny.resolve("tiny:nope", tmp_path)
+
+
+def test_random_prompt_ids_stay_inside_a_tiny_models_vocab(tmp_path):
+    from toolkit.run.bench.workload import DEFAULT_VOCAB, ServingConfig, make_prompt, model_vocab
+
+    model = tiny.ensure("tiny-glm4-moe", tmp_path)
+    vocab = model_vocab(str(model))
+    assert vocab == tiny.VOCAB < DEFAULT_VOCAB
+    cfg = ServingConfig(input_len=64, output_len=8, concurrency=(8,), vocab_size=vocab)
+    ids = [i for n in range(16) for i in make_prompt("input_ids", cfg, 8, n)]
+    assert 0 < min(ids) and max(ids) < vocab
+    # a model with a larger vocab, or none readable, keeps the prompts every earlier run used
+    assert model_vocab("/models/GLM-5-NVFP4") == DEFAULT_VOCAB
+    big = ServingConfig(input_len=8, output_len=8, concurrency=(1,))
+    assert make_prompt("input_ids", big, 1, 0) == make_prompt(
+        "input_ids", ServingConfig(input_len=8, output_len=8, concurrency=(1,), vocab_size=DEFAULT_VOCAB), 1, 0)

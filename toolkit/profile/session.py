@@ -38,11 +38,12 @@ class ProfileRun:
 
 def _serving_config(recipe: Recipe, concurrency: int, steps: int):
     from toolkit.run.bench.serving import ServingConfig
+    from toolkit.run.bench.workload import model_vocab
 
     b = recipe.benchmark
     return ServingConfig(input_len=b.input_len, output_len=max(b.output_len, 2 * steps + 32),
                          concurrency=(concurrency,), num_prompts=2 * concurrency, warmup=0, seed=b.seed,
-                         endpoint=b.endpoint, timeout_s=b.timeout_s)
+                         endpoint=b.endpoint, timeout_s=b.timeout_s, vocab_size=model_vocab(recipe.server.model))
 
 
 def summarize(traces: list[Path], families, itl_ms: float | None) -> dict:

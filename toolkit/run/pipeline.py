@@ -206,7 +206,8 @@ def benchmark(verified: Verified) -> Measured:
         if bench.driver == "one-batch":
             samples, errors = _one_batch(attempt), []
         else:
-            samples, errors = _serving(server.url, bench, attempt.console, attempt.prepared.name)
+            samples, errors = _serving(server.url, bench, attempt.console, attempt.prepared.name,
+                                       model=attempt.prepared.recipe.server.model)
     finally:
         box = gpu_record.attach(attempt, sampler.stop(), "batch" if bench.driver == "one-batch" else "concurrency")
     if server is not None:
@@ -352,12 +353,15 @@ def run_once(p: Prepared, *, home: Path, store: Store, repeat: int, group_id: st
     return attempt.run_id
 
 
-def _serving(url: str, bench, console: Console, name: str) -> tuple[list[Sample], list[str]]:
+def _serving(url: str, bench, console: Console, name: str, *,
+             model: str | None = None) -> tuple[list[Sample], list[str]]:
     from toolkit.run.bench.serving import ServingConfig, run_serving
+    from toolkit.run.bench.workload import model_vocab
 
     cfg = ServingConfig(input_len=bench.input_len, output_len=bench.output_len,
                         concurrency=tuple(bench.concurrency), num_prompts=bench.num_prompts, warmup=bench.warmup,
-                        seed=bench.seed, endpoint=bench.endpoint, timeout_s=bench.timeout_s)
+                        seed=bench.seed, endpoint=bench.endpoint, timeout_s=bench.timeout_s,
+                        vocab_size=model_vocab(model))
     points = run_serving(url, cfg)
     samples: list[Sample] = []
     errors: list[str] = []

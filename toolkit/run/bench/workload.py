@@ -3,7 +3,10 @@ bodies (pure). See `toolkit.run.bench.serving` for the sweep that sends them.
 
 Prompts are deterministic from `seed`, the point's concurrency and the request index (random, so
 requests practically share no prefix and a radix cache cannot make later points look faster):
-  * "input_ids": random token ids in [1000, vocab_size - 1000): exact length on any server;
+  * "input_ids": random token ids in [1000, vocab_size - 1000) (a quarter of the vocab as the
+    margin when it holds under 3,000 tokens): exact length on any server; `vocab_size` is the
+    model's own when its config.json says it is under the default (real sglang fails a request
+    holding an id outside the embedding: `IndexError: index out of range`);
   * "text": random words, exactly `input_len` tokens for the miniature's whitespace tokenizer;
   * "auto" (default): "text" if /server_info says the server is the miniature, else "input_ids".
 """
@@ -20,6 +23,7 @@ from toolkit.errors import BadInput
 DEFAULT_CONCURRENCY: tuple[int, ...] = tuple(2**i for i in range(11))  # 1, 2, 4, ..., 1024
 ENDPOINTS = {"generate": "/generate", "completions": "/v1/completions"}
 PROMPT_KINDS = ("auto", "text", "input_ids")
+DEFAULT_VOCAB = 32000  # random input ids: drawn below it (or below a smaller model's vocab)
 WARMUP_MAX_OUTPUT = 32
 
 
@@ -42,7 +46,7 @@ class ServingConfig:
     prompt: str = "auto"  # "auto" | "text" | "input_ids"
     stream: bool = True
     model: Optional[str] = None  # "model" for /v1/completions; None -> the server's served name
-    vocab_size: int = 32000  # random input ids are drawn from [1000, vocab_size - 1000)
+    vocab_size: int = DEFAULT_VOCAB  # random input ids are drawn from [1000, vocab_size - 1000)
     send_rid: bool = False  # send "rid": "pb-<seed>-<concurrency>-<m|w><index>" (/generate only)
 
     def __post_init__(self) -> None:
@@ -60,8 +64,8 @@ class ServingConfig:
             raise BadInput(f"endpoint must be one of {sorted(ENDPOINTS)}, not {self.endpoint!r}")
         if self.prompt not in PROMPT_KINDS:
             raise BadInput(f"prompt must be one of {PROMPT_KINDS}, not {self.prompt!r}")
-        if self.vocab_size < 3000:
-            raise BadInput("vocab_size must be >= 3000")
+        if self.vocab_size < 8:
+            raise BadInput("vocab_size must be >= 8")
 
     def requests_at(self, concurrency: int) -> int:
         if self.num_prompts is not None:
@@ -78,6 +82,28 @@ class ServingConfig:
         }
 
 
+def id_range(vocab_size: int) -> tuple[int, int]:
+    """[lo, hi) of the random input ids: clear of the special tokens at either end."""
+    margin = 1000 if vocab_size >= 3000 else vocab_size // 4
+    return margin, vocab_size - margin
+
+
+def model_vocab(model: str | None, default: int = DEFAULT_VOCAB) -> int:
+    """The vocab the random ids are drawn from: `default`, or the local model's `vocab_size`
+    (config.json) where it is smaller (a larger vocab keeps the default, so the prompts stay
+    those every earlier run was measured with)."""
+    import json
+    from pathlib import Path
+
+    if not model:
+        return default
+    try:
+        vocab = int(json.loads((Path(model).expanduser() / "config.json").read_text())["vocab_size"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return default
+    return min(default, vocab) if vocab >= 8 else default
+
+
 _SYL = ("ka", "lo", "mi", "ne", "ru", "ta", "vo", "shi", "den", "pra", "gul", "fen", "tor", "bix")
 
 
@@ -89,7 +115,7 @@ def make_prompt(kind: str, cfg: ServingConfig, concurrency: int, index: int, tag
     """The deterministic prompt of request `index` at a point: a str ("text") or list of ids."""
     rng = _rng(cfg.seed, concurrency, index, tag)
     if kind == "input_ids":
-        lo, hi = 1000, cfg.vocab_size - 1000
+        lo, hi = id_range(cfg.vocab_size)
         return [rng.randrange(lo, hi) for _ in range(cfg.input_len)]
     if kind == "text":
         return " ".join(rng.choice(_SYL) + rng.choice(_SYL) + str(rng.randrange(100))
