@@ -10,7 +10,7 @@ TOOLKIT = Path(__file__).resolve().parent.parent / "toolkit"
 # Lowest first. A module may import its own layer and any lower one. `results` sits below `run`: the
 # run stage writes each run into the store as it happens, and the store never looks back at a run.
 LAYERS = [
-    {"errors", "resources", "digest", "workspace", "roofline", "probes", "__init__"},
+    {"errors", "resources", "digest", "workspace", "roofline", "probes", "models", "__init__"},
     {"recipe"},
     {"tree"},
     {"envs"},

@@ -57,12 +57,14 @@ import functools
 import json
 import os
 import re
+import dataclasses
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
 from toolkit.errors import BadInput
+from toolkit.models import tiny
 from toolkit.recipe.matrix import Variant, apply_settings, split_variant, validate_settings, variants_of
 from toolkit.recipe.schema import validate_file
 from toolkit.recipe.values import (bench_spec, build_spec, evidence_specs, is_under, patch_paths, quality_spec,
@@ -418,6 +420,9 @@ def _build_recipe(name: str, path: Path, root: Path, data: dict) -> Recipe:
 
     build = build_spec(path, data.get("build", {}), sources)
     server = server_spec(path, data.get("server", {}))
+    if server.model and server.model.startswith(tiny.SCHEME):
+        # a model patchbench writes itself: its directory, written on first use (seconds), cached by key
+        server = dataclasses.replace(server, model=tiny.resolve(server.model))
     bench = bench_spec(path, data.get("benchmark", {}))
     return Recipe(
         name=name,

@@ -132,16 +132,6 @@ def build_spec(path: Path, t: dict, sources: Mapping[str, SourceSpec]) -> BuildS
     )
 
 
-def _model(model: str | None) -> str | None:
-    """`tiny:<name>` is a model patchbench writes itself (toolkit.models.tiny): its directory,
-    written on first use (seconds) and cached by content key."""
-    if model and model.startswith("tiny:"):
-        from toolkit.models import tiny
-
-        return tiny.resolve(model)
-    return model
-
-
 def server_spec(path: Path, t: dict) -> ServerSpec:
     args = []
     for flag, value in t.get("args", {}).items():
@@ -149,7 +139,7 @@ def server_spec(path: Path, t: dict) -> ServerSpec:
             raise BadInput(f"{path}: `server.args` keys are flag names without dashes: `{flag.lstrip('-')}`")
         args.append((flag, tuple(value) if isinstance(value, list) else value))
     return ServerSpec(
-        model=_model(t.get("model")),
+        model=t.get("model"),
         args=tuple(args),
         env=tuple(sorted((str(k), str(v)) for k, v in t.get("env", {}).items())),
         timeout_s=float(t.get("timeout_s", 600.0)),
