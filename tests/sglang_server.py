@@ -25,7 +25,7 @@ import pytest
 SHARED_HOME = Path(os.environ.get("PATCHBENCH_TEST_HOME", Path.home() / ".cache" / "patchbench-test"))
 RECIPE = "cpu/baseline"
 MODEL = "tiny-glm4-moe"
-READY_TIMEOUT_S = 600
+READY_TIMEOUT_S = 1800
 ARGS = ("--device", "cpu", "--attention-backend", "torch_native", "--max-total-tokens", "8192",
         "--random-seed", "0")
 
