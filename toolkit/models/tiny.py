@@ -32,10 +32,15 @@ from toolkit.errors import BadInput
 from toolkit.models import tokenizer
 from toolkit.workspace import default_home
 
-WRITER_VERSION = 1
+WRITER_VERSION = 2
 SCHEME = "tiny:"  # a recipe's server.model = "tiny:<name>"
 VOCAB = 2048      # the config's vocab (the trained tokenizer holds at most this many tokens)
 INIT_STD = 0.02
+# lm_head = random - SELF_PENALTY * embed_tokens: a random 2-layer model's next token follows mostly
+# from the current one, and the tokens that predict themselves make greedy answers end in one
+# token repeated (which the answers check rightly calls degenerate). The penalty lowers a token's
+# own logit by ~SELF_PENALTY * hidden * INIT_STD (1.3 here) against a spread of ~0.25 among the others.
+SELF_PENALTY = 0.5
 
 _COMMON = {
     "vocab_size": VOCAB, "hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 2,
@@ -71,7 +76,7 @@ def key(name: str) -> str:
     import safetensors
     import tokenizers
 
-    inputs = {"spec": spec(name), "seed": SEED, "writer": WRITER_VERSION, "init_std": INIT_STD,
+    inputs = {"spec": spec(name), "seed": SEED, "writer": WRITER_VERSION, "init_std": INIT_STD, "self_penalty": SELF_PENALTY,
               "numpy": np.__version__, "safetensors": safetensors.__version__,
               "tokenizers": tokenizers.__version__, "corpus": tokenizer.corpus()}
     return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:16]
@@ -119,6 +124,7 @@ def weights(cfg: dict, seed: int = SEED) -> dict[str, np.ndarray]:
             out[name] = np.zeros(shape, np.float32)
         else:
             out[name] = rng.normal(0.0, INIT_STD, shape).astype(np.float32)
+    out["lm_head.weight"] = out["lm_head.weight"] - SELF_PENALTY * out["model.embed_tokens.weight"]
     return out
 
 
