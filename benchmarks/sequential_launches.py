@@ -1,0 +1,178 @@
+"""How many launches does a sequential verdict take, against a fixed design of the same power?
+
+Simulated comparisons (seeded): B/A effects drawn uniformly from 0 to 30% (either sign), per-launch
+noise uniformly 1-5% (log-normal), and in half of them a heavy-tailed launch outlier model (each
+launch has a 5% chance to run 10-20% slow). Each comparison is launched A B B A ... and judged by
+`toolkit.analysis.sequential` after every pair (min 2, max 8 launches each). Plus A/A comparisons
+(zero effect, the same noise models) for the false "faster"/"slower" rate with its 95% CI.
+
+The fixed design is the same three-way rule with a fixed-sample Student t interval (pooled, 95%)
+at n launches each, looked at once; "the fixed design of the same power" is the smallest n whose
+rate of correct settled verdicts over the same comparisons is at least the sequential one's. A
+verdict is *correct* when its claim holds for the true ratio (faster by >= min_effect, equal within
+min_effect, ...), *false* when it does not; not settled is neither.
+
+    python benchmarks/sequential_launches.py [--comparisons 2000] [--seed 20261201] [--json]
+
+Goal: the sequential mean launches <= 0.5x the fixed design's at equal or better error rates, and
+the false faster/slower rate at zero effect within alpha. Exit status 0 when both hold.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from toolkit.analysis import sequential as seq  # noqa: E402
+
+MAX_FIXED = 24
+
+
+def draw(rng: np.random.Generator, n: int, *, zero: bool, max_n: int) -> dict:
+    """n comparisons: true log-ratios, and max_n per-launch values per side (throughputs)."""
+    effect = np.zeros(n) if zero else rng.uniform(0.0, 0.30, n) * rng.choice([-1.0, 1.0], n)
+    theta = np.log1p(np.abs(effect)) * np.sign(effect)
+    sigma = rng.uniform(0.01, 0.05, n)
+    heavy = rng.random(n) < 0.5
+
+    def side(mu):
+        x = mu[:, None] + sigma[:, None] * rng.standard_normal((n, max_n))
+        slow = heavy[:, None] & (rng.random((n, max_n)) < 0.05)
+        return np.exp(x - slow * np.log1p(rng.uniform(0.10, 0.20, (n, max_n)))) * 100.0
+
+    return {"theta": theta, "sigma": sigma, "heavy": heavy, "a": side(np.zeros(n)), "b": side(theta)}
+
+
+def truth(verdict: str, theta: float, m: float) -> bool | None:
+    """Whether a verdict's claim holds for the true log-ratio (None: not settled)."""
+    b = math.log1p(m)
+    theta = float(theta)
+    return {seq.FASTER: theta > 0, seq.SLOWER: theta < 0, seq.EQUAL: abs(theta) < b}.get(verdict)
+
+
+def fixed_verdict(a: np.ndarray, b: np.ndarray, m: float, alpha: float) -> str:
+    """The same three-way rule with a fixed-sample pooled t interval (looked at once)."""
+    from scipy import stats
+
+    la, lb = np.log(a), np.log(b)
+    n = la.size
+    est = lb.mean() - la.mean()
+    sp = math.sqrt((la.var(ddof=1) + lb.var(ddof=1)) / 2.0)
+    half = float(stats.t.ppf(1 - alpha / 2, 2 * n - 2)) * sp * math.sqrt(2.0 / n)
+    lo, hi, bound = est - half, est + half, math.log1p(m)
+    if -bound < lo and hi < bound:
+        return seq.EQUAL
+    if lo > 0 and est >= bound:
+        return seq.FASTER
+    if hi < 0 and est <= -bound:
+        return seq.SLOWER
+    return seq.UNSETTLED
+
+
+def score(verdicts: list[str], launches: list[int], theta: np.ndarray, m: float) -> dict:
+    correct = [truth(v, t, m) for v, t in zip(verdicts, theta)]
+    settled = sum(c is not None for c in correct)
+    n = len(verdicts)
+    return {"comparisons": n, "settled": settled, "correct_rate": sum(c is True for c in correct) / n,
+            "false_rate": sum(c is False for c in correct) / n,
+            "mean_launches": float(np.mean(launches)),
+            "launches_per_settled": float(np.sum(launches) / settled) if settled else math.inf}
+
+
+def binomial_ci(k: int, n: int) -> list[float]:
+    from scipy import stats
+
+    ci = stats.binomtest(k, n).proportion_ci(confidence_level=0.95, method="exact")
+    return [float(ci.low), float(ci.high)]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--comparisons", type=int, default=2000, help="simulated comparisons with an effect")
+    ap.add_argument("--null", type=int, default=2000, help="simulated A/A comparisons")
+    ap.add_argument("--seed", type=int, default=20261201)
+    ap.add_argument("--min-effect", type=float, default=seq.DEFAULT_MIN_EFFECT)
+    ap.add_argument("--max-repeats", type=int, default=seq.DEFAULT_MAX_REPEATS)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    t0 = time.monotonic()
+    design = seq.Design(min_effect=args.min_effect, max_repeats=args.max_repeats)
+    rng = np.random.default_rng(args.seed)
+    m, alpha = design.min_effect, design.alpha
+    out: dict = {"design": design.__dict__, "legend": seq.legend(design), "seed": args.seed}
+    for name, zero, count in (("effects", False, args.comparisons), ("null", True, args.null)):
+        d = draw(rng, count, zero=zero, max_n=max(MAX_FIXED, design.max_repeats))
+        vs, ls = [], []
+        for i in range(count):
+            a, b = d["a"][i], d["b"][i]
+            v = seq.verdict(list(a[:design.max_repeats]), list(b[:design.max_repeats]), higher_is_better=True,
+                            design=design)
+            vs.append(v.verdict)
+            ls.append(2 * v.n)
+        res = {"sequential": score(vs, ls, d["theta"], m)}
+        res["sequential"]["verdicts"] = {k: vs.count(k) for k in sorted(set(vs))}
+        for label, mask in (("gaussian", ~d["heavy"]), ("outliers", d["heavy"])):
+            idx = np.flatnonzero(mask)
+            res[f"sequential_{label}"] = score([vs[i] for i in idx], [ls[i] for i in idx], d["theta"][idx], m)
+        fixed = {}
+        for n in range(2, MAX_FIXED + 1):
+            fv = [fixed_verdict(d["a"][i, :n], d["b"][i, :n], m, alpha) for i in range(count)]
+            fixed[n] = score(fv, [2 * n] * count, d["theta"], m)
+            fixed[n]["verdicts"] = {k: fv.count(k) for k in sorted(set(fv))}
+        res["fixed"] = {str(n): f for n, f in fixed.items()}
+        if zero:  # false faster/slower at zero effect: every settled verdict but "equal"
+            k = sum(v in (seq.FASTER, seq.SLOWER) for v in vs)
+            res["false_faster_slower"] = {"count": k, "of": count, "rate": k / count, "ci95": binomial_ci(k, count),
+                                          "alpha": alpha}
+            res["fixed_false_faster_slower"] = {
+                str(n): f["verdicts"].get(seq.FASTER, 0) + f["verdicts"].get(seq.SLOWER, 0) for n, f in fixed.items()}
+        else:
+            target = res["sequential"]["correct_rate"]
+            same = next((n for n, f in fixed.items() if f["correct_rate"] >= target), None)
+            res["fixed_same_power"] = same
+            if same is not None:
+                f = fixed[same]
+                res["launch_ratio"] = res["sequential"]["mean_launches"] / f["mean_launches"]
+                res["launch_ratio_per_settled"] = res["sequential"]["launches_per_settled"] / f["launches_per_settled"]
+        out[name] = res
+    eff, null = out["effects"], out["null"]
+    same = eff.get("fixed_same_power")
+    ok_ratio = same is not None and eff["launch_ratio"] <= 0.5 and \
+        eff["sequential"]["false_rate"] <= eff["fixed"][str(same)]["false_rate"]
+    ok_alpha = null["false_faster_slower"]["ci95"][0] <= alpha
+    out["goal"] = {"launch_ratio_le_0.5_at_no_worse_error": ok_ratio, "false_rate_within_alpha": ok_alpha}
+    out["seconds"] = round(time.monotonic() - t0, 1)
+    if args.json:
+        print(json.dumps(out, indent=1))
+    else:
+        s = eff["sequential"]
+        print(out["legend"])
+        print(f"{eff['sequential']['comparisons']} comparisons, effects 0-30%, noise 1-5% (half with 5% slow-launch outliers)")
+        print(f"sequential: {s['mean_launches']:.2f} launches per comparison (both sides), "
+              f"{s['launches_per_settled']:.2f} per settled verdict; correct {100 * s['correct_rate']:.1f}%, "
+              f"false {100 * s['false_rate']:.2f}%; {s['verdicts']}")
+        if same is not None:
+            f = eff["fixed"][str(same)]
+            print(f"fixed design of the same power: {same} launches each ({f['mean_launches']:.0f} per comparison), "
+                  f"correct {100 * f['correct_rate']:.1f}%, false {100 * f['false_rate']:.2f}%; "
+                  f"ratio {eff['launch_ratio']:.2f}x (per settled verdict {eff['launch_ratio_per_settled']:.2f}x)")
+        else:
+            print(f"no fixed design up to {MAX_FIXED} launches each reaches the sequential power")
+        z = null["false_faster_slower"]
+        print(f"A/A ({z['of']}): false faster/slower {z['count']} = {100 * z['rate']:.2f}% "
+              f"[95% CI {100 * z['ci95'][0]:.2f}-{100 * z['ci95'][1]:.2f}%] (alpha {alpha:g}); "
+              f"verdicts {null['sequential']['verdicts']}")
+        print(f"goal: {out['goal']} ({out['seconds']} s)")
+    return 0 if ok_ratio and ok_alpha else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,80 @@
+"""Sequential verdicts (toolkit.analysis.sequential): settle early on big effects, keep alpha under
+repeated looks on A/A pairs, say how far an unsettled pair got."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats as sp
+
+from toolkit.analysis import sequential as seq
+
+
+def _launches(rng, n, ratio=1.0, noise=0.02, base=100.0):
+    return list(base * ratio * np.exp(noise * rng.standard_normal(n)))
+
+
+def test_a_2x_pair_settles_in_min_repeats():
+    rng = np.random.default_rng(7)
+    for _ in range(50):
+        a, b = _launches(rng, 8), _launches(rng, 8, ratio=2.0)
+        v = seq.verdict(a, b, higher_is_better=True)
+        assert v.verdict == seq.FASTER and v.n == 2, v.text
+        lat = seq.verdict([1 / x for x in a], [1 / x for x in b], higher_is_better=False)
+        assert lat.verdict == seq.FASTER and lat.n == 2 and lat.speedup == pytest.approx(v.speedup)
+    assert seq.verdict(b, a, higher_is_better=True).verdict == seq.SLOWER
+
+
+def test_a_a_pairs_keep_alpha_under_repeated_looks():
+    """Looked at after every pair of launches up to 8 each: faster/slower on A/A pairs stays within
+    alpha (the upper end of the 95% binomial CI of the count is tested against alpha); the other
+    verdicts are equal or not settled."""
+    rng = np.random.default_rng(20261201)
+    design = seq.Design(min_effect=0.0)  # the hardest case: any excluded 1 counts as faster/slower
+    trials, wrong, other = 400, 0, set()
+    for i in range(trials):
+        noise = 0.01 + 0.04 * (i % 5) / 4
+        v = seq.verdict(_launches(rng, 8, noise=noise), _launches(rng, 8, noise=noise), higher_is_better=True,
+                        design=design)
+        if v.verdict in (seq.FASTER, seq.SLOWER):
+            wrong += 1
+        else:
+            other.add(v.verdict)
+    assert other <= {seq.EQUAL, seq.UNSETTLED}
+    low = sp.binomtest(wrong, trials).proportion_ci(0.95, method="exact").low
+    assert low <= design.alpha, (wrong, trials)
+    assert wrong / trials <= design.alpha
+
+
+def test_quiet_a_a_pair_is_equal_and_a_noisy_one_says_its_interval():
+    rng = np.random.default_rng(3)
+    v = seq.verdict(_launches(rng, 8, noise=0.002), _launches(rng, 8, noise=0.002), higher_is_better=True)
+    assert v.verdict == seq.EQUAL and v.n <= 4 and v.text.startswith(f"equal within 2% after {v.n} launches each")
+    v = seq.verdict(_launches(rng, 8, noise=0.05), _launches(rng, 8, noise=0.05), higher_is_better=True)
+    assert v.verdict == seq.UNSETTLED and v.n == 8 and not seq.more_needed(v)
+    assert v.text.startswith("not settled after 8 launches each: ") and v.low < 1 < v.high
+    assert seq.more_needed(seq.verdict([100, 101], [99, 103], higher_is_better=True))
+
+
+def test_first_settled_look_is_kept_and_legend_carries_the_settings():
+    rng = np.random.default_rng(5)
+    a, b = _launches(rng, 2), _launches(rng, 2, ratio=1.5)
+    first = seq.verdict(a, b, higher_is_better=True)
+    later = seq.verdict(a + _launches(rng, 6), b + _launches(rng, 6, ratio=0.5), higher_is_better=True)
+    assert first.verdict == later.verdict == seq.FASTER and later.n == 2
+    assert seq.verdict(a[:1], b[:1], higher_is_better=True).verdict == seq.TOO_FEW
+    d = seq.Design(alpha=0.1, min_effect=0.03, min_repeats=3, max_repeats=6)
+    text = seq.legend(d)
+    assert "90%" in text and "3%" in text and "3..6" in text and "0.1" in text
+    with pytest.raises(ValueError):
+        seq.Design(min_repeats=1)
+
+
+def test_critical_value_is_the_crossing_of_the_bayes_factor():
+    for n in (2, 3, 5, 8):
+        t = seq.critical_t(n, n)
+        assert math.isfinite(t) and seq.bayes_factor(t, n, n) == pytest.approx(1 / seq.DEFAULT_ALPHA)
+        assert t > sp.t.ppf(0.975, 2 * n - 2)  # wider than the fixed-sample interval: the price of looking
+    assert seq.critical_t(1, 1) == math.inf
