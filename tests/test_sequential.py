@@ -78,3 +78,26 @@ def test_critical_value_is_the_crossing_of_the_bayes_factor():
         assert math.isfinite(t) and seq.bayes_factor(t, n, n) == pytest.approx(1 / seq.DEFAULT_ALPHA)
         assert t > sp.t.ppf(0.975, 2 * n - 2)  # wider than the fixed-sample interval: the price of looking
     assert seq.critical_t(1, 1) == math.inf
+
+
+def test_run_launches_a_1_4x_pair_until_settled_and_resumes_from_the_store(home, demo_project, capsys):
+    """`run demo/baseline demo/fast --sequential`: the fast patch (decode step 12 ms -> 8 ms) settles
+    "faster" at every point in 2 launches each; run again, the stored runs of the same identity
+    count and nothing is launched."""
+    import json
+
+    from toolkit.cli import main
+    from toolkit.results.store import Store
+
+    assert main(["run", "demo/baseline", "demo/fast", "--sequential", "--max-repeats", "4", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    rows = out["sequential"]
+    assert {r["point"] for r in rows} == {1, 4, 16}
+    assert all(r["verdict"] == "faster" and r["launches_each"] == 2 and r["speedup"] > 1.3 for r in rows), rows
+    assert [name for name, _ in out["runs"]].count("demo/fast") == 2 and len(out["runs"]) == 4
+    assert "confidence sequence" in out["sequential_legend"]
+    assert main(["run", "demo/baseline", "demo/fast", "--sequential", "--json"]) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert again["runs"] == [] and again["reused"] == {"demo/baseline": 2, "demo/fast": 2}
+    assert [r["text"] for r in again["sequential"]] == [r["text"] for r in rows]
+    assert len(Store(home / "results.sqlite").runs()) == 4

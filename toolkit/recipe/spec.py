@@ -70,6 +70,7 @@ class BenchSpec:
     endpoint: str = "generate"
     timeout_s: float = 1800.0
     strict_box: bool = False  # a run whose GPUs throttled / were shared is invalid (toolkit.run.gpustate)
+    min_effect: float = 0.02  # the indifference zone of `run`'s sequential verdicts (toolkit.analysis.sequential)
 
     def params(self) -> dict:
         """The parameters that must match for two results to be comparable."""

@@ -170,6 +170,11 @@ def bench_spec(path: Path, t: dict) -> BenchSpec:
         kw["timeout_s"] = float(t["timeout_s"])
     if "strict_box" in t:
         kw["strict_box"] = bool(t["strict_box"])
+    if "min_effect" in t:
+        if isinstance(t["min_effect"], bool) or not isinstance(t["min_effect"], (int, float)) \
+                or not 0.0 <= t["min_effect"] < 1.0:
+            raise BadInput(f"{path}: `benchmark.min_effect` must be a fraction in [0, 1) (0.02 is 2%)")
+        kw["min_effect"] = float(t["min_effect"])
     return BenchSpec(**{**defaults.__dict__, **kw})
 
 
