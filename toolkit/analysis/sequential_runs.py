@@ -119,4 +119,5 @@ def measure_until_settled(prepared: list[Prepared], *, home, store: Store, group
                 runs[p.name].append(rid)
         rnd += 1
     result["reused"] = reused
+    result["used"] = {name: list(ids) for name, ids in runs.items()}
     return current

@@ -52,7 +52,7 @@ def run(args) -> int:
                            frozen=args.frozen, console=err, strict=args.strict_check,
                            measure=sequential_measure(design) if design else None)
         if design and "sequential" in result:
-            print_sequential(result, design, quiet=args.json)
+            print_sequential(result, design, store, recipes, quiet=args.json)
     if args.json:
         print_json(result)
     elif result["runs"]:
@@ -132,12 +132,16 @@ def sequential_measure(design):
     return measure
 
 
-def print_sequential(result, design, *, quiet: bool) -> None:
-    from toolkit.analysis import sequential as seq
+def print_sequential(result, design, store, recipes, *, quiet: bool) -> None:
+    from toolkit.analysis import launch_cost, sequential as seq
 
     result["sequential_legend"] = seq.legend(design)
+    used = [rid for ids in result.get("used", {}).values() for rid in ids]
+    result["cost"] = launch_cost.cost(store.runs(run_ids=[rid for _, rid in result["runs"]]) if result["runs"] else [],
+                                      store.runs(run_ids=used) if used else [], {r.name: r for r in recipes})
     if quiet:
         return
+    console.print(launch_cost.describe(result["cost"]), markup=False, highlight=False)
     for v in result["sequential"]:
         console.print(f"{v['recipe']} vs {v['reference']}, {v['metric']} @ {v['point']}: {v['text']}", markup=False,
                   highlight=False)
