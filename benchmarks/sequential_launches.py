@@ -6,11 +6,13 @@ launch has a 5% chance to run 10-20% slow). Each comparison is launched A B B A 
 `toolkit.analysis.sequential` after every pair (min 2, max 8 launches each). Plus A/A comparisons
 (zero effect, the same noise models) for the false "faster"/"slower" rate with its 95% CI.
 
-The fixed design is the same three-way rule with a fixed-sample Student t interval (pooled, 95%)
-at n launches each, looked at once; "the fixed design of the same power" is the smallest n whose
-rate of correct settled verdicts over the same comparisons is at least the sequential one's. A
-verdict is *correct* when its claim holds for the true ratio (faster by >= min_effect, equal within
-min_effect, ...), *false* when it does not; not settled is neither.
+The fixed design is the same three-way rule with a fixed-sample Student t interval (pooled) at n
+launches each, looked at once; "the fixed design of the same power" is the smallest n whose rate of
+correct settled verdicts over the same comparisons is at least the sequential one's: at alpha 0.05,
+and at the largest alpha (0.05 .. 0.002) whose A/A false faster/slower rate is no worse than the
+sequential one's (the comparison the goal is about: equal error rates). A verdict is *correct* when
+its claim holds for the true ratio (faster: B better; slower: B worse; equal: within min_effect),
+*false* when it does not; not settled is neither.
 
     python benchmarks/sequential_launches.py [--comparisons 2000] [--seed 20261201] [--json]
 
@@ -34,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from toolkit.analysis import sequential as seq  # noqa: E402
 
 MAX_FIXED = 24
+FIXED_ALPHAS = (0.05, 0.02, 0.01, 0.005, 0.002)  # largest first
 
 
 def draw(rng: np.random.Generator, n: int, *, zero: bool, max_n: int) -> dict:
@@ -101,20 +104,23 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=20261201)
     ap.add_argument("--min-effect", type=float, default=seq.DEFAULT_MIN_EFFECT)
     ap.add_argument("--max-repeats", type=int, default=seq.DEFAULT_MAX_REPEATS)
+    ap.add_argument("--prior-scale", type=float, default=seq.DEFAULT_PRIOR_SCALE)
+    ap.add_argument("--no-futility", action="store_true", help="launch unsettled pairs up to --max-repeats")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     t0 = time.monotonic()
-    design = seq.Design(min_effect=args.min_effect, max_repeats=args.max_repeats)
+    design = seq.Design(min_effect=args.min_effect, max_repeats=args.max_repeats, prior_scale=args.prior_scale,
+                        futility=not args.no_futility)
     rng = np.random.default_rng(args.seed)
     m, alpha = design.min_effect, design.alpha
     out: dict = {"design": design.__dict__, "legend": seq.legend(design), "seed": args.seed}
-    for name, zero, count in (("effects", False, args.comparisons), ("null", True, args.null)):
-        d = draw(rng, count, zero=zero, max_n=max(MAX_FIXED, design.max_repeats))
+    data = {"effects": draw(rng, args.comparisons, zero=False, max_n=max(MAX_FIXED, design.max_repeats)),
+            "null": draw(rng, args.null, zero=True, max_n=max(MAX_FIXED, design.max_repeats))}
+    for name, d in data.items():
         vs, ls = [], []
-        for i in range(count):
-            a, b = d["a"][i], d["b"][i]
-            v = seq.verdict(list(a[:design.max_repeats]), list(b[:design.max_repeats]), higher_is_better=True,
-                            design=design)
+        for i in range(d["theta"].size):
+            v = seq.verdict(list(d["a"][i, :design.max_repeats]), list(d["b"][i, :design.max_repeats]),
+                            higher_is_better=True, design=design)
             vs.append(v.verdict)
             ls.append(2 * v.n)
         res = {"sequential": score(vs, ls, d["theta"], m)}
@@ -122,31 +128,53 @@ def main() -> int:
         for label, mask in (("gaussian", ~d["heavy"]), ("outliers", d["heavy"])):
             idx = np.flatnonzero(mask)
             res[f"sequential_{label}"] = score([vs[i] for i in idx], [ls[i] for i in idx], d["theta"][idx], m)
-        fixed = {}
-        for n in range(2, MAX_FIXED + 1):
-            fv = [fixed_verdict(d["a"][i, :n], d["b"][i, :n], m, alpha) for i in range(count)]
-            fixed[n] = score(fv, [2 * n] * count, d["theta"], m)
-            fixed[n]["verdicts"] = {k: fv.count(k) for k in sorted(set(fv))}
-        res["fixed"] = {str(n): f for n, f in fixed.items()}
-        if zero:  # false faster/slower at zero effect: every settled verdict but "equal"
-            k = sum(v in (seq.FASTER, seq.SLOWER) for v in vs)
-            res["false_faster_slower"] = {"count": k, "of": count, "rate": k / count, "ci95": binomial_ci(k, count),
-                                          "alpha": alpha}
-            res["fixed_false_faster_slower"] = {
-                str(n): f["verdicts"].get(seq.FASTER, 0) + f["verdicts"].get(seq.SLOWER, 0) for n, f in fixed.items()}
-        else:
-            target = res["sequential"]["correct_rate"]
-            same = next((n for n, f in fixed.items() if f["correct_rate"] >= target), None)
-            res["fixed_same_power"] = same
-            if same is not None:
-                f = fixed[same]
-                res["launch_ratio"] = res["sequential"]["mean_launches"] / f["mean_launches"]
-                res["launch_ratio_per_settled"] = res["sequential"]["launches_per_settled"] / f["launches_per_settled"]
         out[name] = res
+    null = data["null"]
+    k = sum(v in (seq.FASTER, seq.SLOWER) for v in out["null"]["sequential"]["verdicts"] for _ in
+            range(out["null"]["sequential"]["verdicts"][v]))
+    out["null"]["false_faster_slower"] = {"count": k, "of": args.null, "rate": k / args.null,
+                                          "ci95": binomial_ci(k, args.null), "alpha": alpha}
+    # The fixed design at each alpha: its A/A false faster/slower rate and its power per n; the one
+    # compared is the largest alpha whose A/A rate is no worse than the sequential one's, at the
+    # smallest n whose correct rate reaches the sequential one's.
+    target = out["effects"]["sequential"]["correct_rate"]
+    fixed_designs = {}
+    for fa in FIXED_ALPHAS:
+        row = {"null_false_faster_slower": {}, "power": {}}
+        for n in range(2, MAX_FIXED + 1):
+            fv = [fixed_verdict(null["a"][i, :n], null["b"][i, :n], m, fa) for i in range(args.null)]
+            row["null_false_faster_slower"][n] = sum(v in (seq.FASTER, seq.SLOWER) for v in fv) / args.null
+        eff = data["effects"]
+        for n in range(2, MAX_FIXED + 1):
+            fv = [fixed_verdict(eff["a"][i, :n], eff["b"][i, :n], m, fa) for i in range(args.comparisons)]
+            row["power"][n] = score(fv, [2 * n] * args.comparisons, eff["theta"], m)
+        fixed_designs[str(fa)] = row
+    out["fixed"] = {a: {"null_false_faster_slower": {str(n): r for n, r in row["null_false_faster_slower"].items()},
+                        "power": {str(n): f for n, f in row["power"].items()}} for a, row in fixed_designs.items()}
+    seq_rate = out["null"]["false_faster_slower"]["rate"]
+    chosen = None
+    for fa in FIXED_ALPHAS:  # largest alpha first
+        row = fixed_designs[str(fa)]
+        n = next((n for n, f in row["power"].items() if f["correct_rate"] >= target), None)
+        if n is not None and row["null_false_faster_slower"][n] <= seq_rate:
+            chosen = (fa, n)
+            break
+    eff = out["effects"]
+    if chosen:
+        fa, n = chosen
+        f = fixed_designs[str(fa)]["power"][n]
+        eff["fixed_same_power"] = {"alpha": fa, "n": n, **f, "null_false_faster_slower":
+                                   fixed_designs[str(fa)]["null_false_faster_slower"][n]}
+        eff["launch_ratio"] = eff["sequential"]["mean_launches"] / f["mean_launches"]
+        eff["launch_ratio_per_settled"] = eff["sequential"]["launches_per_settled"] / f["launches_per_settled"]
+    a05 = fixed_designs[str(FIXED_ALPHAS[0])]
+    n05 = next((n for n, f in a05["power"].items() if f["correct_rate"] >= target), None)
+    if n05 is not None:
+        eff["fixed_same_power_at_alpha"] = {"alpha": FIXED_ALPHAS[0], "n": n05, **a05["power"][n05],
+                                            "null_false_faster_slower": a05["null_false_faster_slower"][n05]}
     eff, null = out["effects"], out["null"]
     same = eff.get("fixed_same_power")
-    ok_ratio = same is not None and eff["launch_ratio"] <= 0.5 and \
-        eff["sequential"]["false_rate"] <= eff["fixed"][str(same)]["false_rate"]
+    ok_ratio = same is not None and eff["launch_ratio"] <= 0.5 and eff["sequential"]["false_rate"] <= same["false_rate"]
     ok_alpha = null["false_faster_slower"]["ci95"][0] <= alpha
     out["goal"] = {"launch_ratio_le_0.5_at_no_worse_error": ok_ratio, "false_rate_within_alpha": ok_alpha}
     out["seconds"] = round(time.monotonic() - t0, 1)
@@ -159,13 +187,16 @@ def main() -> int:
         print(f"sequential: {s['mean_launches']:.2f} launches per comparison (both sides), "
               f"{s['launches_per_settled']:.2f} per settled verdict; correct {100 * s['correct_rate']:.1f}%, "
               f"false {100 * s['false_rate']:.2f}%; {s['verdicts']}")
-        if same is not None:
-            f = eff["fixed"][str(same)]
-            print(f"fixed design of the same power: {same} launches each ({f['mean_launches']:.0f} per comparison), "
-                  f"correct {100 * f['correct_rate']:.1f}%, false {100 * f['false_rate']:.2f}%; "
-                  f"ratio {eff['launch_ratio']:.2f}x (per settled verdict {eff['launch_ratio_per_settled']:.2f}x)")
-        else:
-            print(f"no fixed design up to {MAX_FIXED} launches each reaches the sequential power")
+        for key, what in (("fixed_same_power_at_alpha", "fixed t design of the same power"),
+                          ("fixed_same_power", "fixed t design of the same power and A/A false rate")):
+            f = eff.get(key)
+            if f is None:
+                print(f"{what}: none up to {MAX_FIXED} launches each")
+                continue
+            print(f"{what}: {f['n']} launches each at alpha {f['alpha']:g} ({f['mean_launches']:.0f} per comparison), "
+                  f"correct {100 * f['correct_rate']:.1f}%, false {100 * f['false_rate']:.2f}%, A/A false "
+                  f"faster/slower {100 * f['null_false_faster_slower']:.2f}%; sequential/fixed "
+                  f"{s['mean_launches'] / f['mean_launches']:.2f}x")
         z = null["false_faster_slower"]
         print(f"A/A ({z['of']}): false faster/slower {z['count']} = {100 * z['rate']:.2f}% "
               f"[95% CI {100 * z['ci95'][0]:.2f}-{100 * z['ci95'][1]:.2f}%] (alpha {alpha:g}); "

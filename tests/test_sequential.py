@@ -52,9 +52,13 @@ def test_quiet_a_a_pair_is_equal_and_a_noisy_one_says_its_interval():
     rng = np.random.default_rng(3)
     v = seq.verdict(_launches(rng, 8, noise=0.002), _launches(rng, 8, noise=0.002), higher_is_better=True)
     assert v.verdict == seq.EQUAL and v.n <= 4 and v.text.startswith(f"equal within 2% after {v.n} launches each")
-    v = seq.verdict(_launches(rng, 8, noise=0.05), _launches(rng, 8, noise=0.05), higher_is_better=True)
+    a, b = _launches(rng, 8, noise=0.05), _launches(rng, 8, noise=0.05)
+    v = seq.verdict(a, b, higher_is_better=True, design=seq.Design(futility=False))
     assert v.verdict == seq.UNSETTLED and v.n == 8 and not seq.more_needed(v)
     assert v.text.startswith("not settled after 8 launches each: ") and v.low < 1 < v.high
+    early = seq.verdict(a, b, higher_is_better=True)  # futility: it could not settle by 8 at this spread
+    assert early.verdict == seq.UNSETTLED and early.futile and early.n < 8 and not seq.more_needed(early)
+    assert early.text.endswith("(could not settle by 8)")
     assert seq.more_needed(seq.verdict([100, 101], [99, 103], higher_is_better=True))
 
 

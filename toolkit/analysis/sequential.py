@@ -39,7 +39,10 @@ settles in 2 launches each; the price is a wider sequence at 6-8 launches than a
 
 The verdict of a pair is the one at its **first settled look** (looks at n = min_repeats,
 min_repeats + 1, ... of equal-sized prefixes, oldest first): a stopping time, so it keeps the
-guarantee, and values launched after it (for another pair) do not move it.
+guarantee, and values launched after it (for another pair) do not move it. **Futility**: from 3
+launches each, a pair whose sequence would still straddle a boundary at max_repeats if its estimate
+and spread stayed as they are stops unsettled ("could not settle by 8"): stopping without a verdict
+never makes a verdict false, and it spares the launches a hopeless pair would take.
 """
 
 from __future__ import annotations
@@ -74,6 +77,7 @@ class Design:
     min_repeats: int = DEFAULT_MIN_REPEATS
     max_repeats: int = DEFAULT_MAX_REPEATS
     prior_scale: float = DEFAULT_PRIOR_SCALE
+    futility: bool = True  # stop a pair that could not settle by max_repeats at its current estimate and spread
 
     def __post_init__(self):
         if not 0.0 < self.alpha < 1.0:
@@ -96,6 +100,7 @@ class Sequential:
     high: float
     higher_is_better: bool | None
     design: Design
+    futile: bool = False  # unsettled, and would stay so by max_repeats at this estimate and spread
 
     @property
     def settled(self) -> bool:
@@ -122,7 +127,8 @@ class Sequential:
         if self.verdict == TOO_FEW:
             return f"too few launches ({self.n} each; a verdict needs {self.design.min_repeats})"
         if self.verdict == UNSETTLED:
-            return f"not settled after {self.n} launches each: {span}"
+            why = f" (could not settle by {self.design.max_repeats})" if self.futile and self.n < self.design.max_repeats else ""
+            return f"not settled after {self.n} launches each: {span}{why}"
         if self.verdict == EQUAL:
             return f"equal within {m} after {self.n} launches each [{span}]"
         factor = self.speedup if self.verdict in (FASTER, HIGHER) else 1.0 / self.speedup
@@ -188,6 +194,21 @@ def look(a: Sequence[float], b: Sequence[float], *, higher_is_better: bool | Non
     return Sequential(v, n, ratio, lo, hi, higher_is_better, design)
 
 
+def futile(a: Sequence[float], b: Sequence[float], design: Design) -> bool:
+    """Whether the pair could not settle by max_repeats if its estimate and spread stayed as they
+    are now (from 3 launches each, when the spread has 4 degrees of freedom): the sequence at
+    max_repeats would still straddle a boundary. Stopping without a verdict never makes one false."""
+    n, big = min(len(a), len(b)), design.max_repeats
+    if not design.futility or n < 3 or n >= big:
+        return False
+    la, lb = np.log(np.asarray(a[:n], dtype=float)), np.log(np.asarray(b[:n], dtype=float))
+    est = abs(float(lb.mean() - la.mean()))
+    sp = math.sqrt(float(la.var(ddof=1) + lb.var(ddof=1)) / 2.0)
+    half = critical_t(big, big, alpha=design.alpha, prior_scale=design.prior_scale) * sp * math.sqrt(2.0 / big)
+    bound = math.log1p(design.min_effect)
+    return not ((est - half > 0 and est >= bound) or est + half < bound)
+
+
 def verdict(a: Sequence[float], b: Sequence[float], *, higher_is_better: bool | None,
             design: Design = Design()) -> Sequential:
     """The pair's verdict from per-launch values in launch order (oldest first): the first settled
@@ -199,12 +220,16 @@ def verdict(a: Sequence[float], b: Sequence[float], *, higher_is_better: bool | 
         last = look(a[:k], b[:k], higher_is_better=higher_is_better, design=design)
         if last.settled:
             return last
+        if futile(a[:k], b[:k], design):
+            import dataclasses
+
+            return dataclasses.replace(last, futile=True)
     return last if last is not None else look(a[:n], b[:n], higher_is_better=higher_is_better, design=design)
 
 
 def more_needed(s: Sequential) -> bool:
-    """Whether the pair should get another pair of launches (unsettled, below max_repeats)."""
-    return not s.settled and s.n < s.design.max_repeats
+    """Whether the pair should get another pair of launches (unsettled, not futile, below max_repeats)."""
+    return not s.settled and not s.futile and s.n < s.design.max_repeats
 
 
 def legend(design: Design = Design()) -> str:
@@ -215,4 +240,5 @@ def legend(design: Design = Design()) -> str:
             f"{design.prior_scale:g}; each verdict false with probability <= {design.alpha:g} however often it is "
             f"looked at); faster/slower when it excludes 1 and the ratio is at least {m} (--min-effect), equal when "
             f"it lies within {m}; "
-            f"launches {design.min_repeats}..{design.max_repeats} each (--min-repeats/--max-repeats), else not settled")
+            f"launches {design.min_repeats}..{design.max_repeats} each (--min-repeats/--max-repeats), else not settled"
+            + ("; a pair that could not settle by then at its spread stops early" if design.futility else ""))
