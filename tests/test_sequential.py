@@ -120,3 +120,37 @@ def test_run_launches_a_3x_pair_until_settled_and_resumes_from_the_store(tmp_pat
     assert "demo/quick vs demo/baseline, output_tok_s @ 1: " in text and "faster after 2 launches each" in text
     assert "0 launches" in text  # nothing launched again: the stored runs settled it
     assert len(Store(home / "results.sqlite").runs()) == 4
+    # plan: the recorded spread and launch times of the baseline's runs
+    assert main(["plan", "demo/baseline", "--json"]) == 0
+    (plan,) = json.loads(capsys.readouterr().out)["plans"]
+    assert plan["spread_from"] == "runs" and plan["runs"] == 2 and plan["seconds_from"] == "runs"
+    assert plan["seconds_per_launch"] < 60 and [r["effect"] for r in plan["effects"]] == [0.02, 0.05, 0.2]
+
+
+def test_plan_without_runs_assumes_the_spread_and_the_timeout(home, capsys):
+    from toolkit.cli import main
+
+    assert main(["plan", "demo/baseline"]) == 0
+    text = capsys.readouterr().out
+    assert "varies 3.0% launch to launch (assumed" in text and "for 60 s ([server] timeout_s" in text
+    assert "effect 20%: ~" in text and "GPU hours a pair" in text
+
+
+def test_launch_cost_counts_launch_and_benchmark_times_tp_dp():
+    import dataclasses
+
+    from toolkit.analysis import launch_cost
+    from toolkit.recipe.spec import BenchSpec
+    from toolkit.results.records import RunRow
+
+    class R:  # the two fields launch_cost reads of a recipe
+        def __init__(self, args, repeats):
+            self.server = type("S", (), {"args": tuple(args.items())})()
+            self.benchmark = dataclasses.replace(BenchSpec(), repeats=repeats)
+
+    recipe = R({"tp-size": 4, "dp-size": 2}, 5)
+    runs = [RunRow(f"r{i}", "x", timings={"build": 500.0, "launch": 240.0, "benchmark": 60.0}) for i in range(2)]
+    c = launch_cost.cost(runs, runs, {"x": recipe})
+    assert launch_cost.gpus_of(recipe) == 8 and c["launches"] == 2 and c["seconds"] == 600.0
+    assert c["gpu_minutes"] == 80.0 and c["fixed_launches"] == 5 and c["fixed_gpu_minutes"] == 200.0
+    assert "2 launches, 80.00 GPU-min" in launch_cost.describe(c)
