@@ -154,3 +154,27 @@ def test_launch_cost_counts_launch_and_benchmark_times_tp_dp():
     assert launch_cost.gpus_of(recipe) == 8 and c["launches"] == 2 and c["seconds"] == 600.0
     assert c["gpu_minutes"] == 80.0 and c["fixed_launches"] == 5 and c["fixed_gpu_minutes"] == 200.0
     assert "2 launches, 80.00 GPU-min" in launch_cost.describe(c)
+
+
+def test_repeats_keeps_the_fixed_design_and_bad_settings_are_bad_input():
+    from argparse import Namespace
+
+    from toolkit.commands.run import sequential_design
+    from toolkit.errors import BadInput
+    from toolkit.recipe.spec import BenchSpec
+
+    class R:
+        benchmark = BenchSpec()
+
+    def ns(**kw):
+        base = dict(repeats=None, sequential=True, min_repeats=None, max_repeats=None, min_effect=None,
+                    until="store", executor="local")
+        return Namespace(**{**base, **kw})
+
+    assert sequential_design(ns(repeats=3), [R(), R()]) is None  # --repeats N: today's fixed design
+    assert sequential_design(ns(), [R()]) is None  # one recipe: nothing to compare
+    assert sequential_design(ns(until="verify"), [R(), R()]) is None
+    d = sequential_design(ns(max_repeats=6), [R(), R()])
+    assert (d.min_repeats, d.max_repeats, d.min_effect) == (2, 6, 0.02)
+    with pytest.raises(BadInput):
+        sequential_design(ns(min_repeats=5, max_repeats=3), [R(), R()])
