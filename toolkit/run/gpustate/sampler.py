@@ -123,6 +123,7 @@ class Sampler:
             self._tick(0)
         for g, d in zip(self.gpus, self.scope.devices):
             g["ecc_uncorrected_end"] = self.nv.ecc_uncorrected(d.handle)
+            g["getters"] = dict(self.nv.used)  # reading -> the function that answered it
 
         def listed(kind):
             return sorted(self.seen[kind].values(), key=lambda p: (p["gpu"], p["pid"]))
