@@ -203,3 +203,9 @@ def test_locked_clocks_are_said_unreadable_or_seen_holding_the_clocks():
     assert c.status == "warn" and "holds the clocks of GPU 0" in c.message and "nvidia-smi -rgc" in c.fix
     record = sample(FakeNvml({"gpus": [gpu(0, reasons=0x2)]}))
     assert summarize(record)["clock_setting_share"] == 1.0
+
+
+def test_an_index_on_a_gpu_with_mig_instances_is_noted():
+    nv, _ = open_nvml(FakeNvml({"gpus": [gpu(0, mig=("MIG-1111-aaaa",))]}))
+    scope = resolve(nv, "0")
+    assert [d.index for d in scope.devices] == [0] and "name it by its MIG-UUID" in scope.notes[0]

@@ -155,6 +155,9 @@ def resolve(nv, visible: str | None, *, order: str | None = None, positions: lis
                     g = cuda_order[k]
                     dev = Device(len(seen), g["index"], g["handle"], g["uuid"], g["bus_id"],
                                  "pci bus order" if by_bus else "nvml order")
+                    if nv.mig_instances(g["handle"]):
+                        scope.notes.append(f"GPU {g['index']} has MIG instances: CUDA device {entry} may be one of "
+                                           "them, sampled here as the whole GPU; name it by its MIG-UUID")
             elif entry.startswith("MIG-"):
                 hit = _mig(nv, gpus, entry)
                 if hit:
