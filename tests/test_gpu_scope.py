@@ -28,6 +28,16 @@ def sample(fake, environ=None, seconds=0.05, **kw) -> dict:
     return s.stop()
 
 
+def ticks(fake, n: int) -> dict:
+    """Exactly `n` readings: the thread takes tick 0 and waits; the rest are taken by hand."""
+    s = Sampler(module=fake, environ={}, interval_s=3600, matchable=True).start()
+    while not s.t:
+        time.sleep(0.001)
+    for i in range(1, n):
+        s._tick(i)
+    return s.stop()
+
+
 def eight(**kw) -> FakeNvml:
     return FakeNvml({"gpus": [gpu(i) for i in range(8)]}, **kw)
 
@@ -163,15 +173,15 @@ def test_a_missing_reading_is_said_and_gpu_check_does_not_crash():
     sys.path.insert(0, str(__import__("conftest").REPO_ROOT / "benchmarks"))
     import gpu_check
 
-    record = sample(FakeNvml({"gpus": [gpu(0, n=4, sm=[None, 2400, 2300, None], temp=None)]}))
+    record = ticks(FakeNvml({"gpus": [gpu(0, n=4, sm=[None, 2400, 2300, None], temp=None)]}), 4)
     g = record["gpus"][0]
     assert None in g["series"]["sm_mhz"] and "Not Supported" in g["unread"]["temp_c"]
     assert "nvmlDeviceGetTemperatureV" in g["unread"]["temp_c"]
     ok, detail = gpu_check.check_series(record)
     assert not ok and "temperature missing or 0 (nvmlDeviceGetTemperatureV: NVMLError: Not Supported)" in detail
     assert any(line.startswith("temp_c on GPU 0") for line in summarize(record)["unread"])
-    ok, detail = gpu_check.check_series(sample(FakeNvml({"gpus": [gpu(0, n=4, sm=[None, 2400, 2300, 2350])]})))
-    assert ok and "SM 2300-2400 MHz" in detail, detail
+    ok, detail = gpu_check.check_series(ticks(FakeNvml({"gpus": [gpu(0, n=4, sm=[None, 2400, 2300, 2350])]}), 4))
+    assert ok and "SM 2300-2400 MHz" in detail and "1 SM clock reading(s) missing" in detail, detail
 
 
 def test_successor_getters_first_deprecated_only_when_absent():
