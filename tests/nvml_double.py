@@ -161,6 +161,9 @@ class FakeNvml(types.ModuleType):
         return SimpleNamespace(gpu=self._now(h, "util_pct"), memory=40)
 
     def nvmlDeviceGetMemoryInfo(self, h):
+        if isinstance(h, tuple):  # a MIG instance: an equal slice of its GPU, nearly free
+            total = self.gpus[h[0]]["mem_total_mib"] // len(self.gpus[h[0]]["mig"])
+            return SimpleNamespace(total=total * MIB, used=100 * MIB, free=(total - 100) * MIB)
         g = self._g(h)
         used = self._now(h, "mem_used_mib") if self.pos[h] >= 0 else g["mem_total_mib"] - g["mem_free_mib"]
         return SimpleNamespace(total=g["mem_total_mib"] * MIB, used=used * MIB, free=(g["mem_total_mib"] - used) * MIB)

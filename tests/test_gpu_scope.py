@@ -219,3 +219,21 @@ def test_an_index_on_a_gpu_with_mig_instances_is_noted():
     nv, _ = open_nvml(FakeNvml({"gpus": [gpu(0, mig=("MIG-1111-aaaa",))]}))
     scope = resolve(nv, "0")
     assert [d.index for d in scope.devices] == [0] and "name it by its MIG-UUID" in scope.notes[0]
+
+
+def test_a_mig_instance_is_judged_by_its_own_memory_and_unmatched_pids_reach_compare():
+    fake = FakeNvml({"gpus": [gpu(0, free_mib=10_000, mig=("MIG-1111-aaaa", "MIG-2222-bbbb"))]})
+    facts = {"nvml": gpu_facts(fake, {"CUDA_VISIBLE_DEVICES": "MIG-1111-aaaa"}, matchable=True),
+             "recipe": {"name": "r", "gpus": 1, "mem_fraction_static": 0.85}}
+    (g,) = facts["nvml"]["gpus"]
+    assert g["mig"] == "MIG-1111-aaaa" and g["mem_total_mib"] == 97_887 // 2  # the instance, not the whole GPU
+    assert doctor.free_memory(facts).status == "ok"  # the GPU is 10% free, the instance nearly all
+    from types import SimpleNamespace
+
+    from toolkit.run.gpustate import flags
+
+    summary = summarize(sample(FakeNvml({"gpus": [gpu(0)]}, processes=[(0, 999_999_4, 1)]), matchable=False))
+    run = SimpleNamespace(run_id="abcdef123456", recipe="r", gpu_key="1x G", extra={"gpu_state": summary})
+    assert flags.run_flags([run]) == {"abcdef123456": []}  # not flagged: nothing is guessed
+    (line,) = flags.box_lines([run])
+    assert line.startswith("r run abcdef12: foreign processes not checked: NVML reports host PIDs")
