@@ -126,7 +126,9 @@ def test_cuda_visible_devices_matching_nothing_fails_the_doctor():
                  "recipe": {"name": "r", "gpus": 1, "layout": "tp 1 from base-gpu-id 0"}}
         check = doctor.gpus_present(facts)
         assert check.status == "fail" and f"CUDA_VISIBLE_DEVICES={value} matches no NVIDIA GPU" in check.message
-        assert doctor.exit_code(doctor.run_rules(facts)) == 1
+        checks = {c.name: c for c in doctor.run_rules(facts)}
+        assert doctor.exit_code(list(checks.values())) == 1
+        assert checks["processes"].status == "skip" and checks["processes"].message == "no GPU of the run visible"
 
 
 def test_graphics_processes_are_not_foreign():

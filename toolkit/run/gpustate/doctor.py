@@ -75,7 +75,10 @@ def readings(f: dict) -> Check:
     successors = {alts[0][0] for alts in GETTERS.values()}
     old = sorted({name for g in _gpus(f) for name in (g.get("getters") or {}).values() if name not in successors})
     core = [m for m in missing if m[1] in CORE_READINGS]
-    listed = "; ".join(f"{k} on GPU {i} ({why})" for i, k, why in missing[:6])
+    grouped: dict[tuple[str, str], list[int]] = {}
+    for i, k, why in missing:
+        grouped.setdefault((k, why), []).append(i)
+    listed = "; ".join(f"{k} on GPU {','.join(map(str, ids))} ({why})" for (k, why), ids in list(grouped.items())[:6])
     if core or old:
         text = (f"not read: {listed}" if missing else "") + ("; " if missing and old else "")
         text += f"deprecated getter(s) used, this nvidia-ml-py lacks their successors: {', '.join(old)}" if old else ""
@@ -255,11 +258,13 @@ GPU_RULES = {readings, persistence, power_limits, clocks, locked_clocks, ecc, pr
 
 def run_rules(facts: dict) -> list[Check]:
     """Every rule over `facts`; without GPU state the per-GPU rules say so once (skip)."""
-    available = bool((facts.get("nvml") or {}).get("available"))
+    nv = facts.get("nvml") or {}
+    available = bool(nv.get("available"))
+    why = "no GPU state" if not available else "no GPU of the run visible" if not nv.get("gpus") else ""
     out = []
     for rule in RULES:
-        if rule in GPU_RULES and not available:
-            out.append(Check(_NAMES.get(rule.__name__, rule.__name__), SKIP, "no GPU state"))
+        if rule in GPU_RULES and why:
+            out.append(Check(_NAMES.get(rule.__name__, rule.__name__), SKIP, why))
         else:
             out.append(rule(facts))
     return out
