@@ -239,3 +239,16 @@ def test_a_mig_instance_is_judged_by_its_own_memory_and_unmatched_pids_reach_com
     assert flags.run_flags([run]) == {"abcdef123456": []}  # not flagged: nothing is guessed
     (line,) = flags.box_lines([run])
     assert line.startswith("r run abcdef12: foreign processes not checked: NVML reports host PIDs")
+
+
+def test_the_runs_layout_is_read_from_server_info_then_the_static_check_then_the_recipe():
+    from types import SimpleNamespace
+
+    from toolkit.run.gpustate.record import server_layout
+
+    recipe = SimpleNamespace(server=SimpleNamespace(args={"tp-size": 1, "base-gpu-id": 2}))
+    attempt = SimpleNamespace(prepared=SimpleNamespace(recipe=recipe, check=SimpleNamespace(fields={"tp_size": 2})),
+                              info={})
+    assert layout_positions(server_layout(attempt)) == [2, 3]
+    attempt.info = {"tp_size": 4, "base_gpu_id": 0, "nested": {"tp_size": 8}}
+    assert layout_positions(server_layout(attempt)) == [0, 1, 2, 3]
