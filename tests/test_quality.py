@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import demo_project
-from toolkit.analysis.quality import BROKEN, CHANGED, NOT_INFORMATIVE, SAME, TOO_FEW, Launch, judge
+from toolkit.analysis.answers_verdict import BROKEN, CHANGED, NOT_INFORMATIVE, SAME, TOO_FEW, Launch, judge
 from toolkit.cli import main
 from toolkit.results.store import Store
 
@@ -300,7 +300,7 @@ def test_gate_runs_sglang_0_5_23s_evaluation(tmp_path):
     miniature answers in words), per-question results from its dump, the paired verdict computed."""
     from conftest import TEST_CACHE, mini_env, mini_tu
     from sglang_cpu import sglang_cpu_python
-    from toolkit.analysis.gate import FAILED, judge as judge_gate
+    from toolkit.analysis.gate_verdict import FAILED, judge as judge_gate
     from toolkit.recipe.load import load_recipe
     from toolkit.run import gate
     from toolkit.tree.applied import apply_recipe

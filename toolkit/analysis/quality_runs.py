@@ -1,5 +1,5 @@
 """The quality verdicts of a selection: stored answers (each run's `quality.json`, written by
-toolkit.run.quality) -> toolkit.analysis.quality.judge per variant and point. Reads files; the runs
+toolkit.run.quality) -> toolkit.analysis.answers_verdict.judge per variant and point. Reads files; the runs
 are the ones toolkit.analysis.selection chose (the baseline of the selection is the reference).
 
 `verdicts(sel)` -> {variant: {point: QualityVerdict}} (empty when no run of the variant ran the
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from toolkit.analysis.quality import FAILED, Launch, QualityVerdict, judge
+from toolkit.analysis.answers_verdict import FAILED, Launch, QualityVerdict, judge
 from toolkit.results.records import RunRow
 
 
@@ -98,7 +98,7 @@ def self_verdict(runs: Sequence[RunRow], *, alpha: float = 0.05) -> dict[int, Qu
     with three or more, its newest launch against the others (a real test of reproducibility)."""
     import dataclasses
 
-    from toolkit.analysis.quality import SAME
+    from toolkit.analysis.answers_verdict import SAME
 
     sources = answered(runs)
     if len(sources) < 2:
@@ -182,7 +182,7 @@ def _eval(run: RunRow) -> dict | None:
 
 def gate_verdicts(sel) -> dict:
     """{variant: GateVerdict} for variants whose newest run ran the gate tier (thresholds from its recipe)."""
-    from toolkit.analysis.gate import judge as judge_gate
+    from toolkit.analysis.gate_verdict import judge as judge_gate
 
     base = sel.recipes[0]
     ref = next((e for e in map(_eval, reversed(sel.runs[base])) if e), None)

@@ -120,7 +120,7 @@ def run(args) -> int:
                        else f"{sel.recipes[0]} measured: {', '.join(measured) or 'nothing'}")
     diffs = explain_differences(sel)
     legend = stats.verdict_legend(min_effect=args.min_effect)
-    from toolkit.analysis import quality, quality_runs
+    from toolkit.analysis import answers_verdict, quality_runs
 
     answers = quality_runs.verdicts(sel)
     floor = quality_runs.reference_floor(sel)
@@ -148,7 +148,7 @@ def run(args) -> int:
     for name, gate in quality_runs.gate_verdicts(sel).items():
         console.print(f"gate: {escape(name)}: {escape(gate.text)}", highlight=False)
     if any(answers.values()) or floor:
-        console.print(f"[dim]{quality.legend()}[/]")
+        console.print(f"[dim]{answers_verdict.legend()}[/]")
     for line in sel.describe():
         console.print(f"[dim]runs used:[/] {escape(line)}", highlight=False)
     for line in sel.notes:

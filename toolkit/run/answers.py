@@ -1,5 +1,5 @@
 """Pure comparisons of generated answers (token id lists), shared by the output check
-(toolkit.run.quality) and the quality verdict (toolkit.analysis.quality).
+(toolkit.run.quality) and the quality verdict (toolkit.analysis.answers_verdict).
 
 Degenerate output (`degenerate`): empty; one token repeated to the end (the last max(4, n/2)
 tokens of an output of 4 or more are one token); the same tokens as the answer to a different prompt
