@@ -1,11 +1,25 @@
-"""The gate tier's verdict (pure): sglang's own evaluation of a candidate against thresholds and
-against the reference's per-question results.
+"""The gate verdict (pure): sglang's own evaluation of a candidate against thresholds and against
+the reference's per-question results (toolkit.run.gate runs the evaluation in a launch).
 
 - `min_accuracy`: the one-sided 95% Wilson lower bound of the candidate's accuracy (k correct of
   n questions) must reach it;
-- `max_drop`: that lower bound must reach the reference's accuracy minus `max_drop`;
-- where both runs have per-question correctness, McNemar's exact test (one-sided binomial on the
-  questions one got right and the other wrong): "worse than the reference" when p < alpha.
+- paired, where both runs have per-question correctness: `worse` = questions the reference got right
+  and the candidate wrong, `better` the reverse. The candidate is *worse than the reference* when
+  McNemar's exact test says so (one-sided binomial on the worse + better discordant questions,
+  p < alpha). The paired difference d = (better - worse) / n (candidate minus reference) has a
+  one-sided 95% lower bound d_low = (m / n) * (1 - 2 * u), m = worse + better, u the Clopper-Pearson
+  95% upper bound of worse / m (0 when m = 0: identical results bound d at 0 at every accuracy).
+- `max_drop`: the gate fails when the candidate is worse than the reference *and* d_low < -max_drop
+  (the drop may exceed the tolerance); a significant drop shown to be within max_drop passes. Without
+  `max_drop`, worse than the reference fails.
+
+Why both conditions: d_low alone (pass only when the drop is shown to be under max_drop) fails a
+candidate identical in distribution to the reference whenever questions flip between launches
+(200 questions, 5 each way: d_low is about -0.03), so its false-fail rate under no change would be
+set by the eval's own noise, not by alpha. With McNemar in front, a candidate with no change fails at
+most alpha of the time whatever the noise, and a real drop of 5 points on 200 questions (10 more
+wrong) fails (power measured in benchmarks/verdict_calibration.py). Without per-question results
+only `min_accuracy` applies (a point accuracy cannot be paired).
 """
 
 from __future__ import annotations
@@ -16,6 +30,8 @@ from dataclasses import dataclass
 PASSED = "gate passed"
 FAILED = "gate failed"
 NOT_RUN = "gate did not run"
+DEFAULT_ALPHA = 0.05
+CONFIDENCE = 0.95
 
 
 @dataclass(frozen=True)
@@ -23,14 +39,16 @@ class GateVerdict:
     verdict: str
     text: str
     accuracy: float | None = None
-    lower_bound: float | None = None
-    p_value: float | None = None
+    lower_bound: float | None = None  # Wilson lower bound of the candidate's accuracy
+    p_value: float | None = None  # McNemar, one-sided (the candidate worse)
+    drop_bound: float | None = None  # d_low: lower bound of candidate minus reference, per question
+    rule: str = ""  # the legend of the parameters this verdict was computed with
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
 
 
-def wilson_lower(k: int, n: int, confidence: float = 0.95) -> float:
+def wilson_lower(k: int, n: int, confidence: float = CONFIDENCE) -> float:
     """One-sided Wilson score lower bound of a proportion k/n."""
     from scipy.stats import norm
 
@@ -43,15 +61,32 @@ def wilson_lower(k: int, n: int, confidence: float = 0.95) -> float:
     return max(0.0, (centre - spread) / (1 + z * z / n))
 
 
-def judge(candidate: dict | None, reference: dict | None, *, min_accuracy: float | None = None,
-          max_drop: float | None = None, alpha: float = 0.05) -> GateVerdict:
-    """`candidate`/`reference`: a run's extra["quality"]["eval"] (accuracy, questions, correct)."""
+def paired_lower(worse: int, better: int, n: int, confidence: float = CONFIDENCE) -> float:
+    """One-sided lower bound of (better - worse) / n from the discordant questions (module docstring)."""
+    from scipy.stats import beta
+
+    m = worse + better
+    if m == 0 or n <= 0:
+        return 0.0
+    upper = 1.0 if worse == m else float(beta.ppf(confidence, worse + 1, m - worse))
+    return m / n * (1 - 2 * upper)
+
+
+def mcnemar_worse(worse: int, better: int) -> float:
+    """One-sided exact McNemar p-value that the candidate is worse."""
     from scipy.stats import binomtest
 
+    return binomtest(worse, worse + better, 0.5, alternative="greater").pvalue if worse + better else 1.0
+
+
+def judge(candidate: dict | None, reference: dict | None, *, min_accuracy: float | None = None,
+          max_drop: float | None = None, alpha: float = DEFAULT_ALPHA) -> GateVerdict:
+    """`candidate`/`reference`: a run's extra["quality"]["eval"] (accuracy, questions, correct)."""
+    rule = legend(min_accuracy=min_accuracy, max_drop=max_drop, alpha=alpha)
     if not candidate:
-        return GateVerdict(NOT_RUN, NOT_RUN)
+        return GateVerdict(NOT_RUN, NOT_RUN, rule=rule)
     if candidate.get("status") != "ok":
-        return GateVerdict(NOT_RUN, f"{NOT_RUN}: {candidate.get('reason', 'no result')}")
+        return GateVerdict(NOT_RUN, f"{NOT_RUN}: {candidate.get('reason', 'no result')}", rule=rule)
     correct = candidate.get("correct")
     n = len(correct) if correct else int(candidate.get("questions") or 0)
     acc = float(candidate["accuracy"])
@@ -61,17 +96,35 @@ def judge(candidate: dict | None, reference: dict | None, *, min_accuracy: float
     if min_accuracy is not None and lb < min_accuracy:
         problems.append(f"lower bound {lb:.3f} < min_accuracy {min_accuracy:g}")
     ref_ok = reference and reference.get("status") == "ok"
-    if max_drop is not None and ref_ok and lb < float(reference["accuracy"]) - max_drop:
-        problems.append(f"lower bound {lb:.3f} < reference {float(reference['accuracy']):.3f} - max_drop {max_drop:g}")
-    p = None
+    p = d_low = None
     rc = reference.get("correct") if ref_ok else None
+    paired = ""
     if correct and rc and len(rc) == len(correct):
         worse = sum(1 for a, b in zip(rc, correct) if a and not b)
         better = sum(1 for a, b in zip(rc, correct) if b and not a)
-        p = binomtest(worse, worse + better, 0.5, alternative="greater").pvalue if worse + better else 1.0
-        if p < alpha:
-            problems.append(f"worse than the reference on {worse} vs {better} questions (McNemar p={p:.2g})")
+        p, d_low = mcnemar_worse(worse, better), paired_lower(worse, better, n)
+        paired = (f"against the reference {worse} questions worse, {better} better (McNemar p={p:.2g}; "
+                  f"difference >= {d_low:+.3f} at 95%)")
+        if p < alpha and (max_drop is None or d_low < -max_drop):
+            problems.append(f"worse than the reference: {paired}"
+                            + (f" and the drop may exceed max_drop {max_drop:g}" if max_drop is not None else ""))
+            paired = ""
+    elif max_drop is not None and ref_ok:
+        paired = "max_drop not applied: no per-question results to pair with the reference's"
     head = f"{candidate.get('name', 'eval')} accuracy {acc:.3f} of {n} (95% lower bound {lb:.3f})"
+    tail = "".join(f"; {x}" for x in (*problems, paired) if x)
     if problems:
-        return GateVerdict(FAILED, f"{FAILED}: {head}; " + "; ".join(problems), acc, lb, p)
-    return GateVerdict(PASSED, f"{PASSED}: {head}" + (f"; McNemar p={p:.2g}" if p is not None else ""), acc, lb, p)
+        return GateVerdict(FAILED, f"{FAILED}: {head}{tail}", acc, lb, p, d_low, rule)
+    return GateVerdict(PASSED, f"{PASSED}: {head}{tail}", acc, lb, p, d_low, rule)
+
+
+def legend(*, min_accuracy: float | None = None, max_drop: float | None = None, alpha: float = DEFAULT_ALPHA) -> str:
+    """The gate's rule in one line, from the parameters `judge` uses."""
+    parts = []
+    if min_accuracy is not None:
+        parts.append(f"fails when the {CONFIDENCE:.0%} Wilson lower bound of its accuracy is under {min_accuracy:g}")
+    drop = (f" and the {CONFIDENCE:.0%} lower bound of the per-question difference (from the discordant questions) "
+            f"is under -{max_drop:g}" if max_drop is not None else "")
+    parts.append(f"fails when McNemar's exact test says it is worse than the reference (p < {alpha:g}){drop}")
+    return ("gate: " + "; ".join(parts) + f" (a candidate with no change fails the paired test at most {alpha:g} "
+            "of the time)")

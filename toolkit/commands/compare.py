@@ -145,8 +145,11 @@ def run(args) -> int:
     console.print(f"[dim]{legend}[/]")
     for line in quality_runs.lines({**{f"{name} (against itself)": per for name, per in floor.items()}, **answers}):
         console.print(f"answers: {escape(line)}", highlight=False)
-    for name, gate in quality_runs.gate_verdicts(sel).items():
+    gates = quality_runs.gate_verdicts(sel)
+    for name, gate in gates.items():
         console.print(f"gate: {escape(name)}: {escape(gate.text)}", highlight=False)
+    for rule in dict.fromkeys(g.rule for g in gates.values() if g.rule):
+        console.print(f"[dim]{escape(rule)}[/]")
     if any(answers.values()) or floor:
         console.print(f"[dim]{answers_verdict.legend()}[/]")
     for line in sel.describe():
