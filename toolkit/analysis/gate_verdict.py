@@ -76,7 +76,7 @@ def mcnemar_worse(worse: int, better: int) -> float:
     """One-sided exact McNemar p-value that the candidate is worse."""
     from scipy.stats import binomtest
 
-    return binomtest(worse, worse + better, 0.5, alternative="greater").pvalue if worse + better else 1.0
+    return float(binomtest(worse, worse + better, 0.5, alternative="greater").pvalue) if worse + better else 1.0
 
 
 def judge(candidate: dict | None, reference: dict | None, *, min_accuracy: float | None = None,
