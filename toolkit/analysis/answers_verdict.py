@@ -109,12 +109,16 @@ def exchangeability_test(reference: Sequence[Sequence], candidate: Sequence[Sequ
     c, r = len(candidate), len(reference)
     observed, mean, dist = 0, 0.0, np.ones(1)
     for p in range(len(candidate[0])):
-        ref = Counter(tuple(launch[p]) for launch in reference)
-        cand = Counter(tuple(launch[p]) for launch in candidate)
-        classes = ref + cand
-        if len(classes) == 1:
+        ref: dict[tuple, int] = {}
+        for launch in reference:
+            ref[tuple(launch[p])] = ref.get(tuple(launch[p]), 0) + 1
+        cand: dict[tuple, int] = {}
+        for launch in candidate:
+            cand[tuple(launch[p])] = cand.get(tuple(launch[p]), 0) + 1
+        if len(ref) == 1 and cand.keys() == ref.keys():
             continue  # every launch agrees: no arrangement differs, no weight
-        observed += c * r - sum(k * ref[a] for a, k in cand.items())
+        classes = {a: ref.get(a, 0) + cand.get(a, 0) for a in ref.keys() | cand.keys()}
+        observed += c * r - sum(k * ref.get(a, 0) for a, k in cand.items())
         null = _null(tuple(sorted(classes.values())), c)
         mean += sum(t * w for t, w in enumerate(null))
         dist = np.convolve(dist, null)
