@@ -181,7 +181,7 @@ def test_torch_answers_beside_speed(home, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(common.console, "width", 400)  # one table row per line
     assert main(["compare", "demo/torch-baseline", "demo/torch-zero-experts", "--broken-output"]) == 0
     out = capsys.readouterr().out
-    assert re.search(rf"output_tok_s .* {zero['verdict']}, broken output", out) and "exact McNemar" in out
+    assert re.search(rf"output_tok_s .* {zero['verdict']}, broken output", out) and "exact exchangeability test" in out
 
     report = tmp_path / "report"
     assert main(["report", "demo/torch-baseline", "demo/torch-small-experts", "-o", str(report)]) == 0
