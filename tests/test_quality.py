@@ -224,6 +224,10 @@ def test_two_launches_are_a_floor_not_a_self_check():
     v = floor(1, [_launch("r1", base), _launch("r2", wobbly)])
     assert v.verdict == TOO_FEW and v.varies == 6 and "needs a third" in v.text and "differ on 6 of 40" in v.text
     assert floor(1, [_launch("r1", base), _launch("r2", base, ["empty"] + [None] * 39)]).verdict == BROKEN
+    pair = [_launch("r1", base), _launch("r2", wobbly)]
+    assert judge(1, pair, pair).verdict == TOO_FEW  # the same launches as both sides: no test
+    third = floor(1, [*pair, _launch("r3", base)])  # a third launch: the newest against the others
+    assert third.verdict == SAME and "2 launches" not in third.text
 
 
 def test_another_prompts_answer_only_when_long():

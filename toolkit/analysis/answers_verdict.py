@@ -156,6 +156,10 @@ def judge(point: int, reference: Sequence[Launch], candidate: Sequence[Launch], 
     candidate = [launch for launch in candidate if launch.key == asked]
     other = sum(launch.key != asked for launch in reference)
     reference = [launch for launch in reference if launch.key == asked]
+    own = {launch.run_id for launch in reference}
+    if own and all(launch.run_id in own for launch in candidate):  # a launch against itself proves nothing
+        return floor(point, reference)
+    candidate = [launch for launch in candidate if launch.run_id not in own]
     n = len(candidate[-1].ids)
     early = _precheck(point, [*reference, *candidate], candidate)
     if early is not None and early.verdict != FAILED:
@@ -184,10 +188,13 @@ def judge(point: int, reference: Sequence[Launch], candidate: Sequence[Launch], 
 
 
 def floor(point: int, launches: Sequence[Launch]) -> QualityVerdict:
-    """A configuration with only two launches: on how many prompts they differ (the floor a candidate
-    is judged against). Not a self-check (each launch against both would agree by construction):
-    that needs a third launch, and the verdict says so."""
+    """A configuration against itself. With two launches: on how many prompts they differ (the floor
+    a candidate is judged against), not a self-check (each launch against both would agree by
+    construction): that needs a third launch, and the verdict says so. With three or more: the
+    newest against the others."""
     launches = [x for x in launches if x.key == launches[-1].key]
+    if len(launches) > 2:  # enough for a self-check: the newest against the others
+        return judge(point, launches[:-1], launches[-1:])
     early = _precheck(point, launches, launches)
     if early is not None:
         return early
