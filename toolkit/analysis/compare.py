@@ -146,7 +146,7 @@ def render_compare(rows: Sequence[CompareRow], *, title: str | None = None,
     `where` ((recipe, metric) -> where it was measured, toolkit.analysis.where) goes beside a value;
     with `quality` ({variant: {point: QualityVerdict}}, toolkit.analysis.quality_runs) the answers'
     verdict beside the speed verdict ("faster, answers changed" is never styled as a win)."""
-    from toolkit.analysis.quality import combined, is_plain_win
+    from toolkit.analysis.answers_verdict import combined, is_plain_win
 
     where = where or {}
 

@@ -94,7 +94,7 @@ def run(args) -> int:
     result = attribute(prefix_values, higher_is_better=info.higher_is_better, names=names,
                        leave_one_out=loo or None, unit=info.unit, skipped=skipped or None,
                        min_effect=args.min_effect)
-    from toolkit.analysis import quality, quality_runs
+    from toolkit.analysis import answers_verdict, quality_runs
 
     answers = quality_runs.meter_verdicts(meter.store, meter.log, names)
     if args.json:
@@ -112,7 +112,7 @@ def run(args) -> int:
     for line in quality_runs.lines(answers):
         console.print(f"answers: {line}", markup=False, highlight=False)
     if answers:
-        console.print(f"[dim]{quality.legend()}[/]")
+        console.print(f"[dim]{answers_verdict.legend()}[/]")
     print_runs_used(meter)
     console.print(f"{meter.builds} variant(s) prepared, {meter.runs} new run(s); cached values reused per env key")
     return 0

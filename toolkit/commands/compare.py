@@ -120,7 +120,7 @@ def run(args) -> int:
                        else f"{sel.recipes[0]} measured: {', '.join(measured) or 'nothing'}")
     diffs = explain_differences(sel)
     legend = stats.verdict_legend(min_effect=args.min_effect)
-    from toolkit.analysis import quality, quality_runs
+    from toolkit.analysis import answers_verdict, quality_runs
 
     answers = quality_runs.verdicts(sel)
     floor = quality_runs.reference_floor(sel)
@@ -145,10 +145,13 @@ def run(args) -> int:
     console.print(f"[dim]{legend}[/]")
     for line in quality_runs.lines({**{f"{name} (against itself)": per for name, per in floor.items()}, **answers}):
         console.print(f"answers: {escape(line)}", highlight=False)
-    for name, gate in quality_runs.gate_verdicts(sel).items():
+    gates = quality_runs.gate_verdicts(sel)
+    for name, gate in gates.items():
         console.print(f"gate: {escape(name)}: {escape(gate.text)}", highlight=False)
+    for rule in dict.fromkeys(g.rule for g in gates.values() if g.rule):
+        console.print(f"[dim]{escape(rule)}[/]")
     if any(answers.values()) or floor:
-        console.print(f"[dim]{quality.legend()}[/]")
+        console.print(f"[dim]{answers_verdict.legend()}[/]")
     for line in sel.describe():
         console.print(f"[dim]runs used:[/] {escape(line)}", highlight=False)
     for line in sel.notes:
