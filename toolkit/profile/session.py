@@ -45,6 +45,16 @@ def _serving_config(recipe: Recipe, concurrency: int, steps: int):
                          endpoint=b.endpoint, timeout_s=b.timeout_s)
 
 
+def capture_status(traces: bool, short: str | None, errors: list[str], trace_dir: Path) -> tuple[str, str | None]:
+    """(status, error) of a profile run from its capture: no trace is `failed`; traces written are never
+    `failed`: fewer decode steps than asked (or a capture error beside them) is `invalid`, saying why."""
+    if not traces:
+        return "failed", "; ".join(errors[:3]) or f"the server wrote no trace under {trace_dir}"
+    if short or errors:
+        return "invalid", "; ".join(([short] if short else []) + errors[:2])
+    return "ok", None
+
+
 def _tp_ranks(info: dict, recipe: Recipe) -> int:
     """How many TP ranks write a trace: /server_info's tp_size (the recipe's when absent)."""
     tp = info.get("tp_size")
@@ -129,13 +139,7 @@ def profile_recipe(recipe: Recipe, *, home: Path, store, concurrency: int, steps
     short = short_trace(summary["ranks"], steps) if cap.traces else None
     summary.update(traces=[str(t) for t in cap.traces], steps=steps, concurrency=concurrency, short=short,
                    steady_after_s=cap.steady_after_s, notes=cap.notes)
-    # Traces written: never `failed`. Fewer decode steps than asked: `invalid`, with how many.
-    if not cap.traces:
-        status, error = "failed", "; ".join(cap.errors[:3]) or f"the server wrote no trace under {trace_dir}"
-    elif short or cap.errors:
-        status, error = "invalid", "; ".join(([short] if short else []) + cap.errors[:2])
-    else:
-        status, error = "ok", None
+    status, error = capture_status(bool(cap.traces), short, cap.errors, trace_dir)
     verdict = evidence.check_evidence([n for t in p.trees for n in t.patches], recipe.evidence,
                                       server_log.read_text(errors="replace") if server_log.exists() else "", info)
     extra.update(profile=summary, **evidence.run_extra(verdict, argv))
