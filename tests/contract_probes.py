@@ -230,7 +230,7 @@ def start_profile_num_steps(base: str, out_dir: Path) -> None:
     pid = f"contract-auto-{time.time_ns()}"
     with Load(base):
         t0 = time.monotonic()
-        code, raw = post(base, "/start_profile", {"output_dir": str(out_dir), "num_steps": 3, "activities": ["CPU"],
+        code, raw = post(base, "/start_profile", {"output_dir": str(out_dir), "num_steps": 10, "activities": ["CPU"],
                                                   "profile_id": pid})
         answered = time.monotonic() - t0
         assert code == 200, f"/start_profile answered {code}: {raw[:300]!r}"

@@ -238,8 +238,8 @@ async def _capture(base: str, cfg, body: dict, steps: int, ranks: int, out_dir: 
     cap.points = await load
     cap.traces = watch.complete()
     cap.seconds = time.monotonic() - t0
-    for pt in cap.points:
-        cap.notes.extend(f"load: {e}" for e in pt.errors)
+    for pt in cap.points:  # failed requests: the ITL beside the trace is not the load's
+        cap.errors.extend(f"load: {e}" for e in pt.errors)
     return cap
 
 
