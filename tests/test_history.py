@@ -203,6 +203,11 @@ def test_an_edited_recipe_is_measured_again_not_read_as_a_change_point(home, mon
     assert hist["series"][1]["reason"] == edit and hist["change_points"] == []
     assert hist["older_definition"] == [{"changed": edit, "points": ["0.1.0", "0.1.1", "0.1.2"]}]
     assert hist["not_enough_history"].startswith("not enough history: 1 measured point")
+    capsys.readouterr()
+    assert main(["history", "edited", "--metric", "output_tok_s@1"]) == 0
+    text = capsys.readouterr().out
+    assert "older-definition" in text and "2 point(s) not measured since (0.1.1, 0.1.2)" in text
+    assert "2 point(s) not measured since (0.1.1, 0.1.2)" in Path(hist["plot"]["html"]).read_text()
 
     rc, out = _json(capsys, ["track", "edited", "--source", "sglang", "--releases"])
     assert rc == 0 and out["measured"] == ["0.1.1", "0.1.2", "0.1.3"]

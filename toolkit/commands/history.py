@@ -112,7 +112,8 @@ def run(args) -> int:
         fig = history_figure(title, f"{spec.metric} ({spec.info.unit})", [e.label for e in hist.entries],
                              [e.value for e in hist.entries], marks)
         plot = write_history_plot(fig, out_dir, f"{source}-{spec.metric}@{spec.point}", title,
-                                  [_line(r) for r in rows] or ([why_none] if why_none else []))
+                                  ([_line(r) for r in rows] or [why_none or "no change points"])
+                                  + hist.older_lines())
     if args.json:
         print_json({"recipe": recipe.name, "source": source, "metric": spec.metric, "point": spec.point,
                     "gpu_key": hist.gpu_key, "other_gpu_runs": hist.other_gpus,

@@ -76,7 +76,7 @@ class History:
                     f"({', '.join(labels)}): {what}")
             if waiting:
                 line += (f"; {len(waiting)} point(s) not measured since ({', '.join(waiting)}): "
-                         f"`patchbench track {self.recipe} --source {self.source} ...` measures them again")
+                         "`patchbench track` measures them again")
             out.append(line)
         return out
 
