@@ -23,6 +23,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--repeats", type=int, default=None, help="values per prefix (default: the recipe's repeats)")
     parser.add_argument("--leave-one-out", action="store_true", help="also measure the stack minus each patch")
     add_min_effect_argument(parser)
+    parser.add_argument("--missing-evidence", action="store_true",
+                        help="also count runs stored invalid because a patch's activation evidence was missing "
+                             "(in the first measurement and in every replay alike)")
     parser.add_argument("--json", action="store_true")
     add_executor_arguments(parser)
 
@@ -63,12 +66,14 @@ def run(args) -> int:
     if not stack:
         raise BadInput(f"recipe {recipe.name} has no patches to attribute")
     require_gpu_if_needed(recipe, args)
-    meter = VariantMeter(recipe, home_of(args), store_of(args), spec, err, group_id=uuid.uuid4().hex[:12])
+    meter = VariantMeter(recipe, home_of(args), store_of(args), spec, err, group_id=uuid.uuid4().hex[:12],
+                         missing_evidence=args.missing_evidence)
     if args.executor == "slurm":  # each variant one Slurm job
         from toolkit.executors.config import cluster_config
         from toolkit.executors.slurm_variants import SlurmVariantMeter
 
         meter = SlurmVariantMeter(recipe, meter.home, meter.store, spec, err, group_id=meter.group_id,
+                                  missing_evidence=args.missing_evidence,
                                   cfg=cluster_config(args, meter.home), command="attribute")
     repeats = args.repeats or recipe.benchmark.repeats
     names = [patch_label(recipe, p) for _, p in stack]

@@ -6,7 +6,8 @@ recipe, its patch stack re-applied, at each upstream point not measured yet (too
 - commits:  `patchbench track RECIPE --source sglang --branch main --every 20` or `--since 2026-01-01`
 Meant for cron or a timer: resumable (points already measured are skipped), one track per workspace,
 a failing point is stored and the next one measured; points where the stack does not apply are
-recorded as such. `--executor slurm`: each point not measured yet is a Slurm job, all submitted at
+recorded as such; a point measured before an edit of the recipe's server settings, model, [target]
+or [benchmark] is measured again. `--executor slurm`: each point not measured yet is a Slurm job, all submitted at
 once (toolkit/executors/slurm_track.py). Then `patchbench history RECIPE --source S --metric M`."""
 
 from __future__ import annotations
@@ -89,6 +90,8 @@ def run(args) -> int:
                     **res.to_dict()})
     else:
         console.print(f"{len(res.measured)} point(s) measured now, {len(res.already)} measured before")
+        for label, what in res.again.items():
+            console.print(f"  {label}: measured again: the recipe changed since ({'; '.join(what)})", markup=False)
         for label, (outcome, why) in res.recorded.items():
             console.print(f"  {label}: {outcome}: {why}", markup=False)
         for label, why in res.failed.items():
