@@ -4,7 +4,7 @@ The runs used are chosen by `toolkit.analysis.selection` and named under the tab
 
 from __future__ import annotations
 
-from toolkit.commands.common import definitions, known_recipes, console, err, home_of, load, print_json, store_of
+from toolkit.commands.common import definitions, known_recipes, console, err, home_of, load, positive_int, print_json, store_of
 
 HELP = "compare stored results of recipes against the first (ratio, 95% CI, Mann-Whitney verdict)"
 
@@ -15,7 +15,7 @@ def add_arguments(parser) -> None:
 
     parser.add_argument("recipes", nargs="+", metavar="RECIPE", help="baseline first, then the variants")
     parser.add_argument("--run", action="store_true", help="measure recipes without results first (interleaved)")
-    parser.add_argument("--repeats", type=int, default=None, help="with --run: server launches per recipe")
+    parser.add_argument("--repeats", type=positive_int, default=None, help="with --run: server launches per recipe")
     parser.add_argument("--metric", action="append", default=None, metavar="NAME[@POINT]",
                         help=f"metrics (default: {', '.join(metrics.default_names())}). Known: {metrics.help_text()}")
     parser.add_argument("--point", type=int, action="append", default=None, help="only these batch sizes / concurrencies")
