@@ -47,6 +47,8 @@ LOAD: dict[str, int] = {
        if m.point_kind == "concurrency" and m.unit == "ms"},  # ttft/itl/tpot/e2e latencies, every statistic
 }
 CEILING, FLOOR = "ceiling", "floor"
+_TAKES = ("SLA bounds take what is measured at every concurrency: latencies (ttft/itl/tpot/e2e, e.g. itl_ms_p99), "
+          "throughputs (output_tok_s, input_tok_s, total_tok_s, request_s), concurrency_achieved, failed")
 
 _ELSEWHERE = {  # where a metric without a value at each concurrency is measured
     "gpu_": "once per run over the whole benchmark window (the box's GPU state, all points together; "
@@ -62,7 +64,7 @@ _ELSEWHERE = {  # where a metric without a value at each concurrency is measured
     "distinct_experts": "from the patch's evidence log once per run (point 0), not at a concurrency",
     "completed": "per point, but it counts the recipe's prompts, not load: bound `failed` instead (e.g. failed<=0)",
     "duration_s": "per point, but it grows with the number of prompts, not only with load: bound a latency "
-                  "(e2e_latency_ms_p99) or a throughput instead",
+                  "(e2e_ms_p99) or a throughput instead",
 }
 
 
@@ -112,7 +114,7 @@ def parse_bound(text: str, *, option: str = "--sla") -> Bound:
     where = where_measured(name)
     if where is not None:
         raise BadInput(f"{option} `{text}`: `{name}` is measured {where}, so no concurrency can be searched for it",
-                       hint=f"SLA bounds take the metrics measured at every concurrency: {', '.join(LOAD)}")
+                       hint=_TAKES)
     return Bound(name, m.group(2), float(m.group(3)))
 
 
