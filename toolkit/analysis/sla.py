@@ -154,7 +154,7 @@ class BoundVerdict:
         if self.n == 0:
             return f"{self.bound}: not measured"
         of = f"{_num(self.mean)} of {_num(self.bound.value)}"
-        noise = (f"one run, its noise unknown" if self.n == 1
+        noise = ("one run, its noise unknown" if self.n == 1
                  else f"spread {_num(self.low)}-{_num(self.high)}, {self.n} runs")
         return f"{self.state} (mean {of}, {noise})" if self.n > 1 else f"{self.state} ({of}, {noise})"
 

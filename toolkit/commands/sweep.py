@@ -16,11 +16,9 @@ HELP = "sweep a recipe's [matrix] variants: static check, interleaved measuremen
 
 
 def add_arguments(parser) -> None:
-    from toolkit.run import metrics
-
-    recipe_arg(parser)
     from toolkit.analysis.sla import LOAD
 
+    recipe_arg(parser)
     parser.add_argument("--sla", action="append", default=[], metavar="METRIC<=VALUE",
                         help="search each variant's concurrency meeting this bound (repeatable; <=, >=, <, >): "
                              "the highest for a latency ceiling (itl_ms_p99<=50), the lowest for a throughput "
