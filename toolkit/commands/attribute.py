@@ -7,7 +7,7 @@ import uuid
 
 from rich.markup import escape
 
-from toolkit.commands.common import console, err, home_of, load, print_json, store_of
+from toolkit.commands.common import console, err, home_of, load, positive_int, print_json, store_of
 from toolkit.executors.config import add_executor_arguments
 
 HELP = "what each patch of a recipe's stack buys: prefix chain (and leave-one-out) with CIs and verdicts"
@@ -20,7 +20,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("recipe", metavar="RECIPE")
     parser.add_argument("--metric", default="output_tok_s", metavar="NAME[@POINT]",
                         help=f"default output_tok_s at the first point. Known: {metrics.help_text()}")
-    parser.add_argument("--repeats", type=int, default=None, help="values per prefix (default: the recipe's repeats)")
+    parser.add_argument("--repeats", type=positive_int, default=None, help="values per prefix (default: the recipe's repeats)")
     parser.add_argument("--leave-one-out", action="store_true", help="also measure the stack minus each patch")
     add_min_effect_argument(parser)
     parser.add_argument("--missing-evidence", action="store_true",

@@ -18,7 +18,7 @@ from __future__ import annotations
 import shlex
 import uuid
 
-from toolkit.commands.common import console, err, home_of, load, print_json, store_of
+from toolkit.commands.common import console, err, home_of, load, positive_int, print_json, store_of
 from toolkit.executors.config import add_executor_arguments
 from toolkit.errors import plural
 
@@ -40,8 +40,8 @@ def add_arguments(parser) -> None:
                              "gain) or the base (every item against the start: small losses add up)")
     parser.add_argument("--direction", choices=("worse", "better"), default="worse",
                         help="look for the change that made the metric worse (a regression, default) or better (a gain)")
-    parser.add_argument("--repeats", type=int, default=3, help="initial values per step")
-    parser.add_argument("--max-repeats", type=int, default=8, help="bound on values per step when undecided")
+    parser.add_argument("--repeats", type=positive_int, default=3, help="initial values per step")
+    parser.add_argument("--max-repeats", type=positive_int, default=8, help="bound on values per step when undecided")
     parser.add_argument("--source", help="bisect releases (PyPI source) or commits (git source) of this source")
     parser.add_argument("--good", help="with --source: a known-good release or revision")
     parser.add_argument("--bad", help="with --source: a known-bad release or revision")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import uuid
 
-from toolkit.commands.common import console, err, home_of, load, print_json, store_of
+from toolkit.commands.common import console, err, home_of, load, positive_int, print_json, store_of
 
 HELP = "the tracked metric in upstream order, its change points (Apache Otava) and the commits that caused them"
 
@@ -32,8 +32,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--git", metavar="URL|PATH", help="release history: the project's git repository")
     parser.add_argument("--tag-format", default="v{version}", help="release -> git tag (default v{version})")
     parser.add_argument("--threshold", type=float, help="bisect threshold %% (default: half the change)")
-    parser.add_argument("--repeats", type=int, default=3, help="bisect: initial values per step")
-    parser.add_argument("--max-repeats", type=int, default=8, help="bisect: bound on values per step")
+    parser.add_argument("--repeats", type=positive_int, default=3, help="bisect: initial values per step")
+    parser.add_argument("--max-repeats", type=positive_int, default=8, help="bisect: bound on values per step")
     parser.add_argument("-o", "--output", help="directory for the plot (default HOME/history/RECIPE)")
     parser.add_argument("--json", action="store_true")
 

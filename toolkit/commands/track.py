@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import uuid
 
-from toolkit.commands.common import console, err, home_of, load, print_json, store_of
+from toolkit.commands.common import console, err, home_of, load, positive_int, print_json, store_of
 from toolkit.executors.config import add_executor_arguments
 
 HELP = "measure the recipe (its patches re-applied) at each new upstream release or commit, resumably"
@@ -29,7 +29,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--since", help="with --branch: commits since this date; with --releases: from this version")
     parser.add_argument("--git", metavar="URL|PATH", help="with --releases: the project's git repository (tag dates)")
     parser.add_argument("--tag-format", default="v{version}", help="release -> git tag (default v{version})")
-    parser.add_argument("--repeats", type=int, default=1, help="runs per point (default 1)")
+    parser.add_argument("--repeats", type=positive_int, default=1, help="runs per point (default 1)")
     parser.add_argument("--limit", type=int, help="measure at most this many new points now")
     parser.add_argument("--json", action="store_true")
     add_executor_arguments(parser)
