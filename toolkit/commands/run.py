@@ -6,7 +6,7 @@ Several recipes interleave their repeats (A B A B ...) on the same machine. With
 
 from __future__ import annotations
 
-from toolkit.commands.common import console, err, home_of, load, print_json, recipe_arg, store_of
+from toolkit.commands.common import console, err, home_of, load, positive_int, print_json, recipe_arg, store_of
 from toolkit.executors.config import add_executor_arguments
 from toolkit.run.pipeline import STOPS, run_sweep
 
@@ -15,9 +15,7 @@ HELP = "run recipes end to end (apply -> build -> check -> launch -> verify -> b
 
 def add_arguments(parser) -> None:
     recipe_arg(parser, many=True)
-    parser.add_argument("--repeats", type=int, default=None,
-                        help="server launches per recipe, a fixed design (default: the recipe's for one recipe; for "
-                             "several, launch until every pair's sequential verdict is settled)")
+    parser.add_argument("--repeats", type=positive_int, default=None, help="server launches per recipe (default: the recipe's)")
     parser.add_argument("--until", choices=STOPS, default="store",
                         help="stop after this step on purpose (verify: launch and check /server_info, no benchmark)")
     parser.add_argument("--frozen", action="store_true", help="refuse drift from the recipes' lock files")

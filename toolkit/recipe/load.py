@@ -224,6 +224,7 @@ def _load_merged(path: Path, root: Path, chain: tuple[Path, ...]) -> tuple[dict,
         raise BadInput(f"{chain[0]}: `extends` cycle: {cycle}")
     data = _read_toml(path)
     validate_file(path, data)
+    data = _expand(data, path, "")  # each file's ${VAR}s with its own name and keys, before any merge
     data = _absolute_locations(path, data)
     own = {key: path for key in _leaf_keys(data)}
     parent_ref = data.get("extends")

@@ -156,6 +156,9 @@ class TargetSpec:
     strict: bool = False  # an unresolved static check is an error, not a warning
 
 
+EVALS = ("gsm8k",)  # `[quality] eval` values: what toolkit.run.gate (and run.sgl_eval) can run
+
+
 @dataclass(frozen=True)
 class QualitySpec:
     """The recipe's `[quality]`: prompts (a resolved JSONL path), tokens per prompt, the points the

@@ -201,7 +201,7 @@ def benchmark(verified: Verified) -> Measured:
     strict box mode a throttled or shared run is RunInvalid."""
     attempt, server = verified.launched.attempt, verified.launched.server
     bench = attempt.prepared.recipe.benchmark
-    sampler = gpu_record.sampler_for(attempt)  # GPU state over the window (toolkit.run.gpustate)
+    sampler = gpu_record.sampler_for(attempt, server.proc.pid if server is not None else None)  # GPU state (toolkit.run.gpustate)
     try:
         if bench.driver == "one-batch":
             samples, errors = _one_batch(attempt), []
