@@ -18,6 +18,13 @@ its claim holds for the true ratio (faster: B better; slower: B worse; equal: wi
 
 Goal: the sequential mean launches <= 0.5x the fixed design's at equal or better error rates, and
 the false faster/slower rate at zero effect within alpha. Exit status 0 when both hold.
+
+Measured (2000 + 2000 comparisons, seed 20261201, 2026-12-02):
+  `run`'s design (2..8 launches, prior scale 10): 6.42 launches a comparison, 69.0% correct, 0 false;
+    A/A false faster/slower 1.35% [0.89-1.96%]; the fixed t design of that power: 3 each at alpha
+    0.05 (1.07x: no saving, but its A/A rate is 4.85%), 5 each at alpha 0.01 (A/A 0.70%): 0.64x.
+  `--max-repeats 24 --prior-scale 5`: 7.92 launches, 79.2% correct; A/A 1.30% [0.85-1.90%]; fixed:
+    6 each at 0.05 (0.66x), 7 each at 0.02 (A/A 1.25%): 0.57x. The 0.5x goal is not met.
 """
 
 from __future__ import annotations
