@@ -34,8 +34,13 @@ MINI_PY = ROOT / "upstream" / "minisglang" / "python"
 PROMPTS = ["The capital of France is", "def fibonacci(n):", "Greedy decoding means"]
 
 
+def _known(series: dict, field: str) -> list:
+    return [v for v in series.get(field) or [] if v is not None]
+
+
 def check_series(record: dict, *, power_slack: float = 1.05) -> tuple[bool, str]:
-    """Is an NVML sampling record non-empty and consistent? (ok, detail)."""
+    """Is an NVML sampling record non-empty and consistent? (ok, detail). A reading NVML never gave
+    is a FAIL naming it (and NVML's reason, from the record's "unread"), never a crash."""
     if not record.get("available"):
         return False, f"no GPU state: {record.get('reason')}"
     gpus = record.get("gpus") or []
@@ -43,28 +48,32 @@ def check_series(record: dict, *, power_slack: float = 1.05) -> tuple[bool, str]
         return False, "no reading"
     problems = []
     for g in gpus:
-        s = g["series"]
-        sm = [v for v in s["sm_mhz"] if v is not None]
-        mem = [v for v in s["mem_mhz"] if v is not None]
-        temp = [v for v in s["temp_c"] if v is not None]
-        power = [v for v in s["power_w"] if v is not None]
+        s, why = g["series"], g.get("unread") or {}
+        sm, mem, temp, power = (_known(s, f) for f in ("sm_mhz", "mem_mhz", "temp_c", "power_w"))
         limit = g.get("power_limit_w")
+
+        def unread(field: str) -> str:
+            return f" ({why[field]})" if field in why else ""
+
         if not sm or min(sm) <= 0 or not mem or min(mem) <= 0:
-            problems.append(f"GPU {g['index']}: clocks missing or 0 (sm {sm[:3]}, mem {mem[:3]})")
+            problems.append(f"GPU {g['index']}: clocks missing or 0 (sm {sm[:3]}{unread('sm_mhz')}, "
+                            f"mem {mem[:3]}{unread('mem_mhz')})")
         if not temp or min(temp) <= 0:
-            problems.append(f"GPU {g['index']}: temperature missing or 0")
+            problems.append(f"GPU {g['index']}: temperature missing or 0{unread('temp_c')}")
         if power and limit:
             mean = sum(power) / len(power)
             if mean > limit or max(power) > power_slack * limit:
                 problems.append(f"GPU {g['index']}: power mean {mean:.0f} W / max {max(power):.0f} W over the {limit:.0f} W limit")
         elif not power:
-            problems.append(f"GPU {g['index']}: no power reading")
+            problems.append(f"GPU {g['index']}: no power reading{unread('power_w')}")
     if problems:
         return False, "; ".join(problems)
     g = gpus[0]["series"]
-    return True, (f"{len(record['t'])} ticks x {len(gpus)} GPU(s); GPU {gpus[0]['index']}: SM {min(g['sm_mhz'])}-"
-                  f"{max(g['sm_mhz'])} MHz, power max {max(v for v in g['power_w'] if v is not None):.0f} W "
-                  f"<= {gpus[0].get('power_limit_w')} W")
+    sm, power = _known(g, "sm_mhz"), _known(g, "power_w")
+    gaps = sum(len(x["series"]["sm_mhz"]) - len(_known(x["series"], "sm_mhz")) for x in gpus)
+    return True, (f"{len(record['t'])} ticks x {len(gpus)} GPU(s); GPU {gpus[0]['index']}: SM {min(sm)}-{max(sm)} MHz, "
+                  f"power max {max(power):.0f} W <= {gpus[0].get('power_limit_w')} W"
+                  + (f"; {gaps} SM clock reading(s) missing" if gaps else ""))
 
 
 def doctor_ok(out: str) -> tuple[bool, str]:
@@ -160,7 +169,7 @@ def main(argv=None) -> int:
     answers = []
     try:
         with Mini(work, "serving") as mini:
-            sampler = Sampler().start()
+            sampler = Sampler(positions=[0]).start()  # the miniature's torch step runs on cuda:0
             try:
                 points = run_serving(mini.url, cfg)
             finally:

@@ -7,9 +7,12 @@ with an interpreter that has a CUDA build of torch (and FlashInfer, for the FP4 
    L2), one flush per timed call, the fp32 reference check; then the same op broken for M >= 8
    (PATCHBENCH_TEST_OP_ZEROS_FROM_M=8) must be flagged "all-zero" at M = 16 and 128.
 2. `flashinfer.mm_fp4` at M = 1, 16, 128 on GLM-5's TP8 expert shapes (gate+up 512 x 6144, down
-   6144 x 256), for every backend FlashInfer offers on this GPU's compute capability: each shape
-   must run and pass its check against the dequantized fp32 reference. A GPU without FP4 tensor cores
-   (SM90: H100/H200) offers none: that is a SKIP line, not a PASS.
+   6144 x 256), for every backend FlashInfer offers on this GPU's compute capability that can take
+   the probe's call (one scalar alpha): each shape must run and pass its check against the
+   dequantized fp32 reference, autotuned and timed from a CUDA graph as `patchbench kernels` does.
+   A backend the call cannot use at all (SM100/103: `cake`, per-row alpha only) and a shape a backend
+   cannot take (`cutedsl_low_latency`: M <= 8) are SKIP lines with the reason, never FAILs. A GPU
+   without FP4 tensor cores (SM90: H100/H200) offers none: that is a SKIP line, not a PASS.
 
 Prints one `PASS|FAIL|SKIP <what>: <detail>` line per check; `main()` returns 0 when nothing failed
 (importable: benchmarks/gpu_check.py calls `main([])` or `checks()`).
@@ -78,6 +81,8 @@ def checks(python: str = sys.executable, *, iters: int = 20, trials: int = 5) ->
     except PatchbenchError as exc:
         return out + [("SKIP", "flashinfer.mm_fp4", f"not in this interpreter: {exc}")]
     backends = info.get("backends") or []
+    for why in (info.get("not_offered") or {}).values():
+        out.append(("SKIP", "mm_fp4 backend not offered", why))
     if not backends:
         return out + [("SKIP", "flashinfer.mm_fp4",
                        f"FlashInfer {info.get('versions', {}).get('flashinfer-python', '?')} offers no FP4 GEMM "
@@ -90,6 +95,9 @@ def checks(python: str = sys.executable, *, iters: int = 20, trials: int = 5) ->
             continue
         for r in res["results"]:
             what = f"mm_fp4 [{backend}] {r['label']} {r['shape']}"
+            if r["status"] == "skipped":
+                out.append(("SKIP", what, r.get("error", "")))
+                continue
             if r["status"] != "ok":
                 out.append(("FAIL", what, r.get("error", "")[:300]))
                 continue
@@ -97,7 +105,8 @@ def checks(python: str = sys.executable, *, iters: int = 20, trials: int = 5) ->
             med = statistics.median(statistics.median(t) for t in r["times_ms"])
             tflops = 2 * r["shape"]["m"] * r["shape"]["n"] * r["shape"]["k"] / (med * 1e-3) / 1e12
             out.append(("PASS" if c["verdict"] == "ok" else "FAIL", what,
-                        f"{med * 1e3:.1f} us, {tflops:.3g} TFLOPS, "
+                        f"{med * 1e3:.1f} us ({r.get('timing')}; autotune "
+                        f"{(res.get('configuration') or {}).get('autotune')}), {tflops:.3g} TFLOPS, "
                         f"{(r.get('transient_alloc_bytes') or 0) / 2**20:.2f} MiB allocated per call, "
                         f"check {c['verdict']} (max rel err "
                         f"{c['max_relative_error']:.2e}, {100 * c['within_tolerance']:.1f}% within tolerance, "

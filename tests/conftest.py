@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -216,28 +217,72 @@ def change(old: str, new: str, path: str = "python/mini/cost.py", context: tuple
         """
 
 
+READY = ".patchbench-ready"  # written last into a cached venv: its install finished
+
+
+def cached_venv(root: Path, requirements: list[str], *, timeout_s: float | None = None) -> Path:
+    """A relocatable venv at `root` with `requirements` installed from this machine's pip sources,
+    built once however many test processes ask (toolkit.build_once: a lock, a temporary directory,
+    one rename); its install log is `install.log` inside. pytest.skip (pytest.fail under
+    PATCHBENCH_REQUIRE_TORCH=1) when it cannot be installed, naming the log."""
+    from toolkit.build_once import build_once
+    from toolkit.envs import pip_sources, uv_bin
+
+    def build(tmp: Path) -> None:
+        uv = uv_bin()
+        subprocess.run([uv, "venv", "-q", "--no-config", "--relocatable", "--python", sys.executable, str(tmp)],
+                       check=True, capture_output=True)
+        log = tmp / "install.log"
+        try:
+            out = subprocess.run([uv, "pip", "install", "--no-config", "--python", str(tmp / "bin" / "python"),
+                                  *pip_sources().uv_install_args(), *requirements],
+                                 capture_output=True, text=True, timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            _unavailable(f"installing {' '.join(requirements)[:200]} took over {timeout_s} s")
+        log.write_text(out.stdout + out.stderr)
+        if out.returncode != 0:
+            kept = root.parent / f"{root.name}.failed-install.log"
+            shutil.copy2(log, kept)
+            _unavailable(f"cannot install {' '.join(requirements)[:200]} here (log {kept}): {out.stderr[-400:]}")
+        (tmp / READY).write_text("\n".join(requirements) + "\n")
+
+    def complete(d: Path) -> bool:
+        ready = d / READY
+        return (d / "bin" / "python").exists() and ready.is_file() and \
+            ready.read_text().split() == requirements
+
+    build_once(root, build, complete=complete)
+    return root / "bin" / "python"
+
+
+def _unavailable(message: str):
+    if os.environ.get("PATCHBENCH_REQUIRE_TORCH") == "1":
+        pytest.fail(message)
+    pytest.skip(message)
+
+
 def base_torch_python() -> Path:
     """A venv with torch 2.13.0 (CPU) from this machine's pip sources, cached across runs."""
-    root = TEST_CACHE / "base-torch-2.13.0"
-    py = root / "bin" / "python"
-    TEST_CACHE.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(TEST_CACHE / "base-torch.lock")):
-        check = [str(py), "-c", "import importlib.metadata as m; print(m.version('torch'))"]
-        if py.exists() and subprocess.run(check, capture_output=True, text=True).stdout.startswith("2.13.0"):
-            return py
-        from toolkit.envs import pip_sources, uv_bin
+    return cached_venv(TEST_CACHE / "base-torch-2.13.0", ["torch==2.13.0+cpu"])
 
-        uv = uv_bin()
-        subprocess.run([uv, "venv", "-q", "--no-config", "--clear", "--python", sys.executable,
-                        str(root)], check=True)
-        out = subprocess.run([uv, "pip", "install", "-q", "--no-config", "--python", str(py),
-                              *pip_sources().uv_install_args(), "torch==2.13.0+cpu"],
-                             capture_output=True, text=True)
+
+def pypi_download(args: list[str], pattern: str) -> Path:
+    """The one file matching `pattern` that `pip download --no-deps ARGS` brings, cached under
+    TEST_CACHE/downloads (built once for concurrent callers, as cached_venv); skips when PyPI
+    cannot give it."""
+    from toolkit.build_once import build_once
+
+    slug = re.sub(r"[^A-Za-z0-9.=_-]+", "_", "_".join(args)).strip("_")[:120]
+
+    def build(tmp: Path) -> None:
+        out = pip_download(args, tmp)
         if out.returncode != 0:
-            pytest.skip(f"torch 2.13.0 CPU not installable here: {out.stderr[-300:]}")
-    return py
+            tail = (out.stderr or out.stdout).strip().splitlines()[-1:]
+            pytest.skip(f"pip download {' '.join(args)} failed: {tail}")
 
-
+    dest = build_once(TEST_CACHE / "downloads" / slug, build, complete=lambda d: len(list(d.glob(pattern))) == 1)
+    (found,) = dest.glob(pattern)
+    return found
 
 
 def once_per_run(tmp_path_factory, name: str, produce):

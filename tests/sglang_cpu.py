@@ -14,18 +14,14 @@ The venv is cached under TEST_CACHE, keyed by its requirement list; the first bu
 from __future__ import annotations
 
 import hashlib
-import os
-import subprocess
 import sys
 from importlib.metadata import PathDistribution
 from pathlib import Path
 
-import pytest
-from filelock import FileLock
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from conftest import TEST_CACHE
+from conftest import TEST_CACHE, cached_venv
 
 TORCH = "torch==2.13.0+cpu"
 # What the import chain of sglang.srt.layers.moe.topk needs on CPU (sglang/__init__, srt.utils,
@@ -36,7 +32,6 @@ IMPORT_CHAIN = ("aiohttp", "apache-tvm-ffi", "compressed-tensors", "dill", "eino
 # Not in sglang's metadata: torch's CUDA builds bring triton (topk.py imports it; it imports on CPU)
 # and torchvision is left unpinned there (0.28 is torch 2.13's release).
 UNPINNED = ("triton==3.9.0", "torchvision==0.28.0")
-READY = ".patchbench-ready"
 INSTALL_TIMEOUT_S = 900
 
 
@@ -50,39 +45,10 @@ def requirements(dist_info: Path) -> list[str]:
     return [TORCH, *(pins.get(canonicalize_name(n), n) for n in IMPORT_CHAIN), *UNPINNED]
 
 
-def _unavailable(message: str):
-    if os.environ.get("PATCHBENCH_REQUIRE_TORCH") == "1":
-        pytest.fail(message)
-    pytest.skip(message)
-
-
 def sglang_cpu_python(tree: Path) -> Path:
     """The venv's python for the applied sglang tree at `tree` (the directory holding sglang/)."""
-    from toolkit.envs import pip_sources, uv_bin
-
     (dist_info,) = tree.glob("sglang-*.dist-info")
     reqs = requirements(dist_info)
     python = f"python{sys.version_info.major}.{sys.version_info.minor}"
     key = hashlib.sha256("\n".join([python, *reqs]).encode()).hexdigest()[:12]
-    root = TEST_CACHE / f"sglang-cpu-{key}"
-    py = root / "bin" / "python"
-    TEST_CACHE.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(TEST_CACHE / "sglang-cpu.lock")):
-        if (root / READY).exists() and py.exists():
-            return py
-        uv = uv_bin()
-        subprocess.run([uv, "venv", "-q", "--no-config", "--clear", "--python", sys.executable, str(root)],
-                       check=True)
-        log = root / "install.log"
-        try:
-            out = subprocess.run([uv, "pip", "install", "--no-config", "--python", str(py),
-                                  *pip_sources().uv_install_args(), *reqs],
-                                 capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            _unavailable(f"installing sglang's CPU import chain took over {INSTALL_TIMEOUT_S} s")
-        log.write_text(out.stdout + out.stderr)
-        if out.returncode != 0:
-            _unavailable(f"sglang's CPU import chain is not installable here (log {log}): "
-                         f"{out.stderr[-400:]}")
-        (root / READY).write_text("\n".join(reqs) + "\n")
-    return py
+    return cached_venv(TEST_CACHE / f"sglang-cpu-{key}", reqs, timeout_s=INSTALL_TIMEOUT_S)

@@ -16,10 +16,9 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from filelock import FileLock
 from rich.console import Console
 
-from conftest import TEST_CACHE, Upstream, base_torch_python, git, pip_download
+from conftest import TEST_CACHE, Upstream, base_torch_python, git, pypi_download
 from toolkit.envs import steps as build
 from toolkit import envs
 from toolkit.envs.steps import (
@@ -33,6 +32,7 @@ from toolkit.envs.steps import (
     verify_arches,
 )
 from toolkit.envs import BuildSpec, PipSources, ensure_env, list_envs, pip_sources
+from toolkit.build_once import build_once
 from toolkit.errors import BadInput, PatchbenchError
 from toolkit.tree.applied import AppliedTree
 
@@ -327,33 +327,27 @@ FI_IMPORT_PACKAGES = ("apache-tvm-ffi>=0.1.11,<0.2", "requests", "urllib3", "idn
 
 
 def _flashinfer_git_tree() -> Path:
-    """flashinfer-python 0.7.2's sdist, committed to git (what sources.py makes of a PyPI sdist)."""
-    repo = TEST_CACHE / f"flashinfer-{FI_VERSION}-git"
-    TEST_CACHE.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(TEST_CACHE / "flashinfer.lock")):
-        if (repo / ".git").is_dir() and git(repo, "status", "--porcelain") == "":
-            return repo
-        dl = TEST_CACHE / "downloads"
-        sdist = dl / f"flashinfer_python-{FI_VERSION}.tar.gz"
-        if not sdist.exists():
-            # the sdist only: --no-binary :all: would build cmake from source
-            out = pip_download(["--no-binary", "flashinfer-python", f"flashinfer-python=={FI_VERSION}"], dl)
-            if out.returncode != 0:
-                pytest.skip(f"cannot download the flashinfer-python sdist: {out.stderr[-300:]}")
-        shutil.rmtree(repo, ignore_errors=True)
-        tmp = TEST_CACHE / f"flashinfer-{FI_VERSION}-unpack"
-        shutil.rmtree(tmp, ignore_errors=True)
+    """flashinfer-python 0.7.2's sdist, committed to git (what sources.py makes of a PyPI sdist);
+    built once for concurrent test processes (toolkit.build_once)."""
+    sdist = pypi_download(["--no-binary", "flashinfer-python", f"flashinfer-python=={FI_VERSION}"],
+                          f"flashinfer_python-{FI_VERSION}.tar.gz")  # the sdist only: no cmake build
+
+    def unpack(tmp: Path) -> None:
         import tarfile
 
         with tarfile.open(sdist) as tf:
-            tf.extractall(tmp, filter="data")
-        (top,) = tmp.iterdir()
-        os.rename(top, repo)
-        shutil.rmtree(tmp)
-        git(repo, "init", "-q")
-        git(repo, "add", "-A")
-        git(repo, "commit", "-q", "-m", f"flashinfer-python {FI_VERSION} sdist")
-    return repo
+            tf.extractall(tmp / "unpack", filter="data")
+        (top,) = (tmp / "unpack").iterdir()
+        for item in top.iterdir():
+            os.rename(item, tmp / item.name)
+        (tmp / "unpack" / top.name).rmdir()
+        (tmp / "unpack").rmdir()
+        git(tmp, "init", "-q")
+        git(tmp, "add", "-A")
+        git(tmp, "commit", "-q", "-m", f"flashinfer-python {FI_VERSION} sdist")
+
+    return build_once(TEST_CACHE / f"flashinfer-{FI_VERSION}-git", unpack,
+                      complete=lambda d: (d / ".git").is_dir() and git(d, "status", "--porcelain") == "")
 
 
 def _flashinfer_overlay(base: Path, kernels: tuple = ()) -> tuple[AppliedTree, BuildSpec]:

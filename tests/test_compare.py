@@ -327,3 +327,21 @@ def test_import_of_one_jsonl_twice_leaves_one_run(store, tmp_path, capsys):
     assert len(store.runs(recipe="sg")) == 1
     samples = {(s.metric, s.point): s.value for s in store.samples(first.run_id)}
     assert samples[("output_tok_s", 8)] == 800.0 and samples[("itl_ms_median", 1)] == 11.0
+
+
+def test_a_point_without_an_answers_check_says_so_beside_checked_points(store):
+    """The check ran at c=1 only: c=8's "faster" is not read as checked (issue 29)."""
+    from types import SimpleNamespace
+
+    rng = random.Random(3)
+    for rep in range(5):
+        for point in (1, 8):
+            add_run(store, "base", rng.gauss(100, 2) * point, repeat=rep, point=point)
+            add_run(store, "fast", rng.gauss(125, 2) * point, repeat=rep, point=point)
+    rows = [r for r in compare_recipes(store, ["base", "fast"]) if r.metric == "output_tok_s"]
+    assert {r.point: r.verdict for r in rows} == {1: "faster", 8: "faster"}
+    checked = SimpleNamespace(point=1, verdict="not informative", text="not informative")
+    text = " ".join(_render(render_compare(rows, quality={"fast": {1: checked}})).split())
+    assert "faster, not informative" in text and "faster, answers not checked at this point" in text
+    plain = " ".join(_render(render_compare(rows)).split())  # no [quality] at all: nothing to say
+    assert "answers not checked" not in plain

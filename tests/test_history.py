@@ -180,6 +180,51 @@ def test_points_where_the_stack_does_not_apply_are_recorded(home, monkeypatch, c
     assert "does-not-apply: recipe patched" in text and "not enough history" in text
 
 
+def test_an_edited_recipe_is_measured_again_not_read_as_a_change_point(home, monkeypatch, capsys, tmp_path,
+                                                                       four_releases, otava_env):
+    """Issue 29: three releases tracked, then the recipe's step cost fixed at 16 ms (which hides the
+    planted regression at 0.1.2): the edit is no change point; `track` measures the old points again
+    and `history` says which runs it left out."""
+    _env(monkeypatch, four_releases)
+    recipes = patched_recipes(tmp_path, four_releases)
+    toml = recipes / "edited.toml"
+    toml.write_text((recipes / "patched.toml").read_text().split("\n[patches]")[0])
+    monkeypatch.setenv("PATCHBENCH_RECIPES", str(recipes))
+    rc, out = _json(capsys, ["track", "edited", "--source", "sglang", "--releases", "--limit", "3"])
+    assert rc == 0 and out["measured"] == ["0.1.0", "0.1.1", "0.1.2"] and out["measured_again"] == {}
+    toml.write_text(toml.read_text().replace("[server.args]\n", "[server.args]\nmini-step-base-ms = 16\n"))
+    edit = "server arg mini-step-base-ms: (unset) -> 16"
+
+    rc, out = _json(capsys, ["track", "edited", "--source", "sglang", "--releases", "--limit", "1"])
+    assert rc == 0 and out["measured"] == ["0.1.0"] and out["measured_again"] == {"0.1.0": [edit]}
+    rc, hist = _json(capsys, ["history", "edited", "--metric", "output_tok_s@1"])
+    assert [(e["label"], e["status"], e["older_definition_runs"]) for e in hist["series"]] == [
+        ("0.1.0", "measured", 1), ("0.1.1", "older-definition", 1), ("0.1.2", "older-definition", 1)]
+    assert hist["series"][1]["reason"] == edit and hist["change_points"] == []
+    assert hist["older_definition"] == [{"changed": edit, "points": ["0.1.0", "0.1.1", "0.1.2"]}]
+    assert hist["not_enough_history"].startswith("not enough history: 1 measured point")
+    capsys.readouterr()
+    assert main(["history", "edited", "--metric", "output_tok_s@1"]) == 0
+    text = capsys.readouterr().out
+    assert "older-definition" in text and "2 point(s) not measured since (0.1.1, 0.1.2)" in text
+    assert "2 point(s) not measured since (0.1.1, 0.1.2)" in Path(hist["plot"]["html"]).read_text()
+
+    rc, out = _json(capsys, ["track", "edited", "--source", "sglang", "--releases"])
+    assert rc == 0 and out["measured"] == ["0.1.1", "0.1.2", "0.1.3"]
+    assert out["measured_again"] == {"0.1.1": [edit], "0.1.2": [edit]}
+    rc, hist = _json(capsys, ["history", "edited", "--metric", "output_tok_s@1"])
+    assert [(e["label"], e["status"], e["n_runs"]) for e in hist["series"]] == [
+        (v, "measured", 1) for v in four_releases["versions"]]
+    assert hist["change_points"] == []  # 16 ms everywhere: neither the edit nor the hidden plant
+    values = [e["value"] for e in hist["series"]]
+    assert max(values) / min(values) < 1.1
+    capsys.readouterr()
+    assert main(["history", "edited", "--metric", "output_tok_s@1"]) == 0
+    text = capsys.readouterr().out
+    assert f"runs of an older definition of edited left out at 3 point(s) (0.1.0, 0.1.1, 0.1.2): {edit}" in text
+    assert "not measured since" not in text and "no change points" in text, text
+
+
 def test_bad_input_exits_2_with_what_is_known(home, monkeypatch, capsys, tmp_path, four_releases):
     _env(monkeypatch, four_releases)
     assert main(["track", "demo/update", "--source", "flashinfer", "--releases"]) == 2

@@ -190,6 +190,36 @@ def test_report_section_has_the_table_and_the_plot(measured, tmp_path):
     assert (tmp_path / "kernels_0.png").stat().st_size > 0 and "<svg" in sec.html
 
 
+def test_tables_of_two_gpu_keys_or_trial_settings_are_not_compared(measured, tmp_path):
+    """Issue 29: no faster/slower between records timed on different GPUs or with other trial
+    settings; a candidate's older record under the baseline's conditions is used, and said so."""
+    from toolkit.errors import BadInput
+    from toolkit.kernels.compare import compare_recipes
+
+    home = tmp_path / "home"
+    on = lambda gpu, result, **settings: {**_record("x", result), "machine": {"gpu_key": gpu},  # noqa: E731
+                                          "settings": {**FAST.to_dict(), **settings}}
+    records.save(home, {**on("1x NVIDIA H200", measured["base"]), "recipe": "a"})
+    records.save(home, {**on("1x NVIDIA B200", measured["base"]), "recipe": "b"})
+    records.save(home, {**on("1x NVIDIA H200", measured["base"], trials=6), "recipe": "c"})
+    for cand, differs in (("b", "GPU key 1x NVIDIA H200 vs 1x NVIDIA B200"), ("c", "trials 4 vs 6")):
+        with pytest.raises(BadInput, match=differs):
+            compare_recipes(home, ["a", cand])
+        md = "\n".join(kernel_section(home, ["a", cand], tmp_path).markdown)
+        assert f"{cand} against a: test.matmul (torch) not compared, no speedup stated: {differs}" in md
+        assert f"{cand} us |" not in md and "speedup [95% CI]" not in md and "| faster" not in md and "| slower" not in md
+    # one comparable candidate among two: compared, the other one's reason printed beside it
+    records.save(home, {**on("1x NVIDIA H200", measured["broken"]), "recipe": "d"})
+    records.save(home, {**on("1x NVIDIA B200", measured["base"]), "recipe": "d"})
+    items, data = compare_recipes(home, ["a", "b", "d"])
+    assert data["variants"]["b"][0]["not_compared"] == ["GPU key 1x NVIDIA H200 vs 1x NVIDIA B200"]
+    d = data["variants"]["d"][0]
+    assert d["gpu_key"] == "1x NVIDIA H200" and "left out: GPU key 1x NVIDIA H200 vs 1x NVIDIA B200" in d["notes"][0]
+    assert {r["dims"]["m"]: r["verdict"] for r in d["rows"]}[16] == WRONG  # the H200 record, not the newer B200 one
+    md = "\n".join(kernel_section(home, ["a", "b", "d"], tmp_path).markdown)
+    assert "| d us |" in md and "| b us |" not in md and "b against a: test.matmul (torch) not compared" in md
+
+
 # ------------------------------------------------------------------------------------ CLI e2e
 
 

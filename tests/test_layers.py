@@ -10,7 +10,7 @@ TOOLKIT = Path(__file__).resolve().parent.parent / "toolkit"
 # Lowest first. A module may import its own layer and any lower one. `results` sits below `run`: the
 # run stage writes each run into the store as it happens, and the store never looks back at a run.
 LAYERS = [
-    {"errors", "resources", "digest", "workspace", "roofline", "probes", "models", "__init__"},
+    {"errors", "resources", "digest", "workspace", "build_once", "roofline", "probes", "models", "__init__"},
     {"recipe"},
     {"tree"},
     {"envs"},
@@ -57,7 +57,7 @@ def test_every_import_points_down_the_stages():
 
 def test_top_level_reads_as_the_data_flow():
     modules = {p.stem for p in TOOLKIT.glob("*.py")}
-    assert modules <= {"__init__", "__main__", "cli", "errors", "resources", "digest", "workspace"}, modules
+    assert modules <= {"__init__", "__main__", "cli", "errors", "resources", "digest", "workspace", "build_once"}, modules
     assert not (TOOLKIT / "build").exists()
     for pkg in ("recipe", "tree", "envs", "results", "run", "analysis", "report"):
         doc = ast.get_docstring(ast.parse((TOOLKIT / pkg / "__init__.py").read_text())) or ""

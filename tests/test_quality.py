@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import demo_project
-from toolkit.analysis.quality import BROKEN, CHANGED, NOT_INFORMATIVE, SAME, TOO_FEW, Launch, judge
+from toolkit.analysis.answers_verdict import BROKEN, CHANGED, NOT_INFORMATIVE, SAME, TOO_FEW, Launch, judge
 from toolkit.cli import main
 from toolkit.results.store import Store
 
@@ -156,7 +156,8 @@ def test_torch_answers_beside_speed(home, tmp_path, monkeypatch, capsys):
 
     from toolkit.analysis.quality_runs import self_verdict
 
-    assert {p: v.verdict for p, v in self_verdict(base).items()} == {1: SAME, 16: SAME}  # baseline vs baseline
+    # two launches: the floor, not a self-check (that needs a third)
+    assert {p: v.verdict for p, v in self_verdict(base).items()} == {1: TOO_FEW, 16: TOO_FEW}
 
     capsys.readouterr()
     assert main(["compare", "demo/torch-baseline", "demo/torch-zero-experts"]) == 2  # broken: left out by default
@@ -165,7 +166,7 @@ def test_torch_answers_beside_speed(home, tmp_path, monkeypatch, capsys):
                  "--broken-output", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     q = data["quality"]
-    assert {p: v["verdict"] for p, v in data["quality_floor"]["demo/torch-baseline"].items()} == {"1": SAME, "16": SAME}
+    assert {p: v["verdict"] for p, v in data["quality_floor"]["demo/torch-baseline"].items()} == {"1": TOO_FEW, "16": TOO_FEW}
     assert q["demo/torch-small-experts"]["1"]["verdict"] == CHANGED
     assert q["demo/torch-small-experts"]["16"]["verdict"] == CHANGED
     assert q["demo/torch-zero-experts"]["1"]["verdict"] == SAME
@@ -180,13 +181,14 @@ def test_torch_answers_beside_speed(home, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(common.console, "width", 400)  # one table row per line
     assert main(["compare", "demo/torch-baseline", "demo/torch-zero-experts", "--broken-output"]) == 0
     out = capsys.readouterr().out
-    assert re.search(rf"output_tok_s .* {zero['verdict']}, broken output", out) and "exact McNemar" in out
+    assert re.search(rf"output_tok_s .* {zero['verdict']}, broken output", out) and "exact exchangeability test" in out
 
     report = tmp_path / "report"
     assert main(["report", "demo/torch-baseline", "demo/torch-small-experts", "-o", str(report)]) == 0
     md = (report / "report.md").read_text()
     assert "### Answers (output check)" in md and "answers changed" in md
-    assert "**demo/torch-baseline (against itself)** at c=16: same answers: its own 2 launches differ on" in md
+    assert ("**demo/torch-baseline (against itself)** at c=16: too few launches for a self-check (it needs a "
+            "third): its own 2 launches differ on") in md
     assert "| prompt | demo/torch-baseline | demo/torch-small-experts |" in md
     assert "Answers (output check)" in (report / "report.html").read_text()
 
@@ -196,13 +198,82 @@ def test_torch_answers_beside_speed(home, tmp_path, monkeypatch, capsys):
     assert "broken output" in out and "answers:" in out
 
 
-def test_departing_no_more_than_the_floor_is_same_answers():
-    """10 departures against a floor of 6 varying prompts: McNemar cannot tell them apart."""
+def test_departures_where_the_reference_never_varies_are_a_change():
+    """10 departures on prompts the reference never varied on, beside a floor of 6 varying prompts:
+    answers changed (the reference's variation elsewhere does not excuse them); a candidate that
+    varies only where the reference varies: same answers."""
     base = [[i, i + 1] for i in range(40)]
     wobbly = [[999, p] if p < 6 else list(a) for p, a in enumerate(base)]
+    ref = [_launch("r1", base), _launch("r2", wobbly)]
     cand = [[7, 7] if 20 <= p < 30 else list(a) for p, a in enumerate(base)]
-    v = judge(1, [_launch("r1", base), _launch("r2", wobbly)], [_launch("c", cand)])
-    assert v.verdict == SAME and v.departs == 10 and v.reverse == 6 and v.p_value > 0.05
+    v = judge(1, ref, [_launch("c", cand)])
+    assert v.verdict == CHANGED and v.departs == 10 and v.varies == 6 and v.p_value < 0.05
+    assert "10 of 40 prompts departed" in v.text
+    like = [list(b) if p % 2 else list(w) for p, (b, w) in enumerate(zip(base, wobbly))]
+    v = judge(1, ref, [_launch("c1", like), _launch("c2", wobbly)])
+    assert v.verdict == SAME and v.departs == 0 and v.p_value > 0.05
+
+
+def test_two_launches_are_a_floor_not_a_self_check():
+    """A configuration with two launches cannot judge itself (each against both agrees by
+    construction): it states its floor and that a self-check needs a third launch."""
+    from toolkit.analysis.answers_verdict import floor
+
+    base = [[i, i + 1] for i in range(40)]
+    wobbly = [[999, p] if p < 6 else list(a) for p, a in enumerate(base)]
+    v = floor(1, [_launch("r1", base), _launch("r2", wobbly)])
+    assert v.verdict == TOO_FEW and v.varies == 6 and "needs a third" in v.text and "differ on 6 of 40" in v.text
+    assert floor(1, [_launch("r1", base), _launch("r2", base, ["empty"] + [None] * 39)]).verdict == BROKEN
+    pair = [_launch("r1", base), _launch("r2", wobbly)]
+    assert judge(1, pair, pair).verdict == TOO_FEW  # the same launches as both sides: no test
+    third = floor(1, [*pair, _launch("r3", base)])  # a third launch: the newest against the others
+    assert third.verdict == SAME and "2 launches" not in third.text
+
+
+def test_another_prompts_answer_only_when_long():
+    """Two prompts sharing a short answer is what a real model does; sharing one of 16 tokens is not."""
+    from toolkit.run.answers import SHARED_MIN_TOKENS, degenerate
+
+    assert degenerate([[5, 6], [5, 6], [1, 2, 3]]) == [None, None, None]
+    long = list(range(100, 100 + SHARED_MIN_TOKENS))
+    assert degenerate([long, list(long), [1, 2, 3]]) == ["same as another prompt's"] * 2 + [None]
+    assert degenerate([long[:-1], long[:-1]]) == [None, None]
+
+
+def _eval(correct):
+    return {"name": "gsm8k", "status": "ok", "accuracy": sum(correct) / len(correct), "correct": list(correct),
+            "questions": len(correct)}
+
+
+@pytest.mark.parametrize("accuracy", [0.80, 0.85, 0.90, 0.94, 0.95])
+def test_gate_identical_results_pass_at_every_accuracy(accuracy):
+    """The shipped baseline's settings (200 questions, max_drop 0.03): a candidate with the
+    reference's per-question results passes, whatever the accuracy."""
+    from toolkit.analysis.gate_verdict import PASSED, judge as judge_gate
+
+    k = round(accuracy * 200)
+    ref = _eval([1] * k + [0] * (200 - k))
+    v = judge_gate(dict(ref), ref, max_drop=0.03)
+    assert v.verdict == PASSED and v.p_value == 1.0 and v.drop_bound == 0.0, v.text
+    assert "max_drop 0.03" not in v.text and "-0.03" in v.rule
+
+
+def test_gate_fails_a_five_point_drop_and_passes_a_small_one():
+    from toolkit.analysis.gate_verdict import FAILED, PASSED, judge as judge_gate
+
+    ref = [1] * 170 + [0] * 30
+    ten_worse = [0] * 10 + [1] * 160 + [0] * 30  # 0.85 -> 0.80 on 200 questions
+    v = judge_gate(_eval(ten_worse), _eval(ref), max_drop=0.03)
+    assert v.verdict == FAILED and "10 questions worse, 0 better" in v.text and "max_drop 0.03" in v.text
+    assert v.drop_bound == pytest.approx(-0.05)
+    # 3 worse, 3 better (the eval's own flips): passes; 5 worse, 0 better: significantly worse
+    # (McNemar p = 0.03), but the drop is bounded at -0.025: within max_drop, it passes
+    flips = [0, 0, 0] + [1] * 167 + [1, 1, 1] + [0] * 27
+    assert judge_gate(_eval(flips), _eval(ref), max_drop=0.03).verdict == PASSED
+    five = [0] * 5 + [1] * 165 + [0] * 30
+    v = judge_gate(_eval(five), _eval(ref), max_drop=0.03)
+    assert v.verdict == PASSED and v.p_value < 0.05 and -0.03 <= v.drop_bound < 0, v.text
+    assert judge_gate(_eval(five), _eval(ref)).verdict == FAILED  # without max_drop: worse fails
 
 
 def _gsm8k_lines(n: int) -> str:
@@ -300,7 +371,7 @@ def test_gate_runs_sglang_0_5_23s_evaluation(tmp_path):
     miniature answers in words), per-question results from its dump, the paired verdict computed."""
     from conftest import TEST_CACHE, mini_env, mini_tu
     from sglang_cpu import sglang_cpu_python
-    from toolkit.analysis.gate import FAILED, judge as judge_gate
+    from toolkit.analysis.gate_verdict import FAILED, judge as judge_gate
     from toolkit.recipe.load import load_recipe
     from toolkit.run import gate
     from toolkit.tree.applied import apply_recipe

@@ -2,13 +2,14 @@
 
 Fast tests run on a small synthetic FlashInfer-shaped tree. The slow test takes the real
 flashinfer-python 0.7.2 sdist from PyPI (cached under $PATCHBENCH_TEST_CACHE or
-~/.cache/patchbench-test), applies the patch with git (zero fuzz), renders the new tile's CUTLASS
-instantiation from the sdist's own template, compiles it for sm_120a with nvcc and checks with
-cuobjdump that the object holds an sm_120a ELF. It needs nvcc (skips without), ~3 min and ~7 GB.
+~/.cache/patchbench-test, downloaded once for concurrent test processes), applies the patch with
+git (zero fuzz), renders the new tile's CUTLASS instantiation from the sdist's own template,
+compiles it for sm_120a with nvcc and checks with cuobjdump that the object holds an sm_120a ELF. It needs nvcc (skips without), ~3 min and ~7 GB.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
@@ -18,9 +19,9 @@ import zipfile
 from pathlib import Path, PurePosixPath
 
 import pytest
-from filelock import FileLock
 
-from conftest import git_run, pip_download
+from conftest import TEST_CACHE, git_run, pypi_download
+from toolkit.build_once import build_once
 from toolkit.envs.steps import flashinfer_sources as fk
 from toolkit.digest import sha256_file
 from toolkit.errors import BadInput
@@ -136,27 +137,10 @@ def test_patch_header_and_layout():
 # --- slow: the real sdist, nvcc and cuobjdump --------------------------------------------------
 
 
-def _cache_dir() -> Path:
-    d = Path(os.environ.get("PATCHBENCH_TEST_CACHE") or Path.home() / ".cache" / "patchbench-test")
-    d.mkdir(parents=True, exist_ok=True)
-    return d
-
-
-def _pip_download(args: list[str], dest: Path) -> None:
-    proc = pip_download(args, dest)
-    if proc.returncode != 0:
-        tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:]
-        pytest.skip(f"pip download {' '.join(args)} failed: {tail}")
-
-
 @pytest.fixture(scope="session")
 def flashinfer_sdist() -> Path:
-    cache = _cache_dir() / "sdist"
-    path = cache / SDIST_NAME
-    with FileLock(str(_cache_dir() / "sdist.lock")):  # parallel test processes download it once
-        if not path.is_file():
-            cache.mkdir(parents=True, exist_ok=True)
-            _pip_download(["--no-binary", "flashinfer-python", SDIST_REQ], cache)
+    """The sdist, downloaded once however many test processes ask (conftest.pypi_download)."""
+    path = pypi_download(["--no-binary", "flashinfer-python", SDIST_REQ], SDIST_NAME)
     assert sha256_file(path) == SDIST_SHA256, f"{path} is not the flashinfer-python 0.7.2 sdist"
     return path
 
@@ -196,37 +180,27 @@ def _cuda_version(nvcc: Path) -> tuple[int, int]:
     return int(major), int(minor)
 
 
-def _from_wheel(cache: Path, requirement: str, marker: str) -> Path:
-    """Download this platform's wheel of `requirement`, extract the directory holding the member
-    that ends in `marker` (all of it: headers include their siblings) and return that member.
-    One test process at a time (parallel workers share the cache)."""
-    with FileLock(str(cache / "wheels.lock")):
-        return _from_wheel_unlocked(cache, requirement, marker)
-
-
-def _from_wheel_unlocked(cache: Path, requirement: str, marker: str) -> Path:
-    wheels = cache / "wheels"
-    wheels.mkdir(parents=True, exist_ok=True)
+def _from_wheel(requirement: str, marker: str) -> Path:
+    """This platform's wheel of `requirement`, downloaded once; the directory holding its member
+    that ends in `marker` extracted (all of it: headers include their siblings) once for concurrent
+    test processes (toolkit.build_once); that member's path."""
     name = requirement.split("=")[0].split("<")[0].split(">")[0].replace("-", "_")
-    found = sorted(wheels.glob(f"{name}-*.whl"))
-    if not found:
-        _pip_download(["--only-binary=:all:", requirement], wheels)
-        found = sorted(wheels.glob(f"{name}-*.whl"))
-    if not found:
-        pytest.skip(f"no wheel for {requirement}")
-    dest = cache / "extracted" / found[-1].stem
-    with zipfile.ZipFile(found[-1]) as zf:
+    wheel = pypi_download(["--only-binary=:all:", requirement], f"{name}-*.whl")
+    with zipfile.ZipFile(wheel) as zf:
         hits = sorted(n for n in zf.namelist() if n.endswith(marker))
         if not hits:
-            pytest.skip(f"{found[-1].name} has no member ending in {marker}")
+            pytest.skip(f"{wheel.name} has no member ending in {marker}")
         prefix = hits[0].rsplit("/", 1)[0] + "/"
-        for info in zf.infolist():
-            if info.filename.startswith(prefix) and not info.is_dir():
-                target = dest / info.filename
-                if not target.exists():
-                    zf.extract(info, dest)
+
+        def extract(tmp: Path) -> None:
+            for info in zf.infolist():
+                if info.filename.startswith(prefix) and not info.is_dir():
+                    zf.extract(info, tmp)
                     if (info.external_attr >> 16) & 0o111:
-                        target.chmod(0o755)
+                        (tmp / info.filename).chmod(0o755)
+
+        dest = build_once(TEST_CACHE / "extracted" / f"{wheel.stem}-{hashlib.sha256(prefix.encode()).hexdigest()[:8]}",
+                          extract, complete=lambda d: (d / hits[0]).is_file())
     return dest / hits[0]
 
 
@@ -239,17 +213,16 @@ def cuda_tools():
     if version < (12, 8):
         pytest.skip(f"sm_120a needs CUDA >= 12.8 (nvcc {nvcc} is {version[0]}.{version[1]})")
     major = version[0]
-    cache = _cache_dir()
     extra: list[str] = []
     # CUTLASS's tools/util headers include curand_kernel.h; a minimal toolkit may lack cuRAND.
     if not (nvcc.parent.parent / "include" / "curand_kernel.h").is_file():
         req = "nvidia-curand==10.4.*" if major >= 13 else "nvidia-curand-cu12"
-        inc = _from_wheel(cache, req, "/include/curand_kernel.h").parent
+        inc = _from_wheel(req, "/include/curand_kernel.h").parent
         extra = ["-isystem", str(inc)]
     cuobjdump = nvcc.parent / "cuobjdump"
     if not cuobjdump.is_file():
         req = "nvidia-cuda-cuobjdump" if major >= 13 else "nvidia-cuda-cuobjdump-cu12"
-        cuobjdump = _from_wheel(cache, req, "/bin/cuobjdump")
+        cuobjdump = _from_wheel(req, "/bin/cuobjdump")
         cuobjdump.chmod(0o755)
     return nvcc, cuobjdump, extra
 

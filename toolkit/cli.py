@@ -20,6 +20,7 @@ VERBS = {
     "build": "build",
     "env": "env",
     "run": "run",
+    "plan": "plan",
     "sweep": "sweep",
     "results": "results",
     "import": "import_results",

@@ -116,17 +116,28 @@ def _scale_step_base(repo: Path, factor: float) -> None:
     cost.write_text(re.sub(r"^STEP_BASE_S = [0-9.]+$", f"STEP_BASE_S = {now * factor:.6g}", text, flags=re.M))
 
 
+def _matches(meta_path: Path, plant: str, at: str, n_releases: int, also: tuple[str, ...]) -> bool:
+    """A complete build (its releases.json is written last) of these settings."""
+    if not meta_path.is_file():
+        return False
+    meta = json.loads(meta_path.read_text())
+    return (meta.get("plant") == plant and meta.get("at") == at and len(meta["versions"]) == n_releases
+            and meta.get("also", []) == list(also))
+
+
 def build(dest: Path, *, plant: str = "gain", at: str = "0.1.5", n_releases: int = 9,
           also: tuple[str, ...] = ()) -> dict:
     """Build the repo, wheels and index under `dest` (idempotent: reuses a complete earlier build).
-    `also`: more plants, each "KIND@VERSION" (KIND in ALSO), in the second commit of that release."""
-    meta_path = dest / "releases.json"
-    if meta_path.is_file():
-        meta = json.loads(meta_path.read_text())
-        if (meta.get("plant") == plant and meta.get("at") == at and len(meta["versions"]) == n_releases
-                and meta.get("also", []) == list(also)):
-            return meta
-        shutil.rmtree(dest)
+    `also`: more plants, each "KIND@VERSION" (KIND in ALSO), in the second commit of that release.
+    Safe for concurrent callers (processes): one builds into a temporary directory, published by
+    rename under a per-destination lock; the others wait and reuse it (toolkit.build_once)."""
+    try:
+        from toolkit.build_once import build_once
+    except ImportError:  # run from a checkout that has not installed patchbench
+        sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+        from toolkit.build_once import build_once
+
+    dest = Path(dest).resolve()
     versions = [f"0.1.{i}" for i in range(n_releases)]
     extra = dict(reversed(a.split("@", 1)) for a in also)  # version -> kind
     for v, kind in extra.items():
@@ -134,7 +145,15 @@ def build(dest: Path, *, plant: str = "gain", at: str = "0.1.5", n_releases: int
             raise SystemExit(f"--also {kind}@{v}: KIND one of {', '.join(ALSO)}, VERSION another release")
     if at not in versions[1:]:
         raise SystemExit(f"--at must be one of {', '.join(versions[1:])}")
-    repo, dist = dest / "repo", dest / "dist"
+    build_once(dest, lambda tmp: _build_into(tmp, dest, plant, at, versions, extra, also),
+               complete=lambda d: _matches(d / "releases.json", plant, at, n_releases, also))
+    return json.loads((dest / "releases.json").read_text())
+
+
+def _build_into(tmp: Path, dest: Path, plant: str, at: str, versions: list[str], extra: dict,
+                also: tuple[str, ...]) -> None:
+    """The whole build in `tmp` (published later as `dest`: releases.json names `dest`'s paths)."""
+    repo, dist = tmp / "repo", tmp / "dist"
     _CLOCK[0] = 0
     shutil.copytree(MINI, repo, ignore=shutil.ignore_patterns("__pycache__", "build", "*.egg-info"))
     dist.mkdir(parents=True)
@@ -159,11 +178,11 @@ def build(dest: Path, *, plant: str = "gain", at: str = "0.1.5", n_releases: int
         _commit(repo, f"release {v}")
         _git(repo, "tag", f"v{v}")
     wheels = [_wheel(repo, f"v{v}", dist) for v in versions]
-    _index_page(dest / "index", wheels)
+    _index_page(tmp / "index", wheels)  # relative links: they hold after the rename
     meta = {"versions": versions, "tags": [f"v{v}" for v in versions], "plant": plant, "at": at,
-            "planted_commit": planted_commit, "also": list(also), "planted": planted, "repo": str(repo), "index": str(dest / "index")}
-    meta_path.write_text(json.dumps(meta, indent=2) + "\n")
-    return meta
+            "planted_commit": planted_commit, "also": list(also), "planted": planted,
+            "repo": str(dest / "repo"), "index": str(dest / "index")}
+    (tmp / "releases.json").write_text(json.dumps(meta, indent=2) + "\n")  # last: marks it complete
 
 
 def main() -> int:

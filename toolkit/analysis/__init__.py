@@ -8,6 +8,9 @@
     variants    recipe variants measured through the pipeline, reusing runs of the same identity
     efficiency  results against the roofline
     stats       Mann-Whitney U, CIs of ratios, verdicts, the verdict legend (pure)
+    sequential  verdicts valid under repeated looks (confidence sequence of the ratio; pure)
+    sequential_runs  `run --sequential`: launch rounds until every pair's verdict is settled
+    launch_cost GPU minutes of launches, and of the fixed design (pure)
     provenance  what else differed between two runs' envs, toolchains and resolved configs (pure)
 
 `attribute` and `bisect` are pure (values and callbacks in, dataclasses out) so that the caller

@@ -146,7 +146,7 @@ def render_compare(rows: Sequence[CompareRow], *, title: str | None = None,
     `where` ((recipe, metric) -> where it was measured, toolkit.analysis.where) goes beside a value;
     with `quality` ({variant: {point: QualityVerdict}}, toolkit.analysis.quality_runs) the answers'
     verdict beside the speed verdict ("faster, answers changed" is never styled as a win)."""
-    from toolkit.analysis.quality import combined, is_plain_win
+    from toolkit.analysis.answers_verdict import combined, is_plain_win
 
     where = where or {}
 
@@ -179,16 +179,20 @@ def render_compare(rows: Sequence[CompareRow], *, title: str | None = None,
     return table
 
 
+NOT_CHECKED = "answers not checked at this point"
+
+
 def _answers_at(per: dict, point: int):
     """The answers' verdict at `point`; at a point the check did not run, a changed or broken verdict
-    of another point (named), so a gain elsewhere is not shown as a plain win either."""
+    of another point (named), so a gain elsewhere is not shown as a plain win either, else (when the
+    check ran at other points) NOT_CHECKED: such a point never reads as a checked one."""
     import dataclasses
 
     if point in per:
         return per[point]
     bad = [q for q in per.values() if q.verdict in ("broken output", "answers changed")]
     if not bad:
-        return None
+        return NOT_CHECKED if per else None
     worst = min(bad, key=lambda q: q.verdict != "broken output")
     return dataclasses.replace(worst, verdict=f"{worst.verdict} (at c={worst.point})")
 
@@ -196,6 +200,8 @@ def _answers_at(per: dict, point: int):
 def _verdict_text(r: CompareRow, q, combined, is_plain_win) -> Text:
     if q is None:
         return Text(r.verdict, style=_VERDICT_STYLE.get(r.verdict, ""))
+    if q == NOT_CHECKED:
+        return Text(f"{r.verdict}, {q}", style="yellow" if r.verdict == stats.FASTER else _VERDICT_STYLE.get(r.verdict, ""))
     style = _VERDICT_STYLE.get(r.verdict, "")
     if r.verdict == stats.FASTER and not is_plain_win(r.verdict, q):
         style = "bold red" if q.verdict.startswith("broken output") else "bold yellow"

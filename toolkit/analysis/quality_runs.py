@@ -1,5 +1,5 @@
 """The quality verdicts of a selection: stored answers (each run's `quality.json`, written by
-toolkit.run.quality) -> toolkit.analysis.quality.judge per variant and point. Reads files; the runs
+toolkit.run.quality) -> toolkit.analysis.answers_verdict.judge per variant and point. Reads files; the runs
 are the ones toolkit.analysis.selection chose (the baseline of the selection is the reference).
 
 `verdicts(sel)` -> {variant: {point: QualityVerdict}} (empty when no run of the variant ran the
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from toolkit.analysis.quality import FAILED, Launch, QualityVerdict, judge
+from toolkit.analysis.answers_verdict import FAILED, Launch, QualityVerdict, floor, judge
 from toolkit.results.records import RunRow
 
 
@@ -93,23 +93,16 @@ def verdicts(sel, *, alpha: float = 0.05) -> dict[str, dict[int, QualityVerdict]
 
 
 def self_verdict(runs: Sequence[RunRow], *, alpha: float = 0.05) -> dict[int, QualityVerdict]:
-    """A recipe against itself: with two launches that answered, both are the reference and the
-    candidate (the verdict is its floor: "same answers", and on how many prompts its launches differ);
-    with three or more, its newest launch against the others (a real test of reproducibility)."""
-    import dataclasses
-
-    from toolkit.analysis.quality import SAME
-
+    """A recipe against itself. With three or more launches that answered: its newest launch against
+    the others (launches it did not pick as its reference: a real test of reproducibility). With two:
+    their floor (on how many prompts they differ), and "too few launches" for a self-check, never a
+    "same answers" that judging them against themselves would give by construction."""
     sources = answered(runs)
     if len(sources) < 2:
         return {}
-    ref, cand = (sources[:-1], sources[-1:]) if len(sources) > 2 else (sources, sources)
-    out = _judge(_launches(ref, sane_only=True), _launches(cand, sane_only=False), runs, alpha)
     if len(sources) > 2:
-        return out
-    return {p: dataclasses.replace(q, text=f"{SAME}: its own 2 launches differ on {q.varies} of {q.n} prompts "
-                                   "(the floor a candidate is judged against)") if q.verdict == SAME else q
-            for p, q in out.items()}
+        return _judge(_launches(sources[:-1], sane_only=True), _launches(sources[-1:], sane_only=False), runs, alpha)
+    return {p: floor(p, pair) for p, pair in sorted(_launches(sources, sane_only=False).items())}
 
 
 def reference_floor(sel, *, alpha: float = 0.05) -> dict[str, dict[int, QualityVerdict]]:
@@ -182,7 +175,7 @@ def _eval(run: RunRow) -> dict | None:
 
 def gate_verdicts(sel) -> dict:
     """{variant: GateVerdict} for variants whose newest run ran the gate tier (thresholds from its recipe)."""
-    from toolkit.analysis.gate import judge as judge_gate
+    from toolkit.analysis.gate_verdict import judge as judge_gate
 
     base = sel.recipes[0]
     ref = next((e for e in map(_eval, reversed(sel.runs[base])) if e), None)

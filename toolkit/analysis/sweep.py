@@ -7,8 +7,10 @@
    job per chunk), reusing what the store already holds: ok, verified runs of the same recipe name
    and benchmark (bench key) count toward the repeats, so an interrupted sweep resumes.
 3. **SLA search** (`bounds`): per variant, bisection over the concurrency range (toolkit/analysis/
-   sla.py), one point per variant per round, each round one interleaved `runner` call; a point is
-   the variant with `benchmark.concurrency = [c]`, its runs stored under the variant's own name.
+   sla.py: the highest concurrency meeting ceilings such as `itl_ms_p99<=50`, the lowest meeting
+   floors such as `output_tok_s>=500`), one point per variant per round, each round one interleaved
+   `runner` call; a point is the variant with `benchmark.concurrency = [c]`, its runs stored under
+   the variant's own name, each bound judged there with its runs' spread (`sla.judge`).
 
 Effects: runs stored through the pipeline; nothing else written.
 """
@@ -24,7 +26,7 @@ from typing import Callable, Sequence
 from rich.console import Console
 from rich.markup import escape
 
-from toolkit.analysis.sla import Bisection, Bound
+from toolkit.analysis.sla import Bound, Search, judge, load_breaks
 from toolkit.analysis.selection import values_at
 from toolkit.errors import BadInput, PatchbenchError
 from toolkit.recipe.load import Recipe, expand_recipe
@@ -45,8 +47,9 @@ class Outcome:
     failed: str | None = None
     runs: list[str] = field(default_factory=list)  # ok runs that count (reused + new)
     reused: int = 0
-    search: Bisection | None = None
+    search: Search | None = None
     at_best: dict = field(default_factory=dict)  # metric -> {"mean", "ci": [lo, hi], "n"}
+    breaks: list[str] = field(default_factory=list)  # where a bound's metric moved against its direction
     points: dict = field(default_factory=dict)  # concurrency -> [run ids] (SLA search)
 
 
@@ -158,10 +161,10 @@ def mean_ci(xs: Sequence[float], confidence: float = 0.95) -> tuple[float, float
 
 def sla_search(store: Store, outcomes: Sequence[Outcome], bounds: Sequence[Bound], *, lo: int, hi: int,
                repeats: int | None, runner: Runner, console: Console) -> None:
-    """Bisect each measurable outcome's concurrency range in rounds (see the module docstring)."""
+    """Search each measurable outcome's concurrency range in rounds (see the module docstring)."""
     active = [o for o in outcomes if o.recipe is not None and not o.pruned and not o.failed]
     for o in active:
-        o.search = Bisection(lo, hi)
+        o.search = Search(lo, hi, tuple(bounds))
     rnd = 0
     while True:
         asks = [(o, c) for o in active if o.search and not o.failed and (c := o.search.next_point()) is not None]
@@ -178,13 +181,16 @@ def sla_search(store: Store, outcomes: Sequence[Outcome], bounds: Sequence[Bound
             if not runs:
                 o.failed = failed.get(o.name, f"no ok run at concurrency {c}")
                 continue
-            means = {b.metric: mean_ci(values(store, runs, b.metric, c))[0] for b in bounds}
-            ok = all(not math.isnan(means[b.metric]) and b.holds(means[b.metric]) for b in bounds)
-            o.search.feed(c, ok)
+            o.search.feed(c, [judge(b, values(store, runs, b.metric, c)) for b in bounds])
     for o in active:
-        if o.search and o.search.best is not None:
-            best = o.search.best
-            o.runs = o.points.get(best, [])
-            for name in dict.fromkeys([*(b.metric for b in bounds), "output_tok_s"]):
-                m, l, h = mean_ci(values(store, o.runs, name, best))
-                o.at_best[name] = {"mean": m, "ci": [l, h], "n": len(o.runs)}
+        if o.search is None:
+            continue
+        for metric in dict.fromkeys(b.metric for b in bounds):
+            o.breaks += load_breaks({c: values(store, runs, metric, c) for c, runs in o.points.items()}, metric)
+        best = o.search.best
+        if best is None:
+            continue
+        o.runs = o.points.get(best, [])
+        for name in dict.fromkeys([*(b.metric for b in bounds), "output_tok_s"]):
+            m, l, h = mean_ci(values(store, o.runs, name, best))
+            o.at_best[name] = {"mean": m, "ci": [l, h], "n": len(o.runs)}

@@ -3,10 +3,13 @@ configuration, the Pareto points and the JSON document (`patchbench sweep --json
 
 Ranking: a plain sweep ranks by `metric` at `point` (direction from the metric registry), and the
 verdict compares a variant's per-run values with the default configuration's (the unexpanded
-recipe) at that point. An SLA search ranks by the highest concurrency meeting every bound, then by
-output tok/s there, and the verdict compares output tok/s under the SLA: the variant's at its
-highest concurrency against the default's at the default's (what each serves at the latency
-target). Verdicts: toolkit/analysis/stats.py; "-" where the default has no runs to compare.
+recipe) at that point. An SLA search ranks by the concurrency it reports (toolkit/analysis/sla.py:
+the highest meeting every bound when a ceiling such as itl_ms_p99<=50 is among them, highest first;
+with floors only, such as output_tok_s>=500, the lowest, lowest first), then by output tok/s there,
+and the verdict compares output tok/s under the SLA: the variant's at its reported concurrency
+against the default's at the default's. Each bound's verdict there states the runs' spread
+("passes", "at the bound", sla.judge). Verdicts: toolkit/analysis/stats.py; "-" where the default
+has no runs to compare.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from toolkit.analysis import pareto, quality_runs, stats
-from toolkit.analysis.sla import Bound, max_points
+from toolkit.analysis.sla import FLOOR, Bound
 from toolkit.analysis.sweep import Outcome, mean_ci, values
 from toolkit.results.store import Store
 from toolkit.run import metrics
@@ -99,10 +102,28 @@ def rows(store: Store, outcomes: Sequence[Outcome], metric: str, *, sla: Sequenc
         out.append(Row(o.name, at, m, (lo, hi), len(xs), verdict, change))
     sign = -1 if hib is not False else 1
     if sla:
-        out.sort(key=lambda r: (math.isnan(r.mean), -(r.point or 0), sign * (r.mean if not math.isnan(r.mean) else 0)))
+        up = -1 if not floors_only(sla) else 1  # the highest concurrency first, with floors only the lowest
+        out.sort(key=lambda r: (math.isnan(r.mean), up * (r.point or 0), sign * (r.mean if not math.isnan(r.mean) else 0)))
     else:
         out.sort(key=lambda r: (math.isnan(r.mean), sign * (r.mean if not math.isnan(r.mean) else 0)))
     return out
+
+
+def floors_only(sla: Sequence[Bound]) -> bool:
+    return bool(sla) and all(b.kind == FLOOR for b in sla)
+
+
+def limit_header(sla: Sequence[Bound]) -> str:
+    kinds = {b.kind for b in sla}
+    return "min concurrency" if kinds == {FLOOR} else "concurrencies" if len(kinds) == 2 else "max concurrency"
+
+
+def limit_cell(o: Outcome) -> str:
+    s = o.search
+    rng = s.passing if s else None
+    if rng is None:
+        return "-"
+    return f"{rng[0]}..{rng[1]}" if s.kind == "both" else str(s.best)
 
 
 def pareto_points(store: Store, outcomes: Sequence[Outcome]) -> list[pareto.Point]:
@@ -117,13 +138,6 @@ def pareto_points(store: Store, outcomes: Sequence[Outcome]) -> list[pareto.Poin
     return pts
 
 
-def _ci_text(entry: dict | None) -> str:
-    if not entry:
-        return "-"
-    lo, hi = entry["ci"]
-    return f"{stats.format_value(entry['mean'])} [{stats.format_value(lo)}, {stats.format_value(hi)}]"
-
-
 def render(table_rows: Sequence[Row], metric: str, outcomes: Sequence[Outcome], *, sla: Sequence[Bound] = (),
            dominated: Sequence[str] = (), title: str = "") -> Table:
     unit = metrics.unit_of(metric)
@@ -131,10 +145,10 @@ def render(table_rows: Sequence[Row], metric: str, outcomes: Sequence[Outcome], 
     t.add_column("#", justify="right")
     t.add_column("variant", overflow="fold")
     if sla:
-        t.add_column("max concurrency", justify="right")
+        t.add_column(limit_header(sla), justify="right")
         t.add_column("points", justify="right")
-        for b in dict.fromkeys(b.metric for b in sla):
-            t.add_column(f"{b} there [95% CI]", justify="right")
+        for b in sla:
+            t.add_column(f"{b} there", overflow="fold")
     else:
         t.add_column("at", justify="right")
     t.add_column(f"{metric} ({unit}) [95% CI]", justify="right")
@@ -147,29 +161,41 @@ def render(table_rows: Sequence[Row], metric: str, outcomes: Sequence[Outcome], 
         if sla:
             o = by_name[r.name]
             s = o.search
-            at = [_ci_text(o.at_best.get(m)) for m in dict.fromkeys(b.metric for b in sla)]
-            t.add_row(str(i), name, str(r.point), f"{len(s.measured)}/{max_points(s.lo, s.hi)}", *at, cell, verdict)
+            there = [v.text for v in s.verdicts.get(r.point, ())]
+            t.add_row(str(i), name, limit_cell(o), f"{len(s.measured)}/{s.max_points}", *there, cell, verdict)
         else:
             t.add_row(str(i), name, str(r.point), cell, verdict)
     return t
 
 
+def _sla_doc(o: Outcome) -> dict:
+    s = o.search
+    rng = s.passing
+    return {"kind": s.kind, "limit": s.best, "passing": list(rng) if rng else None,
+            "max_concurrency": rng[1] if rng and s.kind != FLOOR else None,
+            "min_concurrency": rng[0] if rng and s.kind != "ceiling" else None,
+            "fails_at_lowest": bool(s.ceiling and s.ceiling.never_passes), "none": s.why_none(),
+            "range": [s.lo, s.hi], "measured": [list(m) for m in s.measured], "bound_points": s.max_points,
+            "at_max": o.at_best, "verdicts": [v.to_dict() for v in s.verdicts.get(s.best, ())] if s.best else [],
+            "breaks": o.breaks}
+
+
 def document(table_rows: Sequence[Row], outcomes: Sequence[Outcome], points: Sequence[pareto.Point], *,
-             recipe: str, metric: str, sla: Sequence[Bound] = ()) -> dict:
-    """The JSON form (docs/JSON.md, `sweep`)."""
+             recipe: str, metric: str, sla: Sequence[Bound] = (), repeats: int | None = None) -> dict:
+    """The JSON form (docs/JSON.md, `sweep`); `repeats`: the runs per SLA point (for the legend)."""
+    from toolkit.analysis.sla import legend
+
     front = {(p.variant, p.concurrency) for p in pareto.front(points)}
     return {
         "recipe": recipe,
         "metric": metric,
         "sla": [str(b) for b in sla],
+        "sla_legend": legend(repeats) if sla and repeats else None,
         "ranked": [{"variant": r.name, "point": r.point, "mean": r.mean, "ci": list(r.ci), "n": r.n,
                     "verdict": r.verdict, "change_pct": r.change_pct} for r in table_rows],
         "variants": [{
             "variant": o.name, "pruned": o.pruned, "failed": o.failed, "runs": o.runs, "reused": o.reused,
-            "sla": None if o.search is None else {
-                "max_concurrency": o.search.best, "fails_at_lowest": o.search.fails_at_lo,
-                "range": [o.search.lo, o.search.hi], "measured": [list(m) for m in o.search.measured],
-                "bound_points": max_points(o.search.lo, o.search.hi), "at_max": o.at_best},
+            "sla": None if o.search is None else _sla_doc(o),
         } for o in outcomes],
         "pareto": [{"variant": p.variant, "concurrency": p.concurrency, "tok_s_per_user": p.per_user,
                     "tok_s_per_gpu": p.per_gpu, "on_front": (p.variant, p.concurrency) in front} for p in points],

@@ -7,7 +7,11 @@ in `VariantMeter.skipped`), as `git bisect run`'s exit 125. Runs already stored 
 when they have the run identity this variant's run would have (toolkit/results/identity.py: env
 key, server arguments and env, model, target, benchmark, GPUs) and `toolkit.analysis.selection`
 counts them (verified benchmark runs with samples, measured here: never imported), one value per
-run, so a bisect can be resumed or replayed without measuring again. A variant that is the whole
+run, so a bisect can be resumed or replayed without measuring again. A new run gives a value under
+the same rule (`VariantMeter.rule`), so a replay decides as the first measurement did: a run stored
+`invalid` for missing activation evidence counts in neither (in both with `missing_evidence`); one
+stored `invalid` for broken output counts in both, its answers verdict ("broken output") printed
+beside its value by attribute and bisect. A variant that is the whole
 stack is the recipe itself: its runs are stored under the recipe's own name.
 """
 
@@ -89,6 +93,7 @@ class VariantMeter:
     skipped: dict = field(default_factory=dict)  # label -> why it has no values
     _gpu_key: str | None = None
     log: list = field(default_factory=list)  # (label, run identity, values, run ids) for the report
+    missing_evidence: bool = False  # runs stored invalid for missing activation evidence count too
 
     @property
     def point(self) -> int:
@@ -126,16 +131,25 @@ class VariantMeter:
         """One value per run (`selection.reduce`) of the metric at the point, in run order."""
         return values_at(self.store.samples(run_ids, metric=self.spec.metric), self.spec.metric, self.point, run_ids)
 
-    def cached(self, identity: str) -> list[str]:
-        """Stored runs of this identity that count (oldest first), whatever recipe label they carry."""
+    def rule(self, identity: str) -> Criteria:
+        """Which runs of a variant give values: the same for stored runs and new ones."""
+        return Criteria(identity=identity, prefer_group=False, missing_evidence=self.missing_evidence,
+                        broken_output=True)
+
+    def counting(self, rows: list, identity: str) -> list[str]:
+        """The runs among `rows` that count under `rule(identity)` (oldest first), whatever recipe
+        label they carry."""
         name = self.recipe.name
-        rows = self.store.runs(identity=identity, status="ok")
         try:
-            sel = choose([_as(r, name) for r in rows], [name], Criteria(identity=identity, prefer_group=False),
+            sel = choose([_as(r, name) for r in rows], [name], self.rule(identity),
                          measured=self.store.measured_metrics([r.run_id for r in rows]), metrics=[self.spec.metric])
         except MissingResults:
             return []
         return sel.run_ids(name)
+
+    def cached(self, identity: str) -> list[str]:
+        """Stored runs of this identity that count (oldest first), whatever recipe label they carry."""
+        return self.counting(self.store.runs(identity=identity, status=["ok", "invalid"]), identity)
 
     def _answer_launches(self, label: str) -> int | None:
         """Launches of a variant that ask the output check: every one when the metric is one of its
@@ -168,7 +182,7 @@ class VariantMeter:
             self.runs += 1
             used.add(run_id)
             ids.append(run_id)
-            got = self._values([run_id])
+            got = self._values(self.counting([self.store.get_run(run_id)], key))
             if not got:
                 run = self.store.get_run(run_id)
                 why = f"run {run_id[:8]} {run.status}: {run.error}"

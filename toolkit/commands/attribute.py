@@ -7,7 +7,7 @@ import uuid
 
 from rich.markup import escape
 
-from toolkit.commands.common import console, err, home_of, load, print_json, store_of
+from toolkit.commands.common import console, err, home_of, load, positive_int, print_json, store_of
 from toolkit.executors.config import add_executor_arguments
 
 HELP = "what each patch of a recipe's stack buys: prefix chain (and leave-one-out) with CIs and verdicts"
@@ -20,9 +20,12 @@ def add_arguments(parser) -> None:
     parser.add_argument("recipe", metavar="RECIPE")
     parser.add_argument("--metric", default="output_tok_s", metavar="NAME[@POINT]",
                         help=f"default output_tok_s at the first point. Known: {metrics.help_text()}")
-    parser.add_argument("--repeats", type=int, default=None, help="values per prefix (default: the recipe's repeats)")
+    parser.add_argument("--repeats", type=positive_int, default=None, help="values per prefix (default: the recipe's repeats)")
     parser.add_argument("--leave-one-out", action="store_true", help="also measure the stack minus each patch")
     add_min_effect_argument(parser)
+    parser.add_argument("--missing-evidence", action="store_true",
+                        help="also count runs stored invalid because a patch's activation evidence was missing "
+                             "(in the first measurement and in every replay alike)")
     parser.add_argument("--json", action="store_true")
     add_executor_arguments(parser)
 
@@ -63,12 +66,14 @@ def run(args) -> int:
     if not stack:
         raise BadInput(f"recipe {recipe.name} has no patches to attribute")
     require_gpu_if_needed(recipe, args)
-    meter = VariantMeter(recipe, home_of(args), store_of(args), spec, err, group_id=uuid.uuid4().hex[:12])
+    meter = VariantMeter(recipe, home_of(args), store_of(args), spec, err, group_id=uuid.uuid4().hex[:12],
+                         missing_evidence=args.missing_evidence)
     if args.executor == "slurm":  # each variant one Slurm job
         from toolkit.executors.config import cluster_config
         from toolkit.executors.slurm_variants import SlurmVariantMeter
 
         meter = SlurmVariantMeter(recipe, meter.home, meter.store, spec, err, group_id=meter.group_id,
+                                  missing_evidence=args.missing_evidence,
                                   cfg=cluster_config(args, meter.home), command="attribute")
     repeats = args.repeats or recipe.benchmark.repeats
     names = [patch_label(recipe, p) for _, p in stack]
@@ -94,7 +99,7 @@ def run(args) -> int:
     result = attribute(prefix_values, higher_is_better=info.higher_is_better, names=names,
                        leave_one_out=loo or None, unit=info.unit, skipped=skipped or None,
                        min_effect=args.min_effect)
-    from toolkit.analysis import quality, quality_runs
+    from toolkit.analysis import answers_verdict, quality_runs
 
     answers = quality_runs.meter_verdicts(meter.store, meter.log, names)
     if args.json:
@@ -112,7 +117,7 @@ def run(args) -> int:
     for line in quality_runs.lines(answers):
         console.print(f"answers: {line}", markup=False, highlight=False)
     if answers:
-        console.print(f"[dim]{quality.legend()}[/]")
+        console.print(f"[dim]{answers_verdict.legend()}[/]")
     print_runs_used(meter)
     console.print(f"{meter.builds} variant(s) prepared, {meter.runs} new run(s); cached values reused per env key")
     return 0

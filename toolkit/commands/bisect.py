@@ -18,7 +18,7 @@ from __future__ import annotations
 import shlex
 import uuid
 
-from toolkit.commands.common import console, err, home_of, load, print_json, store_of
+from toolkit.commands.common import console, err, home_of, load, positive_int, print_json, store_of
 from toolkit.executors.config import add_executor_arguments
 from toolkit.errors import plural
 
@@ -40,8 +40,8 @@ def add_arguments(parser) -> None:
                              "gain) or the base (every item against the start: small losses add up)")
     parser.add_argument("--direction", choices=("worse", "better"), default="worse",
                         help="look for the change that made the metric worse (a regression, default) or better (a gain)")
-    parser.add_argument("--repeats", type=int, default=3, help="initial values per step")
-    parser.add_argument("--max-repeats", type=int, default=8, help="bound on values per step when undecided")
+    parser.add_argument("--repeats", type=positive_int, default=3, help="initial values per step")
+    parser.add_argument("--max-repeats", type=positive_int, default=8, help="bound on values per step when undecided")
     parser.add_argument("--source", help="bisect releases (PyPI source) or commits (git source) of this source")
     parser.add_argument("--good", help="with --source: a known-good release or revision")
     parser.add_argument("--bad", help="with --source: a known-bad release or revision")
@@ -50,6 +50,9 @@ def add_arguments(parser) -> None:
                         help="release bisect: a git repository of the same project; continue into its commits")
     parser.add_argument("--tag-format", default="v{version}", help="release -> git tag (default v{version})")
     parser.add_argument("--until", choices=("check",), help="stop after validating and building the first probe")
+    parser.add_argument("--missing-evidence", action="store_true",
+                        help="also count runs stored invalid because a patch's activation evidence was missing "
+                             "(in the first measurement and in every replay alike)")
     parser.add_argument("--json", action="store_true")
     add_executor_arguments(parser)
 
@@ -81,7 +84,8 @@ def run(args) -> int:
     spec = metrics.parse_spec(args.metric)  # before anything is built or launched
     recipe = load(args.recipe)
     home = home_of(args)
-    meter = VariantMeter(recipe, home, store_of(args), spec, err, group_id=uuid.uuid4().hex[:12])
+    meter = VariantMeter(recipe, home, store_of(args), spec, err, group_id=uuid.uuid4().hex[:12],
+                         missing_evidence=args.missing_evidence)
     if args.executor == "slurm":  # each probe one Slurm job
         meter = _slurm_meter(recipe, home, meter, spec, args)
     kw = dict(higher_is_better=spec.info.higher_is_better, threshold_pct=args.threshold, initial_repeats=max(2, args.repeats),
@@ -92,6 +96,8 @@ def run(args) -> int:
         repro += ["--direction", args.direction]
     if args.reference != "neighbour":
         repro += ["--reference", args.reference]
+    if args.missing_evidence:
+        repro += ["--missing-evidence"]
     commit_phase = None
     if args.source:
         source = recipe.sources.get(args.source)
@@ -147,7 +153,8 @@ def run(args) -> int:
         base = git_variant(recipe, args.source, args.git, good_tag, home)
         commits = upstream_commits(base, args.source, good_tag, bad_tag, home)
         err.print(f"release {commit_phase[1]} named; bisecting its {len(commits) - 1} commits ({good_tag}..{bad_tag})")
-        commit_meter = VariantMeter(base, home, meter.store, spec, err, group_id=meter.group_id)
+        commit_meter = VariantMeter(base, home, meter.store, spec, err, group_id=meter.group_id,
+                                    missing_evidence=args.missing_evidence)
         if args.executor == "slurm":
             commit_meter = _slurm_meter(base, home, commit_meter, spec, args)
         commit_result = _bisect_commits(commit_meter, base, args.source, commits, f"{good_tag}..{bad_tag}", kw)
@@ -183,6 +190,7 @@ def _slurm_meter(recipe, home, meter, spec, args):
     from toolkit.executors.slurm_variants import SlurmVariantMeter
 
     return SlurmVariantMeter(recipe, home, meter.store, spec, err, group_id=meter.group_id,
+                             missing_evidence=meter.missing_evidence,
                              cfg=cluster_config(args, home), command="bisect")
 
 

@@ -24,6 +24,19 @@ console = Console(highlight=False, width=_width())
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
+def positive_int(text: str) -> int:
+    """argparse type of a count (repeats, jobs): an integer of at least 1, else a one-line exit 2."""
+    import argparse
+
+    try:
+        value = int(text)
+    except ValueError:
+        value = None
+    if value is None or value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not allowed: give a whole number of at least 1")
+    return value
+
+
 def recipe_arg(parser, many: bool = False) -> None:
     parser.add_argument(
         "recipes" if many else "recipe",

@@ -4,7 +4,7 @@ The runs used are chosen by `toolkit.analysis.selection` and named under the tab
 
 from __future__ import annotations
 
-from toolkit.commands.common import definitions, known_recipes, console, err, home_of, load, print_json, store_of
+from toolkit.commands.common import definitions, known_recipes, console, err, home_of, load, positive_int, print_json, store_of
 
 HELP = "compare stored results of recipes against the first (ratio, 95% CI, Mann-Whitney verdict)"
 
@@ -15,7 +15,7 @@ def add_arguments(parser) -> None:
 
     parser.add_argument("recipes", nargs="+", metavar="RECIPE", help="baseline first, then the variants")
     parser.add_argument("--run", action="store_true", help="measure recipes without results first (interleaved)")
-    parser.add_argument("--repeats", type=int, default=None, help="with --run: server launches per recipe")
+    parser.add_argument("--repeats", type=positive_int, default=None, help="with --run: server launches per recipe")
     parser.add_argument("--metric", action="append", default=None, metavar="NAME[@POINT]",
                         help=f"metrics (default: {', '.join(metrics.default_names())}). Known: {metrics.help_text()}")
     parser.add_argument("--point", type=int, action="append", default=None, help="only these batch sizes / concurrencies")
@@ -63,6 +63,26 @@ def efficiency_lines(store, sel) -> list[str]:
     return lines
 
 
+def same_twice(refs) -> None:
+    """BadInput when one recipe is named twice (by name or by path): its runs against themselves
+    would read "no difference" by construction."""
+    from toolkit.errors import BadInput, PatchbenchError
+    from toolkit.recipe.load import load_recipe
+
+    seen: dict[str, str] = {}
+    for ref in refs:
+        try:
+            name = load_recipe(ref).name
+        except PatchbenchError:
+            name = ref  # not a file: a recipe known by its stored runs (checked later)
+        if name in seen:
+            given = f"`{seen[name]}` and `{ref}`" if seen[name] != ref else f"`{ref}` twice"
+            raise BadInput(f"compare got {given}: both are recipe {name}, and a recipe compared with itself is the "
+                           "same runs on both sides", hint=f"compare it with another recipe; its run-to-run spread is in "
+                           f"`patchbench report {name}`")
+        seen[name] = ref
+
+
 def run(args) -> int:
     from toolkit.run import metrics
     from toolkit.analysis import stats
@@ -74,6 +94,7 @@ def run(args) -> int:
 
     if len(args.recipes) < 2:
         raise BadInput("compare needs a baseline and at least one variant")
+    same_twice(args.recipes)
     specs = None if args.all_metrics else metrics.parse_specs(args.metric or metrics.default_names())
     if args.kernels_table:  # per-shape kernel tables live in toolkit.kernels
         from toolkit.kernels.compare import compare_recipes
@@ -120,7 +141,7 @@ def run(args) -> int:
                        else f"{sel.recipes[0]} measured: {', '.join(measured) or 'nothing'}")
     diffs = explain_differences(sel)
     legend = stats.verdict_legend(min_effect=args.min_effect)
-    from toolkit.analysis import quality, quality_runs
+    from toolkit.analysis import answers_verdict, quality_runs
 
     answers = quality_runs.verdicts(sel)
     floor = quality_runs.reference_floor(sel)
@@ -145,10 +166,13 @@ def run(args) -> int:
     console.print(f"[dim]{legend}[/]")
     for line in quality_runs.lines({**{f"{name} (against itself)": per for name, per in floor.items()}, **answers}):
         console.print(f"answers: {escape(line)}", highlight=False)
-    for name, gate in quality_runs.gate_verdicts(sel).items():
+    gates = quality_runs.gate_verdicts(sel)
+    for name, gate in gates.items():
         console.print(f"gate: {escape(name)}: {escape(gate.text)}", highlight=False)
+    for rule in dict.fromkeys(g.rule for g in gates.values() if g.rule):
+        console.print(f"[dim]{escape(rule)}[/]")
     if any(answers.values()) or floor:
-        console.print(f"[dim]{quality.legend()}[/]")
+        console.print(f"[dim]{answers_verdict.legend()}[/]")
     for line in sel.describe():
         console.print(f"[dim]runs used:[/] {escape(line)}", highlight=False)
     for line in sel.notes:

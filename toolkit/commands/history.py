@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import uuid
 
-from toolkit.commands.common import console, err, home_of, load, print_json, store_of
+from toolkit.commands.common import console, err, home_of, load, positive_int, print_json, store_of
 
 HELP = "the tracked metric in upstream order, its change points (Apache Otava) and the commits that caused them"
 
@@ -32,8 +32,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--git", metavar="URL|PATH", help="release history: the project's git repository")
     parser.add_argument("--tag-format", default="v{version}", help="release -> git tag (default v{version})")
     parser.add_argument("--threshold", type=float, help="bisect threshold %% (default: half the change)")
-    parser.add_argument("--repeats", type=int, default=3, help="bisect: initial values per step")
-    parser.add_argument("--max-repeats", type=int, default=8, help="bisect: bound on values per step")
+    parser.add_argument("--repeats", type=positive_int, default=3, help="bisect: initial values per step")
+    parser.add_argument("--max-repeats", type=positive_int, default=8, help="bisect: bound on values per step")
     parser.add_argument("-o", "--output", help="directory for the plot (default HOME/history/RECIPE)")
     parser.add_argument("--json", action="store_true")
 
@@ -53,7 +53,7 @@ def _source(recipe, args) -> str:
 def run(args) -> int:
     from pathlib import Path
 
-    from toolkit.errors import BadInput
+    from toolkit.history import definition
     from toolkit.history.autobisect import bisect_new, key_of, load_state, state_path
     from toolkit.history.otava import NotEnoughHistory, detect
     from toolkit.history.series import load_history
@@ -64,7 +64,8 @@ def run(args) -> int:
     recipe = load(args.recipe)
     source = _source(recipe, args)
     home, store = home_of(args), store_of(args)
-    hist = load_history(store, recipe.name, source, spec, stack=stack_digest(recipe))
+    hist = load_history(store, recipe.name, source, spec, stack=stack_digest(recipe),
+                        now=definition.current(recipe))
     spec = metrics.MetricSpec(spec.metric, hist.point)
     measured = hist.measured
     hib = spec.info.higher_is_better
@@ -111,10 +112,13 @@ def run(args) -> int:
         fig = history_figure(title, f"{spec.metric} ({spec.info.unit})", [e.label for e in hist.entries],
                              [e.value for e in hist.entries], marks)
         plot = write_history_plot(fig, out_dir, f"{source}-{spec.metric}@{spec.point}", title,
-                                  [_line(r) for r in rows] or ([why_none] if why_none else []))
+                                  ([_line(r) for r in rows] or [why_none or "no change points"])
+                                  + hist.older_lines())
     if args.json:
         print_json({"recipe": recipe.name, "source": source, "metric": spec.metric, "point": spec.point,
-                    "gpu_key": hist.gpu_key, "other_gpu_runs": hist.other_gpus, "series": [e.to_dict() for e in hist.entries],
+                    "gpu_key": hist.gpu_key, "other_gpu_runs": hist.other_gpus,
+                    "older_definition": [{"changed": what, "points": labels} for what, labels in hist.older.items()],
+                    "series": [e.to_dict() for e in hist.entries],
                     "change_points": rows, "not_enough_history": why_none,
                     "otava": detection.otava if detection else None,
                     "otava_options": detection.options if detection else None, "plot": plot})
@@ -138,6 +142,8 @@ def _print(hist, rows, why_none, plot, spec) -> None:
     console.print(t)
     if hist.other_gpus:
         console.print(f"{hist.other_gpus} ok run(s) on another GPU kind left out (this series: {hist.gpu_key})")
+    for line in hist.older_lines():
+        console.print(line, markup=False)
     if why_none:
         console.print(why_none)
     elif not rows:

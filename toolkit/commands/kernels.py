@@ -38,6 +38,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("--warmup", type=int, default=10, help="untimed calls first (default 10)")
     parser.add_argument("--flush-mb", type=float, default=None, help="L2 flush buffer in MiB (default: 2x the GPU's L2)")
     parser.add_argument("--device", choices=("cpu", "cuda"), default=None, help="run a test op on this device")
+    parser.add_argument("--no-autotune", action="store_true",
+                        help="FlashInfer's default tactics (sglang 0.5.23 autotunes: the default here too)")
+    parser.add_argument("--no-cuda-graph", action="store_true",
+                        help="time eager calls (the Python wrapper's dispatch included) instead of graph replays")
     parser.add_argument("--frozen", action="store_true", help="refuse drift from the recipe's lock file")
     parser.add_argument("--list", action="store_true", help="show the stored tables of the recipe, measure nothing")
     parser.add_argument("--export", metavar="DIR", default=None,
@@ -79,7 +83,7 @@ def run(args) -> int:
 
     shapes = resolve_shapes(args.shapes, recipe, op, args.m)
     settings = Settings(warmup=args.warmup, iters=args.iters, trials=args.trials, flush_mb=args.flush_mb,
-                        device=args.device)
+                        device=args.device, autotune=not args.no_autotune, cuda_graph=not args.no_cuda_graph)
     result = run_kernels(recipe, op, shapes, home=home, shapes_from=args.shapes, backends=args.backend,
                          settings=settings, frozen=args.frozen, console=err)
     _show(result.records, args.json)

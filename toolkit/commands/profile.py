@@ -8,6 +8,9 @@ HELP = ("profile N decode steps of a recipe's server under a steady load (torch 
         "/start_profile): time per kernel family beside its roofline floor, and the step time vs the ITL")
 
 EPILOG = """\
+Recording starts once all --concurrency requests of the load have their first token (every step is then
+a decode over all of them) and stops by itself after --steps forward steps (sglang's num_steps); a trace
+with fewer decode steps than asked is stored INVALID as "short trace", with the counts.
 The server writes the traces (Chrome JSON, gzipped, one per rank) under runs/<id>/profile/;
 `patchbench results --export json` lists them in the run's log_paths. On a GPU box the env's
 sglang must serve /start_profile (the fields sent are those its ProfileReq has; 0.5.23 takes all of them),

@@ -6,7 +6,7 @@ Several recipes interleave their repeats (A B A B ...) on the same machine. With
 
 from __future__ import annotations
 
-from toolkit.commands.common import console, err, home_of, load, print_json, recipe_arg, store_of
+from toolkit.commands.common import console, err, home_of, load, positive_int, print_json, recipe_arg, store_of
 from toolkit.executors.config import add_executor_arguments
 from toolkit.run.pipeline import STOPS, run_sweep
 
@@ -15,7 +15,7 @@ HELP = "run recipes end to end (apply -> build -> check -> launch -> verify -> b
 
 def add_arguments(parser) -> None:
     recipe_arg(parser, many=True)
-    parser.add_argument("--repeats", type=int, default=None, help="server launches per recipe (default: the recipe's)")
+    parser.add_argument("--repeats", type=positive_int, default=None, help="server launches per recipe (default: the recipe's)")
     parser.add_argument("--until", choices=STOPS, default="store",
                         help="stop after this step on purpose (verify: launch and check /server_info, no benchmark)")
     parser.add_argument("--frozen", action="store_true", help="refuse drift from the recipes' lock files")
@@ -25,6 +25,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--strict-check", action="store_true",
                         help="a static check that could not resolve sglang's defaults stops the recipe (exit 2), "
                              "as `[target] strict = true` does")
+    add_sequential_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print the run ids as JSON")
     add_executor_arguments(parser)
 
@@ -44,8 +45,12 @@ def run(args) -> int:
         result = run_on_slurm(recipes, home=home, store=store, cfg=cluster_config(args, home), repeats=args.repeats,
                               until=args.until, frozen=args.frozen, console=err, strict=args.strict_check)
     else:
+        design = sequential_design(args, recipes)
         result = run_sweep(recipes, home=home, store=store, repeats=args.repeats, until=args.until,
-                           frozen=args.frozen, console=err, strict=args.strict_check)
+                           frozen=args.frozen, console=err, strict=args.strict_check,
+                           measure=sequential_measure(design) if design else None)
+        if design and "sequential" in result:
+            print_sequential(result, design, store, recipes, quiet=args.json)
     if args.json:
         print_json(result)
     elif result["runs"]:
@@ -70,3 +75,72 @@ def run(args) -> int:
     statuses = {r.status for r in store.runs(run_ids=[rid for _, rid in result["runs"]])}
     return 0 if statuses <= {"ok"} else 1
 
+
+
+# -- sequential verdicts (issue 30): without --repeats, several recipes launch until settled --------
+
+# Without --repeats, several recipes measure sequentially only when asked (--sequential, --min/--max-repeats):
+# making it the default means giving the suite's multi-recipe `run` calls their `--repeats N`.
+SEQUENTIAL_BY_DEFAULT = False
+
+
+def add_sequential_arguments(parser) -> None:
+    from toolkit.analysis import sequential as seq
+
+    parser.add_argument("--sequential", action="store_true",
+                        help="several recipes: launch in rounds until every pair's sequential verdict (the first "
+                             "recipe against each other, at every point) is settled (also implied by "
+                             "--min-repeats/--max-repeats)")
+    parser.add_argument("--min-repeats", type=int, default=None, metavar="N",
+                        help=f"launches each before the first sequential verdict (default {seq.DEFAULT_MIN_REPEATS})")
+    parser.add_argument("--max-repeats", type=int, default=None, metavar="N",
+                        help=f"launches each at most while a pair is not settled (default {seq.DEFAULT_MAX_REPEATS})")
+    parser.add_argument("--min-effect", type=float, default=None, metavar="FRACTION",
+                        help="the sequential verdict's indifference zone (default: the reference's "
+                             "`[benchmark] min_effect`, 0.02)")
+
+
+def sequential_design(args, recipes):
+    """The sequential design when it applies (several recipes, no --repeats, measuring, local)."""
+    from toolkit.analysis import sequential as seq
+    from toolkit.errors import BadInput
+
+    asked = SEQUENTIAL_BY_DEFAULT or args.sequential or args.min_repeats is not None or args.max_repeats is not None
+    if not asked or args.repeats is not None or len(recipes) < 2 or args.until != "store" or args.executor == "slurm":
+        return None
+    m = args.min_effect if args.min_effect is not None else recipes[0].benchmark.min_effect
+    try:
+        return seq.Design(min_effect=m, min_repeats=args.min_repeats or seq.DEFAULT_MIN_REPEATS,
+                          max_repeats=args.max_repeats or seq.DEFAULT_MAX_REPEATS)
+    except ValueError as exc:
+        raise BadInput(f"--min-repeats/--max-repeats/--min-effect: {exc}") from None
+
+
+def sequential_measure(design):
+    from toolkit.analysis.sequential_runs import measure_until_settled
+
+    def measure(prepared, *, result, **kw):
+        if len(prepared) < 2:  # one recipe left after the others failed to prepare: nothing to compare
+            from toolkit.run.pipeline import run_once
+
+            for rep in range(prepared[0].recipe.benchmark.repeats if prepared else 0):
+                result["runs"].append((prepared[0].name, run_once(prepared[0], repeat=rep, **kw)))
+            return
+        result["sequential"] = [v.to_dict() for v in measure_until_settled(prepared, design=design, result=result, **kw)]
+    return measure
+
+
+def print_sequential(result, design, store, recipes, *, quiet: bool) -> None:
+    from toolkit.analysis import launch_cost, sequential as seq
+
+    result["sequential_legend"] = seq.legend(design)
+    used = [rid for ids in result.get("used", {}).values() for rid in ids]
+    result["cost"] = launch_cost.cost(store.runs(run_ids=[rid for _, rid in result["runs"]]) if result["runs"] else [],
+                                      store.runs(run_ids=used) if used else [], {r.name: r for r in recipes})
+    if quiet:
+        return
+    console.print(launch_cost.describe(result["cost"]), markup=False, highlight=False)
+    for v in result["sequential"]:
+        console.print(f"{v['recipe']} vs {v['reference']}, {v['metric']} @ {v['point']}: {v['text']}", markup=False,
+                  highlight=False)
+    err.print(f"[dim]{seq.legend(design)}[/]")

@@ -9,41 +9,35 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from toolkit.commands.common import console, err, home_of, load, print_json, recipe_arg, store_of
+from toolkit.commands.common import console, err, home_of, load, positive_int, print_json, recipe_arg, store_of
 from toolkit.executors.config import add_executor_arguments
 
 HELP = "sweep a recipe's [matrix] variants: static check, interleaved measurement, SLA search, Pareto front"
 
 
 def add_arguments(parser) -> None:
-    from toolkit.run import metrics
+    from toolkit.analysis.sla import LOAD
 
     recipe_arg(parser)
     parser.add_argument("--sla", action="append", default=[], metavar="METRIC<=VALUE",
-                        help="search each variant's highest concurrency meeting this bound (repeatable; "
-                             "<=, >=, <, >); known metrics: " + ", ".join(metrics.names()))
+                        help="search each variant's concurrency meeting this bound (repeatable; <=, >=, <, >): "
+                             "the highest for a latency ceiling (itl_ms_p99<=50), the lowest for a throughput "
+                             "floor (output_tok_s>=500); metrics measured at every concurrency: " + ", ".join(LOAD))
     parser.add_argument("--range", dest="crange", default=None, metavar="LO:HI",
                         help="SLA search concurrency range (default: the recipe's lowest to highest concurrency)")
     parser.add_argument("--metric", default=None, metavar="NAME[@POINT]",
                         help="rank a plain sweep by this metric (default output_tok_s at the highest concurrency)")
-    parser.add_argument("--repeats", type=int, default=None, help="runs per variant (and per SLA point); default: the recipe's")
+    parser.add_argument("--repeats", type=positive_int, default=None,
+                        help="runs per variant (and per SLA point); default: the recipe's")
     parser.add_argument("--until", choices=("check", "store"), default="store",
                         help="check: stop after the static check of every variant (prints what is pruned)")
-    parser.add_argument("--slurm-jobs", type=_positive, default=4, metavar="N",
+    parser.add_argument("--slurm-jobs", type=positive_int, default=4, metavar="N",
                         help="--executor slurm: spread the variants over at most N jobs (default 4)")
     parser.add_argument("--frozen", action="store_true", help="refuse drift from the recipe's lock file")
     parser.add_argument("-o", "--output", default="./patchbench-sweep", metavar="DIR",
                         help="directory for sweep.md, sweep.html, pareto.png and pareto.svg")
     parser.add_argument("--json", action="store_true", help="print the sweep as JSON (docs/JSON.md)")
     add_executor_arguments(parser)
-
-
-def _positive(text: str) -> int:
-    import argparse
-
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"{text} is not a positive integer")
-    return int(text)
 
 
 def _range(text: str | None, recipe) -> tuple[int, int]:
@@ -56,6 +50,36 @@ def _range(text: str | None, recipe) -> tuple[int, int]:
     if not m or not 1 <= int(m.group(1)) <= int(m.group(2)):
         raise BadInput(f"--range `{text}` is not LO:HI with 1 <= LO <= HI (e.g. 1:128)")
     return int(m.group(1)), int(m.group(2))
+
+
+def _ranking(spec, recipes) -> tuple[str, int]:
+    """The metric and point a plain sweep ranks by, checked before anything is measured: a metric
+    measured at each point of the recipe's benchmark, at a point every configuration measures."""
+    from toolkit.analysis.sla import where_measured
+    from toolkit.errors import BadInput
+
+    default = recipes[0]
+    serving = default.benchmark.driver == "serving"
+    word = "concurrency" if serving else "batch size"
+    points = [set(r.benchmark.concurrency if serving else r.benchmark.batch_sizes) for r in recipes]
+    common = sorted(set.intersection(*points))
+    if spec is None:
+        return "output_tok_s" if serving else "decode_tok_s", max(common or points[0])
+    kind = spec.info.point_kind
+    if kind != ("concurrency" if serving else "batch"):
+        where = (where_measured(spec.metric) if kind is None or serving
+                 else f"by the serving benchmark, not by driver {default.benchmark.driver!r}")
+        raise BadInput(f"--metric {spec}: `{spec.metric}` is measured {where}, so a sweep cannot rank by it",
+                       hint=f"{default.name} uses driver {default.benchmark.driver!r}")
+    if spec.point is None:
+        return spec.metric, max(common or points[0])
+    if spec.point not in common:
+        missing = [r.name for r, p in zip(recipes, points) if spec.point not in p]
+        raise BadInput(f"--metric {spec}: {word} {spec.point} is not measured by "
+                       f"{missing[0] if len(missing) == 1 else f'{len(missing)} of the configurations'}",
+                       hint=f"every configuration measures {word} {', '.join(map(str, common)) or 'none in common'}"
+                            f" (e.g. {spec.metric}@{common[-1] if common else 1})")
+    return spec.metric, spec.point
 
 
 def _runner(args, home, store):
@@ -85,6 +109,7 @@ def run(args) -> int:
         raise BadInput(f"--sla needs the serving benchmark: {recipe.name} uses driver {recipe.benchmark.driver!r}",
                        hint="an SLA search varies the concurrency of a live server")
     recipes = sw.plan(recipe)
+    metric, point = _ranking(spec, recipes) if not bounds else ("output_tok_s", None)
     lo, hi = _range(args.crange, recipe)
     home, store = home_of(args), store_of(args)
     err.print(f"sweep {recipe.name}: the default configuration and {len(recipes) - 1} variant(s); static check first",
@@ -104,33 +129,38 @@ def run(args) -> int:
     runner = _runner(args, home, store)
     if bounds:
         sw.sla_search(store, outcomes, bounds, lo=lo, hi=hi, repeats=args.repeats, runner=runner, console=err)
-        metric, point = "output_tok_s", None  # ranked by what each serves under the SLA
     else:
         have, failed, reused = sw.measure(store, [o.recipe for o in kept], args.repeats, runner, err,
                                           {o.name: o.env_key for o in kept})
         for o in kept:
             o.runs, o.reused = have.get(o.name, []), reused.get(o.name, 0)
             o.failed = None if o.runs else failed.get(o.name, "no ok run")
-            o.points = {c: o.runs for c in o.recipe.benchmark.concurrency}
-        metric = spec.metric if spec else "output_tok_s"
-        point = spec.point if spec and spec.point is not None else max(recipe.benchmark.concurrency)
+            bench = o.recipe.benchmark
+            o.points = {c: o.runs for c in (bench.concurrency if bench.driver == "serving" else bench.batch_sizes)}
     ranked = res.rows(store, outcomes, metric, sla=bounds, point=point)
     points = res.pareto_points(store, outcomes)
     dominated = dominated_variants(points)
-    doc = res.document(ranked, outcomes, points, recipe=recipe.name, metric=metric, sla=bounds)
+    doc = res.document(ranked, outcomes, points, recipe=recipe.name, metric=metric, sla=bounds,
+                       repeats=args.repeats or recipe.benchmark.repeats)
     from toolkit.report.sweep import write_sweep_report
 
     paths = write_sweep_report(doc, Path(args.output).expanduser())
     if args.json:
         print_json(doc)
     else:
-        title = f"sweep {recipe.name}" + (f": highest concurrency meeting {', '.join(map(str, bounds))}" if bounds
+        which = "lowest" if res.floors_only(bounds) else "highest"
+        title = f"sweep {recipe.name}" + (f": {which} concurrency meeting {', '.join(map(str, bounds))}" if bounds
                                           else f": {metric} at concurrency {point}")
-        console.print(res.render(ranked, metric, outcomes, sla=bounds, dominated=dominated, title=title))
+        if ranked:
+            console.print(res.render(ranked, metric, outcomes, sla=bounds, dominated=dominated, title=title))
+        else:  # measured, and nothing to rank: said, not an empty table
+            console.print(f"{title}: no configuration " + ("meets the SLA in concurrency "
+                          f"{lo}..{hi}" if bounds else f"has {metric} at concurrency {point}") + " (see below)",
+                          markup=False)
         from toolkit.report.sweep import notes
 
         for line in notes(doc):
             console.print(line, markup=False, highlight=False)
         for p in paths:
             console.print(str(p), markup=False)
-    return 1 if any(o.failed for o in outcomes) else 0
+    return 1 if any(o.failed for o in outcomes) or not ranked else 0

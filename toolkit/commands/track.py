@@ -6,14 +6,15 @@ recipe, its patch stack re-applied, at each upstream point not measured yet (too
 - commits:  `patchbench track RECIPE --source sglang --branch main --every 20` or `--since 2026-01-01`
 Meant for cron or a timer: resumable (points already measured are skipped), one track per workspace,
 a failing point is stored and the next one measured; points where the stack does not apply are
-recorded as such. `--executor slurm`: each point not measured yet is a Slurm job, all submitted at
+recorded as such; a point measured before an edit of the recipe's server settings, model, [target]
+or [benchmark] is measured again. `--executor slurm`: each point not measured yet is a Slurm job, all submitted at
 once (toolkit/executors/slurm_track.py). Then `patchbench history RECIPE --source S --metric M`."""
 
 from __future__ import annotations
 
 import uuid
 
-from toolkit.commands.common import console, err, home_of, load, print_json, store_of
+from toolkit.commands.common import console, err, home_of, load, positive_int, print_json, store_of
 from toolkit.executors.config import add_executor_arguments
 
 HELP = "measure the recipe (its patches re-applied) at each new upstream release or commit, resumably"
@@ -28,7 +29,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--since", help="with --branch: commits since this date; with --releases: from this version")
     parser.add_argument("--git", metavar="URL|PATH", help="with --releases: the project's git repository (tag dates)")
     parser.add_argument("--tag-format", default="v{version}", help="release -> git tag (default v{version})")
-    parser.add_argument("--repeats", type=int, default=1, help="runs per point (default 1)")
+    parser.add_argument("--repeats", type=positive_int, default=1, help="runs per point (default 1)")
     parser.add_argument("--limit", type=int, help="measure at most this many new points now")
     parser.add_argument("--json", action="store_true")
     add_executor_arguments(parser)
@@ -89,6 +90,8 @@ def run(args) -> int:
                     **res.to_dict()})
     else:
         console.print(f"{len(res.measured)} point(s) measured now, {len(res.already)} measured before")
+        for label, what in res.again.items():
+            console.print(f"  {label}: measured again: the recipe changed since ({'; '.join(what)})", markup=False)
         for label, (outcome, why) in res.recorded.items():
             console.print(f"  {label}: {outcome}: {why}", markup=False)
         for label, why in res.failed.items():

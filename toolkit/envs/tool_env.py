@@ -2,9 +2,10 @@
 dependencies must never enter patchbench's process or a recipe's env (Apache Otava, sgl-eval).
 
 Effects: creates `<home>/tools/<name>` once (or where `$<override>` points), with this machine's
-pip sources (`toolkit.envs.pip_sources`), under a FileLock beside it; the install log sits beside it
-too. The env counts only once its ready marker (the requirement) is written last, so a half-built
-env (a failure, a killed build) is cleared and built again on the next use.
+pip sources (`toolkit.envs.pip_sources`), built once for concurrent callers (`toolkit.build_once`:
+a lock beside it, a relocatable venv made in a temporary directory and published by one rename);
+the install log sits beside it. The env counts only with its ready marker (the requirement), so a
+half-built env (a failure, a killed build) is never used.
 """
 
 from __future__ import annotations
@@ -15,8 +16,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from filelock import FileLock
-
+from toolkit.build_once import build_once
 from toolkit.errors import PatchbenchError
 
 READY = ".patchbench-ready"
@@ -40,17 +40,14 @@ class ToolEnv:
 
         root = self.root(home)
         python = root / "bin" / "python"
-        root.parent.mkdir(parents=True, exist_ok=True)
-        done = root / READY
-        with FileLock(str(root) + ".lock"):
-            if done.is_file() and done.read_text().strip() == self.requirement and python.exists():
-                return python
+        log = root.parent / f"{root.name}.install.log"
+
+        def build(tmp: Path) -> None:
             if console is not None:
                 console.print(f"creating {self.title}'s own env ({self.requirement}) in {root} (once)")
             uv = uv_bin()
-            log = root.parent / f"{root.name}.install.log"
-            steps = [[uv, "venv", "-q", "--no-config", "--clear", "--python", sys.executable, str(root)],
-                     [uv, "pip", "install", "-q", "--no-config", "--python", str(python),
+            steps = [[uv, "venv", "-q", "--no-config", "--relocatable", "--python", sys.executable, str(tmp)],
+                     [uv, "pip", "install", "-q", "--no-config", "--python", str(tmp / "bin" / "python"),
                       *pip_sources().uv_install_args(), self.requirement]]
             with log.open("w") as fh:
                 for argv in steps:
@@ -59,5 +56,11 @@ class ToolEnv:
                     if subprocess.run(argv, stdout=fh, stderr=subprocess.STDOUT, text=True).returncode != 0:
                         raise PatchbenchError(f"could not create {self.title}'s env ({self.requirement}) in {root}",
                                               log=log)
-            done.write_text(self.requirement + "\n")
+            (tmp / READY).write_text(self.requirement + "\n")
+
+        def complete(d: Path) -> bool:
+            done = d / READY
+            return done.is_file() and done.read_text().strip() == self.requirement and (d / "bin" / "python").exists()
+
+        build_once(root, build, complete=complete)
         return python

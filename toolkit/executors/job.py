@@ -91,6 +91,7 @@ class VariantJob:
     repeats: int
     group_id: str
     node_home: str
+    missing_evidence: bool = False  # the meter's rule (toolkit.analysis.variants.VariantMeter.rule)
 
 
 def node_context(node_home: str):
@@ -141,7 +142,8 @@ def run_variant_job(job: VariantJob) -> dict:
     from toolkit.analysis.variants import VariantMeter
 
     job_id, folder, home, store, console = node_context(job.node_home)
-    meter = VariantMeter(job.recipe, home, store, job.spec, console, group_id=job.group_id)
+    meter = VariantMeter(job.recipe, home, store, job.spec, console, group_id=job.group_id,
+                         missing_evidence=job.missing_evidence)
     with node_work(job_id, store, console):
         values = meter.measure(job.label, job.overrides, job.repeats)
     return write_done(folder, {"job_id": job_id, "label": job.label, "values": values, "builds": meter.builds,

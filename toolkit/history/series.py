@@ -3,8 +3,12 @@ visited, with the mean of the values of its runs that count (one value per run; 
 of one run identity, `toolkit.analysis.selection`) or the
 reason it has none (the stack did not apply, the build or every run failed). Reads the store only.
 
-Only runs on one kind of machine count (the GPU key of the newest ok run): a history mixing GPUs
-would show the hardware change as a change point.
+Only runs of the recipe as its file says now count (`current`, toolkit/history/definition.py): an
+edit of its server settings, model, [target] or [benchmark] would otherwise read as a change point
+in upstream history. A point measured only with an older definition has the status `older-definition`
+(what changed as its reason) until `track` measures it again. And only runs on one kind of machine
+count (the GPU key of the newest counted run): a history mixing GPUs would show the hardware change
+as a change point.
 """
 
 from __future__ import annotations
@@ -14,9 +18,13 @@ from dataclasses import dataclass, field
 
 from toolkit.analysis.selection import Criteria, choose, values_at
 from toolkit.errors import BadInput
+from toolkit.history import definition
 from toolkit.history.track import RECORDS, point_of, tracked
 from toolkit.run.metrics import MetricSpec
 from toolkit.results.store import Store
+
+
+OLDER = "older-definition"
 
 
 @dataclass
@@ -29,8 +37,9 @@ class Entry:
     tag: str | None
     values: list[float] = field(default_factory=list)
     run_ids: list[str] = field(default_factory=list)
-    status: str = "measured"  # measured | does-not-apply | build-failed | failed
+    status: str = "measured"  # measured | older-definition | does-not-apply | build-failed | failed
     reason: str | None = None
+    older_runs: int = 0  # ok runs of this point of an older definition, left out
 
     @property
     def value(self) -> float | None:
@@ -39,7 +48,8 @@ class Entry:
     def to_dict(self) -> dict:
         return {"id": self.id, "label": self.label, "kind": self.kind, "order": self.order, "date": self.date,
                 "tag": self.tag, "value": self.value, "values": self.values, "n_runs": len(self.run_ids),
-                "run_ids": self.run_ids, "status": self.status, "reason": self.reason}
+                "run_ids": self.run_ids, "status": self.status, "reason": self.reason,
+                "older_definition_runs": self.older_runs}
 
 
 @dataclass
@@ -51,10 +61,24 @@ class History:
     gpu_key: str | None
     entries: list[Entry]
     other_gpus: int = 0  # ok runs left out: another GPU kind
+    older: dict = field(default_factory=dict)  # what changed -> labels of the points with such runs
 
     @property
     def measured(self) -> list[Entry]:
         return [e for e in self.entries if e.value is not None]
+
+    def older_lines(self) -> list[str]:
+        """What the series left out for an older definition of the recipe, one line per change."""
+        out = []
+        for what, labels in self.older.items():
+            waiting = [e.label for e in self.entries if e.label in labels and e.status == OLDER]
+            line = (f"runs of an older definition of {self.recipe} left out at {len(labels)} point(s) "
+                    f"({', '.join(labels)}): {what}")
+            if waiting:
+                line += (f"; {len(waiting)} point(s) not measured since ({', '.join(waiting)}): "
+                         "`patchbench track` measures them again")
+            out.append(line)
+        return out
 
 
 def _sort_key(e: Entry):
@@ -86,13 +110,17 @@ def _counted(store: Store, runs: list, metric: str) -> list[str]:
     return sel.run_ids("point")
 
 
-def load_history(store: Store, recipe: str, source: str, spec: MetricSpec, stack: str | None = None) -> History:
-    """The series (BadInput when nothing was tracked, or the runs lack the metric or point)."""
+def load_history(store: Store, recipe: str, source: str, spec: MetricSpec, stack: str | None = None,
+                 now: dict | None = None) -> History:
+    """The series (BadInput when nothing was tracked, or the runs lack the metric or point). `now`:
+    the recipe's current definition (`definition.current`); runs of another one are left out."""
     runs = tracked(store, recipe, source, stack)
     if not runs:
         raise BadInput(f"nothing tracked for recipe {recipe}, source {source}",
                        hint=f"patchbench track {recipe} --source {source} --releases (or --branch B --every N)")
-    ok = [r for r in runs if r.status == "ok"]
+    changed = {r.run_id: definition.changes(r, now) for r in runs if r.status == "ok" and now is not None}
+    older: dict[str, list[str]] = defaultdict(list)
+    ok = [r for r in runs if r.status == "ok" and not changed.get(r.run_id)]
     gpu = ok[-1].gpu_key if ok else None
     counted = [r for r in ok if r.gpu_key == gpu]
     ids = [r.run_id for r in counted]
@@ -113,16 +141,25 @@ def load_history(store: Store, recipe: str, source: str, spec: MetricSpec, stack
         p = point_of(rs[-1])
         e = Entry(pid, p["id"] if p.get("kind") == "release" else pid[:12], p.get("kind", "commit"),
                   int(p.get("order", 0)), p.get("date"), p.get("tag"))
+        left = [r for r in rs if changed.get(r.run_id)]
+        rs = [r for r in rs if not changed.get(r.run_id)]
+        e.older_runs = len(left)
+        if left:
+            older["; ".join(changed[left[-1].run_id])].append(e.label)
         good = _counted(store, [r for r in rs if r.gpu_key == gpu], spec.metric)
         if good:
             e.values = values_at(store.samples(good, metric=spec.metric), spec.metric, point, good)
             e.run_ids = good
-        if e.value is None:
+        if e.value is None and not rs:  # measured only before the recipe's edit
+            e.status, e.reason = OLDER, "; ".join(changed[left[-1].run_id])
+        elif e.value is None:
             last = rs[-1]
             outcome = (last.extra.get("track") or {}).get("outcome")
             e.status = outcome if outcome in RECORDS else "failed"
             e.reason = last.error
         entries.append(e)
     entries.sort(key=_sort_key)
+    order = {e.label: i for i, e in enumerate(entries)}
     return History(recipe, source, spec.metric, point if point is not None else 0, gpu, entries,
-                   other_gpus=len(ok) - len(counted))
+                   other_gpus=len(ok) - len(counted),
+                   older={what: sorted(labels, key=order.get) for what, labels in older.items()})

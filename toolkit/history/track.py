@@ -5,9 +5,11 @@ Every outcome is a run in the store carrying `extra.track` = {recipe, source, st
 kind, date, tag), outcome}: `measured` runs are the pipeline's own (ok, or failed/invalid with their
 reason); a point whose patch stack does not apply (`does-not-apply`) or whose env does not build
 (`build-failed`) is recorded as a failed run without samples, so the history shows it and the next
-`track` does not try again. A point counts as done when it has an ok run or one of those records for
-the same stack (the digest of the patch files): a killed or failed point is measured again next time,
-and a changed stack measures every point again.
+`track` does not try again. A point counts as done when it has an ok run of the recipe's current
+definition (toolkit/history/definition.py) or one of those records, for the same stack (the digest of
+the patch files): a killed or failed point is measured again next time, a changed stack measures every
+point again, and so does an edit of the recipe's server settings, model, [target] or [benchmark]
+(`TrackResult.again` names those points and what changed).
 
 With `repeats` > 1 the points are measured in passes, every point once per pass, alternately oldest
 first and newest first: a slow drift of the machine (load, temperature) then adds the same to every
@@ -30,6 +32,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from toolkit.errors import PatchbenchError
+from toolkit.history import definition
 from toolkit.history.points import Point
 from toolkit.recipe.load import Recipe
 from toolkit.results.store import RunRow, Store
@@ -66,10 +69,23 @@ def tracked(store: Store, recipe: str, source: str, stack: str | None = None) ->
     return out
 
 
-def done_points(runs: Iterable[RunRow]) -> set[str]:
-    """Point ids with an ok run or a does-not-apply/build-failed record."""
+def done_points(runs: Iterable[RunRow], now: dict | None = None) -> set[str]:
+    """Point ids with an ok run (of the definition `now`, when given) or a does-not-apply/build-failed
+    record."""
     return {point_of(r).get("id") for r in runs
-            if r.status == "ok" or (r.extra.get("track") or {}).get("outcome") in RECORDS}
+            if (r.status == "ok" and (now is None or not definition.changes(r, now)))
+            or (r.extra.get("track") or {}).get("outcome") in RECORDS}
+
+
+def older_points(runs: Iterable[RunRow], now: dict) -> dict[str, list[str]]:
+    """Point id -> what changed, for points whose ok runs are all of another definition than `now`."""
+    out: dict[str, list[str]] = {}
+    done = done_points(runs, now)
+    for r in runs:
+        pid = point_of(r).get("id")
+        if r.status == "ok" and pid not in done:
+            out[pid] = definition.changes(r, now)
+    return out
 
 
 @dataclass
@@ -78,13 +94,14 @@ class TrackResult:
     already: list[str] = field(default_factory=list)
     recorded: dict = field(default_factory=dict)  # label -> (outcome, reason): did not apply / build
     failed: dict = field(default_factory=dict)  # label -> reason: runs that did not end ok
+    again: dict = field(default_factory=dict)  # label -> what changed: measured before, of another definition
     run_ids: list[str] = field(default_factory=list)
     ok: set = field(default_factory=set)  # labels with an ok run now
 
     def to_dict(self) -> dict:
         return {"measured": self.measured, "already_measured": self.already,
                 "not_measured": {k: {"outcome": o, "reason": r} for k, (o, r) in self.recorded.items()},
-                "failed": self.failed, "run_ids": self.run_ids}
+                "failed": self.failed, "run_ids": self.run_ids, "measured_again": self.again}
 
 
 def workspace_lock(home: Path) -> FileLock:
@@ -119,12 +136,14 @@ def _track(recipe, source, points, variant, *, home, store, console, repeats, gr
     for line in reaper.reap(home, store):  # what a killed track left running
         console.print(f"[yellow]reaped[/]: {line}")
     stack = stack_digest(recipe)
-    done = done_points(tracked(store, recipe.name, source, stack))
+    runs, now = tracked(store, recipe.name, source, stack), definition.current(recipe)
+    done, older = done_points(runs, now), older_points(runs, now)
     res = TrackResult()
     todo = [p for p in points if p.id not in done]
     res.already = [p.label for p in points if p.id in done]
     if limit is not None:
         todo = todo[:limit]
+    res.again = {p.label: older[p.id] for p in todo if p.id in older}
     if elsewhere is not None:
         elsewhere(todo, stack, res)
         res.measured = [pt.label for pt in todo if pt.label in res.ok]

@@ -5,7 +5,9 @@ recipe's trees and build (or reuse) its env (`toolkit.run.pipeline.prepare`, unt
 env whether it has the op and which backends it offers (the probe, no kernel runs) -> without a CUDA
 GPU, stop there with NoGPU (exit 3) for a GPU op -> per backend, measure every shape -> one record
 per backend under $PATCHBENCH_HOME/kernels (toolkit.kernels.records). The probe runs with the env's
-run environment plus the recipe's `[server.env]`, as the server would.
+run environment plus the recipe's `[server.env]`, as the server would, and calls the op as sglang
+0.5.23's runner does (`server_kernel_config`); each record keeps that `configuration`, the backends
+left out for the probe's call (`not_offered`) and how the calls were timed.
 """
 
 from __future__ import annotations
@@ -29,8 +31,48 @@ class KernelRun:
     records: list  # stored records (dicts with "_path")
 
 
+FLASHINFER_TUNE_CAP = 8192  # FlashInfer's default tune_max_num_tokens, the cap sglang's runner applies
+MAX_PREFILL_TOKENS = 16384  # sglang 0.5.23's default --max-prefill-tokens
+_TRUE, _FALSE = ("true", "1", "yes", "y"), ("false", "0", "no", "n")  # sglang's EnvBool
+
+
 def _environ(prepared) -> dict:
     return {**prepared.env.run_environ(), **dict(prepared.recipe.server.env)}
+
+
+def _flag(args: dict, name: str):
+    norm = {str(k).replace("_", "-"): v for k, v in args.items()}
+    return norm.get(name)
+
+
+def server_kernel_config(args: dict, environ: dict) -> dict:
+    """How sglang 0.5.23's flashinfer_cutlass MoE runner calls cutlass_fused_moe for this server:
+    use_fused_finalize from SGLANG_FLASHINFER_MOE_FUSED_FINALIZE (default False), and
+    tune_max_num_tokens = min(prefill chunk x attention-DP size, 8192), or the next power of two of each
+    call's tokens on a PD decode server ("per-call"); "notes" say what was assumed."""
+    raw = str(environ.get("SGLANG_FLASHINFER_MOE_FUSED_FINALIZE", "false")).strip().lower()
+    if raw not in _TRUE + _FALSE:
+        raise BadInput(f"SGLANG_FLASHINFER_MOE_FUSED_FINALIZE={raw!r} is not a boolean sglang reads",
+                       hint="use true/false, 1/0, yes/no")
+    out: dict = {"use_fused_finalize": raw in _TRUE, "notes": []}
+    if str(_flag(args, "disaggregation-mode") or "null") == "decode":
+        out["tune_max_num_tokens"] = "per-call"
+        return out
+    try:
+        chunk = _flag(args, "chunked-prefill-size")
+        chunk = None if chunk is None else int(chunk)
+        dp = int(_flag(args, "dp-size") or 1) if _flag(args, "enable-dp-attention") else 1
+        most = int(_flag(args, "max-prefill-tokens") or MAX_PREFILL_TOKENS)
+    except (TypeError, ValueError):
+        raise BadInput("chunked-prefill-size, dp-size and max-prefill-tokens must be integers") from None
+    if chunk is None:
+        out["tune_max_num_tokens"] = FLASHINFER_TUNE_CAP
+        out["notes"].append("the recipe sets no chunked-prefill-size (sglang sizes it by GPU memory): "
+                            f"tune_max_num_tokens taken as the {FLASHINFER_TUNE_CAP} cap")
+    else:
+        prefill = chunk if chunk > 0 else most
+        out["tune_max_num_tokens"] = min(prefill * dp, FLASHINFER_TUNE_CAP)
+    return out
 
 
 def run_kernels(recipe, op: OpSpec, shapes: list[Shape], *, home: Path, shapes_from: str,
@@ -41,12 +83,16 @@ def run_kernels(recipe, op: OpSpec, shapes: list[Shape], *, home: Path, shapes_f
     console = console or Console(stderr=True)
     p = prepare(recipe, home, until="build", frozen=frozen, console=console)
     environ = _environ(p)
+    server = server_kernel_config(dict(recipe.server.args), environ)
     log = Path(home) / "kernels" / "logs" / f"{recipe.name.replace('/', '__')}.log"
-    info = check_op(p.env.python, op, environ, log=log)
+    info = check_op(p.env.python, op, environ, log=log, server=server)
     offered = list(info.get("backends") or [])
+    left_out = dict(info.get("not_offered") or {})
     versions = ", ".join(f"{k} {v}" for k, v in sorted((info.get("versions") or {}).items()))
     console.print(f"[bold]{recipe.name}[/]: env {p.env.key[:12]} has {op.name} ({versions}); "
-                  f"backends offered: {', '.join(offered) or 'none'}")
+                  f"backends offered: {', '.join(offered) or 'none'}"
+                  + "".join(f"\n  not offered: {why}" for why in left_out.values())
+                  + "".join(f"\n  note: {n}" for n in server["notes"]))
     want = list(backends or offered)
     unknown = [b for b in want if b not in offered]
     if (settings.device or op.device) == "cuda" and not machine.has_cuda_gpu():
@@ -54,20 +100,24 @@ def run_kernels(recipe, op: OpSpec, shapes: list[Shape], *, home: Path, shapes_f
                     f"(backends {', '.join(offered) or 'none'}); timing it needs the GPU it runs on", step="measure")
     if unknown:
         raise BadInput(f"backend(s) {', '.join(unknown)} not offered by {op.name} in this env",
-                       hint=f"offered here: {', '.join(offered) or 'none'}")
+                       hint=f"offered here: {', '.join(offered) or 'none'}"
+                            + "".join(f"; {left_out[b]}" for b in unknown if b in left_out))
     if not want:
         raise BadInput(f"{op.name} offers no backend on this machine", hint="pick another op or machine")
     stored = []
     for backend in want:
         console.print(f"  measuring {op.name} \\[{backend}] at {len(shapes)} shape(s): {settings.trials} trials x "
                       f"{settings.iters} iterations, cold L2")
-        result = measure(p.env.python, op, shapes, backend=backend, settings=settings, environ=environ, log=log)
+        result = measure(p.env.python, op, shapes, backend=backend, settings=settings, environ=environ, log=log,
+                         server=server)
         rec = {
             "recipe": recipe.name, "recipe_resolved": recipe.to_dict(), "env_key": p.env.key,
             "tree_hashes": {t.source: t.tree_hash for t in p.trees}, "arch_list": list(recipe.build.arch),
             "op": op.name, "backend": backend, "settings": settings.to_dict(), "shapes_from": shapes_from,
             "machine": machine.provenance(),
             "probe": {k: result.get(k) for k in ("versions", "device", "gpu", "capability", "flush_bytes", "python")},
+            "configuration": {**(result.get("configuration") or {}), "server_notes": server["notes"]},
+            "not_offered": left_out,
             "results": result["results"],
         }
         path = records.save(home, rec)

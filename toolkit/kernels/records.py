@@ -2,7 +2,8 @@
 `$PATCHBENCH_HOME/kernels/<recipe>/<UTC time>-<id>-<op>-<backend>.json` (a `/` in a recipe name is
 `__`). Files, not rows of the results store: a kernel table has its own shape (shapes x trials x
 iterations, correctness per shape) and nothing in run selection reads it; the newest file per
-(recipe, op, backend) is the one shown and compared, older ones stay as history.
+(recipe, op, backend) is the one shown, older ones stay as history; which ones are compared with
+each other is toolkit/kernels/pairing.py's rule (same GPU key and trial settings).
 
 A record: `schema_version`, `id`, `created`, `recipe`, `recipe_resolved`, `env_key`, `tree_hashes`,
 `arch_list`, `op`, `backend`, `settings`, `shapes_from`, `machine`, `probe` (versions, device, GPU,
@@ -67,6 +68,12 @@ def latest(home: Path, recipe: str, op: str | None = None, backend: str | None =
             continue
         newest[(rec["op"], rec.get("backend"))] = rec
     return [newest[k] for k in sorted(newest, key=lambda k: (k[0], str(k[1])))]
+
+
+def of_op(home: Path, recipe: str, op: str, backend: str | None) -> list[dict]:
+    """Every record of `recipe` for this op and backend, oldest first (toolkit.kernels.pairing picks
+    the one to compare)."""
+    return [r for r in load_all(home, recipe) if r["op"] == op and r.get("backend") == backend]
 
 
 def recipes(home: Path) -> list[str]:

@@ -174,11 +174,22 @@ def file_shapes(path: str | Path, op: OpSpec, ms: tuple[int, ...] = DEFAULT_MS) 
             [json.loads(line) for line in text.splitlines() if line.strip()]
     except ValueError as exc:
         raise BadInput(f"{p}: not JSON lines: {exc}") from None
+    holds = _what_a_shape_file_holds(op)
+    for i, d in enumerate(items):
+        if not isinstance(d, dict):
+            raise BadInput(f"{p} item {i + 1}: {json.dumps(d)[:40]} is not a shape", hint=holds)
     shapes = [Shape(_check_dims(op, d, f"{p} item {i + 1}"), str(d.get("label", p.name)))
-              for i, d in enumerate(items) if isinstance(d, dict)]
+              for i, d in enumerate(items)]
     if not shapes:
-        raise BadInput(f"{p}: no shapes in it")
+        raise BadInput(f"{p}: no shapes in it", hint=holds)
     return shapes
+
+
+def _what_a_shape_file_holds(op: OpSpec) -> str:
+    example = json.dumps({"m": 1, "n": 512, "k": 6144} if op.kind == "gemm" else
+                         {"tokens": 1, "experts": 32, "top_k": 8, "hidden": 6144, "inter": 256})
+    return (f"a shapes file holds one JSON object per line (or a JSON list of them) with integer "
+            f"{', '.join(op.dims)} for {op.name}, e.g. {example}, or is a FlashInfer trace dump")
 
 
 def _from_definitions(defs: list[dict], op: OpSpec, ms: tuple[int, ...], where: Path) -> list[Shape]:

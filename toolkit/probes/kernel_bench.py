@@ -6,36 +6,48 @@ workspace, the recipe's server environment); imports only the standard library a
 Job (a JSON file named on the command line):
 
     {"mode": "check" | "run", "op": NAME, "backend": NAME | null, "shapes": [{...}, ...],
-     "warmup": 10, "iters": 50, "trials": 5, "flush_mb": null, "seed": 0,
+     "warmup": 10, "iters": 50, "trials": 5, "flush_mb": null, "seed": 0, "autotune": true,
+     "cuda_graph": true, "server": {"use_fused_finalize": false, "tune_max_num_tokens": 8192},
      "rtol": .., "atol": .., "min_within": .., "device": null | "cpu" | "cuda"}
 
-`check` imports the op and lists the backends the env offers (no kernel runs, no GPU needed); `run`
-measures. Per shape: build inputs, `warmup` calls, then `trials` x `iters` timed calls, each after a
-write to a buffer larger than the L2 cache (cold L2), timed with CUDA events (wall clock on CPU);
-then one more call is checked against the fp32 reference: max abs/rel error, share of elements
-within `atol * max|ref| + rtol * |ref|`, all-zero and non-finite outputs called out.
+`check` imports the op and lists the backends the env offers for the probe's call (no kernel runs,
+no GPU needed), with the backends it leaves out and why (`not_offered`); `run` measures. Per shape:
+build inputs; a shape the backend cannot take in the probe's call is not run and says why
+(status "skipped"); the first warmup call inside FlashInfer's autotuner context, as sglang 0.5.23
+tunes FlashInfer ops before serving (flashinfer.autotuner.autotune(True) with autotune_v2(mode="tune",
+persistent_cache=False)), the rest after it, using the tuned tactics; then one call captured in a
+CUDA graph, as sglang's decode runs it, so the Python wrapper's dispatch stays out of the timed
+region (eager calls, said in `timing`, when capture fails or on CPU); `trials` x `iters` timed calls
+(graph replays), each after a write to a buffer larger than the L2 cache (cold L2), timed with CUDA
+events (wall clock on CPU); then one more call is checked against the fp32 reference: max abs/rel
+error, share of elements within `atol * max|ref| + rtol * |ref|`, all-zero and non-finite outputs
+called out. `configuration` in the result says how the call was made (what sglang's runner passes,
+and what this FlashInfer did not accept).
 
 Ops (one entry each in OPS; the host side's facts are in toolkit/kernels/registry.py):
 - `flashinfer.mm_fp4`: NVFP4 GEMM out[M,N] = A[M,K] @ B[N,K]^T, A and B quantized with
   FlashInfer's own fp4 quantizer (E2M1, one E4M3 scale per 16 values in the 128x4 swizzled layout,
-  one fp32 global scale each); the reference dequantizes those very bytes and multiplies in fp32.
+  one fp32 global scale each, so one scalar alpha); the reference dequantizes those very bytes and
+  multiplies in fp32. Backends whose requirements this call cannot meet are left out (CALL_LIMITS).
 - `flashinfer.cutlass_fused_moe`: the NVFP4 grouped MoE (gate/up GEMM, SiLU-and-mul, down GEMM,
-  weighted sum over top-k) that sglang's flashinfer_cutlass MoE runner calls.
+  weighted sum over top-k) that sglang's flashinfer_cutlass MoE runner calls, with the runner's
+  `use_fused_finalize` (SGLANG_FLASHINFER_MOE_FUSED_FINALIZE, default False; FlashInfer's own default
+  is True) and `tune_max_num_tokens` (from the job: the host computes it as the runner does).
 - `test.matmul`: bf16 matmul with torch (CPU or CUDA); `PATCHBENCH_TEST_OP_ZEROS_FROM_M=8` in the
   environment makes it return zeros for M >= 8, the failure FlashInfer #3398 showed on SM120.
 """
 
 import inspect
 import json
-import math
 import os
 import sys
-import time
 import typing
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # kernel_timing.py beside this file (run with -I)
+from kernel_timing import Flusher, autotuner, capture, check_output, time_calls, warm_up  # noqa: E402
 
 E2M1 = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0)
 FP4_GLOBAL = 448.0 * 6.0  # E4M3 max x E2M1 max: the global scale that maps amax onto the fp4 grid
-DEFAULT_CPU_FLUSH_MB = 64
 
 
 # ------------------------------------------------------------------------------------- nvfp4 helpers
@@ -80,6 +92,41 @@ def _fp4_quantize(fi, torch, x, gs):
     return q, sf.reshape(_round_up(rows, 128), _round_up(cols // 16, 4))
 
 
+# ------------------------------------------------------------------- what the probe's calls can take
+
+# mm_fp4 backends (FlashInfer 0.7.x, SM100/SM103) whose requirements the probe's call cannot meet at
+# some or all shapes: backend -> (why, shape -> runnable; None: at no shape). The call passes one
+# scalar alpha (one global scale per operand, as sglang's NVFP4 linear layers do), 128x4 scales.
+CALL_LIMITS = {
+    "cake": ("per-row alpha only (alpha of shape [M]); the probe's call passes one scalar alpha", None),
+    "cutedsl_low_latency": ("M <= 8 and K divisible by 64 only", lambda shape: shape["m"] <= 8 and shape["k"] % 64 == 0),
+}
+
+
+def call_limit(backend, shape):
+    """Why `backend` cannot take the probe's call at `shape` (None: it can)."""
+    limit = CALL_LIMITS.get(backend)
+    if limit is None or (limit[1] is not None and limit[1](shape)):
+        return None
+    return f"{backend}: {limit[0]}"
+
+
+def never_runs(backend):
+    """Why `backend` cannot take the probe's call at any shape (None: at some it can)."""
+    limit = CALL_LIMITS.get(backend)
+    return f"{backend}: {limit[0]}" if limit is not None and limit[1] is None else None
+
+
+def accepted(fn, wanted):
+    """(the keyword arguments of `wanted` that `fn` takes, {name: why not} for the others)."""
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return dict(wanted), {}
+    taken = {k: v for k, v in wanted.items() if k in params}
+    return taken, {k: "not an argument of this FlashInfer's call" for k in wanted if k not in params}
+
+
 # ----------------------------------------------------------------------------------------------- ops
 
 
@@ -88,9 +135,11 @@ class TestMatmul:
 
     name = "test.matmul"
     dims = ("m", "n", "k")
+    tunable = False
 
-    def __init__(self, torch, device):
+    def __init__(self, torch, device, server=None):
         self.torch, self.device = torch, device
+        self.configuration = {}
 
     def backends(self):
         return ["torch"]
@@ -121,14 +170,30 @@ class MmFp4:
     name = "flashinfer.mm_fp4"
     dims = ("m", "n", "k")
     KNOWN = ("cudnn", "trtllm", "cutlass", "cute-dsl", "b12x")
+    tunable = True
 
-    def __init__(self, torch, device):
+    def __init__(self, torch, device, server=None):
         import flashinfer
 
         self.torch, self.device, self.fi = torch, device, flashinfer
         self.fn = getattr(flashinfer, "mm_fp4", None) or getattr(flashinfer.gemm, "mm_fp4")
+        self.configuration = {"alpha": "scalar (one global scale per operand)", "scale_layout": "128x4",
+                              "block_size": 16}
+        self.not_offered = {}
 
     def backends(self):
+        """The backends FlashInfer offers on this GPU that can take the probe's call at some shape;
+        the others land in `not_offered` with the reason."""
+        offered = []
+        for b in self.offered_by_flashinfer():
+            why = never_runs(b)
+            if why:
+                self.not_offered[b] = why
+            else:
+                offered.append(b)
+        return offered
+
+    def offered_by_flashinfer(self):
         offered = list(self.KNOWN)
         try:
             ann = inspect.signature(self.fn).parameters["backend"].annotation
@@ -182,13 +247,21 @@ class CutlassFusedMoe:
 
     name = "flashinfer.cutlass_fused_moe"
     dims = ("tokens", "experts", "top_k", "hidden", "inter")
+    tunable = True
 
-    def __init__(self, torch, device):
+    def __init__(self, torch, device, server=None):
         import flashinfer
         import flashinfer.fused_moe
 
         self.torch, self.device, self.fi = torch, device, flashinfer
         self.fn = flashinfer.fused_moe.cutlass_fused_moe
+        server = dict(server or {})
+        wanted = {"use_fused_finalize": bool(server.get("use_fused_finalize", False))}
+        tune = server.get("tune_max_num_tokens")
+        if tune:  # "per-call": next power of two of the call's tokens (sglang's PD decode servers)
+            wanted["tune_max_num_tokens"] = tune if tune == "per-call" else int(tune)
+        self.kwargs, refused = accepted(self.fn, wanted)
+        self.configuration = {**self.kwargs, **({"not_passed": refused} if refused else {})}
 
     def backends(self):
         return ["cutlass"]
@@ -213,13 +286,17 @@ class CutlassFusedMoe:
         weights = torch.softmax(torch.randn(t, topk, generator=g), dim=1).float().to(dev)
         one = torch.ones((), dtype=torch.float32, device=dev)
         scales = [one, w1_sf.view(torch.int32), (1.0 / w1_gs), one, w2_sf.view(torch.int32), (1.0 / w2_gs)]
-        return {"x": x, "sel": sel, "weights": weights, "w1": w1_q.view(torch.long), "w2": w2_q.view(torch.long),
+        kwargs = dict(self.kwargs)
+        if kwargs.get("tune_max_num_tokens") == "per-call":
+            kwargs["tune_max_num_tokens"] = 1 << (t - 1).bit_length()
+        return {"kwargs": kwargs, "x": x, "sel": sel, "weights": weights, "w1": w1_q.view(torch.long),
+                "w2": w2_q.view(torch.long),
                 "scales": scales, "out": torch.empty(t, h, dtype=torch.bfloat16, device=dev),
                 "ref": (w1_q, w1_sf, w1_gs, w2_q, w2_sf, w2_gs), "dims": (t, e, topk, h, i)}
 
     def call(self, st):
         self.fn(st["x"], st["sel"], st["weights"], st["w1"], st["w2"], self.torch.bfloat16,
-                quant_scales=st["scales"], output=st["out"])
+                quant_scales=st["scales"], output=st["out"], **st["kwargs"])
         return st["out"]
 
     def reference(self, st):
@@ -256,91 +333,22 @@ def _safe(fn):
 # ------------------------------------------------------------------------------------ measurement
 
 
-class Flusher:
-    """Writes a buffer larger than the last-level cache, so every timed call starts with a cold L2."""
-
-    def __init__(self, torch, device, flush_mb):
-        if flush_mb is None:
-            if device == "cuda":
-                l2 = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 0) or (128 << 20)
-                nbytes = 2 * int(l2)
-            else:
-                nbytes = DEFAULT_CPU_FLUSH_MB << 20
-        else:
-            nbytes = int(float(flush_mb) * (1 << 20))
-        self.nbytes = nbytes
-        self.calls = 0
-        self.buf = torch.empty(max(nbytes, 1), dtype=torch.uint8, device=device)
-
-    def __call__(self):
-        self.buf.fill_(self.calls & 0xFF)
-        self.calls += 1
-
-
-def time_calls(torch, device, fn, flush, warmup, iters, trials):
-    """Per trial, per iteration: milliseconds of one call after an L2 flush."""
-    cuda = device == "cuda"
-    for _ in range(warmup):
-        fn()
-    if cuda:
-        torch.cuda.synchronize()
-    out = []
-    for _ in range(trials):
-        times = []
-        if cuda:
-            events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
-            for start, end in events:
-                flush()
-                start.record()
-                fn()
-                end.record()
-            torch.cuda.synchronize()
-            times = [start.elapsed_time(end) for start, end in events]
-        else:
-            for _ in range(iters):
-                flush()
-                t0 = time.perf_counter()
-                fn()
-                times.append((time.perf_counter() - t0) * 1e3)
-        out.append(times)
-    return out
-
-
-def check_output(torch, out, ref, rtol, atol, min_within):
-    """Errors of `out` against the fp32 reference and the verdict."""
-    o, r = out.float(), ref.float().to(out.device)
-    finite = torch.isfinite(o)
-    non_finite = int((~finite).sum())
-    scale = float(r.abs().max()) if r.numel() else 0.0
-    err = (o - r).abs()
-    tol = atol * scale + rtol * r.abs()
-    within = float((err <= tol).float().mean()) if r.numel() else 1.0
-    denom = r.abs().clamp_min(max(atol * scale, 1e-30))
-    res = {
-        "max_abs_error": float(err[finite].max()) if bool(finite.any()) else float("nan"),
-        "max_relative_error": float((err / denom)[finite].max()) if bool(finite.any()) else float("nan"),
-        "within_tolerance": within,
-        "non_finite": non_finite,
-        "all_zero": bool(int(o.count_nonzero()) == 0 and scale > 0),
-        "reference_max_abs": scale,
-        "rtol": rtol, "atol": atol, "min_within": min_within,
-    }
-    if non_finite:
-        res["verdict"] = "non-finite"
-    elif res["all_zero"]:
-        res["verdict"] = "all-zero"
-    elif within < min_within:
-        res["verdict"] = "wrong"
-    else:
-        res["verdict"] = "ok"
-    return res
-
-
 def measure_shape(torch, op, device, shape, job, flush):
+    why = call_limit(job.get("backend"), shape) if isinstance(op, MmFp4) else None
+    if why:
+        return {"shape": shape, "status": "skipped", "error": f"not run: {why}"}
     st = op.build(shape, job.get("backend"), int(job.get("seed", 0)))
     flushed = flush.calls
-    times = time_calls(torch, device, lambda: op.call(st), flush, int(job["warmup"]), int(job["iters"]),
-                       int(job["trials"]))
+    tuner, _ = autotuner(op, job)
+    warm_up(torch, device, lambda: op.call(st), int(job["warmup"]), tuner)
+    timed, timing = (lambda: op.call(st)), "eager calls (wall clock on CPU)" if device != "cuda" else None
+    if device == "cuda":
+        graph, failed = capture(torch, lambda: op.call(st)) if job.get("cuda_graph", True) else (None, "off")
+        if graph is not None:
+            timed, timing = graph.replay, "CUDA graph replay of one call (the Python wrapper's dispatch is not timed)"
+        else:
+            timing = f"eager calls, CUDA events (the wrapper's dispatch is timed): graph capture {failed}"
+    times = time_calls(torch, device, timed, flush, 0, int(job["iters"]), int(job["trials"]))
     transient = None
     if device == "cuda":  # what one warm call allocates beyond its inputs (FlashInfer #4549: 34 MiB per call)
         torch.cuda.synchronize()
@@ -358,7 +366,7 @@ def measure_shape(torch, op, device, shape, job, flush):
         corr["verdict"] = "reference-broken"
     corr.update(extra)
     return {"shape": shape, "status": "ok", "times_ms": times, "flushes": flush.calls - flushed,
-            "transient_alloc_bytes": transient, "correctness": corr}
+            "transient_alloc_bytes": transient, "timing": timing, "correctness": corr}
 
 
 def _device(torch, op, job):
@@ -400,15 +408,17 @@ def main(path):
         info["gpu"] = torch.cuda.get_device_name(0)
         info["capability"] = ".".join(map(str, torch.cuda.get_device_capability(0)))
     try:
-        op = cls(torch, device if (device != "cuda" or has_cuda) else "cpu")
+        op = cls(torch, device if (device != "cuda" or has_cuda) else "cpu", job.get("server"))
         info["backends"] = op.backends()
+        info["not_offered"] = dict(getattr(op, "not_offered", {}))
     except Exception as exc:  # the env lacks the op (an old FlashInfer, a missing module)
         return {**info, "ok": False, "error": f"{type(exc).__name__}: {exc}"}
+    info["configuration"] = {**op.configuration, "autotune": autotuner(op, job)[1]}
     if job.get("mode", "run") == "check":
         return info
     if device == "cuda" and not has_cuda:
         return {**info, "ok": False, "error": "no CUDA device visible to torch in this env"}
-    op = cls(torch, device)
+    op = cls(torch, device, job.get("server"))
     flush = Flusher(torch, device, job.get("flush_mb"))
     results = []
     for shape in job["shapes"]:

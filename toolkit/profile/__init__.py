@@ -6,5 +6,5 @@
   floors.py     each family's roofline floor for the same batch and context (toolkit.roofline)
   diff.py       the kernel-family diff of two recipes' profiles, with the run-to-run spread
   figure.py     the stacked bar per recipe (matplotlib)
-  capture.py    the effects: drive a decode load, /start_profile, /stop_profile, collect traces
+  capture.py    the effects: drive a decode load, /start_profile at steady decode, wait for the traces
 """

@@ -19,7 +19,7 @@ from rich.console import Console
 from toolkit.run import evidence, machine, server as srv
 from toolkit.errors import NoGPU, PatchbenchError
 from toolkit.profile.breakdown import breakdown
-from toolkit.profile.capture import accepted_fields, capture, profile_body
+from toolkit.profile.capture import accepted_fields, capture, profile_body, short_trace
 from toolkit.profile.families import load_families
 from toolkit.profile.trace import load_trace
 from toolkit.recipe.load import Recipe
@@ -44,6 +44,28 @@ def _serving_config(recipe: Recipe, concurrency: int, steps: int):
     return ServingConfig(input_len=b.input_len, output_len=max(b.output_len, 2 * steps + 32),
                          concurrency=(concurrency,), num_prompts=2 * concurrency, warmup=0, seed=b.seed,
                          endpoint=b.endpoint, timeout_s=b.timeout_s, vocab_size=model_vocab(recipe.server.model))
+
+
+def capture_status(traces: bool, short: str | None, errors: list[str], trace_dir: Path) -> tuple[str, str | None]:
+    """(status, error) of a profile run from its capture: no trace is `failed`; traces written are never
+    `failed`: fewer decode steps than asked (or a capture error beside them) is `invalid`, saying why."""
+    if not traces:
+        return "failed", "; ".join(errors[:3]) or f"the server wrote no trace under {trace_dir}"
+    if short or errors:
+        return "invalid", "; ".join(([short] if short else []) + errors[:2])
+    return "ok", None
+
+
+def _tp_ranks(info: dict, recipe: Recipe) -> int:
+    """How many TP ranks write a trace: /server_info's tp_size (the recipe's when absent)."""
+    tp = info.get("tp_size")
+    if not isinstance(tp, int):
+        args = dict(recipe.server.args)
+        tp = args.get("tp-size", args.get("tp", 1))
+    try:
+        return max(1, int(tp))
+    except (TypeError, ValueError):
+        return 1
 
 
 def summarize(traces: list[Path], families, itl_ms: float | None) -> dict:
@@ -105,7 +127,7 @@ def profile_recipe(recipe: Recipe, *, home: Path, store, concurrency: int, steps
                           f"/start_profile fields from {source}")
             t0 = time.monotonic()
             cap = capture(server.url, cfg, body, steps, trace_dir, timeout=recipe.benchmark.timeout_s,
-                          console=console)
+                          console=console, ranks=_tp_ranks(info, recipe), log=server_log)
             timings["profile"] = time.monotonic() - t0
             server.check_alive()
     except srv.ServerFailed as exc:
@@ -115,9 +137,10 @@ def profile_recipe(recipe: Recipe, *, home: Path, store, concurrency: int, steps
     samples = [s for pt in cap.points for s in pt.to_samples()]
     itl = next((s.value for s in samples if s.metric == "itl_ms_median"), None)
     summary = summarize(cap.traces, families, itl) if cap.traces else {"ranks": [], "itl_ms_median": itl}
-    summary.update(traces=[str(t) for t in cap.traces], steps=steps, concurrency=concurrency)
-    status = "ok" if cap.traces and not cap.errors and any(r["steps"] for r in summary["ranks"]) else "failed"
-    error = "; ".join(cap.errors[:3]) or (None if status == "ok" else "no decode step in the trace")
+    short = short_trace(summary["ranks"], steps) if cap.traces else None
+    summary.update(traces=[str(t) for t in cap.traces], steps=steps, concurrency=concurrency, short=short,
+                   steady_after_s=cap.steady_after_s, notes=cap.notes)
+    status, error = capture_status(bool(cap.traces), short, cap.errors, trace_dir)
     verdict = evidence.check_evidence([n for t in p.trees for n in t.patches], recipe.evidence,
                                       server_log.read_text(errors="replace") if server_log.exists() else "", info)
     extra.update(profile=summary, **evidence.run_extra(verdict, argv))

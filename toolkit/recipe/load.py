@@ -22,7 +22,8 @@ sglang = ["sglang/oea-topk.patch"]   # ordered; relative to patches/ beside reci
              # install, editable, kernels, cuda (table source -> globs), nvcc_flags, overrides, excludes
 [server]     # model (a path, or tiny:<name>: toolkit.models.tiny), args (flag -> value; true = bare flag), env, timeout_s, host, port
 [benchmark]  # driver ("serving" | "one-batch"), input_len, output_len, concurrency, batch_sizes,
-             # num_prompts, warmup, seed, repeats, endpoint, strict_box (GPU state flags -> invalid)
+             # num_prompts, warmup, seed, repeats, endpoint, strict_box (GPU state flags -> invalid),
+             # min_effect (run's sequential verdicts: the indifference zone, default 0.02)
 [expect]     # effective-config expectations: field -> value (checked statically and at /server_info)
 [roofline]   # model (config name or path), gpu, weights, context
 [evidence."sglang/oea-topk.patch"]   # how a live server proves the patch ran (checked after the benchmark)
@@ -225,6 +226,7 @@ def _load_merged(path: Path, root: Path, chain: tuple[Path, ...]) -> tuple[dict,
         raise BadInput(f"{chain[0]}: `extends` cycle: {cycle}")
     data = _read_toml(path)
     validate_file(path, data)
+    data = _expand(data, path, "")  # each file's ${VAR}s with its own name and keys, before any merge
     data = _absolute_locations(path, data)
     own = {key: path for key in _leaf_keys(data)}
     parent_ref = data.get("extends")

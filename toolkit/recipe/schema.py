@@ -81,6 +81,8 @@ class BenchTable(_Table):
     warmup: int | None = None
     seed: int | None = None
     repeats: int | None = Field(None, description="server launches per recipe, interleaved A B A B")
+    min_effect: float | None = Field(None, description="the smallest effect `run`'s sequential verdict calls faster/slower "
+                                     "and the half-width of its \"equal\" (a fraction: 0.02 is 2%, the default)")
     endpoint: Literal["generate", "completions"] | None = None
     timeout_s: float | None = None
     strict_box: bool | None = Field(None, description="store a run `invalid` when its GPUs throttled, were shared, or ran at clocks apart from the sweep's")

@@ -70,6 +70,7 @@ class BenchSpec:
     endpoint: str = "generate"
     timeout_s: float = 1800.0
     strict_box: bool = False  # a run whose GPUs throttled / were shared is invalid (toolkit.run.gpustate)
+    min_effect: float = 0.02  # the indifference zone of `run`'s sequential verdicts (toolkit.analysis.sequential)
 
     def params(self) -> dict:
         """The parameters that must match for two results to be comparable."""
@@ -160,6 +161,9 @@ class TargetSpec:
     gpu: str
     count: int = 1
     strict: bool = False  # an unresolved static check is an error, not a warning
+
+
+EVALS = ("gsm8k",)  # `[quality] eval` values: what toolkit.run.gate (and run.sgl_eval) can run
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from toolkit.errors import BadInput
-from toolkit.recipe.spec import BenchSpec, BuildSpec, EvidenceSpec, QualitySpec, ServerSpec, SourceSpec, TargetSpec
+from toolkit.recipe.spec import EVALS, BenchSpec, BuildSpec, EvidenceSpec, QualitySpec, ServerSpec, SourceSpec, TargetSpec
 
 DRIVERS = ("serving", "one-batch")
 BUILD_MODES = ("full", "overlay")
@@ -172,6 +172,11 @@ def bench_spec(path: Path, t: dict) -> BenchSpec:
         kw["timeout_s"] = float(t["timeout_s"])
     if "strict_box" in t:
         kw["strict_box"] = bool(t["strict_box"])
+    if "min_effect" in t:
+        if isinstance(t["min_effect"], bool) or not isinstance(t["min_effect"], (int, float)) \
+                or not 0.0 <= t["min_effect"] < 1.0:
+            raise BadInput(f"{path}: `benchmark.min_effect` must be a fraction in [0, 1) (0.02 is 2%)")
+        kw["min_effect"] = float(t["min_effect"])
     return BenchSpec(**{**defaults.__dict__, **kw})
 
 
@@ -221,6 +226,9 @@ def quality_spec(path: Path, t: dict | None) -> QualitySpec | None:
             raise BadInput(f"{path}: `quality.{key}` must be positive")
     if t.get("launches", 0) < 0:
         raise BadInput(f"{path}: `quality.launches` must be 0 (the check off) or more")
+    if t.get("eval") is not None and t["eval"] not in EVALS:
+        raise BadInput(f"{path}: `quality.eval = {t['eval']!r}` is not an evaluation patchbench runs",
+                       hint=f"allowed: {', '.join(EVALS)}")
     if any(k in t for k in ("eval_harness", "eval_questions", "min_accuracy", "max_drop", "dataset")) and not t.get("eval"):
         raise BadInput(f"{path}: `quality` gate settings need `eval` (e.g. eval = \"gsm8k\")")
     return QualitySpec(prompts=ppath.resolve(), max_tokens=max_tokens, concurrency=points,

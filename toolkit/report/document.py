@@ -114,11 +114,13 @@ def collect(store: Any, recipes: Sequence[str], metrics_: Sequence[str] | None =
     units: dict[str, str] = {}
     kinds: dict[str, str] = {}
     summaries = []
+    measured: dict[str, set] = {}  # metric -> points, whatever was asked (for the error naming them)
     for n in names:
         runs = sel.runs[n]
         newest = runs[-1]
         samples = store.samples([r.run_id for r in runs])
         for (metric, point, kind), obs in reduce(samples, sel.run_ids(n)).items():
+            measured.setdefault(metric, set()).add(point)
             if specs and not any(s.metric == metric and s.point in (None, point) for s in specs):
                 continue
             values[(n, metric, point)] = obs.values
@@ -146,8 +148,11 @@ def collect(store: Any, recipes: Sequence[str], metrics_: Sequence[str] | None =
         chosen = list(dict.fromkeys(s.metric for s in specs))
         absent = [m for m in chosen if m not in stored]
         if len(absent) == len(chosen):
-            raise BadInput(f"none of the metrics {', '.join(chosen)} was measured for "
-                           f"{', '.join(names)}", hint=f"measured: {', '.join(sorted(stored)) or 'nothing'}")
+            asked = [str(s) for s in specs]
+            at = [f"{m} at {', '.join(map(str, sorted(measured[m])))}" for m in chosen if m in measured]
+            raise BadInput(f"{', '.join(asked)}: not measured for {', '.join(names)}",
+                           hint=(f"measured: {'; '.join(at)}" if at else
+                                 f"measured: {', '.join(sorted(measured)) or 'no metric at all'}"))
         if absent:
             notes.append(f"not measured: {', '.join(absent)}")
         chosen = [m for m in chosen if m in stored]

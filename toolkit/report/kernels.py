@@ -1,7 +1,9 @@
 """The report's kernel-table section: for every (op, backend) the baseline measured with
 `patchbench kernels`, one row per shape (time, TFLOPS, efficiency against the roofline floor, the
 correctness check), the variants' per-shape speedups with their 95% CI and verdicts ("wrong output"
-where a variant failed its check), and the plot of TFLOPS and efficiency against M.
+where a variant failed its check), and the plot of TFLOPS and efficiency against M. A variant whose
+records were timed on another GPU key or with other trial settings (toolkit/kernels/pairing.py) has
+no columns there, only a line saying what differed.
 
 Effects: writes the plot as PNG into the report's directory; returns the Markdown lines and the
 HTML fragment (inline SVG) the report appends. Reads $PATCHBENCH_HOME/kernels only.
@@ -12,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from toolkit.kernels import records
+from toolkit.kernels import pairing, records
 from toolkit.kernels.plots import tflops_efficiency_plot
 from toolkit.kernels.table import _dims, _f, compare, rows  # one way to print a value and a shape
 from toolkit.report.plots import svg, write_png
@@ -29,13 +31,21 @@ class KernelSection:
         return bool(self.markdown)
 
 
-def _tables(home: Path, names: list[str]) -> list[tuple[str, list[str], list[list[str]], list[dict]]]:
+def _tables(home: Path, names: list[str]) -> list[tuple[str, list[str], list[list[str]], list[dict], list[str]]]:
     base_name, variants = names[0], names[1:]
     out = []
     for base in records.latest(home, base_name):
-        key = (base["op"], base.get("backend"))
-        cands = [(n, r) for n in variants for r in records.latest(home, n, base["op"], base.get("backend"))
-                 if (r["op"], r.get("backend")) == key]
+        cands, notes = [], []
+        for n in variants:
+            mine = records.of_op(home, n, base["op"], base.get("backend"))
+            if not mine:
+                continue
+            p = pairing.pair(base, mine)
+            if p.cand is None:
+                notes.append(pairing.not_compared(n, base_name, p))
+                continue
+            cands.append((n, p.cand))
+            notes.extend(f"{n}: {x}" for x in p.notes)
         head = ["shape", "dims", f"{base_name} us", "TFLOPS", "efficiency", "check"]
         for n, _ in cands:
             head += [f"{n} us", "speedup [95% CI]", "verdict"]
@@ -55,7 +65,7 @@ def _tables(home: Path, names: list[str]) -> list[tuple[str, list[str], list[lis
                         f"{_f(c.speedup, '.3f')} [{_f(lo, '.3f')}, {_f(hi, '.3f')}]", c.verdict]
             body.append(row)
         title = f"{base['op']} ({base.get('backend')}) on {(base.get('probe') or {}).get('gpu') or (base.get('probe') or {}).get('device')}"
-        out.append((title, head, body, [base] + [r for _, r in cands]))
+        out.append((title, head, body, [base] + [r for _, r in cands], notes))
     return out
 
 
@@ -70,14 +80,14 @@ def kernel_section(home: Path, names: list[str], out_dir: Path) -> KernelSection
                     "check = the output against an fp32 reference from the same quantized inputs. A variant "
                     "that fails the check at a shape is \"wrong output\" there, never faster."]
     parts = ["<h2>Kernel tables</h2>"]
-    for i, (title, head, body, recs) in enumerate(tables):
-        sec.markdown += ["", f"**{title}**", "", *md_table(head, body)]
+    for i, (title, head, body, recs, notes) in enumerate(tables):
+        sec.markdown += ["", f"**{title}**", "", *md_table(head, body), *(x for n in notes for x in ("", n))]
         fig = tflops_efficiency_plot(recs, title)
         name = f"kernels_{i}.png"
         write_png(fig, out_dir / name)
         sec.images.append((f"{title}: TFLOPS and efficiency against M", name))
         sec.markdown += ["", f"![{title}: TFLOPS and efficiency against M]({name})"]
-        parts.append(f"<h3>{esc(title)}</h3>" + html_table(head, body))
+        parts.append(f"<h3>{esc(title)}</h3>" + html_table(head, body) + "".join(f"<p>{esc(n)}</p>" for n in notes))
         parts.append(f'<div class="plots">{svg(fig, title)}</div>')
     sec.html = "\n".join(parts)
     return sec

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from toolkit.analysis import quality, quality_runs
+from toolkit.analysis import answers_verdict, quality_runs
 from toolkit.report.tables import esc, html_table, md_table
 
 
@@ -52,7 +52,7 @@ def markdown(data: dict, baseline: str) -> list[str]:
                         for e in item["examples"]]
                 lines += ["", *("  " + line for line in md_table(["prompt", baseline, variant], rows))]
                 lines.append("")
-    lines += ["", quality.legend() + "."]
+    lines += ["", answers_verdict.legend() + "."]
     return lines
 
 
@@ -69,7 +69,7 @@ def html_section(data: dict, baseline: str) -> list[str]:
                                         [[e["prompt"], e["reference"], e["variant"]] for e in item["examples"]],
                                         'class="answers"'))
             parts.append("</li>")
-    parts.append(f'</ul><p class="note">{esc(quality.legend())}.</p>')
+    parts.append(f'</ul><p class="note">{esc(answers_verdict.legend())}.</p>')
     return parts
 
 

@@ -7,7 +7,6 @@ SVG, and `sweep.md` / `sweep.html` with the ranked table, the pruned variants an
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 from matplotlib.figure import Figure
@@ -51,17 +50,18 @@ def pareto_figure(points: list[dict], title: str) -> Figure:
 
 
 def _table(doc: dict) -> tuple[list[str], list[list[str]]]:
-    bound_metrics = list(dict.fromkeys(re.split(r"[<>=]", b)[0] for b in doc["sla"]))
-    head = ["#", "variant", "max concurrency" if bound_metrics else "at",
-            *[f"{m} there [95% CI]" for m in bound_metrics], f"{doc['metric']} [95% CI]", "vs default"]
-    at_max = {v["variant"]: (v["sla"] or {}).get("at_max", {}) for v in doc["variants"]}
+    sla = {v["variant"]: v["sla"] for v in doc["variants"] if v["sla"]}
+    kind = next(iter(sla.values()))["kind"] if sla else None
+    head = ["#", "variant", {"ceiling": "max concurrency", "floor": "min concurrency", "both": "concurrencies",
+                             None: "at"}[kind], *[f"{b} there" for b in doc["sla"]], f"{doc['metric']} [95% CI]",
+            "vs default"]
     rows = []
     for i, r in enumerate(doc["ranked"], 1):
         ci = f"{r['mean']:.4g} [{r['ci'][0]:.4g}, {r['ci'][1]:.4g}] n={r['n']}"
         verdict = r["verdict"] + (f" ({r['change_pct']:+.1f}%)" if r["change_pct"] is not None else "")
-        bounds = [(lambda e: f"{e['mean']:.4g} [{e['ci'][0]:.4g}, {e['ci'][1]:.4g}]" if e else "-")(
-            at_max[r["variant"]].get(m)) for m in bound_metrics]
-        rows.append([str(i), r["variant"], str(r["point"]), *bounds, ci, verdict])
+        s = sla.get(r["variant"]) or {}
+        at = f"{s['passing'][0]}..{s['passing'][1]}" if kind == "both" and s.get("passing") else str(r["point"])
+        rows.append([str(i), r["variant"], at, *[v["text"] for v in s.get("verdicts", [])], ci, verdict])
     return head, rows
 
 
@@ -72,10 +72,14 @@ def notes(doc: dict) -> list[str]:
             out.append(f"pruned {v['variant']}: {v['pruned']}")
         elif v["failed"]:
             out.append(f"failed {v['variant']}: {v['failed']}")
-        elif v["sla"] and v["sla"]["fails_at_lowest"]:
-            out.append(f"{v['variant']}: fails the SLA already at concurrency {v['sla']['range'][0]}")
+        elif v["sla"] and v["sla"]["none"]:
+            out.append(f"{v['variant']}: {v['sla']['none']}")
+        for line in (v["sla"] or {}).get("breaks", []):
+            out.append(f"{v['variant']}: {line}")
     if doc["dominated"]:
         out.append("dominated (no point on the Pareto front): " + ", ".join(doc["dominated"]))
+    if doc.get("sla_legend"):
+        out.append(doc["sla_legend"])
     return out
 
 

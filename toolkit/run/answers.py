@@ -1,9 +1,15 @@
 """Pure comparisons of generated answers (token id lists), shared by the output check
-(toolkit.run.quality) and the quality verdict (toolkit.analysis.quality).
+(toolkit.run.quality) and the answers verdict (toolkit.analysis.answers_verdict).
 
 Degenerate output (`degenerate`): empty; one token repeated to the end (the last max(4, n/2)
 tokens of an output of 4 or more are one token); the same tokens as the answer to a different prompt
-(2 or more tokens); a non-finite log-probability where they were asked for.
+when that answer has at least SHARED_MIN_TOKENS tokens; a non-finite log-probability where they were
+asked for.
+
+The rule for another prompt's answer: a real model gives two prompts the same short answer ("4.",
+"Paris", "Yes, it is.") as a matter of course, so sharing is evidence of broken output only when the
+shared answer is long enough to be implausible as coincidence: 16 tokens (the check's default
+max_tokens: two prompts that both run to the limit with one identical text are ignoring their input).
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ import statistics
 from typing import Sequence
 
 Answer = Sequence[int]
+SHARED_MIN_TOKENS = 16  # an answer shared by two prompts is degenerate from this length on
 
 
 def repeats_to_end(ids: Answer) -> bool:
@@ -24,11 +31,12 @@ def repeats_to_end(ids: Answer) -> bool:
 
 
 def degenerate(answers: Sequence[Answer], logprobs: Sequence[Sequence[float] | None] | None = None) -> list[str | None]:
-    """Per answer, why it is degenerate ("empty", "one token repeated", "same as another prompt's",
+    """Per answer, why it is degenerate ("empty", "one token repeated", "same as another prompt's"
+    (SHARED_MIN_TOKENS or more tokens),
     "non-finite logprobs"), or None when it is not."""
     counts: dict[tuple, int] = {}
     for ids in answers:
-        if len(ids) >= 2:
+        if len(ids) >= SHARED_MIN_TOKENS:
             counts[tuple(ids)] = counts.get(tuple(ids), 0) + 1
     out: list[str | None] = []
     for i, ids in enumerate(answers):

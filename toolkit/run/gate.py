@@ -11,7 +11,7 @@ downloads: a missing file is a BadInput saying where to get it), `--host/--port`
 server, and runs in `eval/` so its dump (`tmp_output_gsm8k.txt`) lands there. Parsed: the printed
 `Accuracy: X`, and from the dump each question's prediction (the last number after its last
 "Answer:", sglang's rule) against its label: per-question correctness, what McNemar's test pairs
-with the reference's (toolkit.analysis.gate). A failed evaluation is stored (`status: failed`, the
+with the reference's (toolkit.analysis.gate_verdict). A failed evaluation is stored (`status: failed`, the
 reason) and keeps the speed numbers.
 """
 

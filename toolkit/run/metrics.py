@@ -104,7 +104,7 @@ _TABLE: list[Metric] = [
        "median token index of the first difference from the reference run's answer (equal: its length)", _SERVING),
     _m("output_sanity", "share", HIGHER,
        "share of the output check's answers that are not degenerate (empty, one token repeated, "
-       "another prompt's answer, non-finite logprobs)", _SERVING),
+       "another prompt's answer of 16+ tokens, non-finite logprobs)", _SERVING),
     _m("eval_accuracy", "share", HIGHER, "accuracy of sglang's own evaluation ([quality] eval, e.g. gsm8k)", None),
 ]
 

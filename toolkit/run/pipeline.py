@@ -201,7 +201,7 @@ def benchmark(verified: Verified) -> Measured:
     strict box mode a throttled or shared run is RunInvalid."""
     attempt, server = verified.launched.attempt, verified.launched.server
     bench = attempt.prepared.recipe.benchmark
-    sampler = gpu_record.sampler_for(attempt)  # GPU state over the window (toolkit.run.gpustate)
+    sampler = gpu_record.sampler_for(attempt, server.proc.pid if server is not None else None)  # GPU state (toolkit.run.gpustate)
     try:
         if bench.driver == "one-batch":
             samples, errors = _one_batch(attempt), []
@@ -389,9 +389,11 @@ def _one_batch(a: Attempt) -> list[Sample]:
 
 
 def run_sweep(recipes: list[Recipe], *, home: Path, store: Store, repeats: int | None = None, until: str = "store",
-              frozen: bool = False, console: Console | None = None, strict: bool = False) -> dict:
+              frozen: bool = False, console: Console | None = None, strict: bool = False,
+              measure: Callable | None = None) -> dict:
     """Reap what dead patchbench processes left, prepare every recipe, then measure them with
-    interleaved repeats (A B A B ...).
+    interleaved repeats (A B A B ...), or with `measure(prepared, home=, store=, group_id=,
+    console=, result=)` when given (`run` without `--repeats`: toolkit.analysis.sequential_runs).
 
     A recipe that fails to prepare is reported and skipped; a run that fails is stored and the
     sweep goes on. Returns {"group_id", "runs": [(recipe, run_id)], "failed": [(recipe, message)]}.
@@ -426,6 +428,11 @@ def run_sweep(recipes: list[Recipe], *, home: Path, store: Store, repeats: int |
             "or through nox `nox -s recipe-NAME -- --until check`; or `--executor slurm` to run on a GPU node)",
             step="launch",
         )
+    if measure is not None and until == "store":
+        with signals_interrupt():
+            measure(prepared, home=home, store=store, group_id=group_id, console=console, result=result)
+        return result
+
     def wanted(p: Prepared) -> int:  # a verification needs one launch, a measurement the recipe's repeats
         return repeats or (1 if until == "verify" else p.recipe.benchmark.repeats)
 

@@ -5,7 +5,8 @@ sweep (a batch size for static-batch decode, a concurrency for serving). The sto
 analysis compares samples with the same (metric, point_kind, point).
 
   serving.py   patchbench's own async streaming client (the "standard decode benchmark");
-               workload.py (what it sends) and point.py (what it measured, per point)
+               workload.py (what it sends) and point.py (what it measured, per point);
+               inflight.py (its requests in flight and decoding: where steady decode begins)
   sglang_jsonl.py  reading sglang's JSONL results and the importer of `bench_serving` rows
   one_batch.py argv for sglang's static-batch benchmark and the importer of its JSONL rows
 

@@ -38,6 +38,7 @@ import json
 import time
 from typing import Callable, Optional
 
+from toolkit.run.bench.inflight import InFlight, Ticket
 from toolkit.run.bench.point import PointResult, RequestResult, percentile, summarize  # noqa: F401
 from toolkit.run.bench.sglang_jsonl import (  # noqa: F401  (re-exported: the importer lives there)
     bench_serving_workload, parse_bench_serving_jsonl, parse_bench_serving_rows, read_jsonl)
@@ -88,8 +89,20 @@ def _int_field(ev: bytes, key: bytes) -> Optional[int]:
 
 
 async def _request(session, url: str, payload: bytes, cfg: ServingConfig, input_len: int,
-                   output_len: int, timeout) -> RequestResult:
-    """Send one request and time it. Never raises (errors are returned)."""
+                   output_len: int, timeout, inflight: Optional[InFlight] = None) -> RequestResult:
+    """Send one request and time it, telling `inflight` (if given) when it is sent, decoding and
+    done. Never raises (errors are returned)."""
+    if inflight is None:
+        return await _timed(session, url, payload, cfg, input_len, output_len, timeout, None)
+    ticket = inflight.request()
+    try:
+        return await _timed(session, url, payload, cfg, input_len, output_len, timeout, ticket)
+    finally:
+        ticket.close()
+
+
+async def _timed(session, url: str, payload: bytes, cfg: ServingConfig, input_len: int,
+                 output_len: int, timeout, ticket: Optional[Ticket]) -> RequestResult:
     import aiohttp
 
     generate = cfg.endpoint == "generate"
@@ -170,6 +183,8 @@ async def _request(session, url: str, payload: bytes, cfg: ServingConfig, input_
                         k = new_n - n
                         if k <= 0:
                             continue
+                        if ticket is not None:
+                            ticket.received(k)
                         if first:
                             res.ttft = t - t0
                             first = False
@@ -219,7 +234,7 @@ async def _request(session, url: str, payload: bytes, cfg: ServingConfig, input_
 
 async def _closed_loop(session, url: str, payloads: list, cfg: ServingConfig, concurrency: int,
                        output_len: int, timeout, phase: str,
-                       progress: Optional[Progress]) -> tuple[list, float]:
+                       progress: Optional[Progress], inflight: Optional[InFlight] = None) -> tuple[list, float]:
     """Run `payloads` with at most `concurrency` in flight; return (results, duration_s)."""
     results: list = [None] * len(payloads)
     next_index = 0
@@ -232,7 +247,7 @@ async def _closed_loop(session, url: str, payloads: list, cfg: ServingConfig, co
             i = next_index
             next_index += 1
             results[i] = await _request(session, url, payloads[i], cfg, cfg.input_len,
-                                        output_len, timeout)
+                                        output_len, timeout, inflight)
             done += 1
             if progress is not None:
                 progress(phase, concurrency, done, total)
@@ -295,9 +310,11 @@ def resolve_prompt_kind(cfg: ServingConfig, server_info: dict) -> str:
 
 
 async def run_serving_async(base_url: str, cfg: ServingConfig,
-                            progress: Optional[Progress] = None) -> list[PointResult]:
+                            progress: Optional[Progress] = None,
+                            inflight: Optional[InFlight] = None) -> list[PointResult]:
     """The sweep (see the module docstring). Stops early after a point where no request
-    succeeded (the server is presumably gone); that point's errors say so."""
+    succeeded (the server is presumably gone); that point's errors say so. `inflight` follows
+    the measured requests (toolkit.run.bench.inflight)."""
     import aiohttp
 
     base_url = base_url.rstrip("/")
@@ -326,7 +343,7 @@ async def run_serving_async(base_url: str, cfg: ServingConfig,
                                       _rid(cfg, c, "m", i))
                         for i in range(n)]
             results, duration = await _closed_loop(session, url, payloads, cfg, c,
-                                                   cfg.output_len, timeout, "measure", progress)
+                                                   cfg.output_len, timeout, "measure", progress, inflight)
             point = summarize(c, results, duration, warm_errors)
             out.append(point)
             if point.metrics.get("completed", 0) == 0:

@@ -1,6 +1,10 @@
 """GPU state during a run (NVML through nvidia-ml-py), and the doctor's checks of the box.
 
-    nvml      the one module that talks to NVML: open a session, read a GPU, decode clock-event reasons
+    nvml      the one module that talks to NVML: open a session, read a GPU (successor getters first),
+              decode clock-event reasons
+    scope     the run's GPUs: the server's layout (base_gpu_id, tp x pp, x dp) within CUDA_VISIBLE_DEVICES,
+              entries mapped to NVML by UUID, PCI bus id or MIG instance
+    owners    whose processes: patchbench's and the server's tree, graphics, foreign; unmatchable pids
     sampler   a background thread sampling the run's GPUs every 0.2 s over the benchmark window
     summary   a sampling record -> the run's summary metrics (gpu_* in the registry) (pure)
     flags     throttling, foreign processes, ECC, clocks apart from the compared runs; box differences (pure)

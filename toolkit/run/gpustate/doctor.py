@@ -1,8 +1,10 @@
 """The doctor's rules (pure): a facts dict (toolkit.run.gpustate.facts.gather) -> one `Check` per
 line, `ok` / `warn` / `fail` / `skip`, each not-ok one with the command that fixes it.
 
-Checks: GPUs visible; persistence mode; equal power limits (and at the default); application or
-locked clocks; ECC; other processes; free memory against `mem-fraction-static`; P2P and topology;
+Checks: the recipe's GPUs visible (its layout within CUDA_VISIBLE_DEVICES); the readings NVML gave
+(and any deprecated getter used for want of its successor); persistence mode; equal power limits (and
+at the default); application clocks; locked clocks (NVML has no getter: said, or a clock setting seen
+holding the clocks); ECC; other processes (foreign compute, graphics apart, unmatchable pids said); free memory against `mem-fraction-static`; P2P and topology;
 CUPTI access for `profile`; the driver's CUDA against the env's torch / sgl-kernel builds; PCIe
 generation and width. `RULES` is the order they print in; `exit_code(checks)` is 1 when one fails.
 """
@@ -11,7 +13,10 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from toolkit.run.gpustate.nvml import CLOCK_SETTING_BIT, GETTERS
+
 OK, WARN, FAIL, SKIP = "ok", "warn", "fail", "skip"
+CORE_READINGS = ("sm_mhz", "mem_mhz", "power_w", "temp_c", "reasons")
 
 
 @dataclass(frozen=True)
@@ -35,13 +40,50 @@ def _ids(gpus: list[dict]) -> str:
 
 def gpus_present(f: dict) -> Check:
     nv = f.get("nvml") or {}
-    needs = (f.get("recipe") or {}).get("gpus", 1) != 0
+    recipe = f.get("recipe") or {}
+    needs = recipe.get("gpus", 1) != 0
     if not nv.get("available"):
         return Check("gpus", FAIL if needs else WARN, f"no GPU state: {nv.get('reason') or 'NVML unavailable'}",
                      "install the NVIDIA driver and nvidia-ml-py (pip install nvidia-ml-py)" if needs else "")
+    scope = nv.get("scope") or {}
+    visible = scope.get("cuda_visible_devices")
+    fix = "name GPUs as CUDA does: an index, GPU-<uuid> or MIG-<uuid> (nvidia-smi -L lists them)"
+    if visible is not None and not scope.get("visible_count"):
+        return Check("gpus", FAIL if needs else WARN, f"CUDA_VISIBLE_DEVICES={visible} matches no NVIDIA GPU", fix)
+    if needs and scope.get("missing_positions"):
+        return Check("gpus", FAIL, f"the recipe's layout ({recipe.get('layout', '?')}) uses CUDA device(s) "
+                                   f"{','.join(map(str, scope['missing_positions']))} but {scope.get('visible_count')} "
+                                   "are visible", "lower base-gpu-id / tp-size or make more GPUs visible")
     names = sorted({g.get("name") or "?" for g in _gpus(f)})
-    return Check("gpus", OK, f"{len(_gpus(f))} GPU(s): {', '.join(names)}; driver {nv.get('driver')} "
-                             f"(CUDA {nv.get('cuda_driver')})")
+    which = ", ".join(f"CUDA {d['cuda']} = GPU {d['index']}" + (f" ({d['mig']})" if d.get("mig") else "")
+                      for d in scope.get("devices") or [])
+    text = (f"{len(_gpus(f))} GPU(s) for {recipe['name'] + ' (' + recipe.get('layout', '') + ')' if recipe else 'this box'}"
+            f"{': ' + which if which else ''}; {', '.join(names) or 'none'}; driver {nv.get('driver')} "
+            f"(CUDA {nv.get('cuda_driver')})")
+    notes = list(scope.get("notes") or [])
+    if scope.get("unmatched"):
+        notes.insert(0, f"CUDA_VISIBLE_DEVICES entries {','.join(scope['unmatched'])} match no GPU (CUDA stops there)")
+        return Check("gpus", WARN, text + "; " + "; ".join(notes), fix)
+    if any("CUDA_DEVICE_ORDER" in n for n in notes):
+        return Check("gpus", WARN, text + "; " + "; ".join(notes), "export CUDA_DEVICE_ORDER=PCI_BUS_ID")
+    return Check("gpus", OK, text + ("; " + "; ".join(notes) if notes else ""))
+
+
+def readings(f: dict) -> Check:
+    missing = [(g["index"], k, why) for g in _gpus(f) for k, why in (g.get("unread") or {}).items()
+               if k != "locked_clocks"]
+    successors = {alts[0][0] for alts in GETTERS.values()}
+    old = sorted({name for g in _gpus(f) for name in (g.get("getters") or {}).values() if name not in successors})
+    core = [m for m in missing if m[1] in CORE_READINGS]
+    grouped: dict[tuple[str, str], list[int]] = {}
+    for i, k, why in missing:
+        grouped.setdefault((k, why), []).append(i)
+    listed = "; ".join(f"{k} on GPU {','.join(map(str, ids))} ({why})" for (k, why), ids in list(grouped.items())[:6])
+    if core or old:
+        text = (f"not read: {listed}" if missing else "") + ("; " if missing and old else "")
+        text += f"deprecated getter(s) used, this nvidia-ml-py lacks their successors: {', '.join(old)}" if old else ""
+        return Check("readings", WARN, text, "pip install -U nvidia-ml-py" if old else "")
+    return Check("readings", OK, "every reading the runs sample was read" + (f"; not reported: {listed}" if missing else ""))
 
 
 def persistence(f: dict) -> Check:
@@ -87,6 +129,18 @@ def clocks(f: dict) -> Check:
     return Check("clocks", OK, "default application clocks (no clocks set)")
 
 
+def locked_clocks(f: dict) -> Check:
+    held = [g for g in _gpus(f) if (g.get("reasons_now") or 0) & CLOCK_SETTING_BIT]
+    fix = "sudo nvidia-smi -rgc && sudo nvidia-smi -rmc (reset locked clocks), or record the lock with the results"
+    if held:
+        return Check("locked clocks", WARN, f"a clock setting holds the clocks of GPU {_ids(held)} now (NVML's "
+                                            "applications-clocks-setting reason: application or locked clocks)", fix)
+    why = next((g["unread"]["locked_clocks"] for g in _gpus(f) if "locked_clocks" in (g.get("unread") or {})),
+               "NVML has no getter for locked clocks")
+    return Check("locked clocks", SKIP, f"cannot see locked clocks (nvidia-smi -lgc / -lmc): {why}; a run records the "
+                                        "share of its window a clock setting held the clocks (clock_setting_share)", fix)
+
+
 def ecc(f: dict) -> Check:
     errors = [g for g in _gpus(f) if g.get("ecc_uncorrected")]
     if errors:
@@ -98,13 +152,24 @@ def ecc(f: dict) -> Check:
     return Check("ecc", OK, "no uncorrected ECC errors" + (f"; ECC {'on' if modes == {True} else 'off'}" if modes else ""))
 
 
+def _plist(pairs: list) -> str:
+    return ", ".join(f"pid {p['pid']} on GPU {i}" + (f" ({p['used_mib']} MiB)" if p.get("used_mib") else "")
+                     for i, p in pairs[:5])
+
+
 def processes(f: dict) -> Check:
     busy = [(g["index"], p) for g in _gpus(f) for p in g.get("processes") or []]
+    graphics = [(g["index"], p) for g in _gpus(f) for p in g.get("graphics") or []]
+    unmatched = [(g["index"], p) for g in _gpus(f) for p in g.get("unmatched") or []]
+    also = f"; graphics (not counted): {_plist(graphics)}" if graphics else ""
     if busy:
-        listed = ", ".join(f"pid {p['pid']} on GPU {i}" + (f" ({p['used_mib']} MiB)" if p.get("used_mib") else "") for i, p in busy[:5])
-        return Check("processes", WARN, f"{len(busy)} other process(es) on the GPUs: {listed}",
+        return Check("processes", WARN, f"{len(busy)} other process(es) on the GPUs: {_plist(busy)}{also}",
                      "stop them before the campaign (kill " + " ".join(str(p["pid"]) for _, p in busy[:5]) + ")")
-    return Check("processes", OK, "no other process on the GPUs")
+    if unmatched:
+        return Check("processes", WARN, f"{len(unmatched)} compute process(es) on the GPUs ({_plist(unmatched)}) whose "
+                                        f"pids cannot be matched: {(f.get('nvml') or {}).get('pid_match')}{also}",
+                     "check from the host (nvidia-smi) that no other job uses these GPUs")
+    return Check("processes", OK, "no other compute process on the GPUs" + also)
 
 
 def free_memory(f: dict) -> Check:
@@ -185,18 +250,21 @@ def pcie(f: dict) -> Check:
     return Check("pcie", OK, f"Gen{next(iter(gens))} x16 on every GPU (the link idles lower; runs record it under load)")
 
 
-RULES = (gpus_present, persistence, power_limits, clocks, ecc, processes, free_memory, p2p, cupti, cuda_builds, pcie)
-_NAMES = {"power_limits": "power limit", "free_memory": "free memory"}
-GPU_RULES = {persistence, power_limits, clocks, ecc, processes, free_memory, p2p, pcie}
+RULES = (gpus_present, readings, persistence, power_limits, clocks, locked_clocks, ecc, processes, free_memory, p2p,
+         cupti, cuda_builds, pcie)
+_NAMES = {"power_limits": "power limit", "free_memory": "free memory", "locked_clocks": "locked clocks"}
+GPU_RULES = {readings, persistence, power_limits, clocks, locked_clocks, ecc, processes, free_memory, p2p, pcie}
 
 
 def run_rules(facts: dict) -> list[Check]:
     """Every rule over `facts`; without GPU state the per-GPU rules say so once (skip)."""
-    available = bool((facts.get("nvml") or {}).get("available"))
+    nv = facts.get("nvml") or {}
+    available = bool(nv.get("available"))
+    why = "no GPU state" if not available else "no GPU of the run visible" if not nv.get("gpus") else ""
     out = []
     for rule in RULES:
-        if rule in GPU_RULES and not available:
-            out.append(Check(_NAMES.get(rule.__name__, rule.__name__), SKIP, "no GPU state"))
+        if rule in GPU_RULES and why:
+            out.append(Check(_NAMES.get(rule.__name__, rule.__name__), SKIP, why))
         else:
             out.append(rule(facts))
     return out

@@ -1,7 +1,8 @@
 """What `patchbench doctor` reads about the box before a campaign (the facts its rules judge).
 
 `gather(recipe, runs, module)` returns a plain dict: NVML's view of each GPU the recipe would use
-(persistence, power limits, clocks set, ECC, memory, processes, PCIe link), P2P and topology
+(its layout's CUDA positions within CUDA_VISIBLE_DEVICES, mapped as toolkit.run.gpustate.scope
+maps them; without a recipe every visible GPU), with persistence, power limits, clocks set, ECC, memory, processes, PCIe link), P2P and topology
 between them, whether CUPTI (torch's profiler, `patchbench profile`) is open to this user, the
 recipe's GPU count and `mem-fraction-static`, and the CUDA builds of the recipe's env (its torch and
 sgl-kernel, read from the env record of the recipe's newest stored run). Without NVML the GPU part
@@ -15,8 +16,10 @@ import re
 from pathlib import Path
 from typing import Any
 
+from toolkit.run.gpustate import owners
 from toolkit.run.gpustate.nvml import open_nvml
-from toolkit.run.gpustate.sampler import patchbench_tree, visible_devices
+from toolkit.run.gpustate.sampler import visible_devices
+from toolkit.run.gpustate.scope import describe_layout, layout_positions, resolve
 
 PARAMS = Path("/proc/driver/nvidia/params")
 _CU_TAG = re.compile(r"\+cu(\d+)(\d)\b")
@@ -50,17 +53,19 @@ def cuda_of_packages(lines: list[str]) -> dict:
 
 
 def recipe_facts(recipe: Any) -> dict:
-    """The recipe's GPU count (server.gpus, else [target] count, else tp-size) and mem-fraction-static."""
+    """The recipe's GPU count (server.gpus, else [target] count, else its layout's), mem-fraction-static,
+    and the CUDA positions its layout uses (tp x pp, x dp without DP attention, from base-gpu-id)."""
     if recipe is None:
         return {}
     args = dict(recipe.server.args)
     frac = args.get("mem-fraction-static", args.get("mem_fraction_static"))
-    tp = args.get("tp-size", args.get("tp", 1))
+    positions = layout_positions(args)
     count = recipe.server.gpus
     if count is None:
-        count = recipe.target.count if recipe.target else tp
+        count = recipe.target.count if recipe.target else len(positions)
     return {"name": recipe.name, "gpus": count, "mem_fraction_static": None if frac is None else float(frac),
-            "env": dict(recipe.server.env)}
+            "env": dict(recipe.server.env), "positions": positions if count != 0 else [],
+            "layout": describe_layout(args)}
 
 
 def env_cuda(runs: list) -> dict:
@@ -72,27 +77,45 @@ def env_cuda(runs: list) -> dict:
     return {}
 
 
-def gpu_facts(module: Any = None, environ: dict | None = None) -> dict:
-    """NVML's view of the GPUs this box would give the run (CUDA_VISIBLE_DEVICES, else all)."""
+def gpu_facts(module: Any = None, environ: dict | None = None, positions: list[int] | None = None,
+              *, matchable: bool | None = None) -> dict:
+    """NVML's view of the GPUs this box would give the run: `positions` (CUDA ordinals, None: all)
+    within CUDA_VISIBLE_DEVICES. Each GPU's "processes" are the foreign compute ones; "graphics"
+    and "unmatched" (pids that cannot be matched in a nested PID namespace) are listed apart."""
     nv, reason = open_nvml(module)
     if nv is None:
         return {"available": False, "reason": reason}
+    environ = environ if environ is not None else dict(os.environ)
+    matchable = (owners.pid_namespace_nested() is not True) if matchable is None else matchable
     try:
-        refs = visible_devices(environ if environ is not None else dict(os.environ))
-        refs = refs if refs is not None else [str(i) for i in range(nv.count())]
-        handles = [f for f in (nv.handle_of(r) for r in refs) if f is not None and f[1] is not None]
-        own = patchbench_tree()
+        scope = resolve(nv, visible_devices(environ), order=environ.get("CUDA_DEVICE_ORDER"), positions=positions)
+        own = owners.patchbench_tree() if matchable else set()
         gpus = []
-        for i, h in handles:
-            g = nv.device(i, h)
-            g["processes"] = [p for p in nv.processes(h) if p["pid"] not in own]
+        for d in scope.devices:
+            g = nv.device(d.index, d.handle)
+            now = nv.tick(d.handle)
+            g["unread"].update(now.pop("unread"))
+            g["getters"] = dict(nv.used)
+            g["cuda"], g["reading_now"] = d.cuda, now
+            if d.mig_uuid:
+                g["mig"] = d.mig_uuid
+                mem = nv.read("mem", d.mig_handle) if d.mig_handle is not None else None
+                if mem is not None:  # the instance's own slice, which the recipe's memory fraction is of
+                    g["mem_total_mib"], g["mem_free_mib"] = round(mem.total / 2**20), round(mem.free / 2**20)
+            kinds = owners.classify(nv.processes(d.mig_handle if d.mig_handle is not None else d.handle), own,
+                                    matchable=matchable)
+            g["processes"], g["graphics"], g["unmatched"] = kinds["foreign"], kinds["graphics"], kinds["unmatched"]
             gpus.append(g)
         pairs = []
-        for a in range(len(handles)):
-            for b in range(a + 1, len(handles)):
-                ok, level = nv.p2p(handles[a][1], handles[b][1])
-                pairs.append({"a": handles[a][0], "b": handles[b][0], "p2p": ok, "link": level})
-        return {"available": True, **nv.driver(), "gpus": gpus, "pairs": pairs}
+        devs = scope.devices
+        for a in range(len(devs)):
+            for b in range(a + 1, len(devs)):
+                if devs[a].index == devs[b].index:
+                    continue  # two MIG instances of one GPU
+                ok, level = nv.p2p(devs[a].handle, devs[b].handle)
+                pairs.append({"a": devs[a].index, "b": devs[b].index, "p2p": ok, "link": level})
+        return {"available": True, **nv.driver(), "gpus": gpus, "pairs": pairs, "scope": scope.to_dict(),
+                "pid_match": None if matchable else owners.UNMATCHABLE}
     finally:
         nv.close()
 
@@ -101,4 +124,4 @@ def gather(recipe: Any = None, runs: list | None = None, *, module: Any = None) 
     """Every fact the doctor's rules read (see the module doc)."""
     rf = recipe_facts(recipe)
     environ = {**os.environ, **(rf.get("env") or {})}
-    return {"nvml": gpu_facts(module, environ), "cupti": cupti_access(), "recipe": rf, "env_cuda": env_cuda(runs or [])}
+    return {"nvml": gpu_facts(module, environ, rf.get("positions")), "cupti": cupti_access(), "recipe": rf, "env_cuda": env_cuda(runs or [])}

@@ -126,11 +126,15 @@ def notes(runs: Iterable[Any], label: dict[str, str] | None = None) -> list[str]
 
 
 def box_lines(runs: Iterable[Any], label: dict[str, str] | None = None) -> list[str]:
-    """`notes` for compare and report, or one line saying no run used has GPU state."""
+    """`notes` for compare and report, or one line saying no run used has GPU state; and one line
+    per run whose GPU processes could not be matched to its server (a nested PID namespace)."""
     runs = list(runs)
     if not any(state_of(r).get("available") for r in runs):
         return [f"{NO_GPU_STATE} recorded for the runs used"]
-    return notes(runs, label)
+    label = label or {}
+    unchecked = [f"{label.get(r.run_id, r.recipe)} run {r.run_id[:8]}: foreign processes not checked: "
+                 f"{state_of(r)['pid_match']}" for r in runs if state_of(r).get("pid_match")]
+    return notes(runs, label) + unchecked
 
 
 def _fmt_list(values: list) -> str:

@@ -1,7 +1,9 @@
 """The run's GPU state: a sampler for an attempt, and what its record becomes.
 
-`sampler_for(attempt)` samples the GPUs the run sees (CUDA_VISIBLE_DEVICES of the server's env, else
-this process's, else all). `attach(attempt, record, kind)` writes the whole series to
+`sampler_for(attempt, server_pid)` samples the GPUs the run's server uses: its layout (tp x pp, x dp
+without DP attention, from base_gpu_id; read from /server_info, else the static check's fields, else
+the recipe's flags) within CUDA_VISIBLE_DEVICES of the server's env (else this process's, else all),
+with the server's process tree counted as patchbench's own. `attach(attempt, record, kind)` writes the whole series to
 `gpu_state.json` beside the run's logs (`log_paths["gpu_state"]`), stores the summary in
 `extra["gpu_state"]` and returns the summary metrics as run-level samples (point 0), none without
 GPU state. `enforce(attempt)` raises RunInvalid for a flagged run under `--strict-box` /
@@ -17,16 +19,29 @@ from toolkit.run import metrics
 from toolkit.run.attempt import Attempt, RunInvalid
 from toolkit.run.bench import Sample
 from toolkit.run.gpustate import flags
-from toolkit.run.gpustate.sampler import Sampler, visible_devices
+from toolkit.run.gpustate.owners import patchbench_tree
+from toolkit.run.gpustate.sampler import Sampler
+from toolkit.run.gpustate.scope import layout_positions
 from toolkit.run.gpustate.summary import summarize
 
 ARTIFACT = "gpu_state.json"
 
 
-def sampler_for(attempt: Attempt, **kw) -> Sampler:
+def server_layout(attempt: Attempt) -> dict:
+    """The server's parallel layout args: recipe flags, overridden by the static check's parsed
+    ServerArgs fields, overridden by what /server_info reported."""
+    p = attempt.prepared
+    args = dict(p.recipe.server.args)
+    args.update((p.check.fields if p.check else None) or {})
+    args.update({k: v for k, v in (attempt.info or {}).items() if not isinstance(v, (dict, list))})
+    return args
+
+
+def sampler_for(attempt: Attempt, server_pid: int | None = None, **kw) -> Sampler:
     """A started sampler over the run's GPUs."""
     environ = {**os.environ, **dict(attempt.prepared.recipe.server.env)}
-    return Sampler(devices=visible_devices(environ), **kw).start()
+    return Sampler(environ=environ, positions=layout_positions(server_layout(attempt)),
+                   own_tree=lambda: patchbench_tree(server_pid), **kw).start()
 
 
 def attach(attempt: Attempt, record: dict, point_kind: str) -> list[Sample]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from toolkit.run.gpustate.nvml import POWER_BITS, THERMAL_BITS, THROTTLE_BITS, decode_reasons
+from toolkit.run.gpustate.nvml import CLOCK_SETTING_BIT, POWER_BITS, THERMAL_BITS, THROTTLE_BITS, decode_reasons
 
 NO_GPU_STATE = "no GPU state"
 
@@ -80,6 +80,10 @@ def summarize(record: dict | None) -> dict:
            "app_clocks": [g.get("app_clocks") for g in gpus],
            "max_clocks": [g.get("max_clocks") for g in gpus],
            "ecc_mode": [g.get("ecc_mode") for g in gpus]}
+    unread = [f"{field} on GPU {g.get('index')}: {why}" for g in gpus for field, why in (g.get("unread") or {}).items()]
     return {"available": True, "metrics": {k: v for k, v in metrics.items() if v is not None}, "box": box,
-            "foreign_processes": foreign[:20], "reasons_seen": decode_reasons(masks),
+            "foreign_processes": foreign[:20], "graphics_processes": (record.get("graphics_processes") or [])[:20],
+            "unmatched_processes": (record.get("unmatched_processes") or [])[:20], "pid_match": record.get("pid_match"),
+            "scope": record.get("scope"), "unread": unread, "reasons_seen": decode_reasons(masks),
+            "clock_setting_share": _share(gpus, CLOCK_SETTING_BIT),
             "ticks": len(record.get("t") or []), "interval_s": record.get("interval_s")}

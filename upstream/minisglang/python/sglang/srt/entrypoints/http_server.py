@@ -27,7 +27,7 @@ import uuid
 from typing import Optional, Tuple
 
 from sglang.srt.managers.io_struct import ProfileReq
-from sglang.srt.managers.profiler_manager import ProfileError, ProfilerManager
+from sglang.srt.managers.profiler_manager import ProfileError, ProfilerManager, ProfileStateError
 from sglang.srt.managers.scheduler import Req, Scheduler
 from sglang.srt.model_executor import cost as cost_mod
 from sglang.srt.server_args import ServerArgs
@@ -200,11 +200,14 @@ class HttpServer:
     async def server_info(self, body, writer, keep_alive):
         info = self.args.to_dict()
         info["version"] = __version__
+        # One dict per DP rank, as sglang 0.5.23's get_internal_state: the resolved arguments plus a
+        # few scheduler facts. No live queue counts (sglang has none there).
         info["internal_states"] = [{
+            **self.args.to_dict(),
+            "world_size": self.args.tp_size * self.args.pp_size,
+            "startup_time": self.started,
+            "effective_max_running_requests_per_dp": self.args.max_running_requests,
             "last_gen_throughput": self.scheduler.last_gen_throughput,
-            "avg_spec_accept_length": None,
-            "#running-req": len(self.scheduler.running),
-            "#queue-req": len(self.scheduler.waiting),
         }]
         info["mini_cost_model"] = self.scheduler.cost.to_dict()
         info["mini_cost_module"] = os.path.abspath(cost_mod.__file__)
@@ -240,24 +243,32 @@ class HttpServer:
 
     # -- profiling ----------------------------------------------------------------------------
     async def start_profile(self, body, writer, keep_alive):
+        """Arm the profiler and answer at once (sglang 0.5.23): the trace comes later, by itself
+        after `num_steps` steps, else at /stop_profile."""
         try:
             req = ProfileReq.from_json(self._parse_json(body))
         except (TypeError, ValueError) as e:
             raise BadRequest(str(e))
         try:
-            done = self.scheduler.profiler.configure(req)
+            self.scheduler.profiler.configure(req)
+        except ProfileStateError as e:
+            return self._internal_error(writer, e, keep_alive)
         except ProfileError as e:
             raise BadRequest(str(e))
-        if done is not None:
-            await done
         return self._send_text(writer, 200, "Start profiling.\n", keep_alive)
 
     async def stop_profile(self, body, writer, keep_alive):
         try:
             self.scheduler.profiler.stop()
-        except ProfileError as e:
-            raise BadRequest(str(e))
+        except ProfileStateError as e:
+            return self._internal_error(writer, e, keep_alive)
         return self._send_text(writer, 200, "Stop profiling. This will take some time.\n", keep_alive)
+
+    def _internal_error(self, writer, exc: Exception, keep_alive: bool) -> bool:
+        """What sglang's HTTP server does with the RuntimeError its handler raises when the scheduler
+        refuses: the exception in the log, a plain 500 to the client."""
+        logger.error("Exception in ASGI application\nRuntimeError: %s", exc)
+        return self._send_text(writer, 500, "Internal Server Error", keep_alive)
 
     # -- generation ---------------------------------------------------------------------------
     @staticmethod
@@ -342,7 +353,8 @@ class HttpServer:
             def sink(r: Req, finished: bool) -> bool:
                 if writer.is_closing():
                     return False
-                data = _sse({"text": r.text, "meta_info": meta(r, finished), "index": 0})
+                data = _sse({"text": r.text, "output_ids": r.output_ids, "meta_info": meta(r, finished),
+                             "index": 0})
                 if finished:
                     writer.write(_chunk(data + _DONE) + b"0\r\n\r\n")
                 else:
@@ -507,7 +519,7 @@ async def _serve(server_args: ServerArgs, child_pids, kill_child) -> None:
     scheduler = Scheduler(
         cm,
         torch_step=torch_step,
-        profiler=ProfilerManager(),
+        profiler=ProfilerManager(server_args.tp_size),
         max_running_requests=server_args.max_running_requests,
         max_prefill_tokens=server_args.max_prefill_tokens,
         stream_interval=server_args.stream_interval,

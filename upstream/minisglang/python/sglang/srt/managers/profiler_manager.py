@@ -1,18 +1,21 @@
 """`/start_profile` and `/stop_profile` for the miniature: a real torch profiler over forward steps.
 
-Like sglang 0.5.23's scheduler: a `ProfileReq` configures the profiler; it starts at the next
-forward step (or at `start_step`), each forward step is a `step[DECODE bs=B]` / `step[EXTEND bs=B
-toks=N]` span, and after `num_steps` steps (or at `/stop_profile`) the trace is written as
-`{output_dir}/{profile_prefix-}{profile_id}-TP-0.trace.json.gz` (Chrome trace JSON, gzipped).
-With `num_steps` the `/start_profile` answer waits until the trace is written, as sglang notifies
-its caller when the target step is reached. torch is imported only here, only when asked.
+As sglang 0.5.23's scheduler behaves: a `ProfileReq` configures the profiler and `/start_profile`
+answers at once, before any step is recorded. Recording starts with the next forward step (or at
+`start_step`); each forward step is a `step[DECODE bs=B]` / `step[EXTEND bs=B toks=N]` span. With
+`num_steps`, once that many steps are recorded the next forward step stops the profiler before it
+runs (sglang checks its target at the start of a batch, so an idle server writes nothing until a
+step comes or `/stop_profile` is called) and writes
+`{output_dir}/{profile_prefix-}{profile_id}-TP-0.trace.json.gz` (Chrome trace JSON, gzipped);
+profiling is then over, and `/stop_profile` fails as when nothing was started. torch is imported
+only here, only when asked.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
+import shutil
 import time
 from typing import List, Optional
 
@@ -22,12 +25,17 @@ logger = logging.getLogger("sglang.srt.managers.profiler_manager")
 
 
 class ProfileError(Exception):
-    pass
+    """A profile the miniature cannot record (its own limits): a 400 with the message."""
+
+
+class ProfileStateError(ProfileError):
+    """sglang's scheduler refusing the request (already / not in progress): sglang raises it in the
+    HTTP handler, so the client gets a 500 and the message goes to the server log."""
 
 
 class ProfilerManager:
-    def __init__(self, tp_rank: int = 0):
-        self.tp_rank = tp_rank
+    def __init__(self, tp_size: int = 1):
+        self.tp_size = tp_size  # one process here; sglang writes one trace per TP rank
         self.req: Optional[ProfileReq] = None
         self.profiler = None
         self.forward_ct = 0
@@ -35,17 +43,16 @@ class ProfilerManager:
         self.target: Optional[int] = None
         self.counted = 0
         self.span = None
-        self.waiters: List[asyncio.Future] = []
         self.last_paths: List[str] = []
 
     @property
     def in_progress(self) -> bool:
         return self.req is not None
 
-    def configure(self, req: ProfileReq) -> Optional[asyncio.Future]:
-        """Arm the profiler; returns a future resolved with the trace paths when `num_steps` is set."""
+    def configure(self, req: ProfileReq) -> None:
+        """Arm the profiler and return: the caller is answered before any step is recorded."""
         if self.in_progress:
-            raise ProfileError("Profiling is already in progress. Call /stop_profile first.")
+            raise ProfileStateError("Profiling is already in progress. Call /stop_profile first.")
         try:
             import torch  # noqa: F401
         except ImportError:
@@ -63,11 +70,6 @@ class ProfilerManager:
         self.target = req.num_steps or None
         logger.info("Profiling armed: start at forward step %d, %s steps, activities %s, output %s",
                     self.start_at, self.target or "until /stop_profile", acts, req.output_dir)
-        if self.target:
-            fut = asyncio.get_running_loop().create_future()
-            self.waiters.append(fut)
-            return fut
-        return None
 
     def _start(self) -> None:
         import torch
@@ -92,6 +94,9 @@ class ProfilerManager:
         self.forward_ct += 1
         if self.req is None:
             return
+        if self.target and self.profiler is not None and self.counted >= self.target:
+            self.stop()  # the target is checked when the next step begins, as sglang does
+            return
         if self.profiler is None and self.forward_ct >= self.start_at:
             self._start()
         if self.profiler is not None:
@@ -109,13 +114,11 @@ class ProfilerManager:
             return
         if not self.req.profile_by_stage or kind == "decode":
             self.counted += 1
-        if self.target and self.counted >= self.target:
-            self.stop()
 
     def stop(self) -> List[str]:
         """Write the trace and disarm; raises ProfileError when nothing is in progress."""
         if self.req is None:
-            raise ProfileError("Profiling is not in progress. Call /start_profile first.")
+            raise ProfileStateError("Profiling is not in progress. Call /start_profile first.")
         req, prof = self.req, self.profiler
         self.req, self.profiler = None, None
         paths: List[str] = []
@@ -124,13 +127,13 @@ class ProfilerManager:
             os.makedirs(req.output_dir, exist_ok=True)
             prefix = f"{req.profile_prefix}-" if req.profile_prefix else ""
             suffix = "-DECODE" if req.profile_by_stage else ""
-            path = os.path.join(req.output_dir, f"{prefix}{req.profile_id}-TP-{self.tp_rank}{suffix}.trace.json.gz")
-            prof.export_chrome_trace(path)
-            paths.append(path)
-            logger.info("Profiling done. Trace: %s (%d steps)", path, self.counted)
+            for rank in range(self.tp_size):
+                path = os.path.join(req.output_dir, f"{prefix}{req.profile_id}-TP-{rank}{suffix}.trace.json.gz")
+                if paths:
+                    shutil.copyfile(paths[0], path)  # the one process's trace, under each rank's name
+                else:
+                    prof.export_chrome_trace(path)
+                paths.append(path)
+            logger.info("Profiling done. Traces are saved to: %s (%d steps)", req.output_dir, self.counted)
         self.last_paths = paths
-        for fut in self.waiters:
-            if not fut.done():
-                fut.set_result(paths)
-        self.waiters = []
         return paths

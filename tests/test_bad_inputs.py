@@ -1,0 +1,126 @@
+"""Bad input gets one line naming the value and what is allowed, exit 2, before anything is
+measured (issue 29): counts, ranking points, metrics of a report, a recipe compared with itself, a
+child recipe's unset variable, an unknown evaluation, a shapes file of the wrong form."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import demo_project
+from toolkit.cli import main
+from toolkit.results.store import Store
+
+
+def _error(capsys) -> str:
+    text = capsys.readouterr().err
+    lines = [line for line in text.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:"), text  # one line, no traceback, no usage dump
+    return lines[0]
+
+
+@pytest.mark.parametrize("argv", [
+    ["attribute", "demo/fast", "--repeats", "0"],
+    ["run", "demo/fast", "--repeats", "-2"],
+    ["sweep", "demo/sweep", "--repeats", "0"],
+    ["compare", "demo/baseline", "demo/fast", "--run", "--repeats", "0"],
+    ["bisect", "demo/fast", "--repeats", "0"],
+])
+def test_a_count_below_one_is_refused(argv, home, capsys):
+    with pytest.raises(SystemExit) as exc:  # refused while the command line is read
+        main(argv)
+    assert exc.value.code == 2
+    line = _error(capsys)
+    assert "--repeats" in line and repr(argv[-1]) in line and "at least 1" in line, line
+    assert not (home / "results.sqlite").exists() or not Store(home / "results.sqlite").runs()
+
+
+def test_sweep_metric_at_a_point_not_measured_is_refused_before_measuring(home, capsys):
+    assert main(["sweep", "demo/sweep", "--metric", "output_tok_s@99"]) == 2
+    line = _error(capsys)
+    assert "output_tok_s@99" in line and "concurrency 99" in line and "concurrency 1, 16" in line, line
+    assert main(["sweep", "demo/sweep", "--metric", "gpu_temp_c_max"]) == 2
+    assert "once per run" in _error(capsys)
+    assert main(["sweep", "demo/sweep", "--metric", "decode_tok_s"]) == 2
+    assert "static batches" in _error(capsys)
+    assert not (home / "results.sqlite").exists() or not Store(home / "results.sqlite").runs()
+
+
+@pytest.mark.parametrize("bound, words", [
+    ("eval_accuracy>=0.8", ["eval_accuracy", "[quality] eval", "once per launch"]),
+    ("answer_agreement>=0.9", ["answer_agreement", "output check"]),
+    ("gpu_temp_c_max<=80", ["gpu_temp_c_max", "once per run"]),
+    ("decode_tok_s>=10", ["decode_tok_s", "static batches"]),
+])
+def test_an_sla_bound_on_a_metric_not_measured_per_point_names_where_it_is(bound, words, home, capsys):
+    assert main(["sweep", "demo/sweep", "--sla", bound]) == 2
+    line = _error(capsys)
+    assert all(w in line for w in words), line
+
+
+def _serving_jsonl(path, concurrency: int, tok_s: float):
+    path.write_text(json.dumps({"backend": "sglang", "dataset_name": "random", "max_concurrency": concurrency,
+                                "random_input_len": 64, "random_output_len": 32, "completed": 16,
+                                "output_throughput": tok_s, "median_itl_ms": 12.0}) + "\n")
+    return path
+
+
+def test_report_of_a_point_not_measured_names_what_was(home, tmp_path, capsys):
+    for name, tok_s in (("imp-a", 40.0), ("imp-b", 44.0)):
+        assert main(["import", str(_serving_jsonl(tmp_path / f"{name}.jsonl", 4, tok_s)), "--recipe", name]) == 0
+    capsys.readouterr()
+    assert main(["report", "imp-a", "imp-b", "--imported", "--unverified", "--metric", "output_tok_s@99",
+                 "-o", str(tmp_path / "r")]) == 2
+    line = _error(capsys)
+    assert "output_tok_s@99" in line and "output_tok_s at 4" in line and "nothing" not in line, line
+
+
+def test_compare_a_recipe_with_itself_says_so(home, capsys):
+    assert main(["compare", "demo/baseline", "demo/baseline"]) == 2
+    line = _error(capsys)
+    assert "demo/baseline" in line and "itself" in line, line
+    assert main(["compare", "demo/baseline", "recipes/demo/baseline.toml"]) == 2  # by path: the same recipe
+    assert "itself" in _error(capsys)
+
+
+def test_an_unset_variable_names_its_key_and_file(tmp_path, monkeypatch, capsys):
+    proj = demo_project(tmp_path, monkeypatch)
+    monkeypatch.delenv("NOPE", raising=False)
+    child = proj / "recipes" / "demo" / "child.toml"  # no description of its own: one is made from its keys
+    child.write_text('extends = "demo/baseline"\n[server.args]\ntp-size = "${NOPE}"\n')
+    assert main(["show", "demo/child"]) == 2
+    line = _error(capsys)
+    assert "`server.args.tp-size` uses ${NOPE}" in line and str(child) in line and "description" not in line, line
+    parent = proj / "recipes" / "demo" / "parent.toml"
+    parent.write_text((proj / "recipes" / "demo" / "baseline.toml").read_text()
+                      .replace('random-seed = 0', 'random-seed = "${NOPE}"'))
+    child.write_text('extends = "demo/parent"\n')
+    assert main(["show", "demo/child"]) == 2
+    line = _error(capsys)
+    assert "`server.args.random-seed` uses ${NOPE}" in line and str(parent) in line, line
+
+
+def test_an_unknown_eval_is_refused_at_load_naming_the_allowed(tmp_path, monkeypatch, capsys):
+    from toolkit.recipe.spec import EVALS
+    from toolkit.run import gate, sgl_eval
+
+    assert set(EVALS) == set(gate.EVAL_MODULES) == set(sgl_eval.BENCHMARKS)  # what load allows is what runs
+    proj = demo_project(tmp_path, monkeypatch)
+    (proj / "recipes" / "demo" / "mm.toml").write_text('extends = "demo/baseline"\n[quality]\neval = "mmlu"\n')
+    assert main(["show", "demo/mm"]) == 2
+    line = _error(capsys)
+    assert "'mmlu'" in line and "gsm8k" in line and "quality.eval" in line, line
+
+
+@pytest.mark.parametrize("text, words", [
+    ("[1, 2, 3]", ["item 1", "1 is not a shape", "integer m, n, k", '{"m": 1']),
+    ("", ["no shapes in it", "integer m, n, k"]),
+    ('"m=1"\n', ["item 1", "is not a shape", "integer m, n, k"]),
+])
+def test_a_shapes_file_of_the_wrong_form_says_what_it_must_hold(text, words, home, tmp_path, capsys):
+    shapes = tmp_path / "shapes.json"
+    shapes.write_text(text)
+    assert main(["kernels", "demo/baseline", "--op", "test.matmul", "--shapes", str(shapes)]) == 2
+    line = _error(capsys)
+    assert all(w in line for w in words), line

@@ -1,0 +1,180 @@
+"""Sequential verdicts (toolkit.analysis.sequential): settle early on big effects, keep alpha under
+repeated looks on A/A pairs, say how far an unsettled pair got."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats as sp
+
+from toolkit.analysis import sequential as seq
+
+
+def _launches(rng, n, ratio=1.0, noise=0.02, base=100.0):
+    return list(base * ratio * np.exp(noise * rng.standard_normal(n)))
+
+
+def test_a_2x_pair_settles_in_min_repeats():
+    rng = np.random.default_rng(7)
+    for _ in range(50):
+        a, b = _launches(rng, 8), _launches(rng, 8, ratio=2.0)
+        v = seq.verdict(a, b, higher_is_better=True)
+        assert v.verdict == seq.FASTER and v.n == 2, v.text
+        lat = seq.verdict([1 / x for x in a], [1 / x for x in b], higher_is_better=False)
+        assert lat.verdict == seq.FASTER and lat.n == 2 and lat.speedup == pytest.approx(v.speedup)
+    assert seq.verdict(b, a, higher_is_better=True).verdict == seq.SLOWER
+
+
+def test_a_a_pairs_keep_alpha_under_repeated_looks():
+    """Looked at after every pair of launches up to 8 each: faster/slower on A/A pairs stays within
+    alpha (the upper end of the 95% binomial CI of the count is tested against alpha); the other
+    verdicts are equal or not settled."""
+    rng = np.random.default_rng(20261201)
+    design = seq.Design(min_effect=0.0)  # the hardest case: any excluded 1 counts as faster/slower
+    trials, wrong, other = 400, 0, set()
+    for i in range(trials):
+        noise = 0.01 + 0.04 * (i % 5) / 4
+        v = seq.verdict(_launches(rng, 8, noise=noise), _launches(rng, 8, noise=noise), higher_is_better=True,
+                        design=design)
+        if v.verdict in (seq.FASTER, seq.SLOWER):
+            wrong += 1
+        else:
+            other.add(v.verdict)
+    assert other <= {seq.EQUAL, seq.UNSETTLED}
+    low = sp.binomtest(wrong, trials).proportion_ci(0.95, method="exact").low
+    assert low <= design.alpha, (wrong, trials)
+    assert wrong / trials <= design.alpha
+
+
+def test_quiet_a_a_pair_is_equal_and_a_noisy_one_says_its_interval():
+    rng = np.random.default_rng(3)
+    v = seq.verdict(_launches(rng, 8, noise=0.002), _launches(rng, 8, noise=0.002), higher_is_better=True)
+    assert v.verdict == seq.EQUAL and v.n <= 4 and v.text.startswith(f"equal within 2% after {v.n} launches each")
+    a, b = _launches(rng, 8, noise=0.05), _launches(rng, 8, noise=0.05)
+    v = seq.verdict(a, b, higher_is_better=True, design=seq.Design(futility=False))
+    assert v.verdict == seq.UNSETTLED and v.n == 8 and not seq.more_needed(v)
+    assert v.text.startswith("not settled after 8 launches each: ") and v.low < 1 < v.high
+    early = seq.verdict(a, b, higher_is_better=True)  # futility: it could not settle by 8 at this spread
+    assert early.verdict == seq.UNSETTLED and early.futile and early.n < 8 and not seq.more_needed(early)
+    assert early.text.endswith("(could not settle by 8)")
+    assert seq.more_needed(seq.verdict([100, 101], [99, 103], higher_is_better=True))
+
+
+def test_first_settled_look_is_kept_and_legend_carries_the_settings():
+    rng = np.random.default_rng(5)
+    a, b = _launches(rng, 2), _launches(rng, 2, ratio=1.5)
+    first = seq.verdict(a, b, higher_is_better=True)
+    later = seq.verdict(a + _launches(rng, 6), b + _launches(rng, 6, ratio=0.5), higher_is_better=True)
+    assert first.verdict == later.verdict == seq.FASTER and later.n == 2
+    assert seq.verdict(a[:1], b[:1], higher_is_better=True).verdict == seq.TOO_FEW
+    d = seq.Design(alpha=0.1, min_effect=0.03, min_repeats=3, max_repeats=6)
+    text = seq.legend(d)
+    assert "90%" in text and "3%" in text and "3..6" in text and "0.1" in text
+    with pytest.raises(ValueError):
+        seq.Design(min_repeats=1)
+
+
+def test_critical_value_is_the_crossing_of_the_bayes_factor():
+    for n in (2, 3, 5, 8):
+        t = seq.critical_t(n, n)
+        assert math.isfinite(t) and seq.bayes_factor(t, n, n) == pytest.approx(1 / seq.DEFAULT_ALPHA)
+        assert t > sp.t.ppf(0.975, 2 * n - 2)  # wider than the fixed-sample interval: the price of looking
+    assert seq.critical_t(1, 1) == math.inf
+
+
+SMALL = ('driver = "serving"\ninput_len = 16\noutput_len = 16\nconcurrency = [1, 4]\nnum_prompts = 8\nwarmup = 1\n'
+         'repeats = 4\n')
+
+
+def test_run_launches_a_3x_pair_until_settled_and_resumes_from_the_store(tmp_path, home, monkeypatch, capsys):
+    """`run demo/baseline demo/quick --sequential`: a decode step of 4 ms instead of 12 ms settles
+    "faster" at every point in 2 launches each (on a busy 2-core box the miniature's launches vary
+    by ~10%: a 1.4x pair needs a quieter one to settle in 2); run again, the stored runs of the same
+    identity count and nothing is launched; the summary says what the launches cost."""
+    import json
+
+    from conftest import demo_project
+    from toolkit.cli import main
+    from toolkit.results.store import Store
+
+    root = demo_project(tmp_path, monkeypatch)
+    base = root / "recipes" / "demo" / "baseline.toml"
+    head, rest = base.read_text().split("[benchmark]", 1)
+    base.write_text(head + "[benchmark]\n" + SMALL + rest[rest.index("\n[", 1):])
+    (root / "recipes" / "demo" / "quick.toml").write_text('extends = "demo/baseline"\n[server.args]\n'
+                                                          'mini-step-base-ms = 4\n')
+
+    assert main(["run", "demo/baseline", "demo/quick", "--sequential", "--max-repeats", "4", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    rows = out["sequential"]
+    assert {r["point"] for r in rows} == {1, 4}
+    assert all(r["verdict"] == "faster" and r["launches_each"] == 2 and r["speedup"] > 2 for r in rows), rows
+    assert [name for name, _ in out["runs"]].count("demo/quick") == 2 and len(out["runs"]) == 4
+    assert "confidence sequence" in out["sequential_legend"]
+    cost = out["cost"]
+    assert cost["launches"] == 4 and cost["fixed_launches"] == 8 and 0 < cost["seconds"] < cost["fixed_seconds"]
+    assert main(["run", "demo/baseline", "demo/quick", "--sequential"]) == 0
+    text = capsys.readouterr().out
+    assert "demo/quick vs demo/baseline, output_tok_s @ 1: " in text and "faster after 2 launches each" in text
+    assert "0 launches" in text  # nothing launched again: the stored runs settled it
+    assert len(Store(home / "results.sqlite").runs()) == 4
+    # plan: the recorded spread and launch times of the baseline's runs
+    assert main(["plan", "demo/baseline", "--json"]) == 0
+    (plan,) = json.loads(capsys.readouterr().out)["plans"]
+    assert plan["spread_from"] == "runs" and plan["runs"] == 2 and plan["seconds_from"] == "runs"
+    assert plan["seconds_per_launch"] < 60 and [r["effect"] for r in plan["effects"]] == [0.02, 0.05, 0.2]
+
+
+def test_plan_without_runs_assumes_the_spread_and_the_timeout(home, capsys):
+    from toolkit.cli import main
+
+    assert main(["plan", "demo/baseline"]) == 0
+    text = capsys.readouterr().out
+    assert "varies 3.0% launch to launch (assumed" in text and "for 60 s ([server] timeout_s" in text
+    assert "effect 20%: ~" in text and "GPU hours a pair" in text
+
+
+def test_launch_cost_counts_launch_and_benchmark_times_tp_dp():
+    import dataclasses
+
+    from toolkit.analysis import launch_cost
+    from toolkit.recipe.spec import BenchSpec
+    from toolkit.results.records import RunRow
+
+    class R:  # the two fields launch_cost reads of a recipe
+        def __init__(self, args, repeats):
+            self.server = type("S", (), {"args": tuple(args.items())})()
+            self.benchmark = dataclasses.replace(BenchSpec(), repeats=repeats)
+
+    recipe = R({"tp-size": 4, "dp-size": 2}, 5)
+    runs = [RunRow(f"r{i}", "x", timings={"build": 500.0, "launch": 240.0, "benchmark": 60.0}) for i in range(2)]
+    c = launch_cost.cost(runs, runs, {"x": recipe})
+    assert launch_cost.gpus_of(recipe) == 8 and c["launches"] == 2 and c["seconds"] == 600.0
+    assert c["gpu_minutes"] == 80.0 and c["fixed_launches"] == 5 and c["fixed_gpu_minutes"] == 200.0
+    assert "2 launches, 80.00 GPU-min" in launch_cost.describe(c)
+
+
+def test_repeats_keeps_the_fixed_design_and_bad_settings_are_bad_input():
+    from argparse import Namespace
+
+    from toolkit.commands.run import sequential_design
+    from toolkit.errors import BadInput
+    from toolkit.recipe.spec import BenchSpec
+
+    class R:
+        benchmark = BenchSpec()
+
+    def ns(**kw):
+        base = dict(repeats=None, sequential=True, min_repeats=None, max_repeats=None, min_effect=None,
+                    until="store", executor="local")
+        return Namespace(**{**base, **kw})
+
+    assert sequential_design(ns(repeats=3), [R(), R()]) is None  # --repeats N: today's fixed design
+    assert sequential_design(ns(), [R()]) is None  # one recipe: nothing to compare
+    assert sequential_design(ns(until="verify"), [R(), R()]) is None
+    d = sequential_design(ns(max_repeats=6), [R(), R()])
+    assert (d.min_repeats, d.max_repeats, d.min_effect) == (2, 6, 0.02)
+    with pytest.raises(BadInput):
+        sequential_design(ns(min_repeats=5, max_repeats=3), [R(), R()])

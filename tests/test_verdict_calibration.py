@@ -1,0 +1,52 @@
+"""Every verdict keeps its promise: benchmarks/verdict_calibration.py's rows, fewer cases, fixed
+seeds (deterministic): each false-alarm rate's exact 95% interval reaches its stated alpha or below,
+and each power reaches its target. A change that breaks a verdict's error rate fails here."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+
+import verdict_calibration as vc  # noqa: E402
+
+CASES = 300
+# The answers rows at the hardest share of unstable prompts (and the fewest at 4 launches, where the
+# old rule was most wrong), every gate and speed row.
+ROWS = [r for r in vc.ROWS if not r.name.startswith("answers") or "30/64" in r.name
+        or r.name.startswith("answers: 4 candidate launches, 10/64")]
+
+
+@pytest.mark.parametrize("row", ROWS, ids=[r.name for r in ROWS])
+def test_verdict_keeps_its_stated_rates(row):
+    result = vc.measure(row, seed=7, cases=CASES)
+    assert result.false_alarm_ci[0] <= row.stated_alpha, vc.table([result])
+    if row.power_target is not None:
+        assert result.power >= row.power_target, vc.table([result])
+    assert result.holds
+
+
+def test_identical_gate_results_never_fail():
+    assert vc.gate_identical(seed=3, cases=100) == 0
+
+
+def test_the_table_and_json(tmp_path, capsys):
+    """The benchmark's own entry point: a table row per verdict, JSON with the same figures."""
+    import json
+
+    out = tmp_path / "cal.json"
+    vc.ROWS[:] = [r for r in vc.ROWS if r.name.startswith("speed")]
+    try:
+        assert vc.main(["--cases", "50", "--json", str(out)]) in (0, 1)
+    finally:
+        import importlib
+
+        importlib.reload(vc)
+    text = capsys.readouterr().out
+    data = json.loads(out.read_text())
+    assert [d["name"] for d in data] == [line.split("  ")[0] for line in text.splitlines()[2:-1]]
+    assert all({"stated_alpha", "false_alarm_rate", "false_alarm_ci", "power", "holds"} <= set(d) for d in data)
+    assert vc.main(["--cases", "0"]) == 2

@@ -1,0 +1,64 @@
+"""What launches cost: seconds from launch to ready plus the benchmark's, times the recipe's GPUs
+(tensor x data parallel), from the timings every stored run keeps (`RunRow.timings`: step ->
+seconds, written by toolkit/run/pipeline.py). Pure: stored rows and recipes in, figures out."""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+from toolkit.recipe.load import Recipe
+from toolkit.results.records import RunRow
+
+MEASURE_STEPS = ("launch", "verify", "benchmark", "quality", "check_evidence")  # a launch's time on the GPUs
+_TP = ("tp-size", "tp", "tensor-parallel-size")
+_DP = ("dp-size", "dp", "data-parallel-size")
+
+
+def gpus_of(recipe: Recipe) -> int:
+    """The GPUs one launch holds: tp x dp from `[server.args]` (1 each when absent)."""
+    args = dict(recipe.server.args)
+
+    def first(keys) -> int:
+        for k in keys:
+            try:
+                return max(int(args[k]), 1)
+            except (KeyError, TypeError, ValueError):
+                continue
+        return 1
+    return first(_TP) * first(_DP)
+
+
+def launch_seconds(run: RunRow) -> float:
+    """Launch to ready plus benchmark (and the checks in the same launch), in seconds."""
+    return float(sum(float((run.timings or {}).get(k, 0.0) or 0.0) for k in MEASURE_STEPS))
+
+
+def cost(launched: Sequence[RunRow], used: Sequence[RunRow], recipes: Mapping[str, Recipe]) -> dict:
+    """{"launches", "seconds", "gpu_minutes", "fixed_launches", "fixed_seconds", "fixed_gpu_minutes",
+    "per_recipe"}: what `launched` cost, and what the fixed design (each recipe's `[benchmark]
+    repeats`) would have, at the mean launch time of the runs used (`used`, else `launched`)."""
+    out = {"launches": 0, "seconds": 0.0, "gpu_minutes": 0.0, "fixed_launches": 0, "fixed_seconds": 0.0,
+           "fixed_gpu_minutes": 0.0, "per_recipe": {}}
+    for name, recipe in recipes.items():
+        gpus = gpus_of(recipe)
+        mine = [r for r in launched if r.recipe == name]
+        basis = [r for r in used if r.recipe == name] or mine
+        seconds = sum(launch_seconds(r) for r in mine)
+        mean = sum(launch_seconds(r) for r in basis) / len(basis) if basis else 0.0
+        repeats = recipe.benchmark.repeats
+        row = {"launches": len(mine), "seconds": round(seconds, 1), "gpus": gpus,
+               "gpu_minutes": round(seconds * gpus / 60.0, 2), "fixed_launches": repeats,
+               "fixed_seconds": round(repeats * mean, 1), "fixed_gpu_minutes": round(repeats * mean * gpus / 60.0, 2)}
+        out["per_recipe"][name] = row
+        for k in ("launches", "seconds", "gpu_minutes", "fixed_launches", "fixed_seconds", "fixed_gpu_minutes"):
+            out[k] += row[k]
+    for k in ("seconds", "gpu_minutes", "fixed_seconds", "fixed_gpu_minutes"):
+        out[k] = round(out[k], 2)
+    return out
+
+
+def describe(c: dict) -> str:
+    """"cost: 4 launches, 0.21 GPU-min (launch + benchmark); the fixed design: 8 launches, ~0.42 GPU-min"."""
+    return (f"cost: {c['launches']} launches, {c['gpu_minutes']:.2f} GPU-min (launch to ready + benchmark, "
+            f"x each recipe's tp x dp); the fixed design (each recipe's [benchmark] repeats): "
+            f"{c['fixed_launches']} launches, ~{c['fixed_gpu_minutes']:.2f} GPU-min")

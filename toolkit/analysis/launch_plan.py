@@ -1,0 +1,56 @@
+"""How many launches a comparison will take, before it starts (pure; seeded simulation).
+
+`expected(effect, spread, design)` simulates pairs of recipes whose launches vary log-normally by
+`spread` (the launch-to-launch standard deviation of the log-value, from the recipe's stored runs)
+with a true ratio 1 + effect, judged by `toolkit.analysis.sequential` after each pair of launches:
+the mean launches each until the verdict is settled (or futile, or at max_repeats) and how often it
+settles. `spread_of(values)`: that standard deviation from one value per stored launch.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from toolkit.analysis import sequential as seq
+
+EFFECTS = (0.02, 0.05, 0.20)
+ASSUMED_SPREAD = 0.03  # when fewer than 2 launches are stored
+TRIALS = 300
+SEED = 20261201
+
+
+def spread_of(values: Sequence[float]) -> float | None:
+    """Sample standard deviation of the log-values (None below 2 positive values)."""
+    x = np.log(np.asarray([v for v in values if v > 0], dtype=float))
+    return float(x.std(ddof=1)) if x.size >= 2 else None
+
+
+@dataclass(frozen=True)
+class Expected:
+    effect: float
+    spread: float
+    launches_each: float  # mean launches each side
+    settled: float  # fraction of simulated comparisons settled
+
+
+def expected(effect: float, spread: float, design: seq.Design = seq.Design(), *, trials: int = TRIALS,
+             seed: int = SEED) -> Expected:
+    rng = np.random.default_rng(seed)
+    n = design.max_repeats
+    ns, settled = [], 0
+    for _ in range(trials):
+        a = np.exp(spread * rng.standard_normal(n))
+        b = (1.0 + effect) * np.exp(spread * rng.standard_normal(n))
+        v = seq.verdict(list(a), list(b), higher_is_better=True, design=design)
+        ns.append(v.n)
+        settled += v.settled
+    return Expected(effect, spread, float(np.mean(ns)), settled / trials)
+
+
+def gpu_hours(launches_each: float, seconds_per_launch: float, gpus: int) -> float:
+    """GPU hours of one pair: both sides' launches, each `seconds_per_launch` on `gpus` GPUs."""
+    return 2.0 * launches_each * seconds_per_launch * gpus / 3600.0 if math.isfinite(seconds_per_launch) else math.nan

@@ -1,0 +1,123 @@
+"""`run A B C` without `--repeats`: launch in rounds until every pair's sequential verdict is settled.
+
+The first recipe is the reference; each other recipe is a pair with it, judged at every point of
+the benchmark on the headline throughput (output_tok_s for serving, decode_tok_s for one-batch) by
+`toolkit.analysis.sequential` from one value per launch. A round launches, in A B / B A order
+alternately, the recipes still needed: a variant while its pair is unsettled at some point and
+below `max_repeats` launches, the reference while any variant is. Stored runs of the same run
+identity (toolkit/results/identity.py) count, oldest first, as in `toolkit.analysis.variants`: a
+killed run resumes from the store, and one already settled launches nothing. A recipe gets at
+most `max_repeats` attempts in one call (a failing recipe does not loop).
+
+Effects: server launches through `toolkit.run.pipeline.run_once`, store writes, console lines.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rich.console import Console
+from rich.markup import escape
+
+from toolkit.analysis import sequential as seq
+from toolkit.analysis.selection import Criteria, MissingResults, choose, values_at
+from toolkit.errors import PatchbenchError
+from toolkit.results.store import Store
+from toolkit.run import metrics as registry
+from toolkit.run.attempt import Prepared
+
+
+@dataclass(frozen=True)
+class PairVerdict:
+    reference: str
+    recipe: str
+    metric: str
+    point: int
+    verdict: seq.Sequential
+
+    def to_dict(self) -> dict:
+        v = self.verdict
+        return {"reference": self.reference, "recipe": self.recipe, "metric": self.metric, "point": self.point,
+                "verdict": v.verdict, "settled": v.settled, "launches_each": v.n, "ratio": v.ratio,
+                "low": v.low, "high": v.high, "speedup": v.speedup, "text": v.text}
+
+
+def metric_of(p: Prepared) -> str:
+    return "decode_tok_s" if p.recipe.benchmark.driver == "one-batch" else "output_tok_s"
+
+
+def points_of(p: Prepared) -> list[int]:
+    b = p.recipe.benchmark
+    return list(b.batch_sizes if b.driver == "one-batch" else b.concurrency)
+
+
+def stored_runs(store: Store, p: Prepared, identity: str, metric: str) -> list[str]:
+    """Runs of this identity that count (selection's rule), oldest first, whatever label they carry."""
+    import dataclasses
+
+    rows = [r if r.recipe == p.name else dataclasses.replace(r, recipe=p.name)
+            for r in store.runs(identity=identity, status="ok")]
+    try:
+        sel = choose(rows, [p.name], Criteria(identity=identity, prefer_group=False),
+                     measured=store.measured_metrics([r.run_id for r in rows]), metrics=[metric])
+    except MissingResults:
+        return []
+    return sel.run_ids(p.name)
+
+
+def verdicts(store: Store, prepared: list[Prepared], runs: dict[str, list[str]], design: seq.Design) -> list[PairVerdict]:
+    """Every pair's verdict (reference = prepared[0]) at every common point, from `runs`."""
+    ref, out = prepared[0], []
+    metric = metric_of(ref)
+    hib = registry.higher_is_better(metric)
+    ref_samples = store.samples(runs[ref.name], metric=metric)
+    for p in prepared[1:]:
+        samples = store.samples(runs[p.name], metric=metric)
+        for point in [x for x in points_of(ref) if x in points_of(p)]:
+            a = values_at(ref_samples, metric, point, runs[ref.name])
+            b = values_at(samples, metric, point, runs[p.name])
+            out.append(PairVerdict(ref.name, p.name, metric, point, seq.verdict(a, b, higher_is_better=hib, design=design)))
+    return out
+
+
+def measure_until_settled(prepared: list[Prepared], *, home, store: Store, group_id: str, console: Console,
+                          design: seq.Design, result: dict) -> list[PairVerdict]:
+    """Launch rounds until every pair is settled or at max_repeats; appends each run to
+    result["runs"] and each run that could not begin to result["failed"]; returns the verdicts."""
+    from toolkit.run.identity import expected_identity
+    from toolkit.run.machine import this_gpu_key
+    from toolkit.run.pipeline import run_once
+
+    gpu = this_gpu_key()
+    metric = metric_of(prepared[0])
+    keys = {p.name: expected_identity(p.recipe, p.env.key, gpu) for p in prepared}
+    runs = {p.name: stored_runs(store, p, keys[p.name], metric) for p in prepared}
+    reused = {name: len(ids) for name, ids in runs.items()}
+    attempts = {p.name: 0 for p in prepared}
+    ref = prepared[0]
+    rnd = 0
+    while True:
+        current = verdicts(store, prepared, runs, design)
+        need = {p.name for p in prepared[1:] if any(v.recipe == p.name and seq.more_needed(v.verdict) for v in current)}
+        if need:
+            need.add(ref.name)
+        order = [p for p in prepared if p.name in need and attempts[p.name] < design.max_repeats
+                 and len(runs[p.name]) < design.max_repeats]
+        if not order or (order == [ref] and len(need) > 1):
+            break
+        for p in order if rnd % 2 == 0 else order[::-1]:  # A B, B A, A B ...
+            attempts[p.name] += 1
+            try:
+                rid = run_once(p, home=home, store=store, repeat=len(runs[p.name]), group_id=group_id, console=console)
+            except PatchbenchError as exc:  # the run could not even be begun in the store
+                result["failed"].append((p.name, str(exc.located(recipe=p.name))))
+                console.print(f"[red]error[/]: {escape(str(exc))}")
+                continue
+            result["runs"].append((p.name, rid))
+            if store.get_run(rid).status == "ok" and values_at(store.samples([rid], metric=metric), metric,
+                                                                points_of(p)[0], [rid]):
+                runs[p.name].append(rid)
+        rnd += 1
+    result["reused"] = reused
+    result["used"] = {name: list(ids) for name, ids in runs.items()}
+    return current

@@ -1,0 +1,74 @@
+"""`patchbench plan RECIPE...`: launches and GPU hours a comparison is expected to take, before it starts.
+
+Per recipe: the launch-to-launch spread of its headline throughput (first point) over its stored
+runs (3% assumed below two), the mean seconds a launch held its GPUs (launch to ready + benchmark;
+the recipe's `[server] timeout_s` when none is recorded), and for effects of 2%, 5% and 20% the
+launches each side a sequential verdict is expected to take (toolkit.analysis.launch_plan) and the
+GPU hours of such a pair (x tp x dp).
+"""
+
+from __future__ import annotations
+
+from toolkit.commands.common import console, load, print_json, recipe_arg, store_of
+
+HELP = "estimate the launches and GPU hours of comparing recipes (sequential verdicts), before running"
+
+
+def add_arguments(parser) -> None:
+    recipe_arg(parser, many=True)
+    parser.add_argument("--max-repeats", type=int, default=None, metavar="N", help="as `run --max-repeats` (default 8)")
+    parser.add_argument("--min-effect", type=float, default=None, metavar="FRACTION",
+                        help="as `run --min-effect` (default: the recipe's `[benchmark] min_effect`)")
+    parser.add_argument("--json", action="store_true")
+
+
+def run(args) -> int:
+    from toolkit.analysis import launch_cost, launch_plan, sequential as seq
+    from toolkit.analysis.selection import values_at
+    from toolkit.errors import BadInput
+
+    store = store_of(args)
+    out = []
+    for ref in args.recipes:
+        recipe = load(ref)
+        try:
+            design = seq.Design(min_effect=args.min_effect if args.min_effect is not None else recipe.benchmark.min_effect,
+                                max_repeats=args.max_repeats or seq.DEFAULT_MAX_REPEATS)
+        except ValueError as exc:
+            raise BadInput(f"--max-repeats/--min-effect: {exc}") from None
+        b = recipe.benchmark
+        metric = "decode_tok_s" if b.driver == "one-batch" else "output_tok_s"
+        point = (b.batch_sizes if b.driver == "one-batch" else b.concurrency)[0]
+        runs = [r for r in store.runs(recipe=recipe.name, status="ok") if r.kind == "benchmark"]
+        ids = [r.run_id for r in runs]
+        values = values_at(store.samples(ids, metric=metric), metric, point, ids) if ids else []
+        spread = launch_plan.spread_of(values)
+        timed = [launch_cost.launch_seconds(r) for r in runs if launch_cost.launch_seconds(r) > 0]
+        seconds = sum(timed) / len(timed) if timed else float(recipe.server.timeout_s)
+        gpus = launch_cost.gpus_of(recipe)
+        used = spread if spread is not None else launch_plan.ASSUMED_SPREAD
+        rows = []
+        for eff in launch_plan.EFFECTS:
+            e = launch_plan.expected(eff, used, design)
+            rows.append({"effect": eff, "launches_each": round(e.launches_each, 2), "settled": e.settled,
+                         "gpu_hours": round(launch_plan.gpu_hours(e.launches_each, seconds, gpus), 3)})
+        out.append({"recipe": recipe.name, "metric": metric, "point": point, "runs": len(values),
+                    "spread": used, "spread_from": "runs" if spread is not None else "assumed",
+                    "seconds_per_launch": round(seconds, 1), "seconds_from": "runs" if timed else "timeout_s",
+                    "gpus": gpus, "effects": rows, "legend": seq.legend(design)})
+    if args.json:
+        print_json({"plans": out})
+        return 0
+    for p in out:
+        src = f"over {p['runs']} runs" if p["spread_from"] == "runs" else "assumed: fewer than 2 runs stored"
+        secs = "recorded" if p["seconds_from"] == "runs" else "[server] timeout_s: none recorded"
+        console.print(f"{p['recipe']}: {p['metric']} @ {p['point']} varies {100 * p['spread']:.1f}% launch to launch "
+                      f"({src}); a launch holds {p['gpus']} GPU(s) for {p['seconds_per_launch']:.0f} s ({secs})",
+                      markup=False, highlight=False)
+        for r in p["effects"]:
+            console.print(f"  effect {100 * r['effect']:g}%: ~{r['launches_each']:.1f} launches each, settled in "
+                          f"{100 * r['settled']:.0f}%, ~{r['gpu_hours']:.2f} GPU hours a pair", markup=False,
+                          highlight=False)
+    if out:
+        console.print(f"[dim]{out[0]['legend']}[/]")
+    return 0

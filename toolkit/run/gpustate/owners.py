@@ -1,0 +1,72 @@
+"""Whose processes are on the run's GPUs: patchbench's own tree (the server and its children),
+graphics clients, and foreign compute jobs; and whether NVML's pids can be matched at all.
+
+NVML reports pids in the host's PID namespace. In a container without the host PID namespace
+(`pid_namespace_nested()`: /proc/self/status lists this process in more than one namespace) those
+pids mean nothing here, so `classify` matches none of them and says so: nothing is called foreign
+or own by guess. Graphics processes (Xorg, a desktop on a workstation card) are reported apart,
+never as foreign compute jobs. Effects: reads /proc and psutil; `classify` is pure.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+UNMATCHABLE = ("NVML reports host PIDs and this process runs in a nested PID namespace (a container without "
+               "the host's): the GPU's processes cannot be matched to the server's, none is called foreign")
+
+
+def tree_of(pid: int) -> set[int]:
+    """`pid` and every descendant it has now (empty when it is gone or psutil refuses)."""
+    try:
+        import psutil
+
+        return {pid} | {c.pid for c in psutil.Process(pid).children(recursive=True)}
+    except Exception:  # noqa: BLE001 - gone, or another namespace
+        return set()
+
+
+def patchbench_tree(server_pid: int | None = None) -> set[int]:
+    """This process and its descendants, plus the server's tree when its pid is given (a server
+    started in its own session stays patchbench's)."""
+    pids = {os.getpid()} | tree_of(os.getpid())
+    if server_pid:
+        pids |= tree_of(server_pid)
+    return pids
+
+
+def pid_namespace_nested(status: Path = Path("/proc/self/status")) -> bool | None:
+    """Whether this process lives in a PID namespace below the host's (None: cannot tell)."""
+    try:
+        for line in status.read_text().splitlines():
+            if line.startswith("NSpid:"):
+                return len(line.split()[1:]) > 1
+    except OSError:
+        return None
+    return None
+
+
+def name_of(pid: int) -> str | None:
+    try:
+        import psutil
+
+        return psutil.Process(pid).name()
+    except Exception:  # noqa: BLE001 - another pid namespace or gone
+        return None
+
+
+def classify(processes: list[dict], own: set[int], *, matchable: bool = True) -> dict[str, list[dict]]:
+    """{"foreign": compute processes outside `own`, "graphics": graphics-only processes, "own": ours,
+    "unmatched": compute processes whose pid cannot be matched (`matchable` False)}."""
+    out: dict[str, list[dict]] = {"foreign": [], "graphics": [], "own": [], "unmatched": []}
+    for p in processes:
+        if p.get("kind") == "graphics":
+            out["graphics"].append(p)
+        elif not matchable:
+            out["unmatched"].append(p)
+        elif p["pid"] in own:
+            out["own"].append(p)
+        else:
+            out["foreign"].append(p)
+    return out
