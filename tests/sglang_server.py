@@ -108,3 +108,18 @@ def real_sglang(tmp_path_factory):
 @pytest.fixture(scope="module")
 def real_sglang_url(real_sglang) -> str:
     return real_sglang.url
+
+
+def real_server_url(tmp_path: Path):
+    """A factory for tests/test_server_contract.py's SERVERS: real sglang on the tiny MoE, yielding
+    its base URL. Skipped unless PATCHBENCH_SLOW=1 (the env is ~2 GB and a launch takes minutes)."""
+    if os.environ.get("PATCHBENCH_SLOW") != "1":
+        pytest.skip("real sglang on CPU: set PATCHBENCH_SLOW=1 (CI does)")
+    from toolkit.models import tiny
+
+    server = RealServer(real_env_python(), tiny.ensure(MODEL, SHARED_HOME), tmp_path / "server.log")
+    try:
+        server.wait_ready()
+        yield server.url
+    finally:
+        server.stop()

@@ -13,6 +13,7 @@ import pytest
 
 import contract_probes as probes
 from conftest import MINI_PY, base_torch_python, mini_env, mini_tu
+from sglang_server import real_server_url
 
 
 def miniature(tmp_path: Path, python: Path | None = None, package: Path = MINI_PY):
@@ -30,7 +31,7 @@ def miniature(tmp_path: Path, python: Path | None = None, package: Path = MINI_P
 
 
 # name -> factory(tmp_path) yielding a base URL. The real tier registers its server here.
-SERVERS = {"miniature": miniature}
+SERVERS = {"miniature": miniature, "real-sglang-cpu": real_server_url}
 
 
 @pytest.fixture(scope="module", params=sorted(SERVERS))
