@@ -285,6 +285,17 @@ def pypi_download(args: list[str], pattern: str) -> Path:
     return found
 
 
+def cli_json(capsys, argv: list[str]) -> tuple[int, dict]:
+    """`patchbench ARGV --json` in this process: its exit code and the JSON it printed."""
+    from toolkit.cli import main
+
+    capsys.readouterr()
+    rc = main([*argv, "--json"])
+    cap = capsys.readouterr()
+    assert cap.out.strip(), f"{' '.join(argv)} printed no JSON (exit {rc}): {cap.err[-1500:]}"
+    return rc, json.loads(cap.out)
+
+
 def once_per_run(tmp_path_factory, name: str, produce):
     """`produce()` (a JSON value) computed once per test run however many pytest-xdist workers ask:
     the first computes it under a FileLock in the run's own temp directory (shared by its workers),

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO_ROOT, TEST_CACHE
+from conftest import REPO_ROOT, TEST_CACHE, cli_json
 from toolkit.cli import main
 from toolkit.history import otava
 from toolkit.resources import PROBES_DIR
@@ -58,14 +58,6 @@ def four_releases():
 def _env(monkeypatch, meta) -> None:
     monkeypatch.setenv("PATCHBENCH_MINI_INDEX", meta["index"])
     monkeypatch.setenv("PATCHBENCH_RECIPES", str(REPO_ROOT / "recipes"))
-
-
-def _json(capsys, argv: list[str]) -> tuple[int, dict]:
-    capsys.readouterr()
-    rc = main([*argv, "--json"])
-    cap = capsys.readouterr()
-    assert cap.out.strip(), f"{' '.join(argv)} printed no JSON (exit {rc}): {cap.err[-1500:]}"
-    return rc, json.loads(cap.out)
 
 
 # -- Otava on synthetic series --------------------------------------------------------------------
@@ -123,18 +115,18 @@ def test_track_resumes_after_a_kill_and_holds_one_lock(home, monkeypatch, capsys
         proc.wait()
     before = {r.extra["track"]["point"]["id"] for r in store.tracked_runs("demo/update") if r.status == "ok"}
     assert before and len(before) < 4
-    rc, out = _json(capsys, ["track", "demo/update", "--source", "sglang", "--releases"])
+    rc, out = cli_json(capsys, ["track", "demo/update", "--source", "sglang", "--releases"])
     assert rc == 0
     assert set(out["already_measured"]) == before
     assert sorted(out["measured"] + out["already_measured"]) == four_releases["versions"]
     ok = [r for r in store.tracked_runs("demo/update") if r.status == "ok"]
     assert sorted(r.extra["track"]["point"]["id"] for r in ok) == four_releases["versions"]  # once each
     assert {r.recipe for r in ok} == {f"demo/update@{v}" for v in four_releases["versions"]}
-    rc, again = _json(capsys, ["track", "demo/update", "--source", "sglang", "--releases"])
+    rc, again = cli_json(capsys, ["track", "demo/update", "--source", "sglang", "--releases"])
     assert rc == 0 and again["measured"] == [] and len(again["already_measured"]) == 4
 
     # history: four points, the doubled step cost between 0.1.1 and 0.1.2 is a change point
-    rc, hist = _json(capsys, ["history", "demo/update", "--metric", "output_tok_s@1"])
+    rc, hist = cli_json(capsys, ["history", "demo/update", "--metric", "output_tok_s@1"])
     assert rc == 0 and [e["label"] for e in hist["series"]] == four_releases["versions"]
     assert [(c["before"], c["after"], c["direction"]) for c in hist["change_points"]] == [("0.1.1", "0.1.2", "worse")]
     assert Path(hist["plot"]["png"]).stat().st_size > 0 and "<svg" in Path(hist["plot"]["svg"]).read_text()
@@ -162,15 +154,15 @@ def patched_recipes(tmp_path: Path, releases: dict) -> Path:
 def test_points_where_the_stack_does_not_apply_are_recorded(home, monkeypatch, capsys, tmp_path, four_releases):
     _env(monkeypatch, four_releases)
     monkeypatch.setenv("PATCHBENCH_RECIPES", str(patched_recipes(tmp_path, four_releases)))
-    rc, out = _json(capsys, ["track", "patched", "--source", "sglang", "--releases", "--since", "0.1.1"])
+    rc, out = cli_json(capsys, ["track", "patched", "--source", "sglang", "--releases", "--since", "0.1.1"])
     assert rc == 0 and out["measured"] == ["0.1.1"]
     assert {k: v["outcome"] for k, v in out["not_measured"].items()} == {"0.1.2": "does-not-apply",
                                                                         "0.1.3": "does-not-apply"}
     assert "does not apply" in out["not_measured"]["0.1.2"]["reason"]
     # recorded: the next track does not try them again
-    rc, again = _json(capsys, ["track", "patched", "--source", "sglang", "--releases", "--since", "0.1.1"])
+    rc, again = cli_json(capsys, ["track", "patched", "--source", "sglang", "--releases", "--since", "0.1.1"])
     assert again["measured"] == [] and sorted(again["already_measured"]) == ["0.1.1", "0.1.2", "0.1.3"]
-    rc, hist = _json(capsys, ["history", "patched", "--metric", "output_tok_s@1"])
+    rc, hist = cli_json(capsys, ["history", "patched", "--metric", "output_tok_s@1"])
     assert [(e["label"], e["status"]) for e in hist["series"]] == [
         ("0.1.1", "measured"), ("0.1.2", "does-not-apply"), ("0.1.3", "does-not-apply")]
     assert hist["not_enough_history"].startswith("not enough history: 1 measured point")
@@ -190,14 +182,14 @@ def test_an_edited_recipe_is_measured_again_not_read_as_a_change_point(home, mon
     toml = recipes / "edited.toml"
     toml.write_text((recipes / "patched.toml").read_text().split("\n[patches]")[0])
     monkeypatch.setenv("PATCHBENCH_RECIPES", str(recipes))
-    rc, out = _json(capsys, ["track", "edited", "--source", "sglang", "--releases", "--limit", "3"])
+    rc, out = cli_json(capsys, ["track", "edited", "--source", "sglang", "--releases", "--limit", "3"])
     assert rc == 0 and out["measured"] == ["0.1.0", "0.1.1", "0.1.2"] and out["measured_again"] == {}
     toml.write_text(toml.read_text().replace("[server.args]\n", "[server.args]\nmini-step-base-ms = 16\n"))
     edit = "server arg mini-step-base-ms: (unset) -> 16"
 
-    rc, out = _json(capsys, ["track", "edited", "--source", "sglang", "--releases", "--limit", "1"])
+    rc, out = cli_json(capsys, ["track", "edited", "--source", "sglang", "--releases", "--limit", "1"])
     assert rc == 0 and out["measured"] == ["0.1.0"] and out["measured_again"] == {"0.1.0": [edit]}
-    rc, hist = _json(capsys, ["history", "edited", "--metric", "output_tok_s@1"])
+    rc, hist = cli_json(capsys, ["history", "edited", "--metric", "output_tok_s@1"])
     assert [(e["label"], e["status"], e["older_definition_runs"]) for e in hist["series"]] == [
         ("0.1.0", "measured", 1), ("0.1.1", "older-definition", 1), ("0.1.2", "older-definition", 1)]
     assert hist["series"][1]["reason"] == edit and hist["change_points"] == []
@@ -209,10 +201,10 @@ def test_an_edited_recipe_is_measured_again_not_read_as_a_change_point(home, mon
     assert "older-definition" in text and "2 point(s) not measured since (0.1.1, 0.1.2)" in text
     assert "2 point(s) not measured since (0.1.1, 0.1.2)" in Path(hist["plot"]["html"]).read_text()
 
-    rc, out = _json(capsys, ["track", "edited", "--source", "sglang", "--releases"])
+    rc, out = cli_json(capsys, ["track", "edited", "--source", "sglang", "--releases"])
     assert rc == 0 and out["measured"] == ["0.1.1", "0.1.2", "0.1.3"]
     assert out["measured_again"] == {"0.1.1": [edit], "0.1.2": [edit]}
-    rc, hist = _json(capsys, ["history", "edited", "--metric", "output_tok_s@1"])
+    rc, hist = cli_json(capsys, ["history", "edited", "--metric", "output_tok_s@1"])
     assert [(e["label"], e["status"], e["n_runs"]) for e in hist["series"]] == [
         (v, "measured", 1) for v in four_releases["versions"]]
     assert hist["change_points"] == []  # 16 ms everywhere: neither the edit nor the hidden plant
@@ -237,7 +229,7 @@ def test_bad_input_exits_2_with_what_is_known(home, monkeypatch, capsys, tmp_pat
     assert main(["track", "gitsrc", "--source", "sglang", "--every", "2"]) == 2
     assert "is a git source: name the branch to track with --branch" in capsys.readouterr().err
     assert main(["track", "gitsrc", "--source", "sglang", "--releases"]) == 2
-    rc, out = _json(capsys, ["track", "gitsrc", "--source", "sglang", "--branch", "main", "--since",
+    rc, out = cli_json(capsys, ["track", "gitsrc", "--source", "sglang", "--branch", "main", "--since",
                              "2026-01-01T09:00:00+00:00", "--limit", "0"])
     assert rc == 0 and [p["kind"] for p in out["points"]] == ["commit"] * len(out["points"])
     assert out["points"] and all(p["date"] >= "2026-01-01T09:00:00" for p in out["points"])
@@ -259,9 +251,9 @@ def _git_recipe(tmp_path: Path, repo: str) -> Path:
 def test_track_a_branch_every_n_commits_and_bisect_between_them(home, monkeypatch, capsys, tmp_path, four_releases,
                                                                  otava_env):
     monkeypatch.setenv("PATCHBENCH_RECIPES", str(_git_recipe(tmp_path, four_releases["repo"])))
-    rc, out = _json(capsys, ["track", "gitsrc", "--source", "sglang", "--branch", "main", "--every", "2"])
+    rc, out = cli_json(capsys, ["track", "gitsrc", "--source", "sglang", "--branch", "main", "--every", "2"])
     assert rc == 0 and [p["order"] for p in out["points"]] == list(range(0, 13, 2))
-    rc, hist = _json(capsys, ["history", "gitsrc", "--metric", "output_tok_s@1", "--bisect"])
+    rc, hist = cli_json(capsys, ["history", "gitsrc", "--metric", "output_tok_s@1", "--bisect"])
     [change] = hist["change_points"]
     assert change["direction"] == "worse" and change["bisect"]["culprit_id"] == four_releases["planted_commit"]
 
@@ -273,12 +265,12 @@ def test_history_finds_the_planted_gain_and_regression_and_names_their_commits(h
                                                                                otava_env):
     meta = mini_releases.build(TEST_CACHE / "mini-releases-track", **DEMO)
     _env(monkeypatch, meta)
-    rc, out = _json(capsys, ["track", "demo/update", "--source", "sglang", "--releases", "--git", meta["repo"],
+    rc, out = cli_json(capsys, ["track", "demo/update", "--source", "sglang", "--releases", "--git", meta["repo"],
                              "--repeats", "2"])
     assert rc == 0 and len(out["measured"]) == len(meta["versions"])
     argv = ["history", "demo/update", "--metric", "output_tok_s@1", "--bisect", "--direction", "both",
             "--git", meta["repo"]]
-    rc, hist = _json(capsys, argv)
+    rc, hist = cli_json(capsys, argv)
     assert rc == 0
     found = {(c["after"], c["direction"]): c for c in hist["change_points"]}
     assert set(found) == {("0.1.5", "worse"), ("0.1.10", "better")}
@@ -287,7 +279,7 @@ def test_history_finds_the_planted_gain_and_regression_and_names_their_commits(h
     assert all(c["bisected_now"] for c in hist["change_points"])
     # one bisect per change point: asking again measures nothing new
     n_runs = len(Store(home / "results.sqlite").runs())
-    rc, again = _json(capsys, argv)
+    rc, again = cli_json(capsys, argv)
     assert not any(c["bisected_now"] for c in again["change_points"])
     assert len(Store(home / "results.sqlite").runs()) == n_runs
 

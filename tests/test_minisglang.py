@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from conftest import MINI_PY, mini_env, mini_tu, patched_mini
+from contract_probes import sse
 
 from toolkit.run.bench.one_batch import parse_one_batch_jsonl
 
@@ -76,16 +77,6 @@ def server(tmp_path_factory):
     s.stop()
 
 
-def sse_events(raw: bytes) -> list:
-    out = []
-    for block in raw.decode().split("\n\n"):
-        block = block.strip()
-        if block.startswith("data:"):
-            data = block[5:].strip()
-            out.append(data if data == "[DONE]" else json.loads(data))
-    return out
-
-
 def alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -139,7 +130,7 @@ def test_generate_stream_contract(server):
         "sampling_params": {"max_new_tokens": 6, "ignore_eos": True, "temperature": 0},
         "stream": True})
     assert status == 200
-    events = sse_events(raw)
+    events = sse(raw)
     assert events[-1] == "[DONE]"
     chunks = events[:-1]
     assert [c["meta_info"]["completion_tokens"] for c in chunks] == [1, 2, 3, 4, 5, 6]
@@ -155,7 +146,7 @@ def test_generate_stream_contract(server):
                                         "sampling_params": {"max_new_tokens": 6,
                                                             "ignore_eos": True},
                                         "stream": True})
-    assert sse_events(raw2)[-2]["text"] == chunks[-1]["text"]
+    assert sse(raw2)[-2]["text"] == chunks[-1]["text"]
 
 
 def test_generate_non_stream_and_input_ids(server):
@@ -181,7 +172,7 @@ def test_completions_stream_and_usage(server):
     _, raw = server.post("/v1/completions", {
         "model": "m", "prompt": "a b c", "max_tokens": 4, "stream": True, "ignore_eos": True,
         "stream_options": {"include_usage": True}})
-    events = sse_events(raw)
+    events = sse(raw)
     assert events[-1] == "[DONE]"
     texts = [e["choices"][0]["text"] for e in events[:-1] if e["choices"]]
     assert len(texts) == 4 and all(len(t.split()) == 1 for t in texts)
@@ -209,7 +200,7 @@ def test_chat_completions_contract(server):
     assert out["usage"] == {"prompt_tokens": 8, "completion_tokens": 4, "total_tokens": 12}
     _, raw = server.post("/v1/chat/completions", {"messages": messages, "max_tokens": 3, "stream": True,
                                                   "ignore_eos": True, "stream_options": {"include_usage": True}})
-    events = sse_events(raw)
+    events = sse(raw)
     assert events[-1] == "[DONE]" and events[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
     deltas = [e["choices"][0]["delta"]["content"] for e in events[1:-1] if e["choices"]]
     assert "".join(deltas) == out["choices"][0]["message"]["content"].rsplit(" ", 1)[0]

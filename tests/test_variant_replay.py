@@ -4,10 +4,8 @@ out of both, or, with --missing-evidence, counted in both and never measured aga
 
 from __future__ import annotations
 
-import json
 
-from conftest import demo_project
-from toolkit.cli import main
+from conftest import cli_json, demo_project
 from toolkit.results.store import Store
 
 SHORT = '[benchmark]\nconcurrency = [1]\nrepeats = 1\nnum_prompts = 4\noutput_len = 8\n'
@@ -15,34 +13,26 @@ NOPROOF = ('extends = "demo/fast"\n[evidence."demo/faster-decode.patch"]\nlog = 
            + SHORT)
 
 
-def _json(capsys, argv: list[str]) -> tuple[int, dict]:
-    capsys.readouterr()
-    rc = main([*argv, "--json"])
-    cap = capsys.readouterr()
-    assert cap.out.strip(), f"{' '.join(argv)} printed no JSON (exit {rc}): {cap.err[-1500:]}"
-    return rc, json.loads(cap.out)
-
-
 def test_a_replay_decides_as_the_first_measurement_did(tmp_path, home, monkeypatch, capsys):
     proj = demo_project(tmp_path, monkeypatch)
     (proj / "recipes/t").mkdir()
     (proj / "recipes/t/noproof.toml").write_text(NOPROOF)
     argv = ["attribute", "t/noproof", "--repeats", "2"]
-    rc, first = _json(capsys, argv)
+    rc, first = cli_json(capsys, argv)
     store = Store(home / "results.sqlite")
     invalid = [r for r in store.runs(recipe="t/noproof") if r.status == "invalid"]
     assert rc == 0 and len(invalid) == 1 and invalid[0].missing_evidence  # the whole stack: no evidence
     assert first["prefix_values"][0] and len(first["prefix_values"][0]) == 2 and first["prefix_values"][1] is None
     assert first["runs"] == 3  # two of the base, one of the stack (stored invalid: no value, no more runs)
-    rc, again = _json(capsys, argv)
+    rc, again = cli_json(capsys, argv)
     assert rc == 0 and again["prefix_values"] == first["prefix_values"] and again["lines"] == first["lines"]
     assert again["runs"] == 1  # the base's values reused; the stack measured again, invalid again
 
     # with --missing-evidence the invalid runs count in the first measurement and in the replay alike
-    rc, wide = _json(capsys, [*argv, "--missing-evidence"])
+    rc, wide = cli_json(capsys, [*argv, "--missing-evidence"])
     assert rc == 0 and len(wide["prefix_values"][1]) == 2 and wide["prefix_values"][0] == first["prefix_values"][0]
     assert wide["runs"] == 0  # the two invalid runs stored above are this variant's values
-    rc, replay = _json(capsys, [*argv, "--missing-evidence"])
+    rc, replay = cli_json(capsys, [*argv, "--missing-evidence"])
     assert rc == 0 and replay["runs"] == 0
     assert replay["prefix_values"] == wide["prefix_values"] and replay["lines"] == wide["lines"]
     ids = {v["label"]: v["runs"] for v in replay["values_from"]}
