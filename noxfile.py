@@ -71,14 +71,14 @@ def demo(session: nox.Session) -> None:
 def demo_real(session: nox.Session) -> None:
     """The main job on real sglang 0.5.23 (PyPI) serving on this CPU: baseline and OEA on a tiny
     GLM-4-MoE patchbench writes itself; run (launch, verify, benchmark, answers, evidence), compare
-    speed and answers, report, profile OEA's decode step. Measured on a loaded 2-core box: 2 launches 350 s, the profile 263 s;
-    with the recipes' 2 repeats each (4 launches) ~15-18 min."""
+    speed and answers, report, profile OEA's decode step. Measured on a loaded 2-core box: 2 launches
+    350 s, the profile (one more launch) 7 min at load 5-10; with the recipes' 2 repeats each
+    (4 launches) ~15-18 min."""
     _toolkit(session)
     session.run("patchbench", "run", *DEMO_REAL, *session.posargs)
     session.run("patchbench", "compare", *DEMO_REAL, "--metric", "output_tok_s", "--metric", "itl_ms_median")
     session.run("patchbench", "report", *DEMO_REAL, "-o", "patchbench-report-real")
-    # last: against real sglang on CPU the trace is written, but its analysis finds no decode step
-    # yet (CPU-only trace), so this step fails there (toolkit/profile)
+    # one profiled decode step by kernel family: 8 steps at batch 8, from all requests decoding
     session.run("patchbench", "profile", "cpu/oea", "--concurrency", "8", "--steps", "8")
 
 

@@ -55,7 +55,7 @@ def run(args) -> int:
         return 0 if result.status == "ok" else 1
     if result.summary.get("ranks"):
         for item in render(recipe.name, families, result.summary, spec):
-            console.print(item)
+            console.print(item, markup=not isinstance(item, str))  # lines name [roofline] literally
         console.print(f"run {result.run_id[:8]}: traces {', '.join(result.summary['traces'])}", markup=False)
     if result.status != "ok":
         err.print(f"[red]{escape(recipe.name)}: profile run {result.run_id[:8]} stored INVALID:[/] {escape(result.error or '')}")
