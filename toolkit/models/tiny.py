@@ -11,22 +11,20 @@ locally trained tokenizer, for real sglang to serve on a CPU.
 
 A model's directory is `$PATCHBENCH_HOME/models/<name>-<key>`, `key` the digest of its spec, the
 writer's version and the library versions that make its bytes; `manifest.json` records every
-file's sha256. Written into a temporary directory under a file lock and published by rename, so
-concurrent callers wait and reuse and a killed write leaves nothing a later caller trusts.
+file's sha256. Written into a temporary directory under a file lock and published by rename
+(toolkit.build_once), so concurrent callers wait and reuse and a killed write leaves nothing a later
+caller trusts.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import numpy as np
-from filelock import FileLock
 
+from toolkit.build_once import build_once
 from toolkit.digest import sha256_file
 from toolkit.errors import BadInput
 from toolkit.models import tokenizer
@@ -146,21 +144,11 @@ def write(name: str, dest: Path) -> None:
 
 
 def ensure(name: str, home: Path | None = None) -> Path:
-    """The model's directory, written once (locked; temp dir, then rename)."""
+    """The model's directory, written once for concurrent callers (toolkit.build_once)."""
     final = model_dir(name, home)
     if (final / "manifest.json").is_file():
         return final
-    final.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(final) + ".lock"):
-        if (final / "manifest.json").is_file():
-            return final
-        tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
-        try:
-            write(name, tmp)
-            os.replace(tmp, final)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-    return final
+    return build_once(final, lambda tmp: write(name, tmp), complete=lambda d: (d / "manifest.json").is_file())
 
 
 def resolve(model: str | None, home: Path | None = None) -> str | None:
