@@ -321,6 +321,10 @@ def test_gate_runs_the_envs_evaluation(home, tmp_path, monkeypatch, capsys):
     assert main(["compare", "demo/ga", "demo/gb", "--json"]) == 0
     gate = json.loads(capsys.readouterr().out)["gate"]["demo/gb"]
     assert gate["verdict"] == "gate failed" and "min_accuracy 0.5" in gate["text"] and gate["p_value"] == 1.0
+    out = tmp_path / "report"
+    assert main(["report", "demo/ga", "demo/gb", "-o", str(out)]) == 0  # the gate goes where the answers go
+    md = next(out.glob("*.md")).read_text()
+    assert "**demo/gb** accuracy gate: " in md and "min_accuracy 0.5" in md
 
     (demo / "gc.toml").write_text(textwrap.dedent(recipe))  # no dataset, no $PATCHBENCH_DATA
     monkeypatch.delenv("PATCHBENCH_DATA", raising=False)

@@ -63,6 +63,7 @@ class ReportData:
     where: dict = field(default_factory=dict)  # (recipe, metric) -> where it was measured (evidence metrics)
     legend: str = ""  # the verdict rule with the settings in force
     quality: dict = field(default_factory=dict)  # variant -> answers' verdicts (toolkit.report.quality_section)
+    gate: dict = field(default_factory=dict)  # variant -> the accuracy gate's verdict (quality_section.gates)
 
     @property
     def names(self) -> list[str]:
@@ -175,7 +176,8 @@ def collect(store: Any, recipes: Sequence[str], metrics_: Sequence[str] | None =
         generated_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         selection=tuple(sel.describe()), legend=stats.verdict_legend(min_effect=min_effect),
         where=where_by_recipe(sel.runs),
-        quality=quality_section.collect(sel) if len(names) >= 2 else {})
+        quality=quality_section.collect(sel) if len(names) >= 2 else {},
+        gate=quality_section.gates(sel) if len(names) >= 2 else {})
 
 # -- table contents shared by both renderers --------------------------------------------------------
 
@@ -272,7 +274,7 @@ def render_markdown(data: ReportData, images: Sequence[tuple[str, str]] = ()) ->
     eff = efficiency_lines(data)
     if eff:
         lines += ["", "**Efficiency vs roofline:** " + "; ".join(eff)]
-    lines += quality_section.markdown(data.quality, data.baseline)
+    lines += quality_section.markdown(data.quality, data.baseline, data.gate)
     if data.differences:
         lines += ["", "### What else differed", ""]
         for name, diffs in data.differences.items():
@@ -323,7 +325,7 @@ def render_html(data: ReportData, figures: Sequence[Plot] | None = None, svgs: S
         parts.append("<p><b>Efficiency vs roofline:</b> " + _esc("; ".join(eff)) + "</p>")
     parts += ["<h2>Plots</h2>", '<div class="plots">', *(svg(p.figure, p.title) for p in figures),
               *(x[x.find("<svg"):] for x in svgs), "</div>"]
-    parts += quality_section.html_section(data.quality, data.baseline)
+    parts += quality_section.html_section(data.quality, data.baseline, data.gate)
     if data.differences:
         parts.append("<h2>What else differed</h2><ul>")
         for name, diffs in data.differences.items():

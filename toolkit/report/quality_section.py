@@ -23,6 +23,12 @@ def collect(sel) -> dict:
     return {v: items for v, items in out.items() if items}
 
 
+def gates(sel) -> dict:
+    """{variant: {"text", "rule"}}: the accuracy gate's verdict of each variant that ran it, with the
+    legend of the parameters it was computed with (toolkit.analysis.gate_verdict)."""
+    return {v: {"text": g.text, "rule": g.rule} for v, g in quality_runs.gate_verdicts(sel).items()}
+
+
 def verdict_at(data: dict, variant: str, point: int) -> str | None:
     """The answers' verdict at `point`, else a broken/changed one of another point (named)."""
     items = data.get(variant, [])
@@ -39,10 +45,13 @@ def _short(text: str, n: int = 160) -> str:
     return text if len(text) <= n else text[: n - 3] + "..."
 
 
-def markdown(data: dict, baseline: str) -> list[str]:
-    if not data:
+def markdown(data: dict, baseline: str, gate: dict | None = None) -> list[str]:
+    gate = gate or {}
+    if not data and not gate:
         return []
     lines = ["", "### Answers (output check)", ""]
+    for variant, g in gate.items():
+        lines.append(f"- **{variant}** accuracy gate: {g['text']}")
     for variant, items in data.items():
         for item in items:
             where = f" at c={item['point']}" if item["point"] else ""
@@ -52,14 +61,18 @@ def markdown(data: dict, baseline: str) -> list[str]:
                         for e in item["examples"]]
                 lines += ["", *("  " + line for line in md_table(["prompt", baseline, variant], rows))]
                 lines.append("")
-    lines += ["", answers_verdict.legend() + "."]
+    lines += ["", *(f"{rule}." for rule in dict.fromkeys(g["rule"] for g in gate.values() if g["rule"]))]
+    if data:
+        lines += ["", answers_verdict.legend() + "."]
     return lines
 
 
-def html_section(data: dict, baseline: str) -> list[str]:
-    if not data:
+def html_section(data: dict, baseline: str, gate: dict | None = None) -> list[str]:
+    gate = gate or {}
+    if not data and not gate:
         return []
     parts = ["<h2>Answers (output check)</h2><ul>"]
+    parts += [f"<li><b>{esc(v)}</b> accuracy gate: {esc(g['text'])}</li>" for v, g in gate.items()]
     for variant, items in data.items():
         for item in items:
             where = f" at c={item['point']}" if item["point"] else ""
@@ -69,7 +82,10 @@ def html_section(data: dict, baseline: str) -> list[str]:
                                         [[e["prompt"], e["reference"], e["variant"]] for e in item["examples"]],
                                         'class="answers"'))
             parts.append("</li>")
-    parts.append(f'</ul><p class="note">{esc(answers_verdict.legend())}.</p>')
+    parts.append("</ul>")
+    parts += [f'<p class="note">{esc(rule)}.</p>' for rule in dict.fromkeys(g["rule"] for g in gate.values() if g["rule"])]
+    if data:
+        parts.append(f'<p class="note">{esc(answers_verdict.legend())}.</p>')
     return parts
 
 
