@@ -192,3 +192,21 @@ def test_the_probe_says_how_it_timed_on_cpu():
     (r,) = res["results"]
     assert r["status"] == "ok" and r["timing"] == "eager calls (wall clock on CPU)" and r["flushes"] == 4
     assert res["not_offered"] == {}
+
+
+def test_a_skipped_shape_reads_skipped_in_the_table_never_error():
+    from rich.console import Console
+
+    from toolkit.kernels import table
+
+    skipped = {"shape": {"m": 128, "n": 512, "k": 6144}, "status": "skipped",
+               "error": "not run: cutedsl_low_latency takes M <= 8"}
+    record = {"recipe": "tiles", "op": "flashinfer.mm_fp4", "backend": "cutedsl_low_latency", "results": [skipped]}
+    (row,) = table.rows(record)
+    assert (row.status, row.verdict) == ("skipped", "skipped")
+    (cmp,) = table.compare(record, record)
+    assert cmp.verdict == "skipped"
+    console = Console(width=250, record=True)
+    console.print(table.render_rows(record))
+    text = console.export_text()
+    assert "skipped: not run: cutedsl_low_latency takes M <= 8" in text and "error" not in text

@@ -25,6 +25,7 @@ WRONG = "wrong output"
 FIXED = "fixed (baseline wrong)"
 NO_CHECK = "no check (reference broken)"
 ERROR = "error"
+SKIPPED = "skipped"  # a shape the backend cannot take (the probe says why): not run, not an error
 
 
 @dataclass(frozen=True)
@@ -32,7 +33,7 @@ class Row:
     label: str
     dims: dict
     points: list
-    status: str  # "ok" | "error"
+    status: str  # "ok" | "error" | "skipped"
     verdict: str  # correctness: ok | wrong | all-zero | non-finite | reference-broken | error
     trial_ms: list  # median of each trial
     median_ms: float
@@ -61,7 +62,8 @@ def rows(record: dict) -> list[Row]:
         dims = res["shape"]
         base = dict(label=res.get("label", ""), dims=dims, points=res.get("points", []))
         if res.get("status") != "ok":
-            out.append(Row(**base, status="error", verdict="error", trial_ms=[], median_ms=math.nan, tflops=math.nan,
+            status = SKIPPED if res.get("status") == SKIPPED else ERROR
+            out.append(Row(**base, status=status, verdict=status, trial_ms=[], median_ms=math.nan, tflops=math.nan,
                            floor_ms=None, bound=None, efficiency=None, max_relative_error=None,
                            within_tolerance=None, error=res.get("error", "")))
             continue
@@ -105,7 +107,9 @@ def compare(base: dict, cand: dict, *, min_effect: float = stats.DEFAULT_MIN_EFF
         if b is None:
             continue
         cmp = stats.compare_values(b.trial_ms, c.trial_ms, higher_is_better=False, unit="ms", min_effect=min_effect)
-        if c.status != "ok" or b.status != "ok":
+        if SKIPPED in (c.status, b.status):
+            verdict = SKIPPED
+        elif c.status != "ok" or b.status != "ok":
             verdict = ERROR
         elif c.verdict == "reference-broken" or b.verdict == "reference-broken":
             verdict = NO_CHECK
@@ -146,7 +150,7 @@ def render_rows(record: dict) -> Table:
                   _f(r.tflops, ".3g"), _f(r.floor_ms * 1e3 if r.floor_ms else None, ".2f"),
                   _f(r.efficiency * 100 if r.efficiency is not None else None, ".3g") + ("%" if r.efficiency else ""),
                   _f(r.max_relative_error, ".2e"), _f(r.within_tolerance, ".3f"),
-                  r.verdict if r.status == "ok" else f"error: {r.error[:60]}")
+                  r.verdict if r.status == "ok" else f"{r.status}: {r.error[:60]}")
     return t
 
 
