@@ -15,6 +15,9 @@ import contract_probes as probes
 from conftest import MINI_PY, base_torch_python, mini_env, mini_tu
 from sglang_server import real_server_url
 
+# One worker runs them all, so each server launches once (a real sglang launch takes minutes).
+pytestmark = pytest.mark.xdist_group("server-contract")
+
 
 def miniature(tmp_path: Path, python: Path | None = None, package: Path = MINI_PY):
     """A miniature server in an env with torch (its profiler records torch traces); yields the base URL."""
