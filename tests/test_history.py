@@ -41,7 +41,7 @@ diff --git a/python/sglang/srt/model_executor/cost.py b/python/sglang/srt/model_
 
 @pytest.fixture
 def otava_env(monkeypatch):
-    """Otava's own env, made once in the test cache (FileLock inside `ensure_env`)."""
+    """Otava's own env, made once in the test cache (built once for concurrent callers: toolkit.build_once)."""
     monkeypatch.setenv("PATCHBENCH_OTAVA_ENV", str(TEST_CACHE / "otava-0.8.0"))
     try:
         return otava.ensure_env(TEST_CACHE)
