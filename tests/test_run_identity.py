@@ -72,7 +72,10 @@ def test_a_server_argument_separates_runs_that_share_an_env(demo, capsys):
     assert att["runs"] == 4  # both prefixes measured here
     base_vals, fast_vals = att["prefix_values"]
     ratio = (sum(fast_vals) / len(fast_vals)) / (sum(base_vals) / len(base_vals))
-    assert 1.25 < ratio < 1.8, att  # the patch's own gain (12 ms -> 8 ms step), not 3.7x
+    # pooled with the 30 ms runs the base would read ~33 tok/s and the ratio ~3.7x; the patch's own
+    # gain is 1.5x (12 ms -> 8 ms step). Only the pooling is asserted: a loaded machine stretches a
+    # 2-repeat run's paced steps (CI once read 1.03x), and the gain itself is test_minisglang's.
+    assert 0.7 < ratio < 2.5, att
 
     # the whole stack is the recipe itself: compare counts attribute's runs as demo/fast's, and its
     # ratio is attribute's
