@@ -232,7 +232,7 @@ def test_a_mig_instance_is_judged_by_its_own_memory_and_unmatched_pids_reach_com
     assert doctor.free_memory(facts).status == "ok"  # the GPU is 10% free, the instance nearly all
     from types import SimpleNamespace
 
-    from toolkit.run.gpustate import flags
+    from toolkit.results import box_flags as flags
 
     summary = summarize(sample(FakeNvml({"gpus": [gpu(0)]}, processes=[(0, 999_999_4, 1)]), matchable=False))
     run = SimpleNamespace(run_id="abcdef123456", recipe="r", gpu_key="1x G", extra={"gpu_state": summary})

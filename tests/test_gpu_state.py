@@ -13,7 +13,8 @@ from types import SimpleNamespace
 import pytest
 
 from nvml_double import FakeNvml, gpu
-from toolkit.run.gpustate import doctor, flags
+from toolkit.results import box_flags as flags
+from toolkit.run.gpustate import doctor
 from toolkit.run.gpustate.facts import cuda_of_packages, gather
 from toolkit.run.gpustate.nvml import decode_reasons
 from toolkit.run.gpustate.sampler import Sampler

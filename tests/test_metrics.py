@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from toolkit.run import metrics
+from toolkit.results import metrics
 from toolkit.run.bench.one_batch import parse_one_batch_rows
 from toolkit.run.bench.sglang_jsonl import parse_bench_serving_rows
 from toolkit.errors import BadInput

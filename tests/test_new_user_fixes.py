@@ -14,7 +14,7 @@ from conftest import REPO_ROOT, demo_project
 from toolkit.cli import main
 from toolkit.errors import BadInput
 from toolkit.recipe.load import load_recipe
-from toolkit.run import metrics
+from toolkit.results import metrics
 
 
 def test_compare_help_prints_percent_once(capsys):

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from toolkit.run.bench import Sample
-from toolkit.run.metrics import higher_is_better
+from toolkit.results.metrics import higher_is_better
 from toolkit.run.bench.one_batch import (
     find_one_batch_module,
     one_batch_argv,

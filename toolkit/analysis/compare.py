@@ -21,12 +21,12 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from toolkit.run import metrics as registry
+from toolkit.results import metrics as registry
 from toolkit.analysis import stats
 from toolkit.analysis.selection import (Criteria, MissingResults, Selection,  # noqa: F401 (re-exported)
                                         describe_bench_diff, reduce, select)
 from toolkit.errors import BadInput
-from toolkit.run.metrics import MetricSpec
+from toolkit.results.metrics import MetricSpec
 from toolkit.results.records import RunRow
 from toolkit.results.store import Store
 

@@ -1,7 +1,7 @@
 """Measured decode throughput against the theoretical roofline of a recipe's model on its GPU.
 
 `efficiency(run, samples)` is the one implementation (report, results, compare): the first headline
-throughput (`toolkit.run.metrics.throughput_headline`) measured at batch/concurrency 1, reduced as
+throughput (`toolkit.results.metrics.throughput_headline`) measured at batch/concurrency 1, reduced as
 every table reduces repeats (`selection.reduce`: one value per run, then their mean), over
 `toolkit.roofline.theoretical_tok_s` for the `[roofline]` model and GPU the run's recipe names
 (tp/ep from its server args). None when the recipe names no model and GPU, or nothing was measured
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from toolkit.roofline.beyond import INPUTS_WRONG, beyond_roofline
-from toolkit.run import metrics
+from toolkit.results import metrics
 from toolkit.analysis.selection import reduce
 
 

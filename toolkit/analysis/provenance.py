@@ -80,7 +80,7 @@ def run_env_differences(run_a, run_b) -> list[str]:
     clocks: `extra["gpu_state"]`)."""
     from toolkit.run.sglang_args import KEY_FIELDS  # the resolved fields worth comparing
 
-    from toolkit.run.gpustate.flags import differences, state_of  # the box: edition, limits, clocks, driver
+    from toolkit.results.box_flags import differences, state_of  # the box: edition, limits, clocks, driver
 
     return (env_differences((run_a.extra or {}).get("env"), (run_b.extra or {}).get("env"), resolved_keys=KEY_FIELDS)
             + differences(state_of(run_a), state_of(run_b)))

@@ -23,7 +23,7 @@ from toolkit.analysis import sequential as seq
 from toolkit.analysis.selection import Criteria, MissingResults, choose, values_at
 from toolkit.errors import PatchbenchError
 from toolkit.results.store import Store
-from toolkit.run import metrics as registry
+from toolkit.results import metrics as registry
 from toolkit.run.attempt import Prepared
 
 

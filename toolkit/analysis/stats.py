@@ -20,7 +20,7 @@ Choices, and why:
 - **Verdict**: "faster"/"slower" needs all of: enough repeats (above), p < alpha, the interval
   excluding 1, and an effect of at least `min_effect` (1% by default) in the metric's good
   direction. Otherwise "not significant".
-- **Direction**: the caller says whether higher is better (`toolkit.run.metrics` knows it for every
+- **Direction**: the caller says whether higher is better (`toolkit.results.metrics` knows it for every
   stored metric); None (a metric the registry does not know) makes verdicts read "higher"/"lower"
   instead of "faster"/"slower".
 """

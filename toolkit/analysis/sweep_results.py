@@ -25,7 +25,7 @@ from toolkit.analysis import pareto, quality_runs, stats
 from toolkit.analysis.sla import FLOOR, Bound
 from toolkit.analysis.sweep import Outcome, mean_ci, values
 from toolkit.results.store import Store
-from toolkit.run import metrics
+from toolkit.results import metrics
 
 
 @dataclass

@@ -25,7 +25,7 @@ from rich.console import Console
 from toolkit.tree import gitrepo
 from toolkit.analysis.selection import Criteria, MissingResults, choose, values_at
 from toolkit.errors import BadInput, PatchbenchError
-from toolkit.run.metrics import MetricSpec  # noqa: F401  (re-exported: attribute/bisect parse with it)
+from toolkit.results.metrics import MetricSpec  # noqa: F401  (re-exported: attribute/bisect parse with it)
 from toolkit.run.quality import ANSWER_METRICS, EVERY_LAUNCH
 from toolkit.recipe.load import Recipe
 from toolkit.results.store import Store

@@ -14,7 +14,7 @@ HELP = "what each patch of a recipe's stack buys: prefix chain (and leave-one-ou
 
 
 def add_arguments(parser) -> None:
-    from toolkit.run import metrics
+    from toolkit.results import metrics
     from toolkit.analysis.selection import add_min_effect_argument
 
     parser.add_argument("recipe", metavar="RECIPE")
@@ -53,7 +53,7 @@ def print_runs_used(meter) -> None:
 
 
 def run(args) -> int:
-    from toolkit.run import metrics
+    from toolkit.results import metrics
     from toolkit.analysis import stats
     from toolkit.analysis.attribute import attribute, render_attribution
     from toolkit.analysis.variants import (VariantMeter, patch_label, prefix_overrides, stack_of,

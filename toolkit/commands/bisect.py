@@ -27,7 +27,7 @@ HELP = ("find the patch, release or upstream commit that moved a metric (worse, 
 
 
 def add_arguments(parser) -> None:
-    from toolkit.run import metrics
+    from toolkit.results import metrics
 
     parser.add_argument("recipe", metavar="RECIPE")
     parser.add_argument("--metric", required=True, metavar="NAME[@POINT]",
@@ -73,7 +73,7 @@ def _releases(recipe, args, spec) -> list[str]:
 
 
 def run(args) -> int:
-    from toolkit.run import metrics
+    from toolkit.results import metrics
     from toolkit.analysis import stats
     from toolkit.analysis.bisect import bisect_items, bisect_stack
     from toolkit.analysis.releases import git_variant, release_variant, tag_for

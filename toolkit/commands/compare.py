@@ -10,7 +10,7 @@ HELP = "compare stored results of recipes against the first (ratio, 95% CI, Mann
 
 
 def add_arguments(parser) -> None:
-    from toolkit.run import metrics
+    from toolkit.results import metrics
     from toolkit.analysis.selection import add_min_effect_argument, add_selection_arguments
 
     parser.add_argument("recipes", nargs="+", metavar="RECIPE", help="baseline first, then the variants")
@@ -45,7 +45,7 @@ def explain_differences(sel) -> list[str]:
 
 def box_lines(sel) -> list[str]:
     """GPU-state flags of the runs used (throttling, foreign processes, clocks apart from the others)."""
-    from toolkit.run.gpustate.flags import box_lines as lines
+    from toolkit.results.box_flags import box_lines as lines
 
     return lines([r for name in sel.recipes for r in sel.runs[name]],
                  {r.run_id: name for name in sel.recipes for r in sel.runs[name]})
@@ -84,7 +84,7 @@ def same_twice(refs) -> None:
 
 
 def run(args) -> int:
-    from toolkit.run import metrics
+    from toolkit.results import metrics
     from toolkit.analysis import stats
     from toolkit.analysis.compare import compare_selection, missing_recipes, render_compare
     from toolkit.analysis.selection import criteria_from_args, select

@@ -16,7 +16,7 @@ HELP = "the tracked metric in upstream order, its change points (Apache Otava) a
 
 def add_arguments(parser) -> None:
     from toolkit.history.otava import DEFAULTS
-    from toolkit.run import metrics
+    from toolkit.results import metrics
 
     parser.add_argument("recipe", metavar="RECIPE")
     parser.add_argument("--source", help="the tracked source (default: the recipe's only source)")
@@ -58,7 +58,7 @@ def run(args) -> int:
     from toolkit.history.otava import NotEnoughHistory, detect
     from toolkit.history.series import load_history
     from toolkit.history.track import TrackBusy, stack_digest, workspace_lock
-    from toolkit.run import metrics
+    from toolkit.results import metrics
 
     spec = metrics.parse_spec(args.metric)
     recipe = load(args.recipe)

@@ -12,7 +12,7 @@ HELP = "write report.md (PR-ready table + PNG plots) and report.html (self-conta
 
 
 def add_arguments(parser) -> None:
-    from toolkit.run import metrics
+    from toolkit.results import metrics
     from toolkit.analysis.selection import add_min_effect_argument, add_selection_arguments
 
     parser.add_argument("recipes", nargs="+", metavar="RECIPE", help="baseline first, then the variants")

@@ -10,7 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from toolkit.run import metrics
+from toolkit.results import metrics
 from toolkit.analysis.efficiency import efficiency
 from toolkit.analysis.selection import add_selection_arguments, criteria_from_args, reduce, select
 from toolkit.commands.common import console, store_of
@@ -63,7 +63,7 @@ def evidence_flag(run) -> str:
 
 def box_flags(runs) -> dict[str, list[str]]:
     """GPU-state flags per run; clocks are compared within each sweep (group) shown."""
-    from toolkit.run.gpustate.flags import run_flags
+    from toolkit.results.box_flags import run_flags
 
     by_group = defaultdict(list)
     for r in runs:
@@ -74,7 +74,7 @@ def box_flags(runs) -> dict[str, list[str]]:
 def box_cell(run, flags: list[str], wide: bool = False) -> str:
     """The box column: "no GPU state", "ok" or the flags (yellow); wide tables add the median SM
     clock, mean power / limit and peak temperature."""
-    from toolkit.run.gpustate.flags import short, state_of
+    from toolkit.results.box_flags import short, state_of
 
     text = short(run, flags)
     m = state_of(run).get("metrics") or {}

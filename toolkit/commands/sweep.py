@@ -98,7 +98,7 @@ def run(args) -> int:
     from toolkit.analysis import sweep as sw, sweep_results as res
     from toolkit.analysis.pareto import dominated_variants
     from toolkit.analysis.sla import parse_bounds
-    from toolkit.run import metrics
+    from toolkit.results import metrics
 
     bounds = parse_bounds(args.sla)  # bad bounds: exit 2 before any work
     spec = metrics.parse_spec(args.metric) if args.metric else None

@@ -29,7 +29,7 @@ from toolkit.history.points import Point, variant_for
 from toolkit.history.series import Entry
 from toolkit.recipe.load import Recipe
 from toolkit.results.store import Store
-from toolkit.run.metrics import MetricSpec
+from toolkit.results.metrics import MetricSpec
 
 
 def state_path(home: Path, recipe: str, source: str) -> Path:

@@ -20,7 +20,7 @@ from toolkit.analysis.selection import Criteria, choose, values_at
 from toolkit.errors import BadInput
 from toolkit.history import definition
 from toolkit.history.track import RECORDS, point_of, tracked
-from toolkit.run.metrics import MetricSpec
+from toolkit.results.metrics import MetricSpec
 from toolkit.results.store import Store
 
 

@@ -3,5 +3,5 @@
     document  collect a report's data from the store and render Markdown / HTML
     plots     the report's plots, drawn with matplotlib
 
-May import: toolkit.analysis, toolkit.profile, toolkit.results, toolkit.run.metrics and lower stages.
+May import: toolkit.analysis, toolkit.profile, toolkit.results, toolkit.results.metrics and lower stages.
 """

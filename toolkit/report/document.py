@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 from pathlib import PurePath
 from typing import Any, Sequence
 
-from toolkit.run import metrics
+from toolkit.results import metrics
 
 from toolkit.analysis import stats
 from toolkit.analysis.compare import compare_selection, diff_provenance
@@ -140,7 +140,7 @@ def collect(store: Any, recipes: Sequence[str], metrics_: Sequence[str] | None =
             patches=_patch_names((newest.extra or {}).get("patches")),
             gpu=newest.gpu_key, env_key=newest.env_key, efficiency=efficiency(newest, samples)))
 
-    from toolkit.run.gpustate.flags import box_lines
+    from toolkit.results.box_flags import box_lines
 
     notes += [f"box: {line}" for line in box_lines([r for n in names for r in sel.runs[n]],
                                                   {r.run_id: n for n in names for r in sel.runs[n]})]

@@ -20,7 +20,7 @@ from typing import Any, Sequence
 import matplotlib
 from matplotlib.figure import Figure
 
-from toolkit.run import metrics
+from toolkit.results import metrics
 
 from toolkit.analysis import stats
 

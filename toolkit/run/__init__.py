@@ -12,8 +12,7 @@
     supervisor    keeps a server's process group from outliving patchbench (parent-death signal)
     reaper        live-group registry; ends servers of dead patchbench processes, marks runs
     machine       provenance: GPUs, driver, CUDA, topology, CPU, host
-    gpustate/     GPU state over the benchmark window (NVML), its flags and --strict-box; doctor's facts and rules
-    metrics       the metric registry: name, unit, direction, aliases, headline rank (pure)
+    gpustate/     GPU state over the benchmark window (NVML), --strict-box; doctor's facts and rules
     bench/        the benchmark drivers: serving (async client), one_batch, sglang_jsonl
 
 May import: toolkit.recipe, toolkit.tree, toolkit.envs, toolkit.results (a run is written into the

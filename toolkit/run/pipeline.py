@@ -24,7 +24,8 @@ from typing import Callable
 from rich.console import Console
 from rich.markup import escape
 
-from toolkit.run import evidence, machine, metrics, quality as output_check, reaper, server as srv
+from toolkit.results import metrics
+from toolkit.run import evidence, machine, quality as output_check, reaper, server as srv
 from toolkit.run.attempt import Attempt, Prepared, RunInvalid, recorded, log_paths, signals_interrupt, supervise
 from toolkit.run.bench import Sample
 from toolkit.run.gpustate import record as gpu_record

@@ -9,7 +9,7 @@ quality point (at most `c` requests in flight). Stored per run:
 
 - `quality.json` beside the run's logs: per point, each prompt's output token ids, text and
   whether its logprobs were finite (the artifact the verdict and the report read);
-- samples at each point (toolkit.run.metrics): `output_sanity` (share of non-degenerate answers,
+- samples at each point (toolkit.results.metrics): `output_sanity` (share of non-degenerate answers,
   toolkit.run.answers), and against the reference (the newest run of the recipe's `compare_to`
   holding answers to the same prompts; for a baseline, its own previous launch) `answer_agreement`
   and `first_divergence`;
@@ -42,7 +42,8 @@ from pathlib import Path
 from rich.markup import escape
 
 from toolkit.recipe.spec import BenchSpec, QualitySpec
-from toolkit.run import answers, metrics
+from toolkit.results import metrics
+from toolkit.run import answers
 from toolkit.run.bench import Sample
 from toolkit.run.prompts import Prompt, digest, load_prompts, take
 

@@ -10,7 +10,7 @@ analysis compares samples with the same (metric, point_kind, point).
   sglang_jsonl.py  reading sglang's JSONL results and the importer of `bench_serving` rows
   one_batch.py argv for sglang's static-batch benchmark and the importer of its JSONL rows
 
-Metric names, units and directions live in toolkit.run.metrics (the registry), shared by our client and
+Metric names, units and directions live in toolkit.results.metrics (the registry), shared by our client and
 the importers, so imported and measured numbers compare:
   concurrency points: output_tok_s, input_tok_s, request_s, ttft_ms_{mean,median,p99,std},
                       itl_ms_{mean,median,p95,p99,max,std}, tpot_ms_{mean,median,p99,std},
@@ -56,4 +56,4 @@ class Sample:
                    str(d["point_kind"]))
 
 
-__all__ = ["Sample", "POINT_KINDS"]  # metric names, units, directions: toolkit.run.metrics
+__all__ = ["Sample", "POINT_KINDS"]  # metric names, units, directions: toolkit.results.metrics

@@ -12,7 +12,7 @@ one JSON row per (batch_size, input_len, output_len):
 
 `parse_one_batch_jsonl` turns those rows into Samples at point = batch_size (point_kind "batch");
 `patchbench import` uses it for bench_one_batch files too. The importer of sglang `bench_serving`
-JSONL lives in sglang_jsonl.py and is re-exported here; field names map to metrics in toolkit.run.metrics.
+JSONL lives in sglang_jsonl.py and is re-exported here; field names map to metrics in toolkit.results.metrics.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from toolkit.run.bench.sglang_jsonl import (  # noqa: F401  (re-exported importe
     read_jsonl,
 )
 from toolkit.errors import BadInput, PatchbenchError
-from toolkit.run.metrics import aliases
+from toolkit.results.metrics import aliases
 from toolkit.run.server import log_tail
 from toolkit.run.env_module import first_module
 
@@ -118,7 +118,7 @@ def parse_one_batch_rows(rows: Iterable[dict], *, input_len: Optional[int] = Non
     one (input_len, output_len) shape, since a Sample has no room for it (BadInput otherwise).
     Repeated rows for one batch size give repeated samples.
     """
-    fields = aliases("batch")  # sglang field -> metric (name, unit, scale), from toolkit.run.metrics
+    fields = aliases("batch")  # sglang field -> metric (name, unit, scale), from toolkit.results.metrics
     kept = []
     for i, row in enumerate(rows, 1):
         if "batch_size" not in row or not any(k in row for k in fields):

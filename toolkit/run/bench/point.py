@@ -1,6 +1,6 @@
 """What the serving client measured: per request (`RequestResult`) and per point (`PointResult`),
 and the pure statistics that turn one into the other (`summarize`). Metric names and units come from
-`toolkit.run.metrics`.
+`toolkit.results.metrics`.
 
 Per request: TTFT, the inter-token latencies (ITL), TPOT and end-to-end latency; per point: token
 and request throughput (over the span from the first request sent to the last response finished)
@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
 from toolkit.run.bench import Sample
-from toolkit.run.metrics import unit_of
+from toolkit.results.metrics import unit_of
 
 MAX_ERROR_KINDS = 30
 

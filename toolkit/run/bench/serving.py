@@ -45,7 +45,7 @@ from toolkit.run.bench.sglang_jsonl import (  # noqa: F401  (re-exported: the im
 from toolkit.run.bench.workload import (  # noqa: F401  (re-exported: what the client sends)
     DEFAULT_CONCURRENCY, ENDPOINTS, WARMUP_MAX_OUTPUT, ServingConfig, build_payload, default_num_prompts,
     make_prompt)
-from toolkit.run.metrics import unit_of  # noqa: F401
+from toolkit.results.metrics import unit_of  # noqa: F401
 
 # progress(phase, concurrency, done, total); phase is "warmup" or "measure".
 Progress = Callable[[str, int, int, int], None]

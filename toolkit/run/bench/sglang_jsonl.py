@@ -1,6 +1,6 @@
 """sglang's JSONL result files: reading them, and the importer of `bench_serving` rows.
 
-Field names map to patchbench's metrics through the registry's aliases (`toolkit.run.metrics`), so
+Field names map to patchbench's metrics through the registry's aliases (`toolkit.results.metrics`), so
 imported and measured numbers compare. The importer of `bench_one_batch` rows is in one_batch.py.
 """
 
@@ -13,7 +13,7 @@ from typing import Iterable
 
 from toolkit.run.bench import Sample
 from toolkit.errors import BadInput
-from toolkit.run.metrics import aliases
+from toolkit.results.metrics import aliases
 
 
 def read_jsonl(source) -> list[dict]:

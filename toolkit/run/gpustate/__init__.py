@@ -7,7 +7,6 @@
     owners    whose processes: patchbench's and the server's tree, graphics, foreign; unmatchable pids
     sampler   a background thread sampling the run's GPUs every 0.2 s over the benchmark window
     summary   a sampling record -> the run's summary metrics (gpu_* in the registry) (pure)
-    flags     throttling, foreign processes, ECC, clocks apart from the compared runs; box differences (pure)
     record    the run's glue: sampler for an attempt, gpu_state.json beside its logs, samples, --strict-box
     facts     what `patchbench doctor` reads about the box (NVML, CUPTI access, the env's CUDA builds)
     doctor    the doctor's rules over a facts dict (pure)

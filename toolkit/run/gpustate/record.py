@@ -15,10 +15,10 @@ from __future__ import annotations
 import json
 import os
 
-from toolkit.run import metrics
+from toolkit.results import metrics
 from toolkit.run.attempt import Attempt, RunInvalid
 from toolkit.run.bench import Sample
-from toolkit.run.gpustate import flags
+from toolkit.results import box_flags as flags
 from toolkit.run.gpustate.owners import patchbench_tree
 from toolkit.run.gpustate.sampler import Sampler
 from toolkit.run.gpustate.scope import layout_positions

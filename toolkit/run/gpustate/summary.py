@@ -12,9 +12,9 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
+from toolkit.results.box_flags import NO_GPU_STATE
 from toolkit.run.gpustate.nvml import CLOCK_SETTING_BIT, POWER_BITS, THERMAL_BITS, THROTTLE_BITS, decode_reasons
 
-NO_GPU_STATE = "no GPU state"
 
 
 def _values(gpus: list[dict], field: str) -> list[float]:

@@ -110,7 +110,7 @@ _TABLE: list[Metric] = [
 
 METRICS: dict[str, Metric] = {m.name: m for m in _TABLE}
 if len(METRICS) != len(_TABLE):  # pragma: no cover - a programming error in the table
-    raise RuntimeError("duplicate metric names in toolkit.run.metrics")
+    raise RuntimeError("duplicate metric names in toolkit.results.metrics")
 
 
 def names() -> list[str]:

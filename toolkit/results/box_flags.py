@@ -15,7 +15,8 @@ import statistics
 from collections import defaultdict
 from typing import Any, Iterable
 
-from toolkit.run.gpustate.summary import NO_GPU_STATE
+NO_GPU_STATE = "no GPU state"
+
 
 THROTTLE_SHARE = 0.05
 CLOCK_TOLERANCE = 0.02
