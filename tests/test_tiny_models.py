@@ -83,3 +83,18 @@ def test_random_prompt_ids_stay_inside_a_tiny_models_vocab(tmp_path):
     big = ServingConfig(input_len=8, output_len=8, concurrency=(1,))
     assert make_prompt("input_ids", big, 1, 0) == make_prompt(
         "input_ids", ServingConfig(input_len=8, output_len=8, concurrency=(1,), vocab_size=DEFAULT_VOCAB), 1, 0)
+
+
+def test_the_vocab_takes_sglangs_one_batch_ids_and_greedy_picks_a_written_token(tmp_path):
+    """sglang 0.5.23's static-batch benchmark prompts with random ids below 10,000 (its warmup always
+    does); lm_head rows past the tokenizer are zero, so the argmax is a token the tokenizer writes."""
+    from safetensors.numpy import load_file
+    from tokenizers import Tokenizer
+
+    tiny.write("tiny-llama", tmp_path)
+    cfg = json.loads((tmp_path / "config.json").read_text())
+    assert cfg["vocab_size"] >= 10_000
+    n = Tokenizer.from_file(str(tmp_path / "tokenizer.json")).get_vocab_size()
+    head = load_file(str(tmp_path / "model.safetensors"))["lm_head.weight"]
+    assert head.shape[0] == cfg["vocab_size"] > n
+    assert not head[n:].any() and head[:n].any(axis=1).all()

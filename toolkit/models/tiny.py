@@ -30,9 +30,15 @@ from toolkit.errors import BadInput
 from toolkit.models import tokenizer
 from toolkit.workspace import default_home
 
-WRITER_VERSION = 2
+WRITER_VERSION = 3
 SCHEME = "tiny:"  # a recipe's server.model = "tiny:<name>"
-VOCAB = 2048      # the config's vocab (the trained tokenizer holds at most this many tokens)
+# The config's vocab: sglang's static-batch benchmark (0.5.23 benchmark/one_batch.py) feeds random
+# ids below 10,000, so the embedding holds more rows than that. The tokenizer is trained towards
+# TOKENIZER_VOCAB (the shipped prompts give ~1,000 tokens); lm_head's rows past the tokenizer are
+# zero, so greedy decoding picks a token the tokenizer can write (the largest of ~1,000 random
+# logits is far above 0), as a trained model never predicts ids it never saw.
+VOCAB = 10240
+TOKENIZER_VOCAB = 2048
 INIT_STD = 0.02
 # lm_head = random - SELF_PENALTY * embed_tokens: a random 2-layer model's next token follows mostly
 # from the current one, and the tokens that predict themselves make greedy answers end in one
@@ -75,6 +81,7 @@ def key(name: str) -> str:
     import tokenizers
 
     inputs = {"spec": spec(name), "seed": SEED, "writer": WRITER_VERSION, "init_std": INIT_STD, "self_penalty": SELF_PENALTY,
+              "tokenizer_vocab": TOKENIZER_VOCAB,
               "numpy": np.__version__, "safetensors": safetensors.__version__,
               "tokenizers": tokenizers.__version__, "corpus": tokenizer.corpus()}
     return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:16]
@@ -84,8 +91,9 @@ def model_dir(name: str, home: Path | None = None) -> Path:
     return (home or default_home()) / "models" / f"{name}-{key(name)}"
 
 
-def weights(cfg: dict, seed: int = SEED) -> dict[str, np.ndarray]:
-    """The checkpoint's tensors by Hugging Face name, float32, drawn in name order from one seed."""
+def weights(cfg: dict, seed: int = SEED, tokens: int | None = None) -> dict[str, np.ndarray]:
+    """The checkpoint's tensors by Hugging Face name, float32, drawn in name order from one seed;
+    lm_head rows from `tokens` (the tokenizer's size) on are zero."""
     h, v, layers = cfg["hidden_size"], cfg["vocab_size"], cfg["num_hidden_layers"]
     d, nq, nkv = cfg["head_dim"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
     shapes: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (v, h),
@@ -123,6 +131,8 @@ def weights(cfg: dict, seed: int = SEED) -> dict[str, np.ndarray]:
         else:
             out[name] = rng.normal(0.0, INIT_STD, shape).astype(np.float32)
     out["lm_head.weight"] = out["lm_head.weight"] - SELF_PENALTY * out["model.embed_tokens.weight"]
+    if tokens is not None:
+        out["lm_head.weight"][tokens:] = 0.0
     return out
 
 
@@ -132,8 +142,11 @@ def write(name: str, dest: Path) -> None:
 
     cfg = spec(name)
     (dest / "config.json").write_text(json.dumps(cfg, indent=1, sort_keys=True) + "\n")
-    save_file(weights(cfg), str(dest / "model.safetensors"), metadata={"format": "pt"})
-    tokenizer.train(dest, cfg["vocab_size"])
+    tokenizer.train(dest, TOKENIZER_VOCAB)
+    from tokenizers import Tokenizer
+
+    tokens = Tokenizer.from_file(str(dest / "tokenizer.json")).get_vocab_size()
+    save_file(weights(cfg, tokens=tokens), str(dest / "model.safetensors"), metadata={"format": "pt"})
     (dest / "generation_config.json").write_text(json.dumps(
         {"bos_token_id": cfg["bos_token_id"], "eos_token_id": cfg["eos_token_id"],
          "do_sample": False}, indent=1, sort_keys=True) + "\n")

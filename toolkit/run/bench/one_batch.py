@@ -18,6 +18,7 @@ JSONL lives in sglang_jsonl.py and is re-exported here; field names map to metri
 from __future__ import annotations
 
 import math
+import re
 import subprocess
 from pathlib import Path
 from typing import Callable, Iterable, Optional, Sequence
@@ -51,11 +52,12 @@ def find_one_batch_module(python: str | Path, environ: dict | None = None) -> st
 def one_batch_argv(*, python: str, module: str, batch_sizes: Sequence[int],
                    input_len: int, output_len: int, result_filename: str,
                    model_path: Optional[str] = None, run_name: Optional[str] = None,
-                   server_argv: Sequence[str] = ()) -> list[str]:
+                   prompt_filename: Optional[str] = None, server_argv: Sequence[str] = ()) -> list[str]:
     """argv for one static-batch sweep: `python -m <module> [server flags] <bench flags>`.
 
     `server_argv` holds server flags (from the recipe: --tp-size, --ep-size, ...); the benchmark
-    accepts them all. `model_path` adds --model-path unless server_argv already names one.
+    accepts them all. `model_path` adds --model-path unless server_argv already names one;
+    `prompt_filename` (one_batch_prompts.py) replaces sglang's synthetic prompts.
     """
     if not batch_sizes or any(int(b) < 1 for b in batch_sizes):
         raise BadInput(f"batch sizes must be ints >= 1: {list(batch_sizes)!r}")
@@ -75,6 +77,8 @@ def one_batch_argv(*, python: str, module: str, batch_sizes: Sequence[int],
              "--result-filename", str(result_filename)]
     if run_name:
         argv += ["--run-name", run_name]
+    if prompt_filename:
+        argv += ["--prompt-filename", str(prompt_filename)]
     return argv
 
 
@@ -104,7 +108,9 @@ def run_one_batch(argv: list[str], *, log: Path, environ: dict, timeout_s: float
         supervisor.stop_group(proc, grace=5.0)  # no process of the group outlives the benchmark
     if code != 0:
         tail = log_tail(log, lines=12)
-        last = next((ln.strip() for ln in reversed(tail.splitlines()) if ln.strip()), "")
+        lines = [ln.strip() for ln in tail.splitlines() if ln.strip()]
+        # the exception's own line when there is one (later lines may be exit-time noise)
+        last = next((ln for ln in reversed(lines) if re.search(r"\w(Error|Exception)\b", ln)), lines[-1] if lines else "")
         raise OneBatchFailed(f"one-batch benchmark exited with code {code}" + (f": {last[:300]}" if last else ""),
                              log=log, tail=tail)
 
@@ -155,6 +161,13 @@ def parse_one_batch_jsonl(source, **filters) -> list[Sample]:
     return parse_one_batch_rows(read_jsonl(source), **filters)
 
 
+def missing_batch_sizes(samples: Iterable[Sample], batch_sizes: Sequence[int]) -> list[int]:
+    """The batch sizes that produced no row: sglang skips a shape its KV pool cannot hold ("skipping
+    (B, I, O) due to max batch size limit") and writes nothing for it."""
+    seen = {s.point for s in samples}
+    return [int(b) for b in batch_sizes if int(b) not in seen]
+
+
 def one_batch_shapes(source) -> list[tuple]:
     """The distinct (input_len, output_len) shapes in a bench_one_batch JSONL file or text."""
     return sorted({(r.get("input_len"), r.get("output_len")) for r in read_jsonl(source)}, key=str)
@@ -162,5 +175,5 @@ def one_batch_shapes(source) -> list[tuple]:
 
 __all__ = [
     "find_one_batch_module", "one_batch_argv", "run_one_batch", "OneBatchFailed", "parse_one_batch_rows", "parse_one_batch_jsonl",
-    "one_batch_shapes", "parse_bench_serving_jsonl", "parse_bench_serving_rows", "read_jsonl",
+    "one_batch_shapes", "missing_batch_sizes", "parse_bench_serving_jsonl", "parse_bench_serving_rows", "read_jsonl",
 ]
