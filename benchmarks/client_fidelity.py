@@ -22,6 +22,17 @@ Exit status 0 when every point passes, 1 otherwise.
     .venv/bin/python benchmarks/client_fidelity.py               # 1..256, ~1-2 minutes
     .venv/bin/python benchmarks/client_fidelity.py --concurrency 1 16 --output-len 64 \
         --json out.json
+
+Real mode (`--real [RECIPE]`, default cpu/baseline: real sglang 0.5.23 serving on this CPU): one
+launch of the recipe's server, then at each concurrency patchbench's client and sglang's own
+`python -m sglang.bench_serving` (from the recipe's env: --backend sglang, --dataset-name
+random-ids --tokenize-prompt, the same input/output lengths, request count and concurrency,
+ignore_eos, streaming /generate) take turns for --rounds rounds (ours, theirs, ours, theirs, ...:
+drift of a shared box falls on both). Compared per point: output tok/s and median ITL, the medians
+over the rounds, each within --tolerance of bench_serving's for a pass. No server-side truth here:
+bench_serving is the reference.
+
+    .venv/bin/python benchmarks/client_fidelity.py --real --concurrency 1 8 --rounds 3   # ~5 min
 """
 
 from __future__ import annotations
@@ -101,6 +112,95 @@ def bench_serving_status() -> str:
             "not ship it")
 
 
+def bench_serving_argv(python: str, *, host: str, port: int, input_len: int, output_len: int,
+                       num_prompts: int, concurrency: int, output_file: Path, seed: int) -> list[str]:
+    """sglang's own serving benchmark on the workload patchbench's client runs (random token ids of
+    exactly input_len, output_len tokens with ignore_eos, closed loop at `concurrency`)."""
+    return [python, "-m", "sglang.bench_serving", "--backend", "sglang", "--host", host, "--port", str(port),
+            "--dataset-name", "random-ids", "--tokenize-prompt", "--random-input-len", str(input_len),
+            "--random-output-len", str(output_len), "--random-range-ratio", "1", "--num-prompts", str(num_prompts),
+            "--max-concurrency", str(concurrency), "--request-rate", "inf", "--warmup-requests", "1",
+            "--seed", str(seed), "--disable-tqdm", "--output-file", str(output_file)]
+
+
+def real_main(args, console: Console) -> int:
+    """--real: patchbench's client against sglang.bench_serving on one launch of a real server."""
+    import os
+    import subprocess
+
+    from toolkit.recipe.load import load_recipe
+    from toolkit.run import server as srv
+    from toolkit.run.bench.workload import model_vocab
+    from toolkit.run.pipeline import prepare
+    from toolkit.run.sglang_args import launch_argv
+    from toolkit.workspace import default_home
+
+    home = Path(args.home) if args.home else default_home()
+    recipe = load_recipe(args.real, ROOT / "recipes")
+    p = prepare(recipe, home, until="check", console=console)
+    host, port = "127.0.0.1", srv.free_port()
+    work = Path(tempfile.mkdtemp(prefix="fidelity-real-"))
+    environ = {**p.env.run_environ(), **{k: str(v) for k, v in dict(recipe.server.env).items()}}
+    server = srv.launch(p.env.python, launch_argv(recipe.server, host=host, port=port), host=host, port=port,
+                        log=work / "server.log", environ=environ)
+    rows = []
+    try:
+        ready = server.wait_ready(recipe.server.timeout_s or 1800)
+        console.print(f"real server {recipe.name} ready in {ready:.0f} s at {server.url} (log {work / 'server.log'})")
+        vocab = model_vocab(recipe.server.model)
+        for c in args.concurrency:
+            n = max(args.waves * c, args.min_requests)
+            ours, theirs = [], []
+            for r in range(args.rounds):
+                cfg = ServingConfig(input_len=args.input_len, output_len=args.output_len, concurrency=(c,),
+                                    num_prompts=n, warmup=1, seed=7 + r, prompt="input_ids", vocab_size=vocab)
+                m = run_serving(server.url, cfg)[0].metrics
+                ours.append({"output_tok_s": m.get("output_tok_s"), "itl_ms_median": m.get("itl_ms_median"),
+                             "completed": m.get("completed")})
+                out = work / f"bench_serving-c{c}-r{r}.jsonl"
+                argv = bench_serving_argv(str(p.env.python), host=host, port=port, input_len=args.input_len,
+                                          output_len=args.output_len, num_prompts=n, concurrency=c,
+                                          output_file=out, seed=7 + r)
+                with open(work / "bench_serving.log", "ab") as log:
+                    done = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, env=environ,
+                                          stdin=subprocess.DEVNULL, timeout=1800)
+                if done.returncode != 0:
+                    raise SystemExit(f"sglang.bench_serving exited {done.returncode}; log {work / 'bench_serving.log'}")
+                row = json.loads(out.read_text().splitlines()[-1])
+                theirs.append({"output_tok_s": row["output_throughput"], "itl_ms_median": row["median_itl_ms"],
+                               "completed": row["completed"]})
+                console.print(f"  c={c} round {r}: ours {ours[-1]['output_tok_s']:.1f} tok/s, ITL p50 "
+                              f"{ours[-1]['itl_ms_median']:.2f} ms; bench_serving {theirs[-1]['output_tok_s']:.1f} "
+                              f"tok/s, ITL p50 {theirs[-1]['itl_ms_median']:.2f} ms")
+            med = {who: {k: statistics.median(x[k] for x in runs) for k in ("output_tok_s", "itl_ms_median")}
+                   for who, runs in (("ours", ours), ("bench_serving", theirs))}
+            d = {k: pct(med["ours"][k], med["bench_serving"][k]) for k in ("output_tok_s", "itl_ms_median")}
+            rows.append({"concurrency": c, "requests": n, "rounds": {"ours": ours, "bench_serving": theirs},
+                         "median": med, "delta_pct": d,
+                         "pass": all(abs(v) <= args.tolerance for v in d.values())
+                         and all(x["completed"] == n for x in ours + theirs)})
+    finally:
+        server.stop()
+
+    table = Table(title=f"client fidelity on real {recipe.name}: /generate, input {args.input_len}, output "
+                        f"{args.output_len}, medians of {args.rounds} rounds (tolerance {args.tolerance}%)")
+    for col in ("conc", "reqs", "tok/s ours/bench_serving", "Δ tok/s", "ITL p50 ours/bs ms", "Δ ITL p50", "ok"):
+        table.add_column(col, justify="right")
+    for r in rows:
+        o, t, d = r["median"]["ours"], r["median"]["bench_serving"], r["delta_pct"]
+        table.add_row(str(r["concurrency"]), str(r["requests"]),
+                      f"{o['output_tok_s']:.1f}/{t['output_tok_s']:.1f}", f"{d['output_tok_s']:+.2f}%",
+                      f"{o['itl_ms_median']:.2f}/{t['itl_ms_median']:.2f}", f"{d['itl_ms_median']:+.2f}%",
+                      "[green]yes[/]" if r["pass"] else "[red]NO[/]")
+    console.print(table)
+    if args.json:
+        args.json.write_text(json.dumps({"args": {k: (str(v) if isinstance(v, Path) else v)
+                                                  for k, v in vars(args).items()}, "rows": rows}, indent=1))
+    ok = all(r["pass"] for r in rows)
+    console.print("[green]all points within tolerance[/]" if ok else "[red]some points outside tolerance[/]")
+    return 0 if ok else 1
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--concurrency", type=int, nargs="+",
@@ -117,9 +217,15 @@ def main(argv=None) -> int:
     ap.add_argument("--endpoint", choices=["generate", "completions"], default="generate")
     ap.add_argument("--tolerance", type=float, default=2.0, help="percent")
     ap.add_argument("--json", type=Path, help="write the results here too")
+    ap.add_argument("--real", nargs="?", const="cpu/baseline", metavar="RECIPE",
+                    help="against sglang.bench_serving on a real server of RECIPE (default cpu/baseline)")
+    ap.add_argument("--rounds", type=int, default=3, help="--real: turns of each client per point")
+    ap.add_argument("--home", help="--real: patchbench home (default $PATCHBENCH_HOME)")
     args = ap.parse_args(argv)
 
     console = Console(width=None if sys.stdout.isatty() else 160)
+    if args.real:
+        return real_main(args, console)
     tu = _load_test_utils()
     port = tu.find_free_port()
     base = f"http://127.0.0.1:{port}"

@@ -1,21 +1,31 @@
 """The pipeline against real sglang 0.5.23 (PyPI) serving on this CPU: recipes/cpu/baseline and
 recipes/cpu/oea on patchbench's tiny GLM-4-MoE. Slow: the env (~2 GB, uv-cached), and 4 server
-launches of 1-4 min each on 2 shared cores, then a server of tests/sglang_server.py.
+launches of 1-4 min each on 2 shared cores, then a server of tests/sglang_server.py; then sglang's
+static-batch benchmark (no server; ~1-2 min a run): once for recipes/cpu/one-batch, 12 times for
+attribute + bisect over recipes/cpu/stack (3 prefixes x 4 runs, the fewest that can give a verdict;
+bisect reuses them from the store).
 
 What it shows, from the real server: the static check passes with sglang's own parser for
 --device cpu; launch, /server_info verification, the serving benchmark and the answers check run;
 OEA's evidence comes from the live server (fewer distinct experts than plain routing would pick
 at concurrency 8); the sgl_kernel stand-in was never called; compare gives a speed and an
-answers verdict.
+answers verdict, and the baseline's two launches gave the same greedy answers. The one-batch
+driver runs real `sglang.benchmark.one_batch` and its rows carry the keys the miniature's do;
+attribute and bisect run across a real two-patch stack applied to the 0.5.23 tree and name the
+patch with the speed effect.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import urllib.request
 
 import pytest
 
+from conftest import MINI_PY, cli_json
 from sglang_server import SHARED_HOME, real_sglang, real_sglang_url  # noqa: F401 (fixtures)
 from toolkit.cli import main
 from toolkit.results.store import Store
@@ -43,6 +53,62 @@ def test_baseline_and_oea_on_real_sglang(tmp_path, capsys):
     assert main(["compare", "cpu/baseline", "cpu/oea", "--json", *common]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out, "compare printed nothing"
+    # the answers check over the baseline's two launches: greedy answers are a function of weights
+    # and code, so they agree on every prompt at both concurrencies (a self-check verdict needs a
+    # third launch: the floor says so and counts the prompts that differ)
+    floor = out["quality_floor"]["cpu/baseline"]
+    assert set(floor) == {"1", "8"}, floor
+    assert all(v["n"] == 16 and v["varies"] == 0 for v in floor.values()), floor
+    assert set(out["quality"]["cpu/oea"]) == {"1", "8"}
+
+
+def test_one_batch_driver_runs_real_sglang_benchmark(tmp_path, capsys):
+    """recipes/cpu/one-batch: `python -m sglang.benchmark.one_batch` (0.5.23's home of
+    bench_one_batch) runs through the pipeline; its JSONL rows have the keys the miniature writes."""
+    store = tmp_path / "results.sqlite"
+    common = ["--home", str(SHARED_HOME), "--store", str(store)]
+    assert main(["run", "cpu/one-batch", "--repeats", "1", *common]) == 0, capsys.readouterr().err
+    (run,) = Store(store).runs()
+    assert run.status == "ok", (run.status, run.error)
+    got = {(s.metric, s.point) for s in Store(store).samples([run.run_id])}
+    assert {("decode_tok_s", 1), ("decode_tok_s", 8), ("prefill_ms", 8)} <= got
+    rundir = SHARED_HOME / "runs" / run.run_id
+    real_rows = [json.loads(x) for x in (rundir / "one_batch.jsonl").read_text().splitlines()]
+    assert "sglang.benchmark.one_batch" in (rundir / "one_batch.log").read_text().splitlines()[0]
+    mini_out = tmp_path / "mini.jsonl"
+    argv = [sys.executable, "-m", "sglang.bench_one_batch", "--model-path", "m", "--batch-size", "1", "8",
+            "--input-len", "64", "--output-len", "32", "--result-filename", str(mini_out),
+            "--mini-step-base-ms", "1"]
+    subprocess.run(argv, check=True, capture_output=True, env={**os.environ, "PYTHONPATH": str(MINI_PY)})
+    mini_rows = [json.loads(x) for x in mini_out.read_text().splitlines()]
+    assert [sorted(r) for r in real_rows] == [sorted(r) for r in mini_rows]
+    assert [r["batch_size"] for r in real_rows] == [1, 8]
+
+
+def test_attribute_and_bisect_name_the_fp32_patch_on_real_sglang(tmp_path, capsys):
+    """recipes/cpu/stack: OEA, then patches/sglang/cpu-fp32-gemm.patch, applied to the 0.5.23 tree and
+    measured with real sglang's static-batch benchmark. attribute gives the fp32 patch a gain (the
+    evidence of both patches is in every run that carries them); bisect --direction better names it
+    from the same stored runs."""
+    store = tmp_path / "results.sqlite"
+    common = ["--home", str(SHARED_HOME), "--store", str(store)]
+    rc, out = cli_json(capsys, ["attribute", "cpu/stack", "--metric", "decode_tok_s@8", "--repeats", "4", *common])
+    assert rc == 0 and len(out["prefix_values"]) == 3 and all(len(v) == 4 for v in out["prefix_values"]), out
+    fp32 = next(line for line in out["lines"] if "cpu-fp32-gemm" in line)
+    assert "faster" in fp32, out["lines"]
+    runs = Store(store).runs()
+    assert runs and all(r.status == "ok" for r in runs), [(r.recipe, r.status, r.error) for r in runs]
+    for r in runs:
+        log = (SHARED_HOME / "runs" / r.run_id / "one_batch.log").read_text(errors="replace")
+        assert standin_calls(log) == []
+        assert set(r.extra.get("evidence", {}).values()) <= {"ok"}
+        # the patched code ran from the env built from the applied tree: its log lines, only with the patch
+        assert ("CPU fp32 GEMM active: MoE experts" in log) == ("sglang/cpu-fp32-gemm.patch" in r.extra.get("evidence", {}))
+    assert sum("sglang/cpu-fp32-gemm.patch" in r.extra.get("evidence", {}) for r in runs) == 4
+    rc, out = cli_json(capsys, ["bisect", "cpu/stack", "--metric", "decode_tok_s@8", "--direction", "better",
+                                "--threshold", "10", "--repeats", "4", *common])
+    assert rc == 0 and out["culprit"] == 2 and "cpu-fp32-gemm" in out["culprit_label"], out
+    assert out["runs"] == 0 or out["runs"] < 4, out  # the attribute's runs, reused from the store
 
 
 def test_the_real_server_fixture_serves_greedy_answers_that_repeat(real_sglang_url):

@@ -316,3 +316,20 @@ def test_parse_bench_serving_jsonl():
     assert all(s.point_kind == "concurrency" for s in samples)
     with pytest.raises(BadInput):
         parse_bench_serving_jsonl('{"batch_size": 1}\n')
+
+
+def test_one_batch_failure_names_the_exception_and_skipped_batches_are_missing(tmp_path):
+    """A failed benchmark's message is its exception line, not exit-time noise printed after it;
+    a batch size sglang skipped (its KV pool cannot hold it: no row) is reported missing."""
+    import os
+    import sys
+
+    from toolkit.run.bench import Sample
+    from toolkit.run.bench.one_batch import OneBatchFailed, missing_batch_sizes, run_one_batch
+
+    script = ("import sys; print('Traceback (most recent call last):'); print('IndexError: index out of range in self');"
+              "print('shim: exit-time note'); sys.exit(1)")
+    with pytest.raises(OneBatchFailed, match=r"code 1: IndexError: index out of range in self \[log):
+        run_one_batch([sys.executable, "-c", script], log=tmp_path / "ob.log", environ=dict(os.environ), timeout_s=60)
+    samples = [Sample("decode_tok_s", 1.0, "tok/s", 1, "batch")]
+    assert missing_batch_sizes(samples, [1, 8]) == [8]

@@ -52,12 +52,13 @@ def find_one_batch_module(python: str | Path, environ: dict | None = None) -> st
 def one_batch_argv(*, python: str, module: str, batch_sizes: Sequence[int],
                    input_len: int, output_len: int, result_filename: str,
                    model_path: Optional[str] = None, run_name: Optional[str] = None,
-                   prompt_filename: Optional[str] = None, server_argv: Sequence[str] = ()) -> list[str]:
+                   server_argv: Sequence[str] = ()) -> list[str]:
     """argv for one static-batch sweep: `python -m <module> [server flags] <bench flags>`.
 
     `server_argv` holds server flags (from the recipe: --tp-size, --ep-size, ...); the benchmark
-    accepts them all. `model_path` adds --model-path unless server_argv already names one;
-    `prompt_filename` (one_batch_prompts.py) replaces sglang's synthetic prompts.
+    accepts them all. `model_path` adds --model-path unless server_argv already names one.
+    sglang 0.5.23 prompts with random ids below 10,000 (its warmup always does, whatever
+    --prompt-filename says): the model's vocab must be at least that large.
     """
     if not batch_sizes or any(int(b) < 1 for b in batch_sizes):
         raise BadInput(f"batch sizes must be ints >= 1: {list(batch_sizes)!r}")
@@ -77,8 +78,6 @@ def one_batch_argv(*, python: str, module: str, batch_sizes: Sequence[int],
              "--result-filename", str(result_filename)]
     if run_name:
         argv += ["--run-name", run_name]
-    if prompt_filename:
-        argv += ["--prompt-filename", str(prompt_filename)]
     return argv
 
 
