@@ -329,7 +329,7 @@ def test_one_batch_failure_names_the_exception_and_skipped_batches_are_missing(t
 
     script = ("import sys; print('Traceback (most recent call last):'); print('IndexError: index out of range in self');"
               "print('shim: exit-time note'); sys.exit(1)")
-    with pytest.raises(OneBatchFailed, match=r"code 1: IndexError: index out of range in self \[log):
+    with pytest.raises(OneBatchFailed, match=r"code 1: IndexError: index out of range in self \[log"):
         run_one_batch([sys.executable, "-c", script], log=tmp_path / "ob.log", environ=dict(os.environ), timeout_s=60)
     samples = [Sample("decode_tok_s", 1.0, "tok/s", 1, "batch")]
     assert missing_batch_sizes(samples, [1, 8]) == [8]
