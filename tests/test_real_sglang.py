@@ -53,12 +53,13 @@ def test_baseline_and_oea_on_real_sglang(tmp_path, capsys):
     assert main(["compare", "cpu/baseline", "cpu/oea", "--json", *common]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out, "compare printed nothing"
-    # the answers check over the baseline's two launches: greedy answers are a function of weights
-    # and code, so they agree on every prompt at both concurrencies (a self-check verdict needs a
-    # third launch: the floor says so and counts the prompts that differ)
+    # the answers check over the baseline's two launches: one request at a time, greedy answers are a
+    # function of weights and code, so the launches agree on every prompt; at 8 in flight sglang is
+    # not batch-invariant, and the floor counts the prompts where they differ (a self-check verdict
+    # needs a third launch: the floor's verdict says so)
     floor = out["quality_floor"]["cpu/baseline"]
-    assert set(floor) == {"1", "8"}, floor
-    assert all(v["n"] == 16 and v["varies"] == 0 for v in floor.values()), floor
+    assert set(floor) == {"1", "8"} and all(v["n"] == 16 for v in floor.values()), floor
+    assert floor["1"]["varies"] == 0, floor
     assert set(out["quality"]["cpu/oea"]) == {"1", "8"}
 
 
