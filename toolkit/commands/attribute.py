@@ -43,6 +43,16 @@ def require_gpu_if_needed(recipe, args=None) -> None:
                     "(`patchbench run RECIPE --until check` verifies everything before the launch)")
 
 
+def print_gates(gates: dict) -> None:
+    """The gate's verdict of each measured variant ("gate: +K PATCH: ..."), then its rule once."""
+    from toolkit.analysis import quality_runs
+
+    for line in quality_runs.gate_lines(gates):
+        console.print(f"gate: {line}", markup=False, highlight=False)
+    for rule in quality_runs.gate_rules(gates):
+        console.print(f"[dim]{escape(rule)}[/]")
+
+
 def print_runs_used(meter) -> None:
     """One line per measured variant: its env key, the runs its values came from, and when."""
     for label, key, _, ids in meter.log:
@@ -102,9 +112,11 @@ def run(args) -> int:
     from toolkit.analysis import answers_verdict, quality_runs
 
     answers = quality_runs.meter_verdicts(meter.store, meter.log, names)
+    gates = quality_runs.meter_gates(meter.store, meter.log, names)
     if args.json:
         print_json({"recipe": recipe.name, "metric": spec.metric, "point": meter.point, "lines": result.lines(),
                     "quality": {k: {str(p): q.to_dict() for p, q in per.items()} for k, per in answers.items()},
+                    "gate": {k: g.to_dict() for k, g in gates.items()},
                     "prefix_values": prefix_values, "leave_one_out": loo, "skipped": skipped,
                     "builds": meter.builds, "runs": meter.runs, "min_effect": args.min_effect,
                     "values_from": [{"label": label, "identity": key, "values": vals, "runs": ids}
@@ -118,6 +130,7 @@ def run(args) -> int:
         console.print(f"answers: {line}", markup=False, highlight=False)
     if answers:
         console.print(f"[dim]{answers_verdict.legend()}[/]")
+    print_gates(gates)
     print_runs_used(meter)
     console.print(f"{meter.builds} variant(s) prepared, {meter.runs} new run(s); cached values reused per env key")
     return 0

@@ -137,11 +137,12 @@ def run(args) -> int:
             o.failed = None if o.runs else failed.get(o.name, "no ok run")
             bench = o.recipe.benchmark
             o.points = {c: o.runs for c in (bench.concurrency if bench.driver == "serving" else bench.batch_sizes)}
-    ranked = res.rows(store, outcomes, metric, sla=bounds, point=point)
+    gates = res.gates(store, outcomes)
+    ranked = res.rows(store, outcomes, metric, sla=bounds, point=point, gate=gates)
     points = res.pareto_points(store, outcomes)
     dominated = dominated_variants(points)
     doc = res.document(ranked, outcomes, points, recipe=recipe.name, metric=metric, sla=bounds,
-                       repeats=args.repeats or recipe.benchmark.repeats)
+                       repeats=args.repeats or recipe.benchmark.repeats, gate=gates)
     from toolkit.report.sweep import write_sweep_report
 
     paths = write_sweep_report(doc, Path(args.output).expanduser())
