@@ -98,7 +98,8 @@ def run(args) -> int:
         key = key_of(before, after, str(spec), direction)
         rows.append({"index": c.index, "before": before.label, "after": after.label, "after_id": after.id,
                      "direction": direction, "change_pct": pct, "magnitude": c.magnitude, "pvalue": c.pvalue,
-                     "mean_before": c.mean_before, "mean_after": c.mean_after, "bisect": verdicts.get(key),
+                     "mean_before": c.mean_before, "mean_after": c.mean_after, "otava_pvalue": c.otava_pvalue,
+                     "splits": c.splits, "bisect": verdicts.get(key),
                      "bisected_now": key in bisected_now})
     plot = None
     if measured:
@@ -124,6 +125,10 @@ def run(args) -> int:
                     "otava_options": detection.options if detection else None, "plot": plot})
         return 0
     _print(hist, rows, why_none, plot, spec)
+    if not why_none:
+        from toolkit.history.change_verdict import legend
+
+        console.print(f"[dim]{legend(max_pvalue=args.max_pvalue, min_magnitude=args.min_magnitude)}[/]")
     return 0
 
 
@@ -155,7 +160,8 @@ def _print(hist, rows, why_none, plot, spec) -> None:
 
 
 def _line(r: dict) -> str:
-    line = f"change point {r['before']} -> {r['after']}: {r['change_pct']:+.1f}% ({r['direction']}), p={r['pvalue']:.2g}"
+    line = (f"change point {r['before']} -> {r['after']}: {r['change_pct']:+.1f}% ({r['direction']}), "
+            f"p={r['pvalue']:.2g} (Otava's {r['otava_pvalue']:.2g} x {r['splits']} places)")
     b = r["bisect"]
     if b:
         line += f"; bisect: {b.get('culprit') or 'no single commit'} ({b.get('message', '')})"

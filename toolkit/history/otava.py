@@ -9,6 +9,9 @@ enters patchbench's process: `ensure_env` makes `$PATCHBENCH_OTAVA_ENV` (default
 Otava's own minimum: E-Divisive splits a series only where at least two points lie on each side of
 the split, so a series of fewer than `MIN_POINTS` (4) values can show no change point at all; `detect`
 says "not enough history" instead of "no change".
+
+Which of Otava's change points count (its p-value adjusted for the places a segment could split,
+so a flat series shows one at most max_pvalue of the time): toolkit/history/change_verdict.py.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from toolkit.envs.tool_env import ToolEnv
+from toolkit.history import change_verdict
 from toolkit.errors import PatchbenchError
 from toolkit.resources import PROBES_DIR
 
@@ -44,7 +48,9 @@ class ChangePoint:
     mean_after: float
     stddev_before: float
     stddev_after: float
-    pvalue: float
+    pvalue: float  # adjusted for the places the segment could split (toolkit.history.change_verdict)
+    otava_pvalue: float | None = None  # Otava's own, at the split it chose
+    splits: int = 1  # the places the segment between the neighbouring change points could split
 
     def direction(self, higher_is_better: bool) -> str:
         up = self.forward_change_percent > 0
@@ -91,5 +97,6 @@ def detect_many(many: list[list[float]], home: Path, *, window: int = DEFAULTS["
         tail = (res.stderr.strip().splitlines() or ["no output"])[-1]
         raise PatchbenchError(f"Apache Otava failed: {tail}")
     out = json.loads(res.stdout.strip().splitlines()[-1])
-    return [Detection([ChangePoint(**c) for c in r["change_points"]], r["analysis_s"], out["otava"], out["options"])
-            for r in out["results"]]
+    return [Detection(change_verdict.judge(len(values), [ChangePoint(**c) for c in r["change_points"]],
+                                           max_pvalue=max_pvalue), r["analysis_s"], out["otava"], out["options"])
+            for values, r in zip(many, out["results"])]
