@@ -97,6 +97,6 @@ def detect_many(many: list[list[float]], home: Path, *, window: int = DEFAULTS["
         tail = (res.stderr.strip().splitlines() or ["no output"])[-1]
         raise PatchbenchError(f"Apache Otava failed: {tail}")
     out = json.loads(res.stdout.strip().splitlines()[-1])
-    return [Detection(change_verdict.judge(len(values), [ChangePoint(**c) for c in r["change_points"]],
+    return [Detection(change_verdict.judge(values, [ChangePoint(**c) for c in r["change_points"]],
                                            max_pvalue=max_pvalue), r["analysis_s"], out["otava"], out["options"])
             for values, r in zip(many, out["results"])]
