@@ -8,10 +8,10 @@ by `patchbench compare A B --group G --metric output_tok_s@16 --json`, as a user
 - A/B: cal-a against demo/fast's patch (decode step 12 ms -> 8 ms) and demo/slow's (per-sequence
   cost x10), each with cal-a's benchmark.
 The rates come with exact 95% intervals; the A/A rate holds when its interval reaches the speed
-verdict's alpha (0.05) or below. Server time: about (4 pairs kinds x N pairs x 2 recipes x R
-launches); on a shared 2-core CPU a launch takes a few seconds.
+verdict's alpha (0.05) or below. Server time: 2 x R launches per pair; on a shared 2-core CPU a
+pair of 4 launches each takes about 30 s.
 
-    python benchmarks/pipeline_calibration.py [--pairs 10] [--repeats 4] [--json out.json] [-v]
+    python benchmarks/pipeline_calibration.py [--pairs 10] [--ab-pairs N] [--repeats 4] [--json out.json] [-v]
 
 Runs in a scratch project and PATCHBENCH_HOME (a temporary directory, removed after); exit 1 when
 the A/A rate does not hold.
@@ -86,13 +86,15 @@ def one_pair(proj: Path, env: dict, home: Path, cand: str, repeats: int) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--pairs", type=int, default=10, help="measured pairs per kind (default 10)")
+    ap.add_argument("--pairs", type=int, default=10, help="measured A/A pairs (default 10)")
+    ap.add_argument("--ab-pairs", type=int, default=None, help="measured pairs of each A/B kind (default: --pairs)")
     ap.add_argument("--repeats", type=int, default=4, help="launches per recipe and pair (default 4)")
     ap.add_argument("--json", metavar="PATH")
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args(argv)
-    if args.pairs < 1 or args.repeats < 2:
-        print("error: --pairs must be at least 1 and --repeats at least 2", file=sys.stderr)
+    ab_pairs = args.pairs if args.ab_pairs is None else args.ab_pairs
+    if args.pairs < 1 or ab_pairs < 1 or args.repeats < 2:
+        print("error: --pairs and --ab-pairs must be at least 1 and --repeats at least 2", file=sys.stderr)
         return 2
     from toolkit.analysis.stats import DEFAULT_ALPHA
 
@@ -106,22 +108,23 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.monotonic()
         for kind, cand, expect in KINDS:
             verdicts = []
-            for i in range(args.pairs):
+            pairs = args.pairs if expect is None else ab_pairs
+            for i in range(pairs):
                 verdicts.append(one_pair(proj, env, home, cand, args.repeats))
                 if args.verbose:
                     print(f"{kind} pair {i + 1}: {verdicts[-1]} ({time.monotonic() - t0:.0f} s)", file=sys.stderr)
             hits = sum(v in ("faster", "slower") for v in verdicts) if expect is None \
                 else sum(v == expect for v in verdicts)
-            results.append({"kind": kind, "candidate": cand, "pairs": args.pairs, "called": hits,
-                            "rate": hits / args.pairs, "ci": clopper_pearson(hits, args.pairs),
+            results.append({"kind": kind, "candidate": cand, "pairs": pairs, "called": hits,
+                            "rate": hits / pairs, "ci": clopper_pearson(hits, pairs),
                             "verdicts": verdicts})
     finally:
         shutil.rmtree(root, ignore_errors=True)
     print(f"{'pipeline (miniature, ' + METRIC + ')':<40} {'pairs':>5}  {'rate [95% CI]':<24} what counts")
     for r in results:
         what = "faster or slower (a false alarm)" if r["kind"] == "A/A" else f"{r['kind'].split()[1]} (power)"
-        print(f"{r['kind'] + ': demo/cal-a vs ' + r['candidate']:<40} {r['pairs']:>5}  "
-              f"{100 * r['rate']:.0f}% [{100 * r['ci'][0]:.0f}%, {100 * r['ci'][1]:.0f}%]{'':<8} {what}")
+        rate = f"{100 * r['rate']:.0f}% [{100 * r['ci'][0]:.0f}%, {100 * r['ci'][1]:.0f}%]"
+        print(f"{r['kind'] + ': demo/cal-a vs ' + r['candidate']:<40} {r['pairs']:>5}  {rate:<24} {what}")
     print(f"{args.repeats} launches per recipe and pair, interleaved; {time.monotonic() - t0:.0f} s; "
           f"the speed verdict's alpha {DEFAULT_ALPHA:g}")
     if args.json:
