@@ -258,7 +258,7 @@ def change_case(noise: float, step: float) -> Simulate:
 def change_rows() -> list[Row]:
     from toolkit.history.otava import DEFAULTS
 
-    alpha = DEFAULTS["max_pvalue"]
+    alpha = DEFAULTS["alpha"]
     return [Row(f"change point: flat {SERIES}-point series, {n:.0%} noise", alpha, change_case(n, 0.0),
                 change_case(n, 0.10), f"-10% step at point {SERIES // 2}", 0.8) for n in (0.01, 0.03)]
 

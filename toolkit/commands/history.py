@@ -23,7 +23,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("--metric", required=True, metavar="NAME[@POINT]",
                         help=f"e.g. output_tok_s@1. Known: {metrics.help_text()}")
     parser.add_argument("--window", type=int, default=DEFAULTS["window"], help="Otava's window (points)")
-    parser.add_argument("--max-pvalue", type=float, default=DEFAULTS["max_pvalue"], help="Otava's p-value bound")
+    parser.add_argument("--max-pvalue", type=float, default=DEFAULTS["max_pvalue"],
+                        help="Otava's p-value bound (finds the candidates)")
+    parser.add_argument("--alpha", type=_rate, default=DEFAULTS["alpha"],
+                        help="the change-point verdict's false-alarm rate per series (default %(default)s)")
     parser.add_argument("--min-magnitude", type=float, default=DEFAULTS["min_magnitude"],
                         help="Otava's minimum relative change (default 0.03 = 3%%; Otava's own: 0)")
     parser.add_argument("--bisect", action="store_true", help="bisect each new change point in --direction")
@@ -36,6 +39,18 @@ def add_arguments(parser) -> None:
     parser.add_argument("--max-repeats", type=positive_int, default=8, help="bisect: bound on values per step")
     parser.add_argument("-o", "--output", help="directory for the plot (default HOME/history/RECIPE)")
     parser.add_argument("--json", action="store_true")
+
+
+def _rate(text: str) -> float:
+    import argparse
+
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a rate between 0 and 1 (e.g. 0.01)")
+    return value
 
 
 def _source(recipe, args) -> str:
@@ -72,6 +87,7 @@ def run(args) -> int:
     cps, why_none, detection = [], None, None
     try:
         detection = detect([e.value for e in measured], home, window=args.window, max_pvalue=args.max_pvalue,
+                           alpha=args.alpha,
                            min_magnitude=args.min_magnitude, console=err)
         cps = detection.change_points
     except NotEnoughHistory as exc:
@@ -128,7 +144,8 @@ def run(args) -> int:
     if not why_none:
         from toolkit.history.change_verdict import legend
 
-        console.print(f"[dim]{legend(max_pvalue=args.max_pvalue, min_magnitude=args.min_magnitude)}[/]")
+        rule = legend(alpha=args.alpha, max_pvalue=args.max_pvalue, min_magnitude=args.min_magnitude)
+        console.print(f"[dim]{rule}[/]")
     return 0
 
 

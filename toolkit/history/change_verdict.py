@@ -1,5 +1,5 @@
 """The change-point verdict (pure): which of Otava's change points count, at a stated false-alarm
-rate per series.
+rate per series, `alpha` (history's --alpha, default 0.01).
 
 Otava's p-value is that of a t-test at the split E-Divisive chose, the best of every place the
 series could split, so a flat series shows "a change point at p < max_pvalue" far more often than
@@ -9,13 +9,16 @@ its segment could split is not enough either (0.9%, then 0.3%): the segments the
 from the data. The rule here:
 
 1. the series changes at all only when the best split of the *whole* series passes Student's
-   two-sample t-test (pooled variance) at max_pvalue / (n - 1), n - 1 being the places a series of
-   n points can split (Bonferroni over exact tests: a flat series with gaussian noise shows a change
-   point at most max_pvalue of the time, whatever its length);
+   two-sample t-test (pooled variance) at alpha / (n - 1), n - 1 being the places a series of n
+   points can split (Bonferroni over exact tests: a flat series with gaussian noise shows a change
+   point at most alpha of the time, whatever its length);
 2. then each of Otava's change points counts when the same t-test between the points on either side
-   of it (up to the neighbouring change points) passes at max_pvalue / the places that segment could
+   of it (up to the neighbouring change points) passes at alpha / the places that segment could
    split; `pvalue` is that adjusted value (Otava's own is kept beside it, `otava_pvalue`).
-Otava's `min_magnitude` floor still applies (it only removes change points).
+Otava's candidates themselves (its max_pvalue, 0.001, and `min_magnitude` floor) only remove change
+points. The price of a per-series rate is power on short series: 4 points (2 on each side, 2
+degrees of freedom) need the step to be about 17 times the points' pooled standard deviation at
+alpha 0.01 (a halving of throughput with noise under ~2%).
 """
 
 from __future__ import annotations
@@ -59,23 +62,23 @@ def changed(values: Sequence[float]) -> float:
     return min(1.0, float(p.min()) * len(p)) if len(p) else 1.0
 
 
-def judge(values: Sequence[float], found: Sequence, *, max_pvalue: float) -> list:
+def judge(values: Sequence[float], found: Sequence, *, alpha: float) -> list:
     """The change points of `found` (toolkit.history.otava.ChangePoint, in index order) of the
     series `values` that count, each with `pvalue` adjusted and `otava_pvalue` Otava's own."""
-    if not found or changed(values) >= max_pvalue:
+    if not found or changed(values) >= alpha:
         return []
     idx = [0, *(c.index for c in found), len(values)]
     out = []
     for i, c in enumerate(found):
         p = _segment_p(values, idx[i], c.index, idx[i + 2])
-        if p < max_pvalue and not math.isnan(p):
+        if p < alpha and not math.isnan(p):
             raw = c.otava_pvalue if c.otava_pvalue is not None else c.pvalue
             out.append(dataclasses.replace(c, pvalue=p, otava_pvalue=raw, splits=idx[i + 2] - idx[i] - 1))
     return out
 
 
-def legend(*, max_pvalue: float, min_magnitude: float) -> str:
+def legend(*, alpha: float, max_pvalue: float, min_magnitude: float) -> str:
     """The rule `judge` (and Otava's options) decide with, in one line."""
-    return (f"change point: Otava's E-Divisive split, counted when Student's t across it, times the places its "
-            f"segment could split, is under {max_pvalue:g} (the whole series' best split first) and the change is at "
-            f"least {min_magnitude:.0%} (a flat series shows one at most {max_pvalue:g} of the time)")
+    return (f"change point: Otava's E-Divisive split (its p < {max_pvalue:g}, a change of at least {min_magnitude:.0%}), "
+            f"counted when Student's t across it, times the places its segment could split, is under {alpha:g} (the "
+            f"whole series' best split first: a flat series shows a change point at most {alpha:g} of the time)")

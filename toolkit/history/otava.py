@@ -10,8 +10,9 @@ Otava's own minimum: E-Divisive splits a series only where at least two points l
 the split, so a series of fewer than `MIN_POINTS` (4) values can show no change point at all; `detect`
 says "not enough history" instead of "no change".
 
-Which of Otava's change points count (its p-value adjusted for the places a segment could split,
-so a flat series shows one at most max_pvalue of the time): toolkit/history/change_verdict.py.
+Which of Otava's change points count (Student's t across the split, Bonferroni over the places the
+series could split, so a flat series shows one at most `alpha` of the time):
+toolkit/history/change_verdict.py.
 """
 
 from __future__ import annotations
@@ -32,7 +33,9 @@ MIN_POINTS = 4
 # Otava's own defaults, but for the magnitude (Otava: 0): on a long flat series with a few % of noise
 # its windowed splits find ~2% "changes" at p < 0.001; smaller than 3% is also below what a bisect
 # between two points can pin down (its default threshold is 5%).
-DEFAULTS = {"window": 50, "max_pvalue": 0.001, "min_magnitude": 0.03}
+# `alpha`: patchbench's own, the change-point verdict's false-alarm rate per series
+# (toolkit/history/change_verdict.py); Otava's max_pvalue only finds the candidates.
+DEFAULTS = {"window": 50, "max_pvalue": 0.001, "min_magnitude": 0.03, "alpha": 0.01}
 
 
 class NotEnoughHistory(PatchbenchError):
@@ -76,13 +79,13 @@ def ensure_env(home: Path, console=None) -> Path:
 
 def detect(values: list[float], home: Path, **options) -> Detection:
     """Otava's change points of `values` (in order); NotEnoughHistory below MIN_POINTS values.
-    `options`: window, max_pvalue, min_magnitude (DEFAULTS), console."""
+    `options`: window, max_pvalue, min_magnitude, alpha (DEFAULTS), console."""
     return detect_many([values], home, **options)[0]
 
 
 def detect_many(many: list[list[float]], home: Path, *, window: int = DEFAULTS["window"],
                 max_pvalue: float = DEFAULTS["max_pvalue"], min_magnitude: float = DEFAULTS["min_magnitude"],
-                console=None) -> list[Detection]:
+                alpha: float = DEFAULTS["alpha"], console=None) -> list[Detection]:
     """`detect` for several series in one start of Otava's interpreter."""
     for values in many:
         if len(values) < MIN_POINTS:
@@ -98,5 +101,5 @@ def detect_many(many: list[list[float]], home: Path, *, window: int = DEFAULTS["
         raise PatchbenchError(f"Apache Otava failed: {tail}")
     out = json.loads(res.stdout.strip().splitlines()[-1])
     return [Detection(change_verdict.judge(values, [ChangePoint(**c) for c in r["change_points"]],
-                                           max_pvalue=max_pvalue), r["analysis_s"], out["otava"], out["options"])
+                                           alpha=alpha), r["analysis_s"], out["otava"], out["options"])
             for values, r in zip(many, out["results"])]
