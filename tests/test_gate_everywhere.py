@@ -47,6 +47,9 @@ def _assert_gate(gate: dict) -> None:
 
 
 def test_attribute_and_bisect_give_each_prefix_its_gate(home, tmp_path, monkeypatch, capsys):
+    from toolkit.commands import common
+
+    monkeypatch.setattr(common.console, "width", 400)  # the table's verdict cell on one line
     demo = _project(tmp_path, monkeypatch)
     (demo / "gfast.toml").write_text('extends = "demo/fast"\n' + textwrap.dedent(QUALITY))
     assert main(["attribute", "demo/gfast", "--repeats", "2", "--json"]) == 0
@@ -57,6 +60,8 @@ def test_attribute_and_bisect_give_each_prefix_its_gate(home, tmp_path, monkeypa
     assert main(["attribute", "demo/gfast", "--repeats", "2"]) == 0  # the same runs, read again
     out = capsys.readouterr().out
     assert f"gate: {key}: gate failed: gsm8k accuracy 0.000 of 10" in out
+    row = next(line for line in out.splitlines() if "faster-decode.patch" in line and "│" in line)
+    assert "gate failed" in row, out  # the table's verdict cell: never a plain "faster"
     assert "gate: fails when the 95% Wilson lower bound of its accuracy is under 0.5" in out
 
     # bisect measures the same prefixes (runs reused by identity): the same verdict, JSON and text

@@ -123,6 +123,10 @@ def run(args) -> int:
                                     for label, key, vals, ids in meter.log]})
         return 0
     worst = {int(k.split()[0][1:]): quality_runs.worst(per) for k, per in answers.items()}
+    for k, g in gates.items():  # "faster, gate failed" never reads as a plain win either
+        if g.verdict != "gate passed":
+            i = int(k.split()[0][1:])
+            worst[i] = ", ".join(x for x in (worst.get(i), g.verdict) if x)
     console.print(render_attribution(result, title=f"{recipe.name}: {spec.metric} at point {meter.point}",
                                      answers=worst))
     console.print(f"[dim]{stats.verdict_legend(min_effect=args.min_effect)}[/]")
