@@ -79,9 +79,8 @@ def run(args) -> int:
 
 # -- sequential verdicts (issue 30): without --repeats, several recipes launch until settled --------
 
-# Without --repeats, several recipes measure sequentially only when asked (--sequential, --min/--max-repeats):
-# making it the default means giving the suite's multi-recipe `run` calls their `--repeats N`.
-SEQUENTIAL_BY_DEFAULT = False
+# Without --repeats or --fixed, several recipes measure sequentially (issue 30): launches until settled.
+SEQUENTIAL_BY_DEFAULT = True
 
 
 def add_sequential_arguments(parser) -> None:
@@ -89,8 +88,11 @@ def add_sequential_arguments(parser) -> None:
 
     parser.add_argument("--sequential", action="store_true",
                         help="several recipes: launch in rounds until every pair's sequential verdict (the first "
-                             "recipe against each other, at every point) is settled (also implied by "
-                             "--min-repeats/--max-repeats)")
+                             "recipe against each other, at every point) is settled (the default for several "
+                             "recipes without --repeats/--fixed)")
+    parser.add_argument("--fixed", action="store_true",
+                        help="the fixed design: each recipe's `[benchmark] repeats` launches (or --repeats N), "
+                             "interleaved, whatever the data say")
     parser.add_argument("--min-repeats", type=int, default=None, metavar="N",
                         help=f"launches each before the first sequential verdict (default {seq.DEFAULT_MIN_REPEATS})")
     parser.add_argument("--max-repeats", type=int, default=None, metavar="N",
@@ -105,8 +107,12 @@ def sequential_design(args, recipes):
     from toolkit.analysis import sequential as seq
     from toolkit.errors import BadInput
 
+    fixed = getattr(args, "fixed", False)
+    if fixed and (args.sequential or args.min_repeats is not None or args.max_repeats is not None):
+        raise BadInput("--fixed is the fixed design; --sequential/--min-repeats/--max-repeats are the sequential one")
     asked = SEQUENTIAL_BY_DEFAULT or args.sequential or args.min_repeats is not None or args.max_repeats is not None
-    if not asked or args.repeats is not None or len(recipes) < 2 or args.until != "store" or args.executor == "slurm":
+    if fixed or not asked or args.repeats is not None or len(recipes) < 2 or args.until != "store" \
+            or args.executor == "slurm":
         return None
     m = args.min_effect if args.min_effect is not None else recipes[0].benchmark.min_effect
     try:
