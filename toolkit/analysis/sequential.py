@@ -135,11 +135,11 @@ class Sequential:
         m = f"{100 * self.design.min_effect:g}%"
         if self.verdict == TOO_FEW:
             return f"too few launches ({self.n} each; a verdict needs {self.design.min_repeats})"
+        why = f" (could not settle by {self.design.max_repeats})" if self.futile and self.n < self.design.max_repeats else ""
         if self.noisy:
-            return (f"noisy: not settled after {self.n} launches each, spread {100 * self.spread:.1f}% a launch "
-                    f"({span}; equal within {m} needs a spread below {100 * quiet_spread(self.design):.1f}%)")
+            return (f"noisy: not settled after {self.n} launches each{why}, spread {100 * self.spread:.1f}% a launch: "
+                    f"{span} (equal within {m} needs a spread below {100 * quiet_spread(self.design):.1f}%)")
         if self.verdict == UNSETTLED:
-            why = f" (could not settle by {self.design.max_repeats})" if self.futile and self.n < self.design.max_repeats else ""
             return f"not settled after {self.n} launches each: {span}{why}"
         if self.verdict == EQUAL:
             return f"equal within {m} after {self.n} launches each [{span}]"
@@ -275,3 +275,25 @@ def legend(design: Design = Design()) -> str:
             f"it lies within {m}; "
             f"launches {design.min_repeats}..{design.max_repeats} each (--min-repeats/--max-repeats), else not settled"
             + ("; a pair that could not settle by then at its spread stops early" if design.futility else ""))
+
+
+def verdict_word(v: Sequential) -> str:
+    """A settled verdict as a table's verdict column reads it ("faster", "equal within 2%")."""
+    return f"equal within {100 * v.design.min_effect:g}%" if v.verdict == EQUAL else v.verdict
+
+
+def settle(c, a: Sequence[float], b: Sequence[float], design: Design):
+    """A fixed-sample comparison (`toolkit.analysis.stats.Comparison`) that says "too few repeats"
+    takes the sequential verdict of the same values (launch order) when that is settled, with the
+    confidence sequence as its interval (what `run` decided on after 2 launches each); any other
+    comparison is returned as it is."""
+    import dataclasses
+
+    from toolkit.analysis import stats
+
+    if c is None or c.verdict != stats.TOO_FEW or not a or not b or any(x <= 0 for x in (*a, *b)):
+        return c
+    v = verdict(list(a), list(b), higher_is_better=c.higher_is_better, design=design)
+    if not v.settled:
+        return c
+    return dataclasses.replace(c, verdict=verdict_word(v), ci_low=v.low, ci_high=v.high)

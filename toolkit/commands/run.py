@@ -136,7 +136,7 @@ def sequential_measure(design):
     return measure
 
 
-def print_sequential(result, design, store, recipes, *, quiet: bool) -> None:
+def print_sequential(result, design, store, recipes, *, quiet: bool, to=None) -> None:
     from toolkit.analysis import launch_cost, sequential as seq
 
     result["sequential_legend"] = seq.legend(design)
@@ -145,8 +145,9 @@ def print_sequential(result, design, store, recipes, *, quiet: bool) -> None:
                                       store.runs(run_ids=used) if used else [], {r.name: r for r in recipes})
     if quiet:
         return
-    console.print(launch_cost.describe(result["cost"]), markup=False, highlight=False)
+    out = to or console
+    out.print(launch_cost.describe(result["cost"]), markup=False, highlight=False)
     for v in result["sequential"]:
-        console.print(f"{v['recipe']} vs {v['reference']}, {v['metric']} @ {v['point']}: {v['text']}", markup=False,
+        out.print(f"{v['recipe']} vs {v['reference']}, {v['metric']} @ {v['point']}: {v['text']}", markup=False,
                   highlight=False)
     err.print(f"[dim]{seq.legend(design)}[/]")
