@@ -1,4 +1,5 @@
-"""`run A B C` without `--repeats`: launch in rounds until every pair's sequential verdict is settled.
+"""`run A B C` without `--repeats`/`--fixed` (and a plain `sweep`): launch in rounds until every
+pair's sequential verdict is settled.
 
 The first recipe is the reference; each other recipe is a pair with it, judged at every point of
 the benchmark on the headline throughput (output_tok_s for serving, decode_tok_s for one-batch) by

@@ -1,7 +1,9 @@
 """`patchbench run RECIPE...`: apply, build, static check, launch, verify, benchmark, store.
 
-Several recipes interleave their repeats (A B A B ...) on the same machine. Without a CUDA GPU
-(and a recipe that needs one) it stops after the static check with a clear message.
+Several recipes interleave their launches (A B B A ...) on the same machine, by default until every
+pair's sequential verdict is settled (toolkit.analysis.sequential_runs); `--repeats N` or `--fixed`
+(the recipes' `[benchmark] repeats`) is the fixed design. Without a CUDA GPU (and a recipe that needs
+one) it stops after the static check with a clear message.
 """
 
 from __future__ import annotations
