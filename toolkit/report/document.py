@@ -164,7 +164,12 @@ def collect(store: Any, recipes: Sequence[str], metrics_: Sequence[str] | None =
     rows: list = []
     differences: dict[str, list[str]] = {}
     if len(names) >= 2:
-        rows = compare_selection(store, sel, metrics=specs or chosen, min_effect=min_effect)
+        from toolkit.analysis import sequential as seq  # rows of a sequential run: its verdict, as compare
+
+        design = seq.Design()
+        rows = compare_selection(store, sel, metrics=specs or chosen, min_effect=min_effect, sequential=design)
+        if any(r.sequential for r in rows):
+            notes.append(f"rows under {stats.DEFAULT_MIN_REPEATS} launches each: {seq.legend(design)}")
         for n in names[1:]:
             base, var = sel.newest(names[0]), sel.newest(n)
             differences[n] = diff_provenance(base, var) + run_env_differences(base, var)
