@@ -81,8 +81,8 @@ def _kernels(home: Path, names: list[str], site: Path, assets: str) -> str:
     return kernel_section(home, names, site / assets).html
 
 
-def _report_page(store, site: Path, page: str, names: list[str], title: str, extra: str, current: dict,
-                 home: Path) -> tuple[object | None, str | None]:
+def _report_page(store, site: Path, page: str, names: list[str], title: str, extra: str,
+                 current: dict) -> tuple[object | None, str | None]:
     """The report of `names` as a site page (toolkit/report/document.py); (its data, None) or
     (None, why not) with a page saying why."""
     try:
@@ -116,6 +116,7 @@ def publish(store, out: Path, *, home: Path, current: dict | None = None, stacks
         base = (runs[n][-1].recipe_resolved or {}).get("compare_to") if runs[n] else None
         if base and base != n and base in runs:
             pairs.append((base, n))
+    base_of = dict((v, b) for b, v in pairs)
     fams = site_sweep.families(names)
     family_of = {v: base for base, vs in fams.items() for v in vs}
 
@@ -125,7 +126,7 @@ def publish(store, out: Path, *, home: Path, current: dict | None = None, stacks
         compare_pages[var] = page
         extra = _kernels(home, [base, var], out, Site.compare_assets(base, var))
         extra += f"<p>{link(page, Site.recipe(base), base)} · {link(page, Site.recipe(var), var)}</p>"
-        data, why = _report_page(store, out, page, [base, var], f"{var} vs {base}", extra, current, home)
+        data, why = _report_page(store, out, page, [base, var], f"{var} vs {base}", extra, current)
         verdicts[var] = verdict_summary(data) if data else f"not compared: {why}"
         pub.pages.append(page)
         if why:
@@ -154,8 +155,7 @@ def publish(store, out: Path, *, home: Path, current: dict | None = None, stacks
 
     for n in names:
         page = Site.recipe(n)
-        links = [link(page, compare_pages[n], f"compared with {pairs[[v for _, v in pairs].index(n)][0]}")
-                 ] if n in compare_pages else []
+        links = [link(page, compare_pages[n], f"compared with {base_of[n]}")] if n in compare_pages else []
         links += [link(page, compare_pages[v], f"{v} compared with it") for b, v in pairs if b == n]
         if n in history:
             links.append(link(page, Site.history(n), "tracked history"))
@@ -166,7 +166,7 @@ def publish(store, out: Path, *, home: Path, current: dict | None = None, stacks
         extra = ("<h2>Pages</h2><ul>" + "".join(f"<li>{x}</li>" for x in links) + "</ul>" if links else "")
         extra += _kernels(home, [n], out, Site.recipe_assets(n))
         extra += f"<h2>Runs ({len(runs[n])})</h2>" + _runs_table(list(reversed(runs[n]))[:200])
-        _, why = _report_page(store, out, page, [n], n, extra, current, home)
+        _, why = _report_page(store, out, page, [n], n, extra, current)
         pub.pages.append(page)
         if why:
             pub.notes.append(f"{page}: {why}")

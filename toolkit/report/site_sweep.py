@@ -18,7 +18,7 @@ from toolkit.analysis.sweep_results import gpus_of
 from toolkit.errors import BadInput
 from toolkit.report.plots import svg, write_png, write_text
 from toolkit.report.site_layout import Site, link, shell
-from toolkit.report.sweep import GREY, pareto_figure
+from toolkit.report.sweep import pareto_figure
 from toolkit.report.tables import esc, html_table
 
 _VARIANT = re.compile(r"^(?P<base>.+)\[(?P<axes>[^\[\]]+)\]$")
@@ -87,7 +87,7 @@ def write_page(store, site: Path, base: str, variants: list[str], current: dict 
             for p in sorted(pts, key=lambda p: (p.variant, p.concurrency))]
     parts.append(html_table(head, body))
     if dominated:
-        parts.append(f"<p>Dominated (no point on the Pareto front, grey in the figure {esc(GREY)}): "
+        parts.append("<p>Dominated (no point on the Pareto front, grey in the figure): "
                      + esc(", ".join(dominated)) + "</p>")
     links = [f"<li>{link(page, Site.recipe(v), v)}"
              + (f" · {link(page, compare_pages[v], 'compared with ' + base)}" if v in compare_pages else "")
