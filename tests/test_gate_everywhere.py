@@ -82,7 +82,7 @@ def test_sweep_gives_each_variant_its_gate(home, tmp_path, monkeypatch, capsys):
         server.args.mini-step-base-ms = [8]
         """))
     out_dir = tmp_path / "sweep"
-    assert main(["sweep", "demo/gsweep", "-o", str(out_dir), "--json"]) == 0
+    assert main(["sweep", "demo/gsweep", "--fixed", "-o", str(out_dir), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     (variant, gate), = doc["gate"].items()
     _assert_gate(gate)
