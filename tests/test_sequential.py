@@ -84,6 +84,23 @@ def test_critical_value_is_the_crossing_of_the_bayes_factor():
     assert seq.critical_t(1, 1) == math.inf
 
 
+def test_repeated_intervals_sit_between_the_fixed_and_the_open_ended_ones_and_the_legend_says_its_level():
+    """The default method spends alpha over the looks 2..max only: each look's critical value is
+    wider than the fixed-sample t (the price of looking) and narrower than the open-ended mixture's;
+    its legend prints the nominal level it computed with."""
+    d = seq.Design()
+    level = seq.nominal_level(d.alpha, d.min_repeats, d.max_repeats)
+    assert 0.005 < level < d.alpha
+    for n in range(2, 9):
+        c = seq.critical(n, n, d)
+        assert sp.t.ppf(0.975, 2 * n - 2) < c < seq.critical_t(n, n)
+    assert seq.critical(9, 9, d) == seq.critical_t(9, 9) and seq.critical(3, 4, d) == seq.critical_t(3, 4)
+    assert f"{level:.4f}" in seq.legend(d) and "within 8 each" in seq.legend(d)
+    assert "confidence sequence" in seq.legend(seq.Design(method=seq.MIXTURE))
+    with pytest.raises(ValueError):
+        seq.Design(method="wald")
+
+
 SMALL = ('driver = "serving"\ninput_len = 16\noutput_len = 16\nconcurrency = [1, 4]\nnum_prompts = 8\nwarmup = 1\n'
          'repeats = 4\n')
 
@@ -114,7 +131,7 @@ def test_run_launches_a_3x_pair_until_settled_and_resumes_from_the_store(tmp_pat
     assert {r["point"] for r in rows} == {1, 4}
     assert all(r["verdict"] == "faster" and r["launches_each"] == 2 and r["speedup"] > 2 for r in rows), rows
     assert [name for name, _ in out["runs"]].count("demo/quick") == 2 and len(out["runs"]) == 4
-    assert "confidence sequence" in out["sequential_legend"]
+    assert "repeated 95% confidence intervals" in out["sequential_legend"]
     cost = out["cost"]
     assert cost["launches"] == 4 and cost["fixed_launches"] == 8 and 0 < cost["seconds"] < cost["fixed_seconds"]
     assert main(["run", "demo/baseline", "demo/quick"]) == 0
@@ -127,7 +144,7 @@ def test_run_launches_a_3x_pair_until_settled_and_resumes_from_the_store(tmp_pat
     cmp = json.loads(capsys.readouterr().out)
     assert [r["verdict"] for r in cmp["rows"]] == ["faster", "faster"], cmp["rows"]
     assert all(r["sequential"].startswith("3.") or "x faster after 2 launches each" in r["sequential"]
-               for r in cmp["rows"]) and "confidence sequence" in cmp["legend"]
+               for r in cmp["rows"]) and "repeated 95% confidence intervals" in cmp["legend"]
     assert main(["compare", "demo/baseline", "demo/quick", "--metric", "output_tok_s"]) == 0
     text = capsys.readouterr().out
     assert "too few repeats" not in text and "faster" in text
