@@ -258,3 +258,23 @@ def test_repeats_keeps_the_fixed_design_and_bad_settings_are_bad_input():
     assert (d.min_repeats, d.max_repeats, d.min_effect) == (2, 6, 0.02)
     with pytest.raises(BadInput):
         sequential_design(ns(min_repeats=5, max_repeats=3), [R(), R()])
+
+
+def test_a_configuration_far_noisier_than_its_peers_is_flagged_at_its_stated_rate():
+    """Three configurations of one spread: a given one is flagged at most at the stated rate (the
+    lower end of the 95% CI of the count is tested against it); one with 4x its peers' spread over
+    8 launches is flagged, and the text says both spreads."""
+    from toolkit.analysis import spread_flag
+
+    rng = np.random.default_rng(11)
+    trials, flagged = 2000, 0
+    for i in range(trials):
+        noise = 0.01 + 0.04 * (i % 5) / 4
+        vals = {name: _launches(rng, 8, noise=noise) for name in ("a", "b", "c")}
+        flagged += any(f.name == "a" for f in spread_flag.flags(vals))
+    assert sp.binomtest(flagged, trials).proportion_ci(0.95, method="exact").low <= spread_flag.ALPHA
+    noisy = {"a": _launches(rng, 8, noise=0.08), "b": _launches(rng, 8), "c": _launches(rng, 8)}
+    got = spread_flag.flags(noisy)
+    assert [f.name for f in got] == ["a"] and "against its peers'" in got[0].text
+    assert spread_flag.flags({"a": _launches(rng, 2, noise=0.5), "b": _launches(rng, 8)}) == []
+    assert "0.01" in spread_flag.legend() and "2x" in spread_flag.legend()
