@@ -98,6 +98,8 @@ def main(n: int, *, json_out: bool = False, seed: int = 0) -> int:
                     t["false"] += sum(_false(kind, w) for w in words)
                     for w in words:
                         t["words"][w] = t["words"].get(w, 0) + 1
+                    print(f"[pipeline] {design} {kind} #{i}: {len(out.get('runs', []))} launches, {words}; "
+                          f"so far {json.dumps(tally)}", file=sys.stderr, flush=True)
     for d in tally.values():
         for t in d.values():
             t["launches_per_settled"] = t["launches"] / t["settled"] if t["settled"] else None
