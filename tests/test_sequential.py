@@ -278,3 +278,42 @@ def test_a_configuration_far_noisier_than_its_peers_is_flagged_at_its_stated_rat
     assert [f.name for f in got] == ["a"] and "against its peers'" in got[0].text
     assert spread_flag.flags({"a": _launches(rng, 2, noise=0.5), "b": _launches(rng, 8)}) == []
     assert "0.01" in spread_flag.legend() and "2x" in spread_flag.legend()
+
+
+def test_track_settle_launches_a_step_that_looks_like_a_change_until_settled(home, monkeypatch, capsys):
+    """`track --settle` on two releases of the miniature, the second doubling the decode step's
+    fixed cost: the step's single runs differ by far more than min_effect, so both points launch
+    until the sequential verdict settles "slower" (from 2 launches each: plain track takes one);
+    --max-repeats without --settle is refused."""
+    import json
+
+    from conftest import REPO_ROOT
+    from toolkit.cli import main
+
+    meta = mini_releases_meta()
+    monkeypatch.setenv("PATCHBENCH_MINI_INDEX", meta["index"])
+    monkeypatch.setenv("PATCHBENCH_RECIPES", str(REPO_ROOT / "recipes"))
+    argv = ["track", "demo/update", "--source", "sglang", "--releases", "--since", "0.1.1", "--limit", "2",
+            "--settle", "--max-repeats", "4", "--json"]
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["measured"] == ["0.1.1", "0.1.2"]
+    [step] = out["steps"]
+    assert (step["before"], step["after"], step["verdict"]) == ("0.1.1", "0.1.2", "slower") and step["settled"]
+    n = step["launches_each"]  # 2 on a quiet box; a busy 2-core one can need a third
+    assert 2 <= n <= 4 and len(out["run_ids"]) == 2 * n and f"slower after {n} launches each" in step["text"]
+    assert main(["track", "demo/update", "--source", "sglang", "--releases", "--max-repeats", "4"]) == 2
+    assert "--max-repeats is for --settle" in capsys.readouterr().err
+
+
+def mini_releases_meta():
+    """The four releases test_history.py tracks (0.1.2 doubles the decode step's fixed cost), built
+    once in the test cache."""
+    import sys
+
+    from conftest import REPO_ROOT, TEST_CACHE
+
+    sys.path.insert(0, str(REPO_ROOT / "upstream"))
+    import mini_releases
+
+    return mini_releases.build(TEST_CACHE / "mini-releases-track4", plant="regression", at="0.1.2", n_releases=4)
