@@ -11,6 +11,18 @@ comparison on recipes of its own identities, in one scratch project and store. T
 benchmark is shrunk as in tests/test_sequential.py (concurrency 1 and 4, 8 prompts of 16 tokens).
 Per design: launches, settled verdicts (one per point), launches per settled verdict, and false
 verdicts (A/A: faster or slower; A/B: slower or equal).
+
+    python benchmarks/sequential_launches.py --pipeline N [--seed S] [--json]
+
+Measured 2026-12-02 on the shared 2-core box (`--pipeline 6 --seed 1`, 785 s; with `--pipeline 2`):
+  A/B (12 point verdicts): sequential 38 launches (6.3 a comparison), 10 settled "faster", 2 not
+    settled, 3.80 launches per settled verdict; fixed 4+4: 48 launches, 8 "faster", 4 "not
+    significant", 6.00 per settled verdict: 0.63x per settled verdict, 0.79x per comparison.
+  A/A (12): sequential 36 launches (6.0: every pair stopped as futile at 3 each: the box's launch
+    spread is too wide for "equal within 2%" by 8), none settled, 0 false; fixed 48, all "not
+    significant", 0 false.
+  `--pipeline 2` (seed 0): A/B 14 launches, 4/4 faster (3.50 per settled) against 16, 4/4 (4.00);
+    A/A 12 against 16, none settled, 0 false either way.
 """
 
 from __future__ import annotations
