@@ -177,11 +177,12 @@ def test_attribute_launches_each_step_until_settled(tmp_path, home, monkeypatch,
     head, rest = base.read_text().split("[benchmark]", 1)
     base.write_text(head + "[benchmark]\n" + SMALL.replace("concurrency = [1, 4]", "concurrency = [1]")
                     + rest[rest.index("\n[", 1):])
-    argv = ["attribute", "demo/fast", "--metric", "output_tok_s@1", "--max-repeats", "4", "--json"]
+    # up to 6 each: at 4 a busy 2-core box can leave a 1.5x step futile at 3 (too wide to settle by 4)
+    argv = ["attribute", "demo/fast", "--metric", "output_tok_s@1", "--max-repeats", "6", "--json"]
     assert main(argv) == 0
     out = json.loads(capsys.readouterr().out)
     (step,) = out["sequential"]
-    assert step["verdict"] == "faster" and 2 <= step["launches_each"] <= 4, step
+    assert step["verdict"] == "faster" and 2 <= step["launches_each"] <= 6, step
     assert out["runs"] == 2 * step["launches_each"] and "too few repeats" not in out["lines"][0]
     assert "faster" in out["lines"][0]
     assert main(argv) == 0
