@@ -132,6 +132,7 @@ def test_run_launches_a_3x_pair_until_settled_and_resumes_from_the_store(tmp_pat
     assert all(r["verdict"] == "faster" and r["launches_each"] == 2 and r["speedup"] > 2 for r in rows), rows
     assert [name for name, _ in out["runs"]].count("demo/quick") == 2 and len(out["runs"]) == 4
     assert "repeated 95% confidence intervals" in out["sequential_legend"]
+    assert out["spread_flags"] == [] and "F test at 0.01" in out["spread_flag_legend"]  # 2 launches: too few to flag
     cost = out["cost"]
     assert cost["launches"] == 4 and cost["fixed_launches"] == 8 and 0 < cost["seconds"] < cost["fixed_seconds"]
     assert main(["run", "demo/baseline", "demo/quick"]) == 0
