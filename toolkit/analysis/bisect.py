@@ -222,7 +222,7 @@ def bisect_stack(n_patches: int, measure: Measure, *, higher_is_better: bool = T
         if sequential and min(*a, *b) > 0:
             from toolkit.analysis import sequential as seq
 
-            ratio, lo, hi = seq.interval(a, b, design=seq.Design(alpha=alpha))
+            ratio, lo, hi = seq.interval(a, b, design=seq.Design(alpha=alpha, method=seq.MIXTURE))
             lo, hi = (lo, hi) if math.isfinite(hi) else (math.nan, math.nan)
         else:
             ratio = (sum(b) / len(b)) / (sum(a) / len(a))

@@ -135,4 +135,18 @@ def measure_until_settled(prepared: list[Prepared], *, home, store: Store, group
         rnd += 1
     result["reused"] = reused
     result["used"] = {name: list(ids) for name, ids in runs.items()}
+    result["spread_flags"] = spread_flags(store, prepared, runs)
     return current
+
+
+def spread_flags(store: Store, prepared: list[Prepared], runs: dict[str, list[str]]) -> list[dict]:
+    """toolkit.analysis.spread_flag over the recipes' per-launch values at each common point."""
+    from toolkit.analysis import spread_flag
+
+    metric = metric_of(prepared[0])
+    samples = {p.name: store.samples(runs[p.name], metric=metric) for p in prepared}
+    out = []
+    for point in [x for x in points_of(prepared[0]) if all(x in points_of(p) for p in prepared)]:
+        values = {p.name: values_at(samples[p.name], metric, point, runs[p.name]) for p in prepared}
+        out += [{**f.to_dict(), "metric": metric, "point": point} for f in spread_flag.flags(values)]
+    return out

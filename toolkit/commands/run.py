@@ -141,7 +141,10 @@ def sequential_measure(design):
 def print_sequential(result, design, store, recipes, *, quiet: bool, to=None) -> None:
     from toolkit.analysis import launch_cost, sequential as seq
 
+    from toolkit.analysis import spread_flag
+
     result["sequential_legend"] = seq.legend(design)
+    result["spread_flag_legend"] = spread_flag.legend()
     used = [rid for ids in result.get("used", {}).values() for rid in ids]
     result["cost"] = launch_cost.cost(store.runs(run_ids=[rid for _, rid in result["runs"]]) if result["runs"] else [],
                                       store.runs(run_ids=used) if used else [], {r.name: r for r in recipes})
@@ -152,4 +155,6 @@ def print_sequential(result, design, store, recipes, *, quiet: bool, to=None) ->
     for v in result["sequential"]:
         out.print(f"{v['recipe']} vs {v['reference']}, {v['metric']} @ {v['point']}: {v['text']}", markup=False,
                   highlight=False)
+    for f in result.get("spread_flags", []):
+        out.print(f"noisy: {f['metric']} @ {f['point']}: {f['text']}", markup=False, highlight=False)
     err.print(f"[dim]{seq.legend(design)}[/]")
