@@ -34,8 +34,3 @@ def user_config_path(home: Path) -> Path:
         return local
     base = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
     return base / "patchbench" / "config.toml"
-
-
-def default_store(home: Path) -> Path:
-    env = os.environ.get("PATCHBENCH_STORE")
-    return Path(env).expanduser().resolve() if env else home / "results.sqlite"

@@ -51,11 +51,13 @@ class StoreUnavailable(PatchbenchError):
     """The database server cannot be reached (stopped, network cut): nothing of the transaction stays."""
 
 
-def default_store_path(home: Path | str | None = None) -> Path:
-    """$PATCHBENCH_STORE, else `<home>/results.sqlite` (home: $PATCHBENCH_HOME, see workspace)."""
-    from toolkit.workspace import default_home, default_store
+def default_store_path(home: Path | str | None = None) -> Path | str:
+    """$PATCHBENCH_STORE, else the user config's `[store] url`, else `<home>/results.sqlite` (home:
+    $PATCHBENCH_HOME, see workspace): a path or a URL (toolkit/results/engine.store_location)."""
+    from toolkit.results.engine import store_location
+    from toolkit.workspace import default_home
 
-    return default_store(Path(home).expanduser() if home is not None else default_home())
+    return store_location(Path(home).expanduser() if home is not None else default_home())
 
 
 def _derived(extra: dict | None) -> dict:

@@ -194,7 +194,7 @@ def finish(a: Attempt, status: str, error: str, *, tail: str | None = None, **fi
 
 def supervise(a: Attempt, proc: subprocess.Popen, what: str, *, stop: Callable[[], None]) -> None:
     """Record a started process group as live and make `a.cleanup` end it, then forget it."""
-    record = reaper.register(a.home, proc.pid, run_id=a.run_id, store=a.store.path, what=what)
+    record = reaper.register(a.home, proc.pid, run_id=a.run_id, store=a.store.location, what=what)
     a.cleanup.callback(reaper.unregister, record)
     a.cleanup.callback(stop)
 
