@@ -92,7 +92,7 @@ def _running(server: Server, kw: dict) -> bool:
     return proc.returncode == 0
 
 
-def _start(root: Path) -> Server:
+def _start(root: Path, durable: bool = False) -> Server:
     user, kw = _owner()
     data, sock = root / "data", root / "sock"
     meta = root / "server.json"
@@ -115,8 +115,8 @@ def _start(root: Path) -> Server:
         hba.write_text("local all all trust\nhost all patchbench 127.0.0.1/32 scram-sha-256\n")
         with open(data / "postgresql.conf", "a") as f:
             f.write(f"\nport = {port}\nlisten_addresses = '127.0.0.1'\nunix_socket_directories = '{sock}'\n"
-                    "fsync = off\nsynchronous_commit = off\nfull_page_writes = off\nmax_connections = 200\n"
-                    "shared_buffers = 64MB\n")
+                    "max_connections = 200\nshared_buffers = 64MB\n"
+                    + ("" if durable else "fsync = off\nsynchronous_commit = off\nfull_page_writes = off\n"))
         pwfile.unlink()
         server = Server(root, sock, port, user)
         meta.write_text(json.dumps({"port": port, "user": user, "users": 0}))
@@ -136,10 +136,11 @@ def _setup_role(server: Server) -> None:
             conn.execute(f"CREATE ROLE patchbench LOGIN CREATEDB PASSWORD '{PASSWORD}'")
 
 
-def shared_server(root: Path) -> Server:
-    """The cluster under `root`, started if it is not running; counts this caller as a user."""
+def shared_server(root: Path, *, durable: bool = False) -> Server:
+    """The cluster under `root`, started if it is not running; counts this caller as a user.
+    `durable`: fsync and synchronous commit on, as a real server runs (the tests turn them off)."""
     with lock_for(root):
-        server = _start(root)
+        server = _start(root, durable)
         meta = root / "server.json"
         info = json.loads(meta.read_text())
         info["users"] = info.get("users", 0) + 1

@@ -44,12 +44,9 @@ def _refuse_newer(version: int, name: str) -> None:
 
 def ensure_schema(engine: sa.Engine, name: str) -> None:
     """See the module doc. `name`: the store as messages show it (password masked)."""
-    with engine.connect() as conn:  # the fast path: one read, no lock
-        if conn.dialect.name == "sqlite" or sa.inspect(conn).has_table("schema_version"):
-            try:
-                version = stored_version(conn)
-            except sa.exc.OperationalError:
-                version = -1
+    if engine.dialect.name == "postgresql":  # the fast path: one read, no lock (SQLite: the
+        with engine.connect() as conn:       # write lock is taken at once, as the releases before did)
+            version = stored_version(conn)
             conn.rollback()
             _refuse_newer(version, name)
             if version == SCHEMA_VERSION:
