@@ -181,3 +181,39 @@ def test_store_url_from_env_and_user_config(home, pg_url, monkeypatch, capsys):
     capsys.readouterr()
     assert main(["results", "--home", str(home)]) == 2
     assert re.search(r"unknown \[store\] key\(s\) user", capsys.readouterr().err)
+
+
+def test_a_store_that_goes_away_mid_run_ends_it_interrupted_in_one_line(demo, pg_server, pg_url):  # noqa: F811
+    """The database stops taking connections while a run is measured: the run ends `interrupted`,
+    kept on this disk, one line says so (no traceback), and the store's row reads interrupted."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    import psycopg
+    from sqlalchemy.engine import make_url
+
+    db = make_url(pg_url).database
+    proc = subprocess.Popen([sys.executable, "-m", "toolkit", "run", "demo/baseline", "--repeats", "1",
+                             "--store", pg_url], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=os.environ)
+    store, deadline = Store(pg_url), time.monotonic() + 240
+    while not store.runs(status="running") and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)  # waiting for the run to begin (its env is built first)
+    assert proc.poll() is None, proc.communicate()
+    store.close()
+    with psycopg.connect(pg_server.url(), autocommit=True) as admin:
+        admin.execute(f'ALTER DATABASE "{db}" ALLOW_CONNECTIONS false')
+        admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (db,))
+        out, err = proc.communicate(timeout=240)
+        admin.execute(f'ALTER DATABASE "{db}" ALLOW_CONNECTIONS true')
+    assert proc.returncode == 1, out + err
+    last = err.strip().splitlines()[-1]
+    assert "Traceback" not in out + err
+    assert last.startswith(f"error: results store {Store(pg_url).path}: ") and "ended interrupted" in last, err
+    kept = Path(re.search(r"record kept in (\S+)", last).group(1))
+    (run,) = json.loads(kept.read_text())["runs"]
+    assert run["status"] == "interrupted" and "the results store went away" in run["error"]
+    (stored,) = Store(pg_url).runs()
+    assert stored.run_id == run["run_id"] and stored.status == "running" and stored.is_interrupted()

@@ -31,7 +31,7 @@ from toolkit.errors import PatchbenchError
 from toolkit.recipe.load import Recipe
 from toolkit.run.identity import model_config_sha256
 from toolkit.run.sglang_args import StaticCheck, launch_argv
-from toolkit.results.store import Store
+from toolkit.results.store import Store, StoreUnavailable
 from toolkit.tree.applied import AppliedTree
 
 
@@ -185,11 +185,37 @@ def finish(a: Attempt, status: str, error: str, *, tail: str | None = None, **fi
     try:
         a.store.finish_run(a.run_id, status, error=error, log_tail=tail, server_info=a.info, timings=a.timings,
                            log_paths=log_paths(a), extra=a.extra, **fields)
+    except StoreUnavailable as exc:  # the database went away: the run ends here, kept on this disk
+        a.finished = True
+        kept = keep_locally(a, f"interrupted: the results store went away ({exc.message}); was {status}: {error}",
+                            tail, fields)
+        raise StoreUnavailable(f"{exc.message}; run {a.run_id[:8]} ({a.title}) ended interrupted, its record "
+                               f"kept in {kept}", hint=exc.hint) from None
     except Exception as exc:  # noqa: BLE001 - the store refused: keep the status at least
         a.console.print(f"[red]{escape(a.title)}[/]: could not store the result ({type(exc).__name__}: {exc})")
         with contextlib.suppress(Exception):
             a.store.finish_run(a.run_id, "failed", error=f"{status}: {error}; storing failed: {exc}"[:500])
     a.finished = True
+
+
+def keep_locally(a: Attempt, error: str, tail: str | None, fields: dict) -> Path:
+    """The run's record as a one-run results export beside its logs (`run.json` in its run dir),
+    status `interrupted`: what a store that went away could not take. Its samples stay with it."""
+    from toolkit.results.exchange import EXPORT_FORMAT
+    from toolkit.results.records import RUN_FIELDS, _now
+    from toolkit.results.store import SCHEMA_VERSION
+
+    samples = [{"metric": s.metric, "value": s.value, "unit": s.unit, "point": s.point, "point_kind": s.point_kind,
+                "repeat": getattr(s, "repeat", None) if getattr(s, "repeat", None) is not None else a.repeat}
+               for s in fields.get("samples") or []]
+    run = {k: v for k, v in fields.items() if k in RUN_FIELDS}
+    run.update(run_id=a.run_id, recipe=a.prepared.name, status="interrupted", error=error, log_tail=tail,
+               repeat=a.repeat, finished_at=_now(), server_info=a.info, timings=a.timings, log_paths=log_paths(a),
+               extra=a.extra, samples=samples)
+    path = a.run_dir / "run.json"
+    path.write_text(json.dumps({"format": EXPORT_FORMAT, "schema_version": SCHEMA_VERSION, "runs": [run]},
+                               indent=2, default=str))
+    return path
 
 
 def supervise(a: Attempt, proc: subprocess.Popen, what: str, *, stop: Callable[[], None]) -> None:
