@@ -68,9 +68,15 @@ def home_of(args):
 def store_of(args):
     from toolkit.results.store import Store
 
-    from toolkit.results.engine import store_location
+    from pathlib import Path
 
-    return Store(store_location(home_of(args), getattr(args, "store", None)))
+    from toolkit.results.engine import load_store_config, store_location
+
+    home = home_of(args)
+    store = Store(store_location(home, getattr(args, "store", None)))
+    kept = load_store_config(home).artifacts
+    store.artifacts_dir = Path(kept).expanduser() if kept else None
+    return store
 
 
 JSON_SCHEMA_VERSION = 1  # docs/JSON.md: bumped when a key is removed or changes meaning

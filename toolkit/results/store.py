@@ -89,6 +89,7 @@ class Store:
         self.path = display(loc) if self.engine_name == "postgresql" else Path(loc)
         self._engine_: sa.Engine | None = None
         self._engine_pid: int | None = None
+        self.artifacts_dir: Path | None = None  # [store] artifacts: where runs' files are kept (artifacts.py)
 
     # -- connection and schema ------------------------------------------------------------------
     def _engine(self) -> sa.Engine:
@@ -341,7 +342,29 @@ class Store:
                 n += conn.execute(T.runs.delete().where(T.runs.c.run_id.in_(chunk))).rowcount
         return n
 
+    def add_artifacts(self, artifacts: Sequence[Any]) -> None:
+        """Record kept files (toolkit/results/artifacts.Artifact: run_id, name, path, sha256, size),
+        replacing an earlier record of the same run and name, in one transaction."""
+        a = T.artifacts.c
+        with self._tx() as conn:
+            for x in artifacts:
+                conn.execute(T.artifacts.delete().where(a.run_id == x.run_id, a.name == x.name))
+            if artifacts:
+                conn.execute(T.artifacts.insert(), [{"run_id": x.run_id, "name": x.name, "path": x.path,
+                                                     "sha256": x.sha256, "size": x.size} for x in artifacts])
+
     # -- reads ----------------------------------------------------------------------------------
+    def artifacts(self, run_ids: Sequence[str]) -> list:
+        """The kept files of `run_ids` as recorded (unchecked: toolkit/results/artifacts.check reads them)."""
+        from toolkit.results.artifacts import Artifact
+
+        a, out = T.artifacts.c, []
+        with self._read() as conn:
+            for chunk in _chunks(list(run_ids)):
+                q = sa.select(a.run_id, a.name, a.path, a.sha256, a.size).where(a.run_id.in_(chunk))
+                out += [Artifact(*row) for row in conn.execute(q.order_by(a.run_id, a.name))]
+        return out
+
     @staticmethod
     def _decode(row: Sequence) -> RunRow:
         d = decode_json(dict(zip(RUN_FIELDS, row, strict=True)))

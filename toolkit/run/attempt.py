@@ -129,6 +129,21 @@ def recorded(p: Prepared, *, home: Path, store: Store, repeat: int, group_id: st
     else:
         if not attempt.finished:
             finish(attempt, "failed", "the run ended without storing a result")
+    keep_files(attempt)
+
+
+def keep_files(a: Attempt) -> None:
+    """With `[store] artifacts`, the finished run's files (its processes ended) where the team sees
+    them, their paths and sha256 in the store (toolkit/results/artifacts.py)."""
+    if a.store.artifacts_dir is None or not a.finished:
+        return
+    from toolkit.results.artifacts import keep
+
+    try:
+        keep(a.store, a.run_id, a.run_dir, a.store.artifacts_dir)
+    except (OSError, PatchbenchError) as exc:
+        a.console.print(f"[yellow]{escape(a.title)}[/]: its files were not kept in {a.store.artifacts_dir}: "
+                        f"{escape(getattr(exc, 'strerror', None) or str(exc))}")
 
 
 def begin(a: Attempt, group_id: str) -> None:
