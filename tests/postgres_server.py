@@ -161,7 +161,6 @@ def release(server: Server) -> None:
             subprocess.run([str(bindir() / "pg_ctl"), "-D", str(root / "data"), "-m", "fast", "-w", "stop"],
                            capture_output=True, timeout=120, cwd=root, **kw)
             shutil.rmtree(root, ignore_errors=True)
-            (root.parent / f".{root.name}.lock").unlink(missing_ok=True)  # the last one out: no taker left
 
 
 def new_database(server: Server, prefix: str = "t") -> str:
