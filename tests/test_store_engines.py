@@ -56,13 +56,29 @@ def _move(src: Store, dst: Store, tmp_path: Path) -> None:
     import_export(dst, path, measured_here=True)
 
 
-def test_a_sweep_recorded_into_postgresql_answers_as_in_sqlite(demo, pg_url, tmp_path, capsys):  # noqa: F811
+def test_a_sweep_recorded_into_postgresql_answers_as_in_sqlite(demo, home, pg_url, tmp_path, capsys):  # noqa: F811
     """The pipeline writes into PostgreSQL itself (--store URL); the same runs in SQLite give the
     same compare JSON, selection and listing, run ids included."""
     pg = Store(pg_url)
+    kept = tmp_path / "shared-artifacts"
+    (home / "config.toml").write_text(f'[store]\nartifacts = "{kept}"\n')
     assert main(["run", "demo/baseline", "demo/fast", "--store", pg_url]) == 0
     runs = pg.runs()
     assert len(runs) == 4 and {r.status for r in runs} == {"ok"} and len(pg.samples([r.run_id for r in runs])) >= 4
+
+    # each run's files are kept in the shared directory, their sha256 in the database, checked on read
+    files = pg.artifacts([r.run_id for r in runs])
+    assert {a.run_id for a in files} == {r.run_id for r in runs}
+    assert all(Path(a.path).is_file() and Path(a.path).is_relative_to(kept) for a in files)
+    capsys.readouterr()
+    assert main(["results", "--check-artifacts", "--store", pg_url]) == 0
+    first, second = files[0], files[-1]
+    Path(first.path).unlink()
+    Path(second.path).write_text("edited afterwards")
+    capsys.readouterr()
+    assert main(["results", "--check-artifacts", "--store", pg_url]) == 1
+    out = capsys.readouterr().out
+    assert f"{first.name}: missing" in out and f"{second.name}: altered" in out and "2 not to be trusted" in out
     lite = Store(tmp_path / "lite.sqlite")
     _move(pg, lite, tmp_path)
     a, b = _answers(capsys, pg), _answers(capsys, lite)
