@@ -366,8 +366,8 @@ class Store:
         return out
 
     @staticmethod
-    def _decode(row: Sequence) -> RunRow:
-        d = decode_json(dict(zip(RUN_FIELDS, row, strict=True)))
+    def _decode(row: Sequence, shared: dict | None = None) -> RunRow:
+        d = decode_json(dict(zip(RUN_FIELDS, row, strict=True)), shared)
         for k in JSON_FIELDS:
             d.setdefault(k, _JSON_DEFAULTS[k]())
         if d.get("config_verified") is not None:
@@ -381,8 +381,9 @@ class Store:
         q = sa.select(*_RUN_COLS).where(*where).order_by(*order)
         if limit is not None:
             q = q.limit(int(limit))
+        shared: dict = {}
         with self._read() as conn:
-            return [self._decode(row) for row in conn.execute(q)]
+            return [self._decode(row, shared) for row in conn.execute(q)]
 
     def runs(self, recipe: str | Sequence[str] | None = None, status: str | Sequence[str] | None = None,
              env_key: str | None = None, *, group_id: str | None = None, bench_key: str | None = None,

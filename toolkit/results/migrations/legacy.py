@@ -20,10 +20,24 @@ JSON_FIELDS = frozenset({
 JSON_DEFAULTS = {f.name: f.default_factory for f in fields(RunRow) if f.name in JSON_FIELDS}  # type: ignore[misc]
 
 
-def decode_json(d: dict) -> dict:
-    """A stored row's JSON text columns parsed (absent or empty ones get the field's default)."""
+# Provenance columns many runs of one listing share word for word (their recipe, lock, machine):
+# parsed once per listing (`decode_json(..., shared=)`); nothing mutates a stored run's values.
+SHARED_JSON = frozenset({"recipe_resolved", "lock", "tree_hashes", "arch_list", "bench_params", "server_argv",
+                         "server_info", "machine", "env_vars"})
+
+
+def decode_json(d: dict, shared: dict | None = None) -> dict:
+    """A stored row's JSON text columns parsed (absent or empty ones get the field's default).
+    `shared`: a cache (text -> value) for the SHARED_JSON columns, kept by the caller for one listing."""
     for k in JSON_FIELDS & set(d):
-        d[k] = json.loads(d[k]) if d.get(k) else JSON_DEFAULTS[k]()
+        text = d.get(k)
+        if not text:
+            d[k] = JSON_DEFAULTS[k]()
+        elif shared is not None and k in SHARED_JSON:
+            got = shared.get(text)
+            d[k] = got if got is not None else shared.setdefault(text, json.loads(text))
+        else:
+            d[k] = json.loads(text)
     return d
 
 
