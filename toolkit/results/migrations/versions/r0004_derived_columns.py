@@ -34,6 +34,7 @@ def upgrade() -> None:
             bind.execute(sa.text("UPDATE runs SET imported_file_sha256 = :f, imported_rows_sha256 = :r, "
                                  "track_recipe = :t WHERE run_id = :id"), {**d, "id": run_id})
     op.create_index("runs_order", "runs", ["started_at", "seq"])
+    op.create_index("runs_seq", "runs", ["seq"])
     op.create_index("runs_imported_file", "runs", ["imported_file_sha256"])
     op.create_index("runs_imported_rows", "runs", ["imported_rows_sha256"])
     op.create_index("runs_track", "runs", ["track_recipe"])
