@@ -25,6 +25,11 @@ Measured (2000 + 2000 comparisons, seed 20261201, 2026-12-02):
     0.05 (1.07x: no saving, but its A/A rate is 4.85%), 5 each at alpha 0.01 (A/A 0.70%): 0.64x.
   `--max-repeats 24 --prior-scale 5`: 7.92 launches, 79.2% correct; A/A 1.30% [0.85-1.90%]; fixed:
     6 each at 0.05 (0.66x), 7 each at 0.02 (A/A 1.25%): 0.57x. The 0.5x goal is not met.
+Re-measured 2026-12-02 (run's default is now sequential; the verdicts did not change): the default
+  design again 6.42 launches, A/A 1.35% [0.89-1.96%], 0.64x; prior scale 5: 6.59 launches, 70.2%
+  correct, A/A 1.20% [0.77-1.78%], 0.66x; prior scale 20: 6.63, 66.4%, A/A 0.95% [0.57-1.48%], 0.66x.
+  The fixed design matching the sequential A/A rate needs alpha 0.01 and 5 launches each either way:
+  the prior scale moves the sequential side by ~3%, not the ~25% the goal needs.
 """
 
 from __future__ import annotations

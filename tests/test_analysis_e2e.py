@@ -182,9 +182,9 @@ def test_editing_the_benchmark_moves_compare_report_and_attribute_to_the_new_run
                                                                                    capsys):
     old = 'driver = "serving"\ninput_len = 16\noutput_len = 8\nconcurrency = [1]\nnum_prompts = 3\nwarmup = 1\nrepeats = 4\n'
     root = _demo_project(tmp_path, monkeypatch, old)
-    assert main(["run", "demo/baseline", "demo/fast"]) == 0
+    assert main(["run", "demo/baseline", "demo/fast", "--fixed"]) == 0
     _set_benchmark(root, old.replace("output_len = 8", "output_len = 16"))  # edit [benchmark], re-run
-    assert main(["run", "demo/baseline", "demo/fast"]) == 0
+    assert main(["run", "demo/baseline", "demo/fast", "--fixed"]) == 0
     capsys.readouterr()
 
     assert main(["compare", "demo/baseline", "demo/fast", "--metric", "output_tok_s", "--json"]) == 0

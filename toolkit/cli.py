@@ -30,6 +30,7 @@ VERBS = {
     "track": "track",
     "history": "history",
     "report": "report",
+    "publish": "publish",
     "roofline": "roofline",
     "profile": "profile",
     "kernels": "kernels",

@@ -9,7 +9,9 @@
     efficiency  results against the roofline
     stats       Mann-Whitney U, CIs of ratios, verdicts, the verdict legend (pure)
     sequential  verdicts valid under repeated looks (confidence sequence of the ratio; pure)
-    sequential_runs  `run --sequential`: launch rounds until every pair's verdict is settled
+    sequential_runs  `run` (the default for several recipes) and `sweep`: launch rounds until every
+                pair's verdict is settled
+    sequential_steps  attribute's steps measured until settled (through a measure callback; pure)
     launch_cost GPU minutes of launches, and of the fixed design (pure)
     provenance  what else differed between two runs' envs, toolchains and resolved configs (pure)
 

@@ -101,10 +101,19 @@ class Sequential:
     higher_is_better: bool | None
     design: Design
     futile: bool = False  # unsettled, and would stay so by max_repeats at this estimate and spread
+    spread: float = math.nan  # launch-to-launch standard deviation of the log-value (pooled over A and B)
 
     @property
     def settled(self) -> bool:
         return self.verdict in (FASTER, SLOWER, HIGHER, LOWER, EQUAL)
+
+    @property
+    def noisy(self) -> bool:
+        """Unsettled at the cap (or futile), with a spread at which even two identical recipes
+        could not be called equal by max_repeats: the sequence's half-width there, at this spread,
+        is at least min_effect. The box (or the configuration) is the problem, not the effect."""
+        return (not self.settled and self.verdict != TOO_FEW and (self.futile or self.n >= self.design.max_repeats)
+                and noisy_spread(self.spread, self.design))
 
     @property
     def speedup(self) -> float:
@@ -126,8 +135,11 @@ class Sequential:
         m = f"{100 * self.design.min_effect:g}%"
         if self.verdict == TOO_FEW:
             return f"too few launches ({self.n} each; a verdict needs {self.design.min_repeats})"
+        why = f" (could not settle by {self.design.max_repeats})" if self.futile and self.n < self.design.max_repeats else ""
+        if self.noisy:
+            return (f"noisy: not settled after {self.n} launches each{why}, spread {100 * self.spread:.1f}% a launch: "
+                    f"{span} (equal within {m} needs a spread below {100 * quiet_spread(self.design):.1f}%)")
         if self.verdict == UNSETTLED:
-            why = f" (could not settle by {self.design.max_repeats})" if self.futile and self.n < self.design.max_repeats else ""
             return f"not settled after {self.n} launches each: {span}{why}"
         if self.verdict == EQUAL:
             return f"equal within {m} after {self.n} launches each [{span}]"
@@ -182,7 +194,7 @@ def look(a: Sequence[float], b: Sequence[float], *, higher_is_better: bool | Non
         raise ValueError("sequential verdicts need positive values (they compare log-values)")
     ratio, lo, hi = interval(a, b, design=design)
     if n < design.min_repeats:
-        return Sequential(TOO_FEW, n, ratio, lo, hi, higher_is_better, design)
+        return Sequential(TOO_FEW, n, ratio, lo, hi, higher_is_better, design, spread=pooled_spread(a, b))
     bound = 1.0 + design.min_effect
     if 1.0 / bound < lo and hi < bound:
         v = EQUAL
@@ -191,7 +203,28 @@ def look(a: Sequence[float], b: Sequence[float], *, higher_is_better: bool | Non
         v = (HIGHER if up else LOWER) if higher_is_better is None else (FASTER if up == higher_is_better else SLOWER)
     else:
         v = UNSETTLED
-    return Sequential(v, n, ratio, lo, hi, higher_is_better, design)
+    return Sequential(v, n, ratio, lo, hi, higher_is_better, design, spread=pooled_spread(a, b))
+
+
+def pooled_spread(a: Sequence[float], b: Sequence[float]) -> float:
+    """The pooled launch-to-launch standard deviation of the log-values of A and B (nan below 3 values)."""
+    la, lb = np.log(np.asarray(a, dtype=float)), np.log(np.asarray(b, dtype=float))
+    dof = la.size + lb.size - 2
+    if dof < 1:
+        return math.nan
+    return math.sqrt(float(((la - la.mean()) ** 2).sum() + ((lb - lb.mean()) ** 2).sum()) / dof)
+
+
+def quiet_spread(design: Design) -> float:
+    """The largest spread at which an A/A pair with this spread could still be called equal by
+    max_repeats (the sequence's half-width at max_repeats each equals log(1 + min_effect))."""
+    big = design.max_repeats
+    return math.log1p(design.min_effect) / (critical_t(big, big, alpha=design.alpha, prior_scale=design.prior_scale)
+                                            * math.sqrt(2.0 / big))
+
+
+def noisy_spread(spread: float, design: Design) -> bool:
+    return math.isfinite(spread) and spread >= quiet_spread(design)
 
 
 def futile(a: Sequence[float], b: Sequence[float], design: Design) -> bool:
@@ -242,3 +275,25 @@ def legend(design: Design = Design()) -> str:
             f"it lies within {m}; "
             f"launches {design.min_repeats}..{design.max_repeats} each (--min-repeats/--max-repeats), else not settled"
             + ("; a pair that could not settle by then at its spread stops early" if design.futility else ""))
+
+
+def verdict_word(v: Sequential) -> str:
+    """A settled verdict as a table's verdict column reads it ("faster", "equal within 2%")."""
+    return f"equal within {100 * v.design.min_effect:g}%" if v.verdict == EQUAL else v.verdict
+
+
+def settle(c, a: Sequence[float], b: Sequence[float], design: Design):
+    """A fixed-sample comparison (`toolkit.analysis.stats.Comparison`) that says "too few repeats"
+    takes the sequential verdict of the same values (launch order) when that is settled, with the
+    confidence sequence as its interval (what `run` decided on after 2 launches each); any other
+    comparison is returned as it is."""
+    import dataclasses
+
+    from toolkit.analysis import stats
+
+    if c is None or c.verdict != stats.TOO_FEW or not a or not b or any(x <= 0 for x in (*a, *b)):
+        return c
+    v = verdict(list(a), list(b), higher_is_better=c.higher_is_better, design=design)
+    if not v.settled:
+        return c
+    return dataclasses.replace(c, verdict=verdict_word(v), ci_low=v.low, ci_high=v.high)

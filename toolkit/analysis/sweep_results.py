@@ -67,8 +67,10 @@ def _answers(store: Store, ref: dict, o: Outcome) -> str | None:
 
 
 def rows(store: Store, outcomes: Sequence[Outcome], metric: str, *, sla: Sequence[Bound] = (),
-         point: int | None = None) -> list[Row]:
-    """The measured outcomes ranked (best first), outcomes[0] being the default configuration."""
+         point: int | None = None, sequential=None) -> list[Row]:
+    """The measured outcomes ranked (best first), outcomes[0] being the default configuration;
+    `sequential` (a `toolkit.analysis.sequential.Design`): a verdict with too few runs for the fixed
+    rule takes the settled sequential one (`sequential.settle`)."""
     default = outcomes[0]
     hib = metrics.higher_is_better(metric)
     out = []
@@ -94,6 +96,10 @@ def rows(store: Store, outcomes: Sequence[Outcome], metric: str, *, sla: Sequenc
         base = values(store, _runs_at(default, base_at), metric, base_at) if base_at else []
         if o is not default and base:
             c = stats.compare_values(base, xs, higher_is_better=hib, unit=metrics.unit_of(metric))
+            if sequential is not None:  # launched until settled: 2 launches each can be a verdict
+                from toolkit.analysis import sequential as seq
+
+                c = seq.settle(c, base, xs, sequential)
             verdict, change = c.verdict, c.change_pct
         if answers:  # "faster, answers changed" never reads as a plain win
             verdict = f"{verdict}, {answers}"

@@ -40,8 +40,13 @@ def add_arguments(parser) -> None:
                              "gain) or the base (every item against the start: small losses add up)")
     parser.add_argument("--direction", choices=("worse", "better"), default="worse",
                         help="look for the change that made the metric worse (a regression, default) or better (a gain)")
-    parser.add_argument("--repeats", type=positive_int, default=3, help="initial values per step")
+    parser.add_argument("--repeats", type=positive_int, default=None,
+                        help="initial values per step (default 2; 3 with --fixed)")
     parser.add_argument("--max-repeats", type=positive_int, default=8, help="bound on values per step when undecided")
+    parser.add_argument("--fixed", action="store_true",
+                        help="judge each step by the fixed-sample t interval (looked at after every top-up) instead "
+                             "of the sequential confidence sequence, which keeps its error rate however often it is "
+                             "looked at")
     parser.add_argument("--source", help="bisect releases (PyPI source) or commits (git source) of this source")
     parser.add_argument("--good", help="with --source: a known-good release or revision")
     parser.add_argument("--bad", help="with --source: a known-bad release or revision")
@@ -88,9 +93,12 @@ def run(args) -> int:
                          missing_evidence=args.missing_evidence)
     if args.executor == "slurm":  # each probe one Slurm job
         meter = _slurm_meter(recipe, home, meter, spec, args)
-    kw = dict(higher_is_better=spec.info.higher_is_better, threshold_pct=args.threshold, initial_repeats=max(2, args.repeats),
+    initial = args.repeats or (3 if args.fixed else 2)
+    kw = dict(higher_is_better=spec.info.higher_is_better, threshold_pct=args.threshold, initial_repeats=max(2, initial),
               max_repeats=args.max_repeats, on_step=lambda s: err.print(s.line, markup=False, highlight=False),
-              direction=args.direction, reference=args.reference)
+              direction=args.direction, reference=args.reference, sequential=not args.fixed)
+    if not args.fixed:  # one more value a side after each look, as the sequential rule looks
+        kw["repeat_step"] = 1
     repro = ["patchbench", "bisect", recipe.name, "--metric", args.metric, "--threshold", str(args.threshold)]
     if args.direction != "worse":
         repro += ["--direction", args.direction]
@@ -98,6 +106,8 @@ def run(args) -> int:
         repro += ["--reference", args.reference]
     if args.missing_evidence:
         repro += ["--missing-evidence"]
+    if args.fixed:
+        repro += ["--fixed"]
     commit_phase = None
     if args.source:
         source = recipe.sources.get(args.source)

@@ -53,8 +53,8 @@ def _source(recipe, args) -> str:
 def run(args) -> int:
     from pathlib import Path
 
-    from toolkit.history import definition
-    from toolkit.history.autobisect import bisect_new, key_of, load_state, state_path
+    from toolkit.history import changes as changes_mod, definition
+    from toolkit.history.autobisect import bisect_new, load_state, state_path
     from toolkit.history.otava import NotEnoughHistory, detect
     from toolkit.history.series import load_history
     from toolkit.history.track import TrackBusy, stack_digest, workspace_lock
@@ -93,26 +93,17 @@ def run(args) -> int:
         finally:
             lock.release()
     verdicts = load_state(state_path(home, recipe.name, source))["bisects"]
-    rows = []
-    for c, (before, after, direction, pct) in zip(cps, changes):
-        key = key_of(before, after, str(spec), direction)
-        rows.append({"index": c.index, "before": before.label, "after": after.label, "after_id": after.id,
-                     "direction": direction, "change_pct": pct, "magnitude": c.magnitude, "pvalue": c.pvalue,
-                     "mean_before": c.mean_before, "mean_after": c.mean_after, "bisect": verdicts.get(key),
-                     "bisected_now": key in bisected_now})
+    rows = changes_mod.rows(hist, cps, spec, verdicts, bisected_now)
     plot = None
     if measured:
         from toolkit.report.history_plot import history_figure, write_history_plot
 
         out_dir = Path(args.output) if args.output else state_path(home, recipe.name, source).parent
-        pos = {e.id: i for i, e in enumerate(hist.entries)}
         title = f"{recipe.name}: {spec} across {source} history"
-        marks = [{"index": pos[r["after_id"]], "direction": r["direction"], "change_pct": r["change_pct"],
-                  "culprit": (r["bisect"] or {}).get("culprit")} for r in rows]
         fig = history_figure(title, f"{spec.metric} ({spec.info.unit})", [e.label for e in hist.entries],
-                             [e.value for e in hist.entries], marks)
+                             [e.value for e in hist.entries], changes_mod.marks(hist, rows))
         plot = write_history_plot(fig, out_dir, f"{source}-{spec.metric}@{spec.point}", title,
-                                  ([_line(r) for r in rows] or [why_none or "no change points"])
+                                  ([changes_mod.line(r) for r in rows] or [why_none or "no change points"])
                                   + hist.older_lines())
     if args.json:
         print_json({"recipe": recipe.name, "source": source, "metric": spec.metric, "point": spec.point,
@@ -148,15 +139,10 @@ def _print(hist, rows, why_none, plot, spec) -> None:
         console.print(why_none)
     elif not rows:
         console.print("no change points (Otava's E-Divisive)")
+    from toolkit.history.changes import line as change_line
+
     for r in rows:
-        console.print(_line(r), markup=False)
+        console.print(change_line(r), markup=False)
     if plot:
         console.print(f"plot: {plot['png']} ({plot['svg']}, {plot['html']})")
 
-
-def _line(r: dict) -> str:
-    line = f"change point {r['before']} -> {r['after']}: {r['change_pct']:+.1f}% ({r['direction']}), p={r['pvalue']:.2g}"
-    b = r["bisect"]
-    if b:
-        line += f"; bisect: {b.get('culprit') or 'no single commit'} ({b.get('message', '')})"
-    return line

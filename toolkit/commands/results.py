@@ -16,13 +16,16 @@ from toolkit.analysis.selection import add_selection_arguments, criteria_from_ar
 from toolkit.commands.common import console, store_of
 from toolkit.errors import plural
 
-HELP = "list stored runs (status, provenance, headline numbers) or export them (JSON/CSV)"
+HELP = "list stored runs (status, provenance, headline numbers) or export them (JSON/CSV/PyTorch HUD v3)"
 
 
 def add_arguments(parser) -> None:
     parser.add_argument("recipes", nargs="*", metavar="RECIPE", help="only these recipes")
     parser.add_argument("--status", choices=["ok", "failed", "invalid", "interrupted", "running"], default=None)
-    parser.add_argument("--export", choices=["json", "csv"], default=None, help="write runs and samples")
+    parser.add_argument("--export", choices=["json", "csv", "hud"], default=None,
+                        help="write runs and samples: json (re-importable), csv (one row per sample), hud "
+                             "(PyTorch HUD v3 benchmark records: one per configuration, metric and point, "
+                             "the repeats as values; ok runs unless --status)")
     parser.add_argument("--output", "-o", default=None, help="export file (default: stdout)")
     parser.add_argument("--limit", type=int, default=50)
     parser.add_argument("--selected", action="store_true",
