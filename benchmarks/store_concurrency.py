@@ -17,6 +17,11 @@ synchronous commit on, as a real server runs.
 
     python benchmarks/store_concurrency.py [--writers 8] [--runs 50] [--big 10000] [--pg-url URL]
 
+Measured 2026-12-02 on the shared 2-core box (load 7-9, PostgreSQL 15 throwaway cluster, fsync on):
+400/400 runs stored on both, 0 lost, 0 duplicated, 0 half-written seen; writes 61 runs/s (1466
+samples/s) PostgreSQL, 33 runs/s (785 samples/s) SQLite; compare under the writers 0.68 s / 0.17 s;
+10,000-run store: compare 0.44 s PostgreSQL, 0.45 s SQLite (median of 5).
+
 Exit status 0 when both engines stored every run exactly once, no reader saw half a run, and compare
 on the big store took under 1 s on both.
 """

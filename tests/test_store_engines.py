@@ -64,7 +64,7 @@ def test_a_sweep_recorded_into_postgresql_answers_as_in_sqlite(demo, home, pg_se
     pg = Store(pg_url)
     kept = tmp_path / "shared-artifacts"
     (home / "config.toml").write_text(f'[store]\nartifacts = "{kept}"\n')
-    assert main(["run", "demo/baseline", "demo/fast", "--store", pg_url]) == 0
+    assert main(["run", "demo/baseline", "demo/fast", "--fixed", "--store", pg_url]) == 0
     runs = pg.runs()
     assert len(runs) == 4 and {r.status for r in runs} == {"ok"} and len(pg.samples([r.run_id for r in runs])) >= 4
 
