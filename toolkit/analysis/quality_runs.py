@@ -145,9 +145,10 @@ def lines(answers: dict) -> list[str]:
             + f": {text}" for text, where in groups.items()]
 
 
-def meter_verdicts(store, log: Sequence, names: Sequence[str]) -> dict[str, dict[int, QualityVerdict]]:
-    """attribute/bisect: each measured prefix (`log`: (label, env key, values, run ids), label
-    "prefixK") against the base (prefix0), keyed "+K NAME"."""
+def _per_prefix(store, log: Sequence, names: Sequence[str], judge) -> dict:
+    """attribute/bisect: `judge(base runs, prefix runs)` for each measured prefix (`log`: (label, env
+    key, values, run ids), label "prefixK") against the base (prefix0), keyed "+K NAME"; prefixes
+    whose verdict is empty or None are left out."""
     runs = {label: store.runs(run_ids=ids) for label, _, _, ids in log}
     base = runs.get("prefix0")
     if not base:
@@ -156,11 +157,15 @@ def meter_verdicts(store, log: Sequence, names: Sequence[str]) -> dict[str, dict
     for label, rows in runs.items():
         if label.startswith("prefix") and label != "prefix0":
             k = int(label[len("prefix"):])
-            name = names[k - 1] if 0 < k <= len(names) else label
-            verdicts_k = judge_runs(base, rows)
-            if verdicts_k:
-                out[f"+{k} {name}"] = verdicts_k
+            verdict = judge(base, rows)
+            if verdict:
+                out[f"+{k} {names[k - 1] if 0 < k <= len(names) else label}"] = verdict
     return out
+
+
+def meter_verdicts(store, log: Sequence, names: Sequence[str]) -> dict[str, dict[int, QualityVerdict]]:
+    """attribute/bisect: the answers' verdicts of each measured prefix against the base, keyed "+K NAME"."""
+    return _per_prefix(store, log, names, judge_runs)
 
 
 _RANK = ("broken output", "answers changed", "check failed", "not informative", "too few launches", "same answers")
@@ -211,18 +216,7 @@ def gate_verdicts(sel) -> dict:
 def meter_gates(store, log: Sequence, names: Sequence[str]) -> dict:
     """attribute/bisect: the gate's verdict of each measured prefix against the base (prefix0),
     keyed "+K NAME" as meter_verdicts."""
-    runs = {label: store.runs(run_ids=ids) for label, _, _, ids in log}
-    base = runs.get("prefix0")
-    if not base:
-        return {}
-    out = {}
-    for label, rows in runs.items():
-        if label.startswith("prefix") and label != "prefix0":
-            k = int(label[len("prefix"):])
-            g = gate_of(rows, base)
-            if g is not None:
-                out[f"+{k} {names[k - 1] if 0 < k <= len(names) else label}"] = g
-    return out
+    return _per_prefix(store, log, names, lambda base, rows: gate_of(rows, base))
 
 
 def gate_lines(gates: dict) -> list[str]:
