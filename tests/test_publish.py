@@ -66,7 +66,7 @@ def filled(tmp_path_factory):
                                        n_releases=4)
         mp.setenv("PATCHBENCH_MINI_INDEX", releases["index"])
         mp.setenv("PATCHBENCH_OTAVA_ENV", str(TEST_CACHE / "otava-0.8.0"))
-        assert main(["run", "demo/baseline", "demo/fast"]) == 0
+        assert main(["run", "demo/baseline", "demo/fast", "--fixed"]) == 0
         assert main(["sweep", "mine/sweep", "--repeats", "1", "-o", str(root / "sweep")]) == 0
         assert main(["track", "demo/update", "--source", "sglang", "--releases", "--repeats", "1"]) == 0
         yield {"root": root, "home": home, "store": home / "results.sqlite"}

@@ -296,14 +296,14 @@ def test_track_settle_launches_a_step_that_looks_like_a_change_until_settled(hom
     monkeypatch.setenv("PATCHBENCH_MINI_INDEX", meta["index"])
     monkeypatch.setenv("PATCHBENCH_RECIPES", str(REPO_ROOT / "recipes"))
     argv = ["track", "demo/update", "--source", "sglang", "--releases", "--since", "0.1.1", "--limit", "2",
-            "--settle", "--max-repeats", "4", "--json"]
+            "--settle", "--max-repeats", "8", "--json"]  # 8: a loaded box spreads runs 20-30%
     assert main(argv) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["measured"] == ["0.1.1", "0.1.2"]
     [step] = out["steps"]
     assert (step["before"], step["after"], step["verdict"]) == ("0.1.1", "0.1.2", "slower") and step["settled"]
     n = step["launches_each"]  # 2 on a quiet box; a busy 2-core one can need a third
-    assert 2 <= n <= 4 and len(out["run_ids"]) == 2 * n and f"slower after {n} launches each" in step["text"]
+    assert 2 <= n <= 8 and len(out["run_ids"]) == 2 * n and f"slower after {n} launches each" in step["text"]
     assert main(["track", "demo/update", "--source", "sglang", "--releases", "--max-repeats", "4"]) == 2
     assert "--max-repeats is for --settle" in capsys.readouterr().err
 
