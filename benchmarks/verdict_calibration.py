@@ -1,14 +1,18 @@
 """Each verdict's promise, measured: its false-alarm rate under no change and its power at a stated
 effect, from seeded simulations run through the public verdict functions (the answers verdict
 `toolkit.analysis.answers_verdict.judge`, the gate `toolkit.analysis.gate_verdict.judge`, the speed
-verdict `toolkit.analysis.stats.verdict`).
+verdict `toolkit.analysis.stats.verdict`, the change point `toolkit.history.otava.detect_many`
+(Apache Otava in its own env, then `toolkit.history.change_verdict.judge`), the bisect step
+`toolkit.analysis.bisect.bisect_stack`, the kernel shape `toolkit.kernels.table.compare`, the box's
+clock flag `toolkit.results.box_flags.clock_flags`, the profile's kernel-family verdict
+`toolkit.profile.diff.kernel_diff`).
 
 A row of the table is a `Row` in `ROWS`: a name, the stated alpha, `false_alarm(seed, n)` and
 `power(seed, n)` (each returns how many of n simulated cases raised the verdict's alarm), the effect
 the power is measured at, and the power the verdict promises there (None: reported, not promised).
-To add a verdict (SLA limit, change point), append rows built the same way; `measure` and the table
-need nothing else. A rate "holds" when its exact 95% Clopper-Pearson interval reaches down to the
-stated alpha or below (false alarms) and the power is at least its target.
+To add a verdict, append rows built the same way; `measure` and the table need nothing else. A
+rate "holds" when its exact 95% Clopper-Pearson interval reaches down to the stated alpha or below
+(false alarms) and the power is at least its target.
 
 Noise models (the ones each verdict assumes):
 - answers: 64 prompts; an unstable prompt gives each launch one of two answers at random (1/2 each:
@@ -19,8 +23,23 @@ Noise models (the ones each verdict assumes):
   questions wrong in the candidate.
 - speed: one value per launch (the run-to-run spread the verdict tests against), normal with a
   coefficient of variation of 3%; the effect multiplies the candidate's mean.
+- change point: a tracked series of 20 points, each with gaussian relative noise (1%, 3%); the
+  effect a -10% step at the middle. Every case of a rate goes to Otava in one start of its
+  interpreter (`detect_many`), so each rate costs a few seconds.
+- bisect step: a one-patch stack (its one step decides), each run's value gaussian with CV 3%, the
+  default threshold (5%), repeats (3, up to 10) and alpha; the alarm is the step calling the patch
+  bad. At half the threshold, only a *decided* bad step counts (an undecided one says "uncertain").
+- kernel shape: 10 trials per record, each the median of 5 timed iterations with 2% noise.
+- box flag: 8 runs of one GPU kind, each run's median SM clock with 0.5% relative noise (a quarter
+  of the 2% tolerance, `box_flags.STEADY_CLOCK_NOISE`); the alarm: the first run flagged.
+- profile family: per profile, 20 decode steps of one family, each the profile's level (run-to-run
+  CV 3%, or 10% for a busy CPU) times 1 + an exponential extra (mean 5%): time the machine takes
+  from the work; the effect multiplies B's level.
 
-    python benchmarks/verdict_calibration.py [--cases 2000] [--seed 1] [--json out.json]
+    python benchmarks/verdict_calibration.py [--cases 2000] [--seed 1] [--json out.json] [--only TEXT]
+
+The change-point rows need Apache Otava's env ($PATCHBENCH_OTAVA_ENV, else
+$PATCHBENCH_HOME/tools/otava-0.8.0, made on first use). `--only TEXT`: the rows whose name contains it.
 
 Exit 1 when a row does not hold.
 """
@@ -212,7 +231,172 @@ def speed_rows() -> list[Row]:
                 speed_case(n, effect), f"+{effect:.0%} throughput", 0.8) for n, effect in ((4, 0.10), (8, 0.06))]
 
 
-ROWS: list[Row] = [*answers_rows(), *gate_rows(), *speed_rows()]
+# --- change point (history) ------------------------------------------------------------------------
+
+SERIES = 20  # tracked points per series
+
+
+def _otava_home() -> Path:
+    from toolkit.workspace import default_home
+
+    return default_home()
+
+
+def change_case(noise: float, step: float) -> Simulate:
+    """Series of SERIES points with `noise` relative gaussian noise; `step`: the relative change of
+    the second half (0: a flat series). One start of Otava's interpreter for all the cases."""
+    from toolkit.history import otava
+
+    def simulate(seed: int, cases: int) -> int:
+        rng = np.random.default_rng(seed)
+        level = np.where(np.arange(SERIES) < SERIES // 2, 1.0, 1.0 - step)
+        many = [list(100.0 * level * (1 + noise * rng.standard_normal(SERIES))) for _ in range(cases)]
+        return sum(bool(d.change_points) for d in otava.detect_many(many, _otava_home()))
+    return simulate
+
+
+def change_rows() -> list[Row]:
+    from toolkit.history.otava import DEFAULTS
+
+    alpha = DEFAULTS["alpha"]
+    return [Row(f"change point: flat {SERIES}-point series, {n:.0%} noise", alpha, change_case(n, 0.0),
+                change_case(n, 0.10), f"-10% step at point {SERIES // 2}", 0.8) for n in (0.01, 0.03)]
+
+
+# --- bisect step -----------------------------------------------------------------------------------
+
+BISECT_THRESHOLD = 5.0  # %, bisect's default
+
+
+def bisect_case(loss: float, *, certain_only: bool = False) -> Simulate:
+    """One bisect step (a one-patch stack: the step decides the culprit) with CV values per run;
+    `loss`: the patch's true relative loss. Alarm: the step calls the patch bad (`certain_only`: a
+    decided step, not one that sided with its point estimate at max_repeats)."""
+    from toolkit.analysis.bisect import BAD, bisect_stack
+
+    def simulate(seed: int, cases: int) -> int:
+        rng = np.random.default_rng(seed)
+        alarms = 0
+        for _ in range(cases):
+            def measure(k: int, r: int) -> list[float]:
+                return list(100.0 * (1 - loss * k) * (1 + CV * rng.standard_normal(r)))
+            step = bisect_stack(1, measure, threshold_pct=BISECT_THRESHOLD).steps[0]
+            alarms += step.outcome == BAD and (step.certain or not certain_only)
+        return alarms
+    return simulate
+
+
+def bisect_rows() -> list[Row]:
+    half = BISECT_THRESHOLD / 200
+    return [Row(f"bisect step: no change, CV {CV:.0%}, threshold {BISECT_THRESHOLD:g}%", stats.DEFAULT_ALPHA / 2,
+                bisect_case(0.0), bisect_case(0.10), "-10% (twice the threshold)", 0.8),
+            Row(f"bisect step: decided bad at a {half:.1%} loss (half threshold)", stats.DEFAULT_ALPHA / 2,
+                bisect_case(half, certain_only=True))]
+
+
+# --- kernel shape compare --------------------------------------------------------------------------
+
+TRIALS = 10
+TRIAL_CV = 0.02
+
+
+def _kernel_record(rng: np.random.Generator, ms: float) -> dict:
+    times = [list(ms * (1 + TRIAL_CV * rng.standard_normal(5))) for _ in range(TRIALS)]
+    return {"op": "calibration", "results": [{"shape": {"m": 1}, "status": "ok", "times_ms": times,
+                                              "correctness": {"verdict": "ok"}}]}
+
+
+def kernel_case(speedup: float) -> Simulate:
+    from toolkit.kernels.table import compare
+
+    def simulate(seed: int, cases: int) -> int:
+        rng = np.random.default_rng(seed)
+        return sum(compare(_kernel_record(rng, 1.0), _kernel_record(rng, 1.0 / (1 + speedup)))[0].verdict
+                   in (stats.FASTER, stats.SLOWER) for _ in range(cases))
+    return simulate
+
+
+def kernel_rows() -> list[Row]:
+    return [Row(f"kernel shape: {TRIALS} vs {TRIALS} trials, CV {TRIAL_CV:.0%}", stats.DEFAULT_ALPHA,
+                kernel_case(0.0), kernel_case(0.05), "+5% speed", 0.8)]
+
+
+# --- box flags (SM clock outlier) ------------------------------------------------------------------
+
+RUNS_COMPARED = 8
+CLOCK_MHZ = 1965.0
+
+
+@dataclass(frozen=True)
+class _Run:
+    run_id: str
+    extra: dict
+    gpu_key: str = "gpu"
+
+
+def box_case(sigma: float, slow: float) -> Simulate:
+    """RUNS_COMPARED runs of one GPU kind, median SM clocks with relative noise `sigma`; the first is
+    `slow` lower (0: a steady box). Alarm: the first run flagged (toolkit.results.box_flags)."""
+    from toolkit.results.box_flags import CLOCK, clock_flags
+
+    def simulate(seed: int, cases: int) -> int:
+        rng = np.random.default_rng(seed)
+        alarms = 0
+        for _ in range(cases):
+            clocks = CLOCK_MHZ * (1 + sigma * rng.standard_normal(RUNS_COMPARED))
+            clocks[0] *= 1 - slow
+            runs = [_Run(str(i), {"gpu_state": {"available": True, "metrics": {CLOCK: float(c)}}})
+                    for i, c in enumerate(clocks)]
+            alarms += "0" in clock_flags(runs)
+        return alarms
+    return simulate
+
+
+def box_rows() -> list[Row]:
+    from toolkit.results.box_flags import CLOCK_TOLERANCE, STEADY_CLOCK_NOISE, STEADY_FALSE_FLAGS
+
+    return [Row(f"box flag: clock noise {STEADY_CLOCK_NOISE:.1%}, tolerance {CLOCK_TOLERANCE:.0%}, "
+                f"{RUNS_COMPARED} runs", STEADY_FALSE_FLAGS, box_case(STEADY_CLOCK_NOISE, 0.0),
+                box_case(STEADY_CLOCK_NOISE, 0.05), "one run's clock 5% low", 0.99)]
+
+
+# --- profile kernel-family diff --------------------------------------------------------------------
+
+STEPS = 20
+PROFILE_CV = 0.03  # run-to-run, of a family's per-profile minimum
+STEP_JITTER = 0.05  # within a profile, mean of the exponential extra time per step
+
+
+def _profile(rng: np.random.Generator, ms: float, cv: float) -> dict:
+    run = ms * (1 + cv * rng.standard_normal())
+    steps = list(run * (1 + rng.exponential(STEP_JITTER, STEPS)))
+    return {"ranks": [{"rank": 0, "step_ms": 10 * ms, "family_ms": {"attention": sum(steps) / STEPS},
+                       "per_step_ms": {"attention": steps}}]}
+
+
+def profile_case(profiles: int, change: float, cv: float = PROFILE_CV) -> Simulate:
+    from toolkit.profile.diff import kernel_diff
+
+    def simulate(seed: int, cases: int) -> int:
+        rng = np.random.default_rng(seed)
+        return sum(kernel_diff([_profile(rng, 1.0, cv) for _ in range(profiles)],
+                               [_profile(rng, 1.0 - change, cv) for _ in range(profiles)])[0].verdict
+                   in ("faster", "slower") for _ in range(cases))
+    return simulate
+
+
+def profile_rows() -> list[Row]:
+    from toolkit.profile.diff import ALPHA
+
+    return [Row("profile family: one profile each (no verdict)", 0.0, profile_case(1, 0.0)),
+            *(Row(f"profile family: {n} vs {n} profiles, CV {PROFILE_CV:.0%}", ALPHA, profile_case(n, 0.0),
+                  profile_case(n, 0.30), "-30% family time", 0.8) for n in (2, 3)),
+            Row("profile family: 2 vs 2 profiles, CV 10% (a busy CPU)", ALPHA, profile_case(2, 0.0, 0.10),
+                profile_case(2, 0.30, 0.10), "-30% family time")]
+
+
+ROWS: list[Row] = [*answers_rows(), *gate_rows(), *speed_rows(), *change_rows(), *bisect_rows(), *kernel_rows(),
+                   *box_rows(), *profile_rows()]
 
 
 def _pct(x: float) -> str:
@@ -220,14 +404,14 @@ def _pct(x: float) -> str:
 
 
 def table(results: list[Result]) -> str:
-    head = f"{'verdict':<58} {'alpha':>5}  {'false alarms [95% CI]':<24} {'power [95% CI]':<24} at effect"
+    head = f"{'verdict':<62} {'alpha':>5}  {'false alarms [95% CI]':<24} {'power [95% CI]':<24} at effect"
     lines = [head, "-" * len(head)]
     for r in results:
         fa = f"{_pct(r.false_alarm_rate)} [{_pct(r.false_alarm_ci[0])}, {_pct(r.false_alarm_ci[1])}]"
         pw = (f"{_pct(r.power)} [{_pct(r.power_ci[0])}, {_pct(r.power_ci[1])}]" if r.power is not None else "-")
         target = f" (target {r.power_target:.0%})" if r.power_target else ""
         mark = "" if r.holds else "  <- does not hold"
-        lines.append(f"{r.name:<58} {r.stated_alpha:>5g}  {fa:<24} {pw:<24} {r.effect}{target}{mark}")
+        lines.append(f"{r.name:<62} {r.stated_alpha:>5g}  {fa:<24} {pw:<24} {r.effect}{target}{mark}")
     lines.append(f"{results[0].cases if results else 0} simulated cases per rate, seeded; exact Clopper-Pearson "
                  "intervals; a false-alarm rate holds when its interval reaches the stated alpha or below")
     return "\n".join(lines)
@@ -238,11 +422,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cases", type=int, default=2000, help="simulated cases per rate (default 2000)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    ap.add_argument("--only", metavar="TEXT", help="only the rows whose name contains TEXT")
     args = ap.parse_args(argv)
     if args.cases < 1:
         print(f"error: --cases must be at least 1, not {args.cases}", file=sys.stderr)
         return 2
-    results = [measure(row, args.seed + 10 * i, args.cases) for i, row in enumerate(ROWS)]
+    results = [measure(row, args.seed + 10 * i, args.cases) for i, row in enumerate(ROWS)
+               if not args.only or args.only in row.name]
+    if not results:
+        print(f"error: no row's name contains {args.only!r}", file=sys.stderr)
+        return 2
     print(table(results))
     if args.json:
         Path(args.json).write_text(json.dumps([r.to_dict() for r in results], indent=2) + "\n")

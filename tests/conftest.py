@@ -346,3 +346,30 @@ def pip_download(args: list[str], dest: Path) -> subprocess.CompletedProcess:
         if out.returncode == 0:
             return out
     return out
+
+
+@pytest.fixture(scope="session")
+def pg_server():
+    """One real PostgreSQL cluster for the test run (tests/postgres_server.py), shared by the xdist
+    workers. Missing PostgreSQL skips outside CI (saying why) and fails in CI (`CI` set)."""
+    import tempfile
+
+    import postgres_server
+
+    why = postgres_server.unavailable()
+    if why:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI needs PostgreSQL for the store tests: {why}")
+        pytest.skip(why)
+    run = re.sub(r"\W", "", os.environ.get("PYTEST_XDIST_TESTRUNUID") or f"solo{os.getpid()}")[:16]
+    server = postgres_server.shared_server(Path(tempfile.gettempdir()) / f"patchbench-pg-{run}")
+    yield server
+    postgres_server.release(server)
+
+
+@pytest.fixture
+def pg_url(pg_server):
+    """A fresh database on the shared cluster, as a store URL (postgresql://...)."""
+    import postgres_server
+
+    return postgres_server.new_database(pg_server)

@@ -124,3 +124,12 @@ def test_a_shapes_file_of_the_wrong_form_says_what_it_must_hold(text, words, hom
     assert main(["kernels", "demo/baseline", "--op", "test.matmul", "--shapes", str(shapes)]) == 2
     line = _error(capsys)
     assert all(w in line for w in words), line
+
+
+@pytest.mark.parametrize("value", ["0", "1.5", "often"])
+def test_history_alpha_outside_0_1_is_refused(value, home, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["history", "demo/update", "--metric", "output_tok_s@1", "--alpha", value])
+    assert exc.value.code == 2
+    line = _error(capsys)
+    assert "--alpha" in line and repr(value) in line and "between 0 and 1" in line, line

@@ -18,7 +18,7 @@ def test_missing_evidence_makes_the_run_invalid_and_compare_leaves_it_out(tmp_pa
     (proj / "recipes/t/ghost.toml").write_text(
         'extends = "demo/baseline"\n[patches]\nsglang = ["demo/faster-decode.patch"]\n'
         '[evidence."demo/faster-decode.patch"]\nlog = "fused decode step active"\n' + SHORT)
-    assert main(["run", "t/fast", "t/ghost"]) == 1  # a run of the sweep is not ok
+    assert main(["run", "t/fast", "t/ghost", "--fixed"]) == 1  # a run of the sweep is not ok
     store = Store(home / "results.sqlite")
     runs = {r.recipe: r for r in store.runs()}
     assert runs["t/fast"].status == "ok"

@@ -125,8 +125,11 @@ def test_track_resumes_after_a_kill_and_holds_one_lock(home, monkeypatch, capsys
     rc, again = cli_json(capsys, ["track", "demo/update", "--source", "sglang", "--releases"])
     assert rc == 0 and again["measured"] == [] and len(again["already_measured"]) == 4
 
-    # history: four points, the doubled step cost between 0.1.1 and 0.1.2 is a change point
-    rc, hist = cli_json(capsys, ["history", "demo/update", "--metric", "output_tok_s@1"])
+    # history: four points, the doubled step cost between 0.1.1 and 0.1.2 is a change point. One run
+    # per point on a loaded box reads e.g. 81, 75, 41, 44 (t across the split p = 0.009): four points
+    # cannot reach the default 0.01 per series after the 3-split correction, so the test states 0.05
+    rc, hist = cli_json(capsys, ["history", "demo/update", "--metric", "output_tok_s@1",
+                                 "--alpha", "0.05", "--max-pvalue", "0.05"])
     assert rc == 0 and [e["label"] for e in hist["series"]] == four_releases["versions"]
     assert [(c["before"], c["after"], c["direction"]) for c in hist["change_points"]] == [("0.1.1", "0.1.2", "worse")]
     assert Path(hist["plot"]["png"]).stat().st_size > 0 and "<svg" in Path(hist["plot"]["svg"]).read_text()

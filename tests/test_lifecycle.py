@@ -212,7 +212,7 @@ def test_one_batch_failure_stores_and_shows_the_last_lines(proj, home, capsys):
 def test_a_version_1_store_gains_the_interrupted_status_and_keeps_its_runs(tmp_path):
     import sqlite3
 
-    from toolkit.results.store import MIGRATIONS
+    from toolkit.results.store import MIGRATIONS, SCHEMA_VERSION
 
     path = tmp_path / "old.sqlite"
     conn = sqlite3.connect(path, isolation_level=None)
@@ -226,7 +226,7 @@ def test_a_version_1_store_gains_the_interrupted_status_and_keeps_its_runs(tmp_p
                  "VALUES ('r1', 'output_tok_s', 1.0, 'tok/s', 1, 'concurrency')")
     conn.close()
     store = Store(path)
-    assert store.schema_version() == 3
+    assert store.schema_version() == SCHEMA_VERSION  # migrated to the newest
     assert store.mark_interrupted("r1", "interrupted: gone") is True
     assert store.mark_interrupted("r1", "again") is False  # only a running run is marked
     run = store.get_run("r1")

@@ -26,7 +26,7 @@ def test_evidence_metric_says_where_and_a_roofline_beaten_is_flagged(tmp_path, h
     (proj / "recipes/t/base.toml").write_text('extends = "demo/fast"\n' + SHORT + PROOF + WRONG_ROOFLINE
                                               + '[server.args]\nmini-step-base-ms = 10\n')
     (proj / "recipes/t/fast.toml").write_text('extends = "demo/fast"\n' + SHORT + PROOF + '[target]\ngpu = "h100"\n')
-    assert main(["run", "t/base", "t/fast"]) == 0
+    assert main(["run", "t/base", "t/fast", "--fixed"]) == 0
     assert "(1 patch)" in capsys.readouterr().err  # not "1 patches"
     store = Store(home / "results.sqlite")
     for run in store.runs(recipe="t/fast"):

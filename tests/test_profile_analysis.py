@@ -172,17 +172,27 @@ def _profile(**per_family_steps):
 
 
 def test_kernel_diff_verdicts():
+    """Faster/slower only from 2 profiles each (Student's t on the per-profile minima, p < 0.05, and
+    at least 10% of A); one profile of either recipe shows its numbers and no verdict."""
+    from toolkit.profile.diff import FamilyDiff, NEGLIGIBLE, NOT_SIGNIFICANT, ONE_EACH, TOO_FEW
+
     a = [_profile(moe_gemm=[10.0, 10.5, 9.8, 10.2], norm_act=[1.0, 1.2, 0.9, 1.1]),
          _profile(moe_gemm=[10.1, 10.3, 9.9, 10.0], norm_act=[1.05, 1.0, 1.1, 0.95])]
-    b = [_profile(moe_gemm=[3.0, 3.1, 2.9, 3.2], norm_act=[1.1, 0.9, 1.0, 1.2])]
+    b = [_profile(moe_gemm=[3.0, 3.1, 2.9, 3.2], norm_act=[1.1, 0.9, 1.0, 1.2]),
+         _profile(moe_gemm=[3.05, 3.0, 2.95, 3.1], norm_act=[0.92, 1.0, 1.1, 1.0])]
     diffs = {d.family: d for d in kernel_diff(a, b)}
-    assert diffs["moe_gemm"].verdict == "faster" and diffs["moe_gemm"].delta_ms == pytest.approx(3.05 - 10.1, abs=0.2)
-    assert diffs["norm_act"].verdict == "unchanged within spread"
-    assert diffs["moe_gemm"].n_a == 2 and diffs["moe_gemm"].n_b == 1
-    from toolkit.profile.diff import FamilyDiff
+    assert diffs["moe_gemm"].verdict == "faster" and diffs["moe_gemm"].delta_ms == pytest.approx(2.925 - 9.85, abs=0.01)
+    assert diffs["moe_gemm"].p_value < 0.01 and diffs["moe_gemm"].n_a == diffs["moe_gemm"].n_b == 2
+    assert diffs["norm_act"].verdict == NOT_SIGNIFICANT
+    # one profile of B: the numbers, no verdict (the steps of one trace cannot show the run-to-run spread)
+    one = {d.family: d for d in kernel_diff(a, b[:1])}
+    assert one["moe_gemm"].verdict == TOO_FEW and one["moe_gemm"].p_value is None
+    assert kernel_diff(a[:1], b[:1])[0].verdict == ONE_EACH
 
-    assert FamilyDiff("x", 0.20, 0.16, 0.005, 2, 2, step_a_ms=30.0).verdict == "negligible (<1% of the step)"
-    assert FamilyDiff("x", 0.20, 0.16, 0.005, 2, 2, step_a_ms=1.0).verdict == "faster"
+    assert FamilyDiff("x", 0.20, 0.16, 0.005, 2, 2, step_a_ms=30.0, p_value=0.001).verdict == NEGLIGIBLE
+    assert FamilyDiff("x", 0.20, 0.16, 0.005, 2, 2, step_a_ms=1.0, p_value=0.001).verdict == "faster"
+    assert FamilyDiff("x", 0.20, 0.16, 0.005, 2, 2, step_a_ms=1.0, p_value=0.2).verdict == NOT_SIGNIFICANT
+    assert FamilyDiff("x", 0.20, 0.19, 0.001, 2, 2, step_a_ms=1.0, p_value=0.001).verdict == NOT_SIGNIFICANT  # < 10%
 
 
 def test_stacked_bar_figure(tmp_path):

@@ -91,7 +91,7 @@ def test_hash_text_is_not_informative_and_a_failed_check_keeps_the_speed(home, t
     (proj / "recipes" / "demo" / "qa.toml").write_text(textwrap.dedent(small).replace("repeats = 2", "repeats = 3"))
     (proj / "recipes" / "demo" / "qb.toml").write_text(textwrap.dedent(small)
                                                        + "[server.args]\nmini-step-base-ms = 11\n")
-    assert main(["run", "demo/qa", "demo/qb"]) == 0
+    assert main(["run", "demo/qa", "demo/qb", "--fixed"]) == 0
     store = Store(home / "results.sqlite")
     runs = store.runs(recipe="demo/qa", status="ok")
     assert len(runs) == 3
@@ -144,7 +144,7 @@ def test_torch_answers_beside_speed(home, tmp_path, monkeypatch, capsys):
     others: same answers; smaller experts: answers changed; the zeroing tile: faster, and broken output
     at c=16 (run invalid) while the same answers at c=1; compare, report and attribute say both."""
     proj = demo_project(tmp_path, monkeypatch)
-    assert main(["run", "demo/torch-baseline", "demo/torch-zero-experts"]) == 1  # the zeroing runs: invalid
+    assert main(["run", "demo/torch-baseline", "demo/torch-zero-experts", "--fixed"]) == 1  # the zeroing runs: invalid
     assert main(["run", "demo/torch-small-experts", "--repeats", "1"]) == 0
     store = Store(home / "results.sqlite")
     base = store.runs(recipe="demo/torch-baseline", status="ok")
@@ -309,7 +309,7 @@ def test_gate_runs_the_envs_evaluation(home, tmp_path, monkeypatch, capsys):
         """
     (demo / "ga.toml").write_text(textwrap.dedent(recipe).replace("min_accuracy = 0.5\n", "dataset = \"gsm10.jsonl\"\n"))
     (demo / "gb.toml").write_text(textwrap.dedent(recipe) + 'dataset = "gsm10.jsonl"\n')
-    assert main(["run", "demo/ga", "demo/gb"]) == 0
+    assert main(["run", "demo/ga", "demo/gb", "--fixed"]) == 0
     store = Store(home / "results.sqlite")
     run = store.runs(recipe="demo/gb", status="ok")[-1]
     ev = run.extra["quality"]["eval"]

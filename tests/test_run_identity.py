@@ -93,7 +93,7 @@ def test_a_server_argument_separates_runs_that_share_an_env(demo, capsys):
 def test_verify_runs_and_missing_evidence_never_move_compare(demo, capsys):
     _recipe(demo, "mine/noproof", 'extends = "demo/fast"\n[evidence."demo/faster-decode.patch"]\n'
                                   'log = "this line is never printed"\n')
-    assert main(["run", "demo/baseline", "demo/fast"]) == 0
+    assert main(["run", "demo/baseline", "demo/fast", "--fixed"]) == 0
     rc, before = _json(capsys, ["compare", "demo/baseline", "demo/fast", "--metric", "output_tok_s"])
     assert rc == 0
     # a verification launches once per recipe and stores a run without samples: it never counts
@@ -105,7 +105,7 @@ def test_verify_runs_and_missing_evidence_never_move_compare(demo, capsys):
     assert rc == 0 and after["runs"] == before["runs"] and after["rows"] == before["rows"]
 
     # missing evidence: stored invalid with its samples; out by default, selected on request
-    assert main(["run", "demo/baseline", "mine/noproof"]) == 1  # mine/noproof's runs are invalid
+    assert main(["run", "demo/baseline", "mine/noproof", "--fixed"]) == 1  # mine/noproof's runs are invalid
     bad = store.runs(recipe="mine/noproof")
     assert len(bad) == 2 and all(r.status == "invalid" and r.missing_evidence for r in bad)
     assert store.samples([r.run_id for r in bad], metric="output_tok_s")
@@ -130,9 +130,9 @@ def test_verify_runs_and_missing_evidence_never_move_compare(demo, capsys):
 def test_editing_a_child_benchmark_says_the_benchmarks_differ_then_counts_the_new_runs(demo, capsys):
     """The new user's path: edit [benchmark] of a child recipe, re-run both, compare."""
     _recipe(demo, "mine/quick", 'extends = "demo/baseline"\n')
-    assert main(["run", "demo/baseline", "mine/quick"]) == 0
+    assert main(["run", "demo/baseline", "mine/quick", "--fixed"]) == 0
     _recipe(demo, "mine/quick", 'extends = "demo/baseline"\n[benchmark]\nconcurrency = [1, 2]\n')
-    assert main(["run", "demo/baseline", "mine/quick"]) == 0
+    assert main(["run", "demo/baseline", "mine/quick", "--fixed"]) == 0
     capsys.readouterr()
     assert main(["compare", "demo/baseline", "mine/quick"]) == 2
     err = capsys.readouterr().err
@@ -142,7 +142,7 @@ def test_editing_a_child_benchmark_says_the_benchmarks_differ_then_counts_the_ne
     # aligned again: the newest runs of the current definition count; the older ones are named
     _recipe(demo, "mine/quick", 'extends = "demo/baseline"\n[benchmark]\nconcurrency = [1]\nwarmup = 2\n')
     _recipe(demo, "mine/base2", 'extends = "demo/baseline"\n[benchmark]\nwarmup = 2\n')
-    assert main(["run", "mine/base2", "mine/quick"]) == 0
+    assert main(["run", "mine/base2", "mine/quick", "--fixed"]) == 0
     rc, out = _json(capsys, ["compare", "mine/base2", "mine/quick", "--metric", "output_tok_s"])
     assert rc == 0
     newest = {r.run_id for r in Store().runs(recipe="mine/quick") if (r.bench_params or {}).get("warmup") == 2}

@@ -55,10 +55,10 @@ def test_quiet_a_a_pair_is_equal_and_a_noisy_one_says_its_interval():
     a, b = _launches(rng, 8, noise=0.05), _launches(rng, 8, noise=0.05)
     v = seq.verdict(a, b, higher_is_better=True, design=seq.Design(futility=False))
     assert v.verdict == seq.UNSETTLED and v.n == 8 and not seq.more_needed(v)
-    assert v.text.startswith("not settled after 8 launches each: ") and v.low < 1 < v.high
+    assert v.text.startswith("noisy: not settled after 8 launches each, spread ") and v.low < 1 < v.high
     early = seq.verdict(a, b, higher_is_better=True)  # futility: it could not settle by 8 at this spread
     assert early.verdict == seq.UNSETTLED and early.futile and early.n < 8 and not seq.more_needed(early)
-    assert early.text.endswith("(could not settle by 8)")
+    assert f"after {early.n} launches each (could not settle by 8), spread" in early.text
     assert seq.more_needed(seq.verdict([100, 101], [99, 103], higher_is_better=True))
 
 
@@ -84,15 +84,34 @@ def test_critical_value_is_the_crossing_of_the_bayes_factor():
     assert seq.critical_t(1, 1) == math.inf
 
 
+def test_repeated_intervals_sit_between_the_fixed_and_the_open_ended_ones_and_the_legend_says_its_level():
+    """The default method spends alpha over the looks 2..max only: each look's critical value is
+    wider than the fixed-sample t (the price of looking) and narrower than the open-ended mixture's;
+    its legend prints the nominal level it computed with."""
+    d = seq.Design()
+    level = seq.nominal_level(d.alpha, d.min_repeats, d.max_repeats)
+    assert 0.005 < level < d.alpha
+    for n in range(2, 9):
+        c = seq.critical(n, n, d)
+        assert sp.t.ppf(0.975, 2 * n - 2) < c < seq.critical_t(n, n)
+    assert seq.critical(9, 9, d) == seq.critical_t(9, 9) and seq.critical(3, 4, d) == seq.critical_t(3, 4)
+    assert f"{level:.4f}" in seq.legend(d) and "within 8 each" in seq.legend(d)
+    assert "confidence sequence" in seq.legend(seq.Design(method=seq.MIXTURE))
+    with pytest.raises(ValueError):
+        seq.Design(method="wald")
+
+
 SMALL = ('driver = "serving"\ninput_len = 16\noutput_len = 16\nconcurrency = [1, 4]\nnum_prompts = 8\nwarmup = 1\n'
          'repeats = 4\n')
 
 
 def test_run_launches_a_3x_pair_until_settled_and_resumes_from_the_store(tmp_path, home, monkeypatch, capsys):
-    """`run demo/baseline demo/quick --sequential`: a decode step of 4 ms instead of 12 ms settles
-    "faster" at every point in 2 launches each (on a busy 2-core box the miniature's launches vary
-    by ~10%: a 1.4x pair needs a quieter one to settle in 2); run again, the stored runs of the same
-    identity count and nothing is launched; the summary says what the launches cost."""
+    """`run demo/baseline demo/quick` (sequential by default): a decode step of 4 ms instead of 12 ms
+    settles "faster" at every point in 2 launches each (on a busy 2-core box the miniature's launches
+    vary by ~10%: a 1.4x pair needs a quieter one to settle in 2); run again, the stored runs of the
+    same identity count and nothing is launched; the summary says what the launches cost; compare
+    reports the sequential verdict, not "too few repeats"; a sweep of the same configurations keeps
+    the sequential state from the store (nothing launched)."""
     import json
 
     from conftest import demo_project
@@ -106,25 +125,84 @@ def test_run_launches_a_3x_pair_until_settled_and_resumes_from_the_store(tmp_pat
     (root / "recipes" / "demo" / "quick.toml").write_text('extends = "demo/baseline"\n[server.args]\n'
                                                           'mini-step-base-ms = 4\n')
 
-    assert main(["run", "demo/baseline", "demo/quick", "--sequential", "--max-repeats", "4", "--json"]) == 0
+    assert main(["run", "demo/baseline", "demo/quick", "--max-repeats", "4", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     rows = out["sequential"]
     assert {r["point"] for r in rows} == {1, 4}
     assert all(r["verdict"] == "faster" and r["launches_each"] == 2 and r["speedup"] > 2 for r in rows), rows
     assert [name for name, _ in out["runs"]].count("demo/quick") == 2 and len(out["runs"]) == 4
-    assert "confidence sequence" in out["sequential_legend"]
+    assert "repeated 95% confidence intervals" in out["sequential_legend"]
+    assert out["spread_flags"] == [] and "F test at 0.01" in out["spread_flag_legend"]  # 2 launches: too few to flag
     cost = out["cost"]
     assert cost["launches"] == 4 and cost["fixed_launches"] == 8 and 0 < cost["seconds"] < cost["fixed_seconds"]
-    assert main(["run", "demo/baseline", "demo/quick", "--sequential"]) == 0
+    assert main(["run", "demo/baseline", "demo/quick"]) == 0
     text = capsys.readouterr().out
     assert "demo/quick vs demo/baseline, output_tok_s @ 1: " in text and "faster after 2 launches each" in text
     assert "0 launches" in text  # nothing launched again: the stored runs settled it
     assert len(Store(home / "results.sqlite").runs()) == 4
+    # compare: 2 launches each are too few for the fixed verdict; the sequential one settled them
+    assert main(["compare", "demo/baseline", "demo/quick", "--metric", "output_tok_s", "--json"]) == 0
+    cmp = json.loads(capsys.readouterr().out)
+    assert [r["verdict"] for r in cmp["rows"]] == ["faster", "faster"], cmp["rows"]
+    assert all(r["sequential"].startswith("3.") or "x faster after 2 launches each" in r["sequential"]
+               for r in cmp["rows"]) and "repeated 95% confidence intervals" in cmp["legend"]
+    assert main(["compare", "demo/baseline", "demo/quick", "--metric", "output_tok_s"]) == 0
+    text = capsys.readouterr().out
+    assert "too few repeats" not in text and "faster" in text
+    # a sweep over the same configurations: the sequential state comes from the store
+    (root / "recipes" / "demo" / "sq.toml").write_text('extends = "demo/baseline"\n[matrix]\n'
+                                                       'server.args.mini-step-base-ms = [4]\n')
+    assert main(["sweep", "demo/sq", "--json", "-o", str(tmp_path / "sw")]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert len(Store(home / "results.sqlite").runs()) == 4  # nothing launched
+    (variant,) = [r for r in doc["ranked"] if r["variant"] != "demo/sq"]
+    assert variant["verdict"].startswith("faster") and variant["n"] == 2, doc["ranked"]
     # plan: the recorded spread and launch times of the baseline's runs
     assert main(["plan", "demo/baseline", "--json"]) == 0
     (plan,) = json.loads(capsys.readouterr().out)["plans"]
     assert plan["spread_from"] == "runs" and plan["runs"] == 2 and plan["seconds_from"] == "runs"
     assert plan["seconds_per_launch"] < 60 and [r["effect"] for r in plan["effects"]] == [0.02, 0.05, 0.2]
+
+
+def test_attribute_launches_each_step_until_settled(tmp_path, home, monkeypatch, capsys):
+    """`attribute demo/fast` without --repeats: the base and the patched prefix (a 12 ms -> 8 ms
+    decode step) are launched until the step's sequential verdict is settled, and the table says
+    the verdict, not "too few repeats"; again, the stored runs decide it as before, no launch."""
+    import json
+
+    from conftest import demo_project
+    from toolkit.cli import main
+
+    root = demo_project(tmp_path, monkeypatch)
+    base = root / "recipes" / "demo" / "baseline.toml"
+    head, rest = base.read_text().split("[benchmark]", 1)
+    base.write_text(head + "[benchmark]\n" + SMALL.replace("concurrency = [1, 4]", "concurrency = [1]")
+                    + rest[rest.index("\n[", 1):])
+    # up to 6 each: at 4 a busy 2-core box can leave a 1.5x step futile at 3 (too wide to settle by 4)
+    argv = ["attribute", "demo/fast", "--metric", "output_tok_s@1", "--max-repeats", "6", "--json"]
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    (step,) = out["sequential"]
+    assert step["verdict"] == "faster" and 2 <= step["launches_each"] <= 6, step
+    assert out["runs"] == 2 * step["launches_each"] and "too few repeats" not in out["lines"][0]
+    assert "faster" in out["lines"][0]
+    assert main(argv) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert again["runs"] == 0 and again["sequential"] == out["sequential"]
+
+
+def test_noisy_pair_says_so_and_a_quiet_unsettled_one_does_not():
+    rng = np.random.default_rng(11)
+    d = seq.Design(futility=False)
+    noisy = seq.verdict(_launches(rng, 8, noise=0.08), _launches(rng, 8, ratio=1.03, noise=0.08),
+                        higher_is_better=True, design=d)
+    assert noisy.noisy and noisy.text.startswith("noisy: not settled after 8 launches each, spread ")
+    assert not seq.more_needed(noisy)
+    assert f"below {100 * seq.quiet_spread(d):.1f}%" in noisy.text
+    # quiet launches, a true effect right at min_effect: unsettled, but the box is not the problem
+    quiet = seq.verdict(_launches(rng, 8, noise=0.004), _launches(rng, 8, ratio=1.02, noise=0.004),
+                        higher_is_better=True, design=d)
+    assert not quiet.noisy and not quiet.text.startswith("noisy")
 
 
 def test_plan_without_runs_assumes_the_spread_and_the_timeout(home, capsys):
@@ -167,14 +245,77 @@ def test_repeats_keeps_the_fixed_design_and_bad_settings_are_bad_input():
         benchmark = BenchSpec()
 
     def ns(**kw):
-        base = dict(repeats=None, sequential=True, min_repeats=None, max_repeats=None, min_effect=None,
+        base = dict(repeats=None, sequential=True, fixed=False, min_repeats=None, max_repeats=None, min_effect=None,
                     until="store", executor="local")
         return Namespace(**{**base, **kw})
 
     assert sequential_design(ns(repeats=3), [R(), R()]) is None  # --repeats N: today's fixed design
+    assert sequential_design(ns(sequential=False, fixed=True), [R(), R()]) is None  # --fixed: the recipe's repeats
+    assert sequential_design(ns(sequential=False), [R(), R()]) is not None  # the default: sequential
+    with pytest.raises(BadInput):
+        sequential_design(ns(fixed=True, max_repeats=4), [R(), R()])
     assert sequential_design(ns(), [R()]) is None  # one recipe: nothing to compare
     assert sequential_design(ns(until="verify"), [R(), R()]) is None
     d = sequential_design(ns(max_repeats=6), [R(), R()])
     assert (d.min_repeats, d.max_repeats, d.min_effect) == (2, 6, 0.02)
     with pytest.raises(BadInput):
         sequential_design(ns(min_repeats=5, max_repeats=3), [R(), R()])
+
+
+def test_a_configuration_far_noisier_than_its_peers_is_flagged_at_its_stated_rate():
+    """Three configurations of one spread: a given one is flagged at most at the stated rate (the
+    lower end of the 95% CI of the count is tested against it); one with 4x its peers' spread over
+    8 launches is flagged, and the text says both spreads."""
+    from toolkit.analysis import spread_flag
+
+    rng = np.random.default_rng(11)
+    trials, flagged = 2000, 0
+    for i in range(trials):
+        noise = 0.01 + 0.04 * (i % 5) / 4
+        vals = {name: _launches(rng, 8, noise=noise) for name in ("a", "b", "c")}
+        flagged += any(f.name == "a" for f in spread_flag.flags(vals))
+    assert sp.binomtest(flagged, trials).proportion_ci(0.95, method="exact").low <= spread_flag.ALPHA
+    noisy = {"a": _launches(rng, 8, noise=0.08), "b": _launches(rng, 8), "c": _launches(rng, 8)}
+    got = spread_flag.flags(noisy)
+    assert [f.name for f in got] == ["a"] and "against its peers'" in got[0].text
+    assert spread_flag.flags({"a": _launches(rng, 2, noise=0.5), "b": _launches(rng, 8)}) == []
+    assert "0.01" in spread_flag.legend() and "2x" in spread_flag.legend()
+
+
+def test_track_settle_launches_a_step_that_looks_like_a_change_until_settled(home, monkeypatch, capsys):
+    """`track --settle` on two releases of the miniature, the second doubling the decode step's
+    fixed cost: the step's single runs differ by far more than min_effect, so both points launch
+    until the sequential verdict settles "slower" (from 2 launches each: plain track takes one);
+    --max-repeats without --settle is refused."""
+    import json
+
+    from conftest import REPO_ROOT
+    from toolkit.cli import main
+
+    meta = mini_releases_meta()
+    monkeypatch.setenv("PATCHBENCH_MINI_INDEX", meta["index"])
+    monkeypatch.setenv("PATCHBENCH_RECIPES", str(REPO_ROOT / "recipes"))
+    argv = ["track", "demo/update", "--source", "sglang", "--releases", "--since", "0.1.1", "--limit", "2",
+            "--settle", "--max-repeats", "8", "--json"]  # 8: a loaded box spreads runs 20-30%
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["measured"] == ["0.1.1", "0.1.2"]
+    [step] = out["steps"]
+    assert (step["before"], step["after"], step["verdict"]) == ("0.1.1", "0.1.2", "slower") and step["settled"]
+    n = step["launches_each"]  # 2 on a quiet box; a busy 2-core one can need a third
+    assert 2 <= n <= 8 and len(out["run_ids"]) == 2 * n and f"slower after {n} launches each" in step["text"]
+    assert main(["track", "demo/update", "--source", "sglang", "--releases", "--max-repeats", "4"]) == 2
+    assert "--max-repeats is for --settle" in capsys.readouterr().err
+
+
+def mini_releases_meta():
+    """The four releases test_history.py tracks (0.1.2 doubles the decode step's fixed cost), built
+    once in the test cache."""
+    import sys
+
+    from conftest import REPO_ROOT, TEST_CACHE
+
+    sys.path.insert(0, str(REPO_ROOT / "upstream"))
+    import mini_releases
+
+    return mini_releases.build(TEST_CACHE / "mini-releases-track4", plant="regression", at="0.1.2", n_releases=4)

@@ -136,13 +136,14 @@ def test_faster_cost_constant_gives_higher_tok_s(launch, tmp_path):
     base = launch()
     fast = launch(pythonpath=patched)
     cfg = ServingConfig(input_len=16, output_len=12, concurrency=(1, 4), num_prompts=4, warmup=0)
-    r_base = run_serving(base, cfg)
-    r_fast = run_serving(fast, cfg)
-    for a, b in zip(r_base, r_fast):
+    # The miniature paces its steps on deadlines, so a loaded box only ever makes a measurement
+    # slower: the best of two is each server's speed. (ITL is left out: a client that falls behind
+    # reads tokens in bunches, which shortens the gaps it sees.)
+    best = lambda url: [max(pts, key=lambda r: r.metrics["output_tok_s"])  # noqa: E731
+                        for pts in zip(run_serving(url, cfg), run_serving(url, cfg))]
+    for a, b in zip(best(base), best(fast)):
         assert a.errors == [] and b.errors == []
-        # expected ~1.9x and ~0.5x; margins for a loaded machine
-        assert b.metrics["output_tok_s"] > 1.3 * a.metrics["output_tok_s"]
-        assert b.metrics["itl_ms_median"] < 0.75 * a.metrics["itl_ms_median"]
+        assert b.metrics["output_tok_s"] > 1.3 * a.metrics["output_tok_s"]  # ~1.9x expected
 
 
 def test_server_crash_is_recorded_and_stops_the_sweep(launch):

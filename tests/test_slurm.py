@@ -312,3 +312,20 @@ def test_track_through_slurm_equals_local_track_and_resumes_by_identity(slurm, h
     assert rerun.returncode == 0, rerun.stderr[-2000:]
     assert json.loads(rerun.stdout)["measured"] == ["0.1.0"]
     assert [e[:2] for e in series(stores["slurm"])][0] == ("0.1.0", "measured")
+
+
+def test_with_a_postgresql_store_the_node_writes_its_runs_directly(slurm, shared_home, pg_url):
+    """No per-job SQLite and no import: the job's runs are in the team's database, stamped with the job."""
+    out = patchbench(shared_home, "run", "demo/baseline", "demo/fast", "--repeats", "1", "--store", pg_url,
+                     *slurm_args(shared_home))
+    assert out.returncode == 0, out.stderr[-2000:]
+    runs = Store(pg_url).runs(status="ok")
+    assert sorted(r.recipe for r in runs) == ["demo/baseline", "demo/fast"]
+    (job,) = {r.extra["slurm"]["job_id"] for r in runs}
+    assert not (shared_home / "node-jobs" / job / "results.sqlite").exists()
+    log = Path(runs[0].log_paths["slurm_job"]).with_suffix(".err").read_text()
+    assert f"results into {Store(pg_url).path}" in log
+    assert "COMPLETED" in out.stderr and "imported 2 run(s)" in out.stderr
+    # looking at the jobs again adds nothing
+    assert patchbench(shared_home, "results", "--jobs", "--store", pg_url).returncode == 0
+    assert len(Store(pg_url).runs()) == 2

@@ -19,7 +19,7 @@ def test_v1_store_migrates_keeping_samples_and_accepts_interrupted(tmp_path):
     con.commit()
     con.close()
     store = Store(path)
-    assert store.schema_version() == SCHEMA_VERSION == 3
+    assert store.schema_version() == SCHEMA_VERSION == 4
     assert store.get_run("r1").identity == "unknown"  # no benchmark key stored: never counts
     assert [s.value for s in store.samples("r1")] == [10.0]
     rid = store.begin_run(recipe="b")

@@ -374,7 +374,7 @@ def test_v2_store_gets_run_identities_from_its_stored_fields(tmp_path):
     con.commit()
     con.close()
     store = Store(path)
-    assert store.schema_version() == 3
+    assert store.schema_version() == SCHEMA_VERSION
     ids = {r.run_id: r.identity for r in store.runs()}
     assert ids["r1"] == ids["r2"] != ids["r3"] and len(ids["r1"]) == 32
     assert [r.run_id for r in store.runs(identity=ids["r3"])] == ["r3"]

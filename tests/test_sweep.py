@@ -208,7 +208,7 @@ def test_sweep_prunes_interleaves_and_resumes(tmp_path, monkeypatch, home, capsy
     _write(proj, "demo/sw", SWEEP.format(prompts=4, repeats=2).replace("concurrency = [1, 8]",
                                                                                 "concurrency = [2]"))
     out = proj / "out"
-    assert main(["sweep", "demo/sw", "--json", "-o", str(out)]) == 0
+    assert main(["sweep", "demo/sw", "--fixed", "--json", "-o", str(out)]) == 0
     doc = json.loads(capsys.readouterr().out)
     by = {v["variant"]: v for v in doc["variants"]}
     refused = by["demo/sw[mini-step-per-seq-us=4000,stream-interval=0]"]
@@ -218,12 +218,12 @@ def test_sweep_prunes_interleaves_and_resumes(tmp_path, monkeypatch, home, capsy
     assert "demo/sw[mini-step-per-seq-us=4000,stream-interval=0]" not in {r.recipe for r in runs}
     order = [r.recipe for r in runs]
     names = ["demo/sw", "demo/sw[mini-step-per-seq-us=2000]", "demo/sw[mini-step-per-seq-us=3000]"]
-    assert order == names + names  # repeats interleaved: A B C A B C
+    assert order == names + names  # repeats interleaved: A B C A B C (the fixed design)
     assert [r["verdict"] for r in doc["ranked"] if r["variant"] == "demo/sw"] == ["default"]
     assert (out / "pareto.png").stat().st_size > 0 and "<svg" in (out / "pareto.svg").read_text()
     assert "stream_interval must be >= 1" in (out / "sweep.md").read_text()
     # resumed: every variant already has its runs; nothing is launched again
-    assert main(["sweep", "demo/sw", "--json", "-o", str(out)]) == 0
+    assert main(["sweep", "demo/sw", "--fixed", "--json", "-o", str(out)]) == 0
     again = json.loads(capsys.readouterr().out)
     assert len(store.runs()) == 6
     assert {v["variant"]: v["reused"] for v in again["variants"] if v["runs"]} == {n: 2 for n in names}

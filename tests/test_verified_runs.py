@@ -166,7 +166,7 @@ def test_server_killed_mid_sweep(proj, home, tmp_path):
     (proj / "recipes" / "killed.toml").write_text(
         (proj / "recipes" / "killed.toml").read_text().replace("output_len = 8", "output_len = 400"))
     fine = recipe(proj, "after")
-    cli = subprocess.Popen([sys.executable, "-m", "toolkit", "run", slow, fine, "--json"],
+    cli = subprocess.Popen([sys.executable, "-m", "toolkit", "run", slow, fine, "--fixed", "--json"],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                            env={**os.environ, "PATCHBENCH_HOME": str(home)})
     victim = None

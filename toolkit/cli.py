@@ -30,6 +30,7 @@ VERBS = {
     "track": "track",
     "history": "history",
     "report": "report",
+    "publish": "publish",
     "roofline": "roofline",
     "profile": "profile",
     "kernels": "kernels",
@@ -60,7 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
         # argparse %-formats a `help` string (the verb list), never a `description`
         p = sub.add_parser(verb, help=module.HELP.replace("%", "%%"), description=module.HELP)
         p.add_argument("--home", default=None, help="workspace (default $PATCHBENCH_HOME or ~/.cache/patchbench)")
-        p.add_argument("--store", default=None, help="results store (default HOME/results.sqlite)")
+        p.add_argument("--store", default=None, metavar="PATH|URL",
+                       help="results store: a SQLite file or a postgresql:// URL (default $PATCHBENCH_STORE, "
+                            "the config's [store] url, else HOME/results.sqlite)")
         module.add_arguments(p)
         p.set_defaults(_run=module.run)
     return parser

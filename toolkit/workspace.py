@@ -25,6 +25,12 @@ def resolve_home(arg: str | os.PathLike | None) -> Path:
     return home
 
 
-def default_store(home: Path) -> Path:
-    env = os.environ.get("PATCHBENCH_STORE")
-    return Path(env).expanduser().resolve() if env else home / "results.sqlite"
+def user_config_path(home: Path) -> Path:
+    """The user config: `HOME/config.toml` when it exists, else `~/.config/patchbench/config.toml`
+    (`$XDG_CONFIG_HOME` honoured). Its `[cluster]` table: toolkit/executors/config.py; `[store]`:
+    toolkit/results/engine.py."""
+    local = home / "config.toml"
+    if local.is_file():
+        return local
+    base = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
+    return base / "patchbench" / "config.toml"

@@ -8,8 +8,11 @@
     variants    recipe variants measured through the pipeline, reusing runs of the same identity
     efficiency  results against the roofline
     stats       Mann-Whitney U, CIs of ratios, verdicts, the verdict legend (pure)
-    sequential  verdicts valid under repeated looks (confidence sequence of the ratio; pure)
-    sequential_runs  `run --sequential`: launch rounds until every pair's verdict is settled
+    sequential  verdicts valid under repeated looks (repeated confidence intervals of the ratio; pure)
+    spread_flag a configuration whose launch-to-launch spread is far larger than its peers' (pure)
+    sequential_runs  `run` (the default for several recipes) and `sweep`: launch rounds until every
+                pair's verdict is settled
+    sequential_steps  attribute's steps measured until settled (through a measure callback; pure)
     launch_cost GPU minutes of launches, and of the fixed design (pure)
     provenance  what else differed between two runs' envs, toolchains and resolved configs (pure)
 

@@ -92,11 +92,13 @@ def attribute(prefix_values: Sequence[Sequence[float] | None], *, higher_is_bett
               skipped: Mapping[int, str] | None = None,
               stat: str = "mean", min_repeats: int = stats.DEFAULT_MIN_REPEATS,
               alpha: float = stats.DEFAULT_ALPHA,
-              min_effect: float = stats.DEFAULT_MIN_EFFECT) -> Attribution:
+              min_effect: float = stats.DEFAULT_MIN_EFFECT, sequential=None) -> Attribution:
     """Per-patch effects (see the module docstring). `prefix_values` has n+1 entries for n patches
     (an entry may be None or empty: that prefix was not measured); `names[i-1]` names patch i;
     `leave_one_out` maps a 1-based patch index to the values of the stack without it, `skipped`
-    a 1-based index to why the stack without it could not be measured."""
+    a 1-based index to why the stack without it could not be measured. `sequential` (a
+    `toolkit.analysis.sequential.Design`): a comparison with too few values for the fixed verdict
+    takes the settled sequential one (`sequential.settle`)."""
     n = len(prefix_values) - 1
     if n < 1:
         raise ValueError("attribute needs the base and at least one prefix")
@@ -110,9 +112,14 @@ def attribute(prefix_values: Sequence[Sequence[float] | None], *, higher_is_bett
     def cmp(a: Sequence[float] | None, b: Sequence[float] | None) -> stats.Comparison | None:
         if not a or not b:
             return None
-        return stats.compare_values(list(a), list(b), higher_is_better=higher_is_better, unit=unit,
-                                    stat=stat, min_repeats=min_repeats, alpha=alpha,
-                                    min_effect=min_effect)
+        c = stats.compare_values(list(a), list(b), higher_is_better=higher_is_better, unit=unit,
+                                 stat=stat, min_repeats=min_repeats, alpha=alpha,
+                                 min_effect=min_effect)
+        if sequential is None:
+            return c
+        from toolkit.analysis import sequential as seq
+
+        return seq.settle(c, list(a), list(b), sequential)
 
     base, full = prefix_values[0], prefix_values[n]
     total = cmp(base, full)

@@ -150,7 +150,8 @@ def bisect_stack(n_patches: int, measure: Measure, *, higher_is_better: bool = T
                  labels: Sequence[str] | None = None,
                  base_label: str = "base", max_builds: int | None = None,
                  on_step: Callable[[BisectStep], None] | None = None,
-                 direction: str = "worse", reference: str = "neighbour") -> BisectResult:
+                 direction: str = "worse", reference: str = "neighbour",
+                 sequential: bool = False) -> BisectResult:
     """Find the first prefix worse (`direction="better"`: better) than the base by more than `threshold_pct` (see the module
     docstring). `measure(prefix_len, repeats)` returns `repeats` new values for that prefix, or None
     to skip it. `labels[i - 1]` names item i (patch file, commit). `max_builds` stops the search
@@ -158,6 +159,10 @@ def bisect_stack(n_patches: int, measure: Measure, *, higher_is_better: bool = T
     `full_stack_if_uncertain` and `repair`: see the module docstring (and
     benchmarks/bisect_accuracy.py for what they cost and buy). Culprit-1 and culprit are topped up to
     `confirm_repeats` values (at most `max_repeats`, no new builds) for the `conviction`.
+    `sequential`: a step's interval is the anytime-valid confidence sequence of
+    `toolkit.analysis.sequential` (ratio of geometric means) instead of the fixed-sample t interval,
+    so its good/bad decision keeps alpha however many top-ups it took (the fixed interval, looked at
+    after every top-up, does not).
     """
     n = int(n_patches)
     if n < 1:
@@ -214,8 +219,14 @@ def bisect_stack(n_patches: int, measure: Measure, *, higher_is_better: bool = T
 
     def loss_of(p: int) -> tuple[float, tuple[float, float]]:
         a, b = cache[ref[0]], cache[p]
-        ratio = (sum(b) / len(b)) / (sum(a) / len(a))
-        lo, hi = stats.ratio_ci(a, b, confidence=1.0 - alpha)
+        if sequential and min(*a, *b) > 0:
+            from toolkit.analysis import sequential as seq
+
+            ratio, lo, hi = seq.interval(a, b, design=seq.Design(alpha=alpha, method=seq.MIXTURE))
+            lo, hi = (lo, hi) if math.isfinite(hi) else (math.nan, math.nan)
+        else:
+            ratio = (sum(b) / len(b)) / (sum(a) / len(a))
+            lo, hi = stats.ratio_ci(a, b, confidence=1.0 - alpha)
         if moved_hib:
             return 1.0 - ratio, (1.0 - hi, 1.0 - lo)
         return ratio - 1.0, (lo - 1.0, hi - 1.0)

@@ -59,6 +59,7 @@ class CompareRow:
     higher_is_better: bool | None
     base_runs: tuple[str, ...] = ()
     variant_runs: tuple[str, ...] = ()
+    sequential: str | None = None  # the sequential verdict's text when it gave `verdict` (too few for the fixed one)
 
 
 def _jsonish(v: Any) -> str:
@@ -80,9 +81,11 @@ def _as_specs(metrics_: Sequence[str | MetricSpec] | None) -> list[MetricSpec] |
 def compare_selection(store: Store, sel: Selection, *, metrics: Sequence[str | MetricSpec] | None = None,
                       points: Sequence[int] | None = None, stat: str = "mean",
                       min_repeats: int = stats.DEFAULT_MIN_REPEATS, alpha: float = stats.DEFAULT_ALPHA,
-                      min_effect: float = stats.DEFAULT_MIN_EFFECT) -> list[CompareRow]:
+                      min_effect: float = stats.DEFAULT_MIN_EFFECT, sequential=None) -> list[CompareRow]:
     """Rows for every variant (sel.recipes[1:]) against the baseline (sel.recipes[0]), per metric
-    (`NAME[@POINT]` specs; None: all) and point measured by both, sorted by variant, metric, point."""
+    (`NAME[@POINT]` specs; None: all) and point measured by both, sorted by variant, metric, point.
+    `sequential` (a `toolkit.analysis.sequential.Design`): a row too small for the fixed verdict
+    takes the sequential one when that is settled (`CompareRow.sequential` says so)."""
     specs = _as_specs(metrics)
     base = sel.recipes[0]
     rows: list[CompareRow] = []
@@ -99,15 +102,40 @@ def compare_selection(store: Store, sel: Selection, *, metrics: Sequence[str | M
             c = stats.compare_values(a.values, b.values, higher_is_better=hib, unit=unit,
                                      stat=stat, min_repeats=min_repeats, alpha=alpha,
                                      min_effect=min_effect)
+            verdict, text, seq_text = c.verdict, stats.format_comparison(c), None
+            if c.verdict == stats.TOO_FEW and sequential is not None:
+                settled = sequential_row(a.values, b.values, hib, sequential)
+                if settled is not None:
+                    verdict, text = seq_verdict_word(settled), settled.text
+                    seq_text = settled.text
             rows.append(CompareRow(
                 baseline=base, recipe=variant, metric=metric, unit=unit, point=point, point_kind=kind,
                 n_base=c.n_a, n_variant=c.n_b, base_mean=c.mean_a, base_median=c.median_a,
                 base_std=c.std_a, variant_mean=c.mean_b, variant_median=c.median_b,
                 variant_std=c.std_b, ratio=c.ratio, ci_low=c.ci_low, ci_high=c.ci_high,
-                p_value=c.p_value, verdict=c.verdict, speedup=c.speedup,
-                text=stats.format_comparison(c), higher_is_better=hib,
-                base_runs=a.runs, variant_runs=b.runs))
+                p_value=c.p_value, verdict=verdict, speedup=c.speedup,
+                text=text, higher_is_better=hib,
+                base_runs=a.runs, variant_runs=b.runs, sequential=seq_text))
     return rows
+
+
+def sequential_row(a: Sequence[float], b: Sequence[float], hib: bool | None, design):
+    """The sequential verdict (toolkit.analysis.sequential, launch order) of a pair too small for
+    the fixed one, when it is settled (a `run` that launched until settled stops at 2 launches
+    each; its verdict keeps its rate at that look); None otherwise."""
+    from toolkit.analysis import sequential as seq
+
+    if not a or not b or any(v <= 0 for v in (*a, *b)):
+        return None
+    v = seq.verdict(list(a), list(b), higher_is_better=hib, design=design)
+    return v if v.settled else None
+
+
+def seq_verdict_word(v) -> str:
+    """The verdict column's word for a settled sequential verdict ("equal within 2%")."""
+    from toolkit.analysis import sequential as seq
+
+    return f"equal within {100 * v.design.min_effect:g}%" if v.verdict == seq.EQUAL else v.verdict
 
 
 def compare_recipes(store: Store, recipes: Sequence[str], *, metrics: Sequence[str | MetricSpec] | None = None,
@@ -138,6 +166,10 @@ def missing_recipes(store: Store, recipes: Sequence[str], criteria: Criteria = C
 
 _VERDICT_STYLE = {stats.FASTER: "bold green", stats.SLOWER: "bold red",
                   stats.NOT_SIGNIFICANT: "dim", stats.TOO_FEW: "yellow"}
+
+
+def _style(verdict: str) -> str:
+    return "dim" if verdict.startswith("equal within") else _VERDICT_STYLE.get(verdict, "")
 
 
 def render_compare(rows: Sequence[CompareRow], *, title: str | None = None,
@@ -199,10 +231,10 @@ def _answers_at(per: dict, point: int):
 
 def _verdict_text(r: CompareRow, q, combined, is_plain_win) -> Text:
     if q is None:
-        return Text(r.verdict, style=_VERDICT_STYLE.get(r.verdict, ""))
+        return Text(r.verdict, style=_style(r.verdict))
     if q == NOT_CHECKED:
-        return Text(f"{r.verdict}, {q}", style="yellow" if r.verdict == stats.FASTER else _VERDICT_STYLE.get(r.verdict, ""))
-    style = _VERDICT_STYLE.get(r.verdict, "")
+        return Text(f"{r.verdict}, {q}", style="yellow" if r.verdict == stats.FASTER else _style(r.verdict))
+    style = _style(r.verdict)
     if r.verdict == stats.FASTER and not is_plain_win(r.verdict, q):
         style = "bold red" if q.verdict.startswith("broken output") else "bold yellow"
     return Text(combined(r.verdict, q), style=style)

@@ -5,6 +5,9 @@ are the ones toolkit.analysis.selection chose (the baseline of the selection is 
 `verdicts(sel)` -> {variant: {point: QualityVerdict}} (empty when no run of the variant ran the
 check); `self_verdict(runs)` / `reference_floor(sel)`: a recipe against itself (its floor);
 `examples(sel, variant, point)`: the first prompts where the variant departed, both answers side by side.
+The gate's verdict goes wherever the answers' go: `gate_verdicts(sel)` (compare, report),
+`meter_gates` (attribute, bisect: each prefix against the base), `gate_of` (sweep: each variant
+against the default configuration).
 """
 
 from __future__ import annotations
@@ -142,9 +145,10 @@ def lines(answers: dict) -> list[str]:
             + f": {text}" for text, where in groups.items()]
 
 
-def meter_verdicts(store, log: Sequence, names: Sequence[str]) -> dict[str, dict[int, QualityVerdict]]:
-    """attribute/bisect: each measured prefix (`log`: (label, env key, values, run ids), label
-    "prefixK") against the base (prefix0), keyed "+K NAME"."""
+def _per_prefix(store, log: Sequence, names: Sequence[str], judge) -> dict:
+    """attribute/bisect: `judge(base runs, prefix runs)` for each measured prefix (`log`: (label, env
+    key, values, run ids), label "prefixK") against the base (prefix0), keyed "+K NAME"; prefixes
+    whose verdict is empty or None are left out."""
     runs = {label: store.runs(run_ids=ids) for label, _, _, ids in log}
     base = runs.get("prefix0")
     if not base:
@@ -153,11 +157,15 @@ def meter_verdicts(store, log: Sequence, names: Sequence[str]) -> dict[str, dict
     for label, rows in runs.items():
         if label.startswith("prefix") and label != "prefix0":
             k = int(label[len("prefix"):])
-            name = names[k - 1] if 0 < k <= len(names) else label
-            verdicts_k = judge_runs(base, rows)
-            if verdicts_k:
-                out[f"+{k} {name}"] = verdicts_k
+            verdict = judge(base, rows)
+            if verdict:
+                out[f"+{k} {names[k - 1] if 0 < k <= len(names) else label}"] = verdict
     return out
+
+
+def meter_verdicts(store, log: Sequence, names: Sequence[str]) -> dict[str, dict[int, QualityVerdict]]:
+    """attribute/bisect: the answers' verdicts of each measured prefix against the base, keyed "+K NAME"."""
+    return _per_prefix(store, log, names, judge_runs)
 
 
 _RANK = ("broken output", "answers changed", "check failed", "not informative", "too few launches", "same answers")
@@ -173,17 +181,49 @@ def _eval(run: RunRow) -> dict | None:
     return ((run.extra or {}).get("quality") or {}).get("eval")
 
 
-def gate_verdicts(sel) -> dict:
-    """{variant: GateVerdict} for variants whose newest run ran the gate tier (thresholds from its recipe)."""
+def newest_eval(runs: Sequence[RunRow]) -> tuple[RunRow, dict] | None:
+    """(the run, its gate evaluation) of the newest of `runs` that ran the gate tier."""
+    return next(((r, e) for r in reversed(list(runs)) if (e := _eval(r))), None)
+
+
+def gate_of(candidate: Sequence[RunRow], reference: Sequence[RunRow]):
+    """The gate's verdict of the candidate's newest evaluation against the reference's newest, with
+    the thresholds of the candidate's recipe (toolkit.analysis.gate_verdict.judge); None when no
+    candidate run ran the gate tier."""
     from toolkit.analysis.gate_verdict import judge as judge_gate
 
-    base = sel.recipes[0]
-    ref = next((e for e in map(_eval, reversed(sel.runs[base])) if e), None)
+    found = newest_eval(candidate)
+    if found is None:
+        return None
+    run, cand = found
+    ref = newest_eval(reference)
+    spec = (run.recipe_resolved or {}).get("quality") or {}
+    return judge_gate(cand, ref[1] if ref else None, min_accuracy=spec.get("min_accuracy"),
+                      max_drop=spec.get("max_drop"))
+
+
+def gate_verdicts(sel) -> dict:
+    """{variant: GateVerdict} for variants whose newest run ran the gate tier (thresholds from its recipe)."""
+    base = sel.runs[sel.recipes[0]]
     out = {}
     for v in sel.recipes[1:]:
-        cand = next((e for e in map(_eval, reversed(sel.runs[v])) if e), None)
-        if cand is None:
-            continue
-        spec = (sel.newest(v).recipe_resolved or {}).get("quality") or {}
-        out[v] = judge_gate(cand, ref, min_accuracy=spec.get("min_accuracy"), max_drop=spec.get("max_drop"))
+        g = gate_of(sel.runs[v], base)
+        if g is not None:
+            out[v] = g
     return out
+
+
+def meter_gates(store, log: Sequence, names: Sequence[str]) -> dict:
+    """attribute/bisect: the gate's verdict of each measured prefix against the base (prefix0),
+    keyed "+K NAME" as meter_verdicts."""
+    return _per_prefix(store, log, names, lambda base, rows: gate_of(rows, base))
+
+
+def gate_lines(gates: dict) -> list[str]:
+    """"NAME: the gate's verdict", one per entry of `gates` ({name: GateVerdict})."""
+    return [f"{name}: {g.text}" for name, g in gates.items()]
+
+
+def gate_rules(gates: dict) -> list[str]:
+    """Each distinct rule (the legend of the parameters the verdicts were computed with), once."""
+    return list(dict.fromkeys(g.rule for g in gates.values() if g.rule))

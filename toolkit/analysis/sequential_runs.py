@@ -1,4 +1,5 @@
-"""`run A B C` without `--repeats`: launch in rounds until every pair's sequential verdict is settled.
+"""`run A B C` without `--repeats`/`--fixed` (and a plain `sweep`): launch in rounds until every
+pair's sequential verdict is settled.
 
 The first recipe is the reference; each other recipe is a pair with it, judged at every point of
 the benchmark on the headline throughput (output_tok_s for serving, decode_tok_s for one-batch) by
@@ -7,7 +8,8 @@ alternately, the recipes still needed: a variant while its pair is unsettled at 
 below `max_repeats` launches, the reference while any variant is. Stored runs of the same run
 identity (toolkit/results/identity.py) count, oldest first, as in `toolkit.analysis.variants`: a
 killed run resumes from the store, and one already settled launches nothing. A recipe gets at
-most `max_repeats` attempts in one call (a failing recipe does not loop).
+most `max_repeats` attempts in one call, and none after `min_repeats` launches that gave no value
+(a failing recipe does not loop; a failing reference stops the round).
 
 Effects: server launches through `toolkit.run.pipeline.run_once`, store writes, console lines.
 """
@@ -39,7 +41,8 @@ class PairVerdict:
         v = self.verdict
         return {"reference": self.reference, "recipe": self.recipe, "metric": self.metric, "point": self.point,
                 "verdict": v.verdict, "settled": v.settled, "launches_each": v.n, "ratio": v.ratio,
-                "low": v.low, "high": v.high, "speedup": v.speedup, "text": v.text}
+                "low": v.low, "high": v.high, "speedup": v.speedup, "noisy": v.noisy, "spread": v.spread,
+                "text": v.text}
 
 
 def metric_of(p: Prepared) -> str:
@@ -94,22 +97,32 @@ def measure_until_settled(prepared: list[Prepared], *, home, store: Store, group
     runs = {p.name: stored_runs(store, p, keys[p.name], metric) for p in prepared}
     reused = {name: len(ids) for name, ids in runs.items()}
     attempts = {p.name: 0 for p in prepared}
+    failures = {p.name: 0 for p in prepared}  # launches that gave no value
     ref = prepared[0]
     rnd = 0
+
+    def launchable(p: Prepared) -> bool:
+        return (attempts[p.name] < design.max_repeats and len(runs[p.name]) < design.max_repeats
+                and failures[p.name] < design.min_repeats)
+
     while True:
         current = verdicts(store, prepared, runs, design)
-        need = {p.name for p in prepared[1:] if any(v.recipe == p.name and seq.more_needed(v.verdict) for v in current)}
-        if need:
-            need.add(ref.name)
-        order = [p for p in prepared if p.name in need and attempts[p.name] < design.max_repeats
-                 and len(runs[p.name]) < design.max_repeats]
-        if not order or (order == [ref] and len(need) > 1):
+        need = [p for p in prepared[1:] if launchable(p)
+                and any(v.recipe == p.name and seq.more_needed(v.verdict) for v in current)]
+        if not need:
             break
+        # a side launches while it is not ahead: the verdicts look at equal-sized prefixes
+        with_ref = len(runs[ref.name]) <= max(len(runs[p.name]) for p in need)
+        if with_ref and not launchable(ref):
+            break
+        chosen = {p.name for p in need if len(runs[p.name]) <= len(runs[ref.name])} | ({ref.name} if with_ref else set())
+        order = [p for p in prepared if p.name in chosen]
         for p in order if rnd % 2 == 0 else order[::-1]:  # A B, B A, A B ...
             attempts[p.name] += 1
             try:
                 rid = run_once(p, home=home, store=store, repeat=len(runs[p.name]), group_id=group_id, console=console)
             except PatchbenchError as exc:  # the run could not even be begun in the store
+                failures[p.name] += 1
                 result["failed"].append((p.name, str(exc.located(recipe=p.name))))
                 console.print(f"[red]error[/]: {escape(str(exc))}")
                 continue
@@ -117,7 +130,23 @@ def measure_until_settled(prepared: list[Prepared], *, home, store: Store, group
             if store.get_run(rid).status == "ok" and values_at(store.samples([rid], metric=metric), metric,
                                                                 points_of(p)[0], [rid]):
                 runs[p.name].append(rid)
+            else:
+                failures[p.name] += 1
         rnd += 1
     result["reused"] = reused
     result["used"] = {name: list(ids) for name, ids in runs.items()}
+    result["spread_flags"] = spread_flags(store, prepared, runs)
     return current
+
+
+def spread_flags(store: Store, prepared: list[Prepared], runs: dict[str, list[str]]) -> list[dict]:
+    """toolkit.analysis.spread_flag over the recipes' per-launch values at each common point."""
+    from toolkit.analysis import spread_flag
+
+    metric = metric_of(prepared[0])
+    samples = {p.name: store.samples(runs[p.name], metric=metric) for p in prepared}
+    out = []
+    for point in [x for x in points_of(prepared[0]) if all(x in points_of(p) for p in prepared)]:
+        values = {p.name: values_at(samples[p.name], metric, point, runs[p.name]) for p in prepared}
+        out += [{**f.to_dict(), "metric": metric, "point": point} for f in spread_flag.flags(values)]
+    return out

@@ -9,7 +9,8 @@ with floors only, such as output_tok_s>=500, the lowest, lowest first), then by 
 and the verdict compares output tok/s under the SLA: the variant's at its reported concurrency
 against the default's at the default's. Each bound's verdict there states the runs' spread
 ("passes", "at the bound", sla.judge). Verdicts: toolkit/analysis/stats.py; "-" where the default
-has no runs to compare.
+has no runs to compare. Beside the speed, as in compare: the answers' verdict and, for variants that
+ran the gate tier, the gate's against the default's evaluation (a failed gate is said in the row).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Sequence
 from rich.markup import escape
 from rich.table import Table
 
-from toolkit.analysis import pareto, quality_runs, stats
+from toolkit.analysis import gate_verdict, pareto, quality_runs, stats
 from toolkit.analysis.sla import FLOOR, Bound
 from toolkit.analysis.sweep import Outcome, mean_ci, values
 from toolkit.results.store import Store
@@ -66,9 +67,27 @@ def _answers(store: Store, ref: dict, o: Outcome) -> str | None:
     return quality_runs.worst(quality_runs.judge_launches(ref, [*store.runs(run_ids=_ids(o)), *broken]))
 
 
+def gates(store: Store, outcomes: Sequence[Outcome]) -> dict:
+    """{variant: GateVerdict}: the gate's verdict of each measured variant that ran the gate tier,
+    against the default configuration's evaluation (quality_runs.gate_of)."""
+    default = outcomes[0]
+    ref = store.runs(run_ids=_ids(default))
+    out = {}
+    for o in outcomes[1:]:
+        if o.pruned or o.failed or not _ids(o):
+            continue
+        g = quality_runs.gate_of(store.runs(run_ids=_ids(o)), ref)
+        if g is not None:
+            out[o.name] = g
+    return out
+
+
 def rows(store: Store, outcomes: Sequence[Outcome], metric: str, *, sla: Sequence[Bound] = (),
-         point: int | None = None) -> list[Row]:
-    """The measured outcomes ranked (best first), outcomes[0] being the default configuration."""
+         point: int | None = None, sequential=None, gate: dict | None = None) -> list[Row]:
+    """The measured outcomes ranked (best first), outcomes[0] being the default configuration;
+    `sequential` (a `toolkit.analysis.sequential.Design`): a verdict with too few runs for the fixed
+    rule takes the settled sequential one (`sequential.settle`). `gate`: `gates(store, outcomes)`; a
+    variant that failed it reads "..., gate failed"."""
     default = outcomes[0]
     hib = metrics.higher_is_better(metric)
     out = []
@@ -94,9 +113,16 @@ def rows(store: Store, outcomes: Sequence[Outcome], metric: str, *, sla: Sequenc
         base = values(store, _runs_at(default, base_at), metric, base_at) if base_at else []
         if o is not default and base:
             c = stats.compare_values(base, xs, higher_is_better=hib, unit=metrics.unit_of(metric))
+            if sequential is not None:  # launched until settled: 2 launches each can be a verdict
+                from toolkit.analysis import sequential as seq
+
+                c = seq.settle(c, base, xs, sequential)
             verdict, change = c.verdict, c.change_pct
         if answers:  # "faster, answers changed" never reads as a plain win
             verdict = f"{verdict}, {answers}"
+        g = (gate or {}).get(o.name)
+        if g is not None and g.verdict != gate_verdict.PASSED:  # nor "faster, gate failed"
+            verdict = f"{verdict}, {g.verdict}"
         elif o is default:
             verdict = "default"
         out.append(Row(o.name, at, m, (lo, hi), len(xs), verdict, change))
@@ -181,8 +207,10 @@ def _sla_doc(o: Outcome) -> dict:
 
 
 def document(table_rows: Sequence[Row], outcomes: Sequence[Outcome], points: Sequence[pareto.Point], *,
-             recipe: str, metric: str, sla: Sequence[Bound] = (), repeats: int | None = None) -> dict:
-    """The JSON form (docs/JSON.md, `sweep`); `repeats`: the runs per SLA point (for the legend)."""
+             recipe: str, metric: str, sla: Sequence[Bound] = (), repeats: int | None = None,
+             gate: dict | None = None) -> dict:
+    """The JSON form (docs/JSON.md, `sweep`); `repeats`: the runs per SLA point (for the legend);
+    `gate`: `gates(store, outcomes)`."""
     from toolkit.analysis.sla import legend
 
     front = {(p.variant, p.concurrency) for p in pareto.front(points)}
@@ -200,4 +228,5 @@ def document(table_rows: Sequence[Row], outcomes: Sequence[Outcome], points: Seq
         "pareto": [{"variant": p.variant, "concurrency": p.concurrency, "tok_s_per_user": p.per_user,
                     "tok_s_per_gpu": p.per_gpu, "on_front": (p.variant, p.concurrency) in front} for p in points],
         "dominated": pareto.dominated_variants(points),
+        "gate": {v: g.to_dict() for v, g in (gate or {}).items()},
     }

@@ -193,8 +193,17 @@ class VariantMeter:
                 ids.pop()  # the failed run gave no value
                 break
             values.extend(got)
-        self.log.append((label, key, list(values), ids))  # key: the run identity
+        self.record(label, key, values, ids)
         return values
+
+    def record(self, label: str, key: str, values: list[float], ids: list[str]) -> None:
+        """Log the values a measure call handed out; a later call for the same variant (more
+        values: bisect's and the sequential steps' top-ups) extends its entry."""
+        for i, (lab, k, vals, old) in enumerate(self.log):
+            if lab == label and k == key:
+                self.log[i] = (label, key, list(vals) + list(values), list(old) + list(ids))
+                return
+        self.log.append((label, key, list(values), ids))  # key: the run identity
 
 
 def _as(run, recipe: str):

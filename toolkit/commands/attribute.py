@@ -20,7 +20,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("recipe", metavar="RECIPE")
     parser.add_argument("--metric", default="output_tok_s", metavar="NAME[@POINT]",
                         help=f"default output_tok_s at the first point. Known: {metrics.help_text()}")
-    parser.add_argument("--repeats", type=positive_int, default=None, help="values per prefix (default: the recipe's repeats)")
+    parser.add_argument("--repeats", type=positive_int, default=None,
+                        help="values per prefix, fixed (default: sequential, each step measured until its verdict is "
+                             "settled; see --fixed)")
+    add_sequential_step_arguments(parser)
     parser.add_argument("--leave-one-out", action="store_true", help="also measure the stack minus each patch")
     add_min_effect_argument(parser)
     parser.add_argument("--missing-evidence", action="store_true",
@@ -41,6 +44,16 @@ def require_gpu_if_needed(recipe, args=None) -> None:
     if needs_gpu(recipe) and not machine.has_cuda_gpu():
         raise NoGPU(f"recipe {recipe.name} needs a CUDA GPU to measure; none here "
                     "(`patchbench run RECIPE --until check` verifies everything before the launch)")
+
+
+def print_gates(gates: dict) -> None:
+    """The gate's verdict of each measured variant ("gate: +K PATCH: ..."), then its rule once."""
+    from toolkit.analysis import quality_runs
+
+    for line in quality_runs.gate_lines(gates):
+        console.print(f"gate: {line}", markup=False, highlight=False)
+    for rule in quality_runs.gate_rules(gates):
+        console.print(f"[dim]{escape(rule)}[/]")
 
 
 def print_runs_used(meter) -> None:
@@ -76,18 +89,24 @@ def run(args) -> int:
                                   missing_evidence=args.missing_evidence,
                                   cfg=cluster_config(args, meter.home), command="attribute")
     repeats = args.repeats or recipe.benchmark.repeats
+    design = step_design(args, recipe)
     names = [patch_label(recipe, p) for _, p in stack]
     if args.executor == "slurm":  # every variant at once, on as many nodes
         meter.submit_ahead([(f"prefix{k}", prefix_overrides(recipe, k), repeats) for k in range(len(stack) + 1)]
                            + [(f"without{i}", without_overrides(recipe, i), repeats)
                               for i in range(1, len(stack) + 1) if args.leave_one_out])
     prefix_values = []
-    for k in range(len(stack) + 1):
+    steps = None
+    if design is not None:  # sequential: every step measured until its verdict is settled
+        prefix_values, loo, skipped, steps = measure_steps(meter, recipe, stack, names, design,
+                                                           spec.info.higher_is_better, args.leave_one_out)
+    for k in range(len(stack) + 1 if design is None else 0):
         label = "base" if k == 0 else f"+{k}"
         err.print(f"[bold]prefix {k}/{len(stack)}[/] {escape(label if k == 0 else names[k - 1])}")
         prefix_values.append(meter.measure(f"prefix{k}", prefix_overrides(recipe, k), repeats))
-    loo, skipped = {}, {}
-    if args.leave_one_out:
+    if design is None:
+        loo, skipped = {}, {}
+    if args.leave_one_out and design is None:
         for i in range(1, len(stack) + 1):
             err.print(f"[bold]without {escape(names[i - 1])}[/]")
             values = meter.measure(f"without{i}", without_overrides(recipe, i), repeats)
@@ -98,26 +117,113 @@ def run(args) -> int:
     info = spec.info
     result = attribute(prefix_values, higher_is_better=info.higher_is_better, names=names,
                        leave_one_out=loo or None, unit=info.unit, skipped=skipped or None,
-                       min_effect=args.min_effect)
+                       min_effect=args.min_effect, sequential=design)
     from toolkit.analysis import answers_verdict, quality_runs
 
     answers = quality_runs.meter_verdicts(meter.store, meter.log, names)
+    gates = quality_runs.meter_gates(meter.store, meter.log, names)
     if args.json:
         print_json({"recipe": recipe.name, "metric": spec.metric, "point": meter.point, "lines": result.lines(),
                     "quality": {k: {str(p): q.to_dict() for p, q in per.items()} for k, per in answers.items()},
+                    "gate": {k: g.to_dict() for k, g in gates.items()},
                     "prefix_values": prefix_values, "leave_one_out": loo, "skipped": skipped,
                     "builds": meter.builds, "runs": meter.runs, "min_effect": args.min_effect,
+                    "sequential": steps_json(steps, names), "sequential_legend": step_legend(design),
                     "values_from": [{"label": label, "identity": key, "values": vals, "runs": ids}
                                     for label, key, vals, ids in meter.log]})
         return 0
     worst = {int(k.split()[0][1:]): quality_runs.worst(per) for k, per in answers.items()}
+    for k, g in gates.items():  # "faster, gate failed" never reads as a plain win either
+        if g.verdict != "gate passed":
+            i = int(k.split()[0][1:])
+            worst[i] = ", ".join(x for x in (worst.get(i), g.verdict) if x)
     console.print(render_attribution(result, title=f"{recipe.name}: {spec.metric} at point {meter.point}",
                                      answers=worst))
     console.print(f"[dim]{stats.verdict_legend(min_effect=args.min_effect)}[/]")
+    print_steps(steps, names, design)
     for line in quality_runs.lines(answers):
         console.print(f"answers: {line}", markup=False, highlight=False)
     if answers:
         console.print(f"[dim]{answers_verdict.legend()}[/]")
+    print_gates(gates)
     print_runs_used(meter)
     console.print(f"{meter.builds} variant(s) prepared, {meter.runs} new run(s); cached values reused per env key")
     return 0
+
+
+# -- sequential steps (issue 30): each step launched until its verdict is settled ----------------
+
+def add_sequential_step_arguments(parser) -> None:
+    from toolkit.analysis import sequential as seq
+
+    parser.add_argument("--fixed", action="store_true",
+                        help="the fixed design: the recipe's `[benchmark] repeats` values per variant (as --repeats N)")
+    parser.add_argument("--max-repeats", type=positive_int, default=None, metavar="N",
+                        help=f"sequential: launches each at most while a step is not settled "
+                             f"(default {seq.DEFAULT_MAX_REPEATS})")
+
+
+def step_design(args, recipe):
+    """The sequential design of the steps (no --repeats, no --fixed, local), else None."""
+    from toolkit.analysis import sequential as seq
+    from toolkit.errors import BadInput
+
+    if args.repeats is not None or args.fixed or getattr(args, "executor", "local") == "slurm":
+        if args.max_repeats is not None and (args.repeats is not None or args.fixed):
+            raise BadInput("--max-repeats is the sequential design's; --repeats/--fixed are the fixed one")
+        return None
+    try:
+        return seq.Design(min_effect=recipe.benchmark.min_effect,
+                          max_repeats=args.max_repeats or seq.DEFAULT_MAX_REPEATS)
+    except ValueError as exc:
+        raise BadInput(f"--max-repeats: {exc}") from None
+
+
+def measure_steps(meter, recipe, stack, names, design, hib, leave_one_out: bool):
+    """Prefixes (and the stack without each patch) measured until every step's verdict is settled:
+    (prefix values, leave-one-out values, skipped, {(A label, B label): Sequential})."""
+    from toolkit.analysis.sequential_steps import settle_pairs
+    from toolkit.analysis.variants import prefix_overrides, without_overrides
+
+    n = len(stack)
+    over = {f"prefix{k}": prefix_overrides(recipe, k) for k in range(n + 1)}
+    pairs = [(f"prefix{k - 1}", f"prefix{k}") for k in range(1, n + 1)]
+    if leave_one_out:
+        over.update({f"without{i}": without_overrides(recipe, i) for i in range(1, n + 1)})
+        pairs += [(f"without{i}", f"prefix{n}") for i in range(1, n + 1)]
+    err.print(f"sequential: {len(over)} variant(s), each step launched until settled "
+              f"({design.min_repeats}..{design.max_repeats} each)")
+    values, verdicts = settle_pairs(lambda label, k: meter.measure(label, over[label], k), list(over), pairs,
+                                    design, hib)
+    loo = {i: values[f"without{i}"] for i in range(1, n + 1) if leave_one_out and values.get(f"without{i}")}
+    skipped = {i: meter.skipped.get(f"without{i}", "no values") for i in range(1, n + 1)
+               if leave_one_out and not values.get(f"without{i}")}
+    return [values[f"prefix{k}"] for k in range(n + 1)], loo, skipped, verdicts
+
+
+def _step_name(a: str, b: str, names) -> str:
+    if a.startswith("without"):
+        return f"without {names[int(a[len('without'):]) - 1]}"
+    return f"+{b[len('prefix'):]} {names[int(b[len('prefix'):]) - 1]}"
+
+
+def steps_json(steps, names):
+    if steps is None:
+        return None
+    return [{"a": a, "b": b, "step": _step_name(a, b, names), "verdict": v.verdict, "settled": v.settled,
+             "noisy": v.noisy, "launches_each": v.n, "ratio": v.ratio, "low": v.low, "high": v.high, "text": v.text}
+            for (a, b), v in steps.items()]
+
+
+def step_legend(design):
+    from toolkit.analysis import sequential as seq
+
+    return seq.legend(design) if design is not None else None
+
+
+def print_steps(steps, names, design) -> None:
+    if steps is None:
+        return
+    for (a, b), v in steps.items():
+        console.print(f"sequential: {_step_name(a, b, names)}: {v.text}", markup=False, highlight=False)
+    console.print(f"[dim]{escape(step_legend(design))}[/]")

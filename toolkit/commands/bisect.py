@@ -40,8 +40,13 @@ def add_arguments(parser) -> None:
                              "gain) or the base (every item against the start: small losses add up)")
     parser.add_argument("--direction", choices=("worse", "better"), default="worse",
                         help="look for the change that made the metric worse (a regression, default) or better (a gain)")
-    parser.add_argument("--repeats", type=positive_int, default=3, help="initial values per step")
+    parser.add_argument("--repeats", type=positive_int, default=None,
+                        help="initial values per step (default 2; 3 with --fixed)")
     parser.add_argument("--max-repeats", type=positive_int, default=8, help="bound on values per step when undecided")
+    parser.add_argument("--fixed", action="store_true",
+                        help="judge each step by the fixed-sample t interval (looked at after every top-up) instead "
+                             "of the sequential confidence sequence, which keeps its error rate however often it is "
+                             "looked at")
     parser.add_argument("--source", help="bisect releases (PyPI source) or commits (git source) of this source")
     parser.add_argument("--good", help="with --source: a known-good release or revision")
     parser.add_argument("--bad", help="with --source: a known-bad release or revision")
@@ -78,7 +83,7 @@ def run(args) -> int:
     from toolkit.analysis.bisect import bisect_items, bisect_stack
     from toolkit.analysis.releases import git_variant, release_variant, tag_for
     from toolkit.analysis.variants import VariantMeter, patch_label, prefix_overrides, stack_of, upstream_commits
-    from toolkit.commands.attribute import print_runs_used, require_gpu_if_needed
+    from toolkit.commands.attribute import print_gates, print_runs_used, require_gpu_if_needed
     from toolkit.errors import BadInput
 
     spec = metrics.parse_spec(args.metric)  # before anything is built or launched
@@ -88,9 +93,12 @@ def run(args) -> int:
                          missing_evidence=args.missing_evidence)
     if args.executor == "slurm":  # each probe one Slurm job
         meter = _slurm_meter(recipe, home, meter, spec, args)
-    kw = dict(higher_is_better=spec.info.higher_is_better, threshold_pct=args.threshold, initial_repeats=max(2, args.repeats),
+    initial = args.repeats or (3 if args.fixed else 2)
+    kw = dict(higher_is_better=spec.info.higher_is_better, threshold_pct=args.threshold, initial_repeats=max(2, initial),
               max_repeats=args.max_repeats, on_step=lambda s: err.print(s.line, markup=False, highlight=False),
-              direction=args.direction, reference=args.reference)
+              direction=args.direction, reference=args.reference, sequential=not args.fixed)
+    if not args.fixed:  # one more value a side after each look, as the sequential rule looks
+        kw["repeat_step"] = 1
     repro = ["patchbench", "bisect", recipe.name, "--metric", args.metric, "--threshold", str(args.threshold)]
     if args.direction != "worse":
         repro += ["--direction", args.direction]
@@ -98,7 +106,10 @@ def run(args) -> int:
         repro += ["--reference", args.reference]
     if args.missing_evidence:
         repro += ["--missing-evidence"]
+    if args.fixed:
+        repro += ["--fixed"]
     commit_phase = None
+    names = None  # the patches of a stack bisect (a bisect of releases or commits has no prefixes)
     if args.source:
         source = recipe.sources.get(args.source)
         if source is None:
@@ -161,6 +172,7 @@ def run(args) -> int:
         meter.builds += commit_meter.builds
         meter.runs += commit_meter.runs
         repro += ["--git", args.git, "--tag-format", args.tag_format]
+    answers, gates = _quality(meter, names)
     if args.json:
         out = {"recipe": recipe.name, "metric": spec.metric, "point": meter.point, "direction": args.direction,
                "reference": args.reference, "threshold_pct": args.threshold,
@@ -168,14 +180,17 @@ def run(args) -> int:
                "runs": meter.runs, "reproduce": shlex.join(repro)}
         if commit_result is not None:
             out["commit"] = _result_json(commit_result)
+        if names is not None:
+            out["quality"] = {k: {str(p): q.to_dict() for p, q in per.items()} for k, per in answers.items()}
+            out["gate"] = {k: g.to_dict() for k, g in gates.items()}
         print_json(out)
         return 0 if result.culprit is not None or result.candidates is None else 1
     _print_result(result, stats, args.direction)
-    if not args.source:  # the answers of each measured prefix against the base, beside the speed
-        from toolkit.analysis import quality_runs
+    from toolkit.analysis import quality_runs
 
-        for line in quality_runs.lines(quality_runs.meter_verdicts(meter.store, meter.log, names)):
-            console.print(f"answers: {line}", markup=False, highlight=False)
+    for line in quality_runs.lines(answers):  # each measured prefix against the base, beside the speed
+        console.print(f"answers: {line}", markup=False, highlight=False)
+    print_gates(gates)
     if commit_result is not None:
         console.print("[bold]commits[/] between the neighbouring releases:")
         _print_result(commit_result, stats, args.direction)
@@ -183,6 +198,17 @@ def run(args) -> int:
     console.print(f"{meter.builds} build(s), {meter.runs} new run(s)")
     console.print(f"reproduce: {shlex.join(repro)}", markup=False)
     return 0
+
+
+def _quality(meter, names):
+    """The answers' and the gate's verdicts of each measured prefix against the base (a stack
+    bisect; `names` None for a bisect of releases or commits: no prefixes)."""
+    from toolkit.analysis import quality_runs
+
+    if names is None:
+        return {}, {}
+    return (quality_runs.meter_verdicts(meter.store, meter.log, names),
+            quality_runs.meter_gates(meter.store, meter.log, names))
 
 
 def _slurm_meter(recipe, home, meter, spec, args):

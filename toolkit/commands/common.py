@@ -10,7 +10,7 @@ from rich.console import Console
 
 from toolkit.errors import PatchbenchError
 from toolkit.recipe.load import Recipe, load_recipe
-from toolkit.workspace import default_store, resolve_home
+from toolkit.workspace import resolve_home
 
 def _width() -> int | None:
     """COLUMNS when set (also when piped), the terminal's width on a tty, else 160 for logs and CI."""
@@ -68,11 +68,15 @@ def home_of(args):
 def store_of(args):
     from toolkit.results.store import Store
 
-    home = home_of(args)
-    path = getattr(args, "store", None)
     from pathlib import Path
 
-    return Store(Path(path).expanduser().resolve() if path else default_store(home))
+    from toolkit.results.engine import load_store_config, store_location
+
+    home = home_of(args)
+    store = Store(store_location(home, getattr(args, "store", None)))
+    kept = load_store_config(home).artifacts
+    store.artifacts_dir = Path(kept).expanduser() if kept else None
+    return store
 
 
 JSON_SCHEMA_VERSION = 1  # docs/JSON.md: bumped when a key is removed or changes meaning

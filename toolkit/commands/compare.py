@@ -63,6 +63,19 @@ def efficiency_lines(store, sel) -> list[str]:
     return lines
 
 
+def sequential_design(ref: str):
+    """The sequential design `run` judged with: the baseline's `[benchmark] min_effect` (the
+    default when it is known only by its stored runs)."""
+    from toolkit.analysis import sequential as seq
+    from toolkit.errors import PatchbenchError
+    from toolkit.recipe.load import load_recipe
+
+    try:
+        return seq.Design(min_effect=load_recipe(ref).benchmark.min_effect)
+    except PatchbenchError:
+        return seq.Design()
+
+
 def same_twice(refs) -> None:
     """BadInput when one recipe is named twice (by name or by path): its runs against themselves
     would read "no difference" by construction."""
@@ -130,7 +143,9 @@ def run(args) -> int:
                       console=err)
     sel = select(store, args.recipes, criteria, current=definitions(args.recipes),
                  metrics=sorted({s.metric for s in specs}) if specs else None)
-    rows = compare_selection(store, sel, metrics=specs, points=args.point, min_effect=args.min_effect)
+    design = sequential_design(args.recipes[0])
+    rows = compare_selection(store, sel, metrics=specs, points=args.point, min_effect=args.min_effect,
+                             sequential=design)
     if not rows and args.metric:
         base_samples = store.samples(sel.run_ids(sel.recipes[0]))
         measured = sorted({s.metric for s in base_samples})
@@ -141,12 +156,16 @@ def run(args) -> int:
                        else f"{sel.recipes[0]} measured: {', '.join(measured) or 'nothing'}")
     diffs = explain_differences(sel)
     legend = stats.verdict_legend(min_effect=args.min_effect)
+    if any(r.sequential for r in rows):  # rows too small for the fixed verdict, settled by the sequential rule
+        from toolkit.analysis import sequential as seq
+
+        legend += "\n" + f"rows under {stats.DEFAULT_MIN_REPEATS} launches each: " + seq.legend(design)
     from toolkit.analysis import answers_verdict, quality_runs
 
     answers = quality_runs.verdicts(sel)
     floor = quality_runs.reference_floor(sel)
     if args.json:
-        print_json({"rows": [r.__dict__ for r in rows], "differences": diffs,
+        print_json({"rows": [r.__dict__ for r in rows], "differences": diffs, "legend": legend,
                     "quality": {v: {str(p): q.to_dict() for p, q in per.items()} for v, per in answers.items()},
                     "quality_floor": {v: {str(p): q.to_dict() for p, q in per.items()} for v, per in floor.items()},
                     "gate": {v: g.to_dict() for v, g in quality_runs.gate_verdicts(sel).items()},

@@ -23,7 +23,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("--metric", required=True, metavar="NAME[@POINT]",
                         help=f"e.g. output_tok_s@1. Known: {metrics.help_text()}")
     parser.add_argument("--window", type=int, default=DEFAULTS["window"], help="Otava's window (points)")
-    parser.add_argument("--max-pvalue", type=float, default=DEFAULTS["max_pvalue"], help="Otava's p-value bound")
+    parser.add_argument("--max-pvalue", type=float, default=DEFAULTS["max_pvalue"],
+                        help="Otava's p-value bound (finds the candidates)")
+    parser.add_argument("--alpha", type=_rate, default=DEFAULTS["alpha"],
+                        help="the change-point verdict's false-alarm rate per series (default %(default)s)")
     parser.add_argument("--min-magnitude", type=float, default=DEFAULTS["min_magnitude"],
                         help="Otava's minimum relative change (default 0.03 = 3%%; Otava's own: 0)")
     parser.add_argument("--bisect", action="store_true", help="bisect each new change point in --direction")
@@ -36,6 +39,18 @@ def add_arguments(parser) -> None:
     parser.add_argument("--max-repeats", type=positive_int, default=8, help="bisect: bound on values per step")
     parser.add_argument("-o", "--output", help="directory for the plot (default HOME/history/RECIPE)")
     parser.add_argument("--json", action="store_true")
+
+
+def _rate(text: str) -> float:
+    import argparse
+
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a rate between 0 and 1 (e.g. 0.01)")
+    return value
 
 
 def _source(recipe, args) -> str:
@@ -53,8 +68,8 @@ def _source(recipe, args) -> str:
 def run(args) -> int:
     from pathlib import Path
 
-    from toolkit.history import definition
-    from toolkit.history.autobisect import bisect_new, key_of, load_state, state_path
+    from toolkit.history import changes as changes_mod, definition
+    from toolkit.history.autobisect import bisect_new, load_state, state_path
     from toolkit.history.otava import NotEnoughHistory, detect
     from toolkit.history.series import load_history
     from toolkit.history.track import TrackBusy, stack_digest, workspace_lock
@@ -72,6 +87,7 @@ def run(args) -> int:
     cps, why_none, detection = [], None, None
     try:
         detection = detect([e.value for e in measured], home, window=args.window, max_pvalue=args.max_pvalue,
+                           alpha=args.alpha,
                            min_magnitude=args.min_magnitude, console=err)
         cps = detection.change_points
     except NotEnoughHistory as exc:
@@ -93,26 +109,17 @@ def run(args) -> int:
         finally:
             lock.release()
     verdicts = load_state(state_path(home, recipe.name, source))["bisects"]
-    rows = []
-    for c, (before, after, direction, pct) in zip(cps, changes):
-        key = key_of(before, after, str(spec), direction)
-        rows.append({"index": c.index, "before": before.label, "after": after.label, "after_id": after.id,
-                     "direction": direction, "change_pct": pct, "magnitude": c.magnitude, "pvalue": c.pvalue,
-                     "mean_before": c.mean_before, "mean_after": c.mean_after, "bisect": verdicts.get(key),
-                     "bisected_now": key in bisected_now})
+    rows = changes_mod.rows(hist, cps, spec, verdicts, bisected_now)
     plot = None
     if measured:
         from toolkit.report.history_plot import history_figure, write_history_plot
 
         out_dir = Path(args.output) if args.output else state_path(home, recipe.name, source).parent
-        pos = {e.id: i for i, e in enumerate(hist.entries)}
         title = f"{recipe.name}: {spec} across {source} history"
-        marks = [{"index": pos[r["after_id"]], "direction": r["direction"], "change_pct": r["change_pct"],
-                  "culprit": (r["bisect"] or {}).get("culprit")} for r in rows]
         fig = history_figure(title, f"{spec.metric} ({spec.info.unit})", [e.label for e in hist.entries],
-                             [e.value for e in hist.entries], marks)
+                             [e.value for e in hist.entries], changes_mod.marks(hist, rows))
         plot = write_history_plot(fig, out_dir, f"{source}-{spec.metric}@{spec.point}", title,
-                                  ([_line(r) for r in rows] or [why_none or "no change points"])
+                                  ([changes_mod.line(r) for r in rows] or [why_none or "no change points"])
                                   + hist.older_lines())
     if args.json:
         print_json({"recipe": recipe.name, "source": source, "metric": spec.metric, "point": spec.point,
@@ -124,6 +131,11 @@ def run(args) -> int:
                     "otava_options": detection.options if detection else None, "plot": plot})
         return 0
     _print(hist, rows, why_none, plot, spec)
+    if not why_none:
+        from toolkit.history.change_verdict import legend
+
+        rule = legend(alpha=args.alpha, max_pvalue=args.max_pvalue, min_magnitude=args.min_magnitude)
+        console.print(f"[dim]{rule}[/]")
     return 0
 
 
@@ -148,15 +160,10 @@ def _print(hist, rows, why_none, plot, spec) -> None:
         console.print(why_none)
     elif not rows:
         console.print("no change points (Otava's E-Divisive)")
+    from toolkit.history.changes import line as change_line
+
     for r in rows:
-        console.print(_line(r), markup=False)
+        console.print(change_line(r), markup=False)
     if plot:
         console.print(f"plot: {plot['png']} ({plot['svg']}, {plot['html']})")
 
-
-def _line(r: dict) -> str:
-    line = f"change point {r['before']} -> {r['after']}: {r['change_pct']:+.1f}% ({r['direction']}), p={r['pvalue']:.2g}"
-    b = r["bisect"]
-    if b:
-        line += f"; bisect: {b.get('culprit') or 'no single commit'} ({b.get('message', '')})"
-    return line

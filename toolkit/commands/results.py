@@ -16,18 +16,24 @@ from toolkit.analysis.selection import add_selection_arguments, criteria_from_ar
 from toolkit.commands.common import console, store_of
 from toolkit.errors import plural
 
-HELP = "list stored runs (status, provenance, headline numbers) or export them (JSON/CSV)"
+HELP = "list stored runs (status, provenance, headline numbers) or export them (JSON/CSV/PyTorch HUD v3)"
 
 
 def add_arguments(parser) -> None:
     parser.add_argument("recipes", nargs="*", metavar="RECIPE", help="only these recipes")
     parser.add_argument("--status", choices=["ok", "failed", "invalid", "interrupted", "running"], default=None)
-    parser.add_argument("--export", choices=["json", "csv"], default=None, help="write runs and samples")
+    parser.add_argument("--export", choices=["json", "csv", "hud"], default=None,
+                        help="write runs and samples: json (re-importable), csv (one row per sample), hud "
+                             "(PyTorch HUD v3 benchmark records: one per configuration, metric and point, "
+                             "the repeats as values; ok runs unless --status)")
     parser.add_argument("--output", "-o", default=None, help="export file (default: stdout)")
     parser.add_argument("--limit", type=int, default=50)
     parser.add_argument("--selected", action="store_true",
                         help="only the runs compare/report would use for RECIPEs (the first is the baseline)")
     add_selection_arguments(parser)
+    parser.add_argument("--check-artifacts", action="store_true",
+                        help="check the kept files ([store] artifacts) of the runs listed: ok, missing or altered "
+                             "(exit 1 if any is not ok)")
     parser.add_argument("--jobs", action="store_true",
                         help="Slurm jobs (queued, running, done) with their logs; imports the runs of finished ones")
 
@@ -128,6 +134,20 @@ def render_runs(store, runs, width: int | None = None) -> Table:
     return table
 
 
+def _check_artifacts(store, runs) -> int:
+    """One line per kept file of `runs`, its state from its bytes now; 1 if any is missing or altered."""
+    from toolkit.results.artifacts import check
+
+    found = check(store, [r.run_id for r in runs])
+    for a in found:
+        style = "green" if a.state == "ok" else "red"
+        console.print(f"{a.run_id[:8]} {escape(a.name)}: [{style}]{a.state}[/] {escape(a.path)}")
+    bad = [a for a in found if a.state != "ok"]
+    console.print(f"{len(found)} kept file(s) of {len(runs)} run(s): " + (f"{len(bad)} not to be trusted (missing or "
+                  "altered)" if bad else "all as stored"), markup=False)
+    return 1 if bad else 0
+
+
 def run(args) -> int:
     store = store_of(args)
     if args.jobs:
@@ -157,6 +177,8 @@ def run(args) -> int:
             console.print(f"note: {line}", markup=False)
         return 0
     runs = store.runs(**filters, limit=args.limit, newest_first=True)
+    if args.check_artifacts:
+        return _check_artifacts(store, runs)
     if not runs:
         total = len(store.runs(limit=None)) if (args.recipes or args.status) else 0
         what = " ".join(x for x in (args.status, "runs of " + ", ".join(args.recipes) if args.recipes else "runs") if x)

@@ -1,7 +1,9 @@
 """`patchbench run RECIPE...`: apply, build, static check, launch, verify, benchmark, store.
 
-Several recipes interleave their repeats (A B A B ...) on the same machine. Without a CUDA GPU
-(and a recipe that needs one) it stops after the static check with a clear message.
+Several recipes interleave their launches (A B B A ...) on the same machine, by default until every
+pair's sequential verdict is settled (toolkit.analysis.sequential_runs); `--repeats N` or `--fixed`
+(the recipes' `[benchmark] repeats`) is the fixed design. Without a CUDA GPU (and a recipe that needs
+one) it stops after the static check with a clear message.
 """
 
 from __future__ import annotations
@@ -79,9 +81,8 @@ def run(args) -> int:
 
 # -- sequential verdicts (issue 30): without --repeats, several recipes launch until settled --------
 
-# Without --repeats, several recipes measure sequentially only when asked (--sequential, --min/--max-repeats):
-# making it the default means giving the suite's multi-recipe `run` calls their `--repeats N`.
-SEQUENTIAL_BY_DEFAULT = False
+# Without --repeats or --fixed, several recipes measure sequentially (issue 30): launches until settled.
+SEQUENTIAL_BY_DEFAULT = True
 
 
 def add_sequential_arguments(parser) -> None:
@@ -89,8 +90,11 @@ def add_sequential_arguments(parser) -> None:
 
     parser.add_argument("--sequential", action="store_true",
                         help="several recipes: launch in rounds until every pair's sequential verdict (the first "
-                             "recipe against each other, at every point) is settled (also implied by "
-                             "--min-repeats/--max-repeats)")
+                             "recipe against each other, at every point) is settled (the default for several "
+                             "recipes without --repeats/--fixed)")
+    parser.add_argument("--fixed", action="store_true",
+                        help="the fixed design: each recipe's `[benchmark] repeats` launches (or --repeats N), "
+                             "interleaved, whatever the data say")
     parser.add_argument("--min-repeats", type=int, default=None, metavar="N",
                         help=f"launches each before the first sequential verdict (default {seq.DEFAULT_MIN_REPEATS})")
     parser.add_argument("--max-repeats", type=int, default=None, metavar="N",
@@ -105,8 +109,12 @@ def sequential_design(args, recipes):
     from toolkit.analysis import sequential as seq
     from toolkit.errors import BadInput
 
+    fixed = getattr(args, "fixed", False)
+    if fixed and (args.sequential or args.min_repeats is not None or args.max_repeats is not None):
+        raise BadInput("--fixed is the fixed design; --sequential/--min-repeats/--max-repeats are the sequential one")
     asked = SEQUENTIAL_BY_DEFAULT or args.sequential or args.min_repeats is not None or args.max_repeats is not None
-    if not asked or args.repeats is not None or len(recipes) < 2 or args.until != "store" or args.executor == "slurm":
+    if fixed or not asked or args.repeats is not None or len(recipes) < 2 or args.until != "store" \
+            or args.executor == "slurm":
         return None
     m = args.min_effect if args.min_effect is not None else recipes[0].benchmark.min_effect
     try:
@@ -130,17 +138,23 @@ def sequential_measure(design):
     return measure
 
 
-def print_sequential(result, design, store, recipes, *, quiet: bool) -> None:
+def print_sequential(result, design, store, recipes, *, quiet: bool, to=None) -> None:
     from toolkit.analysis import launch_cost, sequential as seq
 
+    from toolkit.analysis import spread_flag
+
     result["sequential_legend"] = seq.legend(design)
+    result["spread_flag_legend"] = spread_flag.legend()
     used = [rid for ids in result.get("used", {}).values() for rid in ids]
     result["cost"] = launch_cost.cost(store.runs(run_ids=[rid for _, rid in result["runs"]]) if result["runs"] else [],
                                       store.runs(run_ids=used) if used else [], {r.name: r for r in recipes})
     if quiet:
         return
-    console.print(launch_cost.describe(result["cost"]), markup=False, highlight=False)
+    out = to or console
+    out.print(launch_cost.describe(result["cost"]), markup=False, highlight=False)
     for v in result["sequential"]:
-        console.print(f"{v['recipe']} vs {v['reference']}, {v['metric']} @ {v['point']}: {v['text']}", markup=False,
+        out.print(f"{v['recipe']} vs {v['reference']}, {v['metric']} @ {v['point']}: {v['text']}", markup=False,
                   highlight=False)
+    for f in result.get("spread_flags", []):
+        out.print(f"noisy: {f['metric']} @ {f['point']}: {f['text']}", markup=False, highlight=False)
     err.print(f"[dim]{seq.legend(design)}[/]")

@@ -28,7 +28,13 @@ def add_arguments(parser) -> None:
     parser.add_argument("--metric", default=None, metavar="NAME[@POINT]",
                         help="rank a plain sweep by this metric (default output_tok_s at the highest concurrency)")
     parser.add_argument("--repeats", type=positive_int, default=None,
-                        help="runs per variant (and per SLA point); default: the recipe's")
+                        help="runs per variant (and per SLA point), fixed; default: the recipe's for an SLA search, "
+                             "else sequential (each variant launched until its verdict against the default "
+                             "configuration is settled, as `run`; see --fixed)")
+    parser.add_argument("--fixed", action="store_true",
+                        help="a plain sweep's fixed design: the recipe's `[benchmark] repeats` runs per variant")
+    parser.add_argument("--max-repeats", type=positive_int, default=None, metavar="N",
+                        help="sequential: launches each at most while a variant is not settled (default 8)")
     parser.add_argument("--until", choices=("check", "store"), default="store",
                         help="check: stop after the static check of every variant (prints what is pruned)")
     parser.add_argument("--slurm-jobs", type=positive_int, default=4, metavar="N",
@@ -130,18 +136,24 @@ def run(args) -> int:
     if bounds:
         sw.sla_search(store, outcomes, bounds, lo=lo, hi=hi, repeats=args.repeats, runner=runner, console=err)
     else:
-        have, failed, reused = sw.measure(store, [o.recipe for o in kept], args.repeats, runner, err,
-                                          {o.name: o.env_key for o in kept})
+        design = _design(args, recipe, kept, recipes)
+        if design is not None:  # sequential: launched until every variant's verdict is settled
+            have, failed, reused = _measure_sequential(store, kept, home, args, design)
+        else:
+            have, failed, reused = sw.measure(store, [o.recipe for o in kept], args.repeats, runner, err,
+                                              {o.name: o.env_key for o in kept})
         for o in kept:
             o.runs, o.reused = have.get(o.name, []), reused.get(o.name, 0)
             o.failed = None if o.runs else failed.get(o.name, "no ok run")
             bench = o.recipe.benchmark
             o.points = {c: o.runs for c in (bench.concurrency if bench.driver == "serving" else bench.batch_sizes)}
-    ranked = res.rows(store, outcomes, metric, sla=bounds, point=point)
+    gates = res.gates(store, outcomes)
+    ranked = res.rows(store, outcomes, metric, sla=bounds, point=point,
+                      sequential=None if bounds else _design(args, recipe, kept, recipes), gate=gates)
     points = res.pareto_points(store, outcomes)
     dominated = dominated_variants(points)
     doc = res.document(ranked, outcomes, points, recipe=recipe.name, metric=metric, sla=bounds,
-                       repeats=args.repeats or recipe.benchmark.repeats)
+                       repeats=args.repeats or recipe.benchmark.repeats, gate=gates)
     from toolkit.report.sweep import write_sweep_report
 
     paths = write_sweep_report(doc, Path(args.output).expanduser())
@@ -164,3 +176,40 @@ def run(args) -> int:
         for p in paths:
             console.print(str(p), markup=False)
     return 1 if any(o.failed for o in outcomes) or not ranked else 0
+
+
+def _design(args, recipe, kept, recipes):
+    """A plain local sweep without --repeats/--fixed whose default configuration is measured:
+    the sequential design (`run`'s), else None."""
+    from toolkit.analysis import sequential as seq
+    from toolkit.errors import BadInput
+
+    if args.repeats is not None or args.fixed or args.sla or args.executor == "slurm":
+        if args.max_repeats is not None and (args.repeats is not None or args.fixed):
+            raise BadInput("--max-repeats is the sequential design's; --repeats/--fixed are the fixed one")
+        return None
+    if len(kept) < 2 or kept[0].name != recipes[0].name:
+        return None
+    try:
+        return seq.Design(min_effect=recipe.benchmark.min_effect, max_repeats=args.max_repeats or seq.DEFAULT_MAX_REPEATS)
+    except ValueError as exc:
+        raise BadInput(f"--max-repeats: {exc}") from None
+
+
+def _measure_sequential(store, kept, home, args, design):
+    """Every kept configuration launched in rounds until its verdict against the default's is
+    settled (toolkit.analysis.sequential_runs; stored runs of the same identity count, so a killed
+    sweep resumes where it stopped). Returns (name -> ok run ids, name -> failure, name -> reused)."""
+    from toolkit.commands.run import print_sequential, sequential_measure
+    from toolkit.run.pipeline import run_sweep
+
+    recipes = [o.recipe for o in kept]
+    result = run_sweep(recipes, home=home, store=store, frozen=args.frozen, console=err,
+                       measure=sequential_measure(design))
+    if "sequential" in result:
+        print_sequential(result, design, store, recipes, quiet=args.json, to=err)
+    failed = {}
+    for name, msg in result.get("failed", []):
+        failed.setdefault(name, msg)
+    used = result.get("used", {})
+    return {o.name: list(used.get(o.name, [])) for o in kept}, failed, dict(result.get("reused", {}))

@@ -31,6 +31,11 @@ def add_arguments(parser) -> None:
     parser.add_argument("--tag-format", default="v{version}", help="release -> git tag (default v{version})")
     parser.add_argument("--repeats", type=positive_int, default=1, help="runs per point (default 1)")
     parser.add_argument("--limit", type=int, help="measure at most this many new points now")
+    parser.add_argument("--settle", action="store_true",
+                        help="a step between neighbouring points measured now whose runs differ by at least the "
+                             "recipe's min_effect launches both points until its sequential verdict is settled")
+    parser.add_argument("--max-repeats", type=int, default=None, metavar="N",
+                        help="with --settle: launches each a step may take (default 8)")
     parser.add_argument("--json", action="store_true")
     add_executor_arguments(parser)
 
@@ -82,9 +87,23 @@ def run(args) -> int:
 
         elsewhere = slurm_points(recipe, args.source, cfg=cluster_config(args, home), home=home, store=store,
                                  repeats=args.repeats, group_id=group_id, console=err)
+    settle = None
+    if args.settle:
+        from toolkit.analysis import sequential as seq
+
+        if args.repeats > 1 or elsewhere is not None:
+            raise BadInput("--settle measures one run a point and adds launches where a step looks like a change; "
+                           "not with --repeats or --executor slurm")
+        try:
+            settle = seq.Design(min_effect=recipe.benchmark.min_effect,
+                                max_repeats=args.max_repeats or seq.DEFAULT_MAX_REPEATS)
+        except ValueError as exc:
+            raise BadInput(f"--max-repeats: {exc}") from None
+    elif args.max_repeats is not None:
+        raise BadInput("--max-repeats is for --settle")
     res = track(recipe, args.source, points, lambda p: variant_for(recipe, args.source, p, home), home=home,
                 store=store, console=err, repeats=args.repeats, group_id=group_id, limit=args.limit,
-                elsewhere=elsewhere)
+                elsewhere=elsewhere, settle=settle)
     if args.json:
         print_json({"recipe": recipe.name, "source": args.source, "points": [p.to_dict() for p in points],
                     **res.to_dict()})
@@ -96,5 +115,8 @@ def run(args) -> int:
             console.print(f"  {label}: {outcome}: {why}", markup=False)
         for label, why in res.failed.items():
             console.print(f"  {label}: failed: {why}", markup=False)
+        for st in res.steps:
+            console.print(f"  step {st['before']} -> {st['after']}, {st['metric']} @ {st['point']}: {st['text']}",
+                          markup=False)
         console.print(f"next: patchbench history {recipe.name} --source {args.source} --metric output_tok_s@1")
     return 0 if not res.failed else 1

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from toolkit.errors import BadInput
+from toolkit.workspace import user_config_path  # noqa: F401  (its home; named here as before)
 
 EXECUTORS = ("local", "slurm")
 DEFAULT_NODE_HOME = "/tmp/patchbench-node"  # node-local: never NFS (SQLite, uv hardlinks, locks)
@@ -96,14 +97,6 @@ def time_minutes(text: str | int) -> int:
     else:
         h, m, sec = parts[-3:]
     return max(1, days * 1440 + h * 60 + m + (1 if sec else 0))
-
-
-def user_config_path(home: Path) -> Path:
-    local = home / "config.toml"
-    if local.is_file():
-        return local
-    base = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
-    return base / "patchbench" / "config.toml"
 
 
 _KEYS = {"partition", "account", "gpus_per_node", "time", "cpus_per_task", "node_home", "poll_s", "slurm_args"}

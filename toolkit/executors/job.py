@@ -1,9 +1,12 @@
 """What runs on a Slurm node: one sweep (the recipes of one comparison, repeats interleaved).
 
-The sweep writes its runs to a store of its own on the node's local disk (SQLite is never written
-over a network filesystem) and, after every begin and finish of a run, exports that store as JSON
-into the job's folder (shared with the submitting side) by an atomic rename. The submitting side
-imports that file once the job is over; a run still `running` there was cut short by the job's end.
+With a SQLite store on the submitting side, the sweep writes its runs to a store of its own on the
+node's local disk (SQLite is never written over a network filesystem); with a PostgreSQL store
+(`store_url`), into that database directly, as they happen. Either way, after every begin and finish
+of a run, the job's own runs are exported as JSON into the job's folder (shared with the submitting
+side) by an atomic rename. The submitting side imports that file once the job is over (runs it
+already has are skipped: a direct job's import only adds the records of recipes it never began);
+a run still `running` there was cut short by the job's end and is finished `interrupted`.
 A SIGTERM (scancel) or the time-limit signal stops the sweep where it is: the server of the run in
 progress is torn down on the way out, the run is left `running` in the export.
 """
@@ -32,10 +35,14 @@ class JobStore(Store):
     """A per-job store that exports itself to `export` after every write that opens or closes a
     run, and stamps each run with the Slurm job that ran it."""
 
-    def __init__(self, path: Path, *, export: Path, slurm: dict) -> None:
+    def __init__(self, path: Path | str, *, export: Path, slurm: dict) -> None:
         super().__init__(path)
         self.export_path = export
         self.slurm = slurm
+        self.mine: list[str] = []  # the runs this job recorded: all its export holds
+
+    def export(self) -> None:
+        export(self, "json", self.export_path, run_ids=self.mine)
 
     def _stamped(self, fields_: dict) -> dict:
         """`fields_` with the job's stamp added to the extra and log_paths it carries."""
@@ -48,20 +55,22 @@ class JobStore(Store):
 
     def begin_run(self, **fields_) -> str:
         run_id = super().begin_run(**self._stamped({"extra": None, "log_paths": None, **fields_}))
-        export(self, "json", self.export_path)
+        self.mine.append(run_id)
+        self.export()
         return run_id
 
     def record_run(self, fields_: dict, samples=()) -> str:
         """A whole run recorded at once (a tracked point whose stack does not apply): stamped too."""
         run_id = super().record_run(self._stamped({"extra": None, "log_paths": None, **fields_}), samples)
-        export(self, "json", self.export_path)
+        self.mine.append(run_id)
+        self.export()
         return run_id
 
     def finish_run(self, run_id: str, status: str, *args, **kw) -> None:
         # the pipeline's final extra/log_paths replace the begun ones: keep the job's stamp in them
         kw = self._stamped({k: v for k, v in kw.items() if v is not None or k not in ("extra", "log_paths")})
         super().finish_run(run_id, status, *args, **kw)
-        export(self, "json", self.export_path)
+        self.export()
 
 
 @dataclass(frozen=True)
@@ -74,6 +83,7 @@ class SweepJob:
     frozen: bool
     node_home: str
     strict: bool = False  # `--strict-check`: an unresolved static check refuses the recipe (exit 2)
+    store_url: str | None = None  # the submitting side's PostgreSQL store: the node writes into it
 
 
 def _stop(signum, frame):
@@ -92,10 +102,18 @@ class VariantJob:
     group_id: str
     node_home: str
     missing_evidence: bool = False  # the meter's rule (toolkit.analysis.variants.VariantMeter.rule)
+    store_url: str | None = None  # as SweepJob's
 
 
-def node_context(node_home: str):
+def direct_store(store: Store) -> str | None:
+    """The location a node writes into directly: the store itself when it is PostgreSQL (a URL),
+    else None (SQLite: a per-job store on the node, imported when the job is over)."""
+    return str(store.location) if store.engine_name == "postgresql" else None
+
+
+def node_context(node_home: str, store_url: str | None = None):
     """The job's side of things: (job id, job folder, node home, its JobStore, a console).
+    `store_url`: the PostgreSQL store to write into directly (else a per-job SQLite store).
     Installs the stop signals (SIGTERM from scancel, USR2 before the time limit)."""
     import submitit
     from rich.console import Console
@@ -107,12 +125,18 @@ def node_context(node_home: str):
     home = Path(os.path.expandvars(node_home)).expanduser()
     home.mkdir(parents=True, exist_ok=True)
     os.environ["PATCHBENCH_HOME"] = str(home)
-    store = JobStore(home / "node-jobs" / env.job_id / "results.sqlite", export=folder / EXPORT_NAME, slurm=slurm)
-    export(store, "json", store.export_path)  # an empty export: the job started
+    store = JobStore(store_url or home / "node-jobs" / env.job_id / "results.sqlite", export=folder / EXPORT_NAME,
+                     slurm=slurm)
+    from toolkit.results.engine import load_store_config
+
+    kept = load_store_config(home).artifacts  # the node's user config (often the shared home's)
+    store.artifacts_dir = Path(kept).expanduser() if kept else None
+    store.export()  # an empty export: the job started
     for sig in (signal.SIGTERM, signal.SIGUSR2):
         signal.signal(sig, _stop)
     console = Console(stderr=True, highlight=False, soft_wrap=True)
-    console.print(f"slurm job {env.job_id} on {slurm['node']}: node home {home}")
+    console.print(f"slurm job {env.job_id} on {slurm['node']}: node home {home}; results into {store.path}",
+                  markup=False)
     return env.job_id, folder, home, store, console
 
 
@@ -133,7 +157,7 @@ def node_work(job_id: str, store, console):
         console.print(f"slurm job {job_id}: stopped by {exc} (runs in progress are left interrupted)", markup=False)
         raise SystemExit(143) from None
     finally:
-        export(store, "json", store.export_path)
+        store.export()
         store.close()
 
 
@@ -141,7 +165,7 @@ def run_variant_job(job: VariantJob) -> dict:
     """On the node: measure one variant (prepare it, then `repeats` runs); values in done.json."""
     from toolkit.analysis.variants import VariantMeter
 
-    job_id, folder, home, store, console = node_context(job.node_home)
+    job_id, folder, home, store, console = node_context(job.node_home, job.store_url)
     meter = VariantMeter(job.recipe, home, store, job.spec, console, group_id=job.group_id,
                          missing_evidence=job.missing_evidence)
     with node_work(job_id, store, console):
@@ -155,7 +179,7 @@ def run_sweep_job(job: SweepJob) -> dict:
     from toolkit.errors import BadInput, PatchbenchError
     from toolkit.run.pipeline import run_sweep
 
-    job_id, folder, node_home, store, console = node_context(job.node_home)
+    job_id, folder, node_home, store, console = node_context(job.node_home, job.store_url)
     with node_work(job_id, store, console):
         try:
             result = run_sweep(job.recipes, home=node_home, store=store, repeats=job.repeats, until=job.until,

@@ -20,7 +20,7 @@ from rich.markup import escape
 from toolkit.results import jobs
 from toolkit.errors import BadInput, PatchbenchError
 from toolkit.executors.config import ClusterConfig, for_recipes
-from toolkit.executors.job import SweepJob, run_sweep_job
+from toolkit.executors.job import SweepJob, direct_store, run_sweep_job
 from toolkit.results.store import Store
 
 
@@ -96,7 +96,7 @@ def run_on_slurm(recipes, *, home: Path, store: Store, cfg: ClusterConfig, repea
     `jobs` (the final job records) added. The runs are in `store` when this returns."""
     cfg = for_recipes(cfg, recipes)
     sweep = SweepJob(recipes=list(recipes), repeats=repeats, until=until, frozen=frozen, node_home=cfg.node_home,
-                     strict=strict)
+                     strict=strict, store_url=direct_store(store))
     rec = submit(run_sweep_job, sweep, names=[r.name for r in recipes], home=home, cfg=cfg, command="run",
                  console=console)
     return collect(wait([rec], home=home, store=store, cfg=cfg, console=console), store=store, console=console)

@@ -14,7 +14,7 @@ from pathlib import Path
 from rich.console import Console
 
 from toolkit.executors.config import ClusterConfig, for_recipes
-from toolkit.executors.job import SweepJob, run_sweep_job
+from toolkit.executors.job import SweepJob, direct_store, run_sweep_job
 from toolkit.executors.slurm import collect, submit, wait
 from toolkit.results.store import Store
 
@@ -35,7 +35,8 @@ def slurm_runner(cfg: ClusterConfig, *, home: Path, store: Store, jobs: int, fro
         recs = []
         for chunk in chunks(list(recipes), jobs):
             c = for_recipes(cfg, chunk)
-            job = SweepJob(recipes=chunk, repeats=None, until="store", frozen=frozen, node_home=c.node_home)
+            job = SweepJob(recipes=chunk, repeats=None, until="store", frozen=frozen, node_home=c.node_home,
+                           store_url=direct_store(store))
             recs.append(submit(run_sweep_job, job, names=[r.name for r in chunk], home=home, cfg=c,
                                command="sweep", console=console))
         return collect(wait(recs, home=home, store=store, cfg=cfg, console=console), store=store, console=console)

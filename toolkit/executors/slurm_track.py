@@ -22,7 +22,7 @@ from pathlib import Path
 from rich.console import Console
 
 from toolkit.executors.config import ClusterConfig, for_recipes
-from toolkit.executors.job import node_context, node_work, write_done
+from toolkit.executors.job import direct_store, node_context, node_work, write_done
 from toolkit.executors.slurm import submit, wait
 from toolkit.history.track import RECORDS, TrackResult, announce
 from toolkit.results import jobs
@@ -40,6 +40,7 @@ class TrackPointJob:
     repeats: int
     group_id: str
     node_home: str
+    store_url: str | None = None  # as SweepJob's (toolkit/executors/job.py)
 
 
 def run_track_point_job(job: TrackPointJob) -> dict:
@@ -48,7 +49,7 @@ def run_track_point_job(job: TrackPointJob) -> dict:
     from toolkit.history.points import variant_for
     from toolkit.history.track import measure_once, prepare_point
 
-    job_id, folder, home, store, console = node_context(job.node_home)
+    job_id, folder, home, store, console = node_context(job.node_home, job.store_url)
     res = TrackResult()
     pt = job.point
     console.print(f"track {job.source} {pt.kind} {pt.label}" + (f" ({pt.date})" if pt.date else ""), markup=False)
@@ -75,7 +76,7 @@ def slurm_points(recipe, source: str, *, cfg: ClusterConfig, home: Path, store: 
             for n, pt in enumerate(todo, 1):
                 announce(console, n, len(todo), source, pt)
                 job = TrackPointJob(recipe=recipe, source=source, point=pt, stack=stack, repeats=repeats,
-                                    group_id=group_id, node_home=c.node_home)
+                                    group_id=group_id, node_home=c.node_home, store_url=direct_store(store))
                 submitted.append(submit(run_track_point_job, job, names=[f"{recipe.name}@{pt.label}"],
                                         home=home, cfg=c, command="track", console=console))
         finally:  # a refused submission still waits for, and imports, the jobs already submitted

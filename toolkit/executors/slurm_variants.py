@@ -11,7 +11,7 @@ from pathlib import Path
 
 from toolkit.analysis.variants import VariantMeter
 from toolkit.executors.config import ClusterConfig, for_recipes
-from toolkit.executors.job import VariantJob, run_variant_job
+from toolkit.executors.job import VariantJob, direct_store, run_variant_job
 from toolkit.executors.slurm import read_json, submit, wait
 from toolkit.results.jobs import DONE_NAME
 
@@ -28,7 +28,7 @@ class SlurmVariantMeter(VariantMeter):
     def _submit(self, label: str, overrides: dict, repeats: int, recipe=None):
         job = VariantJob(recipe=recipe or self.recipe, spec=self.spec, label=label, overrides=overrides, repeats=repeats,
                          group_id=self.group_id, node_home=self.cfg.node_home,
-                         missing_evidence=self.missing_evidence)
+                         missing_evidence=self.missing_evidence, store_url=direct_store(self.store))
         return submit(run_variant_job, job, names=[f"{self.recipe.name}@{label}"], home=self.home,
                       cfg=for_recipes(self.cfg, [self.recipe]), command=self.command, console=self.console)
 

@@ -9,6 +9,10 @@ enters patchbench's process: `ensure_env` makes `$PATCHBENCH_OTAVA_ENV` (default
 Otava's own minimum: E-Divisive splits a series only where at least two points lie on each side of
 the split, so a series of fewer than `MIN_POINTS` (4) values can show no change point at all; `detect`
 says "not enough history" instead of "no change".
+
+Which of Otava's change points count (Student's t across the split, Bonferroni over the places the
+series could split, so a flat series shows one at most `alpha` of the time):
+toolkit/history/change_verdict.py.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from toolkit.envs.tool_env import ToolEnv
+from toolkit.history import change_verdict
 from toolkit.errors import PatchbenchError
 from toolkit.resources import PROBES_DIR
 
@@ -28,7 +33,9 @@ MIN_POINTS = 4
 # Otava's own defaults, but for the magnitude (Otava: 0): on a long flat series with a few % of noise
 # its windowed splits find ~2% "changes" at p < 0.001; smaller than 3% is also below what a bisect
 # between two points can pin down (its default threshold is 5%).
-DEFAULTS = {"window": 50, "max_pvalue": 0.001, "min_magnitude": 0.03}
+# `alpha`: patchbench's own, the change-point verdict's false-alarm rate per series
+# (toolkit/history/change_verdict.py); Otava's max_pvalue only finds the candidates.
+DEFAULTS = {"window": 50, "max_pvalue": 0.001, "min_magnitude": 0.03, "alpha": 0.01}
 
 
 class NotEnoughHistory(PatchbenchError):
@@ -44,7 +51,9 @@ class ChangePoint:
     mean_after: float
     stddev_before: float
     stddev_after: float
-    pvalue: float
+    pvalue: float  # adjusted for the places the segment could split (toolkit.history.change_verdict)
+    otava_pvalue: float | None = None  # Otava's own, at the split it chose
+    splits: int = 1  # the places the segment between the neighbouring change points could split
 
     def direction(self, higher_is_better: bool) -> str:
         up = self.forward_change_percent > 0
@@ -70,13 +79,13 @@ def ensure_env(home: Path, console=None) -> Path:
 
 def detect(values: list[float], home: Path, **options) -> Detection:
     """Otava's change points of `values` (in order); NotEnoughHistory below MIN_POINTS values.
-    `options`: window, max_pvalue, min_magnitude (DEFAULTS), console."""
+    `options`: window, max_pvalue, min_magnitude, alpha (DEFAULTS), console."""
     return detect_many([values], home, **options)[0]
 
 
 def detect_many(many: list[list[float]], home: Path, *, window: int = DEFAULTS["window"],
                 max_pvalue: float = DEFAULTS["max_pvalue"], min_magnitude: float = DEFAULTS["min_magnitude"],
-                console=None) -> list[Detection]:
+                alpha: float = DEFAULTS["alpha"], console=None) -> list[Detection]:
     """`detect` for several series in one start of Otava's interpreter."""
     for values in many:
         if len(values) < MIN_POINTS:
@@ -91,5 +100,6 @@ def detect_many(many: list[list[float]], home: Path, *, window: int = DEFAULTS["
         tail = (res.stderr.strip().splitlines() or ["no output"])[-1]
         raise PatchbenchError(f"Apache Otava failed: {tail}")
     out = json.loads(res.stdout.strip().splitlines()[-1])
-    return [Detection([ChangePoint(**c) for c in r["change_points"]], r["analysis_s"], out["otava"], out["options"])
-            for r in out["results"]]
+    return [Detection(change_verdict.judge(values, [ChangePoint(**c) for c in r["change_points"]],
+                                           alpha=alpha), r["analysis_s"], out["otava"], out["options"])
+            for values, r in zip(many, out["results"])]

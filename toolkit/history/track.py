@@ -97,11 +97,12 @@ class TrackResult:
     again: dict = field(default_factory=dict)  # label -> what changed: measured before, of another definition
     run_ids: list[str] = field(default_factory=list)
     ok: set = field(default_factory=set)  # labels with an ok run now
+    steps: list = field(default_factory=list)  # `--settle`: the flagged steps' sequential verdicts
 
     def to_dict(self) -> dict:
         return {"measured": self.measured, "already_measured": self.already,
                 "not_measured": {k: {"outcome": o, "reason": r} for k, (o, r) in self.recorded.items()},
-                "failed": self.failed, "run_ids": self.run_ids, "measured_again": self.again}
+                "failed": self.failed, "run_ids": self.run_ids, "measured_again": self.again, "steps": self.steps}
 
 
 def workspace_lock(home: Path) -> FileLock:
@@ -111,11 +112,12 @@ def workspace_lock(home: Path) -> FileLock:
 
 def track(recipe: Recipe, source: str, points: list[Point], variant: Callable[[Point], Recipe], *,
           home: Path, store: Store, console: Console, repeats: int = 1, group_id: str = "",
-          limit: int | None = None, elsewhere: Callable | None = None) -> TrackResult:
+          limit: int | None = None, elsewhere: Callable | None = None, settle=None) -> TrackResult:
     """Measure each point of `points` not done yet (see the module doc); `limit`: at most that many
     new points this time. `elsewhere(todo, stack, res)`: measures the points not done elsewhere (Slurm
     jobs, toolkit/executors/slurm_track.py), their runs in `store` and `res` filled when it returns.
-    Raises TrackBusy when another track holds the workspace."""
+    `settle`: a sequential design: the steps among the points measured now that look like a change
+    launch until settled (toolkit/history/settle.py). Raises TrackBusy when another track holds the workspace."""
     lock = workspace_lock(home)
     try:
         lock.acquire(timeout=0)
@@ -124,13 +126,13 @@ def track(recipe: Recipe, source: str, points: list[Point], variant: Callable[[P
                         hint="it ends by itself; a timer simply tries again next time") from None
     try:
         return _track(recipe, source, points, variant, home=home, store=store, console=console,
-                      repeats=repeats, group_id=group_id, limit=limit, elsewhere=elsewhere)
+                      repeats=repeats, group_id=group_id, limit=limit, elsewhere=elsewhere, settle=settle)
     finally:
         lock.release()
 
 
 def _track(recipe, source, points, variant, *, home, store, console, repeats, group_id, limit,
-           elsewhere=None) -> TrackResult:
+           elsewhere=None, settle=None) -> TrackResult:
     from toolkit.run import reaper
 
     for line in reaper.reap(home, store):  # what a killed track left running
@@ -162,6 +164,11 @@ def _track(recipe, source, points, variant, *, home, store, console, repeats, gr
         for r in range(repeats):
             for pt, prepared in (ready if r % 2 == 0 else ready[::-1]):
                 measure_once(pt, prepared, r, res, home=home, store=store, console=console, group_id=group_id)
+    if settle is not None:
+        from toolkit.history.settle import settle_steps
+
+        res.steps = settle_steps(ready, res, settle, measure_once=measure_once, store=store, home=home,
+                                 console=console, group_id=group_id)
     res.measured = [pt.label for pt in todo if pt.label in res.ok]
     return res
 

@@ -94,7 +94,7 @@ def render(recipe: str, families, summary: dict, spec: FloorSpec | None) -> list
 def kernel_compare(store, recipes: list[str]) -> tuple[list, dict]:
     """`compare A B --kernels`: printable items and a JSON-able dict (each variant against the first)."""
     from toolkit.errors import BadInput
-    from toolkit.profile.diff import kernel_diff, step_ms
+    from toolkit.profile.diff import kernel_diff, legend, step_ms
     from toolkit.profile.session import stored_profiles
 
     profiles = {r: stored_profiles(store, r) for r in recipes}
@@ -108,14 +108,16 @@ def kernel_compare(store, recipes: list[str]) -> tuple[list, dict]:
         diffs = kernel_diff(profiles[base], profiles[other])
         t = Table(title=f"kernel families: {other} against {base} (ms per decode step; "
                         f"{len(profiles[base])} vs {len(profiles[other])} profiles)", title_justify="left")
-        for col in ("family", base, other, "change", "spread", "verdict"):
+        for col in ("family", base, other, "change", "spread", "p", "verdict"):
             t.add_column(col, overflow="fold")
         for d in diffs:
             style = {"faster": "green", "slower": "red"}.get(d.verdict, "dim")
             t.add_row(d.family, f"{d.a_ms:.3f}", f"{d.b_ms:.3f}",
                       f"{d.delta_ms:+.3f} ms" + (f" ({100 * (d.ratio - 1):+.1f}%)" if d.ratio else ""),
-                      f"±{d.spread_ms:.3f}", f"[{style}]{d.verdict}[/]")
+                      f"±{d.spread_ms:.3f}", "-" if d.p_value is None else f"{d.p_value:.2g}",
+                      f"[{style}]{d.verdict}[/]")
         items.append(t)
+        items.append(f"[dim]{legend()}[/]")
         a_step, b_step = step_ms(profiles[base]), step_ms(profiles[other])
         items.append(f"mean trace step (contention included): {a_step:.2f} ms -> {b_step:.2f} ms ({100 * (b_step / a_step - 1):+.1f}%)"
                      if a_step else "trace step: no decode steps")

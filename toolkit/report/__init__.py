@@ -2,6 +2,8 @@
 
     document  collect a report's data from the store and render Markdown / HTML
     plots     the report's plots, drawn with matplotlib
+    site      `patchbench publish`: a static site of the store (site_layout, site_history, site_sweep)
 
-May import: toolkit.analysis, toolkit.profile, toolkit.results, toolkit.results.metrics and lower stages.
+May import: toolkit.analysis, toolkit.history, toolkit.kernels, toolkit.profile, toolkit.results and lower
+stages.
 """

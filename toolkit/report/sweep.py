@@ -78,6 +78,9 @@ def notes(doc: dict) -> list[str]:
             out.append(f"{v['variant']}: {line}")
     if doc["dominated"]:
         out.append("dominated (no point on the Pareto front): " + ", ".join(doc["dominated"]))
+    gate = doc.get("gate") or {}
+    out += [f"gate: {v}: {g['text']}" for v, g in gate.items()]
+    out += list(dict.fromkeys(g["rule"] for g in gate.values() if g.get("rule")))
     if doc.get("sla_legend"):
         out.append(doc["sla_legend"])
     return out

@@ -4,7 +4,11 @@
     metrics   the metric registry: name, unit, direction, aliases, headline rank (pure)
     box_flags flags on runs from their GPU state: throttling, foreign processes, ECC, clocks apart
               from the compared runs; box differences between two runs (pure)
-    store     SQLite results store (WAL), schema, migrations and queries; the only writer
+    tables    the store's tables, defined once (SQLAlchemy Core) for SQLite and PostgreSQL
+    engine    where the store is (path, postgresql:// URL, [store] config) and how it is reached
+    migrations/  Alembic migrations, run by the store (legacy: the SQL of schemas 1..3; schema.py)
+    store     the results store on either engine: transactions, queries; the only writer
+    artifacts a run's files kept in a shared directory, their sha256 checked on read
     exchange  JSON/CSV export, idempotent re-import
     jobs      the Slurm jobs table and the exactly-once import of a finished job's runs
 

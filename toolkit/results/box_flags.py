@@ -20,6 +20,11 @@ NO_GPU_STATE = "no GPU state"
 
 THROTTLE_SHARE = 0.05
 CLOCK_TOLERANCE = 0.02
+# The clock flag's promise: on a steady box whose runs' median SM clocks vary by STEADY_CLOCK_NOISE
+# (relative standard deviation, a quarter of the tolerance), a run is flagged at most
+# STEADY_FALSE_FLAGS of the time (measured in benchmarks/verdict_calibration.py, 8 runs compared).
+STEADY_CLOCK_NOISE = CLOCK_TOLERANCE / 4
+STEADY_FALSE_FLAGS = 0.001
 CLOCK = "gpu_sm_clock_mhz_median"
 
 

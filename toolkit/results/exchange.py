@@ -23,6 +23,7 @@ from toolkit.results.records import RUN_FIELDS, SampleRow, _now, canonical_json
 from toolkit.results.store import SCHEMA_VERSION, Store
 
 EXPORT_FORMAT = "patchbench-results"
+EXPORT_FORMATS = ("json", "csv", "hud")
 CSV_COLUMNS = ("run_id", "recipe", "status", "group_id", "run_repeat", "env_key", "bench_key",
                "gpu_key", "sglang_version", "flashinfer_version", "config_verified", "started_at",
                "finished_at", "metric", "value", "unit", "point", "point_kind", "repeat")
@@ -41,6 +42,12 @@ def already_imported(store: Store, hashes: dict) -> list:
 
 
 def _export_text(store: Store, fmt: str, **filters: Any) -> tuple[str, int]:
+    if fmt == "hud":  # ok runs unless a status is asked for (toolkit/results/hud.py)
+        from toolkit.results import hud
+
+        runs = store.runs(**{**filters, "status": filters.get("status") or "ok"})
+        recs = hud.records(runs, store.samples([r.run_id for r in runs]))
+        return json.dumps(recs, indent=1, ensure_ascii=False) + "\n", len(runs)
     runs = store.runs(**filters)
     by_run: dict[str, list[SampleRow]] = {r.run_id: [] for r in runs}
     for s in store.samples([r.run_id for r in runs]):
@@ -76,10 +83,12 @@ def export(store: Store, fmt: str, out: Path | str | IO[str], **filters: Any) ->
     "json": {"format", "schema_version", "exported_at", "runs": [{...run, "samples": [...]}]},
     everything stored, re-importable with `import_export`. "csv": one row per sample (a run
     without samples gets one row with empty sample columns), the run's identity columns
-    repeated. Returns the number of runs written.
+    repeated. "hud": PyTorch HUD v3 benchmark records (toolkit/results/hud.py), a JSON list, one
+    record per configuration, metric and point, the repeats as values; ok runs unless `status` is
+    given. Returns the number of runs written.
     """
-    if fmt not in ("json", "csv"):
-        raise BadInput(f"export format must be json or csv, not {fmt}")
+    if fmt not in EXPORT_FORMATS:
+        raise BadInput(f"export format must be one of {', '.join(EXPORT_FORMATS)}, not {fmt}")
     text, n = _export_text(store, fmt, **filters)
     if isinstance(out, (str, Path)):
         p = Path(out)

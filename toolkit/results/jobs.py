@@ -2,7 +2,8 @@
 its state as the scheduler reports it, and the import of its runs once it is over (exactly once).
 
 A job's runs arrive as the JSON export its node wrote into the job's folder
-(toolkit/executors/job.py). Importing is idempotent twice over: the record says `imported`, and the
+(toolkit/executors/job.py), or, with a PostgreSQL store, are in the store already (the node wrote
+them there; the export names them). Importing is idempotent twice over: the record says `imported`, and the
 store skips run ids it already has; a lock file keeps two importers (a waiting `run` and a
 `results --jobs`) from racing. A run still `running` in the export was cut short by the job's end:
 it is stored `interrupted`, with the Slurm job id, the job's final state and the path of its log.
@@ -154,8 +155,13 @@ def merge(home: Path, store: Store, rec: JobRecord) -> JobRecord:
         if not done:
             out += [_placeholder(name, rec) for name in rec.recipes if name not in began]
         doc = {"format": EXPORT_FORMAT, "schema_version": SCHEMA_VERSION, "runs": out}
-        n = import_export(store, io.StringIO(json.dumps(doc, default=str)), measured_here=True)
-        rec = replace(rec, imported=True, imported_runs=rec.imported_runs + n,
+        ids = [r["run_id"] for r in out]
+        direct = {r.run_id for r in store.runs(run_ids=ids)}  # written by the node itself
+        import_export(store, io.StringIO(json.dumps(doc, default=str)), measured_here=True)
+        for r in out:  # a run the node wrote directly and the job's end cut short
+            if r["run_id"] in direct and r["status"] == "interrupted":
+                store.mark_interrupted(r["run_id"], r["error"])
+        rec = replace(rec, imported=True, imported_runs=len(store.runs(run_ids=ids)),
                       interrupted_runs=sum(1 for r in out if r["status"] == "interrupted"))
         return save(home, rec)
 

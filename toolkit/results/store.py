@@ -1,22 +1,17 @@
-"""The SQLite results store: the only writer of results.
+"""The results store: the only writer of results, on SQLite (default) or PostgreSQL.
 
-One file (default `$PATCHBENCH_HOME/results.sqlite`, or `$PATCHBENCH_STORE`), WAL journal, `busy_timeout`, every write an
-explicit `BEGIN IMMEDIATE ... COMMIT` transaction, `synchronous=FULL`: several processes (a sweep,
-a compare, an import) may write at once, and a writer killed at any instant loses at most the
-transaction it had not committed. A `schema_version` table holds the version of the layout below;
-a newer file than this code understands is refused, an older one is migrated.
+Where it is: a path or a `postgresql://` URL (toolkit/results/engine.py: `--store`,
+`$PATCHBENCH_STORE`, the user config's `[store] url`, else `HOME/results.sqlite`). Its tables:
+toolkit/results/tables.py, one definition for both engines; migrations: toolkit/results/migrations/
+(run when a store is first opened; a store newer than this code is refused).
 
-Tables:
-- `runs`: one row per benchmark run (one server launch, one repeat) with its full provenance:
-  recipe (+ resolved JSON, lock), tree hashes per source, env key, sglang/FlashInfer versions, arch
-  list, benchmark driver + params + `bench_key`, server argv + `/server_info`, verification, machine
-  (+ `gpu_key`), group id, timestamps, timings, status, error, log paths/tail, and the writer's pid,
-  host and process start time (a run left `running` by a dead process reads as "interrupted").
-  The run identity (`identity`, toolkit/results/identity.py) is computed by the store from those
-  fields whenever a run is written.
-- `samples`: one row per measured value (metric, value, unit, point, point_kind, repeat).
-
-JSON columns are stored as text and come back parsed (`RunRow`).
+Every write is one transaction (SQLite: `BEGIN IMMEDIATE`, WAL, `synchronous=FULL`; PostgreSQL:
+READ COMMITTED): several processes (a sweep, a compare, an import, Slurm nodes) may write at once,
+readers never see half a run, and a writer killed at any instant loses at most the transaction it had
+not committed. A run left `running` by a dead process reads as "interrupted". The run identity
+(`identity`, toolkit/results/identity.py) is computed by the store from a run's fields whenever a
+run is written. Database errors reach callers as one-line PatchbenchErrors; a connection lost to the
+server is a `StoreUnavailable`. JSON columns are stored as text and come back parsed (`RunRow`).
 """
 
 from __future__ import annotations
@@ -25,124 +20,115 @@ import json
 import math
 import os
 import socket
-import sqlite3
 import uuid
 from contextlib import contextmanager
-from dataclasses import fields
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 
+import sqlalchemy as sa
+
 from toolkit.errors import BadInput, PatchbenchError
+from toolkit.results import tables as T
+from toolkit.results.engine import BUSY_TIMEOUT_MS, STORE_FILENAME, display, is_disconnect, is_url, make_engine  # noqa: F401
 from toolkit.results.identity import identity_of
-from toolkit.results.schema import MIGRATIONS
+from toolkit.results.migrations import ensure_schema
+from toolkit.results.migrations.legacy import JSON_DEFAULTS as _JSON_DEFAULTS, JSON_FIELDS, decode_json
+from toolkit.results.schema import MIGRATIONS  # noqa: F401  (the pre-Alembic SQL, for old files)
 from toolkit.results.records import (  # noqa: F401  (re-exported: the store's row types and keys)
     BENCH_KEY_IGNORED, RUN_FIELDS, SAMPLE_FIELDS, RunRow, SampleRow, _now, _process_start_time, bench_key,
     canonical_json, comparable_bench_params, gpu_key, process_alive)
 
-SCHEMA_VERSION = 3
-STORE_FILENAME = "results.sqlite"
-STATUSES = ("running", "ok", "failed", "invalid", "interrupted")
+SCHEMA_VERSION = T.SCHEMA_VERSION
+STATUSES = T.STATUSES
 # interrupted: its patchbench died (SIGKILL, SIGTERM, Ctrl-C) before it finished (see toolkit/run/reaper.py)
 FINAL_STATUSES = ("ok", "failed", "invalid", "interrupted")
-POINT_KINDS = ("batch", "concurrency")
-BUSY_TIMEOUT_MS = 60_000
+POINT_KINDS = T.POINT_KINDS
+_RUN_COLS = [T.runs.c[c] for c in RUN_FIELDS]
+_SAMPLE_COLS = [T.samples.c[c] for c in SAMPLE_FIELDS]
 
 
-def default_store_path(home: Path | str | None = None) -> Path:
-    """$PATCHBENCH_STORE, else `<home>/results.sqlite` (home: $PATCHBENCH_HOME, see workspace)."""
-    from toolkit.workspace import default_home, default_store
-
-    return default_store(Path(home).expanduser() if home is not None else default_home())
+class StoreUnavailable(PatchbenchError):
+    """The database server cannot be reached (stopped, network cut): nothing of the transaction stays."""
 
 
-JSON_FIELDS = frozenset({
-    "recipe_resolved", "lock", "tree_hashes", "arch_list", "bench_params", "server_argv",
-    "server_info", "verification", "machine", "env_vars", "timings", "log_paths", "extra",
-})
-_JSON_DEFAULTS = {f.name: f.default_factory for f in fields(RunRow) if f.name in JSON_FIELDS}  # type: ignore[misc]
+def default_store_path(home: Path | str | None = None) -> Path | str:
+    """$PATCHBENCH_STORE, else the user config's `[store] url`, else `<home>/results.sqlite` (home:
+    $PATCHBENCH_HOME, see workspace): a path or a URL (toolkit/results/engine.store_location)."""
+    from toolkit.results.engine import store_location
+    from toolkit.workspace import default_home
 
-_IMPORTED_SQL = ("SELECT {cols} FROM runs WHERE json_extract(extra, '$.imported.file_sha256') = ? "
-                 "OR json_extract(extra, '$.imported.rows_sha256') = ? ORDER BY started_at, rowid")
+    return store_location(Path(home).expanduser() if home is not None else default_home())
 
 
-def _q(name: str) -> str:
-    return f'"{name}"'
+def _derived(extra: dict | None) -> dict:
+    """The indexed columns the store keeps from a run's `extra` (tables.py)."""
+    extra = extra or {}
+    imported = extra.get("imported") or {}
+    track = extra.get("track")
+    return {"imported_file_sha256": imported.get("file_sha256") or None,
+            "imported_rows_sha256": imported.get("rows_sha256") or None,
+            "track_recipe": track.get("recipe") if isinstance(track, dict) else None}
+
+
+def _first_line(exc: BaseException) -> str:
+    orig = getattr(exc, "orig", None) or exc
+    return (str(orig).strip().splitlines() or [type(orig).__name__])[0]
 
 
 class Store:
-    """The results store at `path`. One connection per process (re-opened after a fork); not
-    meant to be shared between threads."""
+    """The results store at `path` (a SQLite file path or a PostgreSQL URL). One connection per
+    process (re-opened after a fork); not meant to be shared between threads.
+
+    `path`: the SQLite file, or for PostgreSQL the URL with its password masked (what messages
+    show); `location`: what to hand another process to open the same store."""
 
     def __init__(self, path: Path | str | None = None) -> None:
-        self.path = Path(path) if path is not None else default_store_path()
-        self._conn: sqlite3.Connection | None = None
-        self._conn_pid: int | None = None
+        loc = path if path is not None else default_store_path()
+        self.location: str | Path = str(loc) if is_url(str(loc)) else Path(loc)
+        self.engine_name = "postgresql" if is_url(str(loc)) else "sqlite"
+        self.path = display(loc) if self.engine_name == "postgresql" else Path(loc)
+        self._engine_: sa.Engine | None = None
+        self._engine_pid: int | None = None
+        self.artifacts_dir: Path | None = None  # [store] artifacts: where runs' files are kept (artifacts.py)
 
     # -- connection and schema ------------------------------------------------------------------
-    def _connect(self) -> sqlite3.Connection:
-        if self._conn is not None and self._conn_pid == os.getpid():
-            return self._conn
-        self._conn = None  # a connection inherited through fork is abandoned, never used
+    def _engine(self) -> sa.Engine:
+        if self._engine_ is not None and self._engine_pid == os.getpid():
+            return self._engine_
+        if self._engine_ is not None:
+            self._engine_.dispose(close=False)  # inherited through fork: abandoned, never used
+        self._engine_ = None
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            conn = sqlite3.connect(str(self.path), timeout=BUSY_TIMEOUT_MS / 1000,
-                                   isolation_level=None, check_same_thread=False)
-            conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-            if str(mode).lower() != "wal":
-                raise PatchbenchError(f"results store {self.path}: cannot use WAL journal (got {mode})")
-            conn.execute("PRAGMA synchronous = FULL")
-            self._migrate(conn)  # before foreign keys are on: a table rebuild must not cascade
-            conn.execute("PRAGMA foreign_keys = ON")
-        except sqlite3.DatabaseError as e:
-            raise PatchbenchError(f"results store {self.path}: {e}") from None
+            engine = make_engine(self.location)
+            ensure_schema(engine, str(self.path))
+        except sa.exc.DBAPIError as e:
+            raise self._error(e) from None
         except OSError as e:
             raise PatchbenchError(f"results store {self.path}: {e.strerror or e}") from None
-        self._conn = conn
-        self._conn_pid = os.getpid()
-        return conn
+        except PatchbenchError as e:
+            if str(self.path) in e.message:
+                raise
+            raise PatchbenchError(f"results store {self.path}: {e.message}", hint=e.hint) from None
+        self._engine_, self._engine_pid = engine, os.getpid()
+        return engine
 
-    def _migrate(self, conn: sqlite3.Connection) -> None:
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
-            row = conn.execute("SELECT version FROM schema_version").fetchone()
-            current = row[0] if row else 0
-            if current > SCHEMA_VERSION:
-                raise PatchbenchError(
-                    f"results store {self.path} has schema version {current}, newer than this "
-                    f"patchbench understands ({SCHEMA_VERSION})", hint="upgrade patchbench")
-            for v in range(current + 1, SCHEMA_VERSION + 1):
-                for stmt in MIGRATIONS[v].split(";"):
-                    if stmt.strip():
-                        conn.execute(stmt)
-            if 0 < current < 3:
-                self._backfill_identities(conn)
-            if row is None:
-                conn.execute("INSERT INTO schema_version (version) VALUES (?)", (SCHEMA_VERSION,))
-            elif current != SCHEMA_VERSION:
-                conn.execute("UPDATE schema_version SET version = ?", (SCHEMA_VERSION,))
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-
-    def _backfill_identities(self, conn: sqlite3.Connection) -> None:
-        cols = [c for c in RUN_FIELDS if c != "identity"]
-        rows = conn.execute(f"SELECT {', '.join(_q(c) for c in cols)} FROM runs").fetchall()
-        for r in rows:
-            d = dict(zip(cols, r))
-            for k in JSON_FIELDS:
-                d[k] = json.loads(d[k]) if d.get(k) else _JSON_DEFAULTS[k]()
-            conn.execute("UPDATE runs SET identity = ? WHERE run_id = ?", (identity_of(d), d["run_id"]))
+    def _error(self, e: sa.exc.DBAPIError) -> PatchbenchError:
+        if is_disconnect(e) or isinstance(e, sa.exc.OperationalError) and self.engine_name == "postgresql":
+            return StoreUnavailable(f"results store {self.path}: {_first_line(e)}",
+                                    hint="is the database server up? (`pg_isready`)")
+        if "locked" in _first_line(e):
+            return PatchbenchError(f"results store {self.path}: {_first_line(e)}",
+                                   hint=f"another writer held it for {BUSY_TIMEOUT_MS // 1000} s")
+        return PatchbenchError(f"results store {self.path}: {_first_line(e)}")
 
     def schema_version(self) -> int:
-        return int(self._connect().execute("SELECT version FROM schema_version").fetchone()[0])
+        with self._read() as conn:
+            return int(conn.execute(sa.select(T.schema_version.c.version)).scalar_one())
 
     def close(self) -> None:
-        if self._conn is not None and self._conn_pid == os.getpid():
-            self._conn.close()
-        self._conn = None
+        if self._engine_ is not None:
+            self._engine_.dispose(close=self._engine_pid == os.getpid())
+        self._engine_ = None
 
     def __enter__(self) -> "Store":
         return self
@@ -150,33 +136,31 @@ class Store:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    @contextmanager
-    def _tx(self) -> Iterator[sqlite3.Connection]:
-        """One write transaction: BEGIN IMMEDIATE (waits up to busy_timeout) ... COMMIT. SQLite
-        errors reach the caller as one-line PatchbenchErrors; nothing of a failed one remains."""
-        conn = self._connect()
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-        except sqlite3.OperationalError as e:
-            raise PatchbenchError(f"results store {self.path}: {e}",
-                                  hint=f"another writer held it for {BUSY_TIMEOUT_MS // 1000} s") from None
-        try:
-            yield conn
-            conn.execute("COMMIT")
-        except sqlite3.DatabaseError as e:
-            self._rollback(conn)
-            raise PatchbenchError(f"results store {self.path}: {e}") from None
-        except BaseException:
-            self._rollback(conn)
-            raise
+    def __getstate__(self) -> dict:  # pickled to a child (submitit, multiprocessing): no engine
+        return {**self.__dict__, "_engine_": None, "_engine_pid": None}
 
-    @staticmethod
-    def _rollback(conn: sqlite3.Connection) -> None:
-        if conn.in_transaction:
-            try:
-                conn.execute("ROLLBACK")
-            except sqlite3.Error:
-                pass
+    @contextmanager
+    def _tx(self) -> Iterator[sa.Connection]:
+        """One write transaction (SQLite: BEGIN IMMEDIATE, waits up to busy_timeout) committed at the
+        end; database errors reach the caller as one-line PatchbenchErrors; nothing of a failed one
+        remains."""
+        engine = self._engine()
+        try:
+            with engine.connect() as conn:
+                conn.execution_options(patchbench_write=True)
+                with conn.begin():
+                    yield conn
+        except sa.exc.DBAPIError as e:
+            raise self._error(e) from None
+
+    @contextmanager
+    def _read(self) -> Iterator[sa.Connection]:
+        engine = self._engine()
+        try:
+            with engine.connect() as conn:
+                yield conn
+        except sa.exc.DBAPIError as e:
+            raise self._error(e) from None
 
     # -- writes ---------------------------------------------------------------------------------
     def _run_values(self, fields_: dict, *, status_default: str) -> dict:
@@ -207,14 +191,15 @@ class Store:
             return 1 if value else 0
         return value
 
-    def _insert_run(self, conn: sqlite3.Connection, row: dict) -> None:
-        cols = list(row)
-        conn.execute(
-            f"INSERT INTO runs ({', '.join(_q(c) for c in cols)}) VALUES ({', '.join('?' * len(cols))})",
-            [self._encode(c, row[c]) for c in cols])
+    def _insert_run(self, conn: sa.Connection, row: dict) -> None:
+        values = {c: self._encode(c, v) for c, v in row.items()}
+        values.update(_derived(row.get("extra")))
+        if conn.dialect.name == "sqlite":  # PostgreSQL numbers it itself (an identity column)
+            values["seq"] = sa.select(sa.func.coalesce(sa.func.max(T.runs.c.seq), 0) + 1).scalar_subquery()
+        conn.execute(T.runs.insert().values(**values))
 
     @staticmethod
-    def _sample_tuples(run_id: str, samples: Iterable[Any], repeat: int) -> list[tuple]:
+    def _sample_rows(run_id: str, samples: Iterable[Any], repeat: int) -> list[dict]:
         out = []
         for s in samples:
             kind = s.point_kind
@@ -224,21 +209,18 @@ class Store:
             if not math.isfinite(value):
                 raise ValueError(f"sample {s.metric} at {kind} {s.point}: value {value} is not finite")
             rep = getattr(s, "repeat", None)
-            out.append((run_id, s.metric, value, s.unit, int(s.point), kind,
-                        int(repeat if rep is None else rep)))
+            out.append({"run_id": run_id, "metric": s.metric, "value": value, "unit": s.unit,
+                        "point": int(s.point), "point_kind": kind, "repeat": int(repeat if rep is None else rep)})
         return out
 
-    def _insert_samples(self, conn: sqlite3.Connection, run_id: str, samples: Iterable[Any],
-                        repeat: int | None) -> int:
+    def _insert_samples(self, conn: sa.Connection, run_id: str, samples: Iterable[Any], repeat: int | None) -> int:
         if repeat is None:
-            r = conn.execute('SELECT "repeat" FROM runs WHERE run_id = ?', (run_id,)).fetchone()
-            if r is None:
+            repeat = conn.execute(sa.select(T.runs.c.repeat).where(T.runs.c.run_id == run_id)).scalar()
+            if repeat is None:
                 raise PatchbenchError(f"results store: no run {run_id}")
-            repeat = r[0]
-        rows = self._sample_tuples(run_id, samples, repeat)
-        conn.executemany(
-            'INSERT INTO samples (run_id, metric, value, unit, point, point_kind, "repeat") '
-            "VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
+        rows = self._sample_rows(run_id, samples, repeat)
+        if rows:
+            conn.execute(T.samples.insert(), rows)
         return len(rows)
 
     def begin_run(self, **fields_: Any) -> str:
@@ -282,39 +264,46 @@ class Store:
             upd["gpu_key"] = gpu_key(upd["machine"])
         rekey = ("bench_params" in upd or "bench_driver" in upd) and "bench_key" not in upd
         samples = list(samples) if samples is not None else []
+        r = T.runs.c
         with self._tx() as conn:
-            cur = conn.execute("SELECT bench_driver, bench_params FROM runs WHERE run_id = ?", (run_id,))
-            old = cur.fetchone()
+            old = conn.execute(sa.select(r.bench_driver, r.bench_params).where(r.run_id == run_id)).fetchone()
             if old is None:
                 raise PatchbenchError(f"results store: no run {run_id}")
             if rekey:
-                driver = upd.get("bench_driver", old[0])
-                params = upd.get("bench_params", json.loads(old[1]))
-                upd["bench_key"] = bench_key(driver, params)
-            cols = list(upd)
-            conn.execute(f"UPDATE runs SET {', '.join(f'{_q(c)} = ?' for c in cols)} WHERE run_id = ?",
-                         [self._encode(c, upd[c]) for c in cols] + [run_id])
+                upd["bench_key"] = bench_key(upd.get("bench_driver", old[0]), upd.get("bench_params", json.loads(old[1])))
+            values = {c: self._encode(c, v) for c, v in upd.items()}
+            if "extra" in upd:
+                values.update(_derived(upd["extra"]))
+            conn.execute(T.runs.update().where(r.run_id == run_id).values(**values))
             if samples:
                 self._insert_samples(conn, run_id, samples, None)
             if "identity" not in upd:
                 self._rekey_identity(conn, run_id)
 
-    def _rekey_identity(self, conn: sqlite3.Connection, run_id: str) -> None:
+    @staticmethod
+    def _rekey_identity(conn: sa.Connection, run_id: str) -> None:
         """The identity from the run's fields as they are now stored (finish may set the machine)."""
         names = ("env_key", "bench_key", "server_argv", "env_vars", "recipe_resolved", "extra", "gpu_key")
-        r = conn.execute(f"SELECT {', '.join(_q(c) for c in names)} FROM runs WHERE run_id = ?", (run_id,)).fetchone()
-        d = dict(zip(names, r))
-        for k in JSON_FIELDS & set(names):
-            d[k] = json.loads(d[k]) if d.get(k) else _JSON_DEFAULTS[k]()
-        conn.execute("UPDATE runs SET identity = ? WHERE run_id = ?", (identity_of(d), run_id))
+        row = conn.execute(sa.select(*[T.runs.c[n] for n in names]).where(T.runs.c.run_id == run_id)).one()
+        d = decode_json(dict(zip(names, row)))
+        conn.execute(T.runs.update().where(T.runs.c.run_id == run_id).values(identity=identity_of(d)))
 
     def mark_interrupted(self, run_id: str, reason: str) -> bool:
         """Finish a run still `running` as `interrupted` with `reason` (the reaper, after its
         patchbench died). Returns False if the run had already finished."""
+        r = T.runs.c
         with self._tx() as conn:
-            cur = conn.execute("UPDATE runs SET status = 'interrupted', error = ?, finished_at = ? "
-                               "WHERE run_id = ? AND status = 'running'", (reason, _now(), run_id))
-            return cur.rowcount > 0
+            res = conn.execute(T.runs.update().where(r.run_id == run_id, r.status == "running")
+                               .values(status="interrupted", error=reason, finished_at=_now()))
+            return res.rowcount > 0
+
+    def _imported_clause(self, file_sha256: str | None, rows_sha256: str | None):
+        r, any_ = T.runs.c, []
+        if file_sha256:
+            any_.append(r.imported_file_sha256 == file_sha256)
+        if rows_sha256:
+            any_.append(r.imported_rows_sha256 == rows_sha256)
+        return sa.or_(*any_) if any_ else sa.false()
 
     def record_run(self, fields_: dict, samples: Iterable[Any] = ()) -> str:
         """Insert a whole run (default status `ok`) and its samples in one transaction (import,
@@ -322,41 +311,79 @@ class Store:
 
         An imported run (`extra["imported"]` with content hashes) whose file or rows are already
         stored is not inserted: the id of the run stored before is returned (checked inside the
-        same transaction, so two imports of one file at once store it once)."""
+        same transaction, so two imports of one file at once store it once; on PostgreSQL the
+        transaction holds an advisory lock on those hashes)."""
         row = self._run_values(dict(fields_), status_default="ok")
         samples = list(samples)
         imported = (row.get("extra") or {}).get("imported") or {}
+        f, rws = imported.get("file_sha256"), imported.get("rows_sha256")
         with self._tx() as conn:
-            if imported.get("file_sha256") or imported.get("rows_sha256"):
-                before = conn.execute(_IMPORTED_SQL.format(cols="run_id"), (imported.get("file_sha256") or "",
-                                                                           imported.get("rows_sha256") or "")).fetchone()
+            if f or rws:
+                if conn.dialect.name == "postgresql":
+                    for h in sorted({h for h in (f, rws) if h}):
+                        conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtext(:h))"), {"h": h})
+                before = conn.execute(sa.select(T.runs.c.run_id).where(self._imported_clause(f, rws))
+                                      .order_by(T.runs.c.started_at, T.runs.c.seq).limit(1)).scalar()
                 if before:
-                    return before[0]
-            if conn.execute("SELECT 1 FROM runs WHERE run_id = ?", (row["run_id"],)).fetchone():
+                    return before
+            if conn.execute(sa.select(T.runs.c.run_id).where(T.runs.c.run_id == row["run_id"])).first():
                 raise PatchbenchError(f"results store: run {row['run_id']} already exists")
             self._insert_run(conn, row)
             self._insert_samples(conn, row["run_id"], samples, int(row.get("repeat") or 0))
         return row["run_id"]
 
     def delete_runs(self, run_ids: Sequence[str]) -> int:
-        """Delete runs and their samples; returns how many runs went."""
+        """Delete runs, their samples and artifact records; returns how many runs went."""
         n = 0
         with self._tx() as conn:
             for chunk in _chunks(list(run_ids)):
-                ph = ", ".join("?" * len(chunk))
-                conn.execute(f"DELETE FROM samples WHERE run_id IN ({ph})", chunk)
-                n += conn.execute(f"DELETE FROM runs WHERE run_id IN ({ph})", chunk).rowcount
+                conn.execute(T.samples.delete().where(T.samples.c.run_id.in_(chunk)))
+                conn.execute(T.artifacts.delete().where(T.artifacts.c.run_id.in_(chunk)))
+                n += conn.execute(T.runs.delete().where(T.runs.c.run_id.in_(chunk))).rowcount
         return n
 
+    def add_artifacts(self, artifacts: Sequence[Any]) -> None:
+        """Record kept files (toolkit/results/artifacts.Artifact: run_id, name, path, sha256, size),
+        replacing an earlier record of the same run and name, in one transaction."""
+        a = T.artifacts.c
+        with self._tx() as conn:
+            for x in artifacts:
+                conn.execute(T.artifacts.delete().where(a.run_id == x.run_id, a.name == x.name))
+            if artifacts:
+                conn.execute(T.artifacts.insert(), [{"run_id": x.run_id, "name": x.name, "path": x.path,
+                                                     "sha256": x.sha256, "size": x.size} for x in artifacts])
+
     # -- reads ----------------------------------------------------------------------------------
+    def artifacts(self, run_ids: Sequence[str]) -> list:
+        """The kept files of `run_ids` as recorded (unchecked: toolkit/results/artifacts.check reads them)."""
+        from toolkit.results.artifacts import Artifact
+
+        a, out = T.artifacts.c, []
+        with self._read() as conn:
+            for chunk in _chunks(list(run_ids)):
+                q = sa.select(a.run_id, a.name, a.path, a.sha256, a.size).where(a.run_id.in_(chunk))
+                out += [Artifact(*row) for row in conn.execute(q.order_by(a.run_id, a.name))]
+        return out
+
     @staticmethod
-    def _decode(row: sqlite3.Row | tuple, names: Sequence[str]) -> RunRow:
-        d = dict(zip(names, row, strict=True))
+    def _decode(row: Sequence, shared: dict | None = None) -> RunRow:
+        d = decode_json(dict(zip(RUN_FIELDS, row, strict=True)), shared)
         for k in JSON_FIELDS:
-            d[k] = json.loads(d[k]) if d.get(k) else _JSON_DEFAULTS[k]()
+            d.setdefault(k, _JSON_DEFAULTS[k]())
         if d.get("config_verified") is not None:
             d["config_verified"] = bool(d["config_verified"])
-        return RunRow(**{k: d[k] for k in RUN_FIELDS})
+        return RunRow(**d)
+
+    def _select_runs(self, where, *, newest_first: bool = False, limit: int | None = None) -> list[RunRow]:
+        r = T.runs.c
+        order = ([r.started_at.desc().nulls_last(), r.seq.desc()] if newest_first
+                 else [r.started_at.asc().nulls_first(), r.seq.asc()])
+        q = sa.select(*_RUN_COLS).where(*where).order_by(*order)
+        if limit is not None:
+            q = q.limit(int(limit))
+        shared: dict = {}
+        with self._read() as conn:
+            return [self._decode(row, shared) for row in conn.execute(q)]
 
     def runs(self, recipe: str | Sequence[str] | None = None, status: str | Sequence[str] | None = None,
              env_key: str | None = None, *, group_id: str | None = None, bench_key: str | None = None,
@@ -365,103 +392,76 @@ class Store:
              config_verified: bool | None = None, limit: int | None = None,
              newest_first: bool = False) -> list[RunRow]:
         """Runs matching every filter given (a list means any of), oldest first by default."""
-        where, args = [], []
-
-        def any_of(col: str, value: str | Sequence[str] | None) -> None:
+        where = []
+        r = T.runs.c
+        for col, value in (("recipe", recipe), ("status", status), ("env_key", env_key), ("group_id", group_id),
+                           ("bench_key", bench_key), ("gpu_key", gpu_key), ("identity", identity),
+                           ("run_id", None if run_ids is None else list(run_ids))):
             if value is None:
-                return
+                continue
             vals = [value] if isinstance(value, str) else list(value)
-            if not vals:
-                where.append("0")
-                return
-            where.append(f"{_q(col)} IN ({', '.join('?' * len(vals))})")
-            args.extend(vals)
-
-        any_of("recipe", recipe)
-        any_of("status", status)
-        any_of("env_key", env_key)
-        any_of("group_id", group_id)
-        any_of("bench_key", bench_key)
-        any_of("gpu_key", gpu_key)
-        any_of("identity", identity)
-        if run_ids is not None:
-            any_of("run_id", list(run_ids))
+            where.append(r[col].in_(vals) if vals else sa.false())
         if config_verified is not None:
-            where.append("config_verified = ?" if config_verified else "(config_verified IS NULL OR config_verified = ?)")
-            args.append(1 if config_verified else 0)
-        sql = f"SELECT {', '.join(_q(c) for c in RUN_FIELDS)} FROM runs"
-        if where:
-            sql += " WHERE " + " AND ".join(where)
-        sql += f" ORDER BY started_at {'DESC' if newest_first else 'ASC'}, rowid {'DESC' if newest_first else 'ASC'}"
-        if limit is not None:
-            sql += f" LIMIT {int(limit)}"
-        conn = self._connect()
-        return [self._decode(r, RUN_FIELDS) for r in conn.execute(sql, args)]
+            where.append(r.config_verified == 1 if config_verified
+                         else sa.or_(r.config_verified.is_(None), r.config_verified == 0))
+        return self._select_runs(where, newest_first=newest_first, limit=limit)
 
     def tracked_runs(self, recipe: str) -> list[RunRow]:
         """Runs `patchbench track` measured for `recipe` (`extra.track.recipe`), oldest first."""
-        sql = (f"SELECT {', '.join(_q(c) for c in RUN_FIELDS)} FROM runs WHERE json_extract(extra, "
-               "'$.track.recipe') = ? ORDER BY started_at, rowid")
-        return [self._decode(r, RUN_FIELDS) for r in self._connect().execute(sql, (recipe,))]
+        return self._select_runs([T.runs.c.track_recipe == recipe])
 
     def get_run(self, run_id: str) -> RunRow:
         """The run whose id is `run_id` or starts with it (unique prefix, as git abbreviates)."""
-        conn = self._connect()
-        cols = ", ".join(_q(c) for c in RUN_FIELDS)
-        rows = conn.execute(f"SELECT {cols} FROM runs WHERE run_id LIKE ? ESCAPE '\\' LIMIT 2",
-                            (run_id.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%",)).fetchall()
+        q = sa.select(*_RUN_COLS).where(T.runs.c.run_id.startswith(run_id, autoescape=True)).limit(2)
+        with self._read() as conn:
+            rows = conn.execute(q).fetchall()
         if not rows:
             raise BadInput(f"no run {run_id} in {self.path}")
         if len(rows) > 1:
-            exact = [r for r in rows if r[0] == run_id]
+            exact = [row for row in rows if row[0] == run_id]
             if not exact:
                 raise BadInput(f"run id prefix {run_id} is ambiguous", hint="give more characters")
             rows = exact
-        return self._decode(rows[0], RUN_FIELDS)
+        return self._decode(rows[0])
 
     def measured_metrics(self, run_ids: Sequence[str]) -> dict[str, set[str]]:
         """run id -> the metrics it has samples of (runs without samples are absent)."""
         out: dict[str, set[str]] = {}
-        conn = self._connect()
-        for chunk in _chunks(list(run_ids)):
-            sql = f"SELECT DISTINCT run_id, metric FROM samples WHERE run_id IN ({', '.join('?' * len(chunk))})"
-            for rid, metric in conn.execute(sql, chunk):
-                out.setdefault(rid, set()).add(metric)
+        s = T.samples.c
+        with self._read() as conn:
+            for chunk in _chunks(list(run_ids)):
+                for rid, metric in conn.execute(sa.select(s.run_id, s.metric).distinct().where(s.run_id.in_(chunk))):
+                    out.setdefault(rid, set()).add(metric)
         return out
 
     def samples(self, run_ids: Sequence[str] | str, metric: str | Sequence[str] | None = None) -> list[SampleRow]:
         """Samples of the given runs (optionally only some metrics), in insertion order."""
         ids = [run_ids] if isinstance(run_ids, str) else list(run_ids)
         metrics = None if metric is None else ([metric] if isinstance(metric, str) else list(metric))
-        conn = self._connect()
+        s = T.samples.c
         out: list[SampleRow] = []
-        for chunk in _chunks(ids):
-            sql = ('SELECT run_id, metric, value, unit, point, point_kind, "repeat" FROM samples '
-                   f"WHERE run_id IN ({', '.join('?' * len(chunk))})")
-            args: list[Any] = list(chunk)
-            if metrics is not None:
-                sql += f" AND metric IN ({', '.join('?' * len(metrics))})"
-                args += metrics
-            sql += " ORDER BY id"
-            out.extend(SampleRow(*r) for r in conn.execute(sql, args))
+        with self._read() as conn:
+            for chunk in _chunks(ids):
+                q = sa.select(*_SAMPLE_COLS).where(s.run_id.in_(chunk))
+                if metrics is not None:
+                    q = q.where(s.metric.in_(metrics))
+                out.extend(SampleRow(*row) for row in conn.execute(q.order_by(s.id)))
         return out
 
     def recipe_names(self) -> list[str]:
         """Every recipe (or variant label) with at least one stored run."""
-        conn = self._connect()
-        return [r[0] for r in conn.execute("SELECT DISTINCT recipe FROM runs ORDER BY recipe")]
+        with self._read() as conn:
+            return list(conn.execute(sa.select(T.runs.c.recipe).distinct().order_by(T.runs.c.recipe)).scalars())
 
     def counts(self) -> dict[str, int]:
         """Number of runs per stored status (for `patchbench results` summaries)."""
-        conn = self._connect()
-        return {s: n for s, n in conn.execute("SELECT status, COUNT(*) FROM runs GROUP BY status")}
+        r = T.runs.c
+        with self._read() as conn:
+            return {st: n for st, n in conn.execute(sa.select(r.status, sa.func.count()).group_by(r.status))}
 
     def imported_runs(self, *, file_sha256: str | None = None, rows_sha256: str | None = None) -> list[RunRow]:
         """Runs imported from a file with this content hash (of the file's bytes, or of its rows)."""
-        conn = self._connect()
-        rows = conn.execute(_IMPORTED_SQL.format(cols=", ".join(_q(c) for c in RUN_FIELDS)),
-                            (file_sha256 or "", rows_sha256 or "")).fetchall()
-        return [self._decode(r, RUN_FIELDS) for r in rows]
+        return self._select_runs([self._imported_clause(file_sha256, rows_sha256)])
 
 
 def _chunks(items: list, size: int = 500) -> Iterator[list]:

@@ -31,7 +31,7 @@ from toolkit.errors import PatchbenchError
 from toolkit.recipe.load import Recipe
 from toolkit.run.identity import model_config_sha256
 from toolkit.run.sglang_args import StaticCheck, launch_argv
-from toolkit.results.store import Store
+from toolkit.results.store import Store, StoreUnavailable
 from toolkit.tree.applied import AppliedTree
 
 
@@ -129,6 +129,21 @@ def recorded(p: Prepared, *, home: Path, store: Store, repeat: int, group_id: st
     else:
         if not attempt.finished:
             finish(attempt, "failed", "the run ended without storing a result")
+    keep_files(attempt)
+
+
+def keep_files(a: Attempt) -> None:
+    """With `[store] artifacts`, the finished run's files (its processes ended) where the team sees
+    them, their paths and sha256 in the store (toolkit/results/artifacts.py)."""
+    if a.store.artifacts_dir is None or not a.finished:
+        return
+    from toolkit.results.artifacts import keep
+
+    try:
+        keep(a.store, a.run_id, a.run_dir, a.store.artifacts_dir)
+    except (OSError, PatchbenchError) as exc:
+        a.console.print(f"[yellow]{escape(a.title)}[/]: its files were not kept in {a.store.artifacts_dir}: "
+                        f"{escape(getattr(exc, 'strerror', None) or str(exc))}")
 
 
 def begin(a: Attempt, group_id: str) -> None:
@@ -185,6 +200,12 @@ def finish(a: Attempt, status: str, error: str, *, tail: str | None = None, **fi
     try:
         a.store.finish_run(a.run_id, status, error=error, log_tail=tail, server_info=a.info, timings=a.timings,
                            log_paths=log_paths(a), extra=a.extra, **fields)
+    except StoreUnavailable as exc:  # the database went away: the run ends here, kept on this disk
+        a.finished = True
+        kept = keep_locally(a, f"interrupted: the results store went away ({exc.message}); was {status}: {error}",
+                            tail, fields)
+        raise StoreUnavailable(f"{exc.message}; run {a.run_id[:8]} ({a.title}) ended interrupted, its record "
+                               f"kept in {kept}", hint=exc.hint) from None
     except Exception as exc:  # noqa: BLE001 - the store refused: keep the status at least
         a.console.print(f"[red]{escape(a.title)}[/]: could not store the result ({type(exc).__name__}: {exc})")
         with contextlib.suppress(Exception):
@@ -192,9 +213,29 @@ def finish(a: Attempt, status: str, error: str, *, tail: str | None = None, **fi
     a.finished = True
 
 
+def keep_locally(a: Attempt, error: str, tail: str | None, fields: dict) -> Path:
+    """The run's record as a one-run results export beside its logs (`run.json` in its run dir),
+    status `interrupted`: what a store that went away could not take. Its samples stay with it."""
+    from toolkit.results.exchange import EXPORT_FORMAT
+    from toolkit.results.records import RUN_FIELDS, _now
+    from toolkit.results.store import SCHEMA_VERSION
+
+    samples = [{"metric": s.metric, "value": s.value, "unit": s.unit, "point": s.point, "point_kind": s.point_kind,
+                "repeat": getattr(s, "repeat", None) if getattr(s, "repeat", None) is not None else a.repeat}
+               for s in fields.get("samples") or []]
+    run = {k: v for k, v in fields.items() if k in RUN_FIELDS}
+    run.update(run_id=a.run_id, recipe=a.prepared.name, status="interrupted", error=error, log_tail=tail,
+               repeat=a.repeat, finished_at=_now(), server_info=a.info, timings=a.timings, log_paths=log_paths(a),
+               extra=a.extra, samples=samples)
+    path = a.run_dir / "run.json"
+    path.write_text(json.dumps({"format": EXPORT_FORMAT, "schema_version": SCHEMA_VERSION, "runs": [run]},
+                               indent=2, default=str))
+    return path
+
+
 def supervise(a: Attempt, proc: subprocess.Popen, what: str, *, stop: Callable[[], None]) -> None:
     """Record a started process group as live and make `a.cleanup` end it, then forget it."""
-    record = reaper.register(a.home, proc.pid, run_id=a.run_id, store=a.store.path, what=what)
+    record = reaper.register(a.home, proc.pid, run_id=a.run_id, store=a.store.location, what=what)
     a.cleanup.callback(reaper.unregister, record)
     a.cleanup.callback(stop)
 

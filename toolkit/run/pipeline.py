@@ -35,7 +35,7 @@ from toolkit.errors import BadInput, NoGPU, PatchbenchError, plural
 from toolkit.recipe.load import Recipe
 from toolkit.run.check_cache import cached_check_recipe
 from toolkit.run.sglang_args import check_record, check_summary, launch_argv, recipe_args, server_info_problems
-from toolkit.results.store import Store
+from toolkit.results.store import Store, StoreUnavailable
 from toolkit.tree.applied import AppliedTree, apply_recipe
 
 # Where `--until` can stop: after apply, build, the static check, the /server_info verification
@@ -445,6 +445,8 @@ def run_sweep(recipes: list[Recipe], *, home: Path, store: Store, repeats: int |
                     try:
                         rid = run_once(p, home=home, store=store, repeat=rep, group_id=group_id,
                                        console=console, until=until)
+                    except StoreUnavailable:  # the database went away: nothing more can be stored
+                        raise
                     except PatchbenchError as exc:  # the run could not even be begun in the store
                         failed.append((p.name, str(exc.located(recipe=p.name))))
                         console.print(f"[red]error[/]: {escape(str(exc))}")

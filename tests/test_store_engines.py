@@ -1,0 +1,241 @@
+"""One store, two engines: the pipeline records into a real PostgreSQL (tests/postgres_server.py) as
+into SQLite, and compare / selection / the run listing answer the same on both; a store the release
+at schema 3 made migrates forward and moves into PostgreSQL; many writers at once lose nothing and
+readers never see half a run; credentials never show."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import re
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO_ROOT
+from test_run_identity import demo  # noqa: F401  (the fixture: the demo recipes, small benchmarks)
+from toolkit.cli import main
+from toolkit.results.exchange import export, import_export
+from toolkit.results.store import SCHEMA_VERSION, Store
+from toolkit.run.bench import Sample
+
+SCHEMA3 = REPO_ROOT / "tests" / "data" / "schema3-demo.sqlite"  # tests/data/make_schema3_store.py
+COMPARE = ["compare", "demo/baseline", "demo/fast", "--metric", "output_tok_s", "--json"]
+
+
+def _out(capsys, argv: list[str], store) -> str:
+    """What `patchbench ARGV --store STORE` prints, the store's own name made neutral."""
+    capsys.readouterr()
+    rc = main([*argv, "--store", str(store.location)])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    return out.replace(str(store.path), "STORE")
+
+
+def _answers(capsys, store) -> dict:
+    return {"compare": json.loads(_out(capsys, COMPARE, store)),
+            "selected": _out(capsys, ["results", "demo/baseline", "demo/fast", "--selected"], store),
+            "listing": _out(capsys, ["results"], store),
+            "export": [{k: v for k, v in r.items()} for r in _exported(store)]}
+
+
+def _exported(store) -> list[dict]:
+    import io
+
+    buf = io.StringIO()
+    export(store, "json", buf)
+    return json.loads(buf.getvalue())["runs"]
+
+
+def _move(src: Store, dst: Store, tmp_path: Path) -> None:
+    """Every run of `src` into `dst` as a Slurm job's runs reach the main store (jobs.merge)."""
+    path = tmp_path / f"moved-{dst.engine_name}.json"
+    export(src, "json", path)
+    import_export(dst, path, measured_here=True)
+
+
+def test_a_sweep_recorded_into_postgresql_answers_as_in_sqlite(demo, home, pg_server, pg_url, tmp_path,  # noqa: F811
+                                                             capsys):
+    """The pipeline writes into PostgreSQL itself (--store URL); the same runs in SQLite give the
+    same compare JSON, selection and listing, run ids included. Each run's files are kept in
+    `[store] artifacts`, checked on read. Then the database goes away in the middle of a run."""
+    pg = Store(pg_url)
+    kept = tmp_path / "shared-artifacts"
+    (home / "config.toml").write_text(f'[store]\nartifacts = "{kept}"\n')
+    assert main(["run", "demo/baseline", "demo/fast", "--fixed", "--store", pg_url]) == 0
+    runs = pg.runs()
+    assert len(runs) == 4 and {r.status for r in runs} == {"ok"} and len(pg.samples([r.run_id for r in runs])) >= 4
+
+    # each run's files are kept in the shared directory, their sha256 in the database, checked on read
+    files = pg.artifacts([r.run_id for r in runs])
+    assert {a.run_id for a in files} == {r.run_id for r in runs}
+    assert all(Path(a.path).is_file() and Path(a.path).is_relative_to(kept) for a in files)
+    capsys.readouterr()
+    assert main(["results", "--check-artifacts", "--store", pg_url]) == 0
+    first, second = files[0], files[-1]
+    Path(first.path).unlink()
+    Path(second.path).write_text("edited afterwards")
+    capsys.readouterr()
+    assert main(["results", "--check-artifacts", "--store", pg_url]) == 1
+    out = capsys.readouterr().out
+    assert f"{first.name}: missing" in out and f"{second.name}: altered" in out and "2 not to be trusted" in out
+    lite = Store(tmp_path / "lite.sqlite")
+    _move(pg, lite, tmp_path)
+    a, b = _answers(capsys, pg), _answers(capsys, lite)
+    assert a["compare"]["rows"] and a == b
+    pg.close()
+    _pull_the_plug_mid_run(pg_server, pg_url)
+
+
+def test_a_schema3_store_migrates_and_moves_into_postgresql(demo, pg_url, tmp_path, capsys):  # noqa: F811
+    """The release at schema 3 made tests/data/schema3-demo.sqlite through its pipeline; opened now it
+    is at the newest schema with every run and sample, its order, its track and import records
+    found by their new columns, and the same answers once moved into PostgreSQL."""
+    path = tmp_path / "old.sqlite"
+    shutil.copy(SCHEMA3, path)
+    con = sqlite3.connect(path)
+    assert con.execute("SELECT version FROM schema_version").fetchone() == (3,)
+    before_runs = [r[0] for r in con.execute("SELECT run_id FROM runs ORDER BY started_at, rowid")]
+    before_samples = sorted(con.execute("SELECT run_id, metric, value, point FROM samples").fetchall())
+    con.close()
+
+    lite = Store(path)
+    assert lite.schema_version() == SCHEMA_VERSION
+    assert [r.run_id for r in lite.runs()] == before_runs
+    assert sorted((s.run_id, s.metric, s.value, s.point) for s in lite.samples(before_runs)) == before_samples
+    assert [r.recipe for r in lite.tracked_runs("demo/update")] == ["demo/update@0.1.0"]
+    (imported,) = [r for r in lite.runs() if r.recipe == "elsewhere"]
+    hashes = imported.extra["imported"]
+    assert [r.run_id for r in lite.imported_runs(file_sha256=hashes["file_sha256"])] == [imported.run_id]
+    assert [r.run_id for r in lite.imported_runs(rows_sha256=hashes["rows_sha256"])] == [imported.run_id]
+    new = lite.record_run({"recipe": "after"})
+    assert lite.runs()[-1].run_id == new  # new runs go after the migrated ones
+    lite.delete_runs([new])
+
+    pg = Store(pg_url)
+    _move(lite, pg, tmp_path)
+    assert [r.run_id for r in pg.runs()] == before_runs
+    assert [r.recipe for r in pg.tracked_runs("demo/update")] == ["demo/update@0.1.0"]
+    assert [r.run_id for r in pg.imported_runs(file_sha256=hashes["file_sha256"])] == [imported.run_id]
+    a, b = _answers(capsys, lite), _answers(capsys, pg)
+    assert a["compare"]["rows"] and a == b
+    # a second open costs no migration and changes nothing
+    assert Store(path).runs() == lite.runs()
+
+
+def _writer(url: str, n: int, tag: str) -> None:
+    store = Store(url)
+    for i in range(n):
+        store.record_run({"recipe": "w", "group_id": tag, "repeat": i},
+                         [Sample("output_tok_s", float(k), "tok/s", k, "concurrency") for k in range(1, 6)])
+
+
+def test_concurrent_writers_lose_nothing_and_readers_see_whole_runs(pg_url):
+    ctx = mp.get_context("fork")
+    procs = [ctx.Process(target=_writer, args=(pg_url, 15, f"w{i}")) for i in range(4)]
+    for p in procs:
+        p.start()
+    reader, partial, looks = Store(pg_url), 0, 0
+    while any(p.is_alive() for p in procs) or looks == 0:
+        ids = [r.run_id for r in reader.runs(recipe="w")]
+        counts: dict[str, int] = {}
+        for s in reader.samples(ids):
+            counts[s.run_id] = counts.get(s.run_id, 0) + 1
+        partial += sum(1 for i in ids if counts.get(i) != 5)
+        looks += 1
+    assert [p.join(60) or p.exitcode for p in procs] == [0, 0, 0, 0]
+    runs = reader.runs(recipe="w")
+    assert len(runs) == 60 and len({r.run_id for r in runs}) == 60
+    assert sorted((r.group_id, r.repeat) for r in runs) == sorted((f"w{i}", k) for i in range(4) for k in range(15))
+    assert partial == 0, f"{partial} half-written run(s) seen in {looks} looks"
+
+
+def test_credentials_come_from_libpq_and_never_show(pg_server, pg_url, tmp_path, monkeypatch, capsys):
+    import postgres_server
+
+    from sqlalchemy.engine import make_url
+
+    db = make_url(pg_url).database
+    with_pw = pg_server.url(db, tcp=True, password=True)
+    store = Store(with_pw)
+    store.record_run({"recipe": "secret-check"})
+    assert postgres_server.PASSWORD not in str(store.path) and "***" in str(store.path)
+    capsys.readouterr()
+    assert main(["results", "--store", with_pw]) == 0
+    out = capsys.readouterr()
+    assert "secret-check" in out.out and postgres_server.PASSWORD not in out.out + out.err
+    exported = tmp_path / "e.json"
+    assert main(["results", "--export", "json", "-o", str(exported), "--store", with_pw]) == 0
+    assert postgres_server.PASSWORD not in exported.read_text() + capsys.readouterr().out
+
+    # no password in the URL: libpq reads PGPASSFILE
+    pgpass = tmp_path / "pgpass"
+    pgpass.write_text(f"127.0.0.1:{pg_server.port}:*:patchbench:{postgres_server.PASSWORD}\n")
+    pgpass.chmod(0o600)
+    monkeypatch.setenv("PGPASSFILE", str(pgpass))
+    assert [r.recipe for r in Store(pg_server.url(db, tcp=True)).runs()] == ["secret-check"]
+
+    # a wrong password: one line, exit 1, the password it was given not in it
+    monkeypatch.delenv("PGPASSFILE")
+    wrong = with_pw.replace(postgres_server.PASSWORD, "not-the-pw-123")
+    capsys.readouterr()
+    assert main(["results", "--store", wrong]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: results store postgresql://patchbench:***@") and "not-the-pw-123" not in err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_store_url_from_env_and_user_config(home, pg_url, monkeypatch, capsys):
+    from toolkit.results.engine import store_location
+
+    assert store_location(home) == home / "results.sqlite"
+    (home / "config.toml").write_text(f'[store]\nurl = "{pg_url}"\n')
+    assert store_location(home) == pg_url
+    monkeypatch.setenv("PATCHBENCH_STORE", str(home / "env.sqlite"))
+    assert store_location(home) == home / "env.sqlite"
+    assert store_location(home, "postgresql://u@h/d") == "postgresql://u@h/d"
+    monkeypatch.delenv("PATCHBENCH_STORE")
+    (home / "config.toml").write_text('[store]\nurl = "x"\nuser = "me"\n')
+    capsys.readouterr()
+    assert main(["results", "--home", str(home)]) == 2
+    assert re.search(r"unknown \[store\] key\(s\) user", capsys.readouterr().err)
+
+
+
+def _pull_the_plug_mid_run(pg_server, pg_url: str) -> None:
+    """The database stops taking connections while a run is measured: the run ends `interrupted`,
+    kept on this disk, one line says so (no traceback), and the store's row reads interrupted."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    import psycopg
+    from sqlalchemy.engine import make_url
+
+    db = make_url(pg_url).database
+    proc = subprocess.Popen([sys.executable, "-m", "toolkit", "run", "demo/baseline", "--repeats", "1",
+                             "--store", pg_url], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=os.environ)
+    store, deadline = Store(pg_url), time.monotonic() + 240
+    before = {r.run_id for r in store.runs()}
+    while not store.runs(status="running") and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)  # waiting for the run to begin (its env is built first)
+    assert proc.poll() is None, proc.communicate()
+    store.close()
+    with psycopg.connect(pg_server.url(), autocommit=True) as admin:
+        admin.execute(f'ALTER DATABASE "{db}" ALLOW_CONNECTIONS false')
+        admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (db,))
+        out, err = proc.communicate(timeout=240)
+        admin.execute(f'ALTER DATABASE "{db}" ALLOW_CONNECTIONS true')
+    assert proc.returncode == 1, out + err
+    last = err.strip().splitlines()[-1]
+    assert "Traceback" not in out + err
+    assert last.startswith(f"error: results store {Store(pg_url).path}: ") and "ended interrupted" in last, err
+    kept = Path(re.search(r"record kept in (\S+)", last).group(1))
+    (run,) = json.loads(kept.read_text())["runs"]
+    assert run["status"] == "interrupted" and "the results store went away" in run["error"]
+    (stored,) = [r for r in Store(pg_url).runs() if r.run_id not in before]
+    assert stored.run_id == run["run_id"] and stored.status == "running" and stored.is_interrupted()

@@ -1,0 +1,52 @@
+"""attribute's and sweep's steps measured until settled: the sequential rule of `run` over variants.
+
+`settle_pairs(measure, labels, pairs, design, higher_is_better)` gets `min_repeats` values of every
+label (`measure(label, k)`: k more values, or None / [] when it cannot give them), then after each
+round judges every pair (A, B) by `toolkit.analysis.sequential.verdict` and asks one more value of
+each side of an unsettled pair (the side that is not ahead: the verdicts look at equal-sized
+prefixes), until every pair is settled, futile or at `max_repeats`, or a side cannot give more.
+A label shared by two pairs (attribute's prefix k is B of step k and A of step k + 1) is launched
+once per round. Values come oldest first from `measure` (stored runs before new ones: a killed
+attribute resumes from the store and decides as it did). Effects: only through `measure`.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+from toolkit.analysis import sequential as seq
+
+Measure = Callable[[str, int], "list[float] | None"]
+
+
+def settle_pairs(measure: Measure, labels: Sequence[str], pairs: Sequence[tuple[str, str]], design: seq.Design,
+                 higher_is_better: bool | None) -> tuple[dict[str, list[float] | None], dict[tuple[str, str], seq.Sequential]]:
+    """(values per label (None: it gave none), the verdict of every pair whose sides both have values)."""
+    values: dict[str, list[float] | None] = {}
+    for label in labels:
+        got = measure(label, design.min_repeats)
+        values[label] = list(got) if got else None
+    dry: set[str] = set()  # labels that could not give another value
+    while True:
+        verdicts = judge(values, pairs, design, higher_is_better)
+        want: list[str] = []
+        for (a, b), v in verdicts.items():
+            if not seq.more_needed(v) or a in dry or b in dry:
+                continue
+            na, nb = len(values[a]), len(values[b])
+            want += [x for x, n in ((a, na), (b, nb)) if n <= min(na, nb)]
+        todo = [x for x in labels if x in set(want)]
+        if not todo:
+            return values, verdicts
+        for label in todo:
+            got = measure(label, 1)
+            if got:
+                values[label].extend(got)
+            else:
+                dry.add(label)
+
+
+def judge(values: dict, pairs: Sequence[tuple[str, str]], design: seq.Design,
+          higher_is_better: bool | None) -> dict[tuple[str, str], seq.Sequential]:
+    return {(a, b): seq.verdict(values[a], values[b], higher_is_better=higher_is_better, design=design)
+            for a, b in pairs if values.get(a) and values.get(b) and min(*values[a], *values[b]) > 0}

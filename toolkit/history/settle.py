@@ -1,0 +1,87 @@
+"""`track --settle`: a step between neighbouring points that looks like a change gets launches until
+its sequential verdict is settled.
+
+`track` measures one run per point (a cron job pays one launch a point). What a sequential design
+means for it: a step (point i - 1 -> point i, upstream order, both prepared in this track) is
+*flagged* when its single runs differ by at least `min_effect` (the recipe's `[benchmark]
+min_effect`) on the headline metric at the benchmark's first point: the shift a change point is
+made of. A flagged step launches both of its points in rounds (toolkit.analysis.sequential_steps,
+min_repeats .. max_repeats each) until `toolkit.analysis.sequential` settles it (faster, slower, or
+equal within min_effect: a one-run fluke is then shown to be no change) or it is futile; a step that
+does not look like a change costs nothing more. A point shared by two flagged steps is launched once
+per round. The verdicts are per step, each false with probability <= alpha (not corrected jointly
+over the steps). Effects: launches through `measure_once`, store writes.
+"""
+
+from __future__ import annotations
+
+import math
+
+from toolkit.analysis import sequential as seq
+from toolkit.analysis.sequential_steps import settle_pairs
+from toolkit.results import metrics as registry
+
+
+def headline(prepared) -> tuple[str, int]:
+    b = prepared.recipe.benchmark
+    if b.driver == "one-batch":
+        return "decode_tok_s", list(b.batch_sizes)[0]
+    return "output_tok_s", list(b.concurrency)[0]
+
+
+def flagged(values: dict[str, list[float]], order: list[str], min_effect: float) -> list[tuple[str, str]]:
+    """Neighbouring (before, after) labels whose first values differ by at least min_effect."""
+    out = []
+    for a, b in zip(order, order[1:]):
+        va, vb = values.get(a), values.get(b)
+        if va and vb and va[0] > 0 and vb[0] > 0 and abs(math.log(vb[0] / va[0])) >= math.log1p(min_effect):
+            out.append((a, b))
+    return out
+
+
+def settle_steps(ready, res, design: seq.Design, *, measure_once, store, **kw) -> list[dict]:
+    """The verdicts of the flagged steps among `ready` ([(point, prepared)], upstream order), after
+    launching them until settled; each: before, after, the verdict's keys and text."""
+    from toolkit.analysis.selection import values_at
+
+    if len(ready) < 2:
+        return []
+    metric, point = headline(ready[0][1])
+    hib = registry.higher_is_better(metric)
+    by_label = {pt.label: (pt, prepared) for pt, prepared in ready}
+    label_of = {pt.id: pt.label for pt, _ in ready}
+    runs: dict[str, list[str]] = {label: [] for label in by_label}
+    for rid in res.run_ids:
+        run = store.get_run(rid)
+        label = label_of.get(((run.extra or {}).get("track") or {}).get("point", {}).get("id"))
+        if label in runs and run.status == "ok":
+            runs[label].append(rid)
+
+    def values_of(label: str) -> list[float]:
+        ids = runs[label]
+        return values_at(store.samples(ids, metric=metric), metric, point, ids) if ids else []
+
+    first = {label: values_of(label) for label in by_label}
+    pairs = flagged(first, [pt.label for pt, _ in ready], design.min_effect)
+    if not pairs:
+        return []
+    handed = {label: 0 for label in by_label}
+
+    def measure(label: str, k: int) -> list[float] | None:
+        pt, prepared = by_label[label]
+        while len(values_of(label)) < handed[label] + k:
+            before = len(res.run_ids)
+            measure_once(pt, prepared, len(runs[label]), res, store=store, **kw)
+            rid = res.run_ids[-1] if len(res.run_ids) > before else None
+            if rid is None or store.get_run(rid).status != "ok":
+                break
+            runs[label].append(rid)
+        got = values_of(label)[handed[label]:handed[label] + k]
+        handed[label] += len(got)
+        return got or None
+
+    labels = list(dict.fromkeys(x for pair in pairs for x in pair))
+    _, verdicts = settle_pairs(measure, labels, pairs, design, hib)
+    return [{"before": a, "after": b, "metric": metric, "point": point, "verdict": v.verdict, "settled": v.settled,
+             "launches_each": v.n, "ratio": v.ratio, "low": v.low, "high": v.high, "text": v.text}
+            for (a, b), v in verdicts.items()]

@@ -1,0 +1,103 @@
+"""The published site's sweep pages: a sweep's variants are stored as recipes named
+`BASE[k=v,...]` (toolkit/recipe/matrix.py) beside `BASE`, the default configuration. Per sweep, from
+the runs selection keeps for each variant (toolkit/analysis/selection.py): output tok/s at every
+concurrency measured, as tokens/s per user and per GPU (toolkit/analysis/pareto.py), the Pareto
+front and the dominated variants, drawn as `patchbench sweep` draws them (toolkit/report/sweep.py,
+PNG and SVG). GPUs per variant as the sweep counts them (toolkit/analysis/sweep_results.gpus_of),
+from the newest run's resolved recipe. Effects: reads the store, writes the page and its figure."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from types import SimpleNamespace
+
+from toolkit.analysis import pareto
+from toolkit.analysis.selection import Criteria, reduce, select
+from toolkit.analysis.sweep_results import gpus_of
+from toolkit.errors import BadInput
+from toolkit.report.plots import svg, write_png, write_text
+from toolkit.report.site_layout import Site, link, shell
+from toolkit.report.sweep import pareto_figure
+from toolkit.report.tables import esc, html_table
+
+_VARIANT = re.compile(r"^(?P<base>.+)\[(?P<axes>[^\[\]]+)\]$")
+
+
+def families(names: list[str]) -> dict[str, list[str]]:
+    """BASE -> its stored variants `BASE[...]` (BASE first when it has runs too)."""
+    out: dict[str, list[str]] = {}
+    for n in names:
+        m = _VARIANT.match(n)
+        if m:
+            out.setdefault(m.group("base"), []).append(n)
+    return {base: ([base] if base in names else []) + sorted(vs) for base, vs in sorted(out.items())}
+
+
+def _gpus(resolved: dict) -> int:
+    target = resolved.get("target") or None
+    server = resolved.get("server") or {}
+    return gpus_of(SimpleNamespace(target=SimpleNamespace(count=target.get("count", 1)) if target else None,
+                                   server=SimpleNamespace(args=server.get("args") or {})))
+
+
+def points(store, variants: list[str], current: dict | None = None) -> tuple[list[pareto.Point], list[str]]:
+    """Each variant's (concurrency, output tok/s) as Pareto points, and notes for variants left out."""
+    pts, notes = [], []
+    for v in variants:
+        try:
+            sel = select(store, [v], Criteria(), current=current)
+        except BadInput as exc:
+            notes.append(f"{v}: {exc.message}")
+            continue
+        runs = sel.runs[v]
+        gpus = _gpus(runs[-1].recipe_resolved or {})
+        for (metric, point, kind), obs in sorted(reduce(store.samples(sel.run_ids(v), metric="output_tok_s"),
+                                                        sel.run_ids(v)).items()):
+            if kind == "concurrency" and obs.values:
+                pts.append(pareto.point(v, point, sum(obs.values) / len(obs.values), gpus))
+    return pts, notes
+
+
+def write_page(store, site: Path, base: str, variants: list[str], current: dict | None,
+               compare_pages: dict) -> dict:
+    """sweeps/<base>.html with the Pareto figure (PNG and SVG beside it); {"page", "front",
+    "dominated", "points"}. `compare_pages`: variant -> its compare page (linked from its rows)."""
+    page = Site.sweep(base)
+    assets = site / Site.sweep_assets(base)
+    assets.mkdir(parents=True, exist_ok=True)
+    pts, notes = points(store, variants, current)
+    front = {(p.variant, p.concurrency) for p in pareto.front(pts)}
+    dominated = pareto.dominated_variants(pts)
+    doc_points = [{"variant": p.variant, "concurrency": p.concurrency, "tok_s_per_user": p.per_user,
+                   "tok_s_per_gpu": p.per_gpu, "on_front": (p.variant, p.concurrency) in front} for p in pts]
+    parts = [f"<p>{len(variants)} configuration(s) stored; the default configuration is {esc(base)}"
+             + ("" if base in variants else " (no runs of its own)") + ".</p>"]
+    if pts:
+        fig = pareto_figure(doc_points, f"{base}: tokens/s per user vs per GPU")
+        png = write_png(fig, assets / "pareto.png")
+        svg_text = svg(fig, "Pareto front")
+        write_text(assets / "pareto.svg", svg_text + "\n")
+        parts += [f'<div class="plots">{svg_text}</div>',
+                  f"<p>{link(page, f'{Site.sweep_assets(base)}/{png.name}', 'PNG')} · "
+                  f"{link(page, f'{Site.sweep_assets(base)}/pareto.svg', 'SVG')}</p>"]
+    head = ["variant", "concurrency", "output tok/s", "tok/s per user", "tok/s per GPU", "on the front"]
+    body = [[p.variant, str(p.concurrency), f"{p.per_user * max(p.concurrency, 1):.4g}",
+             f"{p.per_user:.4g}", f"{p.per_gpu:.4g}", "yes" if (p.variant, p.concurrency) in front else "no"]
+            for p in sorted(pts, key=lambda p: (p.variant, p.concurrency))]
+    parts.append(html_table(head, body))
+    if dominated:
+        parts.append("<p>Dominated (no point on the Pareto front, grey in the figure): "
+                     + esc(", ".join(dominated)) + "</p>")
+    links = [f"<li>{link(page, Site.recipe(v), v)}"
+             + (f" · {link(page, compare_pages[v], 'compared with ' + base)}" if v in compare_pages else "")
+             + "</li>" for v in variants]
+    parts.append("<h2>Configurations</h2><ul>" + "".join(links) + "</ul>")
+    if notes:
+        parts.append("<h2>Notes</h2><ul>" + "".join(f"<li>{esc(n)}</li>" for n in notes) + "</ul>")
+    parts.append('<p class="note">Per user = output tok/s / concurrency; per GPU = output tok/s / GPUs serving '
+                 "the variant. A point is on the front when no other point is at least as good on both and better "
+                 "on one.</p>")
+    (site / page).parent.mkdir(parents=True, exist_ok=True)
+    write_text(site / page, shell(page, f"sweep {base}: Pareto front", "\n".join(parts)))
+    return {"page": page, "front": sorted(front), "dominated": dominated, "points": len(pts)}
