@@ -86,6 +86,9 @@ def test_one_batch_driver_runs_real_sglang_benchmark(tmp_path, capsys):
     assert [r["batch_size"] for r in real_rows] == [1, 8]
 
 
+@pytest.mark.skipif(os.environ.get("PATCHBENCH_REAL_STACK") != "1",
+                    reason="set PATCHBENCH_REAL_STACK=1 on an idle machine: 12 static-batch runs (~15 min); "
+                           "on a loaded 2-core box the run-to-run spread (2-7x) is larger than the patch's 1.5x")
 def test_attribute_and_bisect_name_the_fp32_patch_on_real_sglang(tmp_path, capsys):
     """recipes/cpu/stack: patches/sglang/cpu-fp32-gemm.patch, then OEA, applied to the 0.5.23 tree and
     measured with real sglang's static-batch benchmark. attribute gives the fp32 patch a gain (the
@@ -105,7 +108,7 @@ def test_attribute_and_bisect_name_the_fp32_patch_on_real_sglang(tmp_path, capsy
         assert set(r.extra.get("evidence", {}).values()) <= {"ok"}
         # the patched code ran from the env built from the applied tree: its log lines, only with the patch
         assert ("CPU fp32 GEMM active: MoE experts" in log) == ("sglang/cpu-fp32-gemm.patch" in r.extra.get("evidence", {}))
-    assert sum("sglang/cpu-fp32-gemm.patch" in r.extra.get("evidence", {}) for r in runs) == 4
+    assert sum("sglang/cpu-fp32-gemm.patch" in r.extra.get("evidence", {}) for r in runs) == 8  # prefixes 1, 2
     rc, out = cli_json(capsys, ["bisect", "cpu/stack", "--metric", "decode_tok_s@8", "--direction", "better",
                                 "--threshold", "4", "--repeats", "4", *common])
     assert rc == 0 and out["culprit"] == 1 and "cpu-fp32-gemm" in out["culprit_label"], out
