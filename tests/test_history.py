@@ -266,7 +266,7 @@ def test_track_a_branch_every_n_commits_and_bisect_between_them(home, monkeypatc
 @pytest.mark.slow
 def test_history_finds_the_planted_gain_and_regression_and_names_their_commits(home, monkeypatch, capsys,
                                                                                otava_env):
-    meta = mini_releases.build(TEST_CACHE / "mini-releases-track", **DEMO)
+    meta = mini_releases.build(TEST_CACHE / "mini-releases-track-2x", **DEMO)
     _env(monkeypatch, meta)
     rc, out = cli_json(capsys, ["track", "demo/update", "--source", "sglang", "--releases", "--git", meta["repo"],
                              "--repeats", "2"])
@@ -287,4 +287,7 @@ def test_history_finds_the_planted_gain_and_regression_and_names_their_commits(h
     assert len(Store(home / "results.sqlite").runs()) == n_runs
 
 
-DEMO = {"plant": "gain", "at": "0.1.10", "also": ("slowdown8@0.1.5",), "n_releases": 14}
+# The regression is 2x, not the demo's 8%: two runs per point on a loaded CI box spread 5-10%, and an
+# 8% step in a 9-point segment cannot pass the change verdict's 0.01 after its split correction there
+# (history/change_verdict.py; on a quiet box `nox -s demo-track` finds the 8%).
+DEMO = {"plant": "gain", "at": "0.1.10", "also": ("regression@0.1.5",), "n_releases": 14}

@@ -84,7 +84,12 @@ def test_profile_then_kernel_compare(home, capsys):
     data = json.loads(capsys.readouterr().out)
     diffs = {d["family"]: d for d in data["variants"]["demo/torch-small-experts"]}
     assert diffs["moe_gemm"]["n_a"] == 2 and diffs["moe_gemm"]["n_b"] == 2
-    assert diffs["moe_gemm"]["verdict"] == "faster" and diffs["moe_gemm"]["b_ms"] < 0.7 * diffs["moe_gemm"]["a_ms"]
+    # half the experts' work: the MoE family's time drops by far more than 30%. The verdict on 2 vs 2
+    # profiles (t-test on per-profile minima, p < 0.05) finds a -30% family only ~49% of the time at
+    # 10% run-to-run noise (benchmarks/verdict_calibration.py), which a loaded CI box has: "not
+    # significant" is its honest answer there, never "slower"
+    assert diffs["moe_gemm"]["verdict"] in ("faster", "not significant"), diffs["moe_gemm"]
+    assert diffs["moe_gemm"]["b_ms"] < 0.7 * diffs["moe_gemm"]["a_ms"], diffs["moe_gemm"]
     # Every other kernel family is the same code: never a change of the MoE change's size. (Idle is
     # not a kernel family: with less work per step the cost model's pacing may leave more of the step
     # idle.) The per-family verdict calls a family with no change faster/slower at most 5% of the time
@@ -94,7 +99,7 @@ def test_profile_then_kernel_compare(home, capsys):
                and d["verdict"] in ("faster", "slower") and abs(d["delta_ms"]) > 0.25 * moe_delta}
     assert not changed, diffs
     assert main(["compare", "demo/torch-baseline", "demo/torch-small-experts", "--kernels"]) == 0
-    assert "faster" in capsys.readouterr().out
+    assert "moe_gemm" in capsys.readouterr().out
 
     # The report's stacked bar, from the stored profiles.
     from toolkit.profile.families import load_families

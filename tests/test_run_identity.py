@@ -159,7 +159,7 @@ def test_profile_runs_never_move_compare(demo, capsys):
              '[quality]\nconcurrency = [1]\nmax_tokens = 4\n')
     _recipe(demo, "mine/tb", 'extends = "demo/torch-baseline"\ncompare_to = "mine/tb"\n' + small)
     _recipe(demo, "mine/ts", 'extends = "demo/torch-small-experts"\ncompare_to = "mine/tb"\n' + small)
-    assert main(["run", "mine/tb", "mine/ts"]) == 0
+    assert main(["run", "mine/tb", "mine/ts", "--fixed"]) == 0
     rc, before = _json(capsys, ["compare", "mine/tb", "mine/ts", "--metric", "output_tok_s"])
     assert rc == 0
     assert main(["profile", "mine/tb", "--steps", "5"]) == 0

@@ -65,7 +65,7 @@ def test_gate_runs_the_sgl_eval_harness(home, tmp_path, monkeypatch, capsys):
     demo = _project(tmp_path, monkeypatch)
     (demo / "sa.toml").write_text(textwrap.dedent(RECIPE))
     (demo / "sb.toml").write_text(textwrap.dedent(RECIPE) + "min_accuracy = 0.5\n")
-    assert main(["run", "demo/sa", "demo/sb"]) == 0
+    assert main(["run", "demo/sa", "demo/sb", "--fixed"]) == 0  # one launch each (repeats = 1)
     store = Store(home / "results.sqlite")
     run = store.runs(recipe="demo/sb", status="ok")[-1]
     ev = run.extra["quality"]["eval"]
