@@ -70,7 +70,7 @@ def test_builds_bound_over_many_stacks():
 @pytest.mark.parametrize("n", [3, 7, 8, 16])
 def test_builds_bound_holds_under_heavy_noise(n):
     """Noise as large as the threshold: many uncertain steps, yet never more builds than the bound
-    (and one more at most when a repair pass runs)."""
+    (twice it at most when a repair pass runs)."""
     over = repaired = 0
     for seed in range(30):
         culprit = random.Random(seed).choice([None, *range(1, n + 1)])
@@ -78,7 +78,7 @@ def test_builds_bound_holds_under_heavy_noise(n):
             stack = Stack(n, culprit, seed=seed, noise=0.05, regression=0.08)
             res = bisect_stack(n, stack, threshold_pct=5, max_repeats=6, repair=repair)
             assert len(set(p for p, _ in stack.calls)) == res.builds
-            assert res.builds <= max_builds_bound(n) + (1 if res.repaired else 0)
+            assert res.builds <= max_builds_bound(n) * (2 if res.repaired else 1)
             assert res.repaired <= repair
             over += res.builds > max_builds_bound(n)
             repaired += res.repaired
@@ -95,6 +95,32 @@ def test_repair_pass_fixes_a_weak_answer():
     assert res.culprit == 8 and res.confirmed and res.repaired
     assert any(s.pass_no == 2 for s in res.steps) and "(pass 2)" in res.steps[-1].line
     assert "second pass" in res.message
+
+
+def test_a_base_measured_in_a_slow_moment_is_caught_by_the_conviction():
+    """The base's first values were taken while the box was loaded (30% slow, tight spread): every
+    probe then reads as 'with the gain' against it, certain at n=2. The conviction re-measures the
+    base at a calm moment, is weak, and the second pass finds the planted 2x gain at release 5."""
+
+    class SlowStart:
+        def __init__(self):
+            self.rng, self.base_calls = random.Random(7), 0
+
+        def __call__(self, prefix, repeats):
+            true = 100.0 * (2.0 if prefix >= 5 else 1.0)
+            out = []
+            for _ in range(repeats):
+                slow = prefix == 0 and self.base_calls < 2
+                self.base_calls += prefix == 0
+                out.append(true * (0.7 if slow else 1.0) * (1.0 + self.rng.gauss(0.0, 0.005)))
+            return out
+
+    labels = [f"0.1.{i}" for i in range(1, 9)]
+    first = bisect_items(["0.1.0", *labels], SlowStart(), direction="better", repair=False,
+                         initial_repeats=2)
+    assert first.culprit_label == "0.1.1" and not first.confirmed and not first.uncertain
+    res = bisect_items(["0.1.0", *labels], SlowStart(), direction="better", initial_repeats=2)
+    assert res.culprit_label == "0.1.5" and res.confirmed and res.repaired, res.render_steps()
 
 
 def test_no_regression_found_says_so():

@@ -48,7 +48,10 @@ def test_bisect_names_the_release_that_brought_the_gain_then_its_commit(home, mo
     out = _bisect(monkeypatch, capsys, gain_releases, "--direction", "better", "--git", gain_releases["repo"])
     n = len(gain_releases["versions"])
     assert out["culprit_label"] == "0.1.5"
-    assert out["first_phase_builds"] <= math.ceil(math.log2(n)) + 1
+    # one bisection's builds; twice that when a weak first answer (a base read in a slow moment of a
+    # loaded box) led to the repair pass
+    assert out["first_phase_builds"] <= (math.ceil(math.log2(n)) + 1) * (2 if out["repaired"] else 1)
+    assert out["confirmed"]
     assert out["commit"]["culprit_label"] == gain_releases["planted_commit"][:12]
     # The default direction looks for a regression, and there is none.
     again = _bisect(monkeypatch, capsys, gain_releases)

@@ -30,10 +30,13 @@ every step.
 
 Conviction and repair: once found, culprit-1 and culprit are topped up to `confirm_repeats` values
 and compared directly (`conviction`, `confirmed` when that step alone is a significant regression).
-A weak conviction after uncertain steps triggers one more pass over the same cache that measures the
-whole stack first (a real hi for the closeness rule), within a budget of `max_builds_bound(n) + 1`
-distinct prefixes in all; its answer is taken if it convicts (`repaired`: at most one build over
-the bound). `full_stack_if_uncertain=True` measures the whole stack at the first uncertain step
+A weak conviction triggers one more pass over the same cache (now holding the conviction's extra
+values) that measures the whole stack first (a real hi for the closeness rule): after uncertain
+steps, and after certain ones too, since the reference's first values were measured before the
+probes and a slow moment of the box then reads as a change at every probe (seen on a loaded CI
+box: every release "with the gain" against a base measured slow). The repair costs at most one
+more bisection: `2 * max_builds_bound(n)` distinct prefixes in all (or `max_builds`); its answer is
+taken if it convicts (`repaired`). `full_stack_if_uncertain=True` measures the whole stack at the first uncertain step
 instead: a little more accurate, ~0.2 more builds on average, up to one build over the bound.
 
 Skips: `measure` returning None (or no values) means the prefix cannot be measured (apply/build
@@ -343,12 +346,11 @@ def bisect_stack(n_patches: int, measure: Measure, *, higher_is_better: bool = T
 
     lo, hi, stopped = search(full_stack_if_uncertain, max_builds)
     repaired = False
-    if (hi == lo + 1 and hi <= n and uncertain and not full_stack_if_uncertain and repair
-            and convict(lo, hi).verdict != moved):
+    if hi == lo + 1 and hi <= n and repair and convict(lo, hi).verdict != moved:
         # a weak conviction after uncertain steps: search again over the same cache, this time
         # measuring the whole stack to settle uncertain steps by their measured neighbours
         current_pass[0] = 2
-        budget = max_builds_bound(n) + 1 if max_builds is None else max_builds
+        budget = 2 * max_builds_bound(n) if max_builds is None else max_builds
         lo2, hi2, stopped2 = search(True, max(budget, len(cache)))
         repaired = True
         if hi2 == lo2 + 1 and hi2 <= n and convict(lo2, hi2).verdict == moved:

@@ -233,7 +233,7 @@ def _bisect_commits(meter, recipe, source: str, commits: list[str], span: str, k
 
 def _result_json(result) -> dict:
     return {"culprit": result.culprit, "culprit_label": result.culprit_label, "candidates": result.candidates,
-            "confirmed": result.confirmed, "good_values": result.good_values, "bad_values": result.bad_values,
+            "confirmed": result.confirmed, "repaired": result.repaired, "good_values": result.good_values, "bad_values": result.bad_values,
             "message": result.message}
 
 
