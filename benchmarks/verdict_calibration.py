@@ -24,8 +24,10 @@ Noise models (the ones each verdict assumes):
 - speed: one value per launch (the run-to-run spread the verdict tests against), normal with a
   coefficient of variation of 3%; the effect multiplies the candidate's mean.
 - change point: a tracked series of 20 points, each with gaussian relative noise (1%, 3%); the
-  effect a -10% step at the middle. Every case of a rate goes to Otava in one start of its
-  interpreter (`detect_many`), so each rate costs a few seconds.
+  effect a -10% step at the middle. And series of 4-30 points (uniform) with 1-5% noise (uniform);
+  the effect a stretch of 2-5 points (a regression fixed later) at a random place, -10%, -20%, -50%,
+  found when both its ends are reported where they are. Every case of a rate goes to Otava in one
+  start of its interpreter (`detect_many`), so each rate costs a few seconds.
 - bisect step: a one-patch stack (its one step decides), each run's value gaussian with CV 3%, the
   default threshold (5%), repeats (3, up to 10) and alpha; the alarm is the step calling the patch
   bad. At half the threshold, only a *decided* bad step counts (an undecided one says "uncertain").
@@ -255,12 +257,55 @@ def change_case(noise: float, step: float) -> Simulate:
     return simulate
 
 
+LENGTHS = (4, 30)  # tracked points per series, both included
+NOISES = (0.01, 0.05)  # relative gaussian noise per point, uniform between
+STRETCH = (2, 5)  # a stretch's points, both included
+
+
+def _stretch_series(rng: np.random.Generator, effect: float) -> tuple[list[float], tuple[int, int] | None]:
+    """A series of LENGTHS points with NOISES noise; `effect` > 0: a stretch of STRETCH points, at a
+    random place with at least one point on each side, lower by `effect` (a regression fixed later)."""
+    points = int(rng.integers(STRETCH[0], STRETCH[1] + 1)) if effect else 0
+    n = int(rng.integers(max(LENGTHS[0], points + 2), LENGTHS[1] + 1))
+    noise = rng.uniform(*NOISES)
+    level = np.ones(n)
+    span = None
+    if effect:
+        start = int(rng.integers(1, n - points))
+        span = (start, start + points)
+        level[start:start + points] = 1.0 - effect
+    return list(100.0 * level * (1 + noise * rng.standard_normal(n))), span
+
+
+def stretch_case(effect: float) -> Simulate:
+    """Series of `_stretch_series`, all to Otava in one start of its interpreter, then the verdict.
+    Flat (effect 0): the alarm is any change point. A stretch: both its ends reported where they are
+    (what a bisect of each end needs), as a stretch or as Otava's change points."""
+    from toolkit.history import otava
+
+    def simulate(seed: int, cases: int) -> int:
+        rng = np.random.default_rng(seed)
+        made = [_stretch_series(rng, effect) for _ in range(cases)]
+        found = otava.detect_many([v for v, _ in made], _otava_home())
+        if not effect:
+            return sum(bool(d.change_points) for d in found)
+        return sum({span[0], span[1]} <= {c.index for c in d.change_points} for (_, span), d in zip(made, found))
+    return simulate
+
+
 def change_rows() -> list[Row]:
     from toolkit.history.otava import DEFAULTS
 
     alpha = DEFAULTS["alpha"]
-    return [Row(f"change point: flat {SERIES}-point series, {n:.0%} noise", alpha, change_case(n, 0.0),
-                change_case(n, 0.10), f"-10% step at point {SERIES // 2}", 0.8) for n in (0.01, 0.03)]
+    shape = (f"{LENGTHS[0]}-{LENGTHS[1]} points, {NOISES[0]:.0%}-{NOISES[1]:.0%} noise, "
+             f"stretch of {STRETCH[0]}-{STRETCH[1]}")
+    return [*(Row(f"change point: flat {SERIES}-point series, {n:.0%} noise", alpha, change_case(n, 0.0),
+                  change_case(n, 0.10), f"-10% step at point {SERIES // 2}", 0.8) for n in (0.01, 0.03)),
+            *(Row(f"change point: flat {shape}", alpha, stretch_case(0.0), stretch_case(effect),
+                  f"-{effect:.0%} stretch, both ends found", target) for effect, target in STRETCH_POWER)]
+
+
+STRETCH_POWER = ((0.10, None), (0.20, None), (0.50, None))  # effect, promised power
 
 
 # --- bisect step -----------------------------------------------------------------------------------

@@ -28,7 +28,9 @@ from the data. And Otava proposes nothing for a regression fixed a few points la
    degrees of freedom: a step that Otava missed is not read as a stretch), passes at
    (1 - STEP_SHARE) * alpha / the stretches the segment could hold, and differs from the rest by
    at least `min_magnitude`. It counts as two change points, its start and its end (`stretch`:
-   their indices), each bisectable ("regression at X, fixed at Y").
+   their indices), each bisectable ("regression at X, fixed at Y"). Where Otava found only one end
+   of a stretch (it sees a stretch near an end of the series as a step), the best stretch between
+   that change point's neighbours, when it counts the same way and ends there, replaces it.
 Otava's candidates themselves (its max_pvalue, 0.001, and `min_magnitude` floor) only remove change
 points. The price of a per-series rate is power on short series: 4 points (2 on each side, 2
 degrees of freedom) need a step to be about 21 times the points' pooled standard deviation at
@@ -130,10 +132,7 @@ def _segment_stretch(values: Sequence[float], lo: int, hi: int, *, alpha: float,
     if s is None or abs(s.change) < min_magnitude:
         return []
     p = _stretch_p(s)
-    if not p < (1 - STEP_SHARE) * alpha:
-        return []
-    split_t = _split_t(seg)
-    if not s.t > split_t:
+    if not p < (1 - STEP_SHARE) * alpha or not s.t > _split_t(seg):
         return []
     return _ends(values, s, lo, p)
 
@@ -162,6 +161,12 @@ def judge(values: Sequence[float], found: Sequence, *, alpha: float, min_magnitu
     cut = [0, *(c.index for c in out), len(values)]
     for lo, hi in zip(cut, cut[1:]):
         out += _segment_stretch(values, lo, hi, alpha=alpha, min_magnitude=min_magnitude)
+    # Otava found one end of a stretch (near an end of the series, where it sees a step): the stretch
+    # across that change point, when it counts, replaces it by its two ends
+    for k in range(1, len(cut) - 1):
+        ends = _segment_stretch(values, cut[k - 1], cut[k + 1], alpha=alpha, min_magnitude=min_magnitude)
+        if ends and cut[k] in {e.index for e in ends} and not any(c.stretch for c in out if c.index == cut[k]):
+            out = [c for c in out if c.index != cut[k]] + ends
     return sorted(out, key=lambda c: c.index)
 
 
