@@ -297,15 +297,15 @@ def change_rows() -> list[Row]:
     from toolkit.history.otava import DEFAULTS
 
     alpha = DEFAULTS["alpha"]
-    shape = (f"{LENGTHS[0]}-{LENGTHS[1]} points, {NOISES[0]:.0%}-{NOISES[1]:.0%} noise, "
-             f"stretch of {STRETCH[0]}-{STRETCH[1]}")
+    shape = f"flat {LENGTHS[0]}-{LENGTHS[1]} pts, {NOISES[0]:.0%}-{NOISES[1]:.0%} noise"
     return [*(Row(f"change point: flat {SERIES}-point series, {n:.0%} noise", alpha, change_case(n, 0.0),
                   change_case(n, 0.10), f"-10% step at point {SERIES // 2}", 0.8) for n in (0.01, 0.03)),
-            *(Row(f"change point: flat {shape}", alpha, stretch_case(0.0), stretch_case(effect),
-                  f"-{effect:.0%} stretch, both ends found", target) for effect, target in STRETCH_POWER)]
+            *(Row(f"change point: {shape}; stretch -{effect:.0%}", alpha, stretch_case(0.0), stretch_case(effect),
+                  f"-{effect:.0%} over {STRETCH[0]}-{STRETCH[1]} points, both ends found", target)
+              for effect, target in STRETCH_POWER)]
 
 
-STRETCH_POWER = ((0.10, None), (0.20, None), (0.50, None))  # effect, promised power
+STRETCH_POWER = ((0.10, None), (0.20, 0.8), (0.50, 0.95))  # effect, promised power
 
 
 # --- bisect step -----------------------------------------------------------------------------------
