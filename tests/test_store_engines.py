@@ -62,7 +62,9 @@ def test_a_sweep_recorded_into_postgresql_answers_as_in_sqlite(demo, home, pg_se
                                                              capsys):
     """The pipeline writes into PostgreSQL itself (--store URL); the same runs in SQLite give the
     same compare JSON, selection and listing, run ids included. Each run's files are kept in
-    `[store] artifacts`, checked on read. Then the database goes away in the middle of a run."""
+    `[store] artifacts`, checked on read: compare, report and publish read the answers from the
+    kept copies and name a missing or altered one (its answers not used). Then the database goes
+    away in the middle of a run."""
     pg = Store(pg_url)
     kept = tmp_path / "shared-artifacts"
     (home / "config.toml").write_text(f'[store]\nartifacts = "{kept}"\n')
@@ -76,15 +78,43 @@ def test_a_sweep_recorded_into_postgresql_answers_as_in_sqlite(demo, home, pg_se
     assert all(Path(a.path).is_file() and Path(a.path).is_relative_to(kept) for a in files)
     capsys.readouterr()
     assert main(["results", "--check-artifacts", "--store", pg_url]) == 0
-    first, second = files[0], files[-1]
-    Path(first.path).unlink()
-    Path(second.path).write_text("edited afterwards")
+    before = json.loads(_out(capsys, COMPARE, pg))
+    assert before["quality"]["demo/fast"] and not [n for n in before["notes"] if n.startswith("artifact")]
+
+    # a teammate's machine: no run directories, the answers read from the kept copies alone
+    shutil.rmtree(home / "runs")
+    assert json.loads(_out(capsys, COMPARE, pg)) == before
+    answers = {r.recipe: a for r in runs for a in files if a.run_id == r.run_id and a.name == "quality.json"}
+    fast, base = answers["demo/fast"], answers["demo/baseline"]
+    doc = json.loads(Path(fast.path).read_text())
+    Path(fast.path).write_text(json.dumps({**doc, "edited": True}))  # still answers, not the stored bytes
+    Path(base.path).unlink()
     capsys.readouterr()
     assert main(["results", "--check-artifacts", "--store", pg_url]) == 1
     out = capsys.readouterr().out
-    assert f"{first.name}: missing" in out and f"{second.name}: altered" in out and "2 not to be trusted" in out
+    assert f"{fast.name}: altered" in out and f"{base.name}: missing" in out and "2 not to be trusted" in out
+    after = json.loads(_out(capsys, COMPARE, pg))
+    warned = [n for n in after["notes"] if n.startswith("artifact: ")]
+    assert sorted(warned) == sorted([
+        f"artifact: run {fast.run_id[:8]} (demo/fast): quality.json altered ({fast.path}, sha256 not the stored "
+        "one): its answers not used",
+        f"artifact: run {base.run_id[:8]} (demo/baseline): quality.json missing ({base.path}): its answers not used"])
+    assert after["quality"]["demo/fast"] == {} and after["rows"] == before["rows"]  # the speed verdict stands
+    text = " ".join(_out(capsys, COMPARE[:-1], pg).split())  # the table, as a person reads it
+    assert all(f"note: {w}" in text for w in warned), text
+    capsys.readouterr()
+    assert main(["report", "demo/baseline", "demo/fast", "-o", str(tmp_path / "rep"), "--store", pg_url]) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert all(f"warning: {w}" in err for w in warned), err
+    assert all(w in (tmp_path / "rep" / "report.md").read_text() for w in warned)
+    rc, pub = cli_json(capsys, ["publish", "-o", str(tmp_path / "site"), "--store", pg_url])
+    assert rc == 0 and sorted(n.split(": ", 1)[1] for n in pub["notes"] if ": artifact: " in n) == sorted(warned)
+
+    # the same runs in SQLite (their kept files' records with them) answer the same, trust included
     lite = Store(tmp_path / "lite.sqlite")
     _move(pg, lite, tmp_path)
+    assert {(a.run_id, a.name, a.sha256) for a in lite.artifacts([r.run_id for r in runs])} == {
+        (a.run_id, a.name, a.sha256) for a in files}
     a, b = _answers(capsys, pg), _answers(capsys, lite)
     assert a["compare"]["rows"] and a == b
     pg.close()
