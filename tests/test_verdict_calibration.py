@@ -86,3 +86,15 @@ def test_change_point_verdict_counts_a_step_and_not_an_edge_outlier():
     flat = [100.0, 101.0, 99.5, 100.5, 100.2, 99.8, 100.1, 98.8]  # its best split: p = 0.28 after 7 places
     assert judge(flat, [cp(7, 5e-4)], alpha=0.01) == []
     assert split_pvalues([1.0, 1.0, 2.0, 2.0])[1] == 0.0  # a difference without any spread is exact
+
+
+def test_sequential_answers_ask_fewer_launches_than_the_fixed_design_of_equal_power():
+    """Up to 4 looks at 30/64 unstable prompts: a false 'answers changed' within alpha (its exact
+    interval), power at least the fixed 2-launch design's target, and on average well under the 2
+    launches that fixed design asks (under no change and under the change alike)."""
+    row = next(r for r in vc.ROWS if r.name == "answers, sequential: up to 4 looks, 30/64 unstable")
+    result = vc.measure(row, seed=11, cases=CASES)
+    assert result.false_alarm_ci[0] <= row.stated_alpha, vc.table([result])
+    assert result.power >= 0.9, vc.table([result])
+    no_change, changed = result.launches
+    assert 1.0 <= no_change <= 1.5 and 1.0 <= changed <= 1.6, vc.table([result])

@@ -83,12 +83,10 @@ def judge(point: int, reference: Sequence[av.Launch], candidate: Sequence[av.Lau
           design: Design = Design()) -> av.QualityVerdict:
     """The sequential verdict at one point from the candidate's launches so far (oldest first)."""
     whole = av.judge(point, reference, candidate, alpha=design.look_alpha)
-    if whole.verdict not in (av.SAME, av.CHANGED) or not candidate:
-        return replace(whole, rule=legend(design))  # broken, not informative, failed, too few, a floor
     own = {launch.run_id for launch in reference}
-    looks = [launch for launch in _same_key(candidate) if launch.run_id not in own]
-    if not looks:
-        return replace(whole, rule=legend(design))
+    looks = [launch for launch in _same_key(candidate) if launch.run_id not in own] if candidate else []
+    if whole.verdict not in (av.SAME, av.CHANGED) or not looks:  # broken, not informative, failed, too few, a floor
+        return replace(whole, looks=min(len(looks), design.max_looks), rule=legend(design))
     last = whole
     for k in range(1, min(len(looks), design.max_looks) + 1):
         v = av.judge(point, reference, looks[:k], alpha=design.look_alpha)
