@@ -47,10 +47,15 @@ class UntilSettled:
         verdicts = {p: seq_answers.judge(p, ref.get(p, []), cand[p], self.design) for p in sorted(cand)}
         if any(seq_answers.more_needed(v, self.design) for v in verdicts.values()):
             return None
-        said = "; ".join(f"c={p}: {v.verdict} after {v.looks} look{'s' if v.looks != 1 else ''}"
-                         for p, v in verdicts.items())
-        return (f"the answers verdict is settled ({said}) on {len(before)} earlier launch(es) of this configuration "
-                f"({', '.join(r[0][:8] for r in before)})"), before
+        said = "; ".join(f"c={p}: {_state(v)}" for p, v in verdicts.items())
+        return (f"no more answers needed ({said}; sequential answers, up to {self.design.max_looks} looks) from "
+                f"{len(before)} earlier launch(es) of this configuration ({', '.join(r[0][:8] for r in before)})"), before
+
+
+def _state(v) -> str:
+    if v.verdict == seq_answers.av.TOO_FEW:
+        return f"{v.looks} look(s) taken, the verdict waits for the reference's own launches"
+    return f"{v.verdict} after {v.looks} look{'s' if v.looks != 1 else ''}"
 
 
 def for_recipe(store, prepared, identity: str, reference: Callable[[], Sequence[RunRow]],
