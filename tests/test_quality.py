@@ -463,3 +463,33 @@ def test_sequential_answers_stop_when_settled(home, tmp_path, monkeypatch, capsy
     assert main(["compare", "demo/tq-base", "demo/tq-same", "demo/tq-changed"]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "answers, looked at launch by launch" in out and "p < 0.0125" in out and "at look 1 of at most 4" in out
+
+
+def test_attribute_asks_a_prefixs_answers_until_settled(home, tmp_path, monkeypatch, capsys):
+    """attribute's sequential steps (the default): the base answers in its two launches (the floor),
+    a prefix in its first launch only once its verdict against the base is settled (here 'not
+    informative': the hash-text miniature); with --repeats the fixed rule (1 launch) holds as before."""
+    proj = demo_project(tmp_path, monkeypatch)
+    demo = proj / "recipes" / "demo"
+    (demo / "prompts8.jsonl").write_text("".join(json.dumps({"id": f"p{i}", "prompt": f"question {i} about {i * 7}"})
+                                                 + "\n" for i in range(8)))
+    (demo / "fq.toml").write_text(textwrap.dedent("""\
+        extends = "demo/fast"
+        [benchmark]
+        concurrency = [1]
+        num_prompts = 4
+        output_len = 8
+        warmup = 1
+        [quality]
+        prompts = "prompts8.jsonl"
+        max_tokens = 4
+        """))
+    assert main(["attribute", "demo/fq", "--metric", "output_tok_s@1", "--max-repeats", "3"]) == 0
+    store = Store(home / "results.sqlite")
+    whole = store.runs(recipe="demo/fq", status="ok")  # prefix 1 is the whole stack: the recipe's own runs
+    assert len(whole) >= 2
+    states = [r.extra["quality"]["status"] for r in whole]
+    assert states == ["ok"] + ["skipped"] * (len(whole) - 1), states
+    assert "no more answers needed (c=1: not informative after 1 look" in whole[1].extra["quality"]["reason"]
+    out = capsys.readouterr().out
+    assert "not informative" in out

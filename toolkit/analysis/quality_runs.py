@@ -5,6 +5,8 @@ are the ones toolkit.analysis.selection chose (the baseline of the selection is 
 `verdicts(sel)` -> {variant: {point: QualityVerdict}} (empty when no run of the variant ran the
 check); `self_verdict(runs)` / `reference_floor(sel)`: a recipe against itself (its floor);
 `examples(sel, variant, point)`: the first prompts where the variant departed, both answers side by side.
+A candidate whose newest run was asked under the sequential rule (`extra.quality.rule`, toolkit.analysis.answers_rule)
+is judged by toolkit.analysis.answers_sequential with that run's design; `legends(answers)` names each rule used.
 The gate's verdict goes wherever the answers' go: `gate_verdicts(sel)` (compare, report),
 `meter_gates` (attribute, bisect: each prefix against the base), `gate_of` (sweep: each variant
 against the default configuration).
