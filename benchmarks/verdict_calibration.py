@@ -17,7 +17,9 @@ rate "holds" when its exact 95% Clopper-Pearson interval reaches down to the sta
 Noise models (the ones each verdict assumes):
 - answers: 64 prompts; an unstable prompt gives each launch one of two answers at random (1/2 each:
   the most discordant two-answer prompt), a stable one always the same; a change makes the
-  candidate's launches give a new answer on 12 stable prompts. The reference has 2 launches.
+  candidate's launches give a new answer on 12 stable prompts. The reference has 2 launches. The
+  sequential rows (toolkit.analysis.answers_sequential) draw up to 1-4 candidate launches and count
+  those its verdict looked at before it settled, against the 1 launch a candidate is asked by default.
 - gate: 200 questions at accuracy 0.80-0.95; a share of them unstable (right with probability 1/2
   in each run), the rest always right or always wrong; a 5-point drop makes 10 stably right
   questions wrong in the candidate.
@@ -60,7 +62,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from toolkit.analysis import answers_verdict, gate_verdict, stats  # noqa: E402
+from toolkit.analysis import answers_sequential, answers_verdict, gate_verdict, stats  # noqa: E402
 
 Simulate = Callable[[int, int], int]  # (seed, cases) -> cases that raised the alarm
 
@@ -73,6 +75,8 @@ class Row:
     power: Simulate | None = None
     effect: str = ""
     power_target: float | None = None
+    launches: Callable[[int, int], float] | None = None  # (seed, cases) -> mean launches a case used
+    fixed_launches: int | None = None  # what the fixed design it replaces uses
 
 
 @dataclass(frozen=True)
@@ -86,6 +90,8 @@ class Result:
     power_ci: tuple[float, float] | None
     effect: str
     power_target: float | None
+    launches: tuple[float, float] | None = None  # mean launches used (under no change, at the effect)
+    fixed_launches: int | None = None
 
     @property
     def false_alarm_rate(self) -> float:
@@ -112,9 +118,10 @@ def clopper_pearson(k: int, n: int, confidence: float = 0.95) -> tuple[float, fl
 def measure(row: Row, seed: int, cases: int) -> Result:
     fa = row.false_alarm(seed, cases)
     hits = row.power(seed + 1, cases) if row.power else None
+    used = (row.launches(seed, cases), row.launches(-(seed + 1), cases)) if row.launches else None
     return Result(row.name, row.stated_alpha, cases, fa, clopper_pearson(fa, cases),
                   None if hits is None else hits / cases, None if hits is None else clopper_pearson(hits, cases),
-                  row.effect, row.power_target)
+                  row.effect, row.power_target, used, row.fixed_launches)
 
 
 # --- answers verdict -------------------------------------------------------------------------------
@@ -154,6 +161,47 @@ def answers_rows() -> list[Row]:
             rows.append(Row(f"answers: {c} candidate launch{'es' if c > 1 else ''}, {u}/{PROMPTS} unstable",
                             answers_verdict.DEFAULT_ALPHA, answers_case(c, u, 0), answers_case(c, u, 12),
                             f"12/{PROMPTS} stable prompts changed", 0.8 if u == 30 else None))
+    return rows
+
+
+def answers_sequential_case(looks: int, unstable: int, changed: int) -> tuple[Simulate, Callable[[int, int], float]]:
+    """The sequential verdict (toolkit.analysis.answers_sequential.judge) with up to `looks` candidate
+    launches: each case draws them all and the verdict stops at its first settled look (what the
+    launch-by-launch rule reaches: it asks another launch only while unsettled). Returns the alarm
+    count and the mean launches that asked (a negative seed: the same cases with `changed` prompts)."""
+    design = answers_sequential.Design(max_looks=looks)
+    seen: dict = {}  # (seed, cases, change) -> verdicts: the rate and the launches come from the same cases
+
+    def cases_of(seed: int, cases: int, change: int):
+        if (seed, cases, change) not in seen:
+            rng = np.random.default_rng(seed)
+            out = []
+            for _ in range(cases):
+                ref = _answers_launches(rng, 2, unstable, 0, "r")
+                cand = _answers_launches(rng, looks, unstable, change, "c")
+                out.append(answers_sequential.judge(1, ref, cand, design))
+            seen[(seed, cases, change)] = out
+        return seen[(seed, cases, change)]
+
+    def simulate(seed: int, cases: int) -> int:
+        return sum(v.verdict == answers_verdict.CHANGED for v in cases_of(seed, cases, changed))
+
+    def launches(seed: int, cases: int) -> float:  # seed >= 0: no change; < 0: the power's cases
+        change = changed if seed < 0 else 0
+        return sum(v.looks for v in cases_of(-seed - 1 if seed < 0 else seed, cases, change)) / cases
+
+    return simulate, launches
+
+
+def answers_sequential_rows() -> list[Row]:
+    rows = []
+    for looks in (1, 2, 3, 4):
+        for u in (10, 30):
+            fa, _ = answers_sequential_case(looks, u, 0)
+            power, used = answers_sequential_case(looks, u, 12)
+            rows.append(Row(f"answers, sequential: up to {looks} look{'s' if looks > 1 else ''}, {u}/{PROMPTS} unstable",
+                            answers_verdict.DEFAULT_ALPHA, fa, power, f"12/{PROMPTS} stable prompts changed",
+                            0.8 if u == 30 else None, used, 1))
     return rows
 
 
@@ -440,7 +488,7 @@ def profile_rows() -> list[Row]:
                 profile_case(2, 0.30, 0.10), "-30% family time")]
 
 
-ROWS: list[Row] = [*answers_rows(), *gate_rows(), *speed_rows(), *change_rows(), *bisect_rows(), *kernel_rows(),
+ROWS: list[Row] = [*answers_rows(), *answers_sequential_rows(), *gate_rows(), *speed_rows(), *change_rows(), *bisect_rows(), *kernel_rows(),
                    *box_rows(), *profile_rows()]
 
 
@@ -456,7 +504,9 @@ def table(results: list[Result]) -> str:
         pw = (f"{_pct(r.power)} [{_pct(r.power_ci[0])}, {_pct(r.power_ci[1])}]" if r.power is not None else "-")
         target = f" (target {r.power_target:.0%})" if r.power_target else ""
         mark = "" if r.holds else "  <- does not hold"
-        lines.append(f"{r.name:<62} {r.stated_alpha:>5g}  {fa:<24} {pw:<24} {r.effect}{target}{mark}")
+        used = (f"; launches {r.launches[0]:.2f} (no change), {r.launches[1]:.2f} (changed) vs {r.fixed_launches} "
+                "fixed" if r.launches else "")
+        lines.append(f"{r.name:<62} {r.stated_alpha:>5g}  {fa:<24} {pw:<24} {r.effect}{target}{used}{mark}")
     lines.append(f"{results[0].cases if results else 0} simulated cases per rate, seeded; exact Clopper-Pearson "
                  "intervals; a false-alarm rate holds when its interval reaches the stated alpha or below")
     return "\n".join(lines)
