@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import textwrap
+from pathlib import Path
 
 from conftest import demo_project
 from test_quality import _gsm8k_lines
@@ -41,6 +42,18 @@ def _project(tmp_path, monkeypatch):
     return demo
 
 
+def _alter_kept_answers(home, recipe: str) -> str:
+    """Edit a kept answers file of one of `recipe`'s runs (`[store] artifacts`): the note a verdict
+    that uses it must print."""
+    from toolkit.results.store import Store
+
+    store = Store(home / "results.sqlite")
+    runs = {r.run_id: r for r in store.runs(recipe=recipe)}
+    kept = [a for a in store.artifacts(list(runs)) if a.name == "quality.json"][-1]
+    Path(kept.path).write_text(Path(kept.path).read_text() + " ")
+    return f"artifact: run {kept.run_id[:8]} ({recipe}): quality.json altered"
+
+
 def _assert_gate(gate: dict) -> None:
     assert gate["verdict"] == "gate failed" and "min_accuracy 0.5" in gate["text"], gate
     assert gate["p_value"] == 1.0 and gate["accuracy"] == 0.0 and gate["rule"].startswith("gate: ")
@@ -51,6 +64,7 @@ def test_attribute_and_bisect_give_each_prefix_its_gate(home, tmp_path, monkeypa
 
     monkeypatch.setattr(common.console, "width", 400)  # the table's verdict cell on one line
     demo = _project(tmp_path, monkeypatch)
+    (home / "config.toml").write_text(f'[store]\nartifacts = "{tmp_path / "kept"}"\n')
     (demo / "gfast.toml").write_text('extends = "demo/fast"\n' + textwrap.dedent(QUALITY))
     assert main(["attribute", "demo/gfast", "--repeats", "2", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
@@ -74,9 +88,16 @@ def test_attribute_and_bisect_give_each_prefix_its_gate(home, tmp_path, monkeypa
     out = capsys.readouterr().out
     assert f"gate: {key}: gate failed" in out and "McNemar's exact test" in out
 
+    # a kept answers file altered: attribute and bisect (their runs reused) name it
+    note = _alter_kept_answers(home, "demo/gfast")
+    for argv in (["attribute", "demo/gfast", "--repeats", "2"], ["bisect", "demo/gfast", *BISECT]):
+        assert main([*argv, "--json"]) == 0
+        assert [n for n in json.loads(capsys.readouterr().out)["notes"] if n.startswith(note)], argv
+
 
 def test_sweep_gives_each_variant_its_gate(home, tmp_path, monkeypatch, capsys):
     demo = _project(tmp_path, monkeypatch)
+    (home / "config.toml").write_text(f'[store]\nartifacts = "{tmp_path / "kept"}"\n')
     (demo / "gsweep.toml").write_text('extends = "demo/baseline"\n' + textwrap.dedent(QUALITY) + textwrap.dedent("""\
         [matrix]
         server.args.mini-step-base-ms = [8]
@@ -90,3 +111,10 @@ def test_sweep_gives_each_variant_its_gate(home, tmp_path, monkeypatch, capsys):
     assert row["verdict"].endswith(", gate failed")  # never a plain "faster" beside a failed gate
     md = (out_dir / "sweep.md").read_text()
     assert f"gate: {variant}: gate failed" in md and "McNemar's exact test" in md
+    assert doc["notes"] == []
+
+    # a kept answers file altered after the fact: the sweep (its runs reused) names it, never trusts it
+    note = _alter_kept_answers(home, variant)
+    assert main(["sweep", "demo/gsweep", "--fixed", "-o", str(out_dir), "--json"]) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert [n for n in again["notes"] if n.startswith(note)] and note in (out_dir / "sweep.md").read_text()
