@@ -10,36 +10,12 @@ import json
 import textwrap
 from pathlib import Path
 
-from conftest import demo_project
-from test_quality import _gsm8k_lines
+from gate_project import GATE_BLOCK, gate_project
 from toolkit.cli import main
 
-QUALITY = """\
-    [benchmark]
-    concurrency = [1]
-    num_prompts = 2
-    output_len = 4
-    warmup = 0
-    repeats = 1
-    [quality]
-    prompts = "prompts4.jsonl"
-    max_tokens = 4
-    eval = "gsm8k"
-    eval_questions = 10
-    dataset = "gsm10.jsonl"
-    min_accuracy = 0.5
-    """
+QUALITY = GATE_BLOCK + 'dataset = "gsm10.jsonl"\nmin_accuracy = 0.5\n'
 # the prefixes attribute measured (2 values each), no more: the gain of demo/fast's patch is the culprit
 BISECT = ["--metric", "output_tok_s@1", "--direction", "better", "--repeats", "2", "--max-repeats", "2"]
-
-
-def _project(tmp_path, monkeypatch):
-    proj = demo_project(tmp_path, monkeypatch)
-    demo = proj / "recipes" / "demo"
-    (demo / "gsm10.jsonl").write_text(_gsm8k_lines(10))
-    (demo / "prompts4.jsonl").write_text("".join(json.dumps({"prompt": f"say {w}"}) + "\n"
-                                                 for w in ("one", "two", "three", "four")))
-    return demo
 
 
 def _alter_kept_answers(home, recipe: str) -> str:
@@ -63,9 +39,9 @@ def test_attribute_and_bisect_give_each_prefix_its_gate(home, tmp_path, monkeypa
     from toolkit.commands import common
 
     monkeypatch.setattr(common.console, "width", 400)  # the table's verdict cell on one line
-    demo = _project(tmp_path, monkeypatch)
+    demo = gate_project(tmp_path, monkeypatch)
     (home / "config.toml").write_text(f'[store]\nartifacts = "{tmp_path / "kept"}"\n')
-    (demo / "gfast.toml").write_text('extends = "demo/fast"\n' + textwrap.dedent(QUALITY))
+    (demo / "gfast.toml").write_text('extends = "demo/fast"\n' + QUALITY)
     assert main(["attribute", "demo/gfast", "--repeats", "2", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     (key, gate), = data["gate"].items()
@@ -96,9 +72,9 @@ def test_attribute_and_bisect_give_each_prefix_its_gate(home, tmp_path, monkeypa
 
 
 def test_sweep_gives_each_variant_its_gate(home, tmp_path, monkeypatch, capsys):
-    demo = _project(tmp_path, monkeypatch)
+    demo = gate_project(tmp_path, monkeypatch)
     (home / "config.toml").write_text(f'[store]\nartifacts = "{tmp_path / "kept"}"\n')
-    (demo / "gsweep.toml").write_text('extends = "demo/baseline"\n' + textwrap.dedent(QUALITY) + textwrap.dedent("""\
+    (demo / "gsweep.toml").write_text('extends = "demo/baseline"\n' + QUALITY + textwrap.dedent("""\
         [matrix]
         server.args.mini-step-base-ms = [8]
         """))
