@@ -153,40 +153,19 @@ def test_a_tracked_history_and_its_change_verdict_answer_alike_on_both_engines(h
         assert rc == 0 and again["measured"] == [] and sorted(again["already_measured"]) == four_releases["versions"]
 
 
-SLA_SWEEP = """\
-description = "two configurations of the miniature, an SLA search each"
-[sources.sglang]
-path = "../../upstream/minisglang"
-package_dir = "python"
-[build]
-mode = "full"
-[server]
-model = "minisglang/tiny"
-gpus = 0
-timeout_s = 60
-[server.args]
-tp-size = 1
-random-seed = 0
-mini-step-base-ms = 4
-mini-step-per-seq-us = 2500
-mini-prefill-base-ms = 0.5
-[benchmark]
-input_len = 8
-output_len = 8
-concurrency = [1, 4]
-num_prompts = 4
-warmup = 1
-repeats = 1
-[matrix]
-server.args.mini-step-per-seq-us = [2000]
-"""
+def _sla_sweep() -> str:
+    """test_sweep's recipe at 4 prompts, 1 repeat, concurrency 1 and 4, two configurations."""
+    from test_sweep import SWEEP
+
+    text = SWEEP.format(prompts=4, repeats=1).replace("concurrency = [1, 8]", "concurrency = [1, 4]")
+    return text.split("[matrix]")[0] + "[matrix]\nserver.args.mini-step-per-seq-us = [2000]\n"
 
 
 def test_an_sla_sweep_answers_alike_on_both_engines(tmp_path, monkeypatch, home, capsys, pg_url):
     """`sweep --sla` measured into PostgreSQL; asked again, from PostgreSQL and from SQLite holding
     the same runs, it reuses them all and gives the same ranking, SLA verdicts and Pareto front."""
     proj = demo_project(tmp_path, monkeypatch)
-    (proj / "recipes" / "demo" / "slaw.toml").write_text(SLA_SWEEP)
+    (proj / "recipes" / "demo" / "slaw.toml").write_text(_sla_sweep())
     argv = ["sweep", "demo/slaw", "--sla", "itl_ms_median<=10", "-o", str(proj / "o")]
     rc, first = cli_json(capsys, [*argv, "--store", pg_url])
     assert rc in (0, 1) and [v["sla"] for v in first["variants"]]
