@@ -64,8 +64,10 @@ FIXED_ALPHAS = tuple(float(x) for x in np.geomspace(0.05, 0.002, 36))  # largest
 RANGES = (0.0, 0.02, 0.05, 0.10, 0.20, 0.31)  # |effect| ranges the power is matched in
 
 
-def draw(rng: np.random.Generator, n: int, *, zero: bool, max_n: int) -> dict:
-    """n comparisons: true log-ratios, and max_n per-launch values per side (throughputs)."""
+def draw(rng: np.random.Generator, n: int, *, zero: bool, max_n: int, history: int = 0, drift: float = 1.0) -> dict:
+    """n comparisons: true log-ratios, and max_n per-launch values per side (throughputs); with
+    `history`, that many stored launches per side from before (same noise model, its spread divided
+    by `drift`: a box that has become `drift` times noisier), drawn after the current ones."""
     effect = np.zeros(n) if zero else rng.uniform(0.0, 0.30, n) * rng.choice([-1.0, 1.0], n)
     theta = np.log1p(np.abs(effect)) * np.sign(effect)
     sigma = rng.uniform(0.01, 0.05, n)
@@ -76,7 +78,23 @@ def draw(rng: np.random.Generator, n: int, *, zero: bool, max_n: int) -> dict:
         slow = heavy[:, None] & (rng.random((n, max_n)) < 0.05)
         return np.exp(x - slow * np.log1p(rng.uniform(0.10, 0.20, (n, max_n)))) * 100.0
 
-    return {"theta": theta, "sigma": sigma, "heavy": heavy, "a": side(np.zeros(n)), "b": side(theta)}
+    out = {"theta": theta, "sigma": sigma, "heavy": heavy, "a": side(np.zeros(n)), "b": side(theta)}
+    if history:
+        sigma_now = sigma.copy()
+        sigma[:] = sigma_now / drift
+        max_n = history
+        out["history_a"], out["history_b"] = side(np.zeros(n)), side(theta)
+        sigma[:] = sigma_now
+    return out
+
+
+def priors(d: dict) -> list:
+    """The stored-spread prior of each comparison (toolkit.analysis.noise_prior), None without history."""
+    from toolkit.analysis import noise_prior
+
+    if "history_a" not in d:
+        return [None] * d["theta"].size
+    return [noise_prior.from_history({"A": list(ha), "B": list(hb)}) for ha, hb in zip(d["history_a"], d["history_b"])]
 
 
 def truth(verdict: str, theta: float, m: float) -> bool | None:
@@ -132,9 +150,9 @@ def simulate(design: seq.Design, data: dict) -> dict:
     out = {}
     for name, d in data.items():
         vs, ls = [], []
-        for i in range(d["theta"].size):
+        for i, prior in enumerate(priors(d)):
             v = seq.verdict(list(d["a"][i, :design.max_repeats]), list(d["b"][i, :design.max_repeats]),
-                            higher_is_better=True, design=design)
+                            higher_is_better=True, design=design, prior=prior)
             vs.append(v.verdict)
             ls.append(2 * v.n)
         out[name] = (vs, np.asarray(ls))
@@ -208,6 +226,10 @@ def main() -> int:
     ap.add_argument("--no-futility", action="store_true", help="launch unsettled pairs up to --max-repeats")
     ap.add_argument("--pipeline", type=int, default=0, metavar="N",
                     help="instead: N A/A and N A/B comparisons through `run` on the miniature")
+    ap.add_argument("--history", type=int, default=0, metavar="H",
+                    help="stored launches per side from before: their spread is the verdict's prior (noise_prior)")
+    ap.add_argument("--drift", type=float, default=1.0,
+                    help="with --history: the box is this many times noisier now than in its history")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     if args.pipeline:
@@ -220,9 +242,14 @@ def main() -> int:
     rng = np.random.default_rng(args.seed)
     m, alpha = design.min_effect, design.alpha
     width = max(MAX_FIXED, design.max_repeats)
-    data = {"effects": draw(rng, args.comparisons, zero=False, max_n=width),
-            "null": draw(rng, args.null, zero=True, max_n=width)}
-    out: dict = {"design": design.__dict__, "legend": seq.legend(design), "seed": args.seed}
+    hist = {"history": args.history, "drift": args.drift}
+    data = {"effects": draw(rng, args.comparisons, zero=False, max_n=width, **hist),
+            "null": draw(rng, args.null, zero=True, max_n=width, **hist)}
+    out: dict = {"design": design.__dict__, "legend": seq.legend(design), "seed": args.seed, **hist}
+    got = [p for p in priors(data["effects"]) if p is not None]
+    if got:
+        out["prior_dof_mean"] = float(np.mean([p.dof for p in got]))
+        out["legend"] += f"; with --history {args.history}: {seq.prior_legend(got[0], design)} (first comparison's)"
     sims = simulate(design, data)
     for name, d in data.items():
         vs, ls = sims[name]
@@ -257,7 +284,9 @@ def main() -> int:
         print(json.dumps(out, indent=1))
         return 0 if ok_ratio and ok_alpha else 1
     print(out["legend"])
-    print(f"{s['comparisons']} comparisons, effects 0-30%, noise 1-5% (half with 5% slow-launch outliers)")
+    print(f"{s['comparisons']} comparisons, effects 0-30%, noise 1-5% (half with 5% slow-launch outliers)"
+          + (f"; {args.history} stored launches per side as the prior (mean {out.get('prior_dof_mean', 0):.1f} df), "
+             f"box {args.drift:g}x noisier now" if args.history else ""))
     print(f"sequential: {s['mean_launches']:.2f} launches per comparison (both sides), "
           f"{s['launches_per_settled']:.2f} per settled verdict; correct {100 * s['correct_rate']:.1f}%, "
           f"false {100 * s['false_rate']:.2f}%; {s['verdicts']}")
