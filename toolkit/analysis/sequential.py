@@ -171,12 +171,13 @@ class Sequential:
                     f"{span} (equal within {m} needs a spread below {100 * quiet_spread(self.design):.1f}%)")
         if self.verdict == UNSETTLED:
             return f"not settled after {self.n} launches each: {span}{why}"
+        pooled = f" (spread pooled with {self.prior_dof} df of stored launches)" if self.prior_dof else ""
         if self.verdict == EQUAL:
-            return f"equal within {m} after {self.n} launches each [{span}]"
+            return f"equal within {m} after {self.n} launches each [{span}]{pooled}"
         factor = self.speedup if self.verdict in (FASTER, HIGHER) else 1.0 / self.speedup
         if self.verdict in (SLOWER, LOWER):
             span = f"{1 / hi:.2f}x-{1 / lo:.2f}x"
-        return f"{factor:.2f}x {self.verdict} after {self.n} launches each [{span}]"
+        return f"{factor:.2f}x {self.verdict} after {self.n} launches each [{span}]{pooled}"
 
 
 def critical_t(n_a: int, n_b: int, *, alpha: float = DEFAULT_ALPHA, prior_scale: float = DEFAULT_PRIOR_SCALE) -> float:
@@ -201,56 +202,97 @@ def bayes_factor(t: float, n_a: int, n_b: int, *, prior_scale: float = DEFAULT_P
     return g ** -0.5 * ((1.0 + x) / (1.0 + x / g)) ** ((nu + 1) / 2.0)
 
 
+STORED_CAP = 16  # stored launches beyond max_repeats a side that a look may pool (the calibration's width)
+
+
 @functools.lru_cache(maxsize=64)
-def nominal_level(alpha: float, min_repeats: int, max_repeats: int, prior_dof: int = 0) -> float:
+def nominal_level(alpha: float, min_repeats: int, max_repeats: int, prior_dof: int = 0, stored_a: int = 0,
+                  stored_b: int = 0) -> float:
     """a': the two-sided level of each look's t interval at which the looks n = min_repeats ..
     max_repeats (equal sides) together keep 1 - alpha coverage under normal log-values (Pocock's
     boundary: the same level at every look). The alpha quantile of the smallest per-look p-value
-    over a seeded simulation of CALIBRATION_PATHS paths (the t statistics are pivotal). With a
-    stored prior of `prior_dof` degrees of freedom (toolkit.analysis.noise_prior) each look pools
-    it (df 2n - 2 + prior_dof) unless its borrowing test refuses (then 2n - 2): the whole procedure,
-    test included, is what is calibrated, and prior_dof = 0 is the current-launches-only rule."""
+    over a seeded simulation of CALIBRATION_PATHS paths (the t statistics are pivotal).
+
+    With stored spread (toolkit.analysis.noise_prior) each look n pools a prior: a fixed one of
+    `prior_dof` df (stored launches not in the sequences) plus the stored launches the look does not
+    use (the sequences' first `stored_a` / `stored_b` values were stored before launching began;
+    look n does not use a[n:stored_a], b[n:stored_b]), df 2n - 2 + the prior's, unless its
+    borrowing test refuses (then 2n - 2). The whole procedure, test included, is calibrated; with
+    no stored spread (0, 0, 0) it is the current-launches-only rule."""
     from scipy import special
 
     from toolkit.analysis import noise_prior
 
     rng = np.random.default_rng(CALIBRATION_SEED)
     big = max_repeats
+    width = max(big, stored_a, stored_b)
     k = np.arange(1, big + 1, dtype=float)
     looks = slice(min_repeats - 1, big)
     nu = 2.0 * k[looks] - 2.0
     smallest = []
     for start in range(0, CALIBRATION_PATHS, 50_000):
-        a = rng.standard_normal((min(50_000, CALIBRATION_PATHS - start), big))
+        rows = min(50_000, CALIBRATION_PATHS - start)
+        a = rng.standard_normal((rows, big))
         b = rng.standard_normal(a.shape)
         ca, cb = np.cumsum(a, 1), np.cumsum(b, 1)
         ss = np.cumsum(a * a, 1) - ca * ca / k + np.cumsum(b * b, 1) - cb * cb / k
         est = (cb - ca) / k
         t = np.abs(est[:, looks]) / np.sqrt(ss[:, looks] / nu * (2.0 / k[looks]))
         p = 2.0 * special.stdtr(nu, -t)
-        if prior_dof:
-            s0 = rng.chisquare(prior_dof, a.shape[0])[:, None]  # the prior's sum of squares / sigma^2
-            tp = np.abs(est[:, looks]) / np.sqrt((ss[:, looks] + s0) / (nu + prior_dof) * (2.0 / k[looks]))
-            refused = noise_prior.flagged_against((ss[:, looks] / nu) / (s0 / prior_dof), nu, prior_dof)
-            p = np.where(refused, p, 2.0 * special.stdtr(nu + prior_dof, -tp))
+        if prior_dof or stored_a > min_repeats + 1 or stored_b > min_repeats + 1:
+            s0 = rng.chisquare(prior_dof, rows) if prior_dof else np.zeros(rows)
+            more = [rng.standard_normal((rows, width - big)) for _ in (a, b)]
+            pss, pdof = np.repeat(s0[:, None], nu.size, 1), np.full(nu.size, float(prior_dof))
+            for x, extra, stored in ((a, more[0], stored_a), (b, more[1], stored_b)):
+                full = np.concatenate([x, extra], 1)
+                c1, c2 = np.cumsum(full, 1), np.cumsum(full * full, 1)
+                for j, n in enumerate(range(min_repeats, big + 1)):
+                    m = stored - n  # values full[:, n:stored]
+                    if m >= 2:
+                        sm, sq = c1[:, stored - 1] - c1[:, n - 1], c2[:, stored - 1] - c2[:, n - 1]
+                        pss[:, j] += sq - sm * sm / m
+                        pdof[j] += m - 1
+            ok = pdof > 0
+            safe = np.where(ok, pdof, 1.0)
+            tp = np.abs(est[:, looks]) / np.sqrt((ss[:, looks] + pss) / (nu + pdof) * (2.0 / k[looks]))
+            refused = ~ok | noise_prior.flagged_against((ss[:, looks] / nu) / np.maximum(pss / safe, 1e-300), nu, safe)
+            p = np.where(refused, p, 2.0 * special.stdtr(nu + pdof, -tp))
         smallest.append(p.min(axis=1))
     return float(np.quantile(np.concatenate(smallest), alpha))
 
 
-def repeated_t(n: int, design: Design, prior_dof: int = 0, borrowed: bool = False) -> float:
-    """c_n: the critical value of the repeated interval at n launches each (t quantile at a'), with
-    a prior of prior_dof df in the design: 2n - 2 + prior_dof df when this look borrowed it."""
+@dataclass(frozen=True)
+class Stored:
+    """What a verdict's stored spread is calibrated for: a fixed prior of `prior_dof` df, and the
+    sequences' first `a` / `b` values stored before launching began (each capped at max_repeats +
+    STORED_CAP). Stored() is the current-launches-only rule."""
+
+    prior_dof: int = 0
+    a: int = 0
+    b: int = 0
+
+    def key(self, design: Design) -> tuple[int, int, int]:
+        cap = design.max_repeats + STORED_CAP
+        return (self.prior_dof, min(self.a, cap), min(self.b, cap))
+
+
+NONE = Stored()
+
+
+def repeated_t(n: int, design: Design, stored: Stored = NONE, borrowed: int = 0) -> float:
+    """c_n: the critical value of the repeated interval at n launches each (t quantile at a' for
+    this stored spread): 2n - 2 + `borrowed` df (the prior dof this look pooled)."""
     from scipy import stats
 
-    level = nominal_level(design.alpha, design.min_repeats, design.max_repeats, prior_dof)
-    return float(stats.t.isf(level / 2.0, 2 * n - 2 + (prior_dof if borrowed else 0)))
+    level = nominal_level(design.alpha, design.min_repeats, design.max_repeats, *stored.key(design))
+    return float(stats.t.isf(level / 2.0, 2 * n - 2 + borrowed))
 
 
-def critical(n_a: int, n_b: int, design: Design, prior_dof: int = 0, borrowed: bool = False) -> float:
+def critical(n_a: int, n_b: int, design: Design, stored: Stored = NONE, borrowed: int = 0) -> float:
     """The critical value the interval of these sizes uses: the repeated interval's c_n for equal
     sides within min_repeats..max_repeats, else the mixture's t* (which never uses a prior)."""
     if uses_prior(n_a, n_b, design):
-        return repeated_t(n_a, design, prior_dof, borrowed)
+        return repeated_t(n_a, design, stored, borrowed)
     return critical_t(n_a, n_b, alpha=design.alpha, prior_scale=design.prior_scale)
 
 
@@ -277,21 +319,28 @@ def pooled(a: Sequence[float], b: Sequence[float], design: Design, prior=None) -
     return (var, dof, 0)
 
 
-def interval(a: Sequence[float], b: Sequence[float], *, design: Design = Design(), prior=None) -> tuple[float, float, float]:
-    """(ratio, low, high): the ratio of geometric means B/A and its confidence sequence at this look
-    (`prior`: a toolkit.analysis.noise_prior.Prior of stored launches disjoint from a and b)."""
-    return _interval(a, b, design, prior)[:3]
+def look_prior(a: Sequence[float], b: Sequence[float], n: int, prior, stored: Stored, design: Design):
+    """The prior look n pools: the fixed `prior` and the stored values it does not use
+    (a[n:stored.a], b[n:stored.b], within the calibration's cap), or None."""
+    from toolkit.analysis import noise_prior
+
+    _, sa, sb = stored.key(design)
+    return noise_prior.pool(prior, [list(a[n:sa]), list(b[n:sb])])
 
 
-def _interval(a, b, design: Design, prior) -> tuple[float, float, float, int]:
+def interval(a: Sequence[float], b: Sequence[float], *, design: Design = Design()) -> tuple[float, float, float]:
+    """(ratio, low, high): the ratio of geometric means B/A and its confidence sequence at this look."""
+    return _interval(a, b, design, None, NONE)[:3]
+
+
+def _interval(a, b, design: Design, prior, stored: Stored) -> tuple[float, float, float, int]:
     la, lb = np.log(np.asarray(a, dtype=float)), np.log(np.asarray(b, dtype=float))
     na, nb = la.size, lb.size
     if na == 0 or nb == 0:
         return (math.nan, 0.0, math.inf, 0)
     est = float(lb.mean() - la.mean())
     var, _, borrowed = pooled(a, b, design, prior)
-    tstar = critical(na, nb, design, prior.dof if prior is not None and uses_prior(na, nb, design) else 0,
-                     borrowed > 0)
+    tstar = critical(na, nb, design, stored, borrowed)
     if not math.isfinite(tstar) or not math.isfinite(var):
         return (math.exp(est), 0.0, math.inf, 0)
     se = math.sqrt(var * (1.0 / na + 1.0 / nb))
@@ -299,13 +348,14 @@ def _interval(a, b, design: Design, prior) -> tuple[float, float, float, int]:
 
 
 def look(a: Sequence[float], b: Sequence[float], *, higher_is_better: bool | None,
-         design: Design = Design(), prior=None) -> Sequential:
+         design: Design = Design(), prior=None, stored: Stored = NONE) -> Sequential:
     """The verdict of one look at all of `a` and `b` (equal sizes in the sequential design);
-    `prior`: the stored spread it may pool (toolkit.analysis.noise_prior; disjoint from a and b)."""
+    `prior`: the stored spread this look may pool (toolkit.analysis.noise_prior; disjoint from a
+    and b), `stored` what the level is calibrated for (see `verdict`)."""
     n = min(len(a), len(b))
     if any(v <= 0 or not math.isfinite(v) for v in [*a, *b]):
         raise ValueError("sequential verdicts need positive values (they compare log-values)")
-    ratio, lo, hi, borrowed = _interval(a, b, design, prior)
+    ratio, lo, hi, borrowed = _interval(a, b, design, prior, stored)
     if n < design.min_repeats:
         return Sequential(TOO_FEW, n, ratio, lo, hi, higher_is_better, design, spread=pooled_spread(a, b))
     bound = 1.0 + design.min_effect
@@ -339,7 +389,7 @@ def noisy_spread(spread: float, design: Design) -> bool:
     return math.isfinite(spread) and spread >= quiet_spread(design)
 
 
-def futile(a: Sequence[float], b: Sequence[float], design: Design, prior=None) -> bool:
+def futile(a: Sequence[float], b: Sequence[float], design: Design, prior=None, stored: Stored = NONE) -> bool:
     """Whether the pair could not settle by max_repeats if its estimate and spread stayed as they
     are now (from 3 launches each, when the spread has 4 degrees of freedom): the sequence at
     max_repeats would still straddle a boundary. Stopping without a verdict never makes one false."""
@@ -349,35 +399,40 @@ def futile(a: Sequence[float], b: Sequence[float], design: Design, prior=None) -
     la, lb = np.log(np.asarray(a[:n], dtype=float)), np.log(np.asarray(b[:n], dtype=float))
     est = abs(float(lb.mean() - la.mean()))
     var, _, borrowed = pooled(a[:n], b[:n], design, prior)
-    d0 = prior.dof if prior is not None else 0
-    half = critical(big, big, design, d0, borrowed > 0) * math.sqrt(var) * math.sqrt(2.0 / big)
+    half = critical(big, big, design, stored, borrowed) * math.sqrt(var) * math.sqrt(2.0 / big)
     bound = math.log1p(design.min_effect)
     return not ((est - half > 0 and est >= bound) or est + half < bound)
 
 
 def verdict(a: Sequence[float], b: Sequence[float], *, higher_is_better: bool | None,
-            design: Design = Design(), prior=None) -> Sequential:
+            design: Design = Design(), prior=None, stored: tuple[int, int] = (0, 0)) -> Sequential:
     """The pair's verdict from per-launch values in launch order (oldest first): the first settled
     look of equal-sized prefixes n = min_repeats .. min(len(a), len(b), max_repeats), else the last
-    look (unsettled, or too few launches). `prior` (toolkit.analysis.noise_prior.Prior, or None):
-    the stored launch-to-launch spread of the same configurations, from launches that are not in
-    `a` or `b`; every look pools it unless its borrowing test refuses, at the Pocock level
-    calibrated for that prior's dof, so the guarantee of the module docstring holds with it when the
-    stored and current launches have the same spread. None: the current launches only (as always)."""
+    look (unsettled, or too few launches).
+
+    Stored spread (toolkit.analysis.noise_prior), both optional, both launches of the same run
+    identities as a and b: `prior`, a Prior of stored launches that are in neither sequence;
+    `stored`, how many leading values of a and of b were stored before launching began (a resumed
+    or reused sequence): look n also pools a[n:stored[0]] and b[n:stored[1]], the stored values it
+    does not use. Every look pools them unless its borrowing test refuses, at the Pocock level
+    calibrated for exactly this (prior dof, stored counts), so the guarantee of the module docstring
+    holds with them when the stored launches have the current ones' spread. Neither: the
+    current launches only, as without a history."""
     if prior is not None and prior.dof > noise_prior_max():
         raise ValueError(f"a prior of {prior.dof} df: at most {noise_prior_max()} are calibrated")
+    st = Stored(prior.dof if prior is not None else 0, max(0, int(stored[0])), max(0, int(stored[1])))
     n = min(len(a), len(b), design.max_repeats)
     last = None
     for k in range(min(design.min_repeats, n), n + 1):
-        last = look(a[:k], b[:k], higher_is_better=higher_is_better, design=design, prior=prior)
+        pk = look_prior(a, b, k, prior, st, design)
+        last = look(a[:k], b[:k], higher_is_better=higher_is_better, design=design, prior=pk, stored=st)
         if last.settled:
             return last
-        if futile(a[:k], b[:k], design, prior):
+        if futile(a[:k], b[:k], design, pk, st):
             import dataclasses
 
             return dataclasses.replace(last, futile=True)
-    return last if last is not None else look(a[:n], b[:n], higher_is_better=higher_is_better, design=design,
-                                              prior=prior)
+    return last if last is not None else look(a[:n], b[:n], higher_is_better=higher_is_better, design=design)
 
 
 def noise_prior_max() -> int:
@@ -409,6 +464,7 @@ def legend(design: Design = Design(), prior=None) -> str:
             f"it lies within {m}; "
             f"launches {design.min_repeats}..{design.max_repeats} each (--min-repeats/--max-repeats), else not settled"
             + ("; a pair that could not settle by then at its spread stops early" if design.futility else "")
+            + (f"; {stored_legend(design)}" if design.method == REPEATED else "")
             + (f"; with a prior: {prior_legend(prior, design)}" if prior is not None else ""))
 
 
@@ -419,23 +475,33 @@ def prior_legend(prior, design: Design) -> str:
     return f"{noise_prior.legend(prior)} (Pocock level {level:.4f} for {prior.dof} prior df)"
 
 
+def stored_legend(design: Design) -> str:
+    """The stored-spread rule in one line (run's and the steps' legends)."""
+    from toolkit.analysis import noise_prior
+
+    return (f"stored launches of the same run identity that a look does not use are pooled into its spread (df add "
+            f"up; at most {design.max_repeats + STORED_CAP} a side) unless the current launches are "
+            f"{noise_prior.FACTOR:g}x noisier by an F test at {noise_prior.ALPHA:g}; the Pocock level is calibrated "
+            f"for the stored counts")
+
+
 def verdict_word(v: Sequential) -> str:
     """A settled verdict as a table's verdict column reads it ("faster", "equal within 2%")."""
     return f"equal within {100 * v.design.min_effect:g}%" if v.verdict == EQUAL else v.verdict
 
 
-def settle(c, a: Sequence[float], b: Sequence[float], design: Design):
+def settle(c, a: Sequence[float], b: Sequence[float], design: Design, stored: tuple[int, int] = (0, 0)):
     """A fixed-sample comparison (`toolkit.analysis.stats.Comparison`) that says "too few repeats"
-    takes the sequential verdict of the same values (launch order) when that is settled, with the
-    confidence sequence as its interval (what `run` decided on after 2 launches each); any other
-    comparison is returned as it is."""
+    takes the sequential verdict of the same values (launch order; `stored` as in `verdict`) when
+    that is settled, with the confidence sequence as its interval (what `run` decided on after 2
+    launches each); any other comparison is returned as it is."""
     import dataclasses
 
     from toolkit.analysis import stats
 
     if c is None or c.verdict != stats.TOO_FEW or not a or not b or any(x <= 0 for x in (*a, *b)):
         return c
-    v = verdict(list(a), list(b), higher_is_better=c.higher_is_better, design=design)
+    v = verdict(list(a), list(b), higher_is_better=c.higher_is_better, design=design, stored=stored)
     if not v.settled:
         return c
     return dataclasses.replace(c, verdict=verdict_word(v), ci_low=v.low, ci_high=v.high)

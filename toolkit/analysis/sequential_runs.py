@@ -7,7 +7,9 @@ the benchmark on the headline throughput (output_tok_s for serving, decode_tok_s
 alternately, the recipes still needed: a variant while its pair is unsettled at some point and
 below `max_repeats` launches, the reference while any variant is. Stored runs of the same run
 identity (toolkit/results/identity.py) count, oldest first, as in `toolkit.analysis.variants`: a
-killed run resumes from the store, and one already settled launches nothing. A recipe gets at
+killed run resumes from the store, and one already settled launches nothing; those stored runs that
+a look does not use lend it their spread (`seq.verdict(stored=...)`, toolkit.analysis.noise_prior),
+so a second campaign against a stored reference settles sooner. A recipe gets at
 most `max_repeats` attempts in one call, and none after `min_repeats` launches that gave no value
 (a failing recipe does not loop; a failing reference stops the round).
 
@@ -42,7 +44,7 @@ class PairVerdict:
         return {"reference": self.reference, "recipe": self.recipe, "metric": self.metric, "point": self.point,
                 "verdict": v.verdict, "settled": v.settled, "launches_each": v.n, "ratio": v.ratio,
                 "low": v.low, "high": v.high, "speedup": v.speedup, "noisy": v.noisy, "spread": v.spread,
-                "text": v.text}
+                "prior_dof": v.prior_dof, "text": v.text}
 
 
 def metric_of(p: Prepared) -> str:
@@ -68,19 +70,32 @@ def stored_runs(store: Store, p: Prepared, identity: str, metric: str) -> list[s
     return sel.run_ids(p.name)
 
 
-def verdicts(store: Store, prepared: list[Prepared], runs: dict[str, list[str]], design: seq.Design) -> list[PairVerdict]:
-    """Every pair's verdict (reference = prepared[0]) at every common point, from `runs`."""
+def verdicts(store: Store, prepared: list[Prepared], runs: dict[str, list[str]], design: seq.Design,
+             stored: dict[str, int] | None = None) -> list[PairVerdict]:
+    """Every pair's verdict (reference = prepared[0]) at every common point, from `runs`.
+    `stored`: how many leading runs of each recipe were stored before this call launched anything
+    (their spread is pooled where a look does not use them: toolkit.analysis.noise_prior); a
+    recipe flagged far noisier than its peers at a point (spread_flag) pools none there."""
+    from toolkit.analysis import spread_flag
+
     ref, out = prepared[0], []
     metric = metric_of(ref)
     hib = registry.higher_is_better(metric)
-    ref_samples = store.samples(runs[ref.name], metric=metric)
-    for p in prepared[1:]:
-        samples = store.samples(runs[p.name], metric=metric)
-        for point in [x for x in points_of(ref) if x in points_of(p)]:
-            a = values_at(ref_samples, metric, point, runs[ref.name])
-            b = values_at(samples, metric, point, runs[p.name])
-            out.append(PairVerdict(ref.name, p.name, metric, point, seq.verdict(a, b, higher_is_better=hib, design=design)))
-    return out
+    stored = stored or {}
+    samples = {p.name: store.samples(runs[p.name], metric=metric) for p in prepared}
+    for point in [x for x in points_of(ref) if any(x in points_of(p) for p in prepared[1:])]:
+        here = [p for p in prepared if point in points_of(p)]
+        values = {p.name: values_at(samples[p.name], metric, point, runs[p.name]) for p in here}
+        first = {p.name: len(values_at(samples[p.name], metric, point, runs[p.name][:stored.get(p.name, 0)]))
+                 for p in here}
+        noisy = {f.name for f in spread_flag.flags(values)}
+        a = values[ref.name]
+        for p in here[1:]:
+            counts = (0, 0) if noisy & {ref.name, p.name} else (first[ref.name], first[p.name])
+            out.append(PairVerdict(ref.name, p.name, metric, point,
+                                   seq.verdict(a, values[p.name], higher_is_better=hib, design=design, stored=counts)))
+    order = {p.name: i for i, p in enumerate(prepared)}
+    return sorted(out, key=lambda v: order[v.recipe])
 
 
 def measure_until_settled(prepared: list[Prepared], *, home, store: Store, group_id: str, console: Console,
@@ -106,7 +121,7 @@ def measure_until_settled(prepared: list[Prepared], *, home, store: Store, group
                 and failures[p.name] < design.min_repeats)
 
     while True:
-        current = verdicts(store, prepared, runs, design)
+        current = verdicts(store, prepared, runs, design, reused)
         need = [p for p in prepared[1:] if launchable(p)
                 and any(v.recipe == p.name and seq.more_needed(v.verdict) for v in current)]
         if not need:

@@ -7,7 +7,10 @@ each side of an unsettled pair (the side that is not ahead: the verdicts look at
 prefixes), until every pair is settled, futile or at `max_repeats`, or a side cannot give more.
 A label shared by two pairs (attribute's prefix k is B of step k and A of step k + 1) is launched
 once per round. Values come oldest first from `measure` (stored runs before new ones: a killed
-attribute resumes from the store and decides as it did). Effects: only through `measure`.
+attribute resumes from the store and decides as it did). `stored` (label -> how many of its first
+values were stored before the loop launched anything, or a callable giving it once the label has
+been measured): a look pools the spread of the stored values it does not use (`seq.verdict(stored=
+...)`, toolkit.analysis.noise_prior). Effects: only through `measure`.
 """
 
 from __future__ import annotations
@@ -20,15 +23,17 @@ Measure = Callable[[str, int], "list[float] | None"]
 
 
 def settle_pairs(measure: Measure, labels: Sequence[str], pairs: Sequence[tuple[str, str]], design: seq.Design,
-                 higher_is_better: bool | None) -> tuple[dict[str, list[float] | None], dict[tuple[str, str], seq.Sequential]]:
+                 higher_is_better: bool | None, stored=None) -> tuple[dict[str, list[float] | None], dict[tuple[str, str], seq.Sequential]]:
     """(values per label (None: it gave none), the verdict of every pair whose sides both have values)."""
     values: dict[str, list[float] | None] = {}
     for label in labels:
         got = measure(label, design.min_repeats)
         values[label] = list(got) if got else None
+    counts = {label: int((stored(label) if callable(stored) else stored.get(label, 0)) or 0) if stored else 0
+              for label in labels}
     dry: set[str] = set()  # labels that could not give another value
     while True:
-        verdicts = judge(values, pairs, design, higher_is_better)
+        verdicts = judge(values, pairs, design, higher_is_better, counts)
         want: list[str] = []
         for (a, b), v in verdicts.items():
             if not seq.more_needed(v) or a in dry or b in dry:
@@ -47,6 +52,8 @@ def settle_pairs(measure: Measure, labels: Sequence[str], pairs: Sequence[tuple[
 
 
 def judge(values: dict, pairs: Sequence[tuple[str, str]], design: seq.Design,
-          higher_is_better: bool | None) -> dict[tuple[str, str], seq.Sequential]:
-    return {(a, b): seq.verdict(values[a], values[b], higher_is_better=higher_is_better, design=design)
+          higher_is_better: bool | None, stored: dict | None = None) -> dict[tuple[str, str], seq.Sequential]:
+    stored = stored or {}
+    return {(a, b): seq.verdict(values[a], values[b], higher_is_better=higher_is_better, design=design,
+                                stored=(stored.get(a, 0), stored.get(b, 0)))
             for a, b in pairs if values.get(a) and values.get(b) and min(*values[a], *values[b]) > 0}
