@@ -159,6 +159,34 @@ def simulate(design: seq.Design, data: dict) -> dict:
     return out
 
 
+def second_campaign(design: seq.Design, data: dict, stored: int, m: float) -> dict:
+    """A second campaign against a stored reference: A's first `stored` values were launched before
+    (reused, free), B is new. Each comparison judged without and with the stored spread pooled
+    (`seq.verdict(stored=(stored, 0))`); launches are the new ones (B's, and A's beyond `stored`)."""
+    out = {}
+    for label, counts in (("current_only", (0, 0)), ("stored_spread", (stored, 0))):
+        row = {}
+        for name, d in data.items():
+            vs, new = [], []
+            for i in range(d["theta"].size):
+                v = seq.verdict(list(d["a"][i, :design.max_repeats]), list(d["b"][i, :design.max_repeats]),
+                                higher_is_better=True, design=design, stored=counts)
+                vs.append(v.verdict)
+                new.append(v.n + max(0, v.n - stored))
+            res = score(vs, new, d["theta"], m)
+            if name == "null":
+                k = sum(v in (seq.FASTER, seq.SLOWER) for v in vs)
+                res["false_faster_slower"] = {"count": k, "of": len(vs), "rate": k / len(vs), "ci95": binomial_ci(k, len(vs))}
+            else:
+                correct = np.array([truth(v, t, m) is True for v, t in zip(vs, d["theta"])])
+                n = fixed_design(data, m, FIXED_ALPHAS[0], lambda c: c.mean() >= correct.mean())
+                res["fixed_same_power"] = None if n is None else {"n": n, "new_launches": n + max(0, n - stored),
+                                                                  "ratio": res["mean_launches"] / (n + max(0, n - stored))}
+            row[name] = res
+        out[label] = row
+    return out
+
+
 def fixed_design(data: dict, m: float, alpha: float, power_of, cap: int = MAX_FIXED) -> int | None:
     """The smallest n each whose fixed design reaches `power_of(correct)` (True when it does)."""
     eff = data["effects"]
@@ -230,6 +258,9 @@ def main() -> int:
                     help="stored launches per side from before: their spread is the verdict's prior (noise_prior)")
     ap.add_argument("--drift", type=float, default=1.0,
                     help="with --history: the box is this many times noisier now than in its history")
+    ap.add_argument("--stored", type=int, default=0, metavar="H",
+                    help="instead: a second campaign, the reference's first H launches stored (free), the variant new; "
+                         "without and with their spread pooled")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     if args.pipeline:
@@ -246,6 +277,23 @@ def main() -> int:
     data = {"effects": draw(rng, args.comparisons, zero=False, max_n=width, **hist),
             "null": draw(rng, args.null, zero=True, max_n=width, **hist)}
     out: dict = {"design": design.__dict__, "legend": seq.legend(design), "seed": args.seed, **hist}
+    if args.stored:
+        out["second_campaign"] = sc = second_campaign(design, data, args.stored, m)
+        out["seconds"] = round(time.monotonic() - t0, 1)
+        if args.json:
+            print(json.dumps(out, indent=1))
+            return 0
+        print(f"second campaign: the reference's first {args.stored} launches stored, the variant new "
+              f"({args.comparisons} comparisons, effects 0-30%, noise 1-5%, half with outliers; {args.null} A/A)")
+        for label, row in sc.items():
+            e, z, f = row["effects"], row["null"]["false_faster_slower"], row["effects"]["fixed_same_power"]
+            print(f"  {label}: {e['mean_launches']:.2f} new launches a comparison, {e['launches_per_settled']:.2f} per "
+                  f"settled verdict, correct {100 * e['correct_rate']:.1f}%, false {100 * e['false_rate']:.2f}%; A/A false "
+                  f"faster/slower {100 * z['rate']:.2f}% [{100 * z['ci95'][0]:.2f}-{100 * z['ci95'][1]:.2f}%]"
+                  + (f"; fixed of the same power {f['n']} each = {f['new_launches']} new launches: {f['ratio']:.2f}x"
+                     if f else ""))
+        print(f"({out['seconds']} s)")
+        return 0
     got = [p for p in priors(data["effects"]) if p is not None]
     if got:
         out["prior_dof_mean"] = float(np.mean([p.dof for p in got]))

@@ -134,3 +134,13 @@ def pool(prior: Prior | None, histories: Sequence[Sequence[float]]) -> Prior | N
     if dof < MIN_DOF or ss <= 0.0:
         return None
     return Prior(ss / dof, dof, launches, prior.names if prior is not None else ("stored",))
+
+
+def fresh_pair(stored_a: int, stored_b: int) -> tuple[int, int]:
+    """The stored counts a pair's verdict may pool: only where the pair is new, one side stored
+    (a reference measured before) and the other launched in this call. When both sides were stored
+    the pair was judged before (or a killed call is resumed): pooling now would judge the same
+    values again by another rule, so such a pair keeps the current-launches-only rule."""
+    if stored_a > 0 and stored_b > 0:
+        return (0, 0)
+    return (max(0, stored_a), max(0, stored_b))

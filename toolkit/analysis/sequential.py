@@ -479,8 +479,9 @@ def stored_legend(design: Design) -> str:
     """The stored-spread rule in one line (run's and the steps' legends)."""
     from toolkit.analysis import noise_prior
 
-    return (f"stored launches of the same run identity that a look does not use are pooled into its spread (df add "
-            f"up; at most {design.max_repeats + STORED_CAP} a side) unless the current launches are "
+    return (f"where one side of a pair was stored before and the other is new, its stored launches (same run identity) "
+            f"that a look does not use are pooled into the look's spread (df add up; at most "
+            f"{design.max_repeats + STORED_CAP}) unless the current launches are "
             f"{noise_prior.FACTOR:g}x noisier by an F test at {noise_prior.ALPHA:g}; the Pocock level is calibrated "
             f"for the stored counts")
 
@@ -501,7 +502,9 @@ def settle(c, a: Sequence[float], b: Sequence[float], design: Design, stored: tu
 
     if c is None or c.verdict != stats.TOO_FEW or not a or not b or any(x <= 0 for x in (*a, *b)):
         return c
-    v = verdict(list(a), list(b), higher_is_better=c.higher_is_better, design=design, stored=stored)
+    from toolkit.analysis.noise_prior import fresh_pair
+
+    v = verdict(list(a), list(b), higher_is_better=c.higher_is_better, design=design, stored=fresh_pair(*stored))
     if not v.settled:
         return c
     return dataclasses.replace(c, verdict=verdict_word(v), ci_low=v.low, ci_high=v.high)

@@ -74,9 +74,10 @@ def verdicts(store: Store, prepared: list[Prepared], runs: dict[str, list[str]],
              stored: dict[str, int] | None = None) -> list[PairVerdict]:
     """Every pair's verdict (reference = prepared[0]) at every common point, from `runs`.
     `stored`: how many leading runs of each recipe were stored before this call launched anything
-    (their spread is pooled where a look does not use them: toolkit.analysis.noise_prior); a
-    recipe flagged far noisier than its peers at a point (spread_flag) pools none there."""
-    from toolkit.analysis import spread_flag
+    (their spread is pooled where a look does not use them, for a pair of which only one side was
+    stored: toolkit.analysis.noise_prior.fresh_pair); a recipe flagged far noisier than its peers
+    at a point (spread_flag) pools none there."""
+    from toolkit.analysis import noise_prior, spread_flag
 
     ref, out = prepared[0], []
     metric = metric_of(ref)
@@ -91,7 +92,7 @@ def verdicts(store: Store, prepared: list[Prepared], runs: dict[str, list[str]],
         noisy = {f.name for f in spread_flag.flags(values)}
         a = values[ref.name]
         for p in here[1:]:
-            counts = (0, 0) if noisy & {ref.name, p.name} else (first[ref.name], first[p.name])
+            counts = (0, 0) if noisy & {ref.name, p.name} else noise_prior.fresh_pair(first[ref.name], first[p.name])
             out.append(PairVerdict(ref.name, p.name, metric, point,
                                    seq.verdict(a, values[p.name], higher_is_better=hib, design=design, stored=counts)))
     order = {p.name: i for i, p in enumerate(prepared)}

@@ -53,7 +53,9 @@ def settle_pairs(measure: Measure, labels: Sequence[str], pairs: Sequence[tuple[
 
 def judge(values: dict, pairs: Sequence[tuple[str, str]], design: seq.Design,
           higher_is_better: bool | None, stored: dict | None = None) -> dict[tuple[str, str], seq.Sequential]:
+    from toolkit.analysis.noise_prior import fresh_pair
+
     stored = stored or {}
     return {(a, b): seq.verdict(values[a], values[b], higher_is_better=higher_is_better, design=design,
-                                stored=(stored.get(a, 0), stored.get(b, 0)))
+                                stored=fresh_pair(stored.get(a, 0), stored.get(b, 0)))
             for a, b in pairs if values.get(a) and values.get(b) and min(*values[a], *values[b]) > 0}
