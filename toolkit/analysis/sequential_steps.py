@@ -9,7 +9,7 @@ A label shared by two pairs (attribute's prefix k is B of step k and A of step k
 once per round. Values come oldest first from `measure` (stored runs before new ones: a killed
 attribute resumes from the store and decides as it did). `stored` (label -> how many of its first
 values were stored before the loop launched anything, or a callable giving it once the label has
-been measured): a look pools the spread of the stored values it does not use (`seq.verdict(stored=
+been measured; those are all asked for at once, they cost no launch): a look pools the spread of the stored values it does not use (`seq.verdict(stored=
 ...)`, toolkit.analysis.noise_prior). Effects: only through `measure`.
 """
 
@@ -29,8 +29,13 @@ def settle_pairs(measure: Measure, labels: Sequence[str], pairs: Sequence[tuple[
     for label in labels:
         got = measure(label, design.min_repeats)
         values[label] = list(got) if got else None
-    counts = {label: int((stored(label) if callable(stored) else stored.get(label, 0)) or 0) if stored else 0
-              for label in labels}
+    counts = {label: min(int((stored(label) if callable(stored) else stored.get(label, 0)) or 0) if stored else 0,
+                         design.max_repeats + seq.STORED_CAP) for label in labels}
+    for label in labels:  # the stored values are free: hand them out now, so a look can pool those it does not use
+        if values[label] and counts[label] > len(values[label]):
+            got = measure(label, counts[label] - len(values[label]))
+            values[label].extend(got or [])
+        counts[label] = min(counts[label], len(values[label] or []))
     dry: set[str] = set()  # labels that could not give another value
     while True:
         verdicts = judge(values, pairs, design, higher_is_better, counts)
