@@ -104,15 +104,20 @@ def truth(verdict: str, theta: float, m: float) -> bool | None:
     return {seq.FASTER: theta > 0, seq.SLOWER: theta < 0, seq.EQUAL: abs(theta) < b}.get(verdict)
 
 
-def fixed_verdicts(a: np.ndarray, b: np.ndarray, n: int, m: float, alpha: float) -> np.ndarray:
+def fixed_verdicts(a: np.ndarray, b: np.ndarray, n: int, m: float, alpha: float, prior=None) -> np.ndarray:
     """The same three-way rule with a fixed-sample pooled t interval at n launches each, looked at
-    once, for every comparison (rows): +1 faster, -1 slower, 2 equal, 0 not settled."""
+    once, for every comparison (rows): +1 faster, -1 slower, 2 equal, 0 not settled. `prior`:
+    (sum of squares, dof) arrays of each comparison's stored spread, pooled (df add up)."""
     from scipy import stats
 
     la, lb = np.log(a[:, :n]), np.log(b[:, :n])
     est = lb.mean(1) - la.mean(1)
-    sp = np.sqrt((la.var(axis=1, ddof=1) + lb.var(axis=1, ddof=1)) / 2.0)
-    half = float(stats.t.isf(alpha / 2, 2 * n - 2)) * sp * math.sqrt(2.0 / n)
+    ss = (la.var(axis=1, ddof=1) + lb.var(axis=1, ddof=1)) * (n - 1)
+    dof = np.full(est.size, 2.0 * n - 2)
+    if prior is not None:
+        ss, dof = ss + prior[0], dof + prior[1]
+    sp = np.sqrt(ss / dof)
+    half = stats.t.isf(alpha / 2, dof) * sp * math.sqrt(2.0 / n)
     lo, hi, bound = est - half, est + half, math.log1p(m)
     out = np.zeros(est.size, dtype=int)
     out[(lo > 0) & (est >= bound)] = 1
@@ -317,6 +322,22 @@ def main() -> int:
     aa = z["false_faster_slower"]["rate"]
     eff = out["effects"]
     eff["fixed"] = compare_fixed(data, *sims["effects"], m, aa)
+    if args.history:  # the fixed design given the same stored spread: is the saving the prior's or the looks'?
+        ps = priors(data["effects"])
+        arr = (np.array([p.var * p.dof if p else 0.0 for p in ps]), np.array([p.dof if p else 0 for p in ps]))
+        vs, ls = sims["effects"]
+        eff_theta = data["effects"]["theta"]
+        correct = np.array([truth(v, t, m) is True for v, t in zip(vs, eff_theta)])
+        for n in range(2, MAX_FIXED + 1):
+            fv = fixed_verdicts(data["effects"]["a"], data["effects"]["b"], n, m, alpha, arr)
+            c, f = fixed_scores(fv, eff_theta, m)
+            if c.mean() >= correct.mean():
+                pn = priors(data["null"])
+                parr = (np.array([p.var * p.dof if p else 0.0 for p in pn]), np.array([p.dof if p else 0 for p in pn]))
+                aa_f = float(np.isin(fixed_verdicts(data["null"]["a"], data["null"]["b"], n, m, alpha, parr), [1, -1]).mean())
+                eff["fixed_with_prior"] = {"n": n, "correct_rate": float(c.mean()), "false_rate": float(f.mean()),
+                                           "null_false_faster_slower": aa_f, "launch_ratio": float(ls.mean() / (2 * n))}
+                break
     s = eff["sequential"]
     goal = {}
     for label, row in eff["fixed"].items():
@@ -353,6 +374,11 @@ def main() -> int:
             f"{100 * r['range'][0]:g}-{100 * r['range'][1]:g}%: power {100 * r['power']:.0f}%, "
             f"{r['launches']:.1f} launches, fixed {r['fixed_n']} each"
             + (f" ({r['ratio']:.2f}x)" if r["ratio"] else "") for r in row["ranges"]))
+    if "fixed_with_prior" in eff:
+        f = eff["fixed_with_prior"]
+        print(f"fixed t at alpha {alpha:g} pooling the same stored spread, same overall power: {f['n']} each, correct "
+              f"{100 * f['correct_rate']:.1f}%, A/A false faster/slower {100 * f['null_false_faster_slower']:.2f}%; "
+              f"sequential/fixed {f['launch_ratio']:.2f}x")
     for label in ("", "_gaussian", "_outliers"):
         q = z["false_faster_slower" + label]
         print(f"A/A{label.replace('_', ' ')} ({q['of']}): false faster/slower {q['count']} = {100 * q['rate']:.2f}% "
