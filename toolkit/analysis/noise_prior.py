@@ -20,9 +20,11 @@ Guarantee (what the verdict then keeps): when the stored launches and the curren
 compared configurations have the same launch-to-launch spread (log-normal launches: a box as noisy
 as it was), each sequential verdict is false with probability <= alpha, exactly as without a prior.
 When the box has become noisier than its history the borrowing test stops pooling only once it can
-tell (2x, F test at 0.01): a milder increase inflates the error (1.5x the stored spread, 18 prior
-df: measured in benchmarks/sequential_launches.py --history). A box that has become quieter only
-makes the verdicts more careful.
+tell (2x, F test at 0.01), which at 2-3 launches each it mostly cannot: benchmarks/
+sequential_launches.py --history 10 --drift measured A/A false faster/slower 11.6% at 1.5x and
+15.9% at 2x (stated 5%). So a prior is only as good as the box is steady: the stored runs must be of
+the same identity on the same box, and a configuration flagged noisy never borrows. A box that has
+become quieter only makes the verdicts more careful.
 """
 
 from __future__ import annotations
