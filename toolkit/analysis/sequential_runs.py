@@ -5,7 +5,8 @@ The first recipe is the reference; each other recipe is a pair with it, judged a
 the benchmark on the headline throughput (output_tok_s for serving, decode_tok_s for one-batch) by
 `toolkit.analysis.sequential` from one value per launch. A round launches, in A B / B A order
 alternately, the recipes still needed: a variant while its pair is unsettled at some point and
-below `max_repeats` launches, the reference while any variant is. Stored runs of the same run
+below `max_repeats` launches, the reference while any variant is (the side not ahead launches:
+`toolkit.analysis.sequential_steps.wanted`, the steps' rule too). Stored runs of the same run
 identity (toolkit/results/identity.py) count, oldest first, as in `toolkit.analysis.variants`: a
 killed run resumes from the store, and one already settled launches nothing; those stored runs that
 a look does not use lend it their spread (`seq.verdict(stored=...)`, toolkit.analysis.noise_prior),
@@ -25,6 +26,7 @@ from rich.markup import escape
 
 from toolkit.analysis import sequential as seq
 from toolkit.analysis.selection import Criteria, MissingResults, choose, values_at
+from toolkit.analysis.sequential_steps import wanted
 from toolkit.errors import PatchbenchError
 from toolkit.results.store import Store
 from toolkit.results import metrics as registry
@@ -123,15 +125,12 @@ def measure_until_settled(prepared: list[Prepared], *, home, store: Store, group
 
     while True:
         current = verdicts(store, prepared, runs, design, reused)
-        need = [p for p in prepared[1:] if launchable(p)
-                and any(v.recipe == p.name and seq.more_needed(v.verdict) for v in current)]
-        if not need:
+        open_pairs = list(dict.fromkeys((ref.name, v.recipe) for v in current if seq.more_needed(v.verdict)))
+        # a side launches while it is not ahead (the verdicts look at equal-sized prefixes): settle_pairs' rule
+        chosen = wanted(open_pairs, {name: len(ids) for name, ids in runs.items()},
+                        {p.name for p in prepared if not launchable(p)})
+        if not chosen:
             break
-        # a side launches while it is not ahead: the verdicts look at equal-sized prefixes
-        with_ref = len(runs[ref.name]) <= max(len(runs[p.name]) for p in need)
-        if with_ref and not launchable(ref):
-            break
-        chosen = {p.name for p in need if len(runs[p.name]) <= len(runs[ref.name])} | ({ref.name} if with_ref else set())
         order = [p for p in prepared if p.name in chosen]
         for p in order if rnd % 2 == 0 else order[::-1]:  # A B, B A, A B ...
             attempts[p.name] += 1

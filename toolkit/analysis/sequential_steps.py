@@ -39,13 +39,9 @@ def settle_pairs(measure: Measure, labels: Sequence[str], pairs: Sequence[tuple[
     dry: set[str] = set()  # labels that could not give another value
     while True:
         verdicts = judge(values, pairs, design, higher_is_better, counts)
-        want: list[str] = []
-        for (a, b), v in verdicts.items():
-            if not seq.more_needed(v) or a in dry or b in dry:
-                continue
-            na, nb = len(values[a]), len(values[b])
-            want += [x for x, n in ((a, na), (b, nb)) if n <= min(na, nb)]
-        todo = [x for x in labels if x in set(want)]
+        open_pairs = [pair for pair, v in verdicts.items() if seq.more_needed(v)]
+        want = wanted(open_pairs, {x: len(v or []) for x, v in values.items()}, dry)
+        todo = [x for x in labels if x in want]
         if not todo:
             return values, verdicts
         for label in todo:
@@ -54,6 +50,19 @@ def settle_pairs(measure: Measure, labels: Sequence[str], pairs: Sequence[tuple[
                 values[label].extend(got)
             else:
                 dry.add(label)
+
+
+def wanted(open_pairs: Sequence[tuple[str, str]], sizes: dict[str, int], dry: set[str]) -> set[str]:
+    """The labels to launch next: for each pair still open, the side(s) not ahead of the other (the
+    verdicts look at equal-sized prefixes), unless one of those cannot launch (`dry`), which leaves
+    that pair as it is. The one scheduling rule of `run` (sequential_runs) and of the steps."""
+    out: set[str] = set()
+    for a, b in open_pairs:
+        na, nb = sizes.get(a, 0), sizes.get(b, 0)
+        sides = {x for x, n in ((a, na), (b, nb)) if n <= min(na, nb)}
+        if not sides & dry:
+            out |= sides
+    return out
 
 
 def judge(values: dict, pairs: Sequence[tuple[str, str]], design: seq.Design,
