@@ -5,13 +5,15 @@ commits named within the build bound?
    with two steps. Goal: the analysis < 1 s (the env's interpreter start-up is shown apart).
 2. Accuracy: 20 random synthetic histories, each 200..400 first-parent commits tracked every 12th
    commit (as `patchbench track --branch main --every 12`), with 1..3 planted changes at random commits
-   (regressions of 8..20%, gains of 30..100%); every measurement carries 1% gaussian noise. Each
-   history goes through the same code as `patchbench history --bisect --direction both`: Otava's
+   (regressions of 8..20%, gains of 30..100%); every measurement carries 1% gaussian noise. With
+   `--down-up`, each holds a regression of 15..50% fixed 2..5 tracked points later (a stretch,
+   toolkit/history/stretch.py) and 0..1 other change: both its commits must be named, each end
+   bisected on its own. Each history goes through the same code as `patchbench history --bisect --direction both`: Otava's
    change points, then `bisect_items` over the 12 commits between each change point's neighbouring
    tracked points (threshold: half the change). Goal: every planted change found, its commit named,
    in <= ceil(log2 n) + 1 builds per change point (n = 12 commits: 5).
 
-    python benchmarks/change_points.py [--histories 20] [--seed 2026] [-v]
+    python benchmarks/change_points.py [--histories 20] [--seed 2026] [--down-up] [-v]
 
 Needs PyPI (or a cached env) for apache-otava the first time: $PATCHBENCH_OTAVA_ENV, else
 $PATCHBENCH_HOME/tools/otava-0.8.0. Exit status 0 when both goals hold.
@@ -48,16 +50,22 @@ def speed(home: Path) -> tuple[float, float]:
     return det.analysis_s, wall
 
 
-def history(rng: random.Random) -> tuple[list[float], dict[int, float]]:
-    """True value after each commit, and the planted commits -> factor."""
+def history(rng: random.Random, down_up: bool = False) -> tuple[list[float], dict[int, float]]:
+    """True value after each commit, and the planted commits -> factor. `down_up`: one more plant, a
+    regression of 15..50% fixed 2..5 tracked points later (a stretch: Otava proposes neither end)."""
     n = rng.randint(200, 400)
     plants: dict[int, float] = {}
-    for _ in range(rng.randint(1, 3)):
-        while True:
+    if down_up:
+        c = rng.randint(2 * EVERY, n - 8 * EVERY)
+        f = 1 - rng.uniform(0.15, 0.50)
+        plants[c] = f
+        plants[c + rng.randint(2, 5) * EVERY + rng.randint(-EVERY // 2, EVERY // 2)] = 1 / f
+    for _ in range(rng.randint(0, 1) if down_up else rng.randint(1, 3)):
+        for _try in range(1000):
             c = rng.randint(2 * EVERY, n - 2 * EVERY)
             if all(abs(c - o) > 3 * EVERY for o in plants):
+                plants[c] = 1 - rng.uniform(0.08, 0.20) if rng.random() < 0.5 else 1 + rng.uniform(0.30, 1.00)
                 break
-        plants[c] = 1 - rng.uniform(0.08, 0.20) if rng.random() < 0.5 else 1 + rng.uniform(0.30, 1.00)
     level, truth = BASE, []
     for i in range(n):
         level *= plants.get(i, 1.0)
@@ -65,9 +73,9 @@ def history(rng: random.Random) -> tuple[list[float], dict[int, float]]:
     return truth, plants
 
 
-def tracked(rng: random.Random) -> tuple[list[float], dict[int, float], list[int], list[float]]:
+def tracked(rng: random.Random, down_up: bool = False) -> tuple[list[float], dict[int, float], list[int], list[float]]:
     """A history and its tracked series: (truth, plants, tracked commits, measured values)."""
-    truth, plants = history(rng)
+    truth, plants = history(rng, down_up)
     points = list(range(0, len(truth), EVERY))
     return truth, plants, points, [truth[i] * (1 + rng.gauss(0, NOISE)) for i in points]
 
@@ -107,13 +115,15 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--histories", type=int, default=20)
     ap.add_argument("--seed", type=int, default=2026)
+    ap.add_argument("--down-up", action="store_true",
+                    help="each history also holds a regression fixed 2-5 tracked points later (a stretch)")
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args()
     home = default_home()
     home.mkdir(parents=True, exist_ok=True)
     analysis_s, _ = speed(home)
     rng = random.Random(args.seed)
-    histories = [tracked(rng) for _ in range(args.histories)]
+    histories = [tracked(rng, args.down_up) for _ in range(args.histories)]
     detections = otava.detect_many([h[3] for h in histories], home)  # one start of Otava's interpreter
     results = []
     for n, ((truth, plants, points, _), det) in enumerate(zip(histories, detections), 1):

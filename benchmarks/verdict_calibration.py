@@ -17,15 +17,19 @@ rate "holds" when its exact 95% Clopper-Pearson interval reaches down to the sta
 Noise models (the ones each verdict assumes):
 - answers: 64 prompts; an unstable prompt gives each launch one of two answers at random (1/2 each:
   the most discordant two-answer prompt), a stable one always the same; a change makes the
-  candidate's launches give a new answer on 12 stable prompts. The reference has 2 launches.
+  candidate's launches give a new answer on 12 stable prompts. The reference has 2 launches. The
+  sequential rows (toolkit.analysis.answers_sequential) draw up to 1-4 candidate launches and count
+  those its verdict looked at before it settled, against the 1 launch a candidate is asked by default.
 - gate: 200 questions at accuracy 0.80-0.95; a share of them unstable (right with probability 1/2
   in each run), the rest always right or always wrong; a 5-point drop makes 10 stably right
   questions wrong in the candidate.
 - speed: one value per launch (the run-to-run spread the verdict tests against), normal with a
   coefficient of variation of 3%; the effect multiplies the candidate's mean.
 - change point: a tracked series of 20 points, each with gaussian relative noise (1%, 3%); the
-  effect a -10% step at the middle. Every case of a rate goes to Otava in one start of its
-  interpreter (`detect_many`), so each rate costs a few seconds.
+  effect a -10% step at the middle. And series of 4-30 points (uniform) with 1-5% noise (uniform);
+  the effect a stretch of 2-5 points (a regression fixed later) at a random place, -10%, -20%, -50%,
+  found when both its ends are reported where they are. Every case of a rate goes to Otava in one
+  start of its interpreter (`detect_many`), so each rate costs a few seconds.
 - bisect step: a one-patch stack (its one step decides), each run's value gaussian with CV 3%, the
   default threshold (5%), repeats (3, up to 10) and alpha; the alarm is the step calling the patch
   bad. At half the threshold, only a *decided* bad step counts (an undecided one says "uncertain").
@@ -58,7 +62,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from toolkit.analysis import answers_verdict, gate_verdict, stats  # noqa: E402
+from toolkit.analysis import answers_sequential, answers_verdict, gate_verdict, stats  # noqa: E402
 
 Simulate = Callable[[int, int], int]  # (seed, cases) -> cases that raised the alarm
 
@@ -71,6 +75,8 @@ class Row:
     power: Simulate | None = None
     effect: str = ""
     power_target: float | None = None
+    launches: Callable[[int, int], float] | None = None  # (seed, cases) -> mean launches a case used
+    fixed_launches: int | None = None  # what the fixed design it replaces uses
 
 
 @dataclass(frozen=True)
@@ -84,6 +90,8 @@ class Result:
     power_ci: tuple[float, float] | None
     effect: str
     power_target: float | None
+    launches: tuple[float, float] | None = None  # mean launches used (under no change, at the effect)
+    fixed_launches: int | None = None
 
     @property
     def false_alarm_rate(self) -> float:
@@ -110,9 +118,10 @@ def clopper_pearson(k: int, n: int, confidence: float = 0.95) -> tuple[float, fl
 def measure(row: Row, seed: int, cases: int) -> Result:
     fa = row.false_alarm(seed, cases)
     hits = row.power(seed + 1, cases) if row.power else None
+    used = (row.launches(seed, cases), row.launches(-(seed + 1), cases)) if row.launches else None
     return Result(row.name, row.stated_alpha, cases, fa, clopper_pearson(fa, cases),
                   None if hits is None else hits / cases, None if hits is None else clopper_pearson(hits, cases),
-                  row.effect, row.power_target)
+                  row.effect, row.power_target, used, row.fixed_launches)
 
 
 # --- answers verdict -------------------------------------------------------------------------------
@@ -152,6 +161,47 @@ def answers_rows() -> list[Row]:
             rows.append(Row(f"answers: {c} candidate launch{'es' if c > 1 else ''}, {u}/{PROMPTS} unstable",
                             answers_verdict.DEFAULT_ALPHA, answers_case(c, u, 0), answers_case(c, u, 12),
                             f"12/{PROMPTS} stable prompts changed", 0.8 if u == 30 else None))
+    return rows
+
+
+def answers_sequential_case(looks: int, unstable: int, changed: int) -> tuple[Simulate, Callable[[int, int], float]]:
+    """The sequential verdict (toolkit.analysis.answers_sequential.judge) with up to `looks` candidate
+    launches: each case draws them all and the verdict stops at its first settled look (what the
+    launch-by-launch rule reaches: it asks another launch only while unsettled). Returns the alarm
+    count and the mean launches that asked (a negative seed: the same cases with `changed` prompts)."""
+    design = answers_sequential.Design(max_looks=looks)
+    seen: dict = {}  # (seed, cases, change) -> verdicts: the rate and the launches come from the same cases
+
+    def cases_of(seed: int, cases: int, change: int):
+        if (seed, cases, change) not in seen:
+            rng = np.random.default_rng(seed)
+            out = []
+            for _ in range(cases):
+                ref = _answers_launches(rng, 2, unstable, 0, "r")
+                cand = _answers_launches(rng, looks, unstable, change, "c")
+                out.append(answers_sequential.judge(1, ref, cand, design))
+            seen[(seed, cases, change)] = out
+        return seen[(seed, cases, change)]
+
+    def simulate(seed: int, cases: int) -> int:
+        return sum(v.verdict == answers_verdict.CHANGED for v in cases_of(seed, cases, changed))
+
+    def launches(seed: int, cases: int) -> float:  # seed >= 0: no change; < 0: the power's cases
+        change = changed if seed < 0 else 0
+        return sum(v.looks for v in cases_of(-seed - 1 if seed < 0 else seed, cases, change)) / cases
+
+    return simulate, launches
+
+
+def answers_sequential_rows() -> list[Row]:
+    rows = []
+    for looks in (1, 2, 3, 4):
+        for u in (10, 30):
+            fa, _ = answers_sequential_case(looks, u, 0)
+            power, used = answers_sequential_case(looks, u, 12)
+            rows.append(Row(f"answers, sequential: up to {looks} look{'s' if looks > 1 else ''}, {u}/{PROMPTS} unstable",
+                            answers_verdict.DEFAULT_ALPHA, fa, power, f"12/{PROMPTS} stable prompts changed",
+                            0.8 if u == 30 else None, used, 1))
     return rows
 
 
@@ -255,12 +305,55 @@ def change_case(noise: float, step: float) -> Simulate:
     return simulate
 
 
+LENGTHS = (4, 30)  # tracked points per series, both included
+NOISES = (0.01, 0.05)  # relative gaussian noise per point, uniform between
+STRETCH = (2, 5)  # a stretch's points, both included
+
+
+def _stretch_series(rng: np.random.Generator, effect: float) -> tuple[list[float], tuple[int, int] | None]:
+    """A series of LENGTHS points with NOISES noise; `effect` > 0: a stretch of STRETCH points, at a
+    random place with at least one point on each side, lower by `effect` (a regression fixed later)."""
+    points = int(rng.integers(STRETCH[0], STRETCH[1] + 1)) if effect else 0
+    n = int(rng.integers(max(LENGTHS[0], points + 2), LENGTHS[1] + 1))
+    noise = rng.uniform(*NOISES)
+    level = np.ones(n)
+    span = None
+    if effect:
+        start = int(rng.integers(1, n - points))
+        span = (start, start + points)
+        level[start:start + points] = 1.0 - effect
+    return list(100.0 * level * (1 + noise * rng.standard_normal(n))), span
+
+
+def stretch_case(effect: float) -> Simulate:
+    """Series of `_stretch_series`, all to Otava in one start of its interpreter, then the verdict.
+    Flat (effect 0): the alarm is any change point. A stretch: both its ends reported where they are
+    (what a bisect of each end needs), as a stretch or as Otava's change points."""
+    from toolkit.history import otava
+
+    def simulate(seed: int, cases: int) -> int:
+        rng = np.random.default_rng(seed)
+        made = [_stretch_series(rng, effect) for _ in range(cases)]
+        found = otava.detect_many([v for v, _ in made], _otava_home())
+        if not effect:
+            return sum(bool(d.change_points) for d in found)
+        return sum({span[0], span[1]} <= {c.index for c in d.change_points} for (_, span), d in zip(made, found))
+    return simulate
+
+
 def change_rows() -> list[Row]:
     from toolkit.history.otava import DEFAULTS
 
     alpha = DEFAULTS["alpha"]
-    return [Row(f"change point: flat {SERIES}-point series, {n:.0%} noise", alpha, change_case(n, 0.0),
-                change_case(n, 0.10), f"-10% step at point {SERIES // 2}", 0.8) for n in (0.01, 0.03)]
+    shape = f"flat {LENGTHS[0]}-{LENGTHS[1]} pts, {NOISES[0]:.0%}-{NOISES[1]:.0%} noise"
+    return [*(Row(f"change point: flat {SERIES}-point series, {n:.0%} noise", alpha, change_case(n, 0.0),
+                  change_case(n, 0.10), f"-10% step at point {SERIES // 2}", 0.8) for n in (0.01, 0.03)),
+            *(Row(f"change point: {shape}; stretch -{effect:.0%}", alpha, stretch_case(0.0), stretch_case(effect),
+                  f"-{effect:.0%} over {STRETCH[0]}-{STRETCH[1]} points, both ends found", target)
+              for effect, target in STRETCH_POWER)]
+
+
+STRETCH_POWER = ((0.10, None), (0.20, 0.8), (0.50, 0.95))  # effect, promised power
 
 
 # --- bisect step -----------------------------------------------------------------------------------
@@ -395,7 +488,7 @@ def profile_rows() -> list[Row]:
                 profile_case(2, 0.30, 0.10), "-30% family time")]
 
 
-ROWS: list[Row] = [*answers_rows(), *gate_rows(), *speed_rows(), *change_rows(), *bisect_rows(), *kernel_rows(),
+ROWS: list[Row] = [*answers_rows(), *answers_sequential_rows(), *gate_rows(), *speed_rows(), *change_rows(), *bisect_rows(), *kernel_rows(),
                    *box_rows(), *profile_rows()]
 
 
@@ -411,7 +504,9 @@ def table(results: list[Result]) -> str:
         pw = (f"{_pct(r.power)} [{_pct(r.power_ci[0])}, {_pct(r.power_ci[1])}]" if r.power is not None else "-")
         target = f" (target {r.power_target:.0%})" if r.power_target else ""
         mark = "" if r.holds else "  <- does not hold"
-        lines.append(f"{r.name:<62} {r.stated_alpha:>5g}  {fa:<24} {pw:<24} {r.effect}{target}{mark}")
+        used = (f"; launches {r.launches[0]:.2f} (no change), {r.launches[1]:.2f} (changed) vs {r.fixed_launches} "
+                "fixed" if r.launches else "")
+        lines.append(f"{r.name:<62} {r.stated_alpha:>5g}  {fa:<24} {pw:<24} {r.effect}{target}{used}{mark}")
     lines.append(f"{results[0].cases if results else 0} simulated cases per rate, seeded; exact Clopper-Pearson "
                  "intervals; a false-alarm rate holds when its interval reaches the stated alpha or below")
     return "\n".join(lines)

@@ -212,7 +212,7 @@ def test_an_edited_recipe_is_measured_again_not_read_as_a_change_point(home, mon
         (v, "measured", 1) for v in four_releases["versions"]]
     assert hist["change_points"] == []  # 16 ms everywhere: neither the edit nor the hidden plant
     values = [e["value"] for e in hist["series"]]
-    assert max(values) / min(values) < 1.1
+    assert max(values) / min(values) < 1.5  # the plant unhidden would read 2x; load alone slows a point
     capsys.readouterr()
     assert main(["history", "edited", "--metric", "output_tok_s@1"]) == 0
     text = capsys.readouterr().out

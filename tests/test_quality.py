@@ -110,6 +110,7 @@ def test_hash_text_is_not_informative_and_a_failed_check_keeps_the_speed(home, t
     assert not any(s.metric == "output_sanity" for s in store.samples([runs[2].run_id]))
     cand = store.runs(recipe="demo/qb", status="ok")
     assert [r.extra["quality"]["status"] for r in cand] == ["ok", "skipped"]
+    assert not any("rule" in r.extra["quality"] for r in cand)  # --fixed: the recipe's fixed rule, no sequential one
     assert main(["run", "demo/qa", "demo/qb", "--repeats", "1"]) == 0  # re-running asks nothing again
     again = store.runs(recipe="demo/qa", newest_first=True)[0]
     assert again.extra["quality"]["status"] == "skipped"
@@ -422,3 +423,73 @@ def test_references_answer_twice_candidates_once(tmp_path, monkeypatch):
     (demo / "off.toml").write_text('extends = "demo/fast"\n[quality]\nlaunches = 0\n')
     got = {n: launches_needed(load_recipe(f"demo/{n}")) for n in ("baseline", "fast", "mid", "top", "off")}
     assert got == {"baseline": 2, "fast": 1, "mid": 2, "top": 1, "off": 0}
+
+
+def test_sequential_answers_stop_when_settled(home, tmp_path, monkeypatch, capsys):
+    """Sequential launches (the default): the torch miniature's candidate with the reference's
+    computation (only slower) answers in its first launch and then stops asking; one whose patch
+    changes the computation is called 'answers changed' from its one look; compare judges and
+    prints the legend of the sequential rule (--fixed keeps the fixed rule: the test above)."""
+    proj = demo_project(tmp_path, monkeypatch)
+    demo = proj / "recipes" / "demo"
+    small = textwrap.dedent("""\
+        [benchmark]
+        concurrency = [1]
+        num_prompts = 4
+        output_len = 4
+        warmup = 1
+        [quality]
+        concurrency = [1]
+        count = 16
+        max_tokens = 6
+        """)
+    (demo / "tq-base.toml").write_text('extends = "demo/torch-baseline"\ncompare_to = "demo/tq-base"\n' + small)
+    (demo / "tq-same.toml").write_text('extends = "demo/tq-base"\ncompare_to = "demo/tq-base"\n'
+                                       "[server.args]\nmini-step-base-ms = 80\n")
+    (demo / "tq-changed.toml").write_text('extends = "demo/torch-small-experts"\ncompare_to = "demo/tq-base"\n' + small)
+    assert main(["run", "demo/tq-base", "demo/tq-same", "demo/tq-changed", "--max-repeats", "2"]) == 0
+    store = Store(home / "results.sqlite")
+    base = store.runs(recipe="demo/tq-base", status="ok")
+    assert [r.extra["quality"]["status"] for r in base][:2] == ["ok", "ok"]  # the reference's floor: fixed
+    same = store.runs(recipe="demo/tq-same", status="ok")
+    assert len(same) >= 2 and [r.extra["quality"]["status"] for r in same] == ["ok"] + ["skipped"] * (len(same) - 1)
+    assert "no more answers needed" in same[1].extra["quality"]["reason"]
+    assert same[0].extra["quality"]["rule"]["sequential"]["max_looks"] == 4
+    capsys.readouterr()
+    assert main(["compare", "demo/tq-base", "demo/tq-same", "demo/tq-changed", "--json"]) == 0
+    q = json.loads(capsys.readouterr().out)["quality"]
+    assert q["demo/tq-same"]["1"]["verdict"] == SAME and q["demo/tq-same"]["1"]["looks"] == 1
+    assert q["demo/tq-changed"]["1"]["verdict"] == CHANGED and q["demo/tq-changed"]["1"]["looks"] >= 1
+    assert main(["compare", "demo/tq-base", "demo/tq-same", "demo/tq-changed"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "answers, looked at launch by launch" in out and "p < 0.0125" in out and "at look 1 of at most 4" in out
+
+
+def test_attribute_asks_a_prefixs_answers_until_settled(home, tmp_path, monkeypatch, capsys):
+    """attribute's sequential steps (the default): the base answers in its two launches (the floor),
+    a prefix in its first launch only once its verdict against the base is settled (here 'not
+    informative': the hash-text miniature); with --repeats the fixed rule (1 launch) holds as before."""
+    proj = demo_project(tmp_path, monkeypatch)
+    demo = proj / "recipes" / "demo"
+    (demo / "prompts8.jsonl").write_text("".join(json.dumps({"id": f"p{i}", "prompt": f"question {i} about {i * 7}"})
+                                                 + "\n" for i in range(8)))
+    (demo / "fq.toml").write_text(textwrap.dedent("""\
+        extends = "demo/fast"
+        [benchmark]
+        concurrency = [1]
+        num_prompts = 4
+        output_len = 8
+        warmup = 1
+        [quality]
+        prompts = "prompts8.jsonl"
+        max_tokens = 4
+        """))
+    assert main(["attribute", "demo/fq", "--metric", "output_tok_s@1", "--max-repeats", "3"]) == 0
+    store = Store(home / "results.sqlite")
+    whole = store.runs(recipe="demo/fq", status="ok")  # prefix 1 is the whole stack: the recipe's own runs
+    assert len(whole) >= 2
+    states = [r.extra["quality"]["status"] for r in whole]
+    assert states == ["ok"] + ["skipped"] * (len(whole) - 1), states
+    assert "no more answers needed (c=1: not informative after 1 look" in whole[1].extra["quality"]["reason"]
+    out = capsys.readouterr().out
+    assert "not informative" in out

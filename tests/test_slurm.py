@@ -314,10 +314,20 @@ def test_track_through_slurm_equals_local_track_and_resumes_by_identity(slurm, h
     assert [e[:2] for e in series(stores["slurm"])][0] == ("0.1.0", "measured")
 
 
-def test_with_a_postgresql_store_the_node_writes_its_runs_directly(slurm, shared_home, pg_url):
-    """No per-job SQLite and no import: the job's runs are in the team's database, stamped with the job."""
-    out = patchbench(shared_home, "run", "demo/baseline", "demo/fast", "--repeats", "1", "--store", pg_url,
-                     *slurm_args(shared_home))
+def test_with_a_postgresql_store_the_node_writes_its_runs_directly(slurm, shared_home, pg_url, tmp_path):
+    """No per-job SQLite and no import: the job's runs are in the team's database, stamped with the job;
+    with `[store] artifacts` (the node home's user config) each run's files are in the shared folder,
+    their sha256 in the database, and `results --check-artifacts` finds them as stored."""
+    kept = tmp_path / "team-artifacts"
+    config = shared_home / "config.toml"
+    assert not config.exists()
+    config.write_text(f'[store]\nartifacts = "{kept}"\n')
+    try:
+        out = patchbench(shared_home, "run", "demo/baseline", "demo/fast", "--repeats", "1", "--store", pg_url,
+                         *slurm_args(shared_home))
+        checked = patchbench(shared_home, "results", "--check-artifacts", "--store", pg_url)
+    finally:
+        config.unlink()
     assert out.returncode == 0, out.stderr[-2000:]
     runs = Store(pg_url).runs(status="ok")
     assert sorted(r.recipe for r in runs) == ["demo/baseline", "demo/fast"]
@@ -326,6 +336,16 @@ def test_with_a_postgresql_store_the_node_writes_its_runs_directly(slurm, shared
     log = Path(runs[0].log_paths["slurm_job"]).with_suffix(".err").read_text()
     assert f"results into {Store(pg_url).path}" in log
     assert "COMPLETED" in out.stderr and "imported 2 run(s)" in out.stderr
+
+    from toolkit.results.artifacts import sha256_of
+
+    files = Store(pg_url).artifacts([r.run_id for r in runs])
+    assert {a.run_id for a in files} == {r.run_id for r in runs}
+    assert {"quality.json"} <= {a.name for a in files if a.run_id == runs[0].run_id}
+    for a in files:
+        assert Path(a.path).parent.is_relative_to(kept / a.run_id) and sha256_of(Path(a.path)) == a.sha256
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert f"{len(files)} kept file(s) of 2 run(s): all as stored" in " ".join(checked.stdout.split())
     # looking at the jobs again adds nothing
     assert patchbench(shared_home, "results", "--jobs", "--store", pg_url).returncode == 0
     assert len(Store(pg_url).runs()) == 2

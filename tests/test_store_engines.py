@@ -1,5 +1,6 @@
 """One store, two engines: the pipeline records into a real PostgreSQL (tests/postgres_server.py) as
-into SQLite, and compare / selection / the run listing answer the same on both; a store the release
+into SQLite, and compare / selection / the run listing / a tracked history and its change-point
+verdict / an SLA sweep's verdicts answer the same on both; a store the release
 at schema 3 made migrates forward and moves into PostgreSQL; many writers at once lose nothing and
 readers never see half a run; credentials never show."""
 
@@ -14,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO_ROOT
+from conftest import REPO_ROOT, cli_json, demo_project
+from test_history import _env as releases_env, four_releases, otava_env  # noqa: F401  (fixtures)
 from test_run_identity import demo  # noqa: F401  (the fixture: the demo recipes, small benchmarks)
 from toolkit.cli import main
 from toolkit.results.exchange import export, import_export
@@ -60,7 +62,9 @@ def test_a_sweep_recorded_into_postgresql_answers_as_in_sqlite(demo, home, pg_se
                                                              capsys):
     """The pipeline writes into PostgreSQL itself (--store URL); the same runs in SQLite give the
     same compare JSON, selection and listing, run ids included. Each run's files are kept in
-    `[store] artifacts`, checked on read. Then the database goes away in the middle of a run."""
+    `[store] artifacts`, checked on read: compare, report and publish read the answers from the
+    kept copies and name a missing or altered one (its answers not used). Then the database goes
+    away in the middle of a run."""
     pg = Store(pg_url)
     kept = tmp_path / "shared-artifacts"
     (home / "config.toml").write_text(f'[store]\nartifacts = "{kept}"\n')
@@ -74,19 +78,125 @@ def test_a_sweep_recorded_into_postgresql_answers_as_in_sqlite(demo, home, pg_se
     assert all(Path(a.path).is_file() and Path(a.path).is_relative_to(kept) for a in files)
     capsys.readouterr()
     assert main(["results", "--check-artifacts", "--store", pg_url]) == 0
-    first, second = files[0], files[-1]
-    Path(first.path).unlink()
-    Path(second.path).write_text("edited afterwards")
+    before = json.loads(_out(capsys, COMPARE, pg))
+    assert before["quality"]["demo/fast"] and not [n for n in before["notes"] if n.startswith("artifact")]
+
+    # a teammate's machine: no run directories, the answers read from the kept copies alone
+    shutil.rmtree(home / "runs")
+    assert json.loads(_out(capsys, COMPARE, pg)) == before
+    answers = {r.recipe: a for r in runs for a in files if a.run_id == r.run_id and a.name == "quality.json"}
+    fast, base = answers["demo/fast"], answers["demo/baseline"]
+    doc = json.loads(Path(fast.path).read_text())
+    Path(fast.path).write_text(json.dumps({**doc, "edited": True}))  # still answers, not the stored bytes
+    Path(base.path).unlink()
     capsys.readouterr()
     assert main(["results", "--check-artifacts", "--store", pg_url]) == 1
     out = capsys.readouterr().out
-    assert f"{first.name}: missing" in out and f"{second.name}: altered" in out and "2 not to be trusted" in out
+    assert f"{fast.name}: altered" in out and f"{base.name}: missing" in out and "2 not to be trusted" in out
+    after = json.loads(_out(capsys, COMPARE, pg))
+    warned = [n for n in after["notes"] if n.startswith("artifact: ")]
+    assert sorted(warned) == sorted([
+        f"artifact: run {fast.run_id[:8]} (demo/fast): quality.json altered ({fast.path}, sha256 not the stored "
+        "one): its answers not used",
+        f"artifact: run {base.run_id[:8]} (demo/baseline): quality.json missing ({base.path}): its answers not used"])
+    assert after["quality"]["demo/fast"] == {} and after["rows"] == before["rows"]  # the speed verdict stands
+    text = " ".join(_out(capsys, COMPARE[:-1], pg).split())  # the table, as a person reads it
+    assert all(f"note: {w}" in text for w in warned), text
+    capsys.readouterr()
+    assert main(["report", "demo/baseline", "demo/fast", "-o", str(tmp_path / "rep"), "--store", pg_url]) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert all(f"warning: {w}" in err for w in warned), err
+    assert all(w in (tmp_path / "rep" / "report.md").read_text() for w in warned)
+    rc, pub = cli_json(capsys, ["publish", "-o", str(tmp_path / "site"), "--store", pg_url])
+    assert rc == 0 and sorted(n.split(": ", 1)[1] for n in pub["notes"] if ": artifact: " in n) == sorted(warned)
+
+    # the same runs in SQLite (their kept files' records with them) answer the same, trust included
     lite = Store(tmp_path / "lite.sqlite")
     _move(pg, lite, tmp_path)
+    assert {(a.run_id, a.name, a.sha256) for a in lite.artifacts([r.run_id for r in runs])} == {
+        (a.run_id, a.name, a.sha256) for a in files}
     a, b = _answers(capsys, pg), _answers(capsys, lite)
     assert a["compare"]["rows"] and a == b
     pg.close()
     _pull_the_plug_mid_run(pg_server, pg_url)
+
+
+def _engines_json(capsys, argv: list[str], *stores: Store) -> list[dict]:
+    """`patchbench ARGV --json --store S` for each store: what each printed."""
+    out = []
+    for store in stores:
+        rc, doc = cli_json(capsys, [*argv, "--store", str(store.location)])
+        assert rc == 0, doc
+        out.append(doc)
+    return out
+
+
+def test_a_tracked_history_and_its_change_verdict_answer_alike_on_both_engines(home, monkeypatch, capsys,  # noqa: F811
+                                                                                tmp_path, pg_url, four_releases,
+                                                                                otava_env):
+    """`track` records the miniature's four releases into PostgreSQL itself; the same runs moved
+    into SQLite give the same `history --json`: series, definitions, change points and their verdict."""
+    releases_env(monkeypatch, four_releases)
+    pg = Store(pg_url)
+    rc, out = cli_json(capsys, ["track", "demo/update", "--source", "sglang", "--releases", "--store", pg_url])
+    assert rc == 0 and sorted(out["measured"]) == four_releases["versions"]
+    assert len(pg.tracked_runs("demo/update")) == 4
+    lite = Store(tmp_path / "lite.sqlite")
+    _move(pg, lite, tmp_path)
+    argv = ["history", "demo/update", "--metric", "output_tok_s@1", "--alpha", "0.05", "--max-pvalue", "0.05"]
+    a, b = _engines_json(capsys, argv, pg, lite)
+    assert [e["label"] for e in a["series"]] == four_releases["versions"] and a["not_enough_history"] is None
+    assert a == b
+    # and the next track finds every point measured on either engine
+    for store in (pg, lite):
+        rc, again = cli_json(capsys, ["track", "demo/update", "--source", "sglang", "--releases",
+                                      "--store", str(store.location)])
+        assert rc == 0 and again["measured"] == [] and sorted(again["already_measured"]) == four_releases["versions"]
+
+
+SLA_SWEEP = """\
+description = "two configurations of the miniature, an SLA search each"
+[sources.sglang]
+path = "../../upstream/minisglang"
+package_dir = "python"
+[build]
+mode = "full"
+[server]
+model = "minisglang/tiny"
+gpus = 0
+timeout_s = 60
+[server.args]
+tp-size = 1
+random-seed = 0
+mini-step-base-ms = 4
+mini-step-per-seq-us = 2500
+mini-prefill-base-ms = 0.5
+[benchmark]
+input_len = 8
+output_len = 8
+concurrency = [1, 4]
+num_prompts = 4
+warmup = 1
+repeats = 1
+[matrix]
+server.args.mini-step-per-seq-us = [2000]
+"""
+
+
+def test_an_sla_sweep_answers_alike_on_both_engines(tmp_path, monkeypatch, home, capsys, pg_url):
+    """`sweep --sla` measured into PostgreSQL; asked again, from PostgreSQL and from SQLite holding
+    the same runs, it reuses them all and gives the same ranking, SLA verdicts and Pareto front."""
+    proj = demo_project(tmp_path, monkeypatch)
+    (proj / "recipes" / "demo" / "slaw.toml").write_text(SLA_SWEEP)
+    argv = ["sweep", "demo/slaw", "--sla", "itl_ms_median<=10", "-o", str(proj / "o")]
+    rc, first = cli_json(capsys, [*argv, "--store", pg_url])
+    assert rc in (0, 1) and [v["sla"] for v in first["variants"]]
+    pg, lite = Store(pg_url), Store(tmp_path / "lite.sqlite")
+    _move(pg, lite, tmp_path)
+    a, b = _engines_json(capsys, argv, pg, lite)
+    assert len(pg.runs()) == len(lite.runs()) == sum(len(v["sla"]["measured"]) for v in first["variants"])
+    assert all(v["reused"] == len(v["sla"]["measured"]) for v in a["variants"]), a["variants"]
+    assert a == b
 
 
 def test_a_schema3_store_migrates_and_moves_into_postgresql(demo, pg_url, tmp_path, capsys):  # noqa: F811

@@ -98,3 +98,16 @@ def test_the_vocab_takes_sglangs_one_batch_ids_and_greedy_picks_a_written_token(
     head = load_file(str(tmp_path / "model.safetensors"))["lm_head.weight"]
     assert head.shape[0] == cfg["vocab_size"] > n
     assert not head[n:].any() and head[:n].any(axis=1).all()
+
+
+def test_home_flag_places_a_recipes_tiny_model_in_that_workspace(tmp_path, monkeypatch, capsys):
+    from conftest import REPO_ROOT
+    from toolkit.cli import main
+
+    monkeypatch.setenv("PATCHBENCH_HOME", str(tmp_path / "env-home"))
+    monkeypatch.setenv("PATCHBENCH_RECIPES", str(REPO_ROOT / "recipes"))
+    assert main(["show", "cpu/baseline", "--home", str(tmp_path / "flag-home")]) == 0
+    assert list((tmp_path / "flag-home" / "models").glob("tiny-glm4-moe-*/manifest.json"))
+    assert not (tmp_path / "env-home" / "models").exists()
+    import os
+    assert os.environ["PATCHBENCH_HOME"] == str(tmp_path / "env-home")  # restored after the command

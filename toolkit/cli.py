@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
+from pathlib import Path
 
 from rich.console import Console
 
@@ -72,6 +74,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    # `--home` is the workspace for everything the command reaches, including what resolves its
+    # place from the environment (a recipe's tiny:<name> model, the child processes it starts)
+    saved_home = os.environ.get("PATCHBENCH_HOME")
+    if getattr(args, "home", None):
+        os.environ["PATCHBENCH_HOME"] = str(Path(args.home).expanduser().resolve())
     try:
         return int(args._run(args) or 0)
     except PatchbenchError as exc:
@@ -94,6 +101,11 @@ def main(argv: list[str] | None = None) -> int:
         err_console.print(f"error: internal error in patchbench {args.verb}: {type(exc).__name__}: {exc}"
                           + (f" [traceback: {log}]" if log else ""), markup=False)
         return 1
+    finally:
+        if saved_home is None:
+            os.environ.pop("PATCHBENCH_HOME", None)
+        else:
+            os.environ["PATCHBENCH_HOME"] = saved_home
 
 
 if __name__ == "__main__":

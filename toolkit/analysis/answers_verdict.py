@@ -76,6 +76,9 @@ class QualityVerdict:
     p_value: float = 1.0
     agreement: float = float("nan")  # candidate's newest launch vs the reference's newest
     divergent: tuple[int, ...] = ()  # prompt indices where the candidate departs, in order
+    looks: int = 0  # candidate launches judged (the sequential verdict, toolkit.analysis.answers_sequential)
+    settled: bool = True  # False: the sequential verdict would look at another launch
+    rule: str = ""  # the legend of the sequential verdict's parameters ("": the fixed verdict's, legend())
 
     def to_dict(self) -> dict:
         d = dict(self.__dict__)

@@ -5,6 +5,8 @@ are the ones toolkit.analysis.selection chose (the baseline of the selection is 
 `verdicts(sel)` -> {variant: {point: QualityVerdict}} (empty when no run of the variant ran the
 check); `self_verdict(runs)` / `reference_floor(sel)`: a recipe against itself (its floor);
 `examples(sel, variant, point)`: the first prompts where the variant departed, both answers side by side.
+A candidate whose newest run was asked under the sequential rule (`extra.quality.rule`, toolkit.analysis.answers_rule)
+is judged by toolkit.analysis.answers_sequential with that run's design; `legends(answers)` names each rule used.
 The gate's verdict goes wherever the answers' go: `gate_verdicts(sel)` (compare, report),
 `meter_gates` (attribute, bisect: each prefix against the base), `gate_of` (sweep: each variant
 against the default configuration).
@@ -60,6 +62,23 @@ def _launches(sources, *, sane_only: bool) -> dict[int, list[Launch]]:
     return out
 
 
+def launches_of(sources, *, sane_only: bool = False) -> dict[int, list[Launch]]:
+    """Per point, one Launch per (run id, check status, artifact) of `sources` (as `answered` gives)."""
+    return _launches(sources, sane_only=sane_only)
+
+
+def design_of(runs: Sequence[RunRow]):
+    """The sequential answers design the newest of `runs` was asked under (`extra.quality.rule`), or None
+    (asked by the fixed rule: judged by the fixed verdict)."""
+    from toolkit.analysis.answers_sequential import Design
+
+    for run in reversed(list(runs)):
+        rule = (((run.extra or {}).get("quality") or {}).get("rule") or {}).get("sequential")
+        if rule:
+            return Design.from_dict(rule)
+    return None
+
+
 def launches(runs: Sequence[RunRow], *, sane_only: bool) -> dict[int, list[Launch]]:
     """Per point, one Launch per launch that answered for these runs (`sane_only`: checks that were ok)."""
     return _launches(answered(runs), sane_only=sane_only)
@@ -75,6 +94,11 @@ def _judge(ref: dict[int, list[Launch]], cand: dict[int, list[Launch]], candidat
     if not cand:
         why = _failed(candidate)
         return {0: QualityVerdict(0, FAILED, f"{FAILED}: {why}")} if why else {}
+    design = design_of(candidate)
+    if design is not None:  # asked launch by launch: judged by the same sequential rule
+        from toolkit.analysis import answers_sequential
+
+        return {p: answers_sequential.judge(p, ref.get(p, []), cand[p], design) for p in sorted(cand)}
     return {p: judge(p, ref.get(p, []), cand[p], alpha=alpha) for p in sorted(cand)}
 
 
@@ -168,7 +192,8 @@ def meter_verdicts(store, log: Sequence, names: Sequence[str]) -> dict[str, dict
     return _per_prefix(store, log, names, judge_runs)
 
 
-_RANK = ("broken output", "answers changed", "check failed", "not informative", "too few launches", "same answers")
+_RANK = ("broken output", "answers changed", "check failed", "not informative", "answers not settled",
+         "too few launches", "same answers")
 
 
 def worst(per: dict[int, QualityVerdict]) -> str | None:
@@ -217,6 +242,15 @@ def meter_gates(store, log: Sequence, names: Sequence[str]) -> dict:
     """attribute/bisect: the gate's verdict of each measured prefix against the base (prefix0),
     keyed "+K NAME" as meter_verdicts."""
     return _per_prefix(store, log, names, lambda base, rows: gate_of(rows, base))
+
+
+def legends(answers: dict) -> list[str]:
+    """The legend of each rule the verdicts of `answers` ({name: {point: QualityVerdict}}) were computed
+    by, once each: the fixed verdict's (toolkit.analysis.answers_verdict.legend) and each sequential design's."""
+    from toolkit.analysis.answers_verdict import legend
+
+    rules = [q.rule or legend() for per in answers.values() for q in per.values()]
+    return list(dict.fromkeys(rules)) or [legend()]
 
 
 def gate_lines(gates: dict) -> list[str]:

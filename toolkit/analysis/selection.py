@@ -2,8 +2,9 @@
 differed", the variant cache), and the one rule that reduces repeats to values.
 
 `choose(rows, recipes, criteria, measured=, current=, metrics=)` is pure over stored runs;
-`select(store, recipes, criteria, current=, metrics=)` is the thin store query in front of it. The
-rule, in order:
+`select(store, recipes, criteria, current=, metrics=)` is the thin store query in front of it (and
+`vouched`: the chosen runs' kept answers and GPU series checked against their sha256, a note for
+each missing or altered one, altered answers not used). The rule, in order:
 
 1. **Measurements only**: status `ok`; configuration verified (unless `unverified`); made by the
    recipe's benchmark driver (`RunRow.kind == "benchmark"`: `--until verify` runs and profiler runs
@@ -324,7 +325,23 @@ def select(store, recipes: Sequence[str], criteria: Criteria = Criteria(), *, cu
     `missing_evidence`; reading them lets a refusal say why), with the metrics each run measured."""
     rows = store.runs(recipe=list(dict.fromkeys(recipes)), status=["ok", "invalid"])
     measured = store.measured_metrics([r.run_id for r in rows])
-    return choose(rows, recipes, criteria, measured=measured, current=current, metrics=metrics)
+    return vouched(store, choose(rows, recipes, criteria, measured=measured, current=current, metrics=metrics))
+
+
+def vouched(store, sel: Selection) -> Selection:
+    """`sel` with its runs' kept verdict files checked (toolkit/results/artifacts.vouch): answers
+    read only from bytes with the stored sha256, a note per missing or altered file."""
+    from dataclasses import replace
+
+    from toolkit.results.artifacts import vouch
+
+    before = [r for rs in sel.runs.values() for r in rs]
+    runs, lines = vouch(store, before)
+    if runs == before and not lines:
+        return sel
+    by_id = {r.run_id: r for r in runs}
+    return replace(sel, runs={n: [by_id[r.run_id] for r in rs] for n, rs in sel.runs.items()},
+                   notes=(*sel.notes, *lines))
 
 
 def criteria_from_args(args) -> Criteria:

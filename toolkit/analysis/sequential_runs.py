@@ -118,6 +118,7 @@ def measure_until_settled(prepared: list[Prepared], *, home, store: Store, group
     failures = {p.name: 0 for p in prepared}  # launches that gave no value
     ref = prepared[0]
     rnd = 0
+    answer_rules = answer_rules_of(store, prepared, keys)
 
     def launchable(p: Prepared) -> bool:
         return (attempts[p.name] < design.max_repeats and len(runs[p.name]) < design.max_repeats
@@ -135,7 +136,8 @@ def measure_until_settled(prepared: list[Prepared], *, home, store: Store, group
         for p in order if rnd % 2 == 0 else order[::-1]:  # A B, B A, A B ...
             attempts[p.name] += 1
             try:
-                rid = run_once(p, home=home, store=store, repeat=len(runs[p.name]), group_id=group_id, console=console)
+                rid = run_once(p, home=home, store=store, repeat=len(runs[p.name]), group_id=group_id, console=console,
+                               answer_rule=answer_rules.get(p.name))
             except PatchbenchError as exc:  # the run could not even be begun in the store
                 failures[p.name] += 1
                 result["failed"].append((p.name, str(exc.located(recipe=p.name))))
@@ -152,6 +154,18 @@ def measure_until_settled(prepared: list[Prepared], *, home, store: Store, group
     result["used"] = {name: list(ids) for name, ids in runs.items()}
     result["spread_flags"] = spread_flags(store, prepared, runs)
     return current
+
+
+def answer_rules_of(store: Store, prepared: list[Prepared], keys: dict[str, str]) -> dict:
+    """{candidate: its toolkit.analysis.answers_rule rule}: a candidate's launch asks its answers only while
+    its sequential answers verdict against the reference (prepared[0], its stored runs of this identity)
+    is unsettled; the reference keeps its recipe's rule (its floor needs its launches)."""
+    from toolkit.analysis import answers_rule
+
+    ref = prepared[0]
+    reference = lambda: store.runs(recipe=ref.name, identity=keys[ref.name])  # noqa: E731
+    rules = {p.name: answers_rule.for_recipe(store, p, keys[p.name], reference) for p in prepared[1:]}
+    return {name: rule for name, rule in rules.items() if rule is not None}
 
 
 def spread_flags(store: Store, prepared: list[Prepared], runs: dict[str, list[str]]) -> list[dict]:

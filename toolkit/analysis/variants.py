@@ -95,6 +95,7 @@ class VariantMeter:
     log: list = field(default_factory=list)  # (label, run identity, values, run ids) for the report
     missing_evidence: bool = False  # runs stored invalid for missing activation evidence count too
     stored: dict = field(default_factory=dict)  # label -> values stored before its first measure (handed out first)
+    answers_design: object | None = None  # toolkit.analysis.answers_sequential.Design: sequential answers
 
     @property
     def point(self) -> int:
@@ -160,6 +161,21 @@ class VariantMeter:
             return EVERY_LAUNCH
         return 2 if label == "prefix0" else None
 
+    def _answer_rule(self, label: str, p, identity: str):
+        """With sequential launches (`answers_design`), a prefix other than the base asks its answers only
+        while its sequential answers verdict against the base (prefix0, the reference meter_verdicts
+        judges it against) is unsettled (toolkit.analysis.answers_rule); None: `_answer_launches`."""
+        base = self._prepared.get("prefix0")
+        if self.answers_design is None or label == "prefix0" or self.spec.metric in ANSWER_METRICS or base is None:
+            return None
+        from toolkit.analysis import answers_rule
+        from toolkit.run.identity import expected_identity
+
+        base_key = expected_identity(base.recipe, base.env.key, self.gpu_key)
+        return answers_rule.for_recipe(self.store, p, identity,
+                                       lambda: self.store.runs(recipe=base.name, identity=base_key),
+                                       self.answers_design)
+
     def measure(self, label: str, overrides: dict, repeats: int, recipe: Recipe | None = None) -> list[float] | None:
         """`repeats` values not handed out before for this env: stored ones first, then new runs.
         `recipe`: a variant recipe (another release) instead of overrides of this one."""
@@ -181,7 +197,8 @@ class VariantMeter:
         ids = list(take)
         while len(values) < repeats:
             run_id = run_once(p, home=self.home, store=self.store, repeat=len(used), group_id=self.group_id,
-                              console=self.console, answer_launches=self._answer_launches(label))
+                              console=self.console, answer_launches=self._answer_launches(label),
+                              answer_rule=self._answer_rule(label, p, key))
             self.runs += 1
             used.add(run_id)
             ids.append(run_id)

@@ -90,6 +90,10 @@ def run(args) -> int:
                                   cfg=cluster_config(args, meter.home), command="attribute")
     repeats = args.repeats or recipe.benchmark.repeats
     design = step_design(args, recipe)
+    if design is not None:  # sequential launches: a prefix asks its answers only while their verdict is unsettled
+        from toolkit.analysis.answers_sequential import Design as AnswersDesign
+
+        meter.answers_design = AnswersDesign()
     names = [patch_label(recipe, p) for _, p in stack]
     if args.executor == "slurm":  # every variant at once, on as many nodes
         meter.submit_ahead([(f"prefix{k}", prefix_overrides(recipe, k), repeats) for k in range(len(stack) + 1)]
@@ -118,7 +122,7 @@ def run(args) -> int:
     result = attribute(prefix_values, higher_is_better=info.higher_is_better, names=names,
                        leave_one_out=loo or None, unit=info.unit, skipped=skipped or None,
                        min_effect=args.min_effect, sequential=design, stored=meter.stored if design else None)
-    from toolkit.analysis import answers_verdict, quality_runs
+    from toolkit.analysis import quality_runs
 
     answers = quality_runs.meter_verdicts(meter.store, meter.log, names)
     gates = quality_runs.meter_gates(meter.store, meter.log, names)
@@ -144,7 +148,8 @@ def run(args) -> int:
     for line in quality_runs.lines(answers):
         console.print(f"answers: {line}", markup=False, highlight=False)
     if answers:
-        console.print(f"[dim]{answers_verdict.legend()}[/]")
+        for rule in quality_runs.legends(answers):
+            console.print(f"[dim]{rule}[/]", markup=True)
     print_gates(gates)
     print_runs_used(meter)
     console.print(f"{meter.builds} variant(s) prepared, {meter.runs} new run(s); cached values reused per env key")

@@ -99,6 +99,9 @@ def run(args) -> int:
               direction=args.direction, reference=args.reference, sequential=not args.fixed)
     if not args.fixed:  # one more value a side after each look, as the sequential rule looks
         kw["repeat_step"] = 1
+        from toolkit.analysis.answers_sequential import Design as AnswersDesign
+
+        meter.answers_design = AnswersDesign()  # a probe asks its answers only while their verdict is unsettled
     repro = ["patchbench", "bisect", recipe.name, "--metric", args.metric, "--threshold", str(args.threshold)]
     if args.direction != "worse":
         repro += ["--direction", args.direction]

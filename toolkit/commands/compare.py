@@ -160,7 +160,7 @@ def run(args) -> int:
         from toolkit.analysis import sequential as seq
 
         legend += "\n" + f"rows under {stats.DEFAULT_MIN_REPEATS} launches each: " + seq.legend(design)
-    from toolkit.analysis import answers_verdict, quality_runs
+    from toolkit.analysis import quality_runs
 
     answers = quality_runs.verdicts(sel)
     floor = quality_runs.reference_floor(sel)
@@ -191,7 +191,8 @@ def run(args) -> int:
     for rule in dict.fromkeys(g.rule for g in gates.values() if g.rule):
         console.print(f"[dim]{escape(rule)}[/]")
     if any(answers.values()) or floor:
-        console.print(f"[dim]{answers_verdict.legend()}[/]")
+        for rule in quality_runs.legends({**floor, **answers}):
+            console.print(f"[dim]{escape(rule)}[/]")
     for line in sel.describe():
         console.print(f"[dim]runs used:[/] {escape(line)}", highlight=False)
     for line in sel.notes:

@@ -2,7 +2,8 @@
 with its change points found by Apache Otava's E-Divisive (magnitude, direction, p-value), a plot (PNG
 and SVG) with the change points marked, and, with `--bisect`, the existing bisect started on each new
 change point (regressions; `--direction better` gains, `both` both) between its neighbouring measured
-points, naming the commit (`--git REPO` for a release history). Verdicts are kept, shown with their
+points, naming the commit (`--git REPO` for a release history). A stretch (a regression fixed a few
+points later, which Otava does not propose) is two change points, bisected together. Verdicts are kept, shown with their
 change point, and never bisected twice."""
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ def add_arguments(parser) -> None:
                         help="the change-point verdict's false-alarm rate per series (default %(default)s)")
     parser.add_argument("--min-magnitude", type=float, default=DEFAULTS["min_magnitude"],
                         help="Otava's minimum relative change (default 0.03 = 3%%; Otava's own: 0)")
-    parser.add_argument("--bisect", action="store_true", help="bisect each new change point in --direction")
+    parser.add_argument("--bisect", action="store_true",
+                        help="bisect each new change point in --direction (both ends of a stretch)")
     parser.add_argument("--direction", choices=("worse", "better", "both"), default="worse",
                         help="which change points to bisect: regressions (default), gains, or both")
     parser.add_argument("--git", metavar="URL|PATH", help="release history: the project's git repository")
@@ -101,8 +103,11 @@ def run(args) -> int:
             lock.acquire(timeout=0)
         except Exception:
             raise TrackBusy(f"a `patchbench track` is running in {home}; bisect when it is done") from None
+        # a stretch's two ends go together: the commit that fixed a regression is asked for with it
+        asked = {c.stretch for c, ch in zip(cps, changes) if c.stretch and ch[2] in wanted}
+        chosen = [ch for c, ch in zip(cps, changes) if ch[2] in wanted or (c.stretch and c.stretch in asked)]
         try:
-            _, bisected_now = bisect_new(recipe, source, [c for c in changes if c[2] in wanted], spec=spec, home=home,
+            _, bisected_now = bisect_new(recipe, source, chosen, spec=spec, home=home,
                                          store=store, console=err, git=args.git, tag_format=args.tag_format,
                                          threshold=args.threshold, repeats=args.repeats, max_repeats=args.max_repeats,
                                          group_id=uuid.uuid4().hex[:12])
@@ -159,7 +164,7 @@ def _print(hist, rows, why_none, plot, spec) -> None:
     if why_none:
         console.print(why_none)
     elif not rows:
-        console.print("no change points (Otava's E-Divisive)")
+        console.print("no change points (Otava's E-Divisive, and no stretch)")
     from toolkit.history.changes import line as change_line
 
     for r in rows:

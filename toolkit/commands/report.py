@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from toolkit.commands.common import definitions, known_recipes, console, home_of, store_of
+from toolkit.commands.common import definitions, known_recipes, console, err, home_of, store_of
 
 HELP = "write report.md (PR-ready table + PNG plots) and report.html (self-contained, SVG plots) for recipes"
 
@@ -99,6 +99,9 @@ def run(args) -> int:
         raise BadInput(f"cannot write the report to {out}: {exc.strerror or exc}") from None
     for line in data.selection:
         console.print(f"used {line}", markup=False)
+    for line in data.notes:
+        if line.startswith("artifact: "):  # a kept file a verdict stands on is missing or altered
+            err.print(f"warning: {line}", markup=False, highlight=False)
     console.print(str(md), markup=False)
     console.print(str(page), markup=False)
     return 0

@@ -59,12 +59,17 @@ class JobStore(Store):
         self.export()
         return run_id
 
-    def record_run(self, fields_: dict, samples=()) -> str:
+    def record_run(self, fields_: dict, samples=(), artifacts=()) -> str:
         """A whole run recorded at once (a tracked point whose stack does not apply): stamped too."""
-        run_id = super().record_run(self._stamped({"extra": None, "log_paths": None, **fields_}), samples)
+        run_id = super().record_run(self._stamped({"extra": None, "log_paths": None, **fields_}), samples, artifacts)
         self.mine.append(run_id)
         self.export()
         return run_id
+
+    def add_artifacts(self, artifacts) -> None:
+        """A finished run's kept files ([store] artifacts): in the export too, imported with the run."""
+        super().add_artifacts(artifacts)
+        self.export()
 
     def finish_run(self, run_id: str, status: str, *args, **kw) -> None:
         # the pipeline's final extra/log_paths replace the begun ones: keep the job's stamp in them

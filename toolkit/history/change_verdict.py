@@ -1,23 +1,39 @@
-"""The change-point verdict (pure): which of Otava's change points count, at a stated false-alarm
-rate per series, `alpha` (history's --alpha, default 0.01).
+"""The change-point verdict (pure): which change points of a tracked series count, at a stated
+false-alarm rate per series, `alpha` (history's --alpha, default 0.01).
 
 Otava's p-value is that of a t-test at the split E-Divisive chose, the best of every place the
 series could split, so a flat series shows "a change point at p < max_pvalue" far more often than
 max_pvalue (measured, benchmarks/verdict_calibration.py: 20 points of 3% noise, p < 0.001 in 5.6% of
 flat series with max_pvalue 0.01 given to Otava, 1.9% with 0.001). Scaling Otava's p by the places
 its segment could split is not enough either (0.9%, then 0.3%): the segments themselves are chosen
-from the data. The rule here:
+from the data. And Otava proposes nothing for a regression fixed a few points later (100, 100, 100,
+50, 50, 100, 100): E-Divisive's halves have about the same mean. The rule here:
 
-1. the series changes at all only when the best split of the *whole* series passes Student's
-   two-sample t-test (pooled variance) at alpha / (n - 1), n - 1 being the places a series of n
-   points can split (Bonferroni over exact tests: a flat series with gaussian noise shows a change
-   point at most alpha of the time, whatever its length);
-2. then each of Otava's change points counts when the same t-test between the points on either side
+1. the series changes at all only when its best single split (a step) or its best stretch (an
+   interval of points against all the others, toolkit/history/stretch.py) passes Student's
+   two-sample t-test (pooled variance), Bonferroni-adjusted within its kind and given its share of
+   alpha: a step at STEP_SHARE * alpha / (n - 1), n - 1 the places a series of n points can split;
+   a stretch at (1 - STEP_SHARE) * alpha / K, K the stretches it can hold. By the union bound, a
+   flat series with gaussian noise shows a change point at most alpha of the time, whatever its
+   length. (Why Bonferroni and not a calibration of the max statistic: it is exact for any length
+   with no simulation at run time, and on short series, where power is scarce, the best split's
+   and the best stretch's alarms barely overlap, so a calibration would gain little there; a
+   permutation test cannot reach alpha at all there: two low points among seven can lie in 21
+   ways, 7 of them a stretch, so its p is never under 1/3.)
+2. each of Otava's change points counts when the same t-test between the points on either side
    of it (up to the neighbouring change points) passes at alpha / the places that segment could
-   split; `pvalue` is that adjusted value (Otava's own is kept beside it, `otava_pvalue`).
+   split; `pvalue` is that adjusted value (Otava's own is kept beside it, `otava_pvalue`);
+3. between the change points that count (the whole series when none does), the best stretch of
+   each segment counts when it fits better than the segment's best split (a larger t at the same
+   degrees of freedom: a step that Otava missed is not read as a stretch), passes at
+   (1 - STEP_SHARE) * alpha / the stretches the segment could hold, and differs from the rest by
+   at least `min_magnitude`. It counts as two change points, its start and its end (`stretch`:
+   their indices), each bisectable ("regression at X, fixed at Y"). Where Otava found only one end
+   of a stretch (it sees a stretch near an end of the series as a step), the best stretch between
+   that change point's neighbours, when it counts the same way and ends there, replaces it.
 Otava's candidates themselves (its max_pvalue, 0.001, and `min_magnitude` floor) only remove change
 points. The price of a per-series rate is power on short series: 4 points (2 on each side, 2
-degrees of freedom) need the step to be about 17 times the points' pooled standard deviation at
+degrees of freedom) need a step to be about 21 times the points' pooled standard deviation at
 alpha 0.01 (a halving of throughput with noise under ~2%).
 """
 
@@ -25,9 +41,33 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
+
+from toolkit.history import stretch as stretches
+
+STEP_SHARE = 2 / 3  # of alpha, for steps; the rest for stretches (a stretch is the rarer shape)
+
+
+@dataclass(frozen=True)
+class ChangePoint:
+    index: int  # the first point after the change
+    forward_change_percent: float
+    magnitude: float
+    mean_before: float
+    mean_after: float
+    stddev_before: float
+    stddev_after: float
+    pvalue: float  # adjusted for the places the segment could split (or hold a stretch)
+    otava_pvalue: float | None = None  # Otava's own, at the split it chose (None: not Otava's)
+    splits: int = 1  # the places the segment between the neighbouring change points could split
+    stretch: tuple[int, int] | None = None  # an end of a stretch: its (first point, first point after)
+
+    def direction(self, higher_is_better: bool) -> str:
+        up = self.forward_change_percent > 0
+        return "better" if up == higher_is_better else "worse"
 
 
 def split_pvalues(values: Sequence[float]) -> np.ndarray:
@@ -57,15 +97,59 @@ def _segment_p(values: Sequence[float], lo: int, at: int, hi: int) -> float:
 
 
 def changed(values: Sequence[float]) -> float:
-    """The whole series' adjusted p: its best split's, times the places it could split."""
+    """The whole series' best split's p, times the places it could split."""
     p = split_pvalues(values)
     return min(1.0, float(p.min()) * len(p)) if len(p) else 1.0
 
 
-def judge(values: Sequence[float], found: Sequence, *, alpha: float) -> list:
-    """The change points of `found` (toolkit.history.otava.ChangePoint, in index order) of the
-    series `values` that count, each with `pvalue` adjusted and `otava_pvalue` Otava's own."""
-    if not found or changed(values) >= alpha:
+def _stretch_p(s: stretches.Stretch | None) -> float:
+    """A best stretch's p, times the stretches its series could hold."""
+    return 1.0 if s is None else min(1.0, s.p * s.places)
+
+
+def gate(values: Sequence[float]) -> float:
+    """The whole series' p of any change: the best step's or the best stretch's adjusted p over its
+    share of alpha, the smaller (union bound: under 1.0 only when one is)."""
+    return min(1.0, changed(values) / STEP_SHARE, _stretch_p(stretches.best(values)) / (1 - STEP_SHARE))
+
+
+def _ends(values: Sequence[float], s: stretches.Stretch, lo: int, p: float) -> list[ChangePoint]:
+    """A stretch of values[lo:...] as its two change points (indices into `values`)."""
+    span = (lo + s.start, lo + s.end)
+    into = 100 * (s.mean_in / s.mean_before - 1) if s.mean_before else 0.0
+    back = 100 * (s.mean_after / s.mean_in - 1) if s.mean_in else 0.0
+    return [ChangePoint(span[0], into, abs(into) / 100, s.mean_before, s.mean_in, s.sd_before, s.sd_in, p,
+                        splits=s.places, stretch=span),
+            ChangePoint(span[1], back, abs(back) / 100, s.mean_in, s.mean_after, s.sd_in, s.sd_after, p,
+                        splits=s.places, stretch=span)]
+
+
+def _segment_stretch(values: Sequence[float], lo: int, hi: int, *, alpha: float,
+                     min_magnitude: float) -> list[ChangePoint]:
+    """The best stretch of values[lo:hi] as two change points, when it counts (rule 3), else []."""
+    seg = list(values[lo:hi])
+    s = stretches.best(seg)
+    if s is None or abs(s.change) < min_magnitude:
+        return []
+    p = _stretch_p(s)
+    if not p < (1 - STEP_SHARE) * alpha or not s.t > _split_t(seg):
+        return []
+    return _ends(values, s, lo, p)
+
+
+def _split_t(values: Sequence[float]) -> float:
+    """The largest |t| of any single split of values (same statistic as split_pvalues)."""
+    n = len(values)
+    starts = np.zeros(n - 1, dtype=int)
+    ends = np.arange(1, n)
+    # a split is a "stretch" touching the start: the same two-level t
+    return float(stretches.interval_t(values, starts, ends).max()) if n > 2 else 0.0
+
+
+def judge(values: Sequence[float], found: Sequence, *, alpha: float, min_magnitude: float = 0.0) -> list:
+    """The change points of `values` that count: those of `found` (Otava's, in index order), each with
+    `pvalue` adjusted and `otava_pvalue` Otava's own, and the ends of the stretches between them."""
+    if gate(values) >= alpha:
         return []
     idx = [0, *(c.index for c in found), len(values)]
     out = []
@@ -74,11 +158,24 @@ def judge(values: Sequence[float], found: Sequence, *, alpha: float) -> list:
         if p < alpha and not math.isnan(p):
             raw = c.otava_pvalue if c.otava_pvalue is not None else c.pvalue
             out.append(dataclasses.replace(c, pvalue=p, otava_pvalue=raw, splits=idx[i + 2] - idx[i] - 1))
-    return out
+    cut = [0, *(c.index for c in out), len(values)]
+    for lo, hi in zip(cut, cut[1:]):
+        out += _segment_stretch(values, lo, hi, alpha=alpha, min_magnitude=min_magnitude)
+    # Otava found one end of a stretch (near an end of the series, where it sees a step): the stretch
+    # across that change point, when it counts, replaces it by its two ends
+    for k in range(1, len(cut) - 1):
+        ends = _segment_stretch(values, cut[k - 1], cut[k + 1], alpha=alpha, min_magnitude=min_magnitude)
+        if ends and cut[k] in {e.index for e in ends} and not any(c.stretch for c in out if c.index == cut[k]):
+            out = [c for c in out if c.index != cut[k]] + ends
+    return sorted(out, key=lambda c: c.index)
 
 
 def legend(*, alpha: float, max_pvalue: float, min_magnitude: float) -> str:
     """The rule `judge` (and Otava's options) decide with, in one line."""
+    step, rest = STEP_SHARE * alpha, (1 - STEP_SHARE) * alpha
     return (f"change point: Otava's E-Divisive split (its p < {max_pvalue:g}, a change of at least {min_magnitude:.0%}), "
-            f"counted when Student's t across it, times the places its segment could split, is under {alpha:g} (the "
-            f"whole series' best split first: a flat series shows a change point at most {alpha:g} of the time)")
+            f"counted when Student's t across it, times the places its segment could split, is under {alpha:g}; a "
+            f"stretch (at least {stretches.MIN_POINTS} points against the rest, e.g. a regression fixed later) counts as "
+            f"its two ends when Student's t, times the places a stretch could lie, is under {rest:.2g} and it fits "
+            f"better than a single split; first the whole series' best split must pass {step:.2g} or its best stretch "
+            f"{rest:.2g}: a flat series shows a change point at most {alpha:g} of the time")

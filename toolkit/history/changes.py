@@ -1,6 +1,7 @@
-"""A tracked series' change points as rows (pure): each of Otava's change points with its neighbouring
-measured points, direction, size and significance, and the bisect verdict stored for it; the marks
-the history plot draws from them; and the line that states one. Shared by `patchbench history` and
+"""A tracked series' change points as rows (pure): each change point (Otava's, or an end of a stretch:
+toolkit/history/change_verdict.py) with its neighbouring measured points, direction, size and
+significance, and the bisect verdict stored for it; the marks the history plot draws from them; and
+the line that states one (a stretch's start says where it ends: "regression at X, fixed at Y"). Shared by `patchbench history` and
 the published site (toolkit/report/site_history.py)."""
 
 from __future__ import annotations
@@ -27,8 +28,19 @@ def rows(hist: History, cps: Sequence[ChangePoint], spec: MetricSpec, verdicts: 
         out.append({"index": c.index, "before": before.label, "after": after.label, "after_id": after.id,
                     "direction": direction, "change_pct": c.forward_change_percent, "magnitude": c.magnitude,
                     "pvalue": c.pvalue, "otava_pvalue": c.otava_pvalue, "splits": c.splits,
-                    "mean_before": c.mean_before, "mean_after": c.mean_after, "bisect": verdicts.get(key), "bisected_now": key in bisected_now})
+                    "mean_before": c.mean_before, "mean_after": c.mean_after, "bisect": verdicts.get(key),
+                    "bisected_now": key in bisected_now, "stretch": _stretch(measured, c)})
     return out
+
+
+def _stretch(measured: Sequence, c: ChangePoint) -> dict | None:
+    """An end of a stretch: the stretch's points, this end's role, and both ends' labels."""
+    if c.stretch is None:
+        return None
+    start, end = c.stretch
+    return {"first": measured[start].label, "last": measured[end - 1].label, "points": end - start,
+            "end": "start" if c.index == start else "end", "start_after": measured[start].label,
+            "end_after": measured[end].label if end < len(measured) else None}
 
 
 def marks(hist: History, change_rows: Sequence[dict]) -> list[dict]:
@@ -43,6 +55,14 @@ def line(r: dict) -> str:
     text = (f"change point {r['before']} -> {r['after']}: {r['change_pct']:+.1f}% ({r['direction']}), "
             f"p={r['pvalue']:.2g}" + (f" (Otava's {r['otava_pvalue']:.2g}; {r['splits']} places it could split)"
                                       if r.get("otava_pvalue") is not None else ""))
+    s = r.get("stretch")
+    if s:
+        came, went = ("regression", "fixed") if r["direction"] == "worse" else ("gain", "lost")
+        if s["end"] == "start":
+            text += (f" ({s['points']} points {s['first']} .. {s['last']} against the rest; {r['splits']} places a "
+                     f"stretch could lie): {came} at {s['start_after']}, {went} at {s['end_after']}")
+        else:
+            text += f" (the end of the stretch {s['first']} .. {s['last']})"
     b = r["bisect"]
     if b:
         text += f"; bisect: {b.get('culprit') or 'no single commit'} ({b.get('message', '')})"

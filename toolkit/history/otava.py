@@ -11,8 +11,8 @@ the split, so a series of fewer than `MIN_POINTS` (4) values can show no change 
 says "not enough history" instead of "no change".
 
 Which of Otava's change points count (Student's t across the split, Bonferroni over the places the
-series could split, so a flat series shows one at most `alpha` of the time):
-toolkit/history/change_verdict.py.
+series could split, so a flat series shows one at most `alpha` of the time), and the stretches Otava
+cannot see (a regression fixed a few points later: two change points): toolkit/history/change_verdict.py.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from pathlib import Path
 
 from toolkit.envs.tool_env import ToolEnv
 from toolkit.history import change_verdict
+from toolkit.history.change_verdict import ChangePoint  # noqa: F401 - the change point's type, here since Otava came first
 from toolkit.errors import PatchbenchError
 from toolkit.resources import PROBES_DIR
 
@@ -40,24 +41,6 @@ DEFAULTS = {"window": 50, "max_pvalue": 0.001, "min_magnitude": 0.03, "alpha": 0
 
 class NotEnoughHistory(PatchbenchError):
     """Fewer points than E-Divisive can split."""
-
-
-@dataclass(frozen=True)
-class ChangePoint:
-    index: int  # the first point after the change
-    forward_change_percent: float
-    magnitude: float
-    mean_before: float
-    mean_after: float
-    stddev_before: float
-    stddev_after: float
-    pvalue: float  # adjusted for the places the segment could split (toolkit.history.change_verdict)
-    otava_pvalue: float | None = None  # Otava's own, at the split it chose
-    splits: int = 1  # the places the segment between the neighbouring change points could split
-
-    def direction(self, higher_is_better: bool) -> str:
-        up = self.forward_change_percent > 0
-        return "better" if up == higher_is_better else "worse"
 
 
 @dataclass(frozen=True)
@@ -101,5 +84,6 @@ def detect_many(many: list[list[float]], home: Path, *, window: int = DEFAULTS["
         raise PatchbenchError(f"Apache Otava failed: {tail}")
     out = json.loads(res.stdout.strip().splitlines()[-1])
     return [Detection(change_verdict.judge(values, [ChangePoint(**c) for c in r["change_points"]],
-                                           alpha=alpha), r["analysis_s"], out["otava"], out["options"])
+                                           alpha=alpha, min_magnitude=min_magnitude),
+                      r["analysis_s"], out["otava"], out["options"])
             for values, r in zip(many, out["results"])]

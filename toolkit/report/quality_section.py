@@ -13,11 +13,12 @@ from toolkit.report.tables import esc, html_table, md_table
 def collect(sel) -> dict:
     """{variant: [{"point", "verdict", "text", "examples": [{id, prompt, reference, variant}]}]},
     the baseline against itself first ("NAME (against itself)": its floor)."""
-    out: dict = {f"{name} (against itself)": [{"point": p, "verdict": q.verdict, "text": q.text, "examples": []}
+    out: dict = {f"{name} (against itself)": [{"point": p, "verdict": q.verdict, "text": q.text, "examples": [],
+                                              "rule": q.rule}
                                              for p, q in per.items()]
                  for name, per in quality_runs.reference_floor(sel).items()}
     for variant, per in quality_runs.verdicts(sel).items():
-        out[variant] = [{"point": p, "verdict": q.verdict, "text": q.text,
+        out[variant] = [{"point": p, "verdict": q.verdict, "text": q.text, "rule": q.rule,
                          "examples": quality_runs.examples(sel, variant, p, q) if p else []}
                         for p, q in per.items()]
     return {v: items for v, items in out.items() if items}
@@ -38,6 +39,11 @@ def verdict_at(data: dict, variant: str, point: int) -> str | None:
     bad = sorted((i for i in items if i["verdict"] in ("broken output", "answers changed")),
                  key=lambda i: i["verdict"] != "broken output")
     return f"{bad[0]['verdict']} (at c={bad[0]['point']})" if bad else None
+
+
+def _legends(data: dict) -> list[str]:
+    """Each rule the verdicts were computed by, once (an item without one: the fixed verdict's)."""
+    return list(dict.fromkeys(i.get("rule") or answers_verdict.legend() for items in data.values() for i in items))
 
 
 def _short(text: str, n: int = 160) -> str:
@@ -63,7 +69,7 @@ def markdown(data: dict, baseline: str, gate: dict | None = None) -> list[str]:
                 lines.append("")
     lines += ["", *(f"{rule}." for rule in dict.fromkeys(g["rule"] for g in gate.values() if g["rule"]))]
     if data:
-        lines += ["", answers_verdict.legend() + "."]
+        lines += ["", *(f"{rule}." for rule in _legends(data))]
     return lines
 
 
@@ -85,7 +91,7 @@ def html_section(data: dict, baseline: str, gate: dict | None = None) -> list[st
     parts.append("</ul>")
     parts += [f'<p class="note">{esc(rule)}.</p>' for rule in dict.fromkeys(g["rule"] for g in gate.values() if g["rule"])]
     if data:
-        parts.append(f'<p class="note">{esc(answers_verdict.legend())}.</p>')
+        parts += [f'<p class="note">{esc(rule)}.</p>' for rule in _legends(data)]
     return parts
 
 

@@ -39,7 +39,13 @@ from toolkit.report.tables import esc, html_table
 class Published:
     root: Path
     pages: list = field(default_factory=list)  # relative paths of the HTML pages written
-    notes: list = field(default_factory=list)  # pages that say why they have no results
+    notes: list = field(default_factory=list)  # pages that say why they have no results; untrusted files
+
+    def artifact_notes(self, page: str, data) -> None:
+        """The page's lines on kept files missing or altered (toolkit/results/artifacts.vouch), once each."""
+        for line in (data.notes if data else ()):
+            if line.startswith("artifact: ") and not any(n.endswith(line) for n in self.notes):
+                self.notes.append(f"{page}: {line}")
 
 
 def _point_label(kind: str, point: int) -> str:
@@ -129,6 +135,7 @@ def publish(store, out: Path, *, home: Path, current: dict | None = None, stacks
         data, why = _report_page(store, out, page, [base, var], f"{var} vs {base}", extra, current)
         verdicts[var] = verdict_summary(data) if data else f"not compared: {why}"
         pub.pages.append(page)
+        pub.artifact_notes(page, data)
         if why:
             pub.notes.append(f"{page}: {why}")
 
@@ -166,8 +173,9 @@ def publish(store, out: Path, *, home: Path, current: dict | None = None, stacks
         extra = ("<h2>Pages</h2><ul>" + "".join(f"<li>{x}</li>" for x in links) + "</ul>" if links else "")
         extra += _kernels(home, [n], out, Site.recipe_assets(n))
         extra += f"<h2>Runs ({len(runs[n])})</h2>" + _runs_table(list(reversed(runs[n]))[:200])
-        _, why = _report_page(store, out, page, [n], n, extra, current)
+        data, why = _report_page(store, out, page, [n], n, extra, current)
         pub.pages.append(page)
+        pub.artifact_notes(page, data)
         if why:
             pub.notes.append(f"{page}: {why}")
 

@@ -106,7 +106,7 @@ def write_page(site: Path, recipe: str, series: list[Series], pages: dict[str, s
         title = f"{recipe}: {s.spec} across {s.source} history"
         fig = history_figure(title, f"{s.spec.metric} ({s.spec.info.unit})", [e.label for e in s.hist.entries],
                              [e.value for e in s.hist.entries], changes.marks(s.hist, s.rows))
-        lines = [changes.line(r) for r in s.rows] or [s.why_none or "no change points (Otava's E-Divisive)"]
+        lines = [changes.line(r) for r in s.rows] or [s.why_none or "no change points (Otava's E-Divisive, and no stretch)"]
         lines += s.hist.older_lines()
         stem = slug(f"{s.source}-{s.spec.metric}@{s.spec.point}")
         paths = {k: Path(v) for k, v in write_history_plot(fig, assets, stem, title, lines).items()}

@@ -8,7 +8,8 @@
     engine    where the store is (path, postgresql:// URL, [store] config) and how it is reached
     migrations/  Alembic migrations, run by the store (legacy: the SQL of schemas 1..3; schema.py)
     store     the results store on either engine: transactions, queries; the only writer
-    artifacts a run's files kept in a shared directory, their sha256 checked on read
+    artifacts a run's files kept in a shared directory, their sha256 checked on read; vouch: the
+              answers and GPU series a verdict uses, held to their sha256
     exchange  JSON/CSV export, idempotent re-import
     jobs      the Slurm jobs table and the exactly-once import of a finished job's runs
 

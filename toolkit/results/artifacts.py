@@ -4,7 +4,10 @@ With `[store] artifacts = "/shared/dir"` in the user config (toolkit/results/eng
 every file of a finished run's directory is copied to `DIR/<run id>/<its relative path>` and the
 store records its path, sha256 and size (`artifacts` table). Reading them back is checked: a file
 that is gone is `missing`, one whose bytes no longer hash to what was stored is `altered`; neither
-is trusted. Effects: file copies (keep), file reads (check).
+is trusted. `vouch(store, runs)`: the runs a verdict uses, their answers read only from bytes with
+the stored sha256 (the kept copy, else the run's own directory when it still holds the same bytes;
+neither: the answers are not used), and one line per verdict file (`VERDICT_FILES`) that is not
+ok. Effects: file copies (keep), file reads (check, vouch).
 """
 
 from __future__ import annotations
@@ -12,8 +15,13 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Sequence
+
+ANSWERS = "quality.json"  # the answers (toolkit/run/quality.py ARTIFACT)
+GPU_SERIES = "gpu_state.json"  # the GPU state series (toolkit/run/gpustate/record.py ARTIFACT)
+VERDICT_FILES = (ANSWERS, GPU_SERIES)  # the kept files a verdict stands on: checked where it is given
 
 
 @dataclass(frozen=True)
@@ -53,14 +61,67 @@ def keep(store, run_id: str, run_dir: Path, root: Path) -> list[Artifact]:
 
 def check(store, run_ids: list[str]) -> list[Artifact]:
     """The artifacts of `run_ids` as stored, each with its state now: ok, missing or altered."""
-    out = []
-    for a in store.artifacts(run_ids):
-        p = Path(a.path)
-        if not p.is_file():
-            state = "missing"
-        elif p.stat().st_size != a.size or sha256_of(p) != a.sha256:
-            state = "altered"
+    return [_state(a) for a in store.artifacts(run_ids)]
+
+
+def _state(a: Artifact) -> Artifact:
+    p = Path(a.path)
+    if not p.is_file():
+        return replace(a, state="missing")
+    ok = p.stat().st_size == a.size and sha256_of(p) == a.sha256
+    return replace(a, state="ok" if ok else "altered")
+
+
+def _same_bytes(path, a: Artifact) -> bool:
+    try:
+        p = Path(path)
+        return p.is_file() and p.stat().st_size == a.size and sha256_of(p) == a.sha256
+    except (OSError, TypeError):
+        return False
+
+
+def vouch(store, runs: Sequence) -> tuple[list, list[str]]:
+    """(`runs` with each answers path, `extra.quality.artifact` and `answers_from`, pointing at bytes
+    that hash to the store's sha256, or None; one line per kept verdict file of these runs, or of
+    the earlier launches answering for them, that is missing or altered, naming the run and the
+    file). A run with no kept answers keeps its path (there is no sha256 to hold it to)."""
+    runs = list(runs)
+    quality = [((r.extra or {}).get("quality") or {}) for r in runs]
+    local = {}  # run id -> the answers path its record names (in its run directory)
+    for r, q in zip(runs, quality):
+        if q.get("artifact"):
+            local.setdefault(r.run_id, q["artifact"])
+        for f in q.get("answers_from") or []:
+            if f and len(f) > 1 and f[1]:
+                local.setdefault(f[0], f[1])
+    ids = list(dict.fromkeys([r.run_id for r in runs] + list(local)))
+    kept = {(a.run_id, a.name): _state(a) for a in store.artifacts(ids) if a.name in VERDICT_FILES} if ids else {}
+    if not kept:
+        return runs, []
+    answers_at = {}  # run id -> where its answers are read (None: nowhere trusted)
+    for (rid, name), a in kept.items():
+        if name == ANSWERS:
+            answers_at[rid] = a.path if a.state == "ok" else (local[rid] if _same_bytes(local.get(rid), a) else None)
+    recipe_of = {r.run_id: r.recipe for r in runs}
+    lines = []
+    for (rid, name), a in kept.items():
+        if a.state == "ok":
+            continue
+        who = f"run {rid[:8]}" + (f" ({recipe_of[rid]})" if rid in recipe_of else "")
+        if name == ANSWERS:
+            use = ("its answers not used" if answers_at[rid] is None
+                   else f"its answers read from {answers_at[rid]} (the stored sha256)")
         else:
-            state = "ok"
-        out.append(Artifact(a.run_id, a.name, a.path, a.sha256, a.size, state))
-    return out
+            use = "the box flags are its stored summary's"
+        why = ", sha256 not the stored one" if a.state == "altered" else ""
+        lines.append(f"artifact: {who}: {name} {a.state} ({a.path}{why}): {use}")
+    out = []
+    for r, q in zip(runs, quality):
+        new = dict(q)
+        if q.get("artifact") and r.run_id in answers_at:
+            new["artifact"] = answers_at[r.run_id]
+        if q.get("answers_from"):
+            new["answers_from"] = [[f[0], answers_at[f[0]], *f[2:]] if f and f[0] in answers_at else f
+                                   for f in q["answers_from"]]
+        out.append(replace(r, extra={**r.extra, "quality": new}) if new != q else r)
+    return out, lines

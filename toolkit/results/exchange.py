@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from toolkit.errors import BadInput
+from toolkit.results.artifacts import Artifact
 from toolkit.results.records import RUN_FIELDS, SampleRow, _now, canonical_json
 from toolkit.results.store import SCHEMA_VERSION, Store
 
@@ -53,13 +54,16 @@ def _export_text(store: Store, fmt: str, **filters: Any) -> tuple[str, int]:
     for s in store.samples([r.run_id for r in runs]):
         by_run[s.run_id].append(s)
     if fmt == "json":
+        kept: dict[str, list[dict]] = {r.run_id: [] for r in runs}
+        for a in store.artifacts([r.run_id for r in runs]):
+            kept[a.run_id].append({"name": a.name, "path": a.path, "sha256": a.sha256, "size": a.size})
         doc = {
             "format": EXPORT_FORMAT,
             "schema_version": SCHEMA_VERSION,
             "exported_at": _now(),
             "runs": [dict(r.to_dict(), samples=[
                 {k: v for k, v in asdict(s).items() if k != "run_id"} for s in by_run[r.run_id]
-            ]) for r in runs],
+            ], artifacts=kept[r.run_id]) for r in runs],
         }
         return json.dumps(doc, indent=2, sort_keys=False, ensure_ascii=False, default=str) + "\n", len(runs)
     buf = io.StringIO()
@@ -80,8 +84,9 @@ def _export_text(store: Store, fmt: str, **filters: Any) -> tuple[str, int]:
 def export(store: Store, fmt: str, out: Path | str | IO[str], **filters: Any) -> int:
     """Write the runs matching `filters` (as for `Store.runs`) to `out` (a path or a text stream).
 
-    "json": {"format", "schema_version", "exported_at", "runs": [{...run, "samples": [...]}]},
-    everything stored, re-importable with `import_export`. "csv": one row per sample (a run
+    "json": {"format", "schema_version", "exported_at", "runs": [{...run, "samples": [...],
+    "artifacts": [{name, path, sha256, size}]}]}, everything stored (a run's kept files by their
+    records: the files stay where they are), re-importable with `import_export`. "csv": one row per sample (a run
     without samples gets one row with empty sample columns), the run's identity columns
     repeated. "hud": PyTorch HUD v3 benchmark records (toolkit/results/hud.py), a JSON list, one
     record per configuration, metric and point, the repeats as values; ok runs unless `status` is
@@ -127,6 +132,7 @@ def import_export(store: Store, src: Path | str | IO[str], *, measured_here: boo
         if not measured_here:
             extra.setdefault("imported", {"from": str(src), "exported_at": doc.get("exported_at")})
         fields_["extra"] = extra
-        store.record_run(fields_, samples)
+        kept = [Artifact(r["run_id"], a["name"], a["path"], a["sha256"], int(a["size"])) for a in r.get("artifacts") or []]
+        store.record_run(fields_, samples, kept)
         n += 1
     return n

@@ -305,9 +305,10 @@ class Store:
             any_.append(r.imported_rows_sha256 == rows_sha256)
         return sa.or_(*any_) if any_ else sa.false()
 
-    def record_run(self, fields_: dict, samples: Iterable[Any] = ()) -> str:
-        """Insert a whole run (default status `ok`) and its samples in one transaction (import,
-        or a driver that measures before it stores). Returns the run id.
+    def record_run(self, fields_: dict, samples: Iterable[Any] = (), artifacts: Sequence[Any] = ()) -> str:
+        """Insert a whole run (default status `ok`), its samples and the records of its kept files
+        (`artifacts`, as add_artifacts takes them) in one transaction (import, or a driver that
+        measures before it stores). Returns the run id.
 
         An imported run (`extra["imported"]` with content hashes) whose file or rows are already
         stored is not inserted: the id of the run stored before is returned (checked inside the
@@ -330,6 +331,9 @@ class Store:
                 raise PatchbenchError(f"results store: run {row['run_id']} already exists")
             self._insert_run(conn, row)
             self._insert_samples(conn, row["run_id"], samples, int(row.get("repeat") or 0))
+            if artifacts:
+                conn.execute(T.artifacts.insert(), [{"run_id": row["run_id"], "name": x.name, "path": x.path,
+                                                     "sha256": x.sha256, "size": x.size} for x in artifacts])
         return row["run_id"]
 
     def delete_runs(self, run_ids: Sequence[str]) -> int:

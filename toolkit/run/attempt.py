@@ -87,6 +87,7 @@ class Attempt:
     extra: dict = field(default_factory=dict)  # the run's `extra` (steps add to it: evidence verdicts)
     finished: bool = False
     answer_launches: int | None = None  # overrides the recipe's [quality] launches (EVERY_LAUNCH: always ask)
+    answer_rule: object | None = None  # toolkit.run.quality.AnswerRule: asks while a sequential verdict is unsettled
 
     @property
     def title(self) -> str:
@@ -95,7 +96,8 @@ class Attempt:
 
 @contextlib.contextmanager
 def recorded(p: Prepared, *, home: Path, store: Store, repeat: int, group_id: str, console: Console,
-             host: str | None = None, kind: str = "benchmark", answer_launches: int | None = None) -> Iterator[Attempt]:
+             host: str | None = None, kind: str = "benchmark", answer_launches: int | None = None,
+             answer_rule=None) -> Iterator[Attempt]:
     """Begin a run in the store and finish it whatever happens: the one place a run ends.
 
     RunInvalid -> `invalid`; any other exception (a step's, a timeout, the store's) -> `failed`
@@ -103,13 +105,14 @@ def recorded(p: Prepared, *, home: Path, store: Store, repeat: int, group_id: st
     re-raised. Every process group the steps started is ended first. `kind` says what the run is
     for ("benchmark", "verify": a launch and a verdict only, "profile"); only benchmark runs count in
     tables (toolkit.analysis.selection). `answer_launches`: how many launches of the configuration
-    answer, instead of the recipe's rule (toolkit.analysis.variants: the base of a stack, a quality metric)."""
+    answer, instead of the recipe's rule (toolkit.analysis.variants: the base of a stack, a quality metric);
+    `answer_rule` (toolkit.run.quality.AnswerRule): whether this launch answers, instead of both."""
     run_id = uuid.uuid4().hex
     run_dir = home / "runs" / run_id
     run_dir.mkdir(parents=True, exist_ok=True)
     attempt = Attempt(p, run_id, run_dir, repeat, home, store, console, host or p.recipe.server.host,
                       contextlib.ExitStack(), timings=dict(p.timings), extra={"kind": kind},
-                      answer_launches=answer_launches)
+                      answer_launches=answer_launches, answer_rule=answer_rule)
     begin(attempt, group_id)
     try:
         with attempt.cleanup:

@@ -342,14 +342,16 @@ def prepare(recipe: Recipe, home: Path, *, until: str = "store", frozen: bool = 
 
 
 def run_once(p: Prepared, *, home: Path, store: Store, repeat: int, group_id: str, console: Console,
-             host: str | None = None, until: str = "store", answer_launches: int | None = None) -> str:
+             host: str | None = None, until: str = "store", answer_launches: int | None = None,
+             answer_rule=None) -> str:
     """One independent measurement of a prepared recipe: launch -> verify -> benchmark ->
     quality -> check_evidence -> store, inside `recorded`. Every outcome is stored (ok, invalid,
     failed, interrupted); returns the run id. Raises only for Ctrl-C/SIGTERM (after storing).
-    `answer_launches`: launches of the configuration that answer, instead of the recipe's rule."""
+    `answer_launches`: launches of the configuration that answer, instead of the recipe's rule;
+    `answer_rule` (toolkit.run.quality.AnswerRule): whether this launch answers, instead of both."""
     with recorded(p, home=home, store=store, repeat=repeat, group_id=group_id, console=console,
                   host=host, kind="verify" if until == "verify" else "benchmark",
-                  answer_launches=answer_launches) as attempt:
+                  answer_launches=answer_launches, answer_rule=answer_rule) as attempt:
         _run_steps(steps_until(until)[1], attempt, attempt.timings)
     return attempt.run_id
 

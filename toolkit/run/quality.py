@@ -29,7 +29,10 @@ that is its own `compare_to`, or one another recipe compares against: its run-to
 the floor) and 1 for a candidate. A broken
 or failed check is asked again in the next launch. Speed repeats therefore cost no answers, and
 re-running a recipe costs none at all; `launches = 0` turns an inherited check off; a quality metric measured by attribute/bisect asks in every
-launch (`Attempt.answer_launches`, EVERY_LAUNCH), and the base of a stack in two.
+launch (`Attempt.answer_launches`, EVERY_LAUNCH), and the base of a stack in two. With sequential
+launches a candidate's launch answers only while its sequential answers verdict is unsettled
+(`Attempt.answer_rule`, an AnswerRule made by toolkit.analysis.answers_rule: this stage only asks it,
+and stores its `record` as `extra.quality.rule`, which the verdict reads to judge by the same rule).
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ import asyncio
 import json
 import time
 from pathlib import Path
+from typing import Protocol
 
 from rich.markup import escape
 
@@ -52,6 +56,15 @@ ANSWER_METRICS = frozenset({"answer_agreement", "first_divergence", "output_sani
 EVERY_LAUNCH = 1 << 30  # `answer_launches` that asks in every launch
 NOT_INFORMATIVE = ("the miniature without its torch step makes its text from a hash of the prompt, not from any "
                    "computation: no patch can change it (the torch step, --mini-torch-step, makes it real)")
+
+
+class AnswerRule(Protocol):
+    """Whether a launch asks its answers, decided by the stage that plans the launches."""
+
+    record: dict  # stored as extra.quality.rule (the parameters the verdict must judge with)
+
+    def __call__(self, attempt, key: list) -> tuple[str, list] | None:
+        """(why this launch asks nothing, the launches that answered for it), or None when it asks."""
 
 
 class QualityFailed(Exception):
@@ -186,6 +199,8 @@ def _skip(attempt, key: list) -> tuple[str, list] | None:
     from toolkit.run.identity import expected_identity
     from toolkit.run.machine import this_gpu_key
 
+    if attempt.answer_rule is not None:
+        return attempt.answer_rule(attempt, key)
     p = attempt.prepared
     need = launches_needed(p.recipe) if attempt.answer_launches is None else attempt.answer_launches
     if need == 0:
@@ -212,6 +227,8 @@ def check(attempt, url: str) -> tuple[list[Sample], list[str]]:
     key = asked_key(spec, prompts, pts)
     summary: dict = {"status": "ok", "points": list(pts), "prompts": str(spec.prompts), "informative": ok,
                      "why": why, "key": key}
+    if attempt.answer_rule is not None:
+        summary["rule"] = attempt.answer_rule.record
     attempt.extra["quality"] = summary
     skip = _skip(attempt, key)
     if skip:
