@@ -121,3 +121,32 @@ def test_attribute_steps_against_a_stored_base_pool_its_spread():
                 used += v.prior_dof > 0
                 assert handed["base"] == 8  # the stored values are handed out at once: they cost nothing
     assert used >= 15 and np.mean(pooled) < np.mean(alone), (used, np.mean(pooled), np.mean(alone))
+
+
+def test_a_second_campaign_against_a_stored_reference_pools_its_spread(tmp_path, home, monkeypatch, capsys):
+    """`run demo/baseline --repeats 4` stores four launches of the reference; `run demo/baseline
+    demo/quick` then launches only the new recipe, and its looks pool the stored reference launches
+    they do not use (the JSON says how many degrees of freedom, the text says so, the legend has the
+    rule)."""
+    import json
+
+    from conftest import demo_project
+    from test_sequential import SMALL
+    from toolkit.cli import main
+
+    root = demo_project(tmp_path, monkeypatch)
+    base = root / "recipes" / "demo" / "baseline.toml"
+    head, rest = base.read_text().split("[benchmark]", 1)
+    base.write_text(head + "[benchmark]\n" + SMALL.replace("concurrency = [1, 4]", "concurrency = [1]")
+                    + rest[rest.index("\n[", 1):])
+    (root / "recipes" / "demo" / "quick.toml").write_text('extends = "demo/baseline"\n[server.args]\n'
+                                                          'mini-step-base-ms = 4\n')
+    assert main(["run", "demo/baseline", "--repeats", "4"]) == 0
+    capsys.readouterr()
+    assert main(["run", "demo/baseline", "demo/quick", "--max-repeats", "4", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    (row,) = out["sequential"]
+    assert row["verdict"] == "faster" and row["launches_each"] == 2, row
+    assert row["prior_dof"] == 1 and "spread pooled with 1 df of stored launches" in row["text"], row
+    assert [name for name, _ in out["runs"]] == ["demo/quick", "demo/quick"]  # the reference was stored
+    assert "its stored launches (same run identity)" in out["sequential_legend"]

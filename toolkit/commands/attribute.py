@@ -216,7 +216,8 @@ def steps_json(steps, names):
     if steps is None:
         return None
     return [{"a": a, "b": b, "step": _step_name(a, b, names), "verdict": v.verdict, "settled": v.settled,
-             "noisy": v.noisy, "launches_each": v.n, "ratio": v.ratio, "low": v.low, "high": v.high, "text": v.text}
+             "noisy": v.noisy, "launches_each": v.n, "ratio": v.ratio, "low": v.low, "high": v.high,
+             "prior_dof": v.prior_dof, "text": v.text}
             for (a, b), v in steps.items()]
 
 
