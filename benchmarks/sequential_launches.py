@@ -82,6 +82,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from toolkit.analysis import sequential as seq  # noqa: E402
+from toolkit.analysis import noise_prior  # noqa: E402
 
 MAX_FIXED = 24
 FIXED_ALPHAS = tuple(float(x) for x in np.geomspace(0.05, 0.002, 36))  # largest first, ~9% apart
@@ -326,7 +327,8 @@ def main() -> int:
     got = [p for p in priors(data["effects"]) if p is not None]
     if got:
         out["prior_dof_mean"] = float(np.mean([p.dof for p in got]))
-        out["legend"] += f"; with --history {args.history}: {seq.prior_legend(got[0], design)} (first comparison's)"
+        out["legend"] += (f"; with --history {args.history}: {noise_prior.prior_legend(got[0], design)} "
+                          f"(first comparison's)")
     sims = simulate(design, data)
     for name, d in data.items():
         vs, ls = sims[name]

@@ -146,3 +146,21 @@ def fresh_pair(stored_a: int, stored_b: int) -> tuple[int, int]:
     if stored_a > 0 and stored_b > 0:
         return (0, 0)
     return (max(0, stored_a), max(0, stored_b))
+
+
+def prior_legend(prior: Prior, design) -> str:
+    """A fixed prior's line in the sequential legend, with the Pocock level calibrated for its dof."""
+    from toolkit.analysis import sequential as seq
+
+    level = seq.nominal_level(design.alpha, design.min_repeats, design.max_repeats, prior.dof)
+    return f"{legend(prior)} (Pocock level {level:.4f} for {prior.dof} prior df)"
+
+
+def stored_legend(design) -> str:
+    """The stored-launches rule in one line (run's, sweep's and the steps' legends)."""
+    from toolkit.analysis import sequential as seq
+
+    return (f"where one side of a pair was stored before and the other is new, its stored launches (same run "
+            f"identity) that a look does not use are pooled into the look's spread (df add up; at most "
+            f"{design.max_repeats + seq.STORED_CAP}) unless the current launches are {FACTOR:g}x noisier by an F "
+            f"test at {ALPHA:g}; the Pocock level is calibrated for the stored counts")

@@ -448,6 +448,8 @@ def more_needed(s: Sequential) -> bool:
 
 def legend(design: Design = Design(), prior=None) -> str:
     """The rule in one line, with the settings it computed with (and the stored spread it pooled)."""
+    from toolkit.analysis import noise_prior
+
     m = f"{100 * design.min_effect:g}%"
     c = f"{100 * (1 - design.alpha):g}%"
     if design.method == REPEATED:
@@ -464,26 +466,8 @@ def legend(design: Design = Design(), prior=None) -> str:
             f"it lies within {m}; "
             f"launches {design.min_repeats}..{design.max_repeats} each (--min-repeats/--max-repeats), else not settled"
             + ("; a pair that could not settle by then at its spread stops early" if design.futility else "")
-            + (f"; {stored_legend(design)}" if design.method == REPEATED else "")
-            + (f"; with a prior: {prior_legend(prior, design)}" if prior is not None else ""))
-
-
-def prior_legend(prior, design: Design) -> str:
-    from toolkit.analysis import noise_prior
-
-    level = nominal_level(design.alpha, design.min_repeats, design.max_repeats, prior.dof)
-    return f"{noise_prior.legend(prior)} (Pocock level {level:.4f} for {prior.dof} prior df)"
-
-
-def stored_legend(design: Design) -> str:
-    """The stored-spread rule in one line (run's and the steps' legends)."""
-    from toolkit.analysis import noise_prior
-
-    return (f"where one side of a pair was stored before and the other is new, its stored launches (same run identity) "
-            f"that a look does not use are pooled into the look's spread (df add up; at most "
-            f"{design.max_repeats + STORED_CAP}) unless the current launches are "
-            f"{noise_prior.FACTOR:g}x noisier by an F test at {noise_prior.ALPHA:g}; the Pocock level is calibrated "
-            f"for the stored counts")
+            + (f"; {noise_prior.stored_legend(design)}" if design.method == REPEATED else "")
+            + (f"; with a prior: {noise_prior.prior_legend(prior, design)}" if prior is not None else ""))
 
 
 def verdict_word(v: Sequential) -> str:

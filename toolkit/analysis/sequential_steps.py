@@ -9,8 +9,10 @@ A label shared by two pairs (attribute's prefix k is B of step k and A of step k
 once per round. Values come oldest first from `measure` (stored runs before new ones: a killed
 attribute resumes from the store and decides as it did). `stored` (label -> how many of its first
 values were stored before the loop launched anything, or a callable giving it once the label has
-been measured; those are all asked for at once, they cost no launch): a look pools the spread of the stored values it does not use (`seq.verdict(stored=
-...)`, toolkit.analysis.noise_prior). Effects: only through `measure`.
+been measured; those are asked for at once, they cost no launch): a look pools the spread of the
+stored values it does not use, for a pair with one side stored (`seq.verdict(stored=...)`,
+toolkit.analysis.noise_prior.fresh_pair). `wanted` is the scheduling rule, shared with `run`'s
+rounds (toolkit.analysis.sequential_runs). Effects: only through `measure`.
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ Measure = Callable[[str, int], "list[float] | None"]
 
 
 def settle_pairs(measure: Measure, labels: Sequence[str], pairs: Sequence[tuple[str, str]], design: seq.Design,
-                 higher_is_better: bool | None, stored=None) -> tuple[dict[str, list[float] | None], dict[tuple[str, str], seq.Sequential]]:
+                 higher_is_better: bool | None,
+                 stored=None) -> tuple[dict[str, list[float] | None], dict[tuple[str, str], seq.Sequential]]:
     """(values per label (None: it gave none), the verdict of every pair whose sides both have values)."""
     values: dict[str, list[float] | None] = {}
     for label in labels:

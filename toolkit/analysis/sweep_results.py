@@ -116,7 +116,8 @@ def rows(store: Store, outcomes: Sequence[Outcome], metric: str, *, sla: Sequenc
             if sequential is not None:  # launched until settled: 2 launches each can be a verdict
                 from toolkit.analysis import sequential as seq
 
-                c = seq.settle(c, base, xs, sequential, (getattr(default, "reused", 0) or 0, getattr(o, "reused", 0) or 0))
+                stored = (getattr(default, "reused", 0) or 0, getattr(o, "reused", 0) or 0)
+                c = seq.settle(c, base, xs, sequential, stored)
             verdict, change = c.verdict, c.change_pct
         if answers:  # "faster, answers changed" never reads as a plain win
             verdict = f"{verdict}, {answers}"
