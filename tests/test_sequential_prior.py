@@ -150,3 +150,14 @@ def test_a_second_campaign_against_a_stored_reference_pools_its_spread(tmp_path,
     assert row["prior_dof"] == 1 and "spread pooled with 1 df of stored launches" in row["text"], row
     assert [name for name, _ in out["runs"]] == ["demo/quick", "demo/quick"]  # the reference was stored
     assert "its stored launches (same run identity)" in out["sequential_legend"]
+
+
+def test_what_was_stored_before_a_pair_began_is_counted_from_the_runs_start_times():
+    """The reference's runs before the variant's first launch are stored; launches interleaved
+    after that are not; a pair whose sides started together (or a resumed one) pools nothing."""
+    a = ["2026-12-01T10:00", "2026-12-01T10:05", "2026-12-02T09:15", "2026-12-02T09:20"]
+    b = ["2026-12-02T09:10", "2026-12-02T09:30"]
+    assert noise_prior.stored_before(a, b) == (2, 0) and noise_prior.stored_before(b, a) == (0, 2)
+    assert noise_prior.stored_before(a[2:], b) == (0, 1)
+    assert noise_prior.stored_before(["t1", "t3"], ["t2", "t4"]) == (1, 0)  # A B A B: only A's first
+    assert noise_prior.stored_before([], b) == (0, 0) and noise_prior.stored_before([None, "x"], [None]) == (0, 0)

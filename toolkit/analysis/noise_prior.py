@@ -164,3 +164,22 @@ def stored_legend(design) -> str:
             f"identity) that a look does not use are pooled into the look's spread (df add up; at most "
             f"{design.max_repeats + seq.STORED_CAP}) unless the current launches are {FACTOR:g}x noisier by an F "
             f"test at {ALPHA:g}; the Pocock level is calibrated for the stored counts")
+
+
+def stored_before(starts_a: Sequence, starts_b: Sequence) -> tuple[int, int]:
+    """How many leading launches of each side (start times in sequence order, oldest first; ISO
+    strings or numbers, None unknown) started before the other side's first launch: what was stored
+    before the pair's launching began (for one side at most, so `fresh_pair` holds). A pure
+    function of the runs, so `run`, a resumed `run` and `compare` count the same."""
+    def lead(xs, ys) -> int:
+        known = [y for y in ys if y is not None]
+        if not known:
+            return 0
+        first, n = min(known), 0
+        for x in xs:
+            if x is None or not x < first:
+                break
+            n += 1
+        return n
+
+    return fresh_pair(lead(list(starts_a), list(starts_b)), lead(list(starts_b), list(starts_a)))

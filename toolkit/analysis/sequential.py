@@ -272,8 +272,10 @@ class Stored:
     b: int = 0
 
     def key(self, design: Design) -> tuple[int, int, int]:
-        cap = design.max_repeats + STORED_CAP
-        return (self.prior_dof, min(self.a, cap), min(self.b, cap))
+        """(prior dof, stored a, stored b) as calibrated: capped, and 0 where no look has two stored
+        values it does not use (the same procedure as none stored)."""
+        cap, least = design.max_repeats + STORED_CAP, design.min_repeats + 2
+        return (self.prior_dof, *(min(s, cap) if s >= least else 0 for s in (self.a, self.b)))
 
 
 NONE = Stored()

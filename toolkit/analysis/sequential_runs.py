@@ -72,33 +72,41 @@ def stored_runs(store: Store, p: Prepared, identity: str, metric: str) -> list[s
     return sel.run_ids(p.name)
 
 
-def verdicts(store: Store, prepared: list[Prepared], runs: dict[str, list[str]], design: seq.Design,
-             stored: dict[str, int] | None = None) -> list[PairVerdict]:
-    """Every pair's verdict (reference = prepared[0]) at every common point, from `runs`.
-    `stored`: how many leading runs of each recipe were stored before this call launched anything
-    (their spread is pooled where a look does not use them, for a pair of which only one side was
-    stored: toolkit.analysis.noise_prior.fresh_pair); a recipe flagged far noisier than its peers
-    at a point (spread_flag) pools none there."""
+def verdicts(store: Store, prepared: list[Prepared], runs: dict[str, list[str]], design: seq.Design) -> list[PairVerdict]:
+    """Every pair's verdict (reference = prepared[0]) at every common point, from `runs`. The runs
+    of one side that started before the other side's first launch were stored before the pair's
+    launching began (toolkit.analysis.noise_prior.stored_before): a look pools the spread of those
+    it does not use; a recipe flagged far noisier than its peers at a point (spread_flag) pools
+    none there."""
     from toolkit.analysis import noise_prior, spread_flag
 
     ref, out = prepared[0], []
     metric = metric_of(ref)
     hib = registry.higher_is_better(metric)
-    stored = stored or {}
     samples = {p.name: store.samples(runs[p.name], metric=metric) for p in prepared}
+    starts = {p.name: start_times(store, runs[p.name]) for p in prepared}
     for point in [x for x in points_of(ref) if any(x in points_of(p) for p in prepared[1:])]:
         here = [p for p in prepared if point in points_of(p)]
         values = {p.name: values_at(samples[p.name], metric, point, runs[p.name]) for p in here}
-        first = {p.name: len(values_at(samples[p.name], metric, point, runs[p.name][:stored.get(p.name, 0)]))
-                 for p in here}
         noisy = {f.name for f in spread_flag.flags(values)}
         a = values[ref.name]
         for p in here[1:]:
-            counts = (0, 0) if noisy & {ref.name, p.name} else noise_prior.fresh_pair(first[ref.name], first[p.name])
+            sa, sb = noise_prior.stored_before(starts[ref.name], starts[p.name])
+            counts = (0, 0) if noisy & {ref.name, p.name} else (
+                len(values_at(samples[ref.name], metric, point, runs[ref.name][:sa])),
+                len(values_at(samples[p.name], metric, point, runs[p.name][:sb])))
             out.append(PairVerdict(ref.name, p.name, metric, point,
                                    seq.verdict(a, values[p.name], higher_is_better=hib, design=design, stored=counts)))
     order = {p.name: i for i, p in enumerate(prepared)}
     return sorted(out, key=lambda v: order[v.recipe])
+
+
+def start_times(store: Store, run_ids: list[str]) -> list[str | None]:
+    """The runs' start times (ISO, UTC), in the order of `run_ids`."""
+    if not run_ids:
+        return []
+    at = {r.run_id: r.started_at for r in store.runs(run_ids=run_ids)}
+    return [at.get(rid) for rid in run_ids]
 
 
 def measure_until_settled(prepared: list[Prepared], *, home, store: Store, group_id: str, console: Console,
@@ -125,7 +133,7 @@ def measure_until_settled(prepared: list[Prepared], *, home, store: Store, group
                 and failures[p.name] < design.min_repeats)
 
     while True:
-        current = verdicts(store, prepared, runs, design, reused)
+        current = verdicts(store, prepared, runs, design)
         open_pairs = list(dict.fromkeys((ref.name, v.recipe) for v in current if seq.more_needed(v.verdict)))
         # a side launches while it is not ahead (the verdicts look at equal-sized prefixes): settle_pairs' rule
         chosen = wanted(open_pairs, {name: len(ids) for name, ids in runs.items()},
