@@ -58,7 +58,7 @@ Measured (2000 + 2000 comparisons, seed 20261201, 2026-12-02):
     prior's assumption: A/A 11.6% [10.2-13.1%] at 1.5x, 15.9% [14.3-17.5%] at 2x (the borrowing
     test cannot tell 2x at 2 launches each). No history: exactly the numbers above (0.61x, 3.60%).
   Second campaign (--stored 8; --stored 4): 3.06 -> 2.67 new launches a comparison (3.17 -> 3.02),
-    76.3% -> 76.2% correct, A/A 3.60% -> 2.55% [1.90-3.34%] (3.15%); against the fixed design of
+    76.3% -> 76.1% correct (false 0 -> 0.05%), A/A 3.60% -> 2.55% [1.90-3.34%] (3.15%); against the fixed design of
     the same power that also reuses the stored reference (5 each, 5 new launches; 6 with 4 stored):
     0.61x -> 0.53x (0.53x -> 0.50x).
   The 0.5x goal is not met at the default design without history (0.61x). Why: a verdict needs 2 launches each,
