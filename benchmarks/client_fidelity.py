@@ -125,7 +125,6 @@ def bench_serving_argv(python: str, *, host: str, port: int, input_len: int, out
 
 def real_main(args, console: Console) -> int:
     """--real: patchbench's client against sglang.bench_serving on one launch of a real server."""
-    import os
     import subprocess
 
     from toolkit.recipe.load import load_recipe

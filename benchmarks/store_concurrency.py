@@ -44,7 +44,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from toolkit.analysis.compare import compare_recipes  # noqa: E402
 from toolkit.analysis.selection import Criteria  # noqa: E402
-from toolkit.results.store import RunRow, SampleRow, Store  # noqa: E402
+from toolkit.results.store import SampleRow, Store  # noqa: E402
 
 METRICS = {"output_tok_s": "tok/s", "ttft_ms_mean": "ms", "itl_ms_median": "ms", "tpot_ms_mean": "ms",
            "e2e_ms_mean": "ms", "request_s": "req/s"}

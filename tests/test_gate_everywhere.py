@@ -8,37 +8,26 @@ from __future__ import annotations
 
 import json
 import textwrap
+from pathlib import Path
 
-from conftest import demo_project
-from test_quality import _gsm8k_lines
+from gate_project import GATE_BLOCK, gate_project
 from toolkit.cli import main
 
-QUALITY = """\
-    [benchmark]
-    concurrency = [1]
-    num_prompts = 2
-    output_len = 4
-    warmup = 0
-    repeats = 1
-    [quality]
-    prompts = "prompts4.jsonl"
-    max_tokens = 4
-    eval = "gsm8k"
-    eval_questions = 10
-    dataset = "gsm10.jsonl"
-    min_accuracy = 0.5
-    """
+QUALITY = GATE_BLOCK + 'dataset = "gsm10.jsonl"\nmin_accuracy = 0.5\n'
 # the prefixes attribute measured (2 values each), no more: the gain of demo/fast's patch is the culprit
 BISECT = ["--metric", "output_tok_s@1", "--direction", "better", "--repeats", "2", "--max-repeats", "2"]
 
 
-def _project(tmp_path, monkeypatch):
-    proj = demo_project(tmp_path, monkeypatch)
-    demo = proj / "recipes" / "demo"
-    (demo / "gsm10.jsonl").write_text(_gsm8k_lines(10))
-    (demo / "prompts4.jsonl").write_text("".join(json.dumps({"prompt": f"say {w}"}) + "\n"
-                                                 for w in ("one", "two", "three", "four")))
-    return demo
+def _alter_kept_answers(home, recipe: str) -> str:
+    """Edit a kept answers file of one of `recipe`'s runs (`[store] artifacts`): the note a verdict
+    that uses it must print."""
+    from toolkit.results.store import Store
+
+    store = Store(home / "results.sqlite")
+    runs = {r.run_id: r for r in store.runs(recipe=recipe)}
+    kept = [a for a in store.artifacts(list(runs)) if a.name == "quality.json"][-1]
+    Path(kept.path).write_text(Path(kept.path).read_text() + " ")
+    return f"artifact: run {kept.run_id[:8]} ({recipe}): quality.json altered"
 
 
 def _assert_gate(gate: dict) -> None:
@@ -50,8 +39,9 @@ def test_attribute_and_bisect_give_each_prefix_its_gate(home, tmp_path, monkeypa
     from toolkit.commands import common
 
     monkeypatch.setattr(common.console, "width", 400)  # the table's verdict cell on one line
-    demo = _project(tmp_path, monkeypatch)
-    (demo / "gfast.toml").write_text('extends = "demo/fast"\n' + textwrap.dedent(QUALITY))
+    demo = gate_project(tmp_path, monkeypatch)
+    (home / "config.toml").write_text(f'[store]\nartifacts = "{tmp_path / "kept"}"\n')
+    (demo / "gfast.toml").write_text('extends = "demo/fast"\n' + QUALITY)
     assert main(["attribute", "demo/gfast", "--repeats", "2", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     (key, gate), = data["gate"].items()
@@ -74,10 +64,17 @@ def test_attribute_and_bisect_give_each_prefix_its_gate(home, tmp_path, monkeypa
     out = capsys.readouterr().out
     assert f"gate: {key}: gate failed" in out and "McNemar's exact test" in out
 
+    # a kept answers file altered: attribute and bisect (their runs reused) name it
+    note = _alter_kept_answers(home, "demo/gfast")
+    for argv in (["attribute", "demo/gfast", "--repeats", "2"], ["bisect", "demo/gfast", *BISECT]):
+        assert main([*argv, "--json"]) == 0
+        assert [n for n in json.loads(capsys.readouterr().out)["notes"] if n.startswith(note)], argv
+
 
 def test_sweep_gives_each_variant_its_gate(home, tmp_path, monkeypatch, capsys):
-    demo = _project(tmp_path, monkeypatch)
-    (demo / "gsweep.toml").write_text('extends = "demo/baseline"\n' + textwrap.dedent(QUALITY) + textwrap.dedent("""\
+    demo = gate_project(tmp_path, monkeypatch)
+    (home / "config.toml").write_text(f'[store]\nartifacts = "{tmp_path / "kept"}"\n')
+    (demo / "gsweep.toml").write_text('extends = "demo/baseline"\n' + QUALITY + textwrap.dedent("""\
         [matrix]
         server.args.mini-step-base-ms = [8]
         """))
@@ -90,3 +87,10 @@ def test_sweep_gives_each_variant_its_gate(home, tmp_path, monkeypatch, capsys):
     assert row["verdict"].endswith(", gate failed")  # never a plain "faster" beside a failed gate
     md = (out_dir / "sweep.md").read_text()
     assert f"gate: {variant}: gate failed" in md and "McNemar's exact test" in md
+    assert doc["notes"] == []
+
+    # a kept answers file altered after the fact: the sweep (its runs reused) names it, never trusts it
+    note = _alter_kept_answers(home, variant)
+    assert main(["sweep", "demo/gsweep", "--fixed", "-o", str(out_dir), "--json"]) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert [n for n in again["notes"] if n.startswith(note)] and note in (out_dir / "sweep.md").read_text()

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import demo_project
+from gate_project import GATE_BLOCK, gate_project, gsm8k_lines
 from toolkit.analysis.answers_verdict import BROKEN, CHANGED, NOT_INFORMATIVE, SAME, TOO_FEW, Launch, judge
 from toolkit.cli import main
 from toolkit.results.store import Store
@@ -277,39 +278,14 @@ def test_gate_fails_a_five_point_drop_and_passes_a_small_one():
     assert judge_gate(_eval(five), _eval(ref)).verdict == FAILED  # without max_drop: worse fails
 
 
-def _gsm8k_lines(n: int) -> str:
-    """GSM8K-shaped questions written for this test (not GSM8K's text)."""
-    return "".join(json.dumps({"question": f"Ann has {i} apples and buys {i + 3} more. How many apples does she have?",
-                               "answer": f"She has {i} + {i + 3} = {2 * i + 3} apples.\n#### {2 * i + 3}"}) + "\n"
-                   for i in range(1, n + 1))
-
-
 def test_gate_runs_the_envs_evaluation(home, tmp_path, monkeypatch, capsys):
     """`eval = "gsm8k"`: the env's sglang.test.few_shot_gsm8k against the live server, with a local
     10-question file; the miniature's answers are words, so the accuracy is 0.0, parsed, and the
     gate's verdict says so. Without the dataset: bad input that says where to get it."""
-    proj = demo_project(tmp_path, monkeypatch)
-    demo = proj / "recipes" / "demo"
-    (demo / "gsm10.jsonl").write_text(_gsm8k_lines(10))
-    (demo / "prompts4.jsonl").write_text("".join(json.dumps({"prompt": f"say {w}"}) + "\n"
-                                                 for w in ("one", "two", "three", "four")))
-    recipe = """\
-        extends = "demo/baseline"
-        [benchmark]
-        concurrency = [1]
-        num_prompts = 2
-        output_len = 4
-        warmup = 0
-        repeats = 1
-        [quality]
-        prompts = "prompts4.jsonl"
-        max_tokens = 4
-        eval = "gsm8k"
-        eval_questions = 10
-        min_accuracy = 0.5
-        """
-    (demo / "ga.toml").write_text(textwrap.dedent(recipe).replace("min_accuracy = 0.5\n", "dataset = \"gsm10.jsonl\"\n"))
-    (demo / "gb.toml").write_text(textwrap.dedent(recipe) + 'dataset = "gsm10.jsonl"\n')
+    demo = gate_project(tmp_path, monkeypatch)
+    recipe = 'extends = "demo/baseline"\n' + GATE_BLOCK + "min_accuracy = 0.5\n"
+    (demo / "ga.toml").write_text(recipe.replace("min_accuracy = 0.5\n", "dataset = \"gsm10.jsonl\"\n"))
+    (demo / "gb.toml").write_text(recipe + 'dataset = "gsm10.jsonl"\n')
     assert main(["run", "demo/ga", "demo/gb", "--fixed"]) == 0
     store = Store(home / "results.sqlite")
     run = store.runs(recipe="demo/gb", status="ok")[-1]
@@ -327,7 +303,7 @@ def test_gate_runs_the_envs_evaluation(home, tmp_path, monkeypatch, capsys):
     md = next(out.glob("*.md")).read_text()
     assert "**demo/gb** accuracy gate: " in md and "min_accuracy 0.5" in md
 
-    (demo / "gc.toml").write_text(textwrap.dedent(recipe))  # no dataset, no $PATCHBENCH_DATA
+    (demo / "gc.toml").write_text(recipe)  # no dataset, no $PATCHBENCH_DATA
     monkeypatch.delenv("PATCHBENCH_DATA", raising=False)
     assert main(["run", "demo/gc"]) == 2
     err = capsys.readouterr().err
@@ -363,7 +339,7 @@ def test_bisect_answer_agreement_finds_the_zeroing_patch(home, tmp_path, monkeyp
 def test_malformed_dataset_names_file_and_line(home, tmp_path, monkeypatch, capsys):
     proj = demo_project(tmp_path, monkeypatch)
     demo = proj / "recipes" / "demo"
-    (demo / "gsm-bad.jsonl").write_text(_gsm8k_lines(1) + '{"question": "no answer here"}\n')
+    (demo / "gsm-bad.jsonl").write_text(gsm8k_lines(1) + '{"question": "no answer here"}\n')
     (demo / "gd.toml").write_text('extends = "demo/baseline"\n[quality]\neval = "gsm8k"\ndataset = "gsm-bad.jsonl"\n')
     assert main(["run", "demo/gd"]) == 2
     assert f"{demo / 'gsm-bad.jsonl'}:2: not a GSM8K line" in capsys.readouterr().err
@@ -393,7 +369,7 @@ def test_gate_runs_sglang_0_5_23s_evaluation(tmp_path):
     environ = {**mini_env(), "PYTHONPATH": os.pathsep.join(map(str, (site, tests_dir, tree))),
                "CUDA_VISIBLE_DEVICES": "", "PYTHONPYCACHEPREFIX": str(TEST_CACHE / "pycache")}
     data = tmp_path / "gsm10.jsonl"
-    data.write_text(_gsm8k_lines(10))
+    data.write_text(gsm8k_lines(10))
     port = mini_tu.find_free_port()
     server = mini_tu.popen_launch_server("mini", f"http://127.0.0.1:{port}", 60, other_args=[], env=mini_env())
     try:

@@ -5,46 +5,21 @@ test cache), and the recipe key's bad input."""
 from __future__ import annotations
 
 import json
-import textwrap
 
 import pytest
 
-from conftest import TEST_CACHE, demo_project
-from test_quality import _gsm8k_lines
+from conftest import TEST_CACHE
+from gate_project import GATE_BLOCK, gate_project
 from toolkit.cli import main
 from toolkit.results.store import Store
 from toolkit.run import sgl_eval
 
-RECIPE = """\
-    extends = "demo/baseline"
-    [benchmark]
-    concurrency = [1]
-    num_prompts = 2
-    output_len = 4
-    warmup = 0
-    repeats = 1
-    [quality]
-    prompts = "prompts4.jsonl"
-    max_tokens = 4
-    eval = "gsm8k"
-    eval_harness = "sgl-eval"
-    eval_questions = 10
-    dataset = "gsm10.jsonl"
-    """
-
-
-def _project(tmp_path, monkeypatch):
-    proj = demo_project(tmp_path, monkeypatch)
-    demo = proj / "recipes" / "demo"
-    (demo / "gsm10.jsonl").write_text(_gsm8k_lines(12))
-    (demo / "prompts4.jsonl").write_text("".join(json.dumps({"prompt": f"say {w}"}) + "\n"
-                                                 for w in ("one", "two", "three", "four")))
-    return demo
+RECIPE = 'extends = "demo/baseline"\n' + GATE_BLOCK + 'eval_harness = "sgl-eval"\ndataset = "gsm10.jsonl"\n'
 
 
 def test_unknown_harness_is_bad_input(home, tmp_path, monkeypatch, capsys):
-    demo = _project(tmp_path, monkeypatch)
-    (demo / "sx.toml").write_text(textwrap.dedent(RECIPE).replace('"sgl-eval"', '"sgl_eval"'))
+    demo = gate_project(tmp_path, monkeypatch, questions=12)
+    (demo / "sx.toml").write_text(RECIPE.replace('"sgl-eval"', '"sgl_eval"'))
     assert main(["run", "demo/sx"]) == 2
     err = capsys.readouterr().err.strip()
     assert "`quality.eval_harness` must be one of sglang, sgl-eval" in err and "did you mean `sgl-eval`" in err
@@ -62,9 +37,9 @@ def test_gate_runs_the_sgl_eval_harness(home, tmp_path, monkeypatch, capsys):
         sgl_eval.ensure_env(home)
     except Exception as exc:  # no PyPI (or its mirror) here: nothing this test can check
         pytest.skip(f"sgl-eval not installable here: {exc}")
-    demo = _project(tmp_path, monkeypatch)
-    (demo / "sa.toml").write_text(textwrap.dedent(RECIPE))
-    (demo / "sb.toml").write_text(textwrap.dedent(RECIPE) + "min_accuracy = 0.5\n")
+    demo = gate_project(tmp_path, monkeypatch, questions=12)
+    (demo / "sa.toml").write_text(RECIPE)
+    (demo / "sb.toml").write_text(RECIPE + "min_accuracy = 0.5\n")
     assert main(["run", "demo/sa", "demo/sb", "--fixed"]) == 0  # one launch each (repeats = 1)
     store = Store(home / "results.sqlite")
     run = store.runs(recipe="demo/sb", status="ok")[-1]
@@ -87,7 +62,7 @@ def test_gate_runs_the_sgl_eval_harness(home, tmp_path, monkeypatch, capsys):
 
     # Questions longer than the server's context: every request is refused (400), the harness scores
     # them as errors; the evaluation is `failed` with the reason, never accuracy 0, the speed kept.
-    (demo / "sc.toml").write_text(textwrap.dedent(RECIPE).replace("output_len = 4", "output_len = 4\ninput_len = 8")
+    (demo / "sc.toml").write_text(RECIPE.replace("output_len = 4", "output_len = 4\ninput_len = 8")
                                   + "[server.args]\ncontext-length = 24\n")
     assert main(["run", "demo/sc"]) == 0
     run = store.runs(recipe="demo/sc")[-1]

@@ -13,7 +13,6 @@ import shutil
 import sqlite3
 from pathlib import Path
 
-import pytest
 
 from conftest import REPO_ROOT, cli_json, demo_project
 from test_history import _env as releases_env, four_releases, otava_env  # noqa: F401  (fixtures)

@@ -124,14 +124,18 @@ def run(args) -> int:
                        min_effect=args.min_effect, sequential=design, stored=meter.stored if design else None)
     from toolkit.analysis import quality_runs
 
-    answers = quality_runs.meter_verdicts(meter.store, meter.log, names)
-    gates = quality_runs.meter_gates(meter.store, meter.log, names)
+    from toolkit.results.artifacts import VouchedStore
+
+    vouched = VouchedStore(meter.store)  # answers only from bytes with the stored sha256
+    answers = quality_runs.meter_verdicts(vouched, meter.log, names)
+    gates = quality_runs.meter_gates(vouched, meter.log, names)
     if args.json:
         print_json({"recipe": recipe.name, "metric": spec.metric, "point": meter.point, "lines": result.lines(),
                     "quality": {k: {str(p): q.to_dict() for p, q in per.items()} for k, per in answers.items()},
                     "gate": {k: g.to_dict() for k, g in gates.items()},
                     "prefix_values": prefix_values, "leave_one_out": loo, "skipped": skipped,
                     "builds": meter.builds, "runs": meter.runs, "min_effect": args.min_effect,
+                    "notes": vouched.notes,
                     "sequential": steps_json(steps, names), "sequential_legend": step_legend(design),
                     "values_from": [{"label": label, "identity": key, "values": vals, "runs": ids}
                                     for label, key, vals, ids in meter.log]})
@@ -151,6 +155,8 @@ def run(args) -> int:
         for rule in quality_runs.legends(answers):
             console.print(f"[dim]{rule}[/]", markup=True)
     print_gates(gates)
+    for line in vouched.notes:
+        console.print(f"note: {line}", markup=False, highlight=False)
     print_runs_used(meter)
     console.print(f"{meter.builds} variant(s) prepared, {meter.runs} new run(s); cached values reused per env key")
     return 0

@@ -175,7 +175,7 @@ def run(args) -> int:
         meter.builds += commit_meter.builds
         meter.runs += commit_meter.runs
         repro += ["--git", args.git, "--tag-format", args.tag_format]
-    answers, gates = _quality(meter, names)
+    answers, gates, notes = _quality(meter, names)
     if args.json:
         out = {"recipe": recipe.name, "metric": spec.metric, "point": meter.point, "direction": args.direction,
                "reference": args.reference, "threshold_pct": args.threshold,
@@ -186,6 +186,7 @@ def run(args) -> int:
         if names is not None:
             out["quality"] = {k: {str(p): q.to_dict() for p, q in per.items()} for k, per in answers.items()}
             out["gate"] = {k: g.to_dict() for k, g in gates.items()}
+            out["notes"] = notes
         print_json(out)
         return 0 if result.culprit is not None or result.candidates is None else 1
     _print_result(result, stats, args.direction)
@@ -194,6 +195,8 @@ def run(args) -> int:
     for line in quality_runs.lines(answers):  # each measured prefix against the base, beside the speed
         console.print(f"answers: {line}", markup=False, highlight=False)
     print_gates(gates)
+    for line in notes:
+        console.print(f"note: {line}", markup=False, highlight=False)
     if commit_result is not None:
         console.print("[bold]commits[/] between the neighbouring releases:")
         _print_result(commit_result, stats, args.direction)
@@ -204,14 +207,18 @@ def run(args) -> int:
 
 
 def _quality(meter, names):
-    """The answers' and the gate's verdicts of each measured prefix against the base (a stack
-    bisect; `names` None for a bisect of releases or commits: no prefixes)."""
+    """The answers' and the gate's verdicts of each measured prefix against the base, and the notes
+    on kept files they could not trust (a stack bisect; `names` None for a bisect of releases or
+    commits: no prefixes)."""
     from toolkit.analysis import quality_runs
 
+    from toolkit.results.artifacts import VouchedStore
+
     if names is None:
-        return {}, {}
-    return (quality_runs.meter_verdicts(meter.store, meter.log, names),
-            quality_runs.meter_gates(meter.store, meter.log, names))
+        return {}, {}, []
+    vouched = VouchedStore(meter.store)  # answers only from bytes with the stored sha256
+    return (quality_runs.meter_verdicts(vouched, meter.log, names),
+            quality_runs.meter_gates(vouched, meter.log, names), vouched.notes)
 
 
 def _slurm_meter(recipe, home, meter, spec, args):

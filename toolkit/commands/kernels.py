@@ -53,7 +53,7 @@ def run(args) -> int:
     from toolkit.errors import BadInput
     from toolkit.kernels import records
     from toolkit.kernels.registry import get_op
-    from toolkit.kernels.table import render_rows, rows
+    from toolkit.kernels.table import rows
 
     op = get_op(args.op)
     home = home_of(args)

@@ -147,13 +147,17 @@ def run(args) -> int:
             o.failed = None if o.runs else failed.get(o.name, "no ok run")
             bench = o.recipe.benchmark
             o.points = {c: o.runs for c in (bench.concurrency if bench.driver == "serving" else bench.batch_sizes)}
-    gates = res.gates(store, outcomes)
-    ranked = res.rows(store, outcomes, metric, sla=bounds, point=point,
+    from toolkit.results.artifacts import VouchedStore
+
+    vouched = VouchedStore(store)  # the verdicts read answers only from bytes with the stored sha256
+    gates = res.gates(vouched, outcomes)
+    ranked = res.rows(vouched, outcomes, metric, sla=bounds, point=point,
                       sequential=None if bounds else _design(args, recipe, kept, recipes), gate=gates)
     points = res.pareto_points(store, outcomes)
     dominated = dominated_variants(points)
     doc = res.document(ranked, outcomes, points, recipe=recipe.name, metric=metric, sla=bounds,
                        repeats=args.repeats or recipe.benchmark.repeats, gate=gates)
+    doc["notes"] = vouched.notes
     from toolkit.report.sweep import write_sweep_report
 
     paths = write_sweep_report(doc, Path(args.output).expanduser())

@@ -15,7 +15,6 @@ The user config is `$PATCHBENCH_HOME/config.toml` when it exists, else
 
 from __future__ import annotations
 
-import os
 import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path

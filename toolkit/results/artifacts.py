@@ -7,7 +7,7 @@ that is gone is `missing`, one whose bytes no longer hash to what was stored is 
 is trusted. `vouch(store, runs)`: the runs a verdict uses, their answers read only from bytes with
 the stored sha256 (the kept copy, else the run's own directory when it still holds the same bytes;
 neither: the answers are not used), and one line per verdict file (`VERDICT_FILES`) that is not
-ok. Effects: file copies (keep), file reads (check, vouch).
+ok; `VouchedStore(store)` reads every run a verdict asks for that way. Effects: file copies (keep), file reads (check, vouch).
 """
 
 from __future__ import annotations
@@ -125,3 +125,22 @@ def vouch(store, runs: Sequence) -> tuple[list, list[str]]:
                                    for f in q["answers_from"]]
         out.append(replace(r, extra={**r.extra, "quality": new}) if new != q else r)
     return out, lines
+
+
+class VouchedStore:
+    """`store` read through `vouch` where a verdict reads its runs (sweep, attribute, bisect):
+    `runs(...)` returns them vouched; `notes` holds each missing/altered line once, for the command
+    to print. Every other attribute is the store's own."""
+
+    def __init__(self, store):
+        self._store = store
+        self.notes: list[str] = []
+
+    def runs(self, *args, **kwargs) -> list:
+        runs, lines = vouch(self._store, self._store.runs(*args, **kwargs))
+        self.notes += [line for line in lines if line not in self.notes]
+        return runs
+
+    def __getattr__(self, name):
+        return getattr(self._store, name)
+

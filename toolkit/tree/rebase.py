@@ -60,7 +60,7 @@ def _on_new_base(recipe: Recipe, source: str, onto: str) -> Recipe:
     else:  # a path: its current content is the new base
         if onto not in PATH_NOW and Path(onto).resolve() != Path(spec.location).resolve():
             raise BadInput(f"source {source} is the local path {spec.location}: its one new state is its current "
-                           f"content, not {onto!r}", hint=f"--onto HEAD (the path as it is now)")
+                           f"content, not {onto!r}", hint="--onto HEAD (the path as it is now)")
         return recipe
     return dataclasses.replace(recipe, sources={**recipe.sources, source: new})
 
