@@ -124,15 +124,17 @@ def test_attribute_steps_against_a_stored_base_pool_its_spread():
 
 
 def test_a_second_campaign_against_a_stored_reference_pools_its_spread(tmp_path, home, monkeypatch, capsys):
-    """`run demo/baseline --repeats 4` stores four launches of the reference; `run demo/baseline
+    """`run demo/baseline --repeats 6` stores six launches of the reference; `run demo/baseline
     demo/quick` then launches only the new recipe, and its looks pool the stored reference launches
-    they do not use (the JSON says how many degrees of freedom, the text says so, the legend has the
-    rule)."""
+    they do not use (4 at the look at 2 each: 3 df, unless the borrowing test refuses them); the JSON
+    says how many degrees of freedom, the text says so, the legend has the rule."""
     import json
 
     from conftest import demo_project
     from test_sequential import SMALL
+    from toolkit.analysis.selection import values_at
     from toolkit.cli import main
+    from toolkit.results.store import Store
 
     root = demo_project(tmp_path, monkeypatch)
     base = root / "recipes" / "demo" / "baseline.toml"
@@ -141,14 +143,21 @@ def test_a_second_campaign_against_a_stored_reference_pools_its_spread(tmp_path,
                     + rest[rest.index("\n[", 1):])
     (root / "recipes" / "demo" / "quick.toml").write_text('extends = "demo/baseline"\n[server.args]\n'
                                                           'mini-step-base-ms = 4\n')
-    assert main(["run", "demo/baseline", "--repeats", "4"]) == 0
+    assert main(["run", "demo/baseline", "--repeats", "6"]) == 0
     capsys.readouterr()
     assert main(["run", "demo/baseline", "demo/quick", "--max-repeats", "4", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     (row,) = out["sequential"]
     assert row["verdict"] == "faster" and row["launches_each"] == 2, row
-    assert row["prior_dof"] == 1 and "spread pooled with 1 df of stored launches" in row["text"], row
     assert [name for name, _ in out["runs"]] == ["demo/quick", "demo/quick"]  # the reference was stored
+    store = Store(home / "results.sqlite")
+    a, b = ([float(x) for x in values_at(store.samples(out["used"][name], metric="output_tok_s"), "output_tok_s", 1,
+                                         out["used"][name])] for name in ("demo/baseline", "demo/quick"))
+    design = seq.Design(max_repeats=4)
+    stored = seq.Stored(0, 6, 0)
+    expected = seq.pooled(a[:2], b[:2], design, seq.look_prior(a, b, 2, None, stored, design))[2]
+    assert len(a) == 6 and row["prior_dof"] == expected and expected in (0, 3), (row, a, b)
+    assert (f"spread pooled with {expected} df of stored launches" in row["text"]) == (expected > 0)
     assert "its stored launches (same run identity)" in out["sequential_legend"]
 
 
