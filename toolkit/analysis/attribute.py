@@ -92,13 +92,16 @@ def attribute(prefix_values: Sequence[Sequence[float] | None], *, higher_is_bett
               skipped: Mapping[int, str] | None = None,
               stat: str = "mean", min_repeats: int = stats.DEFAULT_MIN_REPEATS,
               alpha: float = stats.DEFAULT_ALPHA,
-              min_effect: float = stats.DEFAULT_MIN_EFFECT, sequential=None) -> Attribution:
+              min_effect: float = stats.DEFAULT_MIN_EFFECT, sequential=None,
+              stored: Mapping[str, int] | None = None) -> Attribution:
     """Per-patch effects (see the module docstring). `prefix_values` has n+1 entries for n patches
     (an entry may be None or empty: that prefix was not measured); `names[i-1]` names patch i;
     `leave_one_out` maps a 1-based patch index to the values of the stack without it, `skipped`
     a 1-based index to why the stack without it could not be measured. `sequential` (a
     `toolkit.analysis.sequential.Design`): a comparison with too few values for the fixed verdict
-    takes the settled sequential one (`sequential.settle`)."""
+    takes the settled sequential one (`sequential.settle`); `stored` ("prefix{k}" / "without{i}" ->
+    how many of its first values were stored before launching: their spread is pooled as in
+    `sequential.verdict`)."""
     n = len(prefix_values) - 1
     if n < 1:
         raise ValueError("attribute needs the base and at least one prefix")
@@ -109,7 +112,9 @@ def attribute(prefix_values: Sequence[Sequence[float] | None], *, higher_is_bett
     if bad:
         raise ValueError(f"leave_one_out index {bad[0]} is not a patch number 1..{n}")
 
-    def cmp(a: Sequence[float] | None, b: Sequence[float] | None) -> stats.Comparison | None:
+    counts = dict(stored or {})
+
+    def cmp(a: Sequence[float] | None, b: Sequence[float] | None, labels=("", "")) -> stats.Comparison | None:
         if not a or not b:
             return None
         c = stats.compare_values(list(a), list(b), higher_is_better=higher_is_better, unit=unit,
@@ -119,21 +124,21 @@ def attribute(prefix_values: Sequence[Sequence[float] | None], *, higher_is_bett
             return c
         from toolkit.analysis import sequential as seq
 
-        return seq.settle(c, list(a), list(b), sequential)
+        return seq.settle(c, list(a), list(b), sequential, (counts.get(labels[0], 0), counts.get(labels[1], 0)))
 
     base, full = prefix_values[0], prefix_values[n]
     total = cmp(base, full)
     log_total = math.log(total.speedup) if total and total.speedup > 0 else 0.0
     effects = []
     for i in range(1, n + 1):
-        inc = cmp(prefix_values[i - 1], prefix_values[i])
+        inc = cmp(prefix_values[i - 1], prefix_values[i], (f"prefix{i - 1}", f"prefix{i}"))
         share = None
         if inc is not None and inc.speedup > 0 and abs(log_total) > 1e-12:
             share = math.log(inc.speedup) / log_total
         effects.append(PatchEffect(
             index=i, name=names[i - 1] if names is not None else f"patch {i}", incremental=inc,
             cumulative=cmp(base, prefix_values[i]),
-            leave_one_out=cmp(loo.get(i), full) if i in loo else None, share=share,
+            leave_one_out=cmp(loo.get(i), full, (f"without{i}", f"prefix{n}")) if i in loo else None, share=share,
             loo_skipped=(skipped or {}).get(i)))
     return Attribution(total, tuple(effects), higher_is_better, unit)
 

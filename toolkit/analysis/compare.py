@@ -104,7 +104,7 @@ def compare_selection(store: Store, sel: Selection, *, metrics: Sequence[str | M
                                      min_effect=min_effect)
             verdict, text, seq_text = c.verdict, stats.format_comparison(c), None
             if c.verdict == stats.TOO_FEW and sequential is not None:
-                settled = sequential_row(a.values, b.values, hib, sequential)
+                settled = sequential_row(a.values, b.values, hib, sequential, stored_counts(store, a.runs, b.runs))
                 if settled is not None:
                     verdict, text = seq_verdict_word(settled), settled.text
                     seq_text = settled.text
@@ -119,16 +119,27 @@ def compare_selection(store: Store, sel: Selection, *, metrics: Sequence[str | M
     return rows
 
 
-def sequential_row(a: Sequence[float], b: Sequence[float], hib: bool | None, design):
+def sequential_row(a: Sequence[float], b: Sequence[float], hib: bool | None, design, stored=(0, 0)):
     """The sequential verdict (toolkit.analysis.sequential, launch order) of a pair too small for
     the fixed one, when it is settled (a `run` that launched until settled stops at 2 launches
-    each; its verdict keeps its rate at that look); None otherwise."""
+    each; its verdict keeps its rate at that look); None otherwise. `stored`: as `run` counts it
+    (`stored_counts`), so the stored spread it pooled is pooled here too."""
     from toolkit.analysis import sequential as seq
 
     if not a or not b or any(v <= 0 for v in (*a, *b)):
         return None
-    v = seq.verdict(list(a), list(b), higher_is_better=hib, design=design)
+    v = seq.verdict(list(a), list(b), higher_is_better=hib, design=design, stored=stored)
     return v if v.settled else None
+
+
+def stored_counts(store: Store, runs_a: Sequence[str], runs_b: Sequence[str]) -> tuple[int, int]:
+    """The leading runs of each side that started before the other side's first
+    (toolkit.analysis.noise_prior.stored_before), as `run` counts them."""
+    from toolkit.analysis import noise_prior
+
+    ids = [*runs_a, *runs_b]
+    at = {r.run_id: r.started_at for r in store.runs(run_ids=ids)} if ids else {}
+    return noise_prior.stored_before([at.get(r) for r in runs_a], [at.get(r) for r in runs_b])
 
 
 def seq_verdict_word(v) -> str:

@@ -48,6 +48,16 @@ repeated intervals fall back to it for unequal sides or beyond max_repeats. Log-
 ratio the parameter and a slow-launch outlier inflates the spread (a wider interval, a later
 verdict), not a false verdict.
 
+**A stored spread** (`prior`, toolkit.analysis.noise_prior): the launch-to-launch variance of the
+same configurations' stored launches (same run identity, launches not among the current ones), with
+d0 degrees of freedom, is pooled into each look's variance: (SS_0 + SS_n) / (d0 + 2n - 2), a t
+interval of d0 + 2n - 2 df. A look whose current spread is flagged against the prior (spread_flag's
+rule: 2x and an F test at 0.01) does not pool (2n - 2 df): a configuration noisy now never borrows a
+calmer history. The Pocock level a'(alpha, min_repeats, max_repeats, d0) is calibrated for that
+whole procedure (the prior's chi-square, the test and the looks), so when the stored launches have
+the current launches' spread the guarantee above holds unchanged; at 2 launches each with 18 prior
+df the first look's c is 2.68 instead of 8.94. The mixture (and unequal sides) never pool.
+
 The verdict of a pair is the one at its **first settled look** (looks at n = min_repeats,
 min_repeats + 1, ... of equal-sized prefixes, oldest first): a stopping time, so it keeps the
 guarantee, and values launched after it (for another pair) do not move it. **Futility**: from 3
@@ -121,6 +131,7 @@ class Sequential:
     design: Design
     futile: bool = False  # unsettled, and would stay so by max_repeats at this estimate and spread
     spread: float = math.nan  # launch-to-launch standard deviation of the log-value (pooled over A and B)
+    prior_dof: int = 0  # degrees of freedom of the stored spread this look pooled (0: current launches only)
 
     @property
     def settled(self) -> bool:
@@ -160,12 +171,13 @@ class Sequential:
                     f"{span} (equal within {m} needs a spread below {100 * quiet_spread(self.design):.1f}%)")
         if self.verdict == UNSETTLED:
             return f"not settled after {self.n} launches each: {span}{why}"
+        pooled = f" (spread pooled with {self.prior_dof} df of stored launches)" if self.prior_dof else ""
         if self.verdict == EQUAL:
-            return f"equal within {m} after {self.n} launches each [{span}]"
+            return f"equal within {m} after {self.n} launches each [{span}]{pooled}"
         factor = self.speedup if self.verdict in (FASTER, HIGHER) else 1.0 / self.speedup
         if self.verdict in (SLOWER, LOWER):
             span = f"{1 / hi:.2f}x-{1 / lo:.2f}x"
-        return f"{factor:.2f}x {self.verdict} after {self.n} launches each [{span}]"
+        return f"{factor:.2f}x {self.verdict} after {self.n} launches each [{span}]{pooled}"
 
 
 def critical_t(n_a: int, n_b: int, *, alpha: float = DEFAULT_ALPHA, prior_scale: float = DEFAULT_PRIOR_SCALE) -> float:
@@ -190,68 +202,162 @@ def bayes_factor(t: float, n_a: int, n_b: int, *, prior_scale: float = DEFAULT_P
     return g ** -0.5 * ((1.0 + x) / (1.0 + x / g)) ** ((nu + 1) / 2.0)
 
 
-@functools.lru_cache(maxsize=32)
-def nominal_level(alpha: float, min_repeats: int, max_repeats: int) -> float:
+STORED_CAP = 16  # stored launches beyond max_repeats a side that a look may pool (the calibration's width)
+
+
+@functools.lru_cache(maxsize=64)
+def nominal_level(alpha: float, min_repeats: int, max_repeats: int, prior_dof: int = 0, stored_a: int = 0,
+                  stored_b: int = 0) -> float:
     """a': the two-sided level of each look's t interval at which the looks n = min_repeats ..
     max_repeats (equal sides) together keep 1 - alpha coverage under normal log-values (Pocock's
     boundary: the same level at every look). The alpha quantile of the smallest per-look p-value
-    over a seeded simulation of CALIBRATION_PATHS paths (the t statistics are pivotal)."""
+    over a seeded simulation of CALIBRATION_PATHS paths (the t statistics are pivotal).
+
+    With stored spread (toolkit.analysis.noise_prior) each look n pools a prior: a fixed one of
+    `prior_dof` df (stored launches not in the sequences) plus the stored launches the look does not
+    use (the sequences' first `stored_a` / `stored_b` values were stored before launching began;
+    look n does not use a[n:stored_a], b[n:stored_b]), df 2n - 2 + the prior's, unless its
+    borrowing test refuses (then 2n - 2). The whole procedure, test included, is calibrated; with
+    no stored spread (0, 0, 0) it is the current-launches-only rule."""
     from scipy import special
+
+    from toolkit.analysis import noise_prior
 
     rng = np.random.default_rng(CALIBRATION_SEED)
     big = max_repeats
+    width = max(big, stored_a, stored_b)
     k = np.arange(1, big + 1, dtype=float)
     looks = slice(min_repeats - 1, big)
     nu = 2.0 * k[looks] - 2.0
     smallest = []
     for start in range(0, CALIBRATION_PATHS, 50_000):
-        a = rng.standard_normal((min(50_000, CALIBRATION_PATHS - start), big))
+        rows = min(50_000, CALIBRATION_PATHS - start)
+        a = rng.standard_normal((rows, big))
         b = rng.standard_normal(a.shape)
         ca, cb = np.cumsum(a, 1), np.cumsum(b, 1)
         ss = np.cumsum(a * a, 1) - ca * ca / k + np.cumsum(b * b, 1) - cb * cb / k
         est = (cb - ca) / k
         t = np.abs(est[:, looks]) / np.sqrt(ss[:, looks] / nu * (2.0 / k[looks]))
-        smallest.append((2.0 * special.stdtr(nu, -t)).min(axis=1))
+        p = 2.0 * special.stdtr(nu, -t)
+        if prior_dof or stored_a > min_repeats + 1 or stored_b > min_repeats + 1:
+            s0 = rng.chisquare(prior_dof, rows) if prior_dof else np.zeros(rows)
+            more = [rng.standard_normal((rows, width - big)) for _ in (a, b)]
+            pss, pdof = np.repeat(s0[:, None], nu.size, 1), np.full(nu.size, float(prior_dof))
+            for x, extra, stored in ((a, more[0], stored_a), (b, more[1], stored_b)):
+                full = np.concatenate([x, extra], 1)
+                c1, c2 = np.cumsum(full, 1), np.cumsum(full * full, 1)
+                for j, n in enumerate(range(min_repeats, big + 1)):
+                    m = stored - n  # values full[:, n:stored]
+                    if m >= 2:
+                        sm, sq = c1[:, stored - 1] - c1[:, n - 1], c2[:, stored - 1] - c2[:, n - 1]
+                        pss[:, j] += sq - sm * sm / m
+                        pdof[j] += m - 1
+            ok = pdof > 0
+            safe = np.where(ok, pdof, 1.0)
+            tp = np.abs(est[:, looks]) / np.sqrt((ss[:, looks] + pss) / (nu + pdof) * (2.0 / k[looks]))
+            refused = ~ok | noise_prior.flagged_against((ss[:, looks] / nu) / np.maximum(pss / safe, 1e-300), nu, safe)
+            p = np.where(refused, p, 2.0 * special.stdtr(nu + pdof, -tp))
+        smallest.append(p.min(axis=1))
     return float(np.quantile(np.concatenate(smallest), alpha))
 
 
-def repeated_t(n: int, design: Design) -> float:
-    """c_n: the critical value of the repeated interval at n launches each (t quantile at a')."""
+@dataclass(frozen=True)
+class Stored:
+    """What a verdict's stored spread is calibrated for: a fixed prior of `prior_dof` df, and the
+    sequences' first `a` / `b` values stored before launching began (each capped at max_repeats +
+    STORED_CAP). Stored() is the current-launches-only rule."""
+
+    prior_dof: int = 0
+    a: int = 0
+    b: int = 0
+
+    def key(self, design: Design) -> tuple[int, int, int]:
+        """(prior dof, stored a, stored b) as calibrated: capped, and 0 where no look has two stored
+        values it does not use (the same procedure as none stored)."""
+        cap, least = design.max_repeats + STORED_CAP, design.min_repeats + 2
+        return (self.prior_dof, *(min(s, cap) if s >= least else 0 for s in (self.a, self.b)))
+
+
+NONE = Stored()
+
+
+def repeated_t(n: int, design: Design, stored: Stored = NONE, borrowed: int = 0) -> float:
+    """c_n: the critical value of the repeated interval at n launches each (t quantile at a' for
+    this stored spread): 2n - 2 + `borrowed` df (the prior dof this look pooled)."""
     from scipy import stats
 
-    return float(stats.t.isf(nominal_level(design.alpha, design.min_repeats, design.max_repeats) / 2.0, 2 * n - 2))
+    level = nominal_level(design.alpha, design.min_repeats, design.max_repeats, *stored.key(design))
+    return float(stats.t.isf(level / 2.0, 2 * n - 2 + borrowed))
 
 
-def critical(n_a: int, n_b: int, design: Design) -> float:
+def critical(n_a: int, n_b: int, design: Design, stored: Stored = NONE, borrowed: int = 0) -> float:
     """The critical value the interval of these sizes uses: the repeated interval's c_n for equal
-    sides within min_repeats..max_repeats, else the mixture's t*."""
-    if design.method == REPEATED and n_a == n_b and design.min_repeats <= n_a <= design.max_repeats:
-        return repeated_t(n_a, design)
+    sides within min_repeats..max_repeats, else the mixture's t* (which never uses a prior)."""
+    if uses_prior(n_a, n_b, design):
+        return repeated_t(n_a, design, stored, borrowed)
     return critical_t(n_a, n_b, alpha=design.alpha, prior_scale=design.prior_scale)
+
+
+def uses_prior(n_a: int, n_b: int, design: Design) -> bool:
+    """Whether a look of these sizes is one of the calibrated repeated looks (a prior can be pooled)."""
+    return design.method == REPEATED and n_a == n_b and design.min_repeats <= n_a <= design.max_repeats
+
+
+def _ss(la: np.ndarray, lb: np.ndarray) -> float:
+    return float(((la - la.mean()) ** 2).sum() + ((lb - lb.mean()) ** 2).sum())
+
+
+def pooled(a: Sequence[float], b: Sequence[float], design: Design, prior=None) -> tuple[float, int, int]:
+    """(variance of the log-value, its dof, the prior dof borrowed) this look computes with: the
+    current launches' pooled variance, and the prior's pooled into it when the look borrows it."""
+    from toolkit.analysis import noise_prior
+
+    la, lb = np.log(np.asarray(a, dtype=float)), np.log(np.asarray(b, dtype=float))
+    dof = la.size + lb.size - 2
+    ss = _ss(la, lb) if dof > 0 else math.nan
+    var = ss / dof if dof > 0 else math.nan
+    if prior is not None and uses_prior(la.size, lb.size, design) and noise_prior.borrows(prior, var, dof):
+        return ((ss + prior.var * prior.dof) / (dof + prior.dof), dof + prior.dof, prior.dof)
+    return (var, dof, 0)
+
+
+def look_prior(a: Sequence[float], b: Sequence[float], n: int, prior, stored: Stored, design: Design):
+    """The prior look n pools: the fixed `prior` and the stored values it does not use
+    (a[n:stored.a], b[n:stored.b], within the calibration's cap), or None."""
+    from toolkit.analysis import noise_prior
+
+    _, sa, sb = stored.key(design)
+    return noise_prior.pool(prior, [list(a[n:sa]), list(b[n:sb])])
 
 
 def interval(a: Sequence[float], b: Sequence[float], *, design: Design = Design()) -> tuple[float, float, float]:
     """(ratio, low, high): the ratio of geometric means B/A and its confidence sequence at this look."""
+    return _interval(a, b, design, None, NONE)[:3]
+
+
+def _interval(a, b, design: Design, prior, stored: Stored) -> tuple[float, float, float, int]:
     la, lb = np.log(np.asarray(a, dtype=float)), np.log(np.asarray(b, dtype=float))
     na, nb = la.size, lb.size
     if na == 0 or nb == 0:
-        return (math.nan, 0.0, math.inf)
+        return (math.nan, 0.0, math.inf, 0)
     est = float(lb.mean() - la.mean())
-    tstar = critical(na, nb, design)
-    if not math.isfinite(tstar):
-        return (math.exp(est), 0.0, math.inf)
-    ss = float(((la - la.mean()) ** 2).sum() + ((lb - lb.mean()) ** 2).sum())
-    se = math.sqrt(ss / (na + nb - 2) * (1.0 / na + 1.0 / nb))
-    return (math.exp(est), math.exp(est - tstar * se), math.exp(est + tstar * se))
+    var, _, borrowed = pooled(a, b, design, prior)
+    tstar = critical(na, nb, design, stored, borrowed)
+    if not math.isfinite(tstar) or not math.isfinite(var):
+        return (math.exp(est), 0.0, math.inf, 0)
+    se = math.sqrt(var * (1.0 / na + 1.0 / nb))
+    return (math.exp(est), math.exp(est - tstar * se), math.exp(est + tstar * se), borrowed)
 
 
 def look(a: Sequence[float], b: Sequence[float], *, higher_is_better: bool | None,
-         design: Design = Design()) -> Sequential:
-    """The verdict of one look at all of `a` and `b` (equal sizes in the sequential design)."""
+         design: Design = Design(), prior=None, stored: Stored = NONE) -> Sequential:
+    """The verdict of one look at all of `a` and `b` (equal sizes in the sequential design);
+    `prior`: the stored spread this look may pool (toolkit.analysis.noise_prior; disjoint from a
+    and b), `stored` what the level is calibrated for (see `verdict`)."""
     n = min(len(a), len(b))
     if any(v <= 0 or not math.isfinite(v) for v in [*a, *b]):
         raise ValueError("sequential verdicts need positive values (they compare log-values)")
-    ratio, lo, hi = interval(a, b, design=design)
+    ratio, lo, hi, borrowed = _interval(a, b, design, prior, stored)
     if n < design.min_repeats:
         return Sequential(TOO_FEW, n, ratio, lo, hi, higher_is_better, design, spread=pooled_spread(a, b))
     bound = 1.0 + design.min_effect
@@ -262,7 +368,7 @@ def look(a: Sequence[float], b: Sequence[float], *, higher_is_better: bool | Non
         v = (HIGHER if up else LOWER) if higher_is_better is None else (FASTER if up == higher_is_better else SLOWER)
     else:
         v = UNSETTLED
-    return Sequential(v, n, ratio, lo, hi, higher_is_better, design, spread=pooled_spread(a, b))
+    return Sequential(v, n, ratio, lo, hi, higher_is_better, design, spread=pooled_spread(a, b), prior_dof=borrowed)
 
 
 def pooled_spread(a: Sequence[float], b: Sequence[float]) -> float:
@@ -285,7 +391,7 @@ def noisy_spread(spread: float, design: Design) -> bool:
     return math.isfinite(spread) and spread >= quiet_spread(design)
 
 
-def futile(a: Sequence[float], b: Sequence[float], design: Design) -> bool:
+def futile(a: Sequence[float], b: Sequence[float], design: Design, prior=None, stored: Stored = NONE) -> bool:
     """Whether the pair could not settle by max_repeats if its estimate and spread stayed as they
     are now (from 3 launches each, when the spread has 4 degrees of freedom): the sequence at
     max_repeats would still straddle a boundary. Stopping without a verdict never makes one false."""
@@ -294,28 +400,47 @@ def futile(a: Sequence[float], b: Sequence[float], design: Design) -> bool:
         return False
     la, lb = np.log(np.asarray(a[:n], dtype=float)), np.log(np.asarray(b[:n], dtype=float))
     est = abs(float(lb.mean() - la.mean()))
-    sp = math.sqrt(float(la.var(ddof=1) + lb.var(ddof=1)) / 2.0)
-    half = critical(big, big, design) * sp * math.sqrt(2.0 / big)
+    var, _, borrowed = pooled(a[:n], b[:n], design, prior)
+    half = critical(big, big, design, stored, borrowed) * math.sqrt(var) * math.sqrt(2.0 / big)
     bound = math.log1p(design.min_effect)
     return not ((est - half > 0 and est >= bound) or est + half < bound)
 
 
 def verdict(a: Sequence[float], b: Sequence[float], *, higher_is_better: bool | None,
-            design: Design = Design()) -> Sequential:
+            design: Design = Design(), prior=None, stored: tuple[int, int] = (0, 0)) -> Sequential:
     """The pair's verdict from per-launch values in launch order (oldest first): the first settled
     look of equal-sized prefixes n = min_repeats .. min(len(a), len(b), max_repeats), else the last
-    look (unsettled, or too few launches)."""
+    look (unsettled, or too few launches).
+
+    Stored spread (toolkit.analysis.noise_prior), both optional, both launches of the same run
+    identities as a and b: `prior`, a Prior of stored launches that are in neither sequence;
+    `stored`, how many leading values of a and of b were stored before launching began (a resumed
+    or reused sequence): look n also pools a[n:stored[0]] and b[n:stored[1]], the stored values it
+    does not use. Every look pools them unless its borrowing test refuses, at the Pocock level
+    calibrated for exactly this (prior dof, stored counts), so the guarantee of the module docstring
+    holds with them when the stored launches have the current ones' spread. Neither: the
+    current launches only, as without a history."""
+    if prior is not None and prior.dof > noise_prior_max():
+        raise ValueError(f"a prior of {prior.dof} df: at most {noise_prior_max()} are calibrated")
+    st = Stored(prior.dof if prior is not None else 0, max(0, int(stored[0])), max(0, int(stored[1])))
     n = min(len(a), len(b), design.max_repeats)
     last = None
     for k in range(min(design.min_repeats, n), n + 1):
-        last = look(a[:k], b[:k], higher_is_better=higher_is_better, design=design)
+        pk = look_prior(a, b, k, prior, st, design)
+        last = look(a[:k], b[:k], higher_is_better=higher_is_better, design=design, prior=pk, stored=st)
         if last.settled:
             return last
-        if futile(a[:k], b[:k], design):
+        if futile(a[:k], b[:k], design, pk, st):
             import dataclasses
 
             return dataclasses.replace(last, futile=True)
     return last if last is not None else look(a[:n], b[:n], higher_is_better=higher_is_better, design=design)
+
+
+def noise_prior_max() -> int:
+    from toolkit.analysis import noise_prior
+
+    return noise_prior.MAX_DOF
 
 
 def more_needed(s: Sequential) -> bool:
@@ -323,8 +448,10 @@ def more_needed(s: Sequential) -> bool:
     return not s.settled and not s.futile and s.n < s.design.max_repeats
 
 
-def legend(design: Design = Design()) -> str:
-    """The rule in one line, with the settings it computed with."""
+def legend(design: Design = Design(), prior=None) -> str:
+    """The rule in one line, with the settings it computed with (and the stored spread it pooled)."""
+    from toolkit.analysis import noise_prior
+
     m = f"{100 * design.min_effect:g}%"
     c = f"{100 * (1 - design.alpha):g}%"
     if design.method == REPEATED:
@@ -340,7 +467,9 @@ def legend(design: Design = Design()) -> str:
             f"faster/slower when it excludes 1 and the ratio is at least {m} (--min-effect), equal when "
             f"it lies within {m}; "
             f"launches {design.min_repeats}..{design.max_repeats} each (--min-repeats/--max-repeats), else not settled"
-            + ("; a pair that could not settle by then at its spread stops early" if design.futility else ""))
+            + ("; a pair that could not settle by then at its spread stops early" if design.futility else "")
+            + (f"; {noise_prior.stored_legend(design)}" if design.method == REPEATED else "")
+            + (f"; with a prior: {noise_prior.prior_legend(prior, design)}" if prior is not None else ""))
 
 
 def verdict_word(v: Sequential) -> str:
@@ -348,18 +477,20 @@ def verdict_word(v: Sequential) -> str:
     return f"equal within {100 * v.design.min_effect:g}%" if v.verdict == EQUAL else v.verdict
 
 
-def settle(c, a: Sequence[float], b: Sequence[float], design: Design):
+def settle(c, a: Sequence[float], b: Sequence[float], design: Design, stored: tuple[int, int] = (0, 0)):
     """A fixed-sample comparison (`toolkit.analysis.stats.Comparison`) that says "too few repeats"
-    takes the sequential verdict of the same values (launch order) when that is settled, with the
-    confidence sequence as its interval (what `run` decided on after 2 launches each); any other
-    comparison is returned as it is."""
+    takes the sequential verdict of the same values (launch order; `stored` as in `verdict`) when
+    that is settled, with the confidence sequence as its interval (what `run` decided on after 2
+    launches each); any other comparison is returned as it is."""
     import dataclasses
 
     from toolkit.analysis import stats
 
     if c is None or c.verdict != stats.TOO_FEW or not a or not b or any(x <= 0 for x in (*a, *b)):
         return c
-    v = verdict(list(a), list(b), higher_is_better=c.higher_is_better, design=design)
+    from toolkit.analysis.noise_prior import fresh_pair
+
+    v = verdict(list(a), list(b), higher_is_better=c.higher_is_better, design=design, stored=fresh_pair(*stored))
     if not v.settled:
         return c
     return dataclasses.replace(c, verdict=verdict_word(v), ci_low=v.low, ci_high=v.high)

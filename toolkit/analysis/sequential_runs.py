@@ -5,9 +5,12 @@ The first recipe is the reference; each other recipe is a pair with it, judged a
 the benchmark on the headline throughput (output_tok_s for serving, decode_tok_s for one-batch) by
 `toolkit.analysis.sequential` from one value per launch. A round launches, in A B / B A order
 alternately, the recipes still needed: a variant while its pair is unsettled at some point and
-below `max_repeats` launches, the reference while any variant is. Stored runs of the same run
+below `max_repeats` launches, the reference while any variant is (the side not ahead launches:
+`toolkit.analysis.sequential_steps.wanted`, the steps' rule too). Stored runs of the same run
 identity (toolkit/results/identity.py) count, oldest first, as in `toolkit.analysis.variants`: a
-killed run resumes from the store, and one already settled launches nothing. A recipe gets at
+killed run resumes from the store, and one already settled launches nothing; those stored runs that
+a look does not use lend it their spread (`seq.verdict(stored=...)`, toolkit.analysis.noise_prior),
+so a second campaign against a stored reference settles sooner. A recipe gets at
 most `max_repeats` attempts in one call, and none after `min_repeats` launches that gave no value
 (a failing recipe does not loop; a failing reference stops the round).
 
@@ -23,6 +26,7 @@ from rich.markup import escape
 
 from toolkit.analysis import sequential as seq
 from toolkit.analysis.selection import Criteria, MissingResults, choose, values_at
+from toolkit.analysis.sequential_steps import wanted
 from toolkit.errors import PatchbenchError
 from toolkit.results.store import Store
 from toolkit.results import metrics as registry
@@ -42,7 +46,7 @@ class PairVerdict:
         return {"reference": self.reference, "recipe": self.recipe, "metric": self.metric, "point": self.point,
                 "verdict": v.verdict, "settled": v.settled, "launches_each": v.n, "ratio": v.ratio,
                 "low": v.low, "high": v.high, "speedup": v.speedup, "noisy": v.noisy, "spread": v.spread,
-                "text": v.text}
+                "prior_dof": v.prior_dof, "text": v.text}
 
 
 def metric_of(p: Prepared) -> str:
@@ -69,18 +73,40 @@ def stored_runs(store: Store, p: Prepared, identity: str, metric: str) -> list[s
 
 
 def verdicts(store: Store, prepared: list[Prepared], runs: dict[str, list[str]], design: seq.Design) -> list[PairVerdict]:
-    """Every pair's verdict (reference = prepared[0]) at every common point, from `runs`."""
+    """Every pair's verdict (reference = prepared[0]) at every common point, from `runs`. The runs
+    of one side that started before the other side's first launch were stored before the pair's
+    launching began (toolkit.analysis.noise_prior.stored_before): a look pools the spread of those
+    it does not use; a recipe flagged far noisier than its peers at a point (spread_flag) pools
+    none there."""
+    from toolkit.analysis import noise_prior, spread_flag
+
     ref, out = prepared[0], []
     metric = metric_of(ref)
     hib = registry.higher_is_better(metric)
-    ref_samples = store.samples(runs[ref.name], metric=metric)
-    for p in prepared[1:]:
-        samples = store.samples(runs[p.name], metric=metric)
-        for point in [x for x in points_of(ref) if x in points_of(p)]:
-            a = values_at(ref_samples, metric, point, runs[ref.name])
-            b = values_at(samples, metric, point, runs[p.name])
-            out.append(PairVerdict(ref.name, p.name, metric, point, seq.verdict(a, b, higher_is_better=hib, design=design)))
-    return out
+    samples = {p.name: store.samples(runs[p.name], metric=metric) for p in prepared}
+    starts = {p.name: start_times(store, runs[p.name]) for p in prepared}
+    for point in [x for x in points_of(ref) if any(x in points_of(p) for p in prepared[1:])]:
+        here = [p for p in prepared if point in points_of(p)]
+        values = {p.name: values_at(samples[p.name], metric, point, runs[p.name]) for p in here}
+        noisy = {f.name for f in spread_flag.flags(values)}
+        a = values[ref.name]
+        for p in here[1:]:
+            sa, sb = noise_prior.stored_before(starts[ref.name], starts[p.name])
+            counts = (0, 0) if noisy & {ref.name, p.name} else (
+                len(values_at(samples[ref.name], metric, point, runs[ref.name][:sa])),
+                len(values_at(samples[p.name], metric, point, runs[p.name][:sb])))
+            out.append(PairVerdict(ref.name, p.name, metric, point,
+                                   seq.verdict(a, values[p.name], higher_is_better=hib, design=design, stored=counts)))
+    order = {p.name: i for i, p in enumerate(prepared)}
+    return sorted(out, key=lambda v: order[v.recipe])
+
+
+def start_times(store: Store, run_ids: list[str]) -> list[str | None]:
+    """The runs' start times (ISO, UTC), in the order of `run_ids`."""
+    if not run_ids:
+        return []
+    at = {r.run_id: r.started_at for r in store.runs(run_ids=run_ids)}
+    return [at.get(rid) for rid in run_ids]
 
 
 def measure_until_settled(prepared: list[Prepared], *, home, store: Store, group_id: str, console: Console,
@@ -108,15 +134,12 @@ def measure_until_settled(prepared: list[Prepared], *, home, store: Store, group
 
     while True:
         current = verdicts(store, prepared, runs, design)
-        need = [p for p in prepared[1:] if launchable(p)
-                and any(v.recipe == p.name and seq.more_needed(v.verdict) for v in current)]
-        if not need:
+        open_pairs = list(dict.fromkeys((ref.name, v.recipe) for v in current if seq.more_needed(v.verdict)))
+        # a side launches while it is not ahead (the verdicts look at equal-sized prefixes): settle_pairs' rule
+        chosen = wanted(open_pairs, {name: len(ids) for name, ids in runs.items()},
+                        {p.name for p in prepared if not launchable(p)})
+        if not chosen:
             break
-        # a side launches while it is not ahead: the verdicts look at equal-sized prefixes
-        with_ref = len(runs[ref.name]) <= max(len(runs[p.name]) for p in need)
-        if with_ref and not launchable(ref):
-            break
-        chosen = {p.name for p in need if len(runs[p.name]) <= len(runs[ref.name])} | ({ref.name} if with_ref else set())
         order = [p for p in prepared if p.name in chosen]
         for p in order if rnd % 2 == 0 else order[::-1]:  # A B, B A, A B ...
             attempts[p.name] += 1

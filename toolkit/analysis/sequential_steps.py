@@ -7,7 +7,12 @@ each side of an unsettled pair (the side that is not ahead: the verdicts look at
 prefixes), until every pair is settled, futile or at `max_repeats`, or a side cannot give more.
 A label shared by two pairs (attribute's prefix k is B of step k and A of step k + 1) is launched
 once per round. Values come oldest first from `measure` (stored runs before new ones: a killed
-attribute resumes from the store and decides as it did). Effects: only through `measure`.
+attribute resumes from the store and decides as it did). `stored` (label -> how many of its first
+values were stored before the loop launched anything, or a callable giving it once the label has
+been measured; those are asked for at once, they cost no launch): a look pools the spread of the
+stored values it does not use, for a pair with one side stored (`seq.verdict(stored=...)`,
+toolkit.analysis.noise_prior.fresh_pair). `wanted` is the scheduling rule, shared with `run`'s
+rounds (toolkit.analysis.sequential_runs). Effects: only through `measure`.
 """
 
 from __future__ import annotations
@@ -20,22 +25,26 @@ Measure = Callable[[str, int], "list[float] | None"]
 
 
 def settle_pairs(measure: Measure, labels: Sequence[str], pairs: Sequence[tuple[str, str]], design: seq.Design,
-                 higher_is_better: bool | None) -> tuple[dict[str, list[float] | None], dict[tuple[str, str], seq.Sequential]]:
+                 higher_is_better: bool | None,
+                 stored=None) -> tuple[dict[str, list[float] | None], dict[tuple[str, str], seq.Sequential]]:
     """(values per label (None: it gave none), the verdict of every pair whose sides both have values)."""
     values: dict[str, list[float] | None] = {}
     for label in labels:
         got = measure(label, design.min_repeats)
         values[label] = list(got) if got else None
+    counts = {label: min(int((stored(label) if callable(stored) else stored.get(label, 0)) or 0) if stored else 0,
+                         design.max_repeats + seq.STORED_CAP) for label in labels}
+    for label in labels:  # the stored values are free: hand them out now, so a look can pool those it does not use
+        if values[label] and counts[label] > len(values[label]):
+            got = measure(label, counts[label] - len(values[label]))
+            values[label].extend(got or [])
+        counts[label] = min(counts[label], len(values[label] or []))
     dry: set[str] = set()  # labels that could not give another value
     while True:
-        verdicts = judge(values, pairs, design, higher_is_better)
-        want: list[str] = []
-        for (a, b), v in verdicts.items():
-            if not seq.more_needed(v) or a in dry or b in dry:
-                continue
-            na, nb = len(values[a]), len(values[b])
-            want += [x for x, n in ((a, na), (b, nb)) if n <= min(na, nb)]
-        todo = [x for x in labels if x in set(want)]
+        verdicts = judge(values, pairs, design, higher_is_better, counts)
+        open_pairs = [pair for pair, v in verdicts.items() if seq.more_needed(v)]
+        want = wanted(open_pairs, {x: len(v or []) for x, v in values.items()}, dry)
+        todo = [x for x in labels if x in want]
         if not todo:
             return values, verdicts
         for label in todo:
@@ -46,7 +55,24 @@ def settle_pairs(measure: Measure, labels: Sequence[str], pairs: Sequence[tuple[
                 dry.add(label)
 
 
+def wanted(open_pairs: Sequence[tuple[str, str]], sizes: dict[str, int], dry: set[str]) -> set[str]:
+    """The labels to launch next: for each pair still open, the side(s) not ahead of the other (the
+    verdicts look at equal-sized prefixes), unless one of those cannot launch (`dry`), which leaves
+    that pair as it is. The one scheduling rule of `run` (sequential_runs) and of the steps."""
+    out: set[str] = set()
+    for a, b in open_pairs:
+        na, nb = sizes.get(a, 0), sizes.get(b, 0)
+        sides = {x for x, n in ((a, na), (b, nb)) if n <= min(na, nb)}
+        if not sides & dry:
+            out |= sides
+    return out
+
+
 def judge(values: dict, pairs: Sequence[tuple[str, str]], design: seq.Design,
-          higher_is_better: bool | None) -> dict[tuple[str, str], seq.Sequential]:
-    return {(a, b): seq.verdict(values[a], values[b], higher_is_better=higher_is_better, design=design)
+          higher_is_better: bool | None, stored: dict | None = None) -> dict[tuple[str, str], seq.Sequential]:
+    from toolkit.analysis.noise_prior import fresh_pair
+
+    stored = stored or {}
+    return {(a, b): seq.verdict(values[a], values[b], higher_is_better=higher_is_better, design=design,
+                                stored=fresh_pair(stored.get(a, 0), stored.get(b, 0)))
             for a, b in pairs if values.get(a) and values.get(b) and min(*values[a], *values[b]) > 0}

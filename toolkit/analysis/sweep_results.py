@@ -116,7 +116,12 @@ def rows(store: Store, outcomes: Sequence[Outcome], metric: str, *, sla: Sequenc
             if sequential is not None:  # launched until settled: 2 launches each can be a verdict
                 from toolkit.analysis import sequential as seq
 
-                c = seq.settle(c, base, xs, sequential)
+                from toolkit.analysis.compare import stored_counts
+
+                base_runs = _runs_at(default, base_at)
+                sa, sb = stored_counts(store, base_runs, runs)  # runs -> their values, as `run` counts them
+                c = seq.settle(c, base, xs, sequential, (len(values(store, base_runs[:sa], metric, base_at)) if sa else 0,
+                                                         len(values(store, runs[:sb], metric, at)) if sb else 0))
             verdict, change = c.verdict, c.change_pct
         if answers:  # "faster, answers changed" never reads as a plain win
             verdict = f"{verdict}, {answers}"

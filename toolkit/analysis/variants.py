@@ -94,6 +94,7 @@ class VariantMeter:
     _gpu_key: str | None = None
     log: list = field(default_factory=list)  # (label, run identity, values, run ids) for the report
     missing_evidence: bool = False  # runs stored invalid for missing activation evidence count too
+    stored: dict = field(default_factory=dict)  # label -> values stored before its first measure (handed out first)
     answers_design: object | None = None  # toolkit.analysis.answers_sequential.Design: sequential answers
 
     @property
@@ -188,6 +189,8 @@ class VariantMeter:
         used = self._used.setdefault(key, set())
         # oldest first: a replay hands out the same values in the same order, so it decides the same
         cached = [r for r in self.cached(key) if r not in used]
+        if label not in self.stored:  # the sequential steps pool the spread of the stored ones a look does not use
+            self.stored[label] = len(self._values(cached)) if cached else 0
         take = cached[:repeats]
         values = self._values(take)
         used.update(take)

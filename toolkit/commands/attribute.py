@@ -121,7 +121,7 @@ def run(args) -> int:
     info = spec.info
     result = attribute(prefix_values, higher_is_better=info.higher_is_better, names=names,
                        leave_one_out=loo or None, unit=info.unit, skipped=skipped or None,
-                       min_effect=args.min_effect, sequential=design)
+                       min_effect=args.min_effect, sequential=design, stored=meter.stored if design else None)
     from toolkit.analysis import quality_runs
 
     from toolkit.results.artifacts import VouchedStore
@@ -205,7 +205,7 @@ def measure_steps(meter, recipe, stack, names, design, hib, leave_one_out: bool)
     err.print(f"sequential: {len(over)} variant(s), each step launched until settled "
               f"({design.min_repeats}..{design.max_repeats} each)")
     values, verdicts = settle_pairs(lambda label, k: meter.measure(label, over[label], k), list(over), pairs,
-                                    design, hib)
+                                    design, hib, stored=lambda label: meter.stored.get(label, 0))
     loo = {i: values[f"without{i}"] for i in range(1, n + 1) if leave_one_out and values.get(f"without{i}")}
     skipped = {i: meter.skipped.get(f"without{i}", "no values") for i in range(1, n + 1)
                if leave_one_out and not values.get(f"without{i}")}
@@ -222,7 +222,8 @@ def steps_json(steps, names):
     if steps is None:
         return None
     return [{"a": a, "b": b, "step": _step_name(a, b, names), "verdict": v.verdict, "settled": v.settled,
-             "noisy": v.noisy, "launches_each": v.n, "ratio": v.ratio, "low": v.low, "high": v.high, "text": v.text}
+             "noisy": v.noisy, "launches_each": v.n, "ratio": v.ratio, "low": v.low, "high": v.high,
+             "prior_dof": v.prior_dof, "text": v.text}
             for (a, b), v in steps.items()]
 
 

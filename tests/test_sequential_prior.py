@@ -1,0 +1,172 @@
+"""The stored launch-to-launch spread as a prior of the sequential verdict (toolkit.analysis.noise_prior
+with toolkit.analysis.sequential): A/A pairs keep alpha with it, a 2x pair still settles at
+min_repeats, no history is today's rule, and a configuration noisy now does not borrow a calm prior."""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy import stats as sp
+
+from toolkit.analysis import noise_prior, sequential as seq
+from toolkit.analysis.sequential_steps import settle_pairs
+
+
+def _launches(rng, n, ratio=1.0, noise=0.02, base=100.0):
+    return list(base * ratio * np.exp(noise * rng.standard_normal(n)))
+
+
+def _history(rng, noise, n=10):
+    return noise_prior.from_history({"A": _launches(rng, n, noise=noise), "B": _launches(rng, n, noise=noise)})
+
+
+def test_a_a_pairs_with_a_stored_prior_keep_alpha_under_repeated_looks():
+    """10 stored launches a side (18 df) pooled at every look up to 8 each, and (a second campaign)
+    the reference's 8 launches stored: faster/slower on A/A pairs stays within alpha at the hardest
+    min_effect (0), over seeded trials; the prior was pooled (the looks used its df)."""
+    rng = np.random.default_rng(20261202)
+    design = seq.Design(min_effect=0.0)
+    for kind in ("prior", "stored"):
+        trials, wrong, pooled = 400, 0, 0
+        for i in range(trials):
+            noise = 0.01 + 0.04 * (i % 5) / 4
+            a, b = _launches(rng, 8, noise=noise), _launches(rng, 8, noise=noise)
+            if kind == "prior":
+                v = seq.verdict(a, b, higher_is_better=True, design=design, prior=_history(rng, noise))
+            else:
+                v = seq.verdict(a, b, higher_is_better=True, design=design, stored=(8, 0))
+            wrong += v.verdict in (seq.FASTER, seq.SLOWER)
+            pooled += v.prior_dof > 0
+        assert wrong / trials <= design.alpha, (kind, wrong, trials)
+        assert sp.binomtest(wrong, trials).proportion_ci(0.95, method="exact").low <= design.alpha
+        assert pooled >= 0.9 * trials, (kind, pooled)
+
+
+def test_a_2x_pair_settles_at_min_repeats_with_the_prior_and_a_modest_effect_settles_sooner():
+    rng = np.random.default_rng(7)
+    for _ in range(30):
+        prior = _history(rng, 0.02)
+        a, b = _launches(rng, 8), _launches(rng, 8, ratio=2.0)
+        v = seq.verdict(a, b, higher_is_better=True, prior=prior)
+        assert v.verdict == seq.FASTER and v.n == 2 and v.prior_dof == prior.dof, v.text
+        assert "spread pooled with 18 df of stored launches" in v.text
+        assert seq.verdict(a, b, higher_is_better=True, stored=(8, 0)).n == 2
+    with_prior, without = [], []
+    for _ in range(60):  # 5% at 2% noise: the current launches alone need more looks
+        a, b = _launches(rng, 8), _launches(rng, 8, ratio=1.05)
+        with_prior.append(seq.verdict(a, b, higher_is_better=True, prior=_history(rng, 0.02)).n)
+        without.append(seq.verdict(a, b, higher_is_better=True).n)
+    assert np.mean(with_prior) < np.mean(without) - 0.5, (np.mean(with_prior), np.mean(without))
+
+
+def test_no_history_is_todays_rule():
+    """No prior, nothing stored (or both sides stored: a pair judged before, or a resumed one) gives
+    the verdict and the calibrated level of the current-launches-only rule."""
+    assert seq.nominal_level(0.05, 2, 8) == seq.nominal_level(0.05, 2, 8, 0, 0, 0)
+    assert abs(seq.nominal_level(0.05, 2, 8) - 0.012275) < 1e-5  # the level before priors existed
+    assert noise_prior.from_history({"A": [100.0], "B": []}) is None  # fewer than 2 launches: no dof
+    assert noise_prior.fresh_pair(6, 4) == (0, 0) and noise_prior.fresh_pair(6, 0) == (6, 0)
+    rng = np.random.default_rng(3)
+    for ratio in (1.0, 1.03, 1.3):
+        a, b = _launches(rng, 8, noise=0.03), _launches(rng, 8, ratio=ratio, noise=0.03)
+        today = seq.verdict(a, b, higher_is_better=True)
+        assert seq.verdict(a, b, higher_is_better=True, prior=None, stored=(0, 0)) == today
+        assert today.prior_dof == 0 and "stored" not in today.text
+
+
+def test_a_configuration_noisy_now_does_not_borrow_a_calmer_prior():
+    """Current launches 5x noisier than the stored ones: the looks refuse the prior (spread_flag's
+    rule) and keep the current-launches-only interval; a history far noisier than the others' is
+    left out of the prior; the borrowing test is at least as strict as the spread flag."""
+    rng = np.random.default_rng(11)
+    calm = _history(rng, 0.01)
+    refused = 0
+    for _ in range(40):
+        a, b = _launches(rng, 8, noise=0.05), _launches(rng, 8, noise=0.05)
+        v = seq.verdict(a, b, higher_is_better=True, prior=calm)
+        refused += v.prior_dof == 0
+        now = seq.pooled_spread(a[:v.n], b[:v.n]) ** 2
+        if noise_prior.flagged_against(now / calm.var, 2 * v.n - 2, calm.dof):  # spread_flag's rule says noisy
+            assert v.prior_dof == 0, v.text
+    assert refused >= 30, refused  # at 2 launches each (2 df) a 5x noisier box is not always seen
+    assert not noise_prior.borrows(calm, (0.05 ** 2), 14) and noise_prior.borrows(calm, 0.01 ** 2, 14)
+    hist = {"A": _launches(rng, 10, noise=0.01), "B": _launches(rng, 10, noise=0.01),
+            "C": _launches(rng, 10, noise=0.08)}
+    prior = noise_prior.from_history(hist)
+    assert prior.names == ("A", "B") and prior.dof == 18 and prior.spread < 0.02
+    assert noise_prior.FACTOR >= 1.0 and noise_prior.ALPHA >= 0.01  # a flagged configuration never borrows
+
+
+def test_attribute_steps_against_a_stored_base_pool_its_spread():
+    """settle_pairs (attribute's steps): the base's 8 values are stored, the step is new; with
+    their spread pooled a 4% step at 1% noise settles in fewer launches, and no launch is asked of
+    the stored side."""
+    rng = np.random.default_rng(5)
+    pooled, alone, used = [], [], 0
+    for _ in range(20):
+        base, step = _launches(rng, 8, noise=0.012), _launches(rng, 8, ratio=1.04, noise=0.012)
+        for stored, out in (({"base": 8}, pooled), (None, alone)):
+            handed = {"base": 0, "step": 0}
+            source = {"base": base, "step": step}
+
+            def measure(label, k):
+                got = source[label][handed[label]:handed[label] + k]
+                handed[label] += len(got)
+                return got or None
+
+            _, verdicts = settle_pairs(measure, ["base", "step"], [("base", "step")], seq.Design(), True,
+                                       stored=stored)
+            v = verdicts[("base", "step")]
+            out.append(handed["step"])
+            if stored:  # a look from 2 to 6 each has stored values it does not use
+                used += v.prior_dof > 0
+                assert handed["base"] == 8  # the stored values are handed out at once: they cost nothing
+    assert used >= 15 and np.mean(pooled) < np.mean(alone), (used, np.mean(pooled), np.mean(alone))
+
+
+def test_a_second_campaign_against_a_stored_reference_pools_its_spread(tmp_path, home, monkeypatch, capsys):
+    """`run demo/baseline --repeats 6` stores six launches of the reference; `run demo/baseline
+    demo/quick` then launches only the new recipe, and its looks pool the stored reference launches
+    they do not use (4 at the look at 2 each: 3 df, unless the borrowing test refuses them); the JSON
+    says how many degrees of freedom, the text says so, the legend has the rule."""
+    import json
+
+    from conftest import demo_project
+    from test_sequential import SMALL
+    from toolkit.analysis.selection import values_at
+    from toolkit.cli import main
+    from toolkit.results.store import Store
+
+    root = demo_project(tmp_path, monkeypatch)
+    base = root / "recipes" / "demo" / "baseline.toml"
+    head, rest = base.read_text().split("[benchmark]", 1)
+    base.write_text(head + "[benchmark]\n" + SMALL.replace("concurrency = [1, 4]", "concurrency = [1]")
+                    + rest[rest.index("\n[", 1):])
+    (root / "recipes" / "demo" / "quick.toml").write_text('extends = "demo/baseline"\n[server.args]\n'
+                                                          'mini-step-base-ms = 4\n')
+    assert main(["run", "demo/baseline", "--repeats", "6"]) == 0
+    capsys.readouterr()
+    assert main(["run", "demo/baseline", "demo/quick", "--max-repeats", "4", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    (row,) = out["sequential"]
+    assert row["verdict"] == "faster" and row["launches_each"] == 2, row
+    assert [name for name, _ in out["runs"]] == ["demo/quick", "demo/quick"]  # the reference was stored
+    store = Store(home / "results.sqlite")
+    a, b = ([float(x) for x in values_at(store.samples(out["used"][name], metric="output_tok_s"), "output_tok_s", 1,
+                                         out["used"][name])] for name in ("demo/baseline", "demo/quick"))
+    design = seq.Design(max_repeats=4)
+    stored = seq.Stored(0, 6, 0)
+    expected = seq.pooled(a[:2], b[:2], design, seq.look_prior(a, b, 2, None, stored, design))[2]
+    assert len(a) == 6 and row["prior_dof"] == expected and expected in (0, 3), (row, a, b)
+    assert (f"spread pooled with {expected} df of stored launches" in row["text"]) == (expected > 0)
+    assert "its stored launches (same run identity)" in out["sequential_legend"]
+
+
+def test_what_was_stored_before_a_pair_began_is_counted_from_the_runs_start_times():
+    """The reference's runs before the variant's first launch are stored; launches interleaved
+    after that are not; a pair whose sides started together (or a resumed one) pools nothing."""
+    a = ["2026-12-01T10:00", "2026-12-01T10:05", "2026-12-02T09:15", "2026-12-02T09:20"]
+    b = ["2026-12-02T09:10", "2026-12-02T09:30"]
+    assert noise_prior.stored_before(a, b) == (2, 0) and noise_prior.stored_before(b, a) == (0, 2)
+    assert noise_prior.stored_before(a[2:], b) == (0, 1)
+    assert noise_prior.stored_before(["t1", "t3"], ["t2", "t4"]) == (1, 0)  # A B A B: only A's first
+    assert noise_prior.stored_before([], b) == (0, 0) and noise_prior.stored_before([None, "x"], [None]) == (0, 0)
