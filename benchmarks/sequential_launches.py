@@ -327,7 +327,7 @@ def main() -> int:
     got = [p for p in priors(data["effects"]) if p is not None]
     if got:
         out["prior_dof_mean"] = float(np.mean([p.dof for p in got]))
-        out["legend"] += (f"; with --history {args.history}: {noise_prior.prior_legend(got[0], design)} "
+        out["legend"] += (f"; with --history {args.history}: {noise_prior.prior_legend(got[0], seq.nominal_level(design.alpha, design.min_repeats, design.max_repeats, got[0].dof))} "
                           f"(first comparison's)")
     sims = simulate(design, data)
     for name, d in data.items():

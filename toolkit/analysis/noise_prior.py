@@ -148,21 +148,18 @@ def fresh_pair(stored_a: int, stored_b: int) -> tuple[int, int]:
     return (max(0, stored_a), max(0, stored_b))
 
 
-def prior_legend(prior: Prior, design) -> str:
-    """A fixed prior's line in the sequential legend, with the Pocock level calibrated for its dof."""
-    from toolkit.analysis import sequential as seq
-
-    level = seq.nominal_level(design.alpha, design.min_repeats, design.max_repeats, prior.dof)
+def prior_legend(prior: Prior, level: float) -> str:
+    """A fixed prior's line in the sequential legend, with the Pocock `level` calibrated for its dof
+    (toolkit.analysis.sequential.nominal_level)."""
     return f"{legend(prior)} (Pocock level {level:.4f} for {prior.dof} prior df)"
 
 
-def stored_legend(design) -> str:
-    """The stored-launches rule in one line (run's, sweep's and the steps' legends)."""
-    from toolkit.analysis import sequential as seq
-
+def stored_legend(most_dof: int) -> str:
+    """The stored-launches rule in one line (run's, sweep's and the steps' legends); `most_dof`: the
+    most stored launches a look pools (the design's max_repeats + sequential.STORED_CAP)."""
     return (f"where one side of a pair was stored before and the other is new, its stored launches (same run "
             f"identity) that a look does not use are pooled into the look's spread (df add up; at most "
-            f"{design.max_repeats + seq.STORED_CAP}) unless the current launches are {FACTOR:g}x noisier by an F "
+            f"{most_dof}) unless the current launches are {FACTOR:g}x noisier by an F "
             f"test at {ALPHA:g}; the Pocock level is calibrated for the stored counts")
 
 

@@ -75,6 +75,8 @@ from typing import Sequence
 
 import numpy as np
 
+from toolkit.analysis import noise_prior
+
 FASTER = "faster"
 SLOWER = "slower"
 HIGHER = "higher"  # a metric without a known direction
@@ -221,8 +223,6 @@ def nominal_level(alpha: float, min_repeats: int, max_repeats: int, prior_dof: i
     no stored spread (0, 0, 0) it is the current-launches-only rule."""
     from scipy import special
 
-    from toolkit.analysis import noise_prior
-
     rng = np.random.default_rng(CALIBRATION_SEED)
     big = max_repeats
     width = max(big, stored_a, stored_b)
@@ -310,8 +310,6 @@ def _ss(la: np.ndarray, lb: np.ndarray) -> float:
 def pooled(a: Sequence[float], b: Sequence[float], design: Design, prior=None) -> tuple[float, int, int]:
     """(variance of the log-value, its dof, the prior dof borrowed) this look computes with: the
     current launches' pooled variance, and the prior's pooled into it when the look borrows it."""
-    from toolkit.analysis import noise_prior
-
     la, lb = np.log(np.asarray(a, dtype=float)), np.log(np.asarray(b, dtype=float))
     dof = la.size + lb.size - 2
     ss = _ss(la, lb) if dof > 0 else math.nan
@@ -324,8 +322,6 @@ def pooled(a: Sequence[float], b: Sequence[float], design: Design, prior=None) -
 def look_prior(a: Sequence[float], b: Sequence[float], n: int, prior, stored: Stored, design: Design):
     """The prior look n pools: the fixed `prior` and the stored values it does not use
     (a[n:stored.a], b[n:stored.b], within the calibration's cap), or None."""
-    from toolkit.analysis import noise_prior
-
     _, sa, sb = stored.key(design)
     return noise_prior.pool(prior, [list(a[n:sa]), list(b[n:sb])])
 
@@ -438,8 +434,6 @@ def verdict(a: Sequence[float], b: Sequence[float], *, higher_is_better: bool | 
 
 
 def noise_prior_max() -> int:
-    from toolkit.analysis import noise_prior
-
     return noise_prior.MAX_DOF
 
 
@@ -450,8 +444,6 @@ def more_needed(s: Sequential) -> bool:
 
 def legend(design: Design = Design(), prior=None) -> str:
     """The rule in one line, with the settings it computed with (and the stored spread it pooled)."""
-    from toolkit.analysis import noise_prior
-
     m = f"{100 * design.min_effect:g}%"
     c = f"{100 * (1 - design.alpha):g}%"
     if design.method == REPEATED:
@@ -468,8 +460,13 @@ def legend(design: Design = Design(), prior=None) -> str:
             f"it lies within {m}; "
             f"launches {design.min_repeats}..{design.max_repeats} each (--min-repeats/--max-repeats), else not settled"
             + ("; a pair that could not settle by then at its spread stops early" if design.futility else "")
-            + (f"; {noise_prior.stored_legend(design)}" if design.method == REPEATED else "")
-            + (f"; with a prior: {noise_prior.prior_legend(prior, design)}" if prior is not None else ""))
+            + (f"; {noise_prior.stored_legend(design.max_repeats + STORED_CAP)}" if design.method == REPEATED else "")
+            + (f"; with a prior: {_prior_line(prior, design)}" if prior is not None else ""))
+
+
+def _prior_line(prior, design: Design) -> str:
+    level = nominal_level(design.alpha, design.min_repeats, design.max_repeats, prior.dof)
+    return noise_prior.prior_legend(prior, level)
 
 
 def verdict_word(v: Sequential) -> str:
