@@ -299,7 +299,8 @@ def main() -> int:
         return pipeline(args.pipeline, json_out=args.json, seed=args.seed)
     t0 = time.monotonic()
     design = seq.Design(min_effect=args.min_effect, max_repeats=args.max_repeats, prior_scale=args.prior_scale,
-                        futility=not args.no_futility, method=args.method)
+                        futility=not args.no_futility, method=args.method,
+                        pool_stored=bool(args.history or args.stored))  # the recipe's opt-in, as asked
     rng = np.random.default_rng(args.seed)
     m, alpha = design.min_effect, design.alpha
     width = max(MAX_FIXED, design.max_repeats)

@@ -11,6 +11,9 @@ from toolkit.analysis import noise_prior, sequential as seq
 from toolkit.analysis.sequential_steps import settle_pairs
 
 
+POOL = seq.Design(pool_stored=True)  # the recipe's opt-in `[benchmark] pool_stored_spread = true`
+
+
 def _launches(rng, n, ratio=1.0, noise=0.02, base=100.0):
     return list(base * ratio * np.exp(noise * rng.standard_normal(n)))
 
@@ -24,7 +27,7 @@ def test_a_a_pairs_with_a_stored_prior_keep_alpha_under_repeated_looks():
     the reference's 8 launches stored: faster/slower on A/A pairs stays within alpha at the hardest
     min_effect (0), over seeded trials; the prior was pooled (the looks used its df)."""
     rng = np.random.default_rng(20261202)
-    design = seq.Design(min_effect=0.0)
+    design = seq.Design(min_effect=0.0, pool_stored=True)
     for kind in ("prior", "stored"):
         trials, wrong, pooled = 400, 0, 0
         for i in range(trials):
@@ -46,21 +49,22 @@ def test_a_2x_pair_settles_at_min_repeats_with_the_prior_and_a_modest_effect_set
     for _ in range(30):
         prior = _history(rng, 0.02)
         a, b = _launches(rng, 8), _launches(rng, 8, ratio=2.0)
-        v = seq.verdict(a, b, higher_is_better=True, prior=prior)
+        v = seq.verdict(a, b, higher_is_better=True, design=POOL, prior=prior)
         assert v.verdict == seq.FASTER and v.n == 2 and v.prior_dof == prior.dof, v.text
         assert "spread pooled with 18 df of stored launches" in v.text
-        assert seq.verdict(a, b, higher_is_better=True, stored=(8, 0)).n == 2
+        assert seq.verdict(a, b, higher_is_better=True, design=POOL, stored=(8, 0)).n == 2
     with_prior, without = [], []
     for _ in range(60):  # 5% at 2% noise: the current launches alone need more looks
         a, b = _launches(rng, 8), _launches(rng, 8, ratio=1.05)
-        with_prior.append(seq.verdict(a, b, higher_is_better=True, prior=_history(rng, 0.02)).n)
+        with_prior.append(seq.verdict(a, b, higher_is_better=True, design=POOL, prior=_history(rng, 0.02)).n)
         without.append(seq.verdict(a, b, higher_is_better=True).n)
     assert np.mean(with_prior) < np.mean(without) - 0.5, (np.mean(with_prior), np.mean(without))
 
 
 def test_no_history_is_todays_rule():
-    """No prior, nothing stored (or both sides stored: a pair judged before, or a resumed one) gives
-    the verdict and the calibrated level of the current-launches-only rule."""
+    """No prior, nothing stored (or both sides stored: a pair judged before, or a resumed one), or a
+    recipe that did not opt in (the default) gives the verdict and the calibrated level of the
+    current-launches-only rule."""
     assert seq.nominal_level(0.05, 2, 8) == seq.nominal_level(0.05, 2, 8, 0, 0, 0)
     assert abs(seq.nominal_level(0.05, 2, 8) - 0.012275) < 1e-5  # the level before priors existed
     assert noise_prior.from_history({"A": [100.0], "B": []}) is None  # fewer than 2 launches: no dof
@@ -70,6 +74,7 @@ def test_no_history_is_todays_rule():
         a, b = _launches(rng, 8, noise=0.03), _launches(rng, 8, ratio=ratio, noise=0.03)
         today = seq.verdict(a, b, higher_is_better=True)
         assert seq.verdict(a, b, higher_is_better=True, prior=None, stored=(0, 0)) == today
+        assert seq.verdict(a, b, higher_is_better=True, prior=_history(rng, 0.03), stored=(8, 0)) == today  # not opted in
         assert today.prior_dof == 0 and "stored" not in today.text
 
 
@@ -82,7 +87,7 @@ def test_a_configuration_noisy_now_does_not_borrow_a_calmer_prior():
     refused = 0
     for _ in range(40):
         a, b = _launches(rng, 8, noise=0.05), _launches(rng, 8, noise=0.05)
-        v = seq.verdict(a, b, higher_is_better=True, prior=calm)
+        v = seq.verdict(a, b, higher_is_better=True, design=POOL, prior=calm)
         refused += v.prior_dof == 0
         now = seq.pooled_spread(a[:v.n], b[:v.n]) ** 2
         if noise_prior.flagged_against(now / calm.var, 2 * v.n - 2, calm.dof):  # spread_flag's rule says noisy
@@ -113,7 +118,7 @@ def test_attribute_steps_against_a_stored_base_pool_its_spread():
                 handed[label] += len(got)
                 return got or None
 
-            _, verdicts = settle_pairs(measure, ["base", "step"], [("base", "step")], seq.Design(), True,
+            _, verdicts = settle_pairs(measure, ["base", "step"], [("base", "step")], POOL, True,
                                        stored=stored)
             v = verdicts[("base", "step")]
             out.append(handed["step"])
@@ -139,8 +144,8 @@ def test_a_second_campaign_against_a_stored_reference_pools_its_spread(tmp_path,
     root = demo_project(tmp_path, monkeypatch)
     base = root / "recipes" / "demo" / "baseline.toml"
     head, rest = base.read_text().split("[benchmark]", 1)
-    base.write_text(head + "[benchmark]\n" + SMALL.replace("concurrency = [1, 4]", "concurrency = [1]")
-                    + rest[rest.index("\n[", 1):])
+    base.write_text(head + "[benchmark]\npool_stored_spread = true\n"
+                    + SMALL.replace("concurrency = [1, 4]", "concurrency = [1]") + rest[rest.index("\n[", 1):])
     (root / "recipes" / "demo" / "quick.toml").write_text('extends = "demo/baseline"\n[server.args]\n'
                                                           'mini-step-base-ms = 4\n')
     assert main(["run", "demo/baseline", "--repeats", "6"]) == 0
@@ -153,7 +158,7 @@ def test_a_second_campaign_against_a_stored_reference_pools_its_spread(tmp_path,
     store = Store(home / "results.sqlite")
     a, b = ([float(x) for x in values_at(store.samples(out["used"][name], metric="output_tok_s"), "output_tok_s", 1,
                                          out["used"][name])] for name in ("demo/baseline", "demo/quick"))
-    design = seq.Design(max_repeats=4)
+    design = seq.Design(max_repeats=4, pool_stored=True)
     stored = seq.Stored(0, 6, 0)
     expected = seq.pooled(a[:2], b[:2], design, seq.look_prior(a, b, 2, None, stored, design))[2]
     assert len(a) == 6 and row["prior_dof"] == expected and expected in (0, 3), (row, a, b)

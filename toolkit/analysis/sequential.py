@@ -107,6 +107,9 @@ class Design:
     prior_scale: float = DEFAULT_PRIOR_SCALE
     futility: bool = True  # stop a pair that could not settle by max_repeats at its current estimate and spread
     method: str = DEFAULT_METHOD  # "repeated" (intervals over the planned looks) or "mixture" (open-ended)
+    # pool the spread of stored launches (`verdict`'s prior/stored): the recipe's opt-in
+    # `[benchmark] pool_stored_spread`; off, a verdict keeps alpha whatever the box's noise did since
+    pool_stored: bool = False
 
     def __post_init__(self):
         if not 0.0 < self.alpha < 1.0:
@@ -416,6 +419,8 @@ def verdict(a: Sequence[float], b: Sequence[float], *, higher_is_better: bool | 
     calibrated for exactly this (prior dof, stored counts), so the guarantee of the module docstring
     holds with them when the stored launches have the current ones' spread. Neither: the
     current launches only, as without a history."""
+    if not design.pool_stored:
+        prior, stored = None, (0, 0)
     if prior is not None and prior.dof > noise_prior_max():
         raise ValueError(f"a prior of {prior.dof} df: at most {noise_prior_max()} are calibrated")
     st = Stored(prior.dof if prior is not None else 0, max(0, int(stored[0])), max(0, int(stored[1])))
@@ -460,7 +465,8 @@ def legend(design: Design = Design(), prior=None) -> str:
             f"it lies within {m}; "
             f"launches {design.min_repeats}..{design.max_repeats} each (--min-repeats/--max-repeats), else not settled"
             + ("; a pair that could not settle by then at its spread stops early" if design.futility else "")
-            + (f"; {noise_prior.stored_legend(design.max_repeats + STORED_CAP)}" if design.method == REPEATED else "")
+            + (f"; {noise_prior.stored_legend(design.max_repeats + STORED_CAP)}"
+               if design.method == REPEATED and design.pool_stored else "")
             + (f"; with a prior: {_prior_line(prior, design)}" if prior is not None else ""))
 
 

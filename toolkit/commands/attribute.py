@@ -185,7 +185,8 @@ def step_design(args, recipe):
         return None
     try:
         return seq.Design(min_effect=recipe.benchmark.min_effect,
-                          max_repeats=args.max_repeats or seq.DEFAULT_MAX_REPEATS)
+                          max_repeats=args.max_repeats or seq.DEFAULT_MAX_REPEATS,
+                          pool_stored=recipe.benchmark.pool_stored_spread)
     except ValueError as exc:
         raise BadInput(f"--max-repeats: {exc}") from None
 

@@ -63,19 +63,6 @@ def efficiency_lines(store, sel) -> list[str]:
     return lines
 
 
-def sequential_design(ref: str):
-    """The sequential design `run` judged with: the baseline's `[benchmark] min_effect` (the
-    default when it is known only by its stored runs)."""
-    from toolkit.analysis import sequential as seq
-    from toolkit.errors import PatchbenchError
-    from toolkit.recipe.load import load_recipe
-
-    try:
-        return seq.Design(min_effect=load_recipe(ref).benchmark.min_effect)
-    except PatchbenchError:
-        return seq.Design()
-
-
 def same_twice(refs) -> None:
     """BadInput when one recipe is named twice (by name or by path): its runs against themselves
     would read "no difference" by construction."""
@@ -143,6 +130,8 @@ def run(args) -> int:
                       console=err)
     sel = select(store, args.recipes, criteria, current=definitions(args.recipes),
                  metrics=sorted({s.metric for s in specs}) if specs else None)
+    from toolkit.analysis.compare import sequential_design
+
     design = sequential_design(args.recipes[0])
     rows = compare_selection(store, sel, metrics=specs, points=args.point, min_effect=args.min_effect,
                              sequential=design)

@@ -119,7 +119,8 @@ def sequential_design(args, recipes):
     m = args.min_effect if args.min_effect is not None else recipes[0].benchmark.min_effect
     try:
         return seq.Design(min_effect=m, min_repeats=args.min_repeats or seq.DEFAULT_MIN_REPEATS,
-                          max_repeats=args.max_repeats or seq.DEFAULT_MAX_REPEATS)
+                          max_repeats=args.max_repeats or seq.DEFAULT_MAX_REPEATS,
+                          pool_stored=recipes[0].benchmark.pool_stored_spread)
     except ValueError as exc:
         raise BadInput(f"--min-repeats/--max-repeats/--min-effect: {exc}") from None
 

@@ -195,7 +195,8 @@ def _design(args, recipe, kept, recipes):
     if len(kept) < 2 or kept[0].name != recipes[0].name:
         return None
     try:
-        return seq.Design(min_effect=recipe.benchmark.min_effect, max_repeats=args.max_repeats or seq.DEFAULT_MAX_REPEATS)
+        return seq.Design(min_effect=recipe.benchmark.min_effect, max_repeats=args.max_repeats or seq.DEFAULT_MAX_REPEATS,
+                          pool_stored=recipe.benchmark.pool_stored_spread)
     except ValueError as exc:
         raise BadInput(f"--max-repeats: {exc}") from None
 

@@ -23,7 +23,8 @@ sglang = ["sglang/oea-topk.patch"]   # ordered; relative to patches/ beside reci
 [server]     # model (a path, or tiny:<name>: toolkit.models.tiny), args (flag -> value; true = bare flag), env, timeout_s, host, port
 [benchmark]  # driver ("serving" | "one-batch"), input_len, output_len, concurrency, batch_sizes,
              # num_prompts, warmup, seed, repeats, endpoint, strict_box (GPU state flags -> invalid),
-             # min_effect (run's sequential verdicts: the indifference zone, default 0.02)
+             # min_effect (run's sequential verdicts: the indifference zone, default 0.02),
+             # pool_stored_spread (the sequential looks pool stored launches' spread: opt-in)
 [expect]     # effective-config expectations: field -> value (checked statically and at /server_info)
 [roofline]   # model (config name or path), gpu, weights, context
 [evidence."sglang/oea-topk.patch"]   # how a live server proves the patch ran (checked after the benchmark)

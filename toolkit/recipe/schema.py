@@ -83,6 +83,9 @@ class BenchTable(_Table):
     repeats: int | None = Field(None, description="server launches per recipe, interleaved A B A B")
     min_effect: float | None = Field(None, description="the smallest effect `run`'s sequential verdict calls faster/slower "
                                      "and the half-width of its \"equal\" (a fraction: 0.02 is 2%, the default)")
+    pool_stored_spread: bool | None = Field(None, description="the sequential verdict pools the launch-to-launch spread "
+                                            "of stored launches of the same configuration (fewer launches; false alarms "
+                                            "above alpha when the box is noisier now than then)")
     endpoint: Literal["generate", "completions"] | None = None
     timeout_s: float | None = None
     strict_box: bool | None = Field(None, description="store a run `invalid` when its GPUs throttled, were shared, or ran at clocks apart from the sweep's")

@@ -71,6 +71,9 @@ class BenchSpec:
     timeout_s: float = 1800.0
     strict_box: bool = False  # a run whose GPUs throttled / were shared is invalid (toolkit.run.gpustate)
     min_effect: float = 0.02  # the indifference zone of `run`'s sequential verdicts (toolkit.analysis.sequential)
+    # the sequential looks pool the spread of this configuration's stored launches (toolkit.analysis.noise_prior):
+    # fewer launches, valid only while the box is as steady as when they were stored (opt-in)
+    pool_stored_spread: bool = False
 
     def params(self) -> dict:
         """The parameters that must match for two results to be comparable."""

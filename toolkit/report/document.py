@@ -165,8 +165,9 @@ def collect(store: Any, recipes: Sequence[str], metrics_: Sequence[str] | None =
     differences: dict[str, list[str]] = {}
     if len(names) >= 2:
         from toolkit.analysis import sequential as seq  # rows of a sequential run: its verdict, as compare
+        from toolkit.analysis.compare import sequential_design
 
-        design = seq.Design()
+        design = sequential_design(names[0])
         rows = compare_selection(store, sel, metrics=specs or chosen, min_effect=min_effect, sequential=design)
         if any(r.sequential for r in rows):
             notes.append(f"rows under {stats.DEFAULT_MIN_REPEATS} launches each: {seq.legend(design)}")
