@@ -105,6 +105,9 @@ class TrackResult:
                 "failed": self.failed, "run_ids": self.run_ids, "measured_again": self.again, "steps": self.steps}
 
 
+BUSY_WAIT_S = 3.0  # how long a track waits for the workspace before it says another one is running
+
+
 def workspace_lock(home: Path) -> FileLock:
     home.mkdir(parents=True, exist_ok=True)
     return FileLock(str(home / "track.lock"), thread_local=False)
@@ -120,7 +123,9 @@ def track(recipe: Recipe, source: str, points: list[Point], variant: Callable[[P
     launch until settled (toolkit/history/settle.py). Raises TrackBusy when another track holds the workspace."""
     lock = workspace_lock(home)
     try:
-        lock.acquire(timeout=0)
+        # a short wait, not none: a killed track's processes release the lock as they exit, which on
+        # a loaded box can lag the parent's exit (seen in CI: refused right after a SIGKILL + wait)
+        lock.acquire(timeout=BUSY_WAIT_S)
     except Timeout:
         raise TrackBusy(f"another `patchbench track` is running in {home} (lock {lock.lock_file})",
                         hint="it ends by itself; a timer simply tries again next time") from None
