@@ -48,7 +48,14 @@ def marks(hist: History, change_rows: Sequence[dict]) -> list[dict]:
     entries (measured or not), its direction, size and the commit its bisect named."""
     pos = {e.id: i for i, e in enumerate(hist.entries)}
     return [{"index": pos[r["after_id"]], "direction": r["direction"], "change_pct": r["change_pct"],
-             "culprit": (r["bisect"] or {}).get("culprit")} for r in change_rows]
+             "culprit": _culprit_mark(r["bisect"] or {})} for r in change_rows]
+
+
+def _culprit_mark(b: dict) -> str | None:
+    """The commit a bisect named, marked "(weak)" when that step alone was not a significant change."""
+    if not b.get("culprit"):
+        return None
+    return b["culprit"] + (" (weak)" if b.get("culprit_kind") == "commit" and b.get("confirmed") is False else "")
 
 
 def line(r: dict) -> str:
