@@ -102,7 +102,7 @@ def test_repeated_intervals_sit_between_the_fixed_and_the_open_ended_ones_and_th
 
 
 SMALL = ('driver = "serving"\ninput_len = 16\noutput_len = 16\nconcurrency = [1, 4]\nnum_prompts = 8\nwarmup = 1\n'
-         'repeats = 4\n')
+         'repeats = 4\nmax_repeats = 4\n')
 
 
 def test_run_launches_a_3x_pair_until_settled_and_resumes_from_the_store(tmp_path, home, monkeypatch, capsys):
@@ -125,7 +125,7 @@ def test_run_launches_a_3x_pair_until_settled_and_resumes_from_the_store(tmp_pat
     (root / "recipes" / "demo" / "quick.toml").write_text('extends = "demo/baseline"\n[server.args]\n'
                                                           'mini-step-base-ms = 4\n')
 
-    assert main(["run", "demo/baseline", "demo/quick", "--max-repeats", "4", "--json"]) == 0
+    assert main(["run", "demo/baseline", "demo/quick", "--json"]) == 0  # the recipe's max_repeats = 4
     out = json.loads(capsys.readouterr().out)
     rows = out["sequential"]
     assert {r["point"] for r in rows} == {1, 4}
@@ -135,9 +135,10 @@ def test_run_launches_a_3x_pair_until_settled_and_resumes_from_the_store(tmp_pat
     assert out["spread_flags"] == [] and "F test at 0.01" in out["spread_flag_legend"]  # 2 launches: too few to flag
     cost = out["cost"]
     assert cost["launches"] == 4 and cost["fixed_launches"] == 8 and 0 < cost["seconds"] < cost["fixed_seconds"]
-    # the same design (max 4 each): the stored runs give the same settled verdicts, so nothing is
-    # launched (a larger max has stricter early boundaries, which a loaded box's spread can miss at 2)
-    assert main(["run", "demo/baseline", "demo/quick", "--max-repeats", "4"]) == 0
+    # the same design (the recipe's max 4 each): the stored runs give the same settled verdicts, so
+    # nothing is launched; compare and sweep judge with it too (a larger cap has stricter early
+    # boundaries, which a loaded box's spread at 2 launches can miss)
+    assert main(["run", "demo/baseline", "demo/quick"]) == 0
     text = capsys.readouterr().out
     assert "demo/quick vs demo/baseline, output_tok_s @ 1: " in text and "faster after 2 launches each" in text
     assert "0 launches" in text  # nothing launched again: the stored runs settled it
@@ -321,3 +322,31 @@ def mini_releases_meta():
     import mini_releases
 
     return mini_releases.build(TEST_CACHE / "mini-releases-track4", plant="regression", at="0.1.2", n_releases=4)
+
+
+def test_the_recipe_sets_the_cap_every_command_judges_with(tmp_path, monkeypatch):
+    """`[benchmark] max_repeats` is the design of run, sweep, attribute, plan and of compare/report
+    (which judge stored runs and have no flag for it); a flag overrides it; a bad value is one line."""
+    from argparse import Namespace
+
+    from conftest import demo_project
+    from toolkit.analysis import sequential_design as designs
+    from toolkit.cli import main
+    from toolkit.recipe.load import load_recipe
+    from toolkit.recipe.spec import BenchSpec
+
+    root = demo_project(tmp_path, monkeypatch)
+    base = root / "recipes" / "demo" / "baseline.toml"
+    head, rest = base.read_text().split("[benchmark]", 1)
+    base.write_text(head + "[benchmark]\nmax_repeats = 5\nmin_effect = 0.03\n" + rest)
+    assert designs.for_ref("demo/baseline").max_repeats == 5 and designs.for_ref("demo/baseline").min_effect == 0.03
+    assert designs.for_ref("demo/no-such-recipe") == seq.Design()  # known by its stored runs only
+    bench = load_recipe("demo/baseline").benchmark
+    assert designs.for_bench(bench, max_repeats=7).max_repeats == 7
+    assert designs.for_bench(BenchSpec()).max_repeats == seq.DEFAULT_MAX_REPEATS
+    from toolkit.commands.run import sequential_design
+    ns = Namespace(repeats=None, sequential=True, fixed=False, min_repeats=None, max_repeats=None, min_effect=None,
+                   until="store", executor="local")
+    assert sequential_design(ns, [load_recipe("demo/baseline")] * 2).max_repeats == 5
+    base.write_text(head + "[benchmark]\nmax_repeats = 1\n" + rest)
+    assert main(["show", "demo/baseline"]) == 2

@@ -353,17 +353,3 @@ def diff_provenance(run_a: RunRow, run_b: RunRow) -> list[str]:
     if run_a.host != run_b.host and run_a.host and run_b.host:
         out.append(f"host: {run_a.host} -> {run_b.host}")
     return out
-
-
-def sequential_design(ref: str):
-    """The sequential design `run` judged with: the baseline's `[benchmark] min_effect` and
-    `pool_stored_spread` (the defaults when it is known only by its stored runs)."""
-    from toolkit.analysis import sequential as seq
-    from toolkit.errors import PatchbenchError
-    from toolkit.recipe.load import load_recipe
-
-    try:
-        bench = load_recipe(ref).benchmark
-        return seq.Design(min_effect=bench.min_effect, pool_stored=bench.pool_stored_spread)
-    except PatchbenchError:
-        return seq.Design()

@@ -165,30 +165,24 @@ def run(args) -> int:
 # -- sequential steps (issue 30): each step launched until its verdict is settled ----------------
 
 def add_sequential_step_arguments(parser) -> None:
-    from toolkit.analysis import sequential as seq
-
     parser.add_argument("--fixed", action="store_true",
                         help="the fixed design: the recipe's `[benchmark] repeats` values per variant (as --repeats N)")
     parser.add_argument("--max-repeats", type=positive_int, default=None, metavar="N",
-                        help=f"sequential: launches each at most while a step is not settled "
-                             f"(default {seq.DEFAULT_MAX_REPEATS})")
+                        help="sequential: launches each at most while a step is not settled "
+                             "(default: the recipe's `[benchmark] max_repeats`, 8)")
 
 
 def step_design(args, recipe):
     """The sequential design of the steps (no --repeats, no --fixed, local), else None."""
-    from toolkit.analysis import sequential as seq
     from toolkit.errors import BadInput
 
     if args.repeats is not None or args.fixed or getattr(args, "executor", "local") == "slurm":
         if args.max_repeats is not None and (args.repeats is not None or args.fixed):
             raise BadInput("--max-repeats is the sequential design's; --repeats/--fixed are the fixed one")
         return None
-    try:
-        return seq.Design(min_effect=recipe.benchmark.min_effect,
-                          max_repeats=args.max_repeats or seq.DEFAULT_MAX_REPEATS,
-                          pool_stored=recipe.benchmark.pool_stored_spread)
-    except ValueError as exc:
-        raise BadInput(f"--max-repeats: {exc}") from None
+    from toolkit.analysis import sequential_design as designs
+
+    return designs.for_bench(recipe.benchmark, max_repeats=args.max_repeats)
 
 
 def measure_steps(meter, recipe, stack, names, design, hib, leave_one_out: bool):

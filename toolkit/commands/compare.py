@@ -130,7 +130,7 @@ def run(args) -> int:
                       console=err)
     sel = select(store, args.recipes, criteria, current=definitions(args.recipes),
                  metrics=sorted({s.metric for s in specs}) if specs else None)
-    from toolkit.analysis.compare import sequential_design
+    from toolkit.analysis.sequential_design import for_ref as sequential_design
 
     design = sequential_design(args.recipes[0])
     rows = compare_selection(store, sel, metrics=specs, points=args.point, min_effect=args.min_effect,

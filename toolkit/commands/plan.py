@@ -16,26 +16,22 @@ HELP = "estimate the launches and GPU hours of comparing recipes (sequential ver
 
 def add_arguments(parser) -> None:
     recipe_arg(parser, many=True)
-    parser.add_argument("--max-repeats", type=int, default=None, metavar="N", help="as `run --max-repeats` (default 8)")
+    parser.add_argument("--max-repeats", type=int, default=None, metavar="N", help="as `run --max-repeats` (default: the recipe's `[benchmark] max_repeats`, 8)")
     parser.add_argument("--min-effect", type=float, default=None, metavar="FRACTION",
                         help="as `run --min-effect` (default: the recipe's `[benchmark] min_effect`)")
     parser.add_argument("--json", action="store_true")
 
 
 def run(args) -> int:
-    from toolkit.analysis import launch_cost, launch_plan, sequential as seq
+    from toolkit.analysis import launch_cost, launch_plan, sequential as seq, sequential_design as designs
     from toolkit.analysis.selection import values_at
-    from toolkit.errors import BadInput
 
     store = store_of(args)
     out = []
     for ref in args.recipes:
         recipe = load(ref)
-        try:
-            design = seq.Design(min_effect=args.min_effect if args.min_effect is not None else recipe.benchmark.min_effect,
-                                max_repeats=args.max_repeats or seq.DEFAULT_MAX_REPEATS)
-        except ValueError as exc:
-            raise BadInput(f"--max-repeats/--min-effect: {exc}") from None
+        design = designs.for_bench(recipe.benchmark, min_effect=args.min_effect, max_repeats=args.max_repeats,
+                                   pool_stored=False)
         b = recipe.benchmark
         metric = "decode_tok_s" if b.driver == "one-batch" else "output_tok_s"
         point = (b.batch_sizes if b.driver == "one-batch" else b.concurrency)[0]

@@ -98,7 +98,8 @@ def add_sequential_arguments(parser) -> None:
     parser.add_argument("--min-repeats", type=int, default=None, metavar="N",
                         help=f"launches each before the first sequential verdict (default {seq.DEFAULT_MIN_REPEATS})")
     parser.add_argument("--max-repeats", type=int, default=None, metavar="N",
-                        help=f"launches each at most while a pair is not settled (default {seq.DEFAULT_MAX_REPEATS})")
+                        help="launches each at most while a pair is not settled (default: the baseline recipe's "
+                             "`[benchmark] max_repeats`, 8)")
     parser.add_argument("--min-effect", type=float, default=None, metavar="FRACTION",
                         help="the sequential verdict's indifference zone (default: the reference's "
                              "`[benchmark] min_effect`, 0.02)")
@@ -106,7 +107,6 @@ def add_sequential_arguments(parser) -> None:
 
 def sequential_design(args, recipes):
     """The sequential design when it applies (several recipes, no --repeats, measuring, local)."""
-    from toolkit.analysis import sequential as seq
     from toolkit.errors import BadInput
 
     fixed = getattr(args, "fixed", False)
@@ -116,13 +116,10 @@ def sequential_design(args, recipes):
     if fixed or not asked or args.repeats is not None or len(recipes) < 2 or args.until != "store" \
             or args.executor == "slurm":
         return None
-    m = args.min_effect if args.min_effect is not None else recipes[0].benchmark.min_effect
-    try:
-        return seq.Design(min_effect=m, min_repeats=args.min_repeats or seq.DEFAULT_MIN_REPEATS,
-                          max_repeats=args.max_repeats or seq.DEFAULT_MAX_REPEATS,
-                          pool_stored=recipes[0].benchmark.pool_stored_spread)
-    except ValueError as exc:
-        raise BadInput(f"--min-repeats/--max-repeats/--min-effect: {exc}") from None
+    from toolkit.analysis import sequential_design as designs
+
+    return designs.for_bench(recipes[0].benchmark, min_effect=args.min_effect, min_repeats=args.min_repeats,
+                             max_repeats=args.max_repeats)
 
 
 def sequential_measure(design):

@@ -185,7 +185,6 @@ def run(args) -> int:
 def _design(args, recipe, kept, recipes):
     """A plain local sweep without --repeats/--fixed whose default configuration is measured:
     the sequential design (`run`'s), else None."""
-    from toolkit.analysis import sequential as seq
     from toolkit.errors import BadInput
 
     if args.repeats is not None or args.fixed or args.sla or args.executor == "slurm":
@@ -194,11 +193,9 @@ def _design(args, recipe, kept, recipes):
         return None
     if len(kept) < 2 or kept[0].name != recipes[0].name:
         return None
-    try:
-        return seq.Design(min_effect=recipe.benchmark.min_effect, max_repeats=args.max_repeats or seq.DEFAULT_MAX_REPEATS,
-                          pool_stored=recipe.benchmark.pool_stored_spread)
-    except ValueError as exc:
-        raise BadInput(f"--max-repeats: {exc}") from None
+    from toolkit.analysis import sequential_design as designs
+
+    return designs.for_bench(recipe.benchmark, max_repeats=args.max_repeats)
 
 
 def _measure_sequential(store, kept, home, args, design):

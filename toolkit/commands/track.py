@@ -89,16 +89,13 @@ def run(args) -> int:
                                  repeats=args.repeats, group_id=group_id, console=err)
     settle = None
     if args.settle:
-        from toolkit.analysis import sequential as seq
 
         if args.repeats > 1 or elsewhere is not None:
             raise BadInput("--settle measures one run a point and adds launches where a step looks like a change; "
                            "not with --repeats or --executor slurm")
-        try:
-            settle = seq.Design(min_effect=recipe.benchmark.min_effect,
-                                max_repeats=args.max_repeats or seq.DEFAULT_MAX_REPEATS)
-        except ValueError as exc:
-            raise BadInput(f"--max-repeats: {exc}") from None
+        from toolkit.analysis import sequential_design as designs
+
+        settle = designs.for_bench(recipe.benchmark, max_repeats=args.max_repeats, pool_stored=False)
     elif args.max_repeats is not None:
         raise BadInput("--max-repeats is for --settle")
     res = track(recipe, args.source, points, lambda p: variant_for(recipe, args.source, p, home), home=home,

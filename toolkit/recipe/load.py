@@ -24,7 +24,8 @@ sglang = ["sglang/oea-topk.patch"]   # ordered; relative to patches/ beside reci
 [benchmark]  # driver ("serving" | "one-batch"), input_len, output_len, concurrency, batch_sizes,
              # num_prompts, warmup, seed, repeats, endpoint, strict_box (GPU state flags -> invalid),
              # min_effect (run's sequential verdicts: the indifference zone, default 0.02),
-             # pool_stored_spread (the sequential looks pool stored launches' spread: opt-in)
+             # pool_stored_spread (the sequential looks pool stored launches' spread: opt-in),
+             # max_repeats (the sequential design's cap on launches each, default 8)
 [expect]     # effective-config expectations: field -> value (checked statically and at /server_info)
 [roofline]   # model (config name or path), gpu, weights, context
 [evidence."sglang/oea-topk.patch"]   # how a live server proves the patch ran (checked after the benchmark)
@@ -59,7 +60,6 @@ import functools
 import json
 import os
 import re
-import dataclasses
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path

@@ -86,6 +86,8 @@ class BenchTable(_Table):
     pool_stored_spread: bool | None = Field(None, description="the sequential verdict pools the launch-to-launch spread "
                                             "of stored launches of the same configuration (fewer launches; false alarms "
                                             "above alpha when the box is noisier now than then)")
+    max_repeats: int | None = Field(None, description="the sequential verdict's cap on launches each (default 8); "
+                                    "its early looks' boundaries depend on it, so compare and report judge with it too")
     endpoint: Literal["generate", "completions"] | None = None
     timeout_s: float | None = None
     strict_box: bool | None = Field(None, description="store a run `invalid` when its GPUs throttled, were shared, or ran at clocks apart from the sweep's")

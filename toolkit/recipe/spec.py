@@ -74,6 +74,9 @@ class BenchSpec:
     # the sequential looks pool the spread of this configuration's stored launches (toolkit.analysis.noise_prior):
     # fewer launches, valid only while the box is as steady as when they were stored (opt-in)
     pool_stored_spread: bool = False
+    # the sequential design's cap (launches each): its early looks' boundaries depend on it, so every
+    # command that judges these runs (run, sweep, attribute, compare, report, plan, track --settle) uses it
+    max_repeats: int = 8
 
     def params(self) -> dict:
         """The parameters that must match for two results to be comparable."""

@@ -177,6 +177,10 @@ def bench_spec(path: Path, t: dict) -> BenchSpec:
                 or not 0.0 <= t["min_effect"] < 1.0:
             raise BadInput(f"{path}: `benchmark.min_effect` must be a fraction in [0, 1) (0.02 is 2%)")
         kw["min_effect"] = float(t["min_effect"])
+    if "max_repeats" in t:
+        if isinstance(t["max_repeats"], bool) or not isinstance(t["max_repeats"], int) or t["max_repeats"] < 2:
+            raise BadInput(f"{path}: `benchmark.max_repeats` must be an integer >= 2 (launches each)")
+        kw["max_repeats"] = t["max_repeats"]
     if "pool_stored_spread" in t:
         if not isinstance(t["pool_stored_spread"], bool):
             raise BadInput(f"{path}: `benchmark.pool_stored_spread` must be true or false")

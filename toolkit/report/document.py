@@ -165,7 +165,7 @@ def collect(store: Any, recipes: Sequence[str], metrics_: Sequence[str] | None =
     differences: dict[str, list[str]] = {}
     if len(names) >= 2:
         from toolkit.analysis import sequential as seq  # rows of a sequential run: its verdict, as compare
-        from toolkit.analysis.compare import sequential_design
+        from toolkit.analysis.sequential_design import for_ref as sequential_design
 
         design = sequential_design(names[0])
         rows = compare_selection(store, sel, metrics=specs or chosen, min_effect=min_effect, sequential=design)

@@ -1,0 +1,38 @@
+"""The sequential design a recipe's runs are judged with (one place for every command).
+
+A recipe's `[benchmark]` min_effect, max_repeats and pool_stored_spread, each overridden by a
+command's flag when one is given: `run`, `sweep`, `attribute`, `track --settle` and `plan` launch
+with it, and `compare` and `report` judge the stored runs with the baseline recipe's, so a pair
+settled by `run` reads the same in `compare` (the early looks' boundaries depend on max_repeats).
+"""
+
+from __future__ import annotations
+
+from toolkit.analysis import sequential as seq
+
+
+def for_bench(bench, *, min_effect: float | None = None, min_repeats: int | None = None,
+              max_repeats: int | None = None, pool_stored: bool | None = None) -> seq.Design:
+    """The design from a recipe's BenchSpec and the command's overrides (None: the recipe's).
+    A bad combination raises BadInput naming the flags."""
+    from toolkit.errors import BadInput
+
+    try:
+        return seq.Design(min_effect=bench.min_effect if min_effect is None else min_effect,
+                          min_repeats=min_repeats or seq.DEFAULT_MIN_REPEATS,
+                          max_repeats=max_repeats or bench.max_repeats,
+                          pool_stored=bench.pool_stored_spread if pool_stored is None else pool_stored)
+    except ValueError as exc:
+        raise BadInput(f"--min-repeats/--max-repeats/--min-effect: {exc}") from None
+
+
+def for_ref(ref: str) -> seq.Design:
+    """The design of a recipe by name (the defaults when it is known only by its stored runs)."""
+    from toolkit.errors import PatchbenchError
+    from toolkit.recipe.load import load_recipe
+
+    try:
+        bench = load_recipe(ref).benchmark
+    except PatchbenchError:
+        return seq.Design()
+    return for_bench(bench)
