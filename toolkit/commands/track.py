@@ -89,7 +89,6 @@ def run(args) -> int:
                                  repeats=args.repeats, group_id=group_id, console=err)
     settle = None
     if args.settle:
-
         if args.repeats > 1 or elsewhere is not None:
             raise BadInput("--settle measures one run a point and adds launches where a step looks like a change; "
                            "not with --repeats or --executor slurm")
