@@ -350,3 +350,18 @@ def test_the_recipe_sets_the_cap_every_command_judges_with(tmp_path, monkeypatch
     assert sequential_design(ns, [load_recipe("demo/baseline")] * 2).max_repeats == 5
     base.write_text(head + "[benchmark]\nmax_repeats = 1\n" + rest)
     assert main(["show", "demo/baseline"]) == 2
+
+
+def test_a_candidates_own_cap_is_named_as_unused():
+    """The pair is judged with the reference's design: a candidate recipe's own max_repeats is
+    said to be unused (a user sets it on the recipe they edit), not silently dropped."""
+    from types import SimpleNamespace
+
+    from toolkit.analysis.sequential_design import unused_settings
+    from toolkit.recipe.spec import BenchSpec
+
+    ref = SimpleNamespace(name="demo/baseline", benchmark=BenchSpec())
+    mine = SimpleNamespace(name="demo/mine", benchmark=BenchSpec(max_repeats=4))
+    same = SimpleNamespace(name="demo/same", benchmark=BenchSpec())
+    (line,) = unused_settings(ref, [mine, same])
+    assert line.startswith("demo/mine: `[benchmark] max_repeats = 4` is not used") and "max_repeats = 8" in line

@@ -26,6 +26,19 @@ def for_bench(bench, *, min_effect: float | None = None, min_repeats: int | None
         raise BadInput(f"--min-repeats/--max-repeats/--min-effect: {exc}") from None
 
 
+def unused_settings(reference, others) -> list[str]:
+    """One line per other recipe whose own `[benchmark]` min_effect or max_repeats differs from the
+    reference's: the pair is judged with the reference's design, so those settings are not used."""
+    out = []
+    for r in others:
+        for key in ("max_repeats", "min_effect"):
+            mine, ref = getattr(r.benchmark, key), getattr(reference.benchmark, key)
+            if mine != ref:
+                out.append(f"{r.name}: `[benchmark] {key} = {mine}` is not used: the verdicts against "
+                           f"{reference.name} use its design ({key} = {ref}); set it there or pass the flag")
+    return out
+
+
 def for_ref(ref: str) -> seq.Design:
     """The design of a recipe by name (the defaults when it is known only by its stored runs)."""
     from toolkit.errors import PatchbenchError
