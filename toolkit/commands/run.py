@@ -49,10 +49,12 @@ def run(args) -> int:
     else:
         design = sequential_design(args, recipes)
         if design:
+            from rich.markup import escape
+
             from toolkit.analysis.sequential_design import unused_settings
 
             for line in unused_settings(recipes[0], recipes[1:]):
-                err.print(f"[yellow]note[/]: {line}")
+                err.print(f"[yellow]note[/]: {escape(line)}")
         result = run_sweep(recipes, home=home, store=store, repeats=args.repeats, until=args.until,
                            frozen=args.frozen, console=err, strict=args.strict_check,
                            measure=sequential_measure(design) if design else None)
