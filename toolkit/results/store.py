@@ -99,8 +99,7 @@ class Store:
             self._engine_.dispose(close=False)  # inherited through fork: abandoned, never used
         self._engine_ = None
         try:
-            engine = make_engine(self.location)
-            ensure_schema(engine, str(self.path))
+            engine = self._open()
         except sa.exc.DBAPIError as e:
             raise self._error(e) from None
         except OSError as e:
@@ -111,6 +110,26 @@ class Store:
             raise PatchbenchError(f"results store {self.path}: {e.message}", hint=e.hint) from None
         self._engine_, self._engine_pid = engine, os.getpid()
         return engine
+
+    def _open(self) -> sa.Engine:
+        """make_engine + ensure_schema. SQLite: a brand-new file opened by several processes at once
+        can answer "database is locked" at once, without its busy timeout (switching the new file to
+        WAL takes an exclusive lock that SQLite does not wait for); opening again after a short
+        random pause, within the same busy timeout, lets the first opener finish."""
+        import random
+        import time
+
+        deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+        while True:
+            engine = make_engine(self.location)
+            try:
+                ensure_schema(engine, str(self.path))
+                return engine
+            except sa.exc.OperationalError as e:
+                engine.dispose()
+                if self.engine_name != "sqlite" or "locked" not in _first_line(e) or time.monotonic() > deadline:
+                    raise
+                time.sleep(random.uniform(0.02, 0.2))
 
     def _error(self, e: sa.exc.DBAPIError) -> PatchbenchError:
         if is_disconnect(e) or isinstance(e, sa.exc.OperationalError) and self.engine_name == "postgresql":
