@@ -66,6 +66,9 @@ Measured (2000 + 2000 comparisons, seed 20261201, 2026-12-02):
   one look), so even 20-30% effects at 3-5% noise take 2.6 launches each on average while the fixed
   design needs 4-5 each for the same power there: the best range is 0.56-0.65x, and the ratio
   cannot fall below the best range's.
+  Other boundary shapes (spending alpha earlier or later) and caps of 12-24: benchmarks/
+  sequential_boundaries.py; none reaches 0.5x at the cap of 8, caps of 16-24 touch it (0.49-0.50x)
+  against the matched-error fixed design only.
 """
 
 from __future__ import annotations
