@@ -164,6 +164,10 @@ def test_a_second_campaign_against_a_stored_reference_pools_its_spread(tmp_path,
     assert len(a) == 6 and row["prior_dof"] == expected and expected in (0, 3), (row, a, b)
     assert (f"spread pooled with {expected} df of stored launches" in row["text"]) == (expected > 0)
     assert "its stored launches (same run identity)" in out["sequential_legend"]
+    # plan: the recipe pools, so the plan simulates the rule with its stored launches' df
+    assert main(["plan", "demo/baseline", "--json"]) == 0
+    (plan,) = json.loads(capsys.readouterr().out)["plans"]
+    assert plan["runs"] == 6 and plan["prior_dof"] == 5, plan
 
 
 def test_what_was_stored_before_a_pair_began_is_counted_from_the_runs_start_times():
@@ -175,3 +179,16 @@ def test_what_was_stored_before_a_pair_began_is_counted_from_the_runs_start_time
     assert noise_prior.stored_before(a[2:], b) == (0, 1)
     assert noise_prior.stored_before(["t1", "t3"], ["t2", "t4"]) == (1, 0)  # A B A B: only A's first
     assert noise_prior.stored_before([], b) == (0, 0) and noise_prior.stored_before([None, "x"], [None]) == (0, 0)
+
+
+def test_plan_expects_the_launches_a_pooling_recipe_will_take():
+    """`plan` for a recipe with `pool_stored_spread = true` simulates the stopping rule `run` will use,
+    with the stored launches' degrees of freedom pooled: a 20% effect at 4% spread is planned at ~2
+    launches each, not the ~3 of the current-launches-only rule; a recipe that does not pool is
+    planned as before whatever its history."""
+    from toolkit.analysis import launch_plan
+
+    alone = launch_plan.expected(0.20, 0.04, POOL)
+    pooled = launch_plan.expected(0.20, 0.04, POOL, prior_dof=18)
+    assert pooled.launches_each < 2.3 < 2.8 < alone.launches_each and pooled.settled == alone.settled == 1.0
+    assert launch_plan.expected(0.20, 0.04, seq.Design(), prior_dof=18) == launch_plan.expected(0.20, 0.04, seq.Design())

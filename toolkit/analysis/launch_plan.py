@@ -4,7 +4,10 @@
 `spread` (the launch-to-launch standard deviation of the log-value, from the recipe's stored runs)
 with a true ratio 1 + effect, judged by `toolkit.analysis.sequential` after each pair of launches:
 the mean launches each until the verdict is settled (or futile, or at max_repeats) and how often it
-settles. `spread_of(values)`: that standard deviation from one value per stored launch.
+settles. `spread_of(values)`: that standard deviation from one value per stored launch. With
+`prior_dof` (a design that pools the stored spread, the recipe's `pool_stored_spread`), each
+simulated pair's stopping rule also pools a stored spread of that many degrees of freedom drawn from
+the same noise (a chi-square variance), as `run` pools the recipe's stored launches.
 """
 
 from __future__ import annotations
@@ -38,14 +41,19 @@ class Expected:
 
 
 def expected(effect: float, spread: float, design: seq.Design = seq.Design(), *, trials: int = TRIALS,
-             seed: int = SEED) -> Expected:
+             seed: int = SEED, prior_dof: int = 0) -> Expected:
+    from toolkit.analysis import noise_prior
+
     rng = np.random.default_rng(seed)
     n = design.max_repeats
+    dof = min(prior_dof, noise_prior.MAX_DOF) if design.pool_stored else 0
     ns, settled = [], 0
     for _ in range(trials):
         a = np.exp(spread * rng.standard_normal(n))
         b = (1.0 + effect) * np.exp(spread * rng.standard_normal(n))
-        v = seq.verdict(list(a), list(b), higher_is_better=True, design=design)
+        prior = (noise_prior.Prior(spread * spread * rng.chisquare(dof) / dof, dof, dof + 1, ("stored",))
+                 if dof >= noise_prior.MIN_DOF else None)
+        v = seq.verdict(list(a), list(b), higher_is_better=True, design=design, prior=prior)
         ns.append(v.n)
         settled += v.settled
     return Expected(effect, spread, float(np.mean(ns)), settled / trials)

@@ -23,15 +23,14 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from toolkit.analysis import launch_cost, launch_plan, sequential as seq, sequential_design as designs
+    from toolkit.analysis import launch_cost, launch_plan, noise_prior, sequential as seq, sequential_design as designs
     from toolkit.analysis.selection import values_at
 
     store = store_of(args)
     out = []
     for ref in args.recipes:
         recipe = load(ref)
-        design = designs.for_bench(recipe.benchmark, min_effect=args.min_effect, max_repeats=args.max_repeats,
-                                   pool_stored=False)
+        design = designs.for_bench(recipe.benchmark, min_effect=args.min_effect, max_repeats=args.max_repeats)
         b = recipe.benchmark
         metric = "decode_tok_s" if b.driver == "one-batch" else "output_tok_s"
         point = (b.batch_sizes if b.driver == "one-batch" else b.concurrency)[0]
@@ -43,15 +42,19 @@ def run(args) -> int:
         seconds = sum(timed) / len(timed) if timed else float(recipe.server.timeout_s)
         gpus = launch_cost.gpus_of(recipe)
         used = spread if spread is not None else launch_plan.ASSUMED_SPREAD
+        # a recipe that pools its stored spread (`pool_stored_spread`): the stopping rule borrows the
+        # stored launches' degrees of freedom, as `run` will (this recipe's; a stored counterpart adds its own)
+        prior_dof = len(values) - 1 if design.pool_stored and spread is not None else 0
         rows = []
         for eff in launch_plan.EFFECTS:
-            e = launch_plan.expected(eff, used, design)
+            e = launch_plan.expected(eff, used, design, prior_dof=prior_dof)
             rows.append({"effect": eff, "launches_each": round(e.launches_each, 2), "settled": e.settled,
                          "gpu_hours": round(launch_plan.gpu_hours(e.launches_each, seconds, gpus), 3)})
         out.append({"recipe": recipe.name, "metric": metric, "point": point, "runs": len(values),
                     "spread": used, "spread_from": "runs" if spread is not None else "assumed",
                     "seconds_per_launch": round(seconds, 1), "seconds_from": "runs" if timed else "timeout_s",
-                    "gpus": gpus, "effects": rows, "legend": seq.legend(design)})
+                    "gpus": gpus, "prior_dof": min(prior_dof, noise_prior.MAX_DOF), "effects": rows,
+                    "legend": seq.legend(design)})
     if args.json:
         print_json({"plans": out})
         return 0
@@ -59,7 +62,8 @@ def run(args) -> int:
         src = f"over {p['runs']} runs" if p["spread_from"] == "runs" else "assumed: fewer than 2 runs stored"
         secs = "recorded" if p["seconds_from"] == "runs" else "[server] timeout_s: none recorded"
         console.print(f"{p['recipe']}: {p['metric']} @ {p['point']} varies {100 * p['spread']:.1f}% launch to launch "
-                      f"({src}); a launch holds {p['gpus']} GPU(s) for {p['seconds_per_launch']:.0f} s ({secs})",
+                      f"({src}); a launch holds {p['gpus']} GPU(s) for {p['seconds_per_launch']:.0f} s ({secs})"
+                      + (f"; the stopping rule pools the stored spread (~{p['prior_dof']} df)" if p["prior_dof"] else ""),
                       markup=False, highlight=False)
         for r in p["effects"]:
             console.print(f"  effect {100 * r['effect']:g}%: ~{r['launches_each']:.1f} launches each, settled in "
