@@ -55,3 +55,21 @@ def test_answers_come_from_bytes_with_the_stored_sha256(tmp_path):
     assert runs_c.extra["quality"]["answers_from"] == [[b.run_id, None, b.started_at]]
     assert lines == [f"artifact: run {b.run_id[:8]}: quality.json missing ({shared / b.run_id / 'quality.json'}): "
                      "its answers not used"]
+
+
+def test_a_kept_file_is_hashed_once_per_process_and_again_after_any_write(tmp_path, monkeypatch):
+    """Verdicts read the same runs at every look: the kept files' sha256 is remembered while the
+    file is untouched, and a same-size rewrite (new ctime) is hashed again and seen as different."""
+    import hashlib
+
+    from toolkit.results import artifacts
+
+    f = tmp_path / "quality.json"
+    f.write_bytes(b'{"a": 1}')
+    calls = []
+    real = hashlib.sha256
+    monkeypatch.setattr(artifacts.hashlib, "sha256", lambda *a: calls.append(1) or real(*a))
+    first = artifacts.sha256_of(f)
+    assert [artifacts.sha256_of(f) for _ in range(5)] == [first] * 5 and len(calls) == 1
+    f.write_bytes(b'{"a": 2}')  # same size
+    assert artifacts.sha256_of(f) == real(b'{"a": 2}').hexdigest() != first and len(calls) == 2

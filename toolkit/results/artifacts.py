@@ -34,12 +34,26 @@ class Artifact:
     state: str = "unchecked"  # ok | missing | altered (after `check`)
 
 
+_HASHED: dict[tuple, str] = {}  # (path, device, inode, size, mtime, ctime) -> sha256, this process's
+
+
 def sha256_of(path: Path) -> str:
+    """The file's sha256. Remembered for this process while the file's inode, size, mtime and ctime
+    stay the same (any write changes its ctime, which no user can set back), so a command whose
+    verdicts read the same runs many times (sweep, attribute, bisect: `VouchedStore.runs` per look)
+    hashes each kept file once."""
+    st = os.stat(path)
+    key = (str(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    if key in _HASHED:
+        return _HASHED[key]
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
-    return h.hexdigest()
+    if len(_HASHED) > 100_000:
+        _HASHED.clear()
+    _HASHED[key] = h.hexdigest()
+    return _HASHED[key]
 
 
 def keep(store, run_id: str, run_dir: Path, root: Path) -> list[Artifact]:
