@@ -51,22 +51,11 @@ from toolkit.analysis import sequential as seq  # noqa: E402
 
 
 def smallest_p(min_n: int, max_n: int, paths: int = seq.CALIBRATION_PATHS) -> np.ndarray:
-    """Per-look two-sided p-values of the pooled t under the null (rows: paths, columns: looks)."""
-    from scipy import special
-
+    """Per-look two-sided p-values of the pooled t under the null (rows: paths, columns: looks),
+    the paths `seq.nominal_level` calibrates Pocock's level on."""
     rng = np.random.default_rng(seq.CALIBRATION_SEED)
-    k = np.arange(1, max_n + 1, dtype=float)
-    cols = slice(min_n - 1, max_n)
-    nu = 2.0 * k[cols] - 2.0
-    out = []
-    for start in range(0, paths, 50_000):
-        rows = min(50_000, paths - start)
-        a, b = rng.standard_normal((rows, max_n)), rng.standard_normal((rows, max_n))
-        ca, cb = np.cumsum(a, 1), np.cumsum(b, 1)
-        ss = np.cumsum(a * a, 1) - ca * ca / k + np.cumsum(b * b, 1) - cb * cb / k
-        t = np.abs((cb - ca) / k)[:, cols] / np.sqrt(ss[:, cols] / nu * (2.0 / k[cols]))
-        out.append(2.0 * special.stdtr(nu, -t))
-    return np.concatenate(out)
+    return np.concatenate([seq.null_looks(rng, min(50_000, paths - start), min_n, max_n)[4]
+                           for start in range(0, paths, 50_000)])
 
 
 def levels(rho: float, min_n: int, max_n: int, alpha: float, p: np.ndarray) -> np.ndarray:

@@ -235,13 +235,7 @@ def nominal_level(alpha: float, min_repeats: int, max_repeats: int, prior_dof: i
     smallest = []
     for start in range(0, CALIBRATION_PATHS, 50_000):
         rows = min(50_000, CALIBRATION_PATHS - start)
-        a = rng.standard_normal((rows, big))
-        b = rng.standard_normal(a.shape)
-        ca, cb = np.cumsum(a, 1), np.cumsum(b, 1)
-        ss = np.cumsum(a * a, 1) - ca * ca / k + np.cumsum(b * b, 1) - cb * cb / k
-        est = (cb - ca) / k
-        t = np.abs(est[:, looks]) / np.sqrt(ss[:, looks] / nu * (2.0 / k[looks]))
-        p = 2.0 * special.stdtr(nu, -t)
+        a, b, est, ss, p = null_looks(rng, rows, min_repeats, big)
         if prior_dof or stored_a > min_repeats + 1 or stored_b > min_repeats + 1:
             s0 = rng.chisquare(prior_dof, rows) if prior_dof else np.zeros(rows)
             more = [rng.standard_normal((rows, width - big)) for _ in (a, b)]
@@ -262,6 +256,24 @@ def nominal_level(alpha: float, min_repeats: int, max_repeats: int, prior_dof: i
             p = np.where(refused, p, 2.0 * special.stdtr(nu + pdof, -tp))
         smallest.append(p.min(axis=1))
     return float(np.quantile(np.concatenate(smallest), alpha))
+
+
+def null_looks(rng: np.random.Generator, rows: int, min_repeats: int, max_repeats: int):
+    """`rows` paths of max_repeats standard normal values a side under the null: (a, b, the
+    prefix estimates (mean b - mean a, every prefix), the pooled sums of squares (every prefix),
+    the two-sided pooled-t p-value of each look n = min_repeats .. max_repeats)."""
+    from scipy import special
+
+    k = np.arange(1, max_repeats + 1, dtype=float)
+    looks = slice(min_repeats - 1, max_repeats)
+    nu = 2.0 * k[looks] - 2.0
+    a = rng.standard_normal((rows, max_repeats))
+    b = rng.standard_normal(a.shape)
+    ca, cb = np.cumsum(a, 1), np.cumsum(b, 1)
+    ss = np.cumsum(a * a, 1) - ca * ca / k + np.cumsum(b * b, 1) - cb * cb / k
+    est = (cb - ca) / k
+    t = np.abs(est[:, looks]) / np.sqrt(ss[:, looks] / nu * (2.0 / k[looks]))
+    return a, b, est, ss, 2.0 * special.stdtr(nu, -t)
 
 
 @dataclass(frozen=True)
