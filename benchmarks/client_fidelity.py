@@ -37,9 +37,14 @@ none is outside but one is unresolved. No server-side truth here: bench_serving 
 
 Measured on this 2-core box, idle (2026-12-02, --concurrency 1 8 --rounds 3): each client's own
 rounds swung 1.7-1.8x (ours 79-144 tok/s at c=1, bench_serving 102-175), medians -34% (c=1) and
-+11% (c=8): 2% cannot be resolved here against real sglang.
++11% (c=8): 2% cannot be resolved here against real sglang. With `--pin` (the server alone on CPU 0
+with one OpenMP thread, both clients on CPU 1; same day, idle): swings narrowed to 1.26-1.49x, paired
+ratios 1.008 [0.47-2.18] tok/s at c=1 and 1.108 [0.51-2.41] at c=8, still unresolved: the pinned
+server's own ITL p50 switched between ~8 and ~10 ms (c=1) and ~12 and ~17.5 ms (c=8) from round to
+round whichever client was measuring, so the swing is the box's (its CPU, shared with other tenants),
+not a client's load on the server.
 
-    .venv/bin/python benchmarks/client_fidelity.py --real --concurrency 1 8 --rounds 3   # ~5 min
+    .venv/bin/python benchmarks/client_fidelity.py --real --concurrency 1 8 --rounds 3 [--pin]   # ~5 min
 """
 
 from __future__ import annotations
@@ -48,6 +53,7 @@ import argparse
 import importlib.util
 import json
 import math
+import os
 import statistics
 import sys
 import tempfile
@@ -148,12 +154,24 @@ def real_main(args, console: Console) -> int:
     host, port = "127.0.0.1", srv.free_port()
     work = Path(tempfile.mkdtemp(prefix="fidelity-real-"))
     environ = {**p.env.run_environ(), **{k: str(v) for k, v in dict(recipe.server.env).items()}}
-    server = srv.launch(p.env.python, launch_argv(recipe.server, host=host, port=port), host=host, port=port,
-                        log=work / "server.log", environ=environ)
+    cpus = sorted(os.sched_getaffinity(0))
+    if args.pin:  # the server inherits this thread's CPU set; the clients get the rest after the launch
+        if len(cpus) < 2:
+            raise SystemExit("--pin needs at least 2 CPUs")
+        environ = {**environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+        os.sched_setaffinity(0, cpus[:1])
+    try:
+        server = srv.launch(p.env.python, launch_argv(recipe.server, host=host, port=port), host=host, port=port,
+                            log=work / "server.log", environ=environ)
+    finally:
+        if args.pin:
+            os.sched_setaffinity(0, cpus[1:])
+    client_env = {k: v for k, v in environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
     rows = []
     try:
         ready = server.wait_ready(recipe.server.timeout_s or 1800)
-        console.print(f"real server {recipe.name} ready in {ready:.0f} s at {server.url} (log {work / 'server.log'})")
+        console.print(f"real server {recipe.name} ready in {ready:.0f} s at {server.url} (log {work / 'server.log'})"
+                      + (f"; server on CPU {cpus[0]} (1 thread), clients on {cpus[1:]}" if args.pin else ""))
         vocab = model_vocab(recipe.server.model)
         for c in args.concurrency:
             n = max(args.waves * c, args.min_requests)
@@ -169,7 +187,7 @@ def real_main(args, console: Console) -> int:
                                           output_len=args.output_len, num_prompts=n, concurrency=c,
                                           output_file=out, seed=7 + r)
                 with open(work / "bench_serving.log", "ab") as log:
-                    done = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, env=environ,
+                    done = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, env=client_env,
                                           stdin=subprocess.DEVNULL, timeout=1800)
                 if done.returncode != 0:
                     raise SystemExit(f"sglang.bench_serving exited {done.returncode}; log {work / 'bench_serving.log'}")
@@ -269,6 +287,9 @@ def main(argv=None) -> int:
                     help="against sglang.bench_serving on a real server of RECIPE (default cpu/baseline)")
     ap.add_argument("--rounds", type=int, default=3, help="--real: turns of each client per point")
     ap.add_argument("--home", help="--real: patchbench home (default $PATCHBENCH_HOME)")
+    ap.add_argument("--pin", action="store_true",
+                    help="--real: the server on the first CPU with one OpenMP thread, both clients on the others "
+                         "(so neither client's CPU work slows the server it measures)")
     args = ap.parse_args(argv)
 
     console = Console(width=None if sys.stdout.isatty() else 160)
