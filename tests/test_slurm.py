@@ -68,15 +68,15 @@ def slurm_args(home: Path) -> list[str]:
 
 def test_demo_sweep_through_slurm_equals_local_run(slurm, shared_home):
     local = shared_home / "local.sqlite"
-    out = patchbench(shared_home, "run", *DEMO, "--repeats", "2", "--store", str(local))
+    out = patchbench(shared_home, "run", *DEMO, "--repeats", "1", "--store", str(local))
     assert out.returncode == 0, out.stderr[-2000:]
     merged = shared_home / "slurm.sqlite"
-    out = patchbench(shared_home, "run", *DEMO, "--repeats", "2", "--store", str(merged), *slurm_args(shared_home))
+    out = patchbench(shared_home, "run", *DEMO, "--repeats", "1", "--store", str(merged), *slurm_args(shared_home))
     assert out.returncode == 0, out.stderr[-2000:]
-    assert "COMPLETED" in out.stderr and "imported 6 run(s)" in out.stderr
+    assert "COMPLETED" in out.stderr and "imported 3 run(s)" in out.stderr
 
     a, b = Store(local).runs(status="ok"), Store(merged).runs(status="ok")
-    assert len(a) == len(b) == 6
+    assert len(a) == len(b) == 3
     job_ids = {r.extra["slurm"]["job_id"] for r in b}
     assert len(job_ids) == 1, "one comparison is one job on one node"
     job = job_ids.pop()
@@ -95,7 +95,7 @@ def test_demo_sweep_through_slurm_equals_local_run(slurm, shared_home):
     # importing again (results --jobs) adds nothing: each job's runs land exactly once
     out = patchbench(shared_home, "results", "--jobs", "--store", str(merged))
     assert out.returncode == 0 and job in out.stdout and "COMPLETED" in out.stdout
-    assert len(Store(merged).runs()) == 6
+    assert len(Store(merged).runs()) == 3
 
 
 def _servers(home: Path) -> list[psutil.Process]:
