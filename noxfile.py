@@ -71,9 +71,9 @@ def demo(session: nox.Session) -> None:
 def demo_real(session: nox.Session) -> None:
     """The main job on real sglang 0.5.23 (PyPI) serving on this CPU: baseline and OEA on a tiny
     GLM-4-MoE patchbench writes itself; run (launch, verify, benchmark, answers, evidence), compare
-    speed and answers, report, profile OEA's decode step. Measured on a loaded 2-core box: 2 launches
-    350 s, the profile (one more launch) 7 min at load 5-10; with the recipes' 2 repeats each
-    (4 launches) ~15-18 min."""
+    speed and answers, report, profile OEA's decode step: the README's main job. From a fresh clone
+    with empty caches on an idle 2-core box: 7m58s (2026-12-04: env ~1 min, 5 launches of 65-80 s to
+    ready); ~15-18 min on a loaded one."""
     _toolkit(session)
     # --fixed: the recipes' 2 launches each. On CPU, OEA's speed effect is within the launch noise, so
     # the sequential default would launch up to 8 each (2-3 min a launch) to say "not settled"
