@@ -25,7 +25,7 @@ import urllib.request
 
 import pytest
 
-from conftest import MINI_PY, cli_json
+from conftest import MINI_PY, REPO_ROOT, cli_json
 from sglang_server import SHARED_HOME, real_sglang, real_sglang_url  # noqa: F401 (fixtures)
 from toolkit.cli import main
 from toolkit.results.store import Store
@@ -135,3 +135,30 @@ def test_the_real_server_fixture_serves_greedy_answers_that_repeat(real_sglang_u
     with urllib.request.urlopen(real_sglang_url + "/server_info", timeout=60) as r:
         info = json.loads(r.read())
     assert info["version"] == "0.5.23" and info["device"] == "cpu"
+
+
+def test_sglangs_own_serving_benchmark_runs_warm_round_after_round(real_sglang_url, monkeypatch, tmp_path):
+    """benchmarks/client_fidelity.py --real keeps sglang's benchmark in one process between rounds
+    (benchmarks/bench_serving_worker.py): each round is sglang's own run_benchmark with that round's
+    seed, on the workload patchbench's client runs, its JSON row appended for the caller."""
+    from urllib.parse import urlsplit
+
+    from sglang_server import real_env_python
+    monkeypatch.syspath_prepend(str(REPO_ROOT / "benchmarks"))
+    from client_fidelity import BenchServingWorker, bench_serving_argv
+
+    url = urlsplit(real_sglang_url)
+    argv = bench_serving_argv(str(real_env_python()), host=url.hostname, port=url.port, input_len=16,
+                              output_len=8, num_prompts=4, concurrency=2)
+    worker = BenchServingWorker(argv, dict(os.environ), tmp_path / "bench_serving.log")
+    try:
+        rows = [worker.round(seed, tmp_path / "rows.jsonl") for seed in (7, 8)]
+    finally:
+        worker.close()
+    assert worker.proc.returncode == 0
+    for row in rows:
+        assert row["completed"] == 4 and row["total_output_tokens"] == 4 * 8, row
+        assert row["output_throughput"] > 0 and row["median_itl_ms"] > 0
+    assert len((tmp_path / "rows.jsonl").read_text().splitlines()) == 2
+    log = (tmp_path / "bench_serving.log").read_text(errors="replace")
+    assert log.count("Starting warmup") == 2  # sglang's benchmark ran twice, in the one process
