@@ -62,6 +62,22 @@ def _env(monkeypatch, meta) -> None:
 
 # -- Otava on synthetic series --------------------------------------------------------------------
 
+def test_a_step_counts_when_otava_proposes_only_a_dip_beside_it():
+    """CI, cold and loaded (2026-12-04): two releases just before the planted 2x gain ran slow, Otava
+    proposed that dip (p < 0.001) and dropped the step; the step's own t across the series passed
+    the series-wide test by far. The step counts, where it is; a flat series still shows nothing."""
+    from toolkit.history.change_verdict import ChangePoint, judge
+
+    series = [77.5, 79.1, 82.1, 85.2, 74.1, 77.3, 76.5, 75.2, 54.7, 59.2, 112, 133, 133, 150]
+    dip = ChangePoint(8, -27.3, 0.376, 78.4, 57.0, 3.44, 2.25, 3.7e-5, otava_pvalue=3.7e-5)
+    [step] = judge(series, [dip], alpha=0.01, min_magnitude=0.03)
+    assert step.index == 10 and step.forward_change_percent > 50 and step.pvalue < 1e-3
+    assert step.otava_pvalue is None  # not Otava's: the report does not quote a p of Otava's for it
+    rng = random.Random(3)
+    flat = [100 * (1 + rng.gauss(0, 0.03)) for _ in range(14)]
+    assert judge(flat, [], alpha=0.01, min_magnitude=0.03) == []
+
+
 def _steps(rng: random.Random, levels: list[tuple[int, float]], noise: float) -> list[float]:
     return [lvl * (1 + rng.gauss(0, noise)) for n, lvl in levels for _ in range(n)]
 
