@@ -91,8 +91,8 @@ def test_change_point_verdict_counts_a_step_and_not_an_edge_outlier():
 def test_a_regression_fixed_later_is_a_stretch_with_both_ends():
     """Otava proposes nothing for 100, 100, 100, 50, 50, 100, 100 (E-Divisive's halves have about
     the same mean); the verdict reports the stretch as two change points, the regression and its
-    fix, and the line a user reads names both. A step is not read as a stretch, a flat series shows
-    neither, and where Otava found one end the stretch's two ends replace it."""
+    fix, and the line a user reads names both. A step is not read as a stretch (it counts as one
+    step, even where Otava proposed nothing), a flat series shows neither, and where Otava found one end the stretch's two ends replace it."""
     from toolkit.history import changes, stretch
     from toolkit.history.change_verdict import gate, judge
     from toolkit.history.otava import ChangePoint
@@ -115,7 +115,8 @@ def test_a_regression_fixed_later_is_a_stretch_with_both_ends():
     assert rows[1]["before"] == "0.1.4" and rows[1]["after"] == "0.1.5" and rows[1]["stretch"]["end"] == "end"
 
     step = [100.0, 100.5, 99.6, 100.2, 99.9, 50.1, 49.8, 50.3, 50.0, 49.7]
-    assert judge(step, [], alpha=0.01) == []  # Otava's job: the best split fits better than any stretch
+    [one] = judge(step, [], alpha=0.01)  # the best split fits better than any stretch: a step, not two ends
+    assert one.index == 5 and one.stretch is None and one.otava_pvalue is None
     flat = [100.0, 101.0, 99.5, 100.5, 100.2, 99.8, 100.1, 98.8]
     assert judge(flat, [], alpha=0.01) == [] and gate(flat) > 0.1
     # a 5% dip over two points at 3% noise is no stretch at 0.01; with 1 in 1000 noise it is
