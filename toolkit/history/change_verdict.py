@@ -162,8 +162,8 @@ def judge(values: Sequence[float], found: Sequence, *, alpha: float, min_magnitu
         if p < alpha and not math.isnan(p):
             raw = c.otava_pvalue if c.otava_pvalue is not None else c.pvalue
             out.append(dataclasses.replace(c, pvalue=p, otava_pvalue=raw, splits=idx[i + 2] - idx[i] - 1))
-    if not out and changed(values) < STEP_SHARE * alpha:
-        out += _best_split(values, min_magnitude)
+    if not out:
+        out += _best_split(values, alpha=alpha, min_magnitude=min_magnitude)
     cut = [0, *(c.index for c in out), len(values)]
     for lo, hi in zip(cut, cut[1:]):
         out += _segment_stretch(values, lo, hi, alpha=alpha, min_magnitude=min_magnitude)
@@ -176,11 +176,13 @@ def judge(values: Sequence[float], found: Sequence, *, alpha: float, min_magnitu
     return sorted(out, key=lambda c: c.index)
 
 
-def _best_split(values: Sequence[float], min_magnitude: float) -> list[ChangePoint]:
-    """The whole series' best single split as a change point (rule 2's fallback), [] when its change
-    is under min_magnitude."""
+def _best_split(values: Sequence[float], *, alpha: float, min_magnitude: float) -> list[ChangePoint]:
+    """The whole series' best single split as a change point (rule 2's fallback), [] unless it passes
+    rule 1's step test (the same p as `changed`) and changes by min_magnitude."""
     x = np.asarray(values, dtype=float)
     p = split_pvalues(x)
+    if not len(p) or not min(1.0, float(p.min()) * len(p)) < STEP_SHARE * alpha:
+        return []
     at = int(np.argmin(p)) + 1
     before, after = x[:at], x[at:]
     mb, ma = float(before.mean()), float(after.mean())
