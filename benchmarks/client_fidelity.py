@@ -41,25 +41,29 @@ one is unresolved. No server-side truth here: bench_serving is the reference.
 
 One difference by design: sglang's benchmark opens a new HTTP session (a new connection) for every
 request, patchbench's client opens its connections before the point and keeps them alive, so ours
-reads ~0.5-1% more tok/s on short points (the connects fall inside bench_serving's duration); the
-ITL medians agree.
+read ~0.5-1.7% more tok/s on 128-token points (the connects fall inside bench_serving's duration);
+the ITL medians agree. --real measures 512-token outputs by default: the connects and the ramp at
+each end of a point weigh 4x less, and each round is long enough that the box's drift within a
+pair of rounds is small.
 
 Measured on this 2-core box, idle, `--pin` (the server alone on CPU 0 with one OpenMP thread, both
-clients on CPU 1), input 128, output 128:
-  2026-12-04, warm worker, A B B A: c=1 (8 requests) at 16 rounds: tok/s 1.007 [1.00-1.01], ITL p50
-  1.000 [1.00-1.00], within; c=8 (16 requests): 1.013 [0.99-1.03], ITL 0.997 [0.98-1.02] unresolved
-  at 16 rounds, 1.005 [0.99-1.02], ITL 1.003 [0.99-1.01] within at 32 (each client's rounds swung
-  1.2x at c=8, the server's own ITL moving 10.4-12.1 ms whichever client measured).
-  The command below, once (13 min): c=1 1.003 [1.00-1.01], ITL 1.001 [1.00-1.00], within; c=8 1.017
-  [1.00-1.04], ITL 0.996 [0.98-1.01], unresolved (rounds swung 1.3x). Over the three c=8 runs the
-  tok/s ratio read 1.005-1.017 (ours higher, the per-request connects above) and the ITL ratio
-  0.996-1.003: the point estimates are within 2% every time; the interval settles the ITL at c=8,
-  and the tok/s at c=8 in one run of three on this box.
+clients on CPU 1), input 128:
+  2026-12-04 (2), output 512 (the default since), 16 rounds: c=8 tok/s 0.998 [0.99-1.01], ITL p50
+  1.002 [0.99-1.02], within (each client's rounds swung 1.06-1.10x; at 128 they swung 1.2-1.3x).
+  Again, 12 rounds: c=1 0.996 [0.99-1.01], ITL 1.006 [1.00-1.02], within; c=8 0.968 [0.94-1.00], ITL
+  1.029 [1.00-1.06], unresolved: in rounds 1-10 the server's own ITL rose from 11.7 to 15.3 ms and
+  fell back whichever client was measuring (rounds swung 1.26-1.37x; nothing of ours was running:
+  the VM's neighbours), faster than a pair of rounds could cancel.
+  2026-12-04, output 128, warm worker, A B B A: c=1 (8 requests) at 16 rounds: tok/s 1.007 [1.00-1.01],
+  ITL p50 1.000 [1.00-1.00], within; at 32 rounds 1.003 [1.00-1.01], ITL 1.001, within; c=8 (16
+  requests): tok/s 1.013 [0.99-1.03] (16 rounds), 1.005 [0.99-1.02] within (32), 1.017 [1.00-1.04]
+  (32): the interval settled in one run of three (rounds swung 1.2-1.3x); ITL 0.996-1.003.
   Before (2026-12-02, `python -m sglang.bench_serving` per round, 3 rounds): unpinned, each client's
   rounds swung 1.7-1.8x; pinned, 1.26-1.49x and paired ratios 1.008 [0.47-2.18] (c=1), 1.108
   [0.51-2.41] (c=8): unresolved.
 
-    .venv/bin/python benchmarks/client_fidelity.py --real --concurrency 1 8 --rounds 32 --pin   # ~13 min
+    .venv/bin/python benchmarks/client_fidelity.py --real --concurrency 1 8 --pin   # 16 rounds, ~22 min
+    .venv/bin/python benchmarks/client_fidelity.py --real --concurrency 8 --pin     # ~9 min
 """
 
 from __future__ import annotations
@@ -321,7 +325,8 @@ def main(argv=None) -> int:
     ap.add_argument("--concurrency", type=int, nargs="+",
                     default=[1, 2, 4, 8, 16, 32, 64, 128, 256])
     ap.add_argument("--input-len", type=int, default=128)
-    ap.add_argument("--output-len", type=int, default=128)
+    ap.add_argument("--output-len", type=int, help="default 128; --real: 512 (the per-request connects and "
+                    "the ramp at each end of a point then weigh 4x less, and the box swings less within a round)")
     ap.add_argument("--waves", type=int, default=2, help="requests per point = waves * concurrency "
                     "(at least --min-requests)")
     ap.add_argument("--min-requests", type=int, default=8)
@@ -334,12 +339,14 @@ def main(argv=None) -> int:
     ap.add_argument("--json", type=Path, help="write the results here too")
     ap.add_argument("--real", nargs="?", const="cpu/baseline", metavar="RECIPE",
                     help="against sglang.bench_serving on a real server of RECIPE (default cpu/baseline)")
-    ap.add_argument("--rounds", type=int, default=3, help="--real: turns of each client per point")
+    ap.add_argument("--rounds", type=int, default=16, help="--real: turns of each client per point")
     ap.add_argument("--home", help="--real: patchbench home (default $PATCHBENCH_HOME)")
     ap.add_argument("--pin", action="store_true",
                     help="--real: the server on the first CPU with one OpenMP thread, both clients on the others "
                          "(so neither client's CPU work slows the server it measures)")
     args = ap.parse_args(argv)
+    if args.output_len is None:
+        args.output_len = 512 if args.real else 128
 
     console = Console(width=None if sys.stdout.isatty() else 160)
     if args.real:
