@@ -128,6 +128,12 @@ def test_attribute_two_patches_and_compare_identical(mini, capsys):
     assert after_fast > base * 1.2, out  # the fast patch helps
     assert after_both < after_fast * 0.9, out  # the slow one hurts
     assert "faster" in out["lines"][0] and "slower" in out["lines"][1]
+    # the same stored runs as a table: its legend says which rows the sequential rule decided (a step
+    # settled at 2 launches each reads "faster" beside a Mann-Whitney p that could not be below 0.05)
+    assert main(["attribute", recipe, "--metric", "output_tok_s@1"]) == 0
+    table = " ".join(capsys.readouterr().out.split())
+    assert "rows with fewer than 4 launches each: the settled sequential verdict below" in table, table
+    assert "0 new run(s)" in table
 
     a = _recipe(mini, "same-a", [])
     b = _recipe(mini, "same-b", [])

@@ -81,6 +81,15 @@ def enough_repeats(n_a: int, n_b: int, *, min_repeats: int = DEFAULT_MIN_REPEATS
     return min(n_a, n_b) >= max(min_repeats, 1) and min_p_value(n_a, n_b) < alpha
 
 
+def too_few_rows(*, min_repeats: int = DEFAULT_MIN_REPEATS, alpha: float = DEFAULT_ALPHA) -> str:
+    """The rows the fixed rule calls too few (they take the settled sequential verdict), in words:
+    "fewer than 4 launches each" at alpha 0.05, where Mann-Whitney's smallest p at 3 against 3 is 0.1."""
+    n = max(min_repeats, 1)
+    while not enough_repeats(n, n, min_repeats=min_repeats, alpha=alpha):
+        n += 1
+    return f"fewer than {n} launches each"
+
+
 def mann_whitney_p(a: Sequence[float], b: Sequence[float]) -> float:
     """Two-sided Mann-Whitney U p-value; 1.0 when either side is empty or all values are equal."""
     xa = np.asarray(a, dtype=float)

@@ -147,7 +147,10 @@ def run(args) -> int:
             worst[i] = ", ".join(x for x in (worst.get(i), g.verdict) if x)
     console.print(render_attribution(result, title=f"{recipe.name}: {spec.metric} at point {meter.point}",
                                      answers=worst))
-    console.print(f"[dim]{stats.verdict_legend(min_effect=args.min_effect)}[/]")
+    legend = stats.verdict_legend(min_effect=args.min_effect)
+    if design is not None:  # a step too small for that rule shows its settled sequential verdict (below)
+        legend += f"; rows with {stats.too_few_rows()}: the settled sequential verdict below, its interval"
+    console.print(f"[dim]{escape(legend)}[/]")
     print_steps(steps, names, design)
     for line in quality_runs.lines(answers):
         console.print(f"answers: {line}", markup=False, highlight=False)

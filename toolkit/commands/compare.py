@@ -148,7 +148,7 @@ def run(args) -> int:
     if any(r.sequential for r in rows):  # rows too small for the fixed verdict, settled by the sequential rule
         from toolkit.analysis import sequential as seq
 
-        legend += "\n" + f"rows under {stats.DEFAULT_MIN_REPEATS} launches each: " + seq.legend(design)
+        legend += "\n" + f"rows with {stats.too_few_rows()}: " + seq.legend(design)
     from toolkit.analysis import quality_runs
 
     answers = quality_runs.verdicts(sel)

@@ -170,7 +170,7 @@ def collect(store: Any, recipes: Sequence[str], metrics_: Sequence[str] | None =
         design = sequential_design(names[0])
         rows = compare_selection(store, sel, metrics=specs or chosen, min_effect=min_effect, sequential=design)
         if any(r.sequential for r in rows):
-            notes.append(f"rows under {stats.DEFAULT_MIN_REPEATS} launches each: {seq.legend(design)}")
+            notes.append(f"rows with {stats.too_few_rows()}: {seq.legend(design)}")
         for n in names[1:]:
             base, var = sel.newest(names[0]), sel.newest(n)
             differences[n] = diff_provenance(base, var) + run_env_differences(base, var)
