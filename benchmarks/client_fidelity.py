@@ -56,7 +56,9 @@ clients on CPU 1), input 128:
   the VM's neighbours), faster than a pair of rounds could cancel. A third, 16 rounds: c=8 1.007
   [0.994-1.020], ITL 0.996 [0.98-1.01]: the tok/s interval's top at 1.0200, unresolved by a hair
   (rounds swung 1.06x). At c=8 the interval settled in 1 of 3 runs at 512 as at 128; the point
-  estimates stayed within 1% at 512 (0.968 under the disturbance) and 1.7% at 128.
+  estimates stayed within 1% at 512 (0.968 under the disturbance) and 1.7% at 128. A fourth, 32
+  rounds, the box disturbed again (the server's ITL 11.8-15.7 ms, rounds swung 1.6x): 1.022
+  [1.00-1.05], ITL 0.979 [0.96-1.00], unresolved.
   2026-12-04, output 128, warm worker, A B B A: c=1 (8 requests) at 16 rounds: tok/s 1.007 [1.00-1.01],
   ITL p50 1.000 [1.00-1.00], within; at 32 rounds 1.003 [1.00-1.01], ITL 1.001, within; c=8 (16
   requests): tok/s 1.013 [0.99-1.03] (16 rounds), 1.005 [0.99-1.02] within (32), 1.017 [1.00-1.04]
