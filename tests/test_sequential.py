@@ -365,3 +365,19 @@ def test_a_candidates_own_cap_is_named_as_unused():
     same = SimpleNamespace(name="demo/same", benchmark=BenchSpec())
     (line,) = unused_settings(ref, [mine, same])
     assert line.startswith("demo/mine: `[benchmark] max_repeats = 4` is not used") and "max_repeats = 8" in line
+
+
+def test_attribute_min_effect_sets_the_sequential_indifference_zone_too():
+    """`attribute --min-effect 0.05` is the zone of the sequential verdict that decides its steps,
+    not only the fixed rule's floor; without it the recipe's [benchmark] min_effect (2%) holds."""
+    import argparse
+
+    from conftest import REPO_ROOT
+    from toolkit.commands import attribute
+    from toolkit.recipe.load import load_recipe
+
+    parser = argparse.ArgumentParser()
+    attribute.add_arguments(parser)
+    recipe = load_recipe("demo/fast", REPO_ROOT / "recipes")
+    assert attribute.step_design(parser.parse_args(["demo/fast"]), recipe).min_effect == recipe.benchmark.min_effect
+    assert attribute.step_design(parser.parse_args(["demo/fast", "--min-effect", "0.05"]), recipe).min_effect == 0.05

@@ -378,10 +378,19 @@ def _fraction(text: str) -> float:
     return value
 
 
-def add_min_effect_argument(parser) -> None:
-    """`--min-effect`: the smallest effect a verdict calls faster/slower (shown in the legend)."""
+def add_min_effect_argument(parser, *, sequential: bool = False) -> None:
+    """`--min-effect`: the smallest effect a verdict calls faster/slower (shown in the legend).
+    `sequential`: the command also launches until a sequential verdict is settled, whose indifference
+    zone it sets too; its default is then None (the fixed rule's 1%, the recipe's `[benchmark]
+    min_effect` for the sequential verdict)."""
     from toolkit.analysis.stats import DEFAULT_MIN_EFFECT
 
+    if sequential:
+        parser.add_argument("--min-effect", type=_fraction, default=None, metavar="FRACTION",
+                            help=f"smallest effect a verdict calls faster/slower, fixed and sequential alike "
+                                 f"(default: {DEFAULT_MIN_EFFECT:g} for the fixed rule, the recipe's [benchmark] "
+                                 "min_effect for the sequential verdict; shown in the legends)")
+        return
     parser.add_argument("--min-effect", type=_fraction, default=DEFAULT_MIN_EFFECT, metavar="FRACTION",
                         help=f"smallest effect a verdict calls faster/slower (default {DEFAULT_MIN_EFFECT:g}, "
                              "i.e. 1%%; shown in the verdict legend)")

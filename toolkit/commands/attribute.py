@@ -25,7 +25,7 @@ def add_arguments(parser) -> None:
                              "settled; see --fixed)")
     add_sequential_step_arguments(parser)
     parser.add_argument("--leave-one-out", action="store_true", help="also measure the stack minus each patch")
-    add_min_effect_argument(parser)
+    add_min_effect_argument(parser, sequential=True)
     parser.add_argument("--missing-evidence", action="store_true",
                         help="also count runs stored invalid because a patch's activation evidence was missing "
                              "(in the first measurement and in every replay alike)")
@@ -74,6 +74,8 @@ def run(args) -> int:
     from toolkit.errors import BadInput
 
     spec = metrics.parse_spec(args.metric)
+    # the fixed rule's floor; the sequential design takes --min-effect when given, else the recipe's
+    min_effect = stats.DEFAULT_MIN_EFFECT if args.min_effect is None else args.min_effect
     recipe = load(args.recipe)
     stack = stack_of(recipe)
     if not stack:
@@ -121,7 +123,7 @@ def run(args) -> int:
     info = spec.info
     result = attribute(prefix_values, higher_is_better=info.higher_is_better, names=names,
                        leave_one_out=loo or None, unit=info.unit, skipped=skipped or None,
-                       min_effect=args.min_effect, sequential=design, stored=meter.stored if design else None)
+                       min_effect=min_effect, sequential=design, stored=meter.stored if design else None)
     from toolkit.analysis import quality_runs
 
     from toolkit.results.artifacts import VouchedStore
@@ -134,7 +136,7 @@ def run(args) -> int:
                     "quality": {k: {str(p): q.to_dict() for p, q in per.items()} for k, per in answers.items()},
                     "gate": {k: g.to_dict() for k, g in gates.items()},
                     "prefix_values": prefix_values, "leave_one_out": loo, "skipped": skipped,
-                    "builds": meter.builds, "runs": meter.runs, "min_effect": args.min_effect,
+                    "builds": meter.builds, "runs": meter.runs, "min_effect": min_effect,
                     "notes": vouched.notes,
                     "sequential": steps_json(steps, names), "sequential_legend": step_legend(design),
                     "values_from": [{"label": label, "identity": key, "values": vals, "runs": ids}
@@ -147,7 +149,7 @@ def run(args) -> int:
             worst[i] = ", ".join(x for x in (worst.get(i), g.verdict) if x)
     console.print(render_attribution(result, title=f"{recipe.name}: {spec.metric} at point {meter.point}",
                                      answers=worst))
-    legend = stats.verdict_legend(min_effect=args.min_effect)
+    legend = stats.verdict_legend(min_effect=min_effect)
     if design is not None:  # a step too small for that rule shows its settled sequential verdict (below)
         legend += f"; rows with {stats.too_few_rows()}: the settled sequential verdict below, its interval"
     console.print(f"[dim]{escape(legend)}[/]")
@@ -185,7 +187,7 @@ def step_design(args, recipe):
         return None
     from toolkit.analysis import sequential_design as designs
 
-    return designs.for_bench(recipe.benchmark, max_repeats=args.max_repeats)
+    return designs.for_bench(recipe.benchmark, min_effect=args.min_effect, max_repeats=args.max_repeats)
 
 
 def measure_steps(meter, recipe, stack, names, design, hib, leave_one_out: bool):
