@@ -275,6 +275,12 @@ def test_run_environ(upstream, pb_home):
     assert e["VIRTUAL_ENV"] == str(env.path)
     assert e["PATH"].split(os.pathsep)[:2] == [str(env.path / "bin"), "/usr/bin"]
     assert e["FLASHINFER_WORKSPACE_BASE"] == str(env.path / "jit")
+    # sglang 0.5.23 would put Triton, Inductor, PTX and TileLang caches in ~/.cache/sglang, shared by
+    # every variant; older sglang leaves them in ~/.triton, /tmp: all under the env's jit/ instead
+    assert e["SGLANG_CACHE_DIR"] == str(env.path / "jit")
+    assert e["TRITON_CACHE_DIR"] == str(env.path / "jit" / "triton")
+    assert e["TORCHINDUCTOR_CACHE_DIR"] == str(env.path / "jit" / "inductor")
+    assert e["CUDA_CACHE_PATH"] == str(env.path / "jit" / "nv")
     assert e["FLASHINFER_CUDA_ARCH_LIST"] == "12.0a 9.0a"
     assert e["TORCH_CUDA_ARCH_LIST"] == "12.0a;9.0a"
     assert e["SGLANG_X"] == "on" and e["PATCHBENCH_ENV_KEY"] == env.key

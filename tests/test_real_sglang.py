@@ -77,6 +77,10 @@ def test_one_batch_driver_runs_real_sglang_benchmark(tmp_path, capsys):
     assert run.status == "ok", (run.status, run.error)
     got = {(s.metric, s.point) for s in Store(store).samples([run.run_id])}
     assert {("decode_tok_s", 1), ("decode_tok_s", 8), ("prefill_ms", 8)} <= got
+    # sglang's torch.compile'd CPU ops wrote their Inductor cache into the env's own jit/, not into the
+    # ~/.cache/sglang that every sglang and every variant on the machine would share
+    inductor = SHARED_HOME / "envs" / run.env_key[:16] / "jit" / "inductor"
+    assert inductor.is_dir() and any(inductor.iterdir()), inductor
     rundir = SHARED_HOME / "runs" / run.run_id
     real_rows = [json.loads(x) for x in (rundir / "one_batch.jsonl").read_text().splitlines()]
     assert "sglang.benchmark.one_batch" in (rundir / "one_batch.log").read_text().splitlines()[0]

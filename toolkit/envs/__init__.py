@@ -17,7 +17,8 @@ On-disk layout under `home` (PATCHBENCH_HOME):
     envs/<key[:16]>/              a published env (complete: the rename is the publish)
         bin/python ...            a relocatable uv venv
         kernels/<source>/...      nvcc objects of the recipe's `cuda` globs
-        jit/                      FLASHINFER_WORKSPACE_BASE, private to this env
+        jit/                      every run-time JIT cache (FlashInfer, SGLANG_CACHE_DIR: Triton,
+                                  Inductor, CUDA PTX, TileLang), private to this env
         logs/<step>.log           one log per build step
         patchbench-env.json       the manifest, written last
     envs/.tmp-<key16>-<pid>/      a build in progress (or killed): never used, removed later

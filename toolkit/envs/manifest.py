@@ -59,12 +59,35 @@ class Env:
         return env
 
 
+# Every run-time JIT cache a server of this env writes, under the env's own `jit/` (relative path per
+# variable). sglang 0.5.23 points Triton, Inductor, the CUDA driver's PTX cache, TileLang and FlashInfer
+# at SGLANG_CACHE_DIR (default ~/.cache/sglang: one directory for every sglang on the machine, every
+# patched variant); older sglang leaves them at ~/.triton, /tmp/torchinductor_$USER, ~/.nv. FlashInfer's
+# JIT names modules by URI, not by source, so a shared workspace serves a stale kernel to a patched
+# tree; the others key by content, but a shared cache still makes one variant's first launch cheaper
+# because another ran before it. Private to the env: a launch finds what this env compiled, nothing else.
+JIT_CACHES = (
+    ("FLASHINFER_WORKSPACE_BASE", "."),
+    ("SGLANG_CACHE_DIR", "."),
+    ("TRITON_CACHE_DIR", "triton"),
+    ("TORCHINDUCTOR_CACHE_DIR", "inductor"),
+    ("CUDA_CACHE_PATH", "nv"),
+    ("TILELANG_CACHE_DIR", "tilelang"),
+)
+
+
+def jit_vars(path: Path) -> dict[str, str]:
+    """The JIT cache variables of the env at `path` (all under `path/jit`)."""
+    root = path / "jit"
+    return {name: str(root if sub == "." else root / sub) for name, sub in JIT_CACHES}
+
+
 def run_vars(path: Path, spec: BuildSpec, cuda_home: str | None, key: str) -> dict[str, str]:
     v = {
         "PATH": str(path / "bin"),
         "VIRTUAL_ENV": str(path),
         "PYTHONNOUSERSITE": "1",
-        "FLASHINFER_WORKSPACE_BASE": str(path / "jit"),
+        **jit_vars(path),
         "PATCHBENCH_ENV_KEY": key,
     }
     if spec.arch:
