@@ -132,7 +132,7 @@ def test_attribute_two_patches_and_compare_identical(mini, capsys):
     # settled at 2 launches each reads "faster" beside a Mann-Whitney p that could not be below 0.05)
     assert main(["attribute", recipe, "--metric", "output_tok_s@1"]) == 0
     table = " ".join(capsys.readouterr().out.split())
-    assert "rows with fewer than 4 launches each: the settled sequential verdict below" in table, table
+    assert "rows with fewer than 4 launches each: the sequential verdict below where launching stopped" in table, table
     assert "0 new run(s)" in table
 
     a = _recipe(mini, "same-a", [])

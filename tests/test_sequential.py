@@ -381,3 +381,20 @@ def test_attribute_min_effect_sets_the_sequential_indifference_zone_too():
     recipe = load_recipe("demo/fast", REPO_ROOT / "recipes")
     assert attribute.step_design(parser.parse_args(["demo/fast"]), recipe).min_effect == recipe.benchmark.min_effect
     assert attribute.step_design(parser.parse_args(["demo/fast", "--min-effect", "0.05"]), recipe).min_effect == 0.05
+
+
+def test_a_pair_the_sequence_gave_up_on_reads_noisy_not_too_few_repeats():
+    """3 launches each at a 20% spread: too few for the fixed rule, and the sequence stopped (it
+    could not settle by max_repeats): the verdict column says "noisy", which is what stopped the
+    launches; a pair that more launches could still settle keeps "too few repeats"."""
+    from toolkit.analysis import stats
+
+    a, b = [100.0, 80.0, 120.0], [95.0, 125.0, 85.0]
+    c = stats.compare_values(a, b, higher_is_better=True)
+    assert c.verdict == stats.TOO_FEW
+    v = seq.verdict(a, b, higher_is_better=True)
+    assert v.futile and v.noisy and seq.stopped(v)
+    assert seq.settle(c, a, b, seq.Design()).verdict == "noisy"
+    quiet = ([100.0, 101.0], [103.0, 99.0])
+    c = stats.compare_values(*quiet, higher_is_better=True)
+    assert seq.settle(c, *quiet, seq.Design()).verdict == stats.TOO_FEW  # 2 each: more launches may settle it

@@ -26,7 +26,7 @@ from typing import Mapping, Sequence
 from rich.table import Table
 from rich.text import Text
 
-from toolkit.analysis import stats
+from toolkit.analysis import sequential as seq, stats
 
 
 @dataclass(frozen=True)
@@ -122,8 +122,6 @@ def attribute(prefix_values: Sequence[Sequence[float] | None], *, higher_is_bett
                                  min_effect=min_effect)
         if sequential is None:
             return c
-        from toolkit.analysis import sequential as seq
-
         return seq.settle(c, list(a), list(b), sequential, (counts.get(labels[0], 0), counts.get(labels[1], 0)))
 
     base, full = prefix_values[0], prefix_values[n]
@@ -144,7 +142,7 @@ def attribute(prefix_values: Sequence[Sequence[float] | None], *, higher_is_bett
 
 
 _STYLE = {stats.FASTER: "green", stats.SLOWER: "red", stats.NOT_SIGNIFICANT: "dim",
-          stats.TOO_FEW: "yellow"}
+          stats.TOO_FEW: "yellow", seq.NOISY: "yellow", seq.UNSETTLED: "yellow"}
 
 
 def _verdict(c: stats.Comparison | None, answer: str | None) -> Text:

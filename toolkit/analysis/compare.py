@@ -22,7 +22,7 @@ from rich.table import Table
 from rich.text import Text
 
 from toolkit.results import metrics as registry
-from toolkit.analysis import stats
+from toolkit.analysis import sequential as seq, stats
 from toolkit.analysis.selection import (Criteria, MissingResults, Selection,  # noqa: F401 (re-exported)
                                         describe_bench_diff, reduce, select)
 from toolkit.errors import BadInput
@@ -106,7 +106,7 @@ def compare_selection(store: Store, sel: Selection, *, metrics: Sequence[str | M
             if c.verdict == stats.TOO_FEW and sequential is not None:
                 settled = sequential_row(a.values, b.values, hib, sequential, stored_counts(store, a.runs, b.runs))
                 if settled is not None:
-                    verdict, text = seq_verdict_word(settled), settled.text
+                    verdict, text = seq.verdict_word(settled), settled.text
                     seq_text = settled.text
             rows.append(CompareRow(
                 baseline=base, recipe=variant, metric=metric, unit=unit, point=point, point_kind=kind,
@@ -121,15 +121,13 @@ def compare_selection(store: Store, sel: Selection, *, metrics: Sequence[str | M
 
 def sequential_row(a: Sequence[float], b: Sequence[float], hib: bool | None, design, stored=(0, 0)):
     """The sequential verdict (toolkit.analysis.sequential, launch order) of a pair too small for
-    the fixed one, when it is settled (a `run` that launched until settled stops at 2 launches
-    each; its verdict keeps its rate at that look); None otherwise. `stored`: as `run` counts it
+    the fixed one, when it has stopped (a `run` that launched until settled stops at 2 launches
+    each, its verdict keeps its rate at that look; or it stopped unsettled as futile); None otherwise. `stored`: as `run` counts it
     (`stored_counts`), so the stored spread it pooled is pooled here too."""
-    from toolkit.analysis import sequential as seq
-
     if not a or not b or any(v <= 0 for v in (*a, *b)):
         return None
     v = seq.verdict(list(a), list(b), higher_is_better=hib, design=design, stored=stored)
-    return v if v.settled else None
+    return v if seq.stopped(v) else None
 
 
 def stored_counts(store: Store, runs_a: Sequence[str], runs_b: Sequence[str]) -> tuple[int, int]:
@@ -140,13 +138,6 @@ def stored_counts(store: Store, runs_a: Sequence[str], runs_b: Sequence[str]) ->
     ids = [*runs_a, *runs_b]
     at = {r.run_id: r.started_at for r in store.runs(run_ids=ids)} if ids else {}
     return noise_prior.stored_before([at.get(r) for r in runs_a], [at.get(r) for r in runs_b])
-
-
-def seq_verdict_word(v) -> str:
-    """The verdict column's word for a settled sequential verdict ("equal within 2%")."""
-    from toolkit.analysis import sequential as seq
-
-    return f"equal within {100 * v.design.min_effect:g}%" if v.verdict == seq.EQUAL else v.verdict
 
 
 def compare_recipes(store: Store, recipes: Sequence[str], *, metrics: Sequence[str | MetricSpec] | None = None,
@@ -176,7 +167,8 @@ def missing_recipes(store: Store, recipes: Sequence[str], criteria: Criteria = C
 
 
 _VERDICT_STYLE = {stats.FASTER: "bold green", stats.SLOWER: "bold red",
-                  stats.NOT_SIGNIFICANT: "dim", stats.TOO_FEW: "yellow"}
+                  stats.NOT_SIGNIFICANT: "dim", stats.TOO_FEW: "yellow",
+                  seq.NOISY: "yellow", seq.UNSETTLED: "yellow"}
 
 
 def _style(verdict: str) -> str:

@@ -420,16 +420,29 @@ def _prior_line(prior, design: Design) -> str:
     return noise_prior.prior_legend(prior, level)
 
 
+NOISY = "noisy"
+
+
+def stopped(v: Sequential) -> bool:
+    """Settled, or unsettled with launching over for it (futile, or at max_repeats): the sequence
+    has its last word, which a table shows instead of the fixed rule's "too few repeats"."""
+    return v.settled or (v.verdict != TOO_FEW and not more_needed(v))
+
+
 def verdict_word(v: Sequential) -> str:
-    """A settled verdict as a table's verdict column reads it ("faster", "equal within 2%")."""
-    return f"equal within {100 * v.design.min_effect:g}%" if v.verdict == EQUAL else v.verdict
+    """A stopped verdict as a table's verdict column reads it ("faster", "equal within 2%",
+    "noisy" for a pair the box's spread kept from settling, else "not settled")."""
+    if v.verdict == EQUAL:
+        return f"equal within {100 * v.design.min_effect:g}%"
+    return NOISY if v.noisy else v.verdict
 
 
 def settle(c, a: Sequence[float], b: Sequence[float], design: Design, stored: tuple[int, int] = (0, 0)):
     """A fixed-sample comparison (`toolkit.analysis.stats.Comparison`) that says "too few repeats"
     takes the sequential verdict of the same values (launch order; `stored` as in `verdict`) when
-    that is settled, with the confidence sequence as its interval (what `run` decided on after 2
-    launches each); any other comparison is returned as it is."""
+    that has stopped (settled, or futile: "noisy" / "not settled"), with the confidence sequence as
+    its interval (what `run` decided on after 2 launches each); any other comparison is returned as
+    it is."""
     import dataclasses
 
     from toolkit.analysis import stats
@@ -439,6 +452,6 @@ def settle(c, a: Sequence[float], b: Sequence[float], design: Design, stored: tu
     from toolkit.analysis.noise_prior import fresh_pair
 
     v = verdict(list(a), list(b), higher_is_better=c.higher_is_better, design=design, stored=fresh_pair(*stored))
-    if not v.settled:
+    if not stopped(v):
         return c
     return dataclasses.replace(c, verdict=verdict_word(v), ci_low=v.low, ci_high=v.high)

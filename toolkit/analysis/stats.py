@@ -82,7 +82,7 @@ def enough_repeats(n_a: int, n_b: int, *, min_repeats: int = DEFAULT_MIN_REPEATS
 
 
 def too_few_rows(*, min_repeats: int = DEFAULT_MIN_REPEATS, alpha: float = DEFAULT_ALPHA) -> str:
-    """The rows the fixed rule calls too few (they take the settled sequential verdict), in words:
+    """The rows the fixed rule calls too few (they take the stopped sequential verdict), in words:
     "fewer than 4 launches each" at alpha 0.05, where Mann-Whitney's smallest p at 3 against 3 is 0.1."""
     n = max(min_repeats, 1)
     while not enough_repeats(n, n, min_repeats=min_repeats, alpha=alpha):

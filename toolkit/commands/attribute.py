@@ -150,8 +150,9 @@ def run(args) -> int:
     console.print(render_attribution(result, title=f"{recipe.name}: {spec.metric} at point {meter.point}",
                                      answers=worst))
     legend = stats.verdict_legend(min_effect=min_effect)
-    if design is not None:  # a step too small for that rule shows its settled sequential verdict (below)
-        legend += f"; rows with {stats.too_few_rows()}: the settled sequential verdict below, its interval"
+    if design is not None:  # a step too small for that rule shows its stopped sequential verdict (below)
+        legend += (f"; rows with {stats.too_few_rows()}: the sequential verdict below where launching stopped "
+                   "(settled; noisy or not settled when more launches could not settle it), its interval")
     console.print(f"[dim]{escape(legend)}[/]")
     print_steps(steps, names, design)
     for line in quality_runs.lines(answers):
