@@ -35,6 +35,9 @@ def test_extends_inherits_and_patch_lists_extend(project):
         (BASE + '[build]\nmode = "overlayy"\n', "did you mean `overlay`?"),
         (BASE + '[build]\narch = ["sm120"]\n', "not an arch like 12.0a"),
         (BASE + '[patches]\nminii = []\n', "did you mean `mini`?"),
+        # sglang's command line pasted as a list: the table it means, spelled out
+        (BASE.replace("[server.args]\ntp-size = 2\n", "") + '[server]\nargs = ["--ep-size", "8", "--enable-dp-attention"]\n',
+         "[server.args] ep-size = 8; enable-dp-attention = true"),
     ],
 )
 def test_bad_recipes_are_one_line_errors(project, text, needle, capsys):

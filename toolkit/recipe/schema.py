@@ -224,4 +224,33 @@ def validate_file(path: Path, data: dict) -> RecipeFile:
             raise BadInput(f"{path}: `{key}` must be one of {', '.join(allowed)}",
                            hint=f"did you mean `{close[0]}`?" if close else None) from None
         want = _TYPE_WORDS.get(err["type"], err["msg"].lower())
-        raise BadInput(f"{path}: `{key}` must be {want}, not {type(err['input']).__name__}") from None
+        hint = _args_table_hint(err["input"]) if key == "server.args" else None
+        raise BadInput(f"{path}: `{key}` must be {want}, not {type(err['input']).__name__}", hint=hint) from None
+
+
+def _toml_value(text: str) -> str:
+    for kind in (int, float):
+        try:
+            kind(text)
+            return text
+        except ValueError:
+            pass
+    return "true" if text == "" else '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _args_table_hint(value: Any) -> str | None:
+    """`args = ["--tp-size", "8", "--enable-x"]` (sglang's command line) as the table it means:
+    `[server.args]` with `tp-size = 8` and `enable-x = true` (a flag without a value)."""
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        return None
+    pairs, i = [], 0
+    while i < len(value):
+        flag = value[i]
+        if not flag.startswith("--"):
+            return None
+        name, eq, val = flag[2:].partition("=")
+        if not eq and i + 1 < len(value) and not value[i + 1].startswith("--"):
+            val, i = value[i + 1], i + 1
+        pairs.append(f"{name} = {_toml_value(val)}")
+        i += 1
+    return "write the flags as a table, one per line, without the dashes: [server.args] " + "; ".join(pairs)
