@@ -2,8 +2,8 @@
 
     records   RunRow / SampleRow, bench_key, gpu_key: what a stored run is
     metrics   the metric registry: name, unit, direction, aliases, headline rank (pure)
-    box_flags flags on runs from their GPU state: throttling, foreign processes, ECC, clocks apart
-              from the compared runs; box differences between two runs (pure)
+    box_flags flags on runs from their GPU and host state: throttling, foreign processes, ECC, clocks
+              apart from the compared runs, other processes' CPU, steal; box differences (pure)
     tables    the store's tables, defined once (SQLAlchemy Core) for SQLite and PostgreSQL
     engine    where the store is (path, postgresql:// URL, [store] config) and how it is reached
     migrations/  Alembic migrations, run by the store (legacy: the SQL of schemas 1..3; schema.py)

@@ -1,12 +1,19 @@
-"""Flags on runs from their GPU state (pure): what makes a measurement suspect, and what else
-differed on the box between two runs.
+"""Flags on runs from their GPU and host state (pure): what makes a measurement suspect, and what
+else differed on the box between two runs.
 
 A run is flagged when, over its benchmark window, its GPUs were power- or thermal-throttled (or
 slowed by hardware) for more than `THROTTLE_SHARE` of the ticks, other processes used its GPUs,
 new uncorrected ECC errors appeared, or its median SM clock is more than `CLOCK_TOLERANCE` from the
 median of the runs it is compared with (same GPU kind). `results`, `compare` and `report` show the
 flags; `--strict-box` (or `[benchmark] strict_box = true`) stores such a run `invalid` with them.
-Runs without GPU state are never flagged: they say "no GPU state".
+Runs without GPU state are never flagged for it: they say "no GPU state".
+
+The host (toolkit.run.hoststate, `extra["host_state"]`): a run is flagged when processes outside
+patchbench's tree and the server's used more than `HOST_FOREIGN_SHARE` of the machine's CPUs over
+its window, or the hypervisor gave more than `HOST_STEAL_SHARE` of the CPU time to other guests.
+These are measured facts of the window, shown wherever GPU flags are (results' box column, compare,
+report); `--strict-box` judges the GPU flags only (a CI box running tests beside the run is busy by
+design, and the CPU tier's runs would all be invalid there).
 """
 
 from __future__ import annotations
@@ -18,6 +25,8 @@ from typing import Any, Iterable
 NO_GPU_STATE = "no GPU state"
 
 
+HOST_FOREIGN_SHARE = 0.10  # of the machine's CPUs: 0.2 of 2, 6.4 of 64
+HOST_STEAL_SHARE = 0.02
 THROTTLE_SHARE = 0.05
 CLOCK_TOLERANCE = 0.02
 # The clock flag's promise: on a steady box whose runs' median SM clocks vary by STEADY_CLOCK_NOISE
@@ -31,6 +40,26 @@ CLOCK = "gpu_sm_clock_mhz_median"
 def state_of(run: Any) -> dict:
     """The run's stored GPU-state summary; {"available": False} for runs stored without one."""
     return (getattr(run, "extra", None) or {}).get("gpu_state") or {"available": False, "reason": NO_GPU_STATE}
+
+
+def host_of(run: Any) -> dict:
+    """The run's stored host-state record; {"available": False} for runs stored without one."""
+    return (getattr(run, "extra", None) or {}).get("host_state") or {"available": False}
+
+
+def host_flags(host: dict) -> list[str]:
+    """Flags the host's CPU state earns a run: other processes' CPU time, the hypervisor's steal."""
+    if not host.get("available"):
+        return []
+    out = []
+    cpus, foreign = host.get("cpus") or 1, host.get("foreign_cores") or 0.0
+    if foreign > HOST_FOREIGN_SHARE * cpus:
+        top = ", ".join(f"pid {p['pid']} {p['name']} {p['cpu_s']:.0f} s" for p in host.get("foreign_top") or [])
+        out.append(f"other processes used {foreign:.1f} of {cpus} CPUs over the window" + (f" ({top})" if top else ""))
+    steal = host.get("steal_share") or 0.0
+    if steal > HOST_STEAL_SHARE:
+        out.append(f"the hypervisor gave {steal:.0%} of the CPU time to other guests (steal)")
+    return out
 
 
 def own_flags(summary: dict, *, share: float = THROTTLE_SHARE) -> list[str]:
@@ -92,18 +121,20 @@ def run_flags(runs: Iterable[Any]) -> dict[str, list[str]]:
     """run id -> every flag (own, then clocks against the other runs given)."""
     runs = list(runs)
     clocks = clock_flags(runs)
-    return {r.run_id: own_flags(state_of(r)) + ([clocks[r.run_id]] if r.run_id in clocks else []) for r in runs}
+    return {r.run_id: own_flags(state_of(r)) + host_flags(host_of(r)) + ([clocks[r.run_id]] if r.run_id in clocks else [])
+            for r in runs}
 
 
 def short(run: Any, flags: list[str]) -> str:
-    """The `box` cell of a results table: "no GPU state", "ok", or the flags, briefly."""
-    if not state_of(run).get("available"):
-        return NO_GPU_STATE
-    if not flags:
-        return "ok"
-    words = []
+    """The `box` cell of a results table: "no GPU state", "ok", or the flags, briefly (the GPU's,
+    then the host's: "power 25%, foreign 1, CPU 1.3/2 foreign")."""
+    words, host = [], []
     for f in flags:
-        if f.startswith("power-throttled"):
+        if f.startswith("other processes used"):
+            host.append("CPU " + "/".join(f.split()[3:6:2]) + " foreign")
+        elif f.endswith("(steal)"):
+            host.append("steal " + f.split()[3])
+        elif f.startswith("power-throttled"):
             words.append("power " + f.split()[1])
         elif f.startswith("thermal-throttled"):
             words.append("thermal " + f.split()[1])
@@ -115,7 +146,9 @@ def short(run: Any, flags: list[str]) -> str:
             words.append("ECC")
         elif f.startswith("SM clock"):
             words.append("clock " + f.split(", ")[1].split()[0])
-    return ", ".join(words)
+    if not state_of(run).get("available"):
+        words = [NO_GPU_STATE]
+    return ", ".join([*words, *host]) or "ok"
 
 
 def notes(runs: Iterable[Any], label: dict[str, str] | None = None) -> list[str]:
@@ -136,7 +169,7 @@ def box_lines(runs: Iterable[Any], label: dict[str, str] | None = None) -> list[
     per run whose GPU processes could not be matched to its server (a nested PID namespace)."""
     runs = list(runs)
     if not any(state_of(r).get("available") for r in runs):
-        return [f"{NO_GPU_STATE} recorded for the runs used"]
+        return notes(runs, label) + [f"{NO_GPU_STATE} recorded for the runs used"]
     label = label or {}
     unchecked = [f"{label.get(r.run_id, r.recipe)} run {r.run_id[:8]}: foreign processes not checked: "
                  f"{state_of(r)['pid_match']}" for r in runs if state_of(r).get("pid_match")]

@@ -13,6 +13,7 @@
     reaper        live-group registry; ends servers of dead patchbench processes, marks runs
     machine       provenance: GPUs, driver, CUDA, topology, CPU, host
     gpustate/     GPU state over the benchmark window (NVML), --strict-box; doctor's facts and rules
+    hoststate     the host's CPU over the benchmark window: other processes' CPU time, steal
     bench/        the benchmark drivers: serving (async client), one_batch, sglang_jsonl
 
 May import: toolkit.recipe, toolkit.tree, toolkit.envs, toolkit.results (a run is written into the

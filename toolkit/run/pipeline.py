@@ -29,6 +29,8 @@ from toolkit.run import evidence, machine, quality as output_check, reaper, serv
 from toolkit.run.attempt import Attempt, Prepared, RunInvalid, recorded, log_paths, signals_interrupt, supervise
 from toolkit.run.bench import Sample
 from toolkit.run.gpustate import record as gpu_record
+from toolkit.run.gpustate.owners import patchbench_tree
+from toolkit.run.hoststate import HostSampler
 from toolkit.run.bench.one_batch import find_one_batch_module, one_batch_argv, parse_one_batch_jsonl, run_one_batch
 from toolkit.envs import Env, ensure_env as build_env
 from toolkit.errors import BadInput, NoGPU, PatchbenchError, plural
@@ -198,11 +200,14 @@ def verify(launched: Launched) -> Verified:
 def benchmark(verified: Verified) -> Measured:
     """Drive the benchmark: the serving client against the server, or sglang's one-batch
     benchmark in its own supervised process group (writes one_batch.jsonl and one_batch.log). The
-    run's GPUs are sampled meanwhile (gpu_state.json, extra["gpu_state"], gpu_* samples); under
-    strict box mode a throttled or shared run is RunInvalid."""
+    run's GPUs are sampled meanwhile (gpu_state.json, extra["gpu_state"], gpu_* samples), and the
+    host's CPU times (extra["host_state"]: other processes' CPU, steal); under strict box mode a
+    throttled or shared run is RunInvalid."""
     attempt, server = verified.launched.attempt, verified.launched.server
     bench = attempt.prepared.recipe.benchmark
-    sampler = gpu_record.sampler_for(attempt, server.proc.pid if server is not None else None)  # GPU state (toolkit.run.gpustate)
+    server_pid = server.proc.pid if server is not None else None
+    sampler = gpu_record.sampler_for(attempt, server_pid)  # GPU state (toolkit.run.gpustate)
+    host = HostSampler(lambda: patchbench_tree(server_pid)).start()  # who else used the CPUs
     try:
         if bench.driver == "one-batch":
             samples, errors = _one_batch(attempt), []
@@ -210,6 +215,7 @@ def benchmark(verified: Verified) -> Measured:
             samples, errors = _serving(server.url, bench, attempt.console, attempt.prepared.name,
                                        model=attempt.prepared.recipe.server.model)
     finally:
+        attempt.extra["host_state"] = host.stop()
         box = gpu_record.attach(attempt, sampler.stop(), "batch" if bench.driver == "one-batch" else "concurrency")
     if server is not None:
         server.check_alive(wait=5.0 if errors else 0.0)

@@ -1,0 +1,89 @@
+"""The host's CPU over the benchmark window (toolkit.run.hoststate): the arithmetic of the record
+(pure), and a run on the miniature beside a real CPU burner: the burner's time is foreign, the
+server's is the run's own, and `results` / `compare` show the flag."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import psutil
+
+from toolkit.results import box_flags
+from toolkit.run.hoststate import summarize
+
+
+def _proc(name, created, cpu, children=0.0):
+    return {"name": name, "created": created, "cpu": cpu, "children": children}
+
+
+def test_the_window_splits_the_machines_cpu_time_into_own_foreign_and_steal():
+    cpu0 = {"user": 100.0, "nice": 0.0, "system": 20.0, "irq": 0.0, "softirq": 0.0, "idle": 500.0, "iowait": 0.0,
+            "steal": 1.0}
+    # 10 s on 2 CPUs: 14 s busy (user+system), 5 s idle, 1 s stolen
+    cpu1 = {**cpu0, "user": 112.0, "system": 22.0, "idle": 505.0, "steal": 2.0}
+    before = {1: _proc("patchbench", 1.0, 5.0), 2: _proc("sglang::scheduler", 2.0, 50.0),
+              7: _proc("yes", 3.0, 0.0), 9: _proc("old", 4.0, 30.0)}
+    after = {1: _proc("patchbench", 1.0, 6.0, children=2.0),  # a child reaped in the window: 2 s through its parent
+             2: _proc("sglang::scheduler", 2.0, 55.0),
+             3: _proc("sglang::detokenizer", 8.0, 0.5),  # started in the window: all of it counts
+             7: _proc("yes", 3.0, 4.0),
+             9: _proc("new-with-old-pid", 9.0, 1.0)}  # pid 9 reused: counted from zero, not 1 - 30
+    host = summarize(cpu0, cpu1, before, after, own={1, 2, 3}, window_s=10.0, cpus=2)
+    assert host["busy_cores"] == 1.4 and host["own_cores"] == 0.85  # (1 + 2 + 5 + 0.5) / 10
+    assert host["foreign_cores"] == 0.55 and host["steal_share"] == round(1 / 20, 4)
+    assert [p["name"] for p in host["foreign_top"]] == ["yes", "new-with-old-pid"]
+    flags = box_flags.host_flags(host)
+    assert flags[0].startswith("other processes used 0.6 of 2 CPUs over the window (pid 7 yes 4 s")
+    assert flags[1] == "the hypervisor gave 5% of the CPU time to other guests (steal)"
+    quiet = summarize(cpu0, {**cpu0, "user": 110.0, "idle": 510.0}, before, {**before, 2: _proc("s", 2.0, 60.0)},
+                      own={1, 2}, window_s=10.0, cpus=2)
+    assert quiet["foreign_cores"] == 0.0 and box_flags.host_flags(quiet) == []
+    assert box_flags.host_flags({"available": False}) == []
+
+
+def test_a_cpu_burner_beside_a_run_is_foreign_and_flagged(tmp_path, home, monkeypatch, capsys):
+    """A real `python -c 'while True: pass'` runs through a miniature run: the record counts its CPU
+    time as foreign (at least what psutil saw it use), the server's as the run's own; `results`
+    shows the flag in the box column (beside "no GPU state") and `compare` lists it."""
+    from conftest import demo_project
+    from toolkit.cli import main
+    from toolkit.results.store import Store
+
+    demo_project(tmp_path, monkeypatch)
+    # the burner must not be a descendant of this process (that would be patchbench's own tree):
+    # a short-lived parent starts it and exits, and it is adopted by init
+    spawn = ("import subprocess, sys; p = subprocess.Popen([sys.executable, '-c', 'while True: pass'], "
+             "start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, "
+             "stderr=subprocess.DEVNULL); print(p.pid)")
+    burner = psutil.Process(int(subprocess.run([sys.executable, "-c", spawn], capture_output=True, text=True,
+                                               check=True).stdout))
+    try:
+        assert burner.pid not in {c.pid for c in psutil.Process().children(recursive=True)}
+        t0, before = time.monotonic(), burner.cpu_times()
+        assert main(["run", "demo/baseline", "--repeats", "1"]) == 0
+        t1, after = time.monotonic(), burner.cpu_times()
+    finally:
+        burner.kill()
+    (run,) = Store(home / "results.sqlite").runs()
+    host = run.extra["host_state"]
+    assert host["available"] and host["cpus"] == psutil.cpu_count()
+    burned = (after.user + after.system - before.user - before.system) / (t1 - t0)  # its rate, in cores
+    assert host["foreign_cores"] >= 0.8 * min(burned, 1.0) > 0, (host, burned)  # the window is inside the run
+    assert host["own_cores"] > 0  # the miniature server and the client are the run's own
+    flags = box_flags.host_flags(host)
+    assert flags and flags[0].startswith("other processes used"), host
+    capsys.readouterr()
+    assert main(["results"]) == 0
+    text = capsys.readouterr().out
+    assert "foreign" in text and "no GPU state" in text
+    # a second recipe, run without the burner: compare lists the first run's flag among its box lines
+    (tmp_path / "proj" / "recipes" / "demo" / "again.toml").write_text('extends = "demo/baseline"\n')
+    assert main(["run", "demo/again", "--repeats", "1"]) == 0
+    capsys.readouterr()
+    assert main(["compare", "demo/baseline", "demo/again", "--json"]) == 0
+    box = json.loads(capsys.readouterr().out)["box"]
+    assert any(line.startswith(f"demo/baseline run {run.run_id[:8]}: other processes used") for line in box), box
+    assert box[-1] == "no GPU state recorded for the runs used"
