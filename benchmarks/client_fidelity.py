@@ -200,6 +200,8 @@ def real_main(args, console: Console) -> int:
     from toolkit.recipe.load import load_recipe
     from toolkit.run import server as srv
     from toolkit.run.bench.workload import model_vocab
+    from toolkit.run.gpustate.owners import patchbench_tree
+    from toolkit.run.hoststate import HostSampler
     from toolkit.run.pipeline import prepare
     from toolkit.run.sglang_args import launch_argv
     from toolkit.workspace import default_home
@@ -242,17 +244,21 @@ def real_main(args, console: Console) -> int:
                                         num_prompts=n, warmup=1, seed=7 + r, prompt="input_ids", vocab_size=vocab)
                     # A B B A ...: a trend of the box within a pair falls on each client first half the time
                     for who in (("ours", "theirs") if r % 2 == 0 else ("theirs", "ours")):
+                        # the host over each round: other processes' CPU (not the server's, not the clients'), steal
+                        host = HostSampler(lambda: patchbench_tree(server.proc.pid)).start()
                         if who == "ours":
                             m = run_serving(server.url, cfg)[0].metrics
                             ours.append({"output_tok_s": m.get("output_tok_s"), "itl_ms_median": m.get("itl_ms_median"),
-                                         "completed": m.get("completed")})
+                                         "completed": m.get("completed"), "host": host.stop()})
                         else:
                             row = worker.round(7 + r, out)
                             theirs.append({"output_tok_s": row["output_throughput"],
-                                           "itl_ms_median": row["median_itl_ms"], "completed": row["completed"]})
+                                           "itl_ms_median": row["median_itl_ms"], "completed": row["completed"],
+                                           "host": host.stop()})
                     console.print(f"  c={c} round {r}: ours {ours[-1]['output_tok_s']:.1f} tok/s, ITL p50 "
                                   f"{ours[-1]['itl_ms_median']:.2f} ms; bench_serving {theirs[-1]['output_tok_s']:.1f} "
-                                  f"tok/s, ITL p50 {theirs[-1]['itl_ms_median']:.2f} ms")
+                                  f"tok/s, ITL p50 {theirs[-1]['itl_ms_median']:.2f} ms; "
+                                  f"{_host_cell(ours[-1]['host'], theirs[-1]['host'])}")
             finally:
                 worker.close()
             keys = ("output_tok_s", "itl_ms_median")
@@ -271,7 +277,7 @@ def real_main(args, console: Console) -> int:
     table = Table(title=f"client fidelity on real {recipe.name}: /generate, input {args.input_len}, output "
                         f"{args.output_len}, medians of {args.rounds} rounds (tolerance {args.tolerance}%)")
     for col in ("conc", "reqs", "tok/s ours/bs (median)", "tok/s ratio [95%]", "rounds swing ours/bs",
-                "ITL p50 ratio [95%]", "verdict"):
+                "ITL p50 ratio [95%]", "host, worst round", "verdict"):
         table.add_column(col, justify="right")
     colour = {"within": "green", "outside": "red", "unresolved": "yellow"}
     for r in rows:
@@ -279,12 +285,14 @@ def real_main(args, console: Console) -> int:
             r["paired"]["itl_ms_median"]
         table.add_row(str(r["concurrency"]), str(r["requests"]), f"{o['output_tok_s']:.1f}/{t['output_tok_s']:.1f}",
                       _ratio_cell(pt), f"{pt['swing_ours']:.2f}x/{pt['swing_theirs']:.2f}x", _ratio_cell(pi),
+                      _host_cell(*(x.get("host") or {} for x in r["rounds"]["ours"] + r["rounds"]["bench_serving"])),
                       f"[{colour[r['verdict']]}]{r['verdict']}[/]")
     console.print(table)
     console.print(f"ratio = ours / bench_serving of each round's adjacent pair, geometric mean over the rounds with "
                   f"its 95% t interval; within: the interval inside +-{args.tolerance}%, outside: wholly beyond it, "
                   f"unresolved: neither (the rounds swing more than the tolerance). swing = a client's "
-                  f"max/min over its own rounds.")
+                  f"max/min over its own rounds. host: the most CPU other processes used in one round (not the "
+                  f"server's, not the clients'; toolkit.run.hoststate) and the most the hypervisor stole.")
     if args.json:
         args.json.write_text(json.dumps({"args": {k: (str(v) if isinstance(v, Path) else v)
                                                   for k, v in vars(args).items()}, "rows": rows}, indent=1))
@@ -318,6 +326,16 @@ def paired_verdict(ours: list[float], theirs: list[float], tolerance_pct: float,
                else "outside" if hi < band[0] or lo > band[1] else "unresolved")
     return {"ratio": math.exp(mean), "low": lo, "high": hi, "verdict": verdict,
             "swing_ours": max(ours) / min(ours), "swing_theirs": max(theirs) / min(theirs)}
+
+
+def _host_cell(*hosts: dict) -> str:
+    """Other processes' CPU and steal over a pair of rounds (the larger of the two)."""
+    seen = [h for h in hosts if h.get("available")]
+    if not seen:
+        return "host unread"
+    foreign = max(h["foreign_cores"] for h in seen)
+    steal = max(h["steal_share"] for h in seen)
+    return f"others {foreign:.2f} CPUs, steal {100 * steal:.1f}%"
 
 
 def _ratio_cell(p: dict) -> str:

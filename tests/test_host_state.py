@@ -4,6 +4,7 @@ server's is the run's own, and `results` / `compare` show the flag."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -47,26 +48,17 @@ def test_the_window_splits_the_machines_cpu_time_into_own_foreign_and_steal():
 def test_a_cpu_burner_beside_a_run_is_foreign_and_flagged(tmp_path, home, monkeypatch, capsys):
     """A real `python -c 'while True: pass'` runs through a miniature run: the record counts its CPU
     time as foreign (at least what psutil saw it use), the server's as the run's own; `results`
-    shows the flag in the box column (beside "no GPU state") and `compare` lists it."""
+    shows the flag in the box column (beside "no GPU state"), `compare` lists it, and so does a
+    sequential `run` whose pair did not settle."""
     from conftest import demo_project
     from toolkit.cli import main
     from toolkit.results.store import Store
 
     demo_project(tmp_path, monkeypatch)
-    # the burner must not be a descendant of this process (that would be patchbench's own tree):
-    # a short-lived parent starts it and exits, and it is adopted by init
-    spawn = ("import subprocess, sys; p = subprocess.Popen([sys.executable, '-c', 'while True: pass'], "
-             "start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, "
-             "stderr=subprocess.DEVNULL); print(p.pid)")
-    burner = psutil.Process(int(subprocess.run([sys.executable, "-c", spawn], capture_output=True, text=True,
-                                               check=True).stdout))
-    try:
-        assert burner.pid not in {c.pid for c in psutil.Process().children(recursive=True)}
+    with foreign_burner() as burner:
         t0, before = time.monotonic(), burner.cpu_times()
         assert main(["run", "demo/baseline", "--repeats", "1"]) == 0
         t1, after = time.monotonic(), burner.cpu_times()
-    finally:
-        burner.kill()
     (run,) = Store(home / "results.sqlite").runs()
     host = run.extra["host_state"]
     assert host["available"] and host["cpus"] == psutil.cpu_count()
@@ -87,3 +79,26 @@ def test_a_cpu_burner_beside_a_run_is_foreign_and_flagged(tmp_path, home, monkey
     box = json.loads(capsys.readouterr().out)["box"]
     assert any(line.startswith(f"demo/baseline run {run.run_id[:8]}: other processes used") for line in box), box
     assert box[-1] == "no GPU state recorded for the runs used"
+    # a sequential run whose pair does not settle (an indifference zone of 0.1% is out of reach at 2
+    # launches each) says what else ran on the box beside its runs
+    with foreign_burner():
+        assert main(["run", "demo/baseline", "demo/again", "--max-repeats", "2", "--min-effect", "0.001", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert not any(v["settled"] for v in out["sequential"]), out["sequential"]
+    assert any(": other processes used" in line for line in out["box"]), out["box"]
+
+
+@contextlib.contextmanager
+def foreign_burner():
+    """A process spinning on a CPU that is not a descendant of this one (patchbench's own tree would
+    count it as the run's): a short-lived parent starts it and exits, and init adopts it."""
+    spawn = ("import subprocess, sys; p = subprocess.Popen([sys.executable, '-c', 'while True: pass'], "
+             "start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, "
+             "stderr=subprocess.DEVNULL); print(p.pid)")
+    burner = psutil.Process(int(subprocess.run([sys.executable, "-c", spawn], capture_output=True, text=True,
+                                               check=True).stdout))
+    try:
+        assert burner.pid not in {c.pid for c in psutil.Process().children(recursive=True)}
+        yield burner
+    finally:
+        burner.kill()

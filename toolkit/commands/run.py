@@ -153,6 +153,10 @@ def print_sequential(result, design, store, recipes, *, quiet: bool, to=None) ->
     used = [rid for ids in result.get("used", {}).values() for rid in ids]
     result["cost"] = launch_cost.cost(store.runs(run_ids=[rid for _, rid in result["runs"]]) if result["runs"] else [],
                                       store.runs(run_ids=used) if used else [], {r.name: r for r in recipes})
+    if used and any(not v["settled"] for v in result["sequential"]):  # what else ran on the box, when it matters
+        from toolkit.results.box_flags import notes
+
+        result["box"] = notes(store.runs(run_ids=used))
     if quiet:
         return
     out = to or console
@@ -162,4 +166,6 @@ def print_sequential(result, design, store, recipes, *, quiet: bool, to=None) ->
                   highlight=False)
     for f in result.get("spread_flags", []):
         out.print(f"noisy: {f['metric']} @ {f['point']}: {f['text']}", markup=False, highlight=False)
+    for line in result.get("box", []):
+        out.print(f"box: {line}", markup=False, highlight=False)
     err.print(f"[dim]{seq.legend(design)}[/]")
