@@ -58,7 +58,12 @@ clients on CPU 1), input 128:
   (rounds swung 1.06x). At c=8 the interval settled in 1 of 3 runs at 512 as at 128; the point
   estimates stayed within 1% at 512 (0.968 under the disturbance) and 1.7% at 128. A fourth, 32
   rounds, the box disturbed again (the server's ITL 11.8-15.7 ms, rounds swung 1.6x): 1.022
-  [1.00-1.05], ITL 0.979 [0.96-1.00], unresolved.
+  [1.00-1.05], ITL 0.979 [0.96-1.00], unresolved. A fifth, 16 rounds, with the host recorded per
+  round: 0.997 [0.95-1.05], ITL 1.003 [0.96-1.05], unresolved; ours swung 1.45x (436-634 tok/s; two
+  adjacent rounds of ours at the boundary of rounds 11/12 read 17.1-17.5 ms ITL against 14.1-14.8
+  for bench_serving's either side), yet no other process used more than 0.01 CPU in any round and
+  the hypervisor's steal stayed <= 0.1%: the disturbance is invisible from inside this VM (shared
+  caches or memory bandwidth on the host, not CPU time).
   2026-12-04, output 128, warm worker, A B B A: c=1 (8 requests) at 16 rounds: tok/s 1.007 [1.00-1.01],
   ITL p50 1.000 [1.00-1.00], within; at 32 rounds 1.003 [1.00-1.01], ITL 1.001, within; c=8 (16
   requests): tok/s 1.013 [0.99-1.03] (16 rounds), 1.005 [0.99-1.02] within (32), 1.017 [1.00-1.04]
