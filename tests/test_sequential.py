@@ -129,26 +129,30 @@ def test_run_launches_a_3x_pair_until_settled_and_resumes_from_the_store(tmp_pat
     out = json.loads(capsys.readouterr().out)
     rows = out["sequential"]
     assert {r["point"] for r in rows} == {1, 4}
-    assert all(r["verdict"] == "faster" and r["launches_each"] == 2 and r["speedup"] > 2 for r in rows), rows
-    assert [name for name, _ in out["runs"]].count("demo/quick") == 2 and len(out["runs"]) == 4
+    assert all(r["verdict"] == "faster" and r["speedup"] > 2 for r in rows), rows
+    # 2 each on a quiet box (test_a_2x_pair_settles_in_min_repeats); on CI's loaded one a launch slowed
+    # by its neighbours can leave the look at 2 unsettled: the run then stops at the first look that settles
+    n = max(r["launches_each"] for r in rows)
+    assert 2 <= n <= 4 and [name for name, _ in out["runs"]].count("demo/quick") == n and len(out["runs"]) == 2 * n
     assert "repeated 95% confidence intervals" in out["sequential_legend"]
     assert out["spread_flags"] == [] and "F test at 0.01" in out["spread_flag_legend"]  # 2 launches: too few to flag
     cost = out["cost"]
-    assert cost["launches"] == 4 and cost["fixed_launches"] == 8 and 0 < cost["seconds"] < cost["fixed_seconds"]
+    assert cost["launches"] == 2 * n and cost["fixed_launches"] == 8 and 0 < cost["seconds"]
+    assert n == 4 or cost["seconds"] < cost["fixed_seconds"]
     # the same design (the recipe's max 4 each): the stored runs give the same settled verdicts, so
     # nothing is launched; compare and sweep judge with it too (a larger cap has stricter early
     # boundaries, which a loaded box's spread at 2 launches can miss)
     assert main(["run", "demo/baseline", "demo/quick"]) == 0
     text = capsys.readouterr().out
-    assert "demo/quick vs demo/baseline, output_tok_s @ 1: " in text and "faster after 2 launches each" in text
+    assert "demo/quick vs demo/baseline, output_tok_s @ 1: " in text and "faster after " in text
     assert "0 launches" in text  # nothing launched again: the stored runs settled it
-    assert len(Store(home / "results.sqlite").runs()) == 4
+    assert len(Store(home / "results.sqlite").runs()) == 2 * n
     # compare: 2 launches each are too few for the fixed verdict; the sequential one settled them
     assert main(["compare", "demo/baseline", "demo/quick", "--metric", "output_tok_s", "--json"]) == 0
     cmp = json.loads(capsys.readouterr().out)
     assert [r["verdict"] for r in cmp["rows"]] == ["faster", "faster"], cmp["rows"]
-    assert all(r["sequential"].startswith("3.") or "x faster after 2 launches each" in r["sequential"]
-               for r in cmp["rows"]) and "repeated 95% confidence intervals" in cmp["legend"]
+    assert n == 4 or (all(r["sequential"].startswith("3.") or "x faster after " in r["sequential"] for r in cmp["rows"])
+                      and "repeated 95% confidence intervals" in cmp["legend"])  # at 4 each the fixed rule decides
     assert main(["compare", "demo/baseline", "demo/quick", "--metric", "output_tok_s"]) == 0
     text = capsys.readouterr().out
     assert "too few repeats" not in text and "faster" in text
@@ -157,13 +161,13 @@ def test_run_launches_a_3x_pair_until_settled_and_resumes_from_the_store(tmp_pat
                                                        'server.args.mini-step-base-ms = [4]\n')
     assert main(["sweep", "demo/sq", "--json", "-o", str(tmp_path / "sw")]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert len(Store(home / "results.sqlite").runs()) == 4  # nothing launched
+    assert len(Store(home / "results.sqlite").runs()) == 2 * n  # nothing launched
     (variant,) = [r for r in doc["ranked"] if r["variant"] != "demo/sq"]
-    assert variant["verdict"].startswith("faster") and variant["n"] == 2, doc["ranked"]
+    assert variant["verdict"].startswith("faster") and variant["n"] == n, doc["ranked"]
     # plan: the recorded spread and launch times of the baseline's runs
     assert main(["plan", "demo/baseline", "--json"]) == 0
     (plan,) = json.loads(capsys.readouterr().out)["plans"]
-    assert plan["spread_from"] == "runs" and plan["runs"] == 2 and plan["seconds_from"] == "runs"
+    assert plan["spread_from"] == "runs" and plan["runs"] == n and plan["seconds_from"] == "runs"
     assert plan["seconds_per_launch"] < 60 and [r["effect"] for r in plan["effects"]] == [0.02, 0.05, 0.2]
 
 
