@@ -148,7 +148,9 @@ def healthy_facts(**over) -> dict:
                       "pairs": [{"a": 0, "b": 1, "p2p": True, "link": "HOSTBRIDGE"}]},
              "cupti": {"admin_only": False, "root": False},
              "recipe": {"name": "r", "gpus": 2, "mem_fraction_static": 0.85},
-             "env_cuda": {"run": "abcd1234", "torch": "12.8"}}
+             "env_cuda": {"run": "abcd1234", "torch": "12.8"},
+             "host": {"available": True, "window_s": 1.0, "cpus": 64, "busy_cores": 0.3, "own_cores": 0.1,
+                      "foreign_cores": 0.2, "steal_share": 0.0, "foreign_top": []}}
     facts.update(over)
     return facts
 
@@ -189,6 +191,11 @@ def test_doctor_rules_find_what_is_wrong_with_the_fix():
     assert c["p2p"].status == "warn" and c["cupti"].status == "warn" and "NVreg_RestrictProfilingToAdminUsers=0" in c["cupti"].fix
     assert c["cuda"].status == "warn" and "13.0 is older than torch 13.1" in c["cuda"].message
     assert c["pcie"].status == "warn" and "x8" in c["pcie"].message
+    assert c["host cpu"].status == "ok" and "0.20 of 64 CPUs" in c["host cpu"].message
+    f["host"].update(foreign_cores=12.5, steal_share=0.04, foreign_top=[{"pid": 77, "name": "make", "cpu_s": 12.0}])
+    c = _by_name(doctor.run_rules(f))
+    assert c["host cpu"].status == "warn" and "other processes used 12.5 of 64 CPUs" in c["host cpu"].message
+    assert "steal" in c["host cpu"].message and "kill 77" in c["host cpu"].fix
     assert doctor.exit_code(list(c.values())) == 1
     f["env_cuda"] = {"torch": "14.0"}
     assert doctor.cuda_builds(f).status == "fail"

@@ -8,7 +8,8 @@ from rich.markup import escape
 
 from toolkit.commands.common import console, load, print_json, store_of
 
-HELP = "check the box before a campaign: persistence, power limits, clocks, ECC, processes, memory, P2P, CUPTI, CUDA, PCIe"
+HELP = ("check the box before a campaign: persistence, power limits, clocks, ECC, processes, memory, P2P, CUPTI, CUDA, "
+        "PCIe, host CPU")
 
 _STYLE = {"ok": "green", "warn": "yellow", "fail": "bold red", "skip": "dim"}
 

@@ -6,7 +6,8 @@ Checks: the recipe's GPUs visible (its layout within CUDA_VISIBLE_DEVICES); the 
 at the default); application clocks; locked clocks (NVML has no getter: said, or a clock setting seen
 holding the clocks); ECC; other processes (foreign compute, graphics apart, unmatchable pids said); free memory against `mem-fraction-static`; P2P and topology;
 CUPTI access for `profile`; the driver's CUDA against the env's torch / sgl-kernel builds; PCIe
-generation and width. `RULES` is the order they print in; `exit_code(checks)` is 1 when one fails.
+generation and width; the host's CPU (other processes' CPU time and the hypervisor's steal over a
+second, judged by the run's own host flags, toolkit.results.box_flags). `RULES` is the order they print in; `exit_code(checks)` is 1 when one fails.
 """
 
 from __future__ import annotations
@@ -250,9 +251,26 @@ def pcie(f: dict) -> Check:
     return Check("pcie", OK, f"Gen{next(iter(gens))} x16 on every GPU (the link idles lower; runs record it under load)")
 
 
+def host_cpu(f: dict) -> Check:
+    from toolkit.results.box_flags import host_flags
+
+    h = f.get("host") or {}
+    if not h.get("available"):
+        return Check("host cpu", SKIP, h.get("reason") or "the host's CPU times were not read")
+    flags = host_flags(h)
+    if flags:
+        pids = " ".join(str(p["pid"]) for p in h.get("foreign_top") or [])
+        return Check("host cpu", WARN, "; ".join(flags),
+                     "wait for the other jobs or stop them before the campaign: sglang's scheduler and the benchmark "
+                     "client need their CPUs" + (f" (kill {pids})" if pids else ""))
+    return Check("host cpu", OK, f"other processes used {h['foreign_cores']:.2f} of {h['cpus']} CPUs over "
+                                 f"{h['window_s']:.0f} s; steal {100 * h['steal_share']:.1f}%")
+
+
 RULES = (gpus_present, readings, persistence, power_limits, clocks, locked_clocks, ecc, processes, free_memory, p2p,
-         cupti, cuda_builds, pcie)
-_NAMES = {"power_limits": "power limit", "free_memory": "free memory", "locked_clocks": "locked clocks"}
+         cupti, cuda_builds, pcie, host_cpu)
+_NAMES = {"power_limits": "power limit", "free_memory": "free memory", "locked_clocks": "locked clocks",
+          "host_cpu": "host cpu"}
 GPU_RULES = {readings, persistence, power_limits, clocks, locked_clocks, ecc, processes, free_memory, p2p, pcie}
 
 

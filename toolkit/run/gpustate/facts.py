@@ -5,8 +5,9 @@
 maps them; without a recipe every visible GPU), with persistence, power limits, clocks set, ECC, memory, processes, PCIe link), P2P and topology
 between them, whether CUPTI (torch's profiler, `patchbench profile`) is open to this user, the
 recipe's GPU count and `mem-fraction-static`, and the CUDA builds of the recipe's env (its torch and
-sgl-kernel, read from the env record of the recipe's newest stored run). Without NVML the GPU part
-is {"available": False, "reason"}. Effects: NVML queries, reading /proc/driver/nvidia/params.
+sgl-kernel, read from the env record of the recipe's newest stored run), and the host's CPU over one
+second (toolkit.run.hoststate: other processes' CPU, steal). Without NVML the GPU part is
+{"available": False, "reason"}. Effects: NVML queries, reading /proc/driver/nvidia/params and /proc.
 """
 
 from __future__ import annotations
@@ -124,4 +125,16 @@ def gather(recipe: Any = None, runs: list | None = None, *, module: Any = None) 
     """Every fact the doctor's rules read (see the module doc)."""
     rf = recipe_facts(recipe)
     environ = {**os.environ, **(rf.get("env") or {})}
-    return {"nvml": gpu_facts(module, environ, rf.get("positions")), "cupti": cupti_access(), "recipe": rf, "env_cuda": env_cuda(runs or [])}
+    return {"nvml": gpu_facts(module, environ, rf.get("positions")), "cupti": cupti_access(), "recipe": rf,
+            "env_cuda": env_cuda(runs or []), "host": host_sample()}
+
+
+def host_sample(seconds: float = 1.0) -> dict:
+    """The host's CPU over `seconds` now (toolkit.run.hoststate; this process's tree is its own)."""
+    import time
+
+    from toolkit.run.hoststate import HostSampler
+
+    sampler = HostSampler(owners.patchbench_tree).start()
+    time.sleep(seconds)
+    return sampler.stop()
