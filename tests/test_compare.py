@@ -144,13 +144,15 @@ def test_diff_provenance(store):
         store, "v1", 100.0, sglang_version="0.5.10.post1", flashinfer_version="0.6.7.post3",
         tree_hashes={"sglang": "a" * 40, "flashinfer": "c" * 40}, arch_list=["12.0a"],
         server_argv=["-m", "sglang.launch_server", "--tp-size", "8", "--cuda-graph-max-bs", "32"],
-        server_info={"tp_size": 8, "moe_runner_backend": "auto", "port": 30000},
+        server_info={"tp_size": 8, "moe_runner_backend": "auto", "port": 30000,
+                     "launch_command": "--tp-size 8 --port 30000", "startup_time": {"load_weight": 1.5}},
         env_vars={"FLASHINFER_CUDA_ARCH_LIST": "12.0a"}, env_key="e1"))
     b = store.get_run(add_run(
         store, "v2", 100.0, sglang_version="0.5.23", flashinfer_version="0.6.7.post3",
         tree_hashes={"sglang": "b" * 40, "flashinfer": "c" * 40}, arch_list=["12.0f"],
         server_argv=["-m", "sglang.launch_server", "--tp-size=4", "--enable-single-batch-overlap"],
-        server_info={"tp_size": 4, "moe_runner_backend": "flashinfer_cutlass", "port": 30001},
+        server_info={"tp_size": 4, "moe_runner_backend": "flashinfer_cutlass", "port": 30001,
+                     "launch_command": "--tp-size=4 --port 30001", "startup_time": {"load_weight": 1.4}},
         env_vars={"FLASHINFER_CUDA_ARCH_LIST": "12.0f", "NCCL_P2P_LEVEL": "SYS"}, env_key="e2"))
     lines = diff_provenance(a, b)
     text = "\n".join(lines)
@@ -162,7 +164,8 @@ def test_diff_provenance(store):
     assert "server flag added: --enable-single-batch-overlap" in lines
     assert "server flag removed: --cuda-graph-max-bs 32" in lines
     assert "server_info moe_runner_backend: auto -> flashinfer_cutlass" in lines
-    assert "port" not in text  # launch-to-launch noise is not a difference
+    assert "port" not in text and "startup_time" not in text  # launch-to-launch noise is not a difference
+    assert "launch_command" not in text  # sglang's echo of the command line: its flags are compared above
     assert "env FLASHINFER_CUDA_ARCH_LIST: 12.0a -> 12.0f" in lines
     assert "env NCCL_P2P_LEVEL: (unset) -> SYS" in lines
     assert "env key: e1 -> e2" in lines

@@ -295,10 +295,13 @@ def _dict_diff(label: str, a: dict, b: dict, *, ignore: Iterable[str] = ()) -> l
     return out
 
 
-# /server_info fields that change from launch to launch without changing the configuration.
+# /server_info fields that change from launch to launch without changing the configuration
+# (sglang 0.5.23: `startup_time`, the launch's own timings; `launch_command`, the server's command line
+# with its per-launch port, whose flags are compared above as "server flag").
 _VOLATILE_SERVER_INFO = frozenset({"port", "host", "pid", "nccl_port", "dist_init_addr", "log_dir",
                                    "served_model_name", "internal_states", "last_gen_throughput",
-                                   "dp_controller_port", "metrics_port", "file_storage_path"})
+                                   "dp_controller_port", "metrics_port", "file_storage_path",
+                                   "startup_time", "launch_command"})
 
 
 def diff_provenance(run_a: RunRow, run_b: RunRow) -> list[str]:
