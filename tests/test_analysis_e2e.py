@@ -202,7 +202,9 @@ def test_editing_the_benchmark_moves_compare_report_and_attribute_to_the_new_run
     assert main(["compare", "demo/baseline", "demo/fast", "--metric", "output_tok_s", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     (row,) = out["rows"]
-    assert row["n_base"] == row["n_variant"] == 4 and row["verdict"] == "faster", row
+    # a 12 -> 8 ms step; at 4 v 4 Mann-Whitney says "faster" only when the two sets do not overlap at all,
+    # which one launch slowed by CI's load undoes: the verdict is attribute's too (below), not asserted here
+    assert row["n_base"] == row["n_variant"] == 4 and row["speedup"] > 1.1, row
     new_runs = set(row["base_runs"]) | set(row["variant_runs"])
     assert any("4 run(s)" in line for line in out["selection"])
 
@@ -223,7 +225,7 @@ def test_editing_the_benchmark_moves_compare_report_and_attribute_to_the_new_run
     assert att["runs"] == 0, att
     base_vals, fast_vals = att["prefix_values"]
     assert sum(base_vals) / 4 == pytest.approx(row["base_mean"]) and sum(fast_vals) / 4 == pytest.approx(row["variant_mean"])
-    assert "faster" in att["lines"][0] and f"{row['speedup']:.2f}x" in att["lines"][-1]
+    assert row["verdict"] in att["lines"][0] and f"{row['speedup']:.2f}x" in att["lines"][-1]  # the same verdict
     used = {v["label"]: set(v["runs"]) for v in att["values_from"]}
     assert used["prefix0"] == set(row["base_runs"]) and used["prefix1"] == set(row["variant_runs"])
     assert used["prefix0"] | used["prefix1"] == new_runs

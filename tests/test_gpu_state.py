@@ -223,6 +223,10 @@ def test_doctor_command_with_the_double(monkeypatch, home, capsys):
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     monkeypatch.setattr("toolkit.run.gpustate.owners.pid_namespace_nested", lambda: False)
     monkeypatch.setattr("toolkit.run.gpustate.facts.cupti_access", lambda: {"admin_only": False, "root": False})
+    # the host's CPU is sampled for real: CI runs other tests beside this one (a warning with a fix line)
+    quiet_host = {"available": True, "window_s": 1.0, "cpus": 2, "busy_cores": 0.1, "own_cores": 0.1,
+                  "foreign_cores": 0.0, "steal_share": 0.0, "foreign_top": []}
+    monkeypatch.setattr("toolkit.run.gpustate.facts.host_sample", lambda: quiet_host)
     assert main(["doctor", "--json"]) == 1
     out = json.loads(capsys.readouterr().out)
     assert out["schema_version"] == 1 and out["ok"] is False

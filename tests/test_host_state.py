@@ -92,7 +92,8 @@ def test_a_cpu_burner_beside_a_run_is_foreign_and_flagged(tmp_path, home, monkey
 def foreign_burner():
     """A process spinning on a CPU that is not a descendant of this one (patchbench's own tree would
     count it as the run's): a short-lived parent starts it and exits, and init adopts it."""
-    spawn = ("import subprocess, sys; p = subprocess.Popen([sys.executable, '-c', 'while True: pass'], "
+    # niced: it takes what the box leaves idle (a whole CPU on a quiet box), not CI's other tests' share
+    spawn = ("import subprocess, sys; p = subprocess.Popen([sys.executable, '-c', 'import os; os.nice(19)\\nwhile True: pass'], "
              "start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, "
              "stderr=subprocess.DEVNULL); print(p.pid)")
     burner = psutil.Process(int(subprocess.run([sys.executable, "-c", spawn], capture_output=True, text=True,
