@@ -49,6 +49,10 @@ class BindError(PatchbenchError):
     """The server's host/port cannot be bound (in use, or not an address of this machine)."""
 
 
+class PortTaken(ServerFailed):
+    """Another process answered on the server's port before it could bind (a race for a free port)."""
+
+
 def _bind(host: str, port: int) -> int:
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
@@ -145,7 +149,9 @@ class Server:
         raise ServerFailed(f"server {why}", log=self.log, tail=tail, kind="exited")
 
     def wait_ready(self, timeout: float) -> float:
-        """Poll /health_generate until 200; return seconds taken. Raise ServerFailed otherwise."""
+        """Poll /health_generate until 200 from this server; return seconds taken. Raise PortTaken
+        when the answer came from another process listening on the port (it took the port between
+        `free_port` and this server's bind, while this one was still loading), ServerFailed otherwise."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             self.check_alive()
@@ -153,12 +159,36 @@ class Server:
             try:
                 with urllib.request.urlopen(f"{self.url}/health_generate", timeout=10) as resp:
                     if resp.status == 200:
+                        other = self.foreign_listener()
+                        if other is not None:
+                            raise PortTaken(f"port {self.port} on {self.host} answered from another process "
+                                            f"(pid {other[0]} {other[1]}) while this server was starting",
+                                            log=self.log, tail=log_tail(self.log), kind="port taken")
                         return time.monotonic() - self.started
             except (urllib.error.URLError, OSError, TimeoutError):
                 pass
             time.sleep(0.2)
         raise ServerFailed(f"server not ready after {timeout:.0f} s (hang)", log=self.log,
                            tail=log_tail(self.log), kind="hung")
+
+    def foreign_listener(self) -> tuple[int, str] | None:
+        """(pid, name) of a process outside this server's tree listening on its port, or None (the
+        listener is ours, or the listener's pid cannot be seen: another user's, no permission)."""
+        self._remember_children()
+        ours = {self.proc.pid, *self._descendants}
+        try:
+            pids = {c.pid for c in psutil.net_connections(kind="tcp")
+                    if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == self.port}
+        except (psutil.Error, OSError):
+            return None
+        known = sorted(p for p in pids if p is not None)
+        if not known or set(known) & ours:
+            return None
+        try:
+            name = psutil.Process(known[0]).name()
+        except psutil.Error:
+            name = "?"
+        return (known[0], name)
 
     def server_info(self) -> dict:
         """GET /server_info, falling back to the old /get_server_info."""

@@ -1,0 +1,68 @@
+"""A free port taken by another process before the server binds it (seen in CI: two xdist workers
+picked the same port; the slow real sglang was still loading while the miniature answered there, and
+only /server_info's check caught it): readiness counts only an answer from the server's own process
+tree, and `run` launches again on another port."""
+
+from __future__ import annotations
+
+import http.server
+import os
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from toolkit.run import server as srv
+
+
+class _Healthy(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):  # noqa: N802 - http.server's name
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(b"ok")
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def impostor():
+    """An HTTP server in this test's process (not the launched server's tree) answering 200 everywhere."""
+    httpd = http.server.HTTPServer(("127.0.0.1", 0), _Healthy)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        yield httpd.server_address[1]
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def test_an_answer_from_another_process_on_the_port_is_not_ready(impostor, tmp_path):
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])  # still "loading"
+    server = srv.Server(argv=[], host="127.0.0.1", port=impostor, log=tmp_path / "server.log", proc=proc)
+    (tmp_path / "server.log").write_text("")
+    try:
+        with pytest.raises(srv.PortTaken) as exc:
+            server.wait_ready(30)
+        assert f"port {impostor} on 127.0.0.1 answered from another process (pid {os.getpid()}" in exc.value.message
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_run_launches_again_on_another_port_when_its_port_was_taken(impostor, tmp_path, home, monkeypatch, capsys):
+    from conftest import demo_project
+    from toolkit.cli import main
+    from toolkit.results.store import Store
+
+    demo_project(tmp_path, monkeypatch)
+    real_free, real_check = srv.free_port, srv.check_bindable
+    picks = iter([impostor])  # the first pick is the port the impostor took after it was found free
+    monkeypatch.setattr(srv, "free_port", lambda host="127.0.0.1": next(picks, None) or real_free(host))
+    monkeypatch.setattr(srv, "check_bindable", lambda host, port: None if port == impostor else real_check(host, port))
+    assert main(["run", "demo/baseline", "--repeats", "1"]) == 0
+    said = capsys.readouterr()
+    assert f"port {impostor} on 127.0.0.1 answered from another process" in " ".join((said.out + said.err).split())
+    (run,) = Store(home / "results.sqlite").runs()
+    assert run.status == "ok" and run.config_verified
