@@ -66,3 +66,25 @@ def test_run_launches_again_on_another_port_when_its_port_was_taken(impostor, tm
     assert f"port {impostor} on 127.0.0.1 answered from another process" in " ".join((said.out + said.err).split())
     (run,) = Store(home / "results.sqlite").runs()
     assert run.status == "ok" and run.config_verified
+
+
+@pytest.mark.slow  # a torch env: the miniature's profiler records a torch trace
+def test_profile_launches_again_on_another_port_when_its_port_was_taken(impostor, tmp_path, home, monkeypatch, capsys):
+    """`profile` shares run's launch: an impostor on the first pick, the trace from a server on
+    another port, and the run's recorded argv names the port it bound."""
+    from conftest import demo_project
+    from toolkit.cli import main
+    from toolkit.results.store import Store
+
+    demo_project(tmp_path, monkeypatch)
+    real_free, real_check = srv.free_port, srv.check_bindable
+    picks = iter([0, impostor])  # the placeholder argv's pick, then the launch's first pick: the impostor's port
+    monkeypatch.setattr(srv, "free_port", lambda host="127.0.0.1": next(picks, None) or real_free(host))
+    monkeypatch.setattr(srv, "check_bindable", lambda host, port: None if port == impostor else real_check(host, port))
+    assert main(["profile", "demo/torch-baseline", "--steps", "4"]) == 0
+    said = capsys.readouterr()
+    assert f"port {impostor} on 127.0.0.1 answered from another process" in " ".join((said.out + said.err).split())
+    (run,) = Store(home / "results.sqlite").runs()
+    assert run.status == "ok" and run.extra["kind"] == "profile" and run.extra["profile"]["traces"]
+    port = run.server_argv[run.server_argv.index("--port") + 1]
+    assert int(port) != impostor

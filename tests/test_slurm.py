@@ -66,6 +66,7 @@ def slurm_args(home: Path) -> list[str]:
     return ["--executor", "slurm", "--node-home", str(home)]
 
 
+@pytest.mark.slow  # the Slurm tests run one after another on one worker: this one keeps `nox -s tests` short
 def test_demo_sweep_through_slurm_equals_local_run(slurm, shared_home):
     local = shared_home / "local.sqlite"
     out = patchbench(shared_home, "run", *DEMO, "--repeats", "1", "--store", str(local))
@@ -152,6 +153,7 @@ def test_scancel_leaves_interrupted_run_and_no_orphan_server_then_rerun_complete
     assert not _servers(shared_home)
 
 
+@pytest.mark.slow  # the Slurm tests run one after another on one worker: this one keeps `nox -s tests` short
 def test_bisect_through_slurm_names_the_same_patch(slurm, mini, home):  # noqa: F811 (the fixture)
     from test_analysis_e2e import _cost_patch, _new_file_patch, _recipe
 

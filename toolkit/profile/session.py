@@ -94,8 +94,7 @@ def profile_recipe(recipe: Recipe, *, home: Path, store, concurrency: int, steps
     trace_dir = run_dir / "profile"
     server_log = run_dir / "server.log"
     host = recipe.server.host
-    port = recipe.server.port or srv.free_port(host)
-    argv = launch_argv(recipe.server, host=host, port=port)
+    argv = launch_argv(recipe.server, host=host, port=recipe.server.port or srv.free_port(host))  # until it binds
     cfg = _serving_config(recipe, concurrency, steps)
     body = profile_body(accepted, output_dir=str(trace_dir), num_steps=steps, profile_id=run_id[:12], gpu=gpu)
     extra = {"kind": KIND, "profile_request": body, "profile_fields_from": source,
@@ -114,13 +113,21 @@ def profile_recipe(recipe: Recipe, *, home: Path, store, concurrency: int, steps
     timings = dict(p.timings)
     info: dict = {}
     try:
-        with srv.launch(p.env.python, argv, host=host, port=port, log=server_log, environ=environ) as server:
-            timings["launch"] = server.wait_ready(recipe.server.timeout_s)
+        def again(exc: srv.PortTaken) -> None:
+            console.print(f"[yellow]{recipe.name}: {exc.message}; launching again on another port[/]")
+
+        server = srv.launch_ready(p.env.python, lambda port: launch_argv(recipe.server, host=host, port=port),
+                                  host=host, port=recipe.server.port, log=server_log, environ=environ,
+                                  timeout_s=recipe.server.timeout_s, retrying=again)
+        with server:
+            timings["launch"] = time.monotonic() - server.started
+            argv = server.argv[3:]  # the port it bound: another than the first pick after a race for it
             info = server.server_info()
             problems = server_info_problems(p.check, dict(recipe.expect), info)
             if problems:
                 error = "effective config differs: " + "; ".join(problems)
                 store.finish_run(run_id, "invalid", error=error, server_info=info, config_verified=False,
+                                 server_argv=["-m", "sglang.launch_server", *argv],
                                  verification=problems, timings=timings, extra=extra)
                 return ProfileRun(run_id, "invalid", {}, error)
             console.print(f"[bold]{recipe.name}[/]: server ready in {timings['launch']:.1f} s; "
@@ -149,6 +156,7 @@ def profile_recipe(recipe: Recipe, *, home: Path, store, concurrency: int, steps
         status, error = "invalid", "activation evidence missing: " + "; ".join(verdict.problems)
         verification += verdict.problems
     store.finish_run(run_id, status, samples=samples, server_info=info, config_verified=True, timings=timings,
+                     server_argv=["-m", "sglang.launch_server", *argv],
                      verification=verification, error=error,
                      log_paths={"server": str(server_log), "run_dir": str(run_dir), "profile_dir": str(trace_dir),
                                 **{f"trace_rank{r['rank']}": r["path"] for r in summary["ranks"]}},

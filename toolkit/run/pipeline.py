@@ -159,13 +159,11 @@ def static_check(built: Built) -> Prepared:
 
 # ---------------------------------------------------------------------------- measure: once per repeat
 
-PORT_TRIES = 3  # launches when another process takes the free port patchbench picked before the server binds it
-
-
 @step("launch")
 def launch(attempt: Attempt) -> Launched:
     """Start the server under its supervisor (own process group, recorded in the live registry,
-    ended by `attempt.cleanup`) and wait until /health_generate answers. The one-batch driver
+    ended by `attempt.cleanup`) and wait until /health_generate answers, on another free port when
+    another launch took the one picked (toolkit.run.server.launch_ready). The one-batch driver
     starts nothing here. Raises BindError / ServerFailed."""
     p = attempt.prepared
     attempt.extra.update(check_record(p.check))  # stored with the run: did the static check resolve, what it presented
@@ -173,21 +171,16 @@ def launch(attempt: Attempt) -> Launched:
     if p.recipe.benchmark.driver == "one-batch":
         return Launched(attempt, None)
     log = attempt.logs["server"] = attempt.run_dir / "server.log"
-    environ = {**p.env.run_environ(), **dict(server_spec.env)}
-    for tries_left in range(PORT_TRIES - 1, -1, -1):
-        port = server_spec.port or srv.free_port(attempt.host)
-        server = srv.launch(p.env.python, launch_argv(server_spec, host=attempt.host, port=port), host=attempt.host,
-                            port=port, log=log, environ=environ)
-        supervise(attempt, server.proc, "server", stop=server.stop)
-        try:
-            server.wait_ready(server_spec.timeout_s)
-            break
-        except srv.PortTaken as exc:  # another launch on this box took the port we picked: pick again
-            server.stop()
-            if server_spec.port or not tries_left:
-                raise
-            attempt.console.print(f"[yellow]{escape(attempt.title)}: {escape(exc.message)}; launching again on "
-                                  "another port[/]")
+
+    def again(exc: srv.PortTaken) -> None:
+        attempt.console.print(f"[yellow]{escape(attempt.title)}: {escape(exc.message)}; launching again on "
+                              "another port[/]")
+
+    server = srv.launch_ready(p.env.python, lambda port: launch_argv(server_spec, host=attempt.host, port=port),
+                              host=attempt.host, port=server_spec.port, log=log,
+                              environ={**p.env.run_environ(), **dict(server_spec.env)},
+                              timeout_s=server_spec.timeout_s, retrying=again,
+                              started=lambda s: supervise(attempt, s.proc, "server", stop=s.stop))
     attempt.console.print(f"[bold]{escape(attempt.title)}[/]: server ready in {time.monotonic() - server.started:.1f} s "
                           f"at {server.url}")
     return Launched(attempt, server)

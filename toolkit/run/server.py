@@ -20,6 +20,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import psutil
 
@@ -224,6 +225,38 @@ class Server:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+PORT_TRIES = 3  # launches when another process takes the free port patchbench picked before the server binds it
+
+
+def launch_ready(python: Path, args_for: Callable[[int], list[str]], *, host: str, port: int | None, log: Path,
+                 environ: dict, timeout_s: float, started: Callable[[Server], None] | None = None,
+                 retrying: Callable[[PortTaken], None] | None = None) -> Server:
+    """Launch the server on `port` (None: a free one) and wait until it is ready. When another
+    process answers on a picked free port first (PortTaken: a race between two launches on one box),
+    stop this server and launch again on a new free port, at most PORT_TRIES launches; a fixed
+    `port` is not retried. `args_for(port)` gives the server's arguments, `started(server)` runs
+    after each spawn (the caller's supervisor), `retrying(exc)` before another try. A server that
+    fails to become ready is stopped; the error is raised."""
+    for tries_left in range(PORT_TRIES - 1, -1, -1):
+        picked = port or free_port(host)
+        server = launch(python, args_for(picked), host=host, port=picked, log=log, environ=environ)
+        try:
+            if started is not None:
+                started(server)
+            server.wait_ready(timeout_s)
+            return server
+        except PortTaken as exc:
+            server.stop()
+            if port or not tries_left:
+                raise
+            if retrying is not None:
+                retrying(exc)
+        except BaseException:
+            server.stop()
+            raise
+    raise AssertionError("unreachable")
 
 
 def launch(python: Path, args: list[str], *, host: str, port: int, log: Path, environ: dict) -> Server:
