@@ -51,40 +51,27 @@ def test_an_answer_from_another_process_on_the_port_is_not_ready(impostor, tmp_p
         proc.wait()
 
 
-def test_run_launches_again_on_another_port_when_its_port_was_taken(impostor, tmp_path, home, monkeypatch, capsys):
+@pytest.mark.parametrize("argv, pick", [
+    pytest.param(["run", "demo/baseline", "--repeats", "1"], 1, id="run"),
+    # profile picks a placeholder port for its stored argv first; its server is a torch env (the trace)
+    pytest.param(["profile", "demo/torch-baseline", "--steps", "4"], 2, id="profile", marks=pytest.mark.slow),
+])
+def test_a_launch_goes_again_on_another_port_when_its_pick_was_taken(argv, pick, impostor, tmp_path, home,
+                                                                      monkeypatch, capsys):
+    """`run` and `profile` share one launch: the impostor took the port patchbench picked after it was
+    found free; the server is launched again on another port, verified, and its run records that port."""
     from conftest import demo_project
     from toolkit.cli import main
     from toolkit.results.store import Store
 
     demo_project(tmp_path, monkeypatch)
     real_free, real_check = srv.free_port, srv.check_bindable
-    picks = iter([impostor])  # the first pick is the port the impostor took after it was found free
+    picks = iter([0] * (pick - 1) + [impostor])  # 0: a real free port
     monkeypatch.setattr(srv, "free_port", lambda host="127.0.0.1": next(picks, None) or real_free(host))
     monkeypatch.setattr(srv, "check_bindable", lambda host, port: None if port == impostor else real_check(host, port))
-    assert main(["run", "demo/baseline", "--repeats", "1"]) == 0
+    assert main(argv) == 0
     said = capsys.readouterr()
     assert f"port {impostor} on 127.0.0.1 answered from another process" in " ".join((said.out + said.err).split())
     (run,) = Store(home / "results.sqlite").runs()
     assert run.status == "ok" and run.config_verified
-
-
-@pytest.mark.slow  # a torch env: the miniature's profiler records a torch trace
-def test_profile_launches_again_on_another_port_when_its_port_was_taken(impostor, tmp_path, home, monkeypatch, capsys):
-    """`profile` shares run's launch: an impostor on the first pick, the trace from a server on
-    another port, and the run's recorded argv names the port it bound."""
-    from conftest import demo_project
-    from toolkit.cli import main
-    from toolkit.results.store import Store
-
-    demo_project(tmp_path, monkeypatch)
-    real_free, real_check = srv.free_port, srv.check_bindable
-    picks = iter([0, impostor])  # the placeholder argv's pick, then the launch's first pick: the impostor's port
-    monkeypatch.setattr(srv, "free_port", lambda host="127.0.0.1": next(picks, None) or real_free(host))
-    monkeypatch.setattr(srv, "check_bindable", lambda host, port: None if port == impostor else real_check(host, port))
-    assert main(["profile", "demo/torch-baseline", "--steps", "4"]) == 0
-    said = capsys.readouterr()
-    assert f"port {impostor} on 127.0.0.1 answered from another process" in " ".join((said.out + said.err).split())
-    (run,) = Store(home / "results.sqlite").runs()
-    assert run.status == "ok" and run.extra["kind"] == "profile" and run.extra["profile"]["traces"]
-    port = run.server_argv[run.server_argv.index("--port") + 1]
-    assert int(port) != impostor
+    assert int(run.server_argv[run.server_argv.index("--port") + 1]) != impostor
