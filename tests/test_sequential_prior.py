@@ -25,23 +25,25 @@ def _history(rng, noise, n=10):
 def test_a_a_pairs_with_a_stored_prior_keep_alpha_under_repeated_looks():
     """10 stored launches a side (18 df) pooled at every look up to 8 each, and (a second campaign)
     the reference's 8 launches stored: faster/slower on A/A pairs stays within alpha at the hardest
-    min_effect (0), over seeded trials; the prior was pooled (the looks used its df)."""
+    min_effect (0), over seeded trials, on a box as noisy as when the stored launches ran and on one
+    noise_prior.DRIFT (1.5x) noisier now; the prior was pooled (the looks used its df)."""
     rng = np.random.default_rng(20261202)
     design = seq.Design(min_effect=0.0, pool_stored=True)
-    for kind in ("prior", "stored"):
+    for kind, calm in (("prior", 1.0), ("prior", noise_prior.DRIFT), ("stored", 1.0)):
         trials, wrong, pooled = 400, 0, 0
         for i in range(trials):
             noise = 0.01 + 0.04 * (i % 5) / 4
             a, b = _launches(rng, 8, noise=noise), _launches(rng, 8, noise=noise)
             if kind == "prior":
-                v = seq.verdict(a, b, higher_is_better=True, design=design, prior=_history(rng, noise))
+                v = seq.verdict(a, b, higher_is_better=True, design=design, prior=_history(rng, noise / calm))
             else:
                 v = seq.verdict(a, b, higher_is_better=True, design=design, stored=(8, 0))
             wrong += v.verdict in (seq.FASTER, seq.SLOWER)
             pooled += v.prior_dof > 0
-        assert wrong / trials <= design.alpha, (kind, wrong, trials)
+        assert wrong / trials <= design.alpha, (kind, calm, wrong, trials)
         assert sp.binomtest(wrong, trials).proportion_ci(0.95, method="exact").low <= design.alpha
-        assert pooled >= 0.9 * trials, (kind, pooled)
+        # (the borrowing test refuses some looks when the box is noisier now)
+        assert pooled >= (0.9 if calm == 1.0 else 0.8) * trials, (kind, calm, pooled)
 
 
 def test_a_2x_pair_settles_at_min_repeats_with_the_prior_and_a_modest_effect_settles_sooner():
@@ -54,11 +56,12 @@ def test_a_2x_pair_settles_at_min_repeats_with_the_prior_and_a_modest_effect_set
         assert "spread pooled with 18 df of stored launches" in v.text
         assert seq.verdict(a, b, higher_is_better=True, design=POOL, stored=(8, 0)).n == 2
     with_prior, without = [], []
-    for _ in range(60):  # 5% at 2% noise: the current launches alone need more looks
+    for _ in range(60):  # 5% at 2% noise: the current launches alone need more looks (the level's margin for
+        # a box 1.5x noisier than its history takes part of what the prior's df give)
         a, b = _launches(rng, 8), _launches(rng, 8, ratio=1.05)
         with_prior.append(seq.verdict(a, b, higher_is_better=True, design=POOL, prior=_history(rng, 0.02)).n)
         without.append(seq.verdict(a, b, higher_is_better=True).n)
-    assert np.mean(with_prior) < np.mean(without) - 0.5, (np.mean(with_prior), np.mean(without))
+    assert np.mean(with_prior) < np.mean(without) - 0.25, (np.mean(with_prior), np.mean(without))
 
 
 def test_no_history_is_todays_rule():

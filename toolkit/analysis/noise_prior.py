@@ -16,15 +16,18 @@ current launches' spread is flagged against the prior by spread_flag's rule (at 
 the prior's spread and above it by an F test at `ALPHA`): a configuration that is noisy now never
 borrows a calmer prior. The rule is part of the calibrated procedure (toolkit.analysis.sequential).
 
-Guarantee (what the verdict then keeps): when the stored launches and the current ones of the
-compared configurations have the same launch-to-launch spread (log-normal launches: a box as noisy
-as it was), each sequential verdict is false with probability <= alpha, exactly as without a prior.
-When the box has become noisier than its history the borrowing test stops pooling only once it can
-tell (2x, F test at 0.01), which at 2-3 launches each it mostly cannot: benchmarks/
-sequential_launches.py --history 10 --drift measured A/A false faster/slower 11.6% at 1.5x and
-15.9% at 2x (stated 5%). So a prior is only as good as the box is steady: the stored runs must be of
-the same identity on the same box, and a configuration flagged noisy never borrows. A box that has
-become quieter only makes the verdicts more careful.
+Guarantee (what the verdict then keeps): when the current launches of the compared configurations
+are at most `DRIFT` (1.5) times as spread as the stored ones (log-normal launches: the box as noisy
+as it was, or up to 1.5x noisier), each sequential verdict is false with probability <= alpha, as
+without a prior: the Pocock level of a pooling verdict is calibrated for the stored launches being
+1.5x calmer than the current ones (toolkit.analysis.sequential_level), the worst case up to there.
+Measured by benchmarks/sequential_launches.py --history 10 --drift: A/A false faster/slower within
+alpha at 1x and 1.5x; beyond DRIFT it is not promised (2x: see the benchmark's docstring), and the
+borrowing test stops pooling only once it can tell (2x, F test at 0.01), which at 2-3 launches each
+it mostly cannot. So the stored runs must be of the same identity on the same box, and a
+configuration flagged noisy never borrows. A box that has become quieter only makes the verdicts
+more careful. The price of that margin: fewer launches saved than a level calibrated for an
+unchanged box (the benchmark's numbers).
 """
 
 from __future__ import annotations
@@ -37,6 +40,9 @@ import numpy as np
 
 from toolkit.analysis import spread_flag
 
+# the sequential level of a pooling verdict keeps alpha while the box is up to DRIFT times noisier (launch-to-launch
+# standard deviation) now than when its stored launches ran (toolkit.analysis.sequential_level)
+DRIFT = 1.5
 MAX_DOF = 40  # the largest prior the sequential boundary is calibrated for (newest launches kept)
 MIN_DOF = 1
 # the borrowing test is spread_flag's rule (2x, F test at 0.01): a more sensitive one (1.5x at 0.05, 1x at 0.10)
@@ -151,7 +157,8 @@ def fresh_pair(stored_a: int, stored_b: int) -> tuple[int, int]:
 def prior_legend(prior: Prior, level: float) -> str:
     """A fixed prior's line in the sequential legend, with the Pocock `level` calibrated for its dof
     (toolkit.analysis.sequential.nominal_level)."""
-    return f"{legend(prior)} (Pocock level {level:.4f} for {prior.dof} prior df)"
+    return (f"{legend(prior)} (Pocock level {level:.4f} for {prior.dof} prior df, alpha kept while the box is up to "
+            f"{DRIFT:g}x noisier than when they ran)")
 
 
 def stored_legend(most_dof: int) -> str:
@@ -160,7 +167,8 @@ def stored_legend(most_dof: int) -> str:
     return (f"where one side of a pair was stored before and the other is new, its stored launches (same run "
             f"identity) that a look does not use are pooled into the look's spread (df add up; at most "
             f"{most_dof}) unless the current launches are {FACTOR:g}x noisier by an F "
-            f"test at {ALPHA:g}; the Pocock level is calibrated for the stored counts")
+            f"test at {ALPHA:g}; the Pocock level is calibrated for the stored counts and a box up to {DRIFT:g}x "
+            f"noisier now than when they ran")
 
 
 def stored_before(starts_a: Sequence, starts_b: Sequence) -> tuple[int, int]:

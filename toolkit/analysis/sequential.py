@@ -54,9 +54,11 @@ d0 degrees of freedom, is pooled into each look's variance: (SS_0 + SS_n) / (d0 
 interval of d0 + 2n - 2 df. A look whose current spread is flagged against the prior (spread_flag's
 rule: 2x and an F test at 0.01) does not pool (2n - 2 df): a configuration noisy now never borrows a
 calmer history. The Pocock level a'(alpha, min_repeats, max_repeats, d0) is calibrated for that
-whole procedure (the prior's chi-square, the test and the looks), so when the stored launches have
-the current launches' spread the guarantee above holds unchanged; at 2 launches each with 18 prior
-df the first look's c is 2.68 instead of 8.94. The mixture (and unequal sides) never pool.
+whole procedure (the prior's chi-square, the test and the looks) with the stored launches 1.5x
+calmer than the current ones (noise_prior.DRIFT), so the guarantee above holds unchanged while the
+box is up to 1.5x noisier now than when they ran; at 2 launches each with 18 prior df the first
+look's c is 3.56 instead of 8.94 (2.68 if the box were promised unchanged). The mixture (and
+unequal sides) never pool.
 
 The verdict of a pair is the one at its **first settled look** (looks at n = min_repeats,
 min_repeats + 1, ... of equal-sized prefixes, oldest first): a stopping time, so it keeps the
@@ -107,7 +109,8 @@ class Design:
     futility: bool = True  # stop a pair that could not settle by max_repeats at its current estimate and spread
     method: str = DEFAULT_METHOD  # "repeated" (intervals over the planned looks) or "mixture" (open-ended)
     # pool the spread of stored launches (`verdict`'s prior/stored): the recipe's opt-in
-    # `[benchmark] pool_stored_spread`; off, a verdict keeps alpha whatever the box's noise did since
+    # `[benchmark] pool_stored_spread` (alpha kept while the box is up to noise_prior.DRIFT noisier than its
+    # stored launches); off, a verdict keeps alpha whatever the box's noise did since
     pool_stored: bool = False
 
     def __post_init__(self):

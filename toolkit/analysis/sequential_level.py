@@ -7,6 +7,12 @@ n = min_repeats .. max_repeats together keep 1 - alpha coverage is a constant of
 min_repeats, max_repeats, and the stored spread a look may pool): the alpha quantile of the
 smallest per-look p-value over CALIBRATION_PATHS seeded null paths (`null_looks`), about +-0.0004
 on alpha.
+
+A level that pools stored launches is calibrated for a box up to noise_prior.DRIFT times noisier
+(launch-to-launch standard deviation) now than when they were stored: the stored values of the null
+paths are drawn with 1/DRIFT of the current spread. Pooling a calmer spread than the current one is
+what makes a pooled verdict too bold, and more so the calmer it is (from 1x to beyond 2x), so the
+level that keeps alpha at DRIFT keeps it for every drift up to DRIFT.
 """
 
 from __future__ import annotations
@@ -43,13 +49,19 @@ def nominal_level(alpha: float, min_repeats: int, max_repeats: int, prior_dof: i
     k = np.arange(1, big + 1, dtype=float)
     looks = slice(min_repeats - 1, big)
     nu = 2.0 * k[looks] - 2.0
+    calm = 1.0 / noise_prior.DRIFT  # the stored launches' spread, relative to the current one
     smallest = []
     for start in range(0, CALIBRATION_PATHS, 50_000):
         rows = min(50_000, CALIBRATION_PATHS - start)
         a, b, est, ss, p = null_looks(rng, rows, min_repeats, big)
         if prior_dof or stored_a > min_repeats + 1 or stored_b > min_repeats + 1:
-            s0 = rng.chisquare(prior_dof, rows) if prior_dof else np.zeros(rows)
+            s0 = calm * calm * rng.chisquare(prior_dof, rows) if prior_dof else np.zeros(rows)
             more = [rng.standard_normal((rows, width - big)) for _ in (a, b)]
+            a, b = (np.concatenate([x[:, :stored] * calm, x[:, stored:]], 1) for x, stored in
+                    ((a, min(stored_a, big)), (b, min(stored_b, big))))
+            more = [np.concatenate([x[:, :max(0, stored - big)] * calm, x[:, max(0, stored - big):]], 1)
+                    for x, stored in ((more[0], stored_a), (more[1], stored_b))]
+            est, ss, p = _looks(a, b, min_repeats, big)
             pss, pdof = np.repeat(s0[:, None], nu.size, 1), np.full(nu.size, float(prior_dof))
             for x, extra, stored in ((a, more[0], stored_a), (b, more[1], stored_b)):
                 full = np.concatenate([x, extra], 1)
@@ -73,15 +85,20 @@ def null_looks(rng: np.random.Generator, rows: int, min_repeats: int, max_repeat
     """`rows` paths of max_repeats standard normal values a side under the null: (a, b, the
     prefix estimates (mean b - mean a, every prefix), the pooled sums of squares (every prefix),
     the two-sided pooled-t p-value of each look n = min_repeats .. max_repeats)."""
+    a = rng.standard_normal((rows, max_repeats))
+    b = rng.standard_normal(a.shape)
+    return (a, b, *_looks(a, b, min_repeats, max_repeats))
+
+
+def _looks(a: np.ndarray, b: np.ndarray, min_repeats: int, max_repeats: int):
+    """(prefix estimates, pooled sums of squares, each look's two-sided pooled-t p-value) of paths."""
     from scipy import special
 
     k = np.arange(1, max_repeats + 1, dtype=float)
     looks = slice(min_repeats - 1, max_repeats)
     nu = 2.0 * k[looks] - 2.0
-    a = rng.standard_normal((rows, max_repeats))
-    b = rng.standard_normal(a.shape)
     ca, cb = np.cumsum(a, 1), np.cumsum(b, 1)
     ss = np.cumsum(a * a, 1) - ca * ca / k + np.cumsum(b * b, 1) - cb * cb / k
     est = (cb - ca) / k
     t = np.abs(est[:, looks]) / np.sqrt(ss[:, looks] / nu * (2.0 / k[looks]))
-    return a, b, est, ss, 2.0 * special.stdtr(nu, -t)
+    return est, ss, 2.0 * special.stdtr(nu, -t)

@@ -84,8 +84,8 @@ class BenchTable(_Table):
     min_effect: float | None = Field(None, description="the smallest effect `run`'s sequential verdict calls faster/slower "
                                      "and the half-width of its \"equal\" (a fraction: 0.02 is 2%, the default)")
     pool_stored_spread: bool | None = Field(None, description="the sequential verdict pools the launch-to-launch spread "
-                                            "of stored launches of the same configuration (fewer launches; false alarms "
-                                            "above alpha when the box is noisier now than then)")
+                                            "of stored launches of the same configuration (fewer launches; alpha kept while the "
+                                            "box is up to 1.5x noisier now than then, not beyond)")
     max_repeats: int | None = Field(None, description="the sequential verdict's cap on launches each (default 8); "
                                     "its early looks' boundaries depend on it, so compare and report judge with it too")
     endpoint: Literal["generate", "completions"] | None = None
