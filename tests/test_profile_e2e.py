@@ -61,6 +61,10 @@ def test_profile_then_kernel_compare(home, capsys):
     m = re.search(r"sum of families \(idle included\) ([\d.]+) ms vs trace step ([\d.]+) ms", out)
     assert m and abs(float(m.group(1)) / float(m.group(2)) - 1) <= 0.10
     assert re.search(r"benchmark ITL \(median, same load\) [\d.]+ ms", out)
+    # the step-time check against the ITL of the steps the profiler recorded, and the profiler's cost
+    m = re.search(r"ITL of the recorded steps ([\d.]+) ms \(median of (\d+) tokens\): trace step ([-+][\d.]+)% vs it; "
+                  r"after the trace ([\d.]+) ms \((\d+) tokens\): the profiler made a step ([-+][\d.]+)% slower", out)
+    assert m and int(m.group(2)) >= 4 * 15 and int(m.group(5)) > 0, out
     assert "MoE experts" in out and "vs floor" in out
 
     from toolkit.results.store import Store

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from toolkit.errors import PatchbenchError
+from toolkit.profile import window
 from toolkit.resources import PROBES_DIR
 
 PROBE = PROBES_DIR / "profile_req.py"
@@ -79,6 +80,7 @@ class Capture:
     notes: list[str] = field(default_factory=list)  # what happened that is not a failure
     seconds: float = 0.0
     steady_after_s: float | None = None  # load start -> every request decoding
+    itl_split: dict | None = None  # the ITL of the recorded steps and of those after (toolkit.profile.window)
 
 
 # -- the trace files (pure but for reading the directory) ------------------------------------------
@@ -214,6 +216,7 @@ async def _capture(base: str, cfg, body: dict, steps: int, ranks: int, out_dir: 
             console.print(f"profiling {steps} steps at concurrency {target} (all {target} requests decoding "
                           f"after {cap.steady_after_s:.1f} s)")
             status, text = await _post(session, base + "/start_profile", body, timeout)
+            started = time.perf_counter()  # the clock of the load's token arrivals
             if status != 200:
                 cap.errors.append(f"/start_profile answered {status}: {text[:300]}")
             elif "num_steps" in body:
@@ -236,6 +239,8 @@ async def _capture(base: str, cfg, body: dict, steps: int, ranks: int, out_dir: 
                     cap.errors.append(f"no complete trace for TP rank(s) {', '.join(map(str, missing))} {where} "
                                       f"after /stop_profile")
     cap.points = await load
+    if cap.steady_after_s is not None and "num_steps" in body and not cap.errors:
+        cap.itl_split = window.split(inflight.arrivals, started, steps).to_dict()
     cap.traces = watch.complete()
     cap.seconds = time.monotonic() - t0
     for pt in cap.points:  # failed requests: the ITL beside the trace is not the load's

@@ -39,6 +39,22 @@ def step_check(rank: dict, itl_ms: float | None) -> dict:
     return out
 
 
+def itl_window_line(step_ms: float, split: dict | None) -> str | None:
+    """The ITL of the recorded steps against the trace step (does the trace cover the step?) and
+    against the steps after it (what the profiler costs a step); toolkit.profile.window."""
+    if not split or split.get("itl_profiled_ms") is None:
+        return None
+    inside = split["itl_profiled_ms"]
+    line = (f"ITL of the recorded steps {inside:.2f} ms (median of {split['profiled_tokens']} tokens): trace step "
+            f"{100 * (step_ms / inside - 1):+.1f}% vs it")
+    if split.get("itl_after_ms"):
+        line += (f"; after the trace {split['itl_after_ms']:.2f} ms ({split['after_tokens']} tokens): the profiler "
+                 f"made a step {100 * split['profiler_overhead']:+.1f}% slower")
+    else:
+        line += "; no step after the trace to tell the profiler's overhead (raise the load's output length)"
+    return line
+
+
 def sentence(row: dict) -> str:
     if row["floor_ms"] is None:
         return f"{row['label']} {row['ms']:.2f} ms (no roofline floor)"
@@ -80,6 +96,9 @@ def render(recipe: str, families, summary: dict, spec: FloorSpec | None) -> list
             line += (f"; benchmark ITL (median, same load) {c['itl_ms_median']:.2f} ms: trace step "
                      f"{100 * c['step_vs_itl']:+.1f}% vs ITL")
         out.append(line)
+        window_line = itl_window_line(c["trace_step_ms"], summary.get("itl_split"))
+        if window_line:
+            out.append(window_line)
         gaps = [sentence(r) for r in rows if r["floor_ms"] is not None and not r["beyond"]][:3]
         if gaps:
             out.append("largest gaps: " + "; ".join(gaps))

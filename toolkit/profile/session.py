@@ -146,7 +146,7 @@ def profile_recipe(recipe: Recipe, *, home: Path, store, concurrency: int, steps
     summary = summarize(cap.traces, families, itl) if cap.traces else {"ranks": [], "itl_ms_median": itl}
     short = short_trace(summary["ranks"], steps) if cap.traces else None
     summary.update(traces=[str(t) for t in cap.traces], steps=steps, concurrency=concurrency, short=short,
-                   steady_after_s=cap.steady_after_s, notes=cap.notes)
+                   steady_after_s=cap.steady_after_s, notes=cap.notes, itl_split=cap.itl_split)
     status, error = capture_status(bool(cap.traces), short, cap.errors, trace_dir)
     verdict = evidence.check_evidence([n for t in p.trees for n in t.patches], recipe.evidence,
                                       server_log.read_text(errors="replace") if server_log.exists() else "", info)

@@ -5,7 +5,9 @@ tokens received so far.
 A server need not expose its batch (sglang 0.5.23's internal_states has no running-request count),
 but the load generator knows its own requests: with `concurrency` requests in flight and every one of
 them past its first token, each forward step the server runs is a decode step over all of them.
-`patchbench profile` starts recording at that moment (`steady`)."""
+`patchbench profile` starts recording at that moment (`steady`), and reads from each request's token
+arrivals (`arrivals`: perf_counter time, tokens) which inter-token latencies fell inside the
+profiled steps (toolkit.profile.window)."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ class InFlight:
     decoding: int = 0  # of those, past their first token
     tokens: int = 0  # tokens received, all requests
     finished: int = 0
+    arrivals: list = field(default_factory=list)  # one list of (perf_counter time, tokens) per request
     changed: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
 
     def steady(self, concurrency: int) -> bool:
@@ -29,7 +32,9 @@ class InFlight:
         """One request sent: the client tells its ticket what happens to it, then closes it."""
         self.in_flight += 1
         self.changed.set()
-        return Ticket(self)
+        ticket = Ticket(self)
+        self.arrivals.append(ticket.arrivals)
+        return ticket
 
     async def wait_steady(self, concurrency: int, timeout: float) -> bool:
         """Wait (at most `timeout` s) until `steady(concurrency)`; False when it never came."""
@@ -52,10 +57,13 @@ class Ticket:
     owner: InFlight
     decoding: bool = False
     closed: bool = False
+    arrivals: list = field(default_factory=list)  # (perf_counter time, tokens) of each arrival
 
-    def received(self, k: int) -> None:
-        """`k` new tokens arrived (the first ones make the request a decoding one)."""
+    def received(self, k: int, at: float | None = None) -> None:
+        """`k` new tokens arrived (at perf_counter time `at`; the first ones make the request a decoding one)."""
         self.owner.tokens += k
+        if at is not None:
+            self.arrivals.append((at, k))
         if not self.decoding and k > 0:
             self.decoding = True
             self.owner.decoding += 1

@@ -184,7 +184,7 @@ async def _timed(session, url: str, payload: bytes, cfg: ServingConfig, input_le
                         if k <= 0:
                             continue
                         if ticket is not None:
-                            ticket.received(k)
+                            ticket.received(k, t)
                         if first:
                             res.ttft = t - t0
                             first = False

@@ -1,0 +1,70 @@
+"""Which inter-token latencies the profiler recorded, and which it did not (pure).
+
+A profiled step is slower than an unprofiled one (the profiler's own work), and the load's median
+ITL mixes both with the ramp-up; so "trace step vs benchmark ITL" cannot tell a trace that misses
+part of the step from the profiler's overhead. The load generator knows when each token arrived
+(toolkit.run.bench.inflight), and `patchbench profile` knows when /start_profile was answered:
+
+  - sglang starts recording at the step after the request (the one in flight is not recorded), and
+    with `num_steps` stops at the start of the step after the last recorded one, then writes the
+    traces (the scheduler blocks meanwhile: one long gap);
+  - at steady decode every step gives each request one token.
+
+So for each request that was decoding when the answer came (it had a token before; later requests
+start with a prefill and are left out) the arrivals after the answer are numbered 1, 2, ...: arrivals 2 .. steps + 1
+close the gaps of the recorded steps ("profiled"), arrival steps + 2 holds the trace export, and
+arrivals from steps + 3 on are steps with the profiler off ("after"). A gap of k tokens in one
+arrival counts k times at 1/k of its length (as the serving benchmark's ITL does).
+
+The step-time check then reads: trace step vs the profiled ITL (does the trace cover the step?),
+and profiled vs after ITL (what the profiler costs a step).
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import Sequence
+
+
+@dataclass(frozen=True)
+class ItlSplit:
+    profiled_ms: float | None  # median ITL of the recorded steps
+    after_ms: float | None  # median ITL of the steps after the trace was written
+    profiled_tokens: int
+    after_tokens: int
+
+    @property
+    def overhead(self) -> float | None:
+        """How much slower a recorded step was than an unrecorded one (0.05: 5%)."""
+        if self.profiled_ms is None or not self.after_ms:
+            return None
+        return self.profiled_ms / self.after_ms - 1.0
+
+    def to_dict(self) -> dict:
+        return {"itl_profiled_ms": self.profiled_ms, "itl_after_ms": self.after_ms,
+                "profiled_tokens": self.profiled_tokens, "after_tokens": self.after_tokens,
+                "profiler_overhead": self.overhead}
+
+
+def split(arrivals: Sequence[Sequence[tuple[float, int]]], started: float, steps: int) -> ItlSplit:
+    """`arrivals`: per request, (time in s, tokens) of each arrival, oldest first; `started`: when
+    /start_profile was answered (same clock); `steps`: the num_steps asked."""
+    inside: list[float] = []
+    after: list[float] = []
+    for request in arrivals:
+        if not request or request[0][0] > started:  # not decoding when recording began
+            continue
+        prev, j = None, 0
+        for t, k in request:
+            if t > started:
+                j += 1
+            if prev is not None and k > 0:
+                gap = [1000.0 * (t - prev) / k] * k
+                if 2 <= j <= steps + 1:
+                    inside += gap
+                elif j >= steps + 3:
+                    after += gap
+            prev = t
+    return ItlSplit(statistics.median(inside) if inside else None, statistics.median(after) if after else None,
+                    len(inside), len(after))
