@@ -7,7 +7,9 @@ GPU to its next reading (cycling); the other readings return the current one. `p
 (gpu index, pid, MiB[, MIG instance]) of compute processes (a record's own "processes" wins),
 `graphics` the same for graphics processes (Xorg); a gpu's `mig` names its MIG instances' UUIDs
 (their handles are (gpu, j)); `absent` names pynvml functions this binding lacks (an older or newer
-nvidia-ml-py: the deprecated getters' successors, say); each gpu's
+nvidia-ml-py: the deprecated getters' successors, say), `driver_lacks` functions the binding has
+and the driver's libnvidia-ml does not (an older driver: NVML_ERROR_FUNCTION_NOT_FOUND at call time),
+`refuse` {function: NVML's answer} calls NVML refuses (NoPermission, say); each gpu's
 `ecc_counts` are the uncorrected counts read in turn; `sessions` are records replayed one per
 `nvmlInit` (one per run: run 1 steady, run 2 throttled, ...).
 Install it with `monkeypatch.setitem(sys.modules, "pynvml", FakeNvml(...))` or pass it as `module`.
@@ -23,6 +25,13 @@ MIB = 2**20
 
 class NVMLError(Exception):
     pass
+
+
+class NVMLError_FunctionNotFound(NVMLError):  # noqa: N801 - pynvml's name
+    value = 13  # NVML_ERROR_FUNCTION_NOT_FOUND
+
+    def __str__(self):
+        return "Function Not Found"
 
 
 def gpu(index: int = 0, *, n: int = 20, sm: float | list = 2400, mem: float = 14001, power: float | list = 450.0,
@@ -54,9 +63,11 @@ class FakeNvml(types.ModuleType):
 
     def __init__(self, record: dict | None = None, *, processes: list[tuple] = (), graphics: list[tuple] = (),
                  fail_init: bool = False, p2p_ok: bool = True, topology: int = 30, sessions: list[dict] = (),
-                 absent: set[str] | frozenset = frozenset()):
+                 absent: set[str] | frozenset = frozenset(), driver_lacks: set[str] | frozenset = frozenset(),
+                 refuse: dict[str, str] | None = None):
         super().__init__("pynvml")
         self.absent = set(absent)
+        self.driver_lacks, self.refuse = set(driver_lacks), dict(refuse or {})
         self.graphics = [tuple(p) for p in graphics]
         self.sessions = list(sessions) or [record or {"gpus": [gpu(0)]}]
         self.procs_default = list(processes)
@@ -77,6 +88,16 @@ class FakeNvml(types.ModuleType):
     def __getattribute__(self, name):
         if name.startswith("nvml") and name in object.__getattribute__(self, "absent"):
             raise AttributeError(name)  # this nvidia-ml-py has no such function
+        if name.startswith("nvml") and name in object.__getattribute__(self, "driver_lacks"):
+            def lacking(*args):
+                raise NVMLError_FunctionNotFound()
+            return lacking
+        if name.startswith("nvml") and name in object.__getattribute__(self, "refuse"):
+            answer = object.__getattribute__(self, "refuse")[name]
+
+            def refused(*args):
+                raise NVMLError(answer)
+            return refused
         return object.__getattribute__(self, name)
 
     # -- helpers ---------------------------------------------------------------------------------
@@ -151,11 +172,14 @@ class FakeNvml(types.ModuleType):
     def nvmlDeviceGetTemperature(self, h, sensor):  # deprecated in nvidia-ml-py 13.x
         return self._now(h, "temp_c")
 
-    def nvmlDeviceGetCurrentClocksEventReasons(self, h):
+    def _reasons(self, h):
         return self._now(h, "reasons") if self.pos[h] >= 0 else self._g(h)["reasons_now"]
 
+    def nvmlDeviceGetCurrentClocksEventReasons(self, h):
+        return self._reasons(h)
+
     def nvmlDeviceGetCurrentClocksThrottleReasons(self, h):  # deprecated in nvidia-ml-py 13.x
-        return self.nvmlDeviceGetCurrentClocksEventReasons(h)
+        return self._reasons(h)
 
     def nvmlDeviceGetUtilizationRates(self, h):
         return SimpleNamespace(gpu=self._now(h, "util_pct"), memory=40)

@@ -158,11 +158,15 @@ def test_the_servers_own_tree_is_not_foreign():
 
 
 def test_pids_that_cannot_be_matched_are_said_never_guessed(tmp_path):
-    status = tmp_path / "status"
+    status, host, container = tmp_path / "status", tmp_path / "host-ns", tmp_path / "container-ns"
+    host.symlink_to("pid:[4026531836]")  # the kernel's initial PID namespace
+    container.symlink_to("pid:[4026532561]")
     status.write_text("Name:\tpython\nNSpid:\t4242\t17\n")
-    assert owners.pid_namespace_nested(status) is True
+    assert owners.pid_namespace_nested(status, host) is True
     status.write_text("Name:\tpython\nNSpid:\t4242\n")
-    assert owners.pid_namespace_nested(status) is False
+    assert owners.pid_namespace_nested(status, host) is False
+    # a container mounts its own /proc: NSpid lists one pid there, the namespace is not the initial one
+    assert owners.pid_namespace_nested(status, container) is True
     fake = FakeNvml({"gpus": [gpu(0)]}, processes=[(0, 999_999_4, 60_000)])
     record = sample(fake, matchable=False)
     assert record["foreign_processes"] == [] and [p["pid"] for p in record["unmatched_processes"]] == [999_999_4]
@@ -252,3 +256,43 @@ def test_the_runs_layout_is_read_from_server_info_then_the_static_check_then_the
     assert layout_positions(server_layout(attempt)) == [2, 3]
     attempt.info = {"tp_size": 4, "base_gpu_id": 0, "nested": {"tp_size": 8}}
     assert layout_positions(server_layout(attempt)) == [0, 1, 2, 3]
+
+
+def test_a_getter_the_driver_lacks_falls_back_to_the_older_one():
+    """nvidia-ml-py 13.615 has nvmlDeviceGetTemperatureV, an R550 driver's libnvidia-ml does not
+    (NVML_ERROR_FUNCTION_NOT_FOUND at call time): the deprecated getter the driver has answers."""
+    old_driver = FakeNvml({"gpus": [gpu(0)]}, driver_lacks={"nvmlDeviceGetTemperatureV",
+                                                            "nvmlDeviceGetCurrentClocksEventReasons"})
+    g = sample(old_driver)["gpus"][0]
+    assert g["series"]["temp_c"][0] == 65 and g["getters"]["temp_c"] == "nvmlDeviceGetTemperature"
+    assert g["getters"]["reasons"] == "nvmlDeviceGetCurrentClocksThrottleReasons" and "temp_c" not in g["unread"]
+    neither = FakeNvml({"gpus": [gpu(0)]}, driver_lacks={"nvmlDeviceGetTemperatureV", "nvmlDeviceGetTemperature"})
+    g = sample(neither)["gpus"][0]
+    assert g["series"]["temp_c"][0] is None and "Function Not Found" in g["unread"]["temp_c"]
+
+
+def test_a_process_list_nvml_refuses_is_unknown_not_none():
+    refusing = FakeNvml({"gpus": [gpu(0)]}, processes=[(0, 999_999_5, 1_000)],
+                        refuse={"nvmlDeviceGetComputeRunningProcesses": "No Permission"})
+    record = sample(refusing)
+    summary = summarize(record)
+    assert "gpu_foreign_processes" not in summary["metrics"]  # unknown, never a measured 0
+    assert any(line.startswith("processes on GPU 0") and "No Permission" in line for line in summary["unread"])
+    c = doctor.processes({"nvml": gpu_facts(refusing, {}, matchable=True)})
+    assert c.status == "warn" and "did not list the processes of GPU 0" in c.message and "No Permission" in c.message
+    assert summarize(sample(FakeNvml({"gpus": [gpu(0)]})))["metrics"]["gpu_foreign_processes"] == 0
+    assert "gpu_foreign_processes" not in summarize(sample(FakeNvml({"gpus": [gpu(0)]}), matchable=False))["metrics"]
+
+
+def test_doctor_pcie_with_a_gpu_that_does_not_report_its_generation():
+    quiet = {"nvml": {"available": True, "gpus": [{"index": 0, "pcie": {"max_gen": None, "max_width": 16}},
+                                                  {"index": 1, "pcie": {"max_gen": 5, "max_width": 16}}]}}
+    assert doctor.pcie(quiet).status == "ok" and "Gen5 x16" in doctor.pcie(quiet).message
+    quiet["nvml"]["gpus"][1]["pcie"]["max_gen"] = None
+    assert "GenNone" not in doctor.pcie(quiet).message
+
+
+def test_doctor_says_an_old_driver_is_read_through_the_deprecated_getters():
+    old_driver = FakeNvml({"gpus": [gpu(0)]}, driver_lacks={"nvmlDeviceGetTemperatureV"})
+    c = doctor.readings({"nvml": gpu_facts(old_driver, {}, matchable=True)})
+    assert c.status == "ok" and "the driver's NVML lacks nvmlDeviceGetTemperatureV" in c.message, c

@@ -74,7 +74,10 @@ def readings(f: dict) -> Check:
     missing = [(g["index"], k, why) for g in _gpus(f) for k, why in (g.get("unread") or {}).items()
                if k != "locked_clocks"]
     successors = {alts[0][0] for alts in GETTERS.values()}
-    old = sorted({name for g in _gpus(f) for name in (g.get("getters") or {}).values() if name not in successors})
+    # a deprecated getter in use because the driver's NVML lacks its successor (an older driver) is no binding problem
+    old_driver = sorted({name for g in _gpus(f) for name in (g.get("driver_lacks") or {}).values()})
+    old = sorted({name for g in _gpus(f) for k, name in (g.get("getters") or {}).items()
+                  if name not in successors and k not in (g.get("driver_lacks") or {})})
     core = [m for m in missing if m[1] in CORE_READINGS]
     grouped: dict[tuple[str, str], list[int]] = {}
     for i, k, why in missing:
@@ -84,7 +87,10 @@ def readings(f: dict) -> Check:
         text = (f"not read: {listed}" if missing else "") + ("; " if missing and old else "")
         text += f"deprecated getter(s) used, this nvidia-ml-py lacks their successors: {', '.join(old)}" if old else ""
         return Check("readings", WARN, text, "pip install -U nvidia-ml-py" if old else "")
-    return Check("readings", OK, "every reading the runs sample was read" + (f"; not reported: {listed}" if missing else ""))
+    drv = (f"; the driver's NVML lacks {', '.join(old_driver)}: the deprecated getters read those (a later "
+           "nvidia-ml-py without them will not, on this driver)") if old_driver else ""
+    return Check("readings", OK, "every reading the runs sample was read" + (f"; not reported: {listed}" if missing else "")
+                 + drv)
 
 
 def persistence(f: dict) -> Check:
@@ -162,6 +168,7 @@ def processes(f: dict) -> Check:
     busy = [(g["index"], p) for g in _gpus(f) for p in g.get("processes") or []]
     graphics = [(g["index"], p) for g in _gpus(f) for p in g.get("graphics") or []]
     unmatched = [(g["index"], p) for g in _gpus(f) for p in g.get("unmatched") or []]
+    refused = [(g["index"], why) for g in _gpus(f) for why in (g.get("processes_unread") or [])[:1]]
     also = f"; graphics (not counted): {_plist(graphics)}" if graphics else ""
     if busy:
         return Check("processes", WARN, f"{len(busy)} other process(es) on the GPUs: {_plist(busy)}{also}",
@@ -170,6 +177,10 @@ def processes(f: dict) -> Check:
         return Check("processes", WARN, f"{len(unmatched)} compute process(es) on the GPUs ({_plist(unmatched)}) whose "
                                         f"pids cannot be matched: {(f.get('nvml') or {}).get('pid_match')}{also}",
                      "check from the host (nvidia-smi) that no other job uses these GPUs")
+    if refused:
+        return Check("processes", WARN, f"NVML did not list the processes of GPU {', '.join(str(i) for i, _ in refused)} "
+                                        f"({refused[0][1]}): other jobs there cannot be seen{also}",
+                     "run the doctor as a user NVML lets read processes (root), or check from the host (nvidia-smi)")
     return Check("processes", OK, "no other compute process on the GPUs" + also)
 
 
@@ -241,14 +252,15 @@ def pcie(f: dict) -> Check:
     if not gpus:
         return Check("pcie", SKIP, "PCIe link not reported")
     narrow = [g for g in gpus if g["pcie"]["max_width"] < 16]
-    gens = {g["pcie"].get("max_gen") for g in gpus}
+    gens = {g["pcie"].get("max_gen") for g in gpus} - {None}  # a GPU that does not say is not another generation
     if narrow:
         return Check("pcie", WARN, f"GPU {_ids(narrow)} link at most x{narrow[0]['pcie']['max_width']} (not x16)",
                      "reseat the card in an x16 slot; check the BIOS bifurcation setting")
     if len(gens) > 1:
         return Check("pcie", WARN, f"PCIe generations differ across GPUs: {sorted(gens)}",
                      "check the slots and BIOS PCIe speed settings")
-    return Check("pcie", OK, f"Gen{next(iter(gens))} x16 on every GPU (the link idles lower; runs record it under load)")
+    gen = f"Gen{next(iter(gens))}" if gens else "generation not reported,"
+    return Check("pcie", OK, f"{gen} x16 on every GPU (the link idles lower; runs record it under load)")
 
 
 def host_cpu(f: dict) -> Check:

@@ -96,16 +96,17 @@ def gpu_facts(module: Any = None, environ: dict | None = None, positions: list[i
             g = nv.device(d.index, d.handle)
             now = nv.tick(d.handle)
             g["unread"].update(now.pop("unread"))
-            g["getters"] = dict(nv.used)
+            g["getters"], g["driver_lacks"] = dict(nv.used), dict(nv.driver_lacks)
             g["cuda"], g["reading_now"] = d.cuda, now
             if d.mig_uuid:
                 g["mig"] = d.mig_uuid
                 mem = nv.read("mem", d.mig_handle) if d.mig_handle is not None else None
                 if mem is not None:  # the instance's own slice, which the recipe's memory fraction is of
                     g["mem_total_mib"], g["mem_free_mib"] = round(mem.total / 2**20), round(mem.free / 2**20)
-            kinds = owners.classify(nv.processes(d.mig_handle if d.mig_handle is not None else d.handle), own,
-                                    matchable=matchable)
+            procs, refused = nv.processes(d.mig_handle if d.mig_handle is not None else d.handle)
+            kinds = owners.classify(procs, own, matchable=matchable)
             g["processes"], g["graphics"], g["unmatched"] = kinds["foreign"], kinds["graphics"], kinds["unmatched"]
+            g["processes_unread"] = refused
             gpus.append(g)
         pairs = []
         devs = scope.devices

@@ -37,7 +37,9 @@ CLOCK_SETTING_BIT = 0x2
 
 # reading -> getters in order of preference: (function, extra args). The later ones are the
 # deprecated forms (nvidia-ml-py 13.615: "will be removed in CUDA 14.0"), used only when the earlier
-# is not in the binding at all.
+# is not in the binding at all, or the binding has it and the driver's libnvidia-ml does not
+# (NVML_ERROR_FUNCTION_NOT_FOUND at call time: nvmlDeviceGetTemperatureV arrived with driver R565,
+# nvmlDeviceGetCurrentClocksEventReasons with R535; an R550 box has only the older temperature getter).
 GETTERS: dict[str, tuple[tuple[str, tuple], ...]] = {
     "temp_c": (("nvmlDeviceGetTemperatureV", (TEMPERATURE_GPU,)), ("nvmlDeviceGetTemperature", (TEMPERATURE_GPU,))),
     "reasons": (("nvmlDeviceGetCurrentClocksEventReasons", ()), ("nvmlDeviceGetCurrentClocksThrottleReasons", ())),
@@ -53,6 +55,7 @@ GETTERS: dict[str, tuple[tuple[str, tuple], ...]] = {
     "util": (("nvmlDeviceGetUtilizationRates", ()),),
     "mem": (("nvmlDeviceGetMemoryInfo", ()),),
 }
+FUNCTION_NOT_FOUND = 13  # NVML_ERROR_FUNCTION_NOT_FOUND: the driver's library lacks the symbol
 LOCKED_CLOCKS_UNREADABLE = ("NVML has no getter for locked clocks (nvidia-ml-py offers only nvmlDeviceSetGpuLockedClocks"
                             " / nvmlDeviceSetMemoryLockedClocks and their resets)")
 
@@ -79,6 +82,7 @@ class Nvml:
         self.m = module
         self.used: dict[str, str] = {}  # reading -> the getter that answered it
         self.why: dict[str, str] = {}  # reading -> why the last read of it gave None
+        self.driver_lacks: dict[str, str] = {}  # reading -> the successor getter the driver's NVML lacks
 
     def has(self, name: str) -> bool:
         return getattr(self.m, name, None) is not None
@@ -89,27 +93,41 @@ class Nvml:
 
     def attempt(self, name: str, *args: Any) -> tuple[Any, str | None]:
         """(module.name(*args), None), or (None, why it gave nothing)."""
+        value, why, _ = self._invoke(name, *args)
+        return value, why
+
+    def _invoke(self, name: str, *args: Any) -> tuple[Any, str | None, bool]:
+        """attempt's (value, why) and whether the function is missing (from the binding, or from the
+        driver's library: NVML_ERROR_FUNCTION_NOT_FOUND)."""
         fn = getattr(self.m, name, None)
         if fn is None:
-            return None, f"{name} is not in this nvidia-ml-py"
+            return None, f"{name} is not in this nvidia-ml-py", True
         try:
-            return _text(fn(*args)), None
+            return _text(fn(*args)), None, False
         except Exception as exc:  # noqa: BLE001 - NVMLError_NotSupported and friends: "unknown", said
-            return None, f"{name}: {_error(exc)}"
+            missing = getattr(exc, "value", None) == FUNCTION_NOT_FOUND or "FunctionNotFound" in type(exc).__name__
+            return None, f"{name}: {_error(exc)}", missing
 
     def read(self, what: str, h: Any) -> Any:
-        """The reading `what` of GPU `h` from the first getter the binding has (see GETTERS)."""
+        """The reading `what` of GPU `h` from the first getter the binding and the driver have (see
+        GETTERS): a getter the driver's library lacks falls through to the next one."""
+        missing = []
         for name, args in GETTERS[what]:
             if not self.has(name):
                 continue
+            value, why, gone = self._invoke(name, h, *args)
+            if gone:
+                missing.append(why)
+                self.driver_lacks.setdefault(what, name)
+                continue
             self.used[what] = name
-            value, why = self.attempt(name, h, *args)
             if why is None:
                 self.why.pop(what, None)
             else:
                 self.why[what] = why
             return value
-        self.why[what] = "no getter in this nvidia-ml-py (" + ", ".join(n for n, _ in GETTERS[what]) + ")"
+        self.why[what] = "; ".join(missing) if missing else \
+            "no getter in this nvidia-ml-py (" + ", ".join(n for n, _ in GETTERS[what]) + ")"
         return None
 
     def count(self) -> int:
@@ -166,20 +184,26 @@ class Nvml:
     def ecc_uncorrected(self, h: Any) -> int | None:
         return self.call("nvmlDeviceGetTotalEccErrors", h, MEMORY_ERROR_UNCORRECTED, VOLATILE_ECC)
 
-    def processes(self, h: Any) -> list[dict]:
+    def processes(self, h: Any) -> tuple[list[dict], list[str]]:
         """Processes on a GPU: pid, memory used (MiB, when known) and kind: "compute" (CUDA, MPS) or
-        "graphics" (a display server, a GL app; a pid in both lists is compute)."""
+        "graphics" (a display server, a GL app; a pid in both lists is compute); and why a list
+        could not be read (NoPermission, NotSupported, a binding/driver mismatch): a list NVML
+        refused is not an empty one."""
         out: dict[int, dict] = {}
+        refused = []
         for name, kind in (("nvmlDeviceGetComputeRunningProcesses", "compute"),
                            ("nvmlDeviceGetMPSComputeRunningProcesses", "compute"),
                            ("nvmlDeviceGetGraphicsRunningProcesses", "graphics")):
-            for p in self.call(name, h) or []:
+            listed, why = self.attempt(name, h)
+            if why is not None and name != "nvmlDeviceGetMPSComputeRunningProcesses":  # MPS: often not supported
+                refused.append(why)
+            for p in listed or []:
                 pid = int(p.pid)
                 if pid in out:
                     continue
                 used = getattr(p, "usedGpuMemory", None)
                 out[pid] = {"pid": pid, "used_mib": round(used / 2**20) if isinstance(used, int) else None, "kind": kind}
-        return list(out.values())
+        return list(out.values()), refused
 
     def device(self, index: int, h: Any) -> dict:
         """What a GPU is and how it is set: name, UUID, PCI bus id, power limits, persistence, ECC,
@@ -208,7 +232,8 @@ class Nvml:
                 "reasons_now": reasons,
                 "mem_total_mib": None if mem is None else round(mem.total / 2**20),
                 "mem_free_mib": None if mem is None else round(mem.free / 2**20),
-                "pcie": self.link(h), "getters": dict(self.used), "unread": unread}
+                "pcie": self.link(h), "getters": dict(self.used), "driver_lacks": dict(self.driver_lacks),
+                "unread": unread}
 
     def p2p(self, a: Any, b: Any) -> tuple[bool | None, str | None]:
         """(peer-to-peer reads work, common ancestor level) between two GPUs."""

@@ -1,8 +1,9 @@
 """Whose processes are on the run's GPUs: patchbench's own tree (the server and its children),
 graphics clients, and foreign compute jobs; and whether NVML's pids can be matched at all.
 
-NVML reports pids in the host's PID namespace. In a container without the host PID namespace
-(`pid_namespace_nested()`: /proc/self/status lists this process in more than one namespace) those
+NVML reports pids in the host's PID namespace (the driver has no PID-namespace support). In a
+container without the host PID namespace (`pid_namespace_nested()`: this process's PID namespace is
+not the kernel's initial one) those
 pids mean nothing here, so `classify` matches none of them and says so: nothing is called foreign
 or own by guess. Graphics processes (Xorg, a desktop on a workstation card) are reported apart,
 never as foreign compute jobs. Effects: reads /proc and psutil; `classify` is pure.
@@ -36,15 +37,27 @@ def patchbench_tree(server_pid: int | None = None) -> set[int]:
     return pids
 
 
-def pid_namespace_nested(status: Path = Path("/proc/self/status")) -> bool | None:
-    """Whether this process lives in a PID namespace below the host's (None: cannot tell)."""
+INIT_PID_NS = "pid:[4026531836]"  # the kernel's fixed inode of the initial PID namespace (PROC_PID_INIT_INO)
+
+
+def pid_namespace_nested(status: Path = Path("/proc/self/status"), ns: Path = Path("/proc/self/ns/pid")) -> bool | None:
+    """Whether this process lives in a PID namespace below the host's (None: cannot tell). A
+    container mounts its own /proc, where NSpid lists one pid only (proc(5): the first is relative to
+    the namespace that mounted procfs), so the namespace's inode decides: any but the initial one's
+    is nested. NSpid with more than one pid (a /proc of an outer namespace) is nested too."""
+    try:
+        if os.readlink(ns) != INIT_PID_NS:
+            return True
+        outer = False
+    except OSError:
+        outer = None
     try:
         for line in status.read_text().splitlines():
             if line.startswith("NSpid:"):
-                return len(line.split()[1:]) > 1
+                return len(line.split()[1:]) > 1 or bool(outer)
     except OSError:
-        return None
-    return None
+        return outer
+    return outer
 
 
 def name_of(pid: int) -> str | None:

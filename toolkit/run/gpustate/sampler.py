@@ -97,7 +97,9 @@ class Sampler:
                 self._slow(g, d, own)
 
     def _slow(self, g: dict, d: Any, own: set[int]) -> None:
-        procs = self.nv.processes(d.mig_handle if d.mig_handle is not None else d.handle)
+        procs, refused = self.nv.processes(d.mig_handle if d.mig_handle is not None else d.handle)
+        for why in refused:  # a list NVML refused: the run's foreign processes are unknown, not none
+            g["unread"].setdefault("processes", why)
         for kind, found in owners.classify(procs, own, matchable=self.matchable).items():
             if kind == "own":
                 continue

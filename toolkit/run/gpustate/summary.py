@@ -64,7 +64,10 @@ def summarize(record: dict | None) -> dict:
         "gpu_throttled_share": _share(gpus, THROTTLE_BITS),
         "gpu_thermal_throttled_share": _share(gpus, THERMAL_BITS),
         "gpu_power_throttled_share": _share(gpus, POWER_BITS),
-        "gpu_foreign_processes": len({(p["gpu"], p["pid"]) for p in foreign}),
+        # unknown (not 0) when NVML refused a GPU's process list or its pids cannot be matched here
+        "gpu_foreign_processes": None if record.get("pid_match") or any("processes" in (g.get("unread") or {})
+                                                                        for g in gpus)
+        else len({(p["gpu"], p["pid"]) for p in foreign}),
         "gpu_ecc_errors_new": _ecc_new(gpus),
         "gpu_pcie_gen_min": min(pcie_gen) if pcie_gen else None,
         "gpu_pcie_width_min": min(pcie_width) if pcie_width else None,
