@@ -86,3 +86,22 @@ def test_recipe_target_table(tmp_path):
     path.write_text('[target]\ngpu = "h100"\ncuont = 4\n')
     with pytest.raises(BadInput, match="did you mean `count`"):
         load_recipe(path)
+
+
+def test_a_flag_sglang_moves_to_another_field_is_expected_there():
+    """sglang 0.5.23 turns the deprecated `--dp-size 8 --enable-dp-attention` into attn_dp_size = 8,
+    dp_size = 1 (its parallel_hook): the check expects the value where sglang put it, says so, and a
+    dp_size that went nowhere stays a mismatch."""
+    from toolkit.run.sglang_args import compare_fields, follow_moves
+
+    implied = {"dp_size": 8, "enable_dp_attention": True}
+    fields = {"dp_size": 1, "attn_dp_size": 8, "enable_dp_attention": True}
+    expected, notes = follow_moves(implied, fields, "0.5.23")
+    assert expected == {"dp_size": 1, "attn_dp_size": 8, "enable_dp_attention": True}
+    assert compare_fields(expected, fields, source="sglang 0.5.23 parser") == []
+    assert notes == ["sglang 0.5.23 reads --dp-size 8 as attn_dp_size = 8 (dp_size = 1): the launched server is "
+                     "checked for that"]
+    # dp_size 8 without attention DP: nothing moved, a parser that kept 1 is still a mismatch
+    dropped, notes = follow_moves({"dp_size": 8}, {"dp_size": 1, "attn_dp_size": 1}, "0.5.23")
+    assert dropped == {"dp_size": 8} and not notes
+    assert compare_fields(dropped, {"dp_size": 1}, source="/server_info")

@@ -70,3 +70,15 @@ def test_ep3_on_tp8_exits_2_with_the_model_shape_reason(project, capsys):
     out = " ".join(out.split())
     assert "ep-size 3 does not divide the 256 routed experts" in out
     assert "patchbench's model-shape rule `ep-divides-experts`, not sglang's" in out
+
+
+def test_dp_attention_written_the_old_way_passes_and_is_checked_where_sglang_puts_it(project, capsys):
+    """`--enable-dp-attention --dp-size 8` (deprecated, still accepted): sglang 0.5.23 moves the 8 to
+    attn_dp_size and keeps dp_size 1; the check passes, says so, and prints the field."""
+    (project / "dpa8.toml").write_text('extends = "baseline"\n[server.args]\nenable-dp-attention = true\n'
+                                       'dp-size = 8\n')
+    rc, out = run_check(project / "dpa8.toml", capsys)
+    assert rc == 0, out
+    assert "reads --dp-size 8 as attn_dp_size = 8 (dp_size = 1)" in " ".join(out.split())
+    lines = {ln.split()[0]: ln.split()[1:] for ln in out.splitlines() if ln.startswith("  ") and len(ln.split()) > 1}
+    assert lines["attn_dp_size"] == ["8"] and lines["dp_size"] == ["1"]

@@ -71,6 +71,27 @@ def implied_expectations(server, dests: dict[str, str]) -> dict[str, object]:
     return implied
 
 
+# sglang's own renames of a deprecated spelling (a flag's value moved to another field, not dropped):
+# (the flag's field, where its value moves, what the flag's field keeps). sglang 0.5.23
+# (srt/arg_groups/parallel_hook.py, handle_deprecated_dp_attention): `--dp-size N --enable-dp-attention`
+# becomes attn_dp_size = N, dp_size = 1 (dp_size counts replicas again).
+MOVED = (("dp_size", "attn_dp_size", 1),)
+
+
+def follow_moves(implied: dict, fields: dict, version: str | None) -> tuple[dict, list[str]]:
+    """`implied` with each flag sglang moved to another field (MOVED) expected there instead, and a
+    line saying so; a value that moved nowhere stays expected where the flag put it (a mismatch)."""
+    out, notes = dict(implied), []
+    for src, dst, kept in MOVED:
+        if (src in out and dst in fields and dst not in out and not _same(out[src], kept)
+                and _same(fields[dst], out[src]) and _same(fields.get(src), kept)):
+            flag = "--" + src.replace("_", "-")
+            notes.append(f"sglang {version} reads {flag} {out[src]} as {dst} = {out[src]} ({src} = {kept}): "
+                         f"the launched server is checked for that")
+            out[dst], out[src] = out[src], kept
+    return out, notes
+
+
 def compare_fields(expect: dict, fields: dict, *, source: str) -> list[str]:
     """Mismatches between expectations and observed fields, one message per field."""
     problems = []
@@ -138,7 +159,7 @@ def static_check(python: Path, server, expect: dict, *, environ: dict | None = N
                        hint="this is sglang's own validation" + (f" for {target['count']} x {target['name']}"
                                                                   if target else ""))
     fields = report["fields"]
-    implied = implied_expectations(server, report["dests"])
+    implied, moved = follow_moves(implied_expectations(server, report["dests"]), report["fields"], version)
     expected = {**implied, **expect}
     problems = compare_fields(expected, fields, source=f"sglang {version} parser")
     if err:
@@ -149,14 +170,16 @@ def static_check(python: Path, server, expect: dict, *, environ: dict | None = N
     return StaticCheck(ok=not problems, version=version, fields=fields, problems=problems,
                        resolved=bool(report.get("resolved")), note=None if outcome == "ok" else outcome,
                        implied=implied, resolved_config=report.get("resolved_config") or {}, target=target,
-                       outcome=outcome, presented=report.get("presented"))
+                       outcome=outcome, presented=report.get("presented"), warnings=moved)
 
 
 # The effective config worth a line in the check's table, a diff between recipes and a comparison
 # with /server_info after launch. Per-launch values (host, port, paths, seeds) are not here.
 KEY_FIELDS = (
     "attention_backend", "prefill_attention_backend", "decode_attention_backend",
-    "nsa_prefill_backend", "nsa_decode_backend", "moe_runner_backend", "moe_a2a_backend",
+    "dsa_prefill_backend", "dsa_decode_backend",  # sglang 0.5.23's names for DeepSeek/GLM-5 sparse attention
+    "nsa_prefill_backend", "nsa_decode_backend",  # their names until 0.5.10
+    "moe_runner_backend", "moe_a2a_backend", "attn_dp_size",
     "quantization", "dtype", "kv_cache_dtype", "page_size", "chunked_prefill_size",
     "cuda_graph_max_bs", "cuda_graph_bs", "cuda_graph_config", "disable_cuda_graph", "max_running_requests",
     "mem_fraction_static", "tp_size", "ep_size", "dp_size", "pp_size", "enable_dp_attention",
