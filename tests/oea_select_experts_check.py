@@ -1,7 +1,9 @@
 """Run by an interpreter that can import the patched sglang: sglang's own select_experts under
 GLM-5's routing config (256 experts, top-8, n_group 1, topk_group 1, sigmoid, correction bias,
 routed_scaling_factor 2.5) and on the ungrouped softmax path, with OEA off, on, and above its token
-limit. Prints one JSON object.
+limit, and on inside a prefill forward and a decode forward (the mode sglang's forward_context tells
+oea.py). After each routing the activation counts are flushed (as a forward's end does), so the
+lines are those of that routing. Prints one JSON object.
 
 argv: [ENV_ON_JSON [UPSTREAM_TOPK_PY]]. ENV_ON_JSON is the environment that turns OEA on (default
 SGLANG_OEA_K0=4). UPSTREAM_TOPK_PY, when given, is the release's unpatched topk.py: it is loaded
@@ -48,12 +50,32 @@ def _load_upstream(path: str):
     return module
 
 
-def route(module, logits, bias, *, grouped: bool, env: dict):
+class _Mode:
+    """A stand-in for sglang's ForwardMode: only is_decode() is read."""
+
+    def __init__(self, decode: bool):
+        self.decode = decode
+
+    def is_decode(self) -> bool:
+        return self.decode
+
+
+def route(module, logits, bias, *, grouped: bool, env: dict, decode: bool | None = None):
     for k in ("SGLANG_OEA_K0", "SGLANG_OEA_MAX_TOKENS", "SGLANG_OEA_LOG_INTERVAL"):
         os.environ.pop(k, None)
     os.environ.update(env)
     oea.oea_config.cache_clear()
     oea._last_log_time = None
+    state = oea.note_forward_mode(_Mode(decode)) if decode is not None else None
+    try:
+        return _route(module, logits, bias, grouped=grouped)
+    finally:
+        if state is not None:
+            oea.restore_forward_mode(state)
+        oea.flush(force=True)
+
+
+def _route(module, logits, bias, *, grouped: bool):
     cfg = module.TopKConfig(top_k=K, use_grouped_topk=grouped, num_expert_group=1 if grouped else None,
                             topk_group=1 if grouped else None, renormalize=True,
                             correction_bias=bias if grouped else None,
@@ -84,6 +106,8 @@ def main() -> None:
             "on": route(patched, logits, bias, grouped=grouped, env=env_on),
             "big_off": route(patched, big, bias, grouped=grouped, env={}),
             "big_on": route(patched, big, bias, grouped=grouped, env=env_on),
+            "on_prefill": route(patched, logits, bias, grouped=grouped, env=env_on, decode=False),
+            "on_decode": route(patched, logits, bias, grouped=grouped, env=env_on, decode=True),
         }
         if upstream is not None:
             r["upstream"] = route(upstream, logits, bias, grouped=grouped, env={})

@@ -34,7 +34,8 @@ from conftest import REPO_ROOT, TEST_CACHE, git, once_per_run
 from sglang_cpu import sglang_cpu_python
 
 E, K, K0, TOKENS = 256, 8, 4, 16
-LINE = re.compile(r"^OEA active: tokens=(\d+) distinct_before=(\d+) distinct_after=(\d+)$")
+LINE = re.compile(r"^OEA active: tokens=(\d+) distinct_before=(\d+) distinct_after=(\d+) \(means of the first MoE "
+                  r"layer over (\d+) decode step\(s\), counted on the device: CUDA-graph replays included\)$")
 CHECK = REPO_ROOT / "tests" / "oea_select_experts_check.py"
 TOPK_PY = Path("sglang", "srt", "layers", "moe", "topk.py")
 PATHS = ("grouped", "ungrouped")
@@ -150,8 +151,16 @@ def _assert_oea_routing(torch, res: dict, path: str) -> tuple[int, int]:
     chosen = scores.gather(1, ids)
     expected = chosen / chosen.sum(-1, keepdim=True) * (2.5 if path == "grouped" else 1.0)
     torch.testing.assert_close(torch.tensor(on_w), expected)
-    assert f"OEA active: tokens={TOKENS} distinct_before={before} distinct_after={after}" in res["log_lines"]
+    lines = [LINE.match(line) for line in res["log_lines"]]
+    assert any(m and m.groups()[:3] == (str(TOKENS), str(before), str(after)) for m in lines), res["log_lines"]
     return before, after
+
+
+def _assert_decode_steps_only(res: dict, path: str) -> None:
+    """Inside a forward, the mode decides: a prefill batch keeps the plain routing whatever its
+    size, a decode batch is re-routed (the prompts' prefills at concurrency 1 are never touched)."""
+    r = res[path]
+    assert r["on_prefill"] == r["off"] and r["on_decode"] == r["on"]
 
 
 def _assert_unchanged_off_and_above_limit(res: dict, path: str) -> None:
@@ -179,6 +188,11 @@ def test_select_experts_unchanged_when_off_or_above_the_limit(routed, path):
     _assert_unchanged_off_and_above_limit(routed, path)
 
 
+@pytest.mark.parametrize("path", PATHS)
+def test_select_experts_reroutes_decode_steps_only(routed, path):
+    _assert_decode_steps_only(routed, path)
+
+
 # --- oea.py's own helpers, on the tree's module ------------------------------------------------
 
 
@@ -187,15 +201,36 @@ def _glm5_inputs(torch, tokens=TOKENS, seed=0):
     return torch.randn(tokens, E, generator=g), torch.randn(E, generator=g) * 0.1
 
 
-def test_log_line_is_rate_limited(torch, oea, env, caplog):
+class _Mode:
+    def __init__(self, decode: bool):
+        self.decode = decode
+
+    def is_decode(self) -> bool:
+        return self.decode
+
+
+def test_log_line_is_rate_limited_and_counts_the_first_layer_of_each_decode_step(torch, oea, env, caplog):
+    """Five decode forwards of three MoE layers each: one line (the interval), the means of the
+    first layer's calls over the five steps; a prefill forward adds nothing."""
     logits, bias = _glm5_inputs(torch)
     env.setenv("SGLANG_OEA_K0", str(K0))
     env.setenv("SGLANG_OEA_LOG_INTERVAL", "3600")
+    oea._totals.clear()
+    oea._logged.clear()
     with caplog.at_level(logging.INFO, logger="sglang.srt.layers.moe.oea"):
-        for _ in range(5):
-            oea.oea_select(logits, K, K0, renormalize=True, scoring_func="sigmoid", correction_bias=bias,
-                           num_expert_group=1, topk_group=1)
-    assert sum(bool(LINE.match(r.getMessage())) for r in caplog.records) == 1
+        for decode in (True, True, False, True, True, True):
+            state = oea.note_forward_mode(_Mode(decode))
+            for _layer in range(3):
+                if oea.oea_k0_for_batch(K, TOKENS):
+                    oea.oea_select(logits, K, K0, renormalize=True, scoring_func="sigmoid", correction_bias=bias,
+                                   num_expert_group=1, topk_group=1)
+            oea.restore_forward_mode(state)
+            oea.flush()
+        lines = [LINE.match(r.getMessage()) for r in caplog.records]
+        last = oea.flush(force=True)  # what the interval held back: the 4 later decode steps
+    found = [m for m in lines if m]
+    assert len(found) == 1 and found[0].group(1) == str(TOKENS) and found[0].group(4) == "1"  # the first flush
+    assert LINE.match(last) and LINE.match(last).group(4) == "4", last
 
 
 def test_off_and_above_the_token_limit_is_plain_routing(oea, env):
@@ -206,6 +241,9 @@ def test_off_and_above_the_token_limit_is_plain_routing(oea, env):
     assert oea.oea_k0_for_batch(K, 64) == K0
     assert oea.oea_k0_for_batch(K, 65) == 0
     assert oea.oea_k0_for_batch(K, 1) == 0
+    state = oea.note_forward_mode(_Mode(False))  # a prefill forward: plain routing at any size
+    assert oea.oea_k0_for_batch(K, 16) == 0
+    oea.restore_forward_mode(state)
 
 
 def test_grouped_routing_stays_inside_the_token_groups(torch, oea):
@@ -243,14 +281,21 @@ def test_select_experts_in_the_oea_env(torch):
         _assert_unchanged_off_and_above_limit(res, path)
 
 
-def test_both_releases_ship_the_same_module():
-    """The 0.5.10.post1 port adds the same oea.py as the 0.5.23 patch (no torch needed)."""
+def test_both_releases_route_alike():
+    """The 0.5.10.post1 port adds the same routing functions as the 0.5.23 patch (no torch needed).
+    Only 0.5.23's has sglang's forward_context to learn the forward mode and to flush device-side
+    counts; the 0.5.10 port keeps the token-count proxy and its eager-call log line."""
+    import ast
+
     from unidiff import PatchSet
 
-    def added(patch):
+    def functions(patch):
         files = PatchSet(patch.read_text())
         (f,) = [f for f in files if f.path.endswith("layers/moe/oea.py")]
-        return "".join(line.value for h in f for line in h if line.is_added)
+        tree = ast.parse("".join(line.value for h in f for line in h if line.is_added))
+        return {n.name: ast.dump(n) for n in tree.body if isinstance(n, ast.FunctionDef)}
 
     new = REPO_ROOT / "patches"
-    assert added(new / "sglang" / "oea-topk.patch") == added(new / "sglang-0.5.10" / "oea-topk.patch")
+    a, b = functions(new / "sglang" / "oea-topk.patch"), functions(new / "sglang-0.5.10" / "oea-topk.patch")
+    for name in ("parse_oea_config", "routing_scores", "choice_scores", "_weights_for", "_valid_rows"):
+        assert a[name] == b[name], name

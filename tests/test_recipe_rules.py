@@ -131,6 +131,18 @@ server_info = { enable_sbo = true }
     assert not v.ok and v.status == {"a.patch": "missing", "b.patch": "missing"}
     assert v.problems[0].startswith("a.patch: 1 of >= 2 ")
     assert "enable_sbo = False, expected True" in v.problems[1]
+    # where the numbers were measured: eager Python calls, unless the line says it counted on the device
+    from toolkit.run.evidence import metrics_source
+
+    v = check_evidence(["a.patch"], recipe.evidence, log, None)
+    assert metrics_source(v, ["--tp-size", "8"])["distinct_experts"] == "from 2 eager calls, outside CUDA graphs"
+    assert metrics_source(v, ["--disable-decode-cuda-graph"])["distinct_experts"].startswith("from 2 calls (CUDA graphs")
+    device = "".join(line + " (means of the first MoE layer over 300 decode step(s), counted on the device: CUDA-graph "
+                     "replays included)\n" for line in log.splitlines() if "OEA" in line)
+    v = check_evidence(["a.patch"], recipe.evidence, device, None)
+    assert v.metrics["distinct_experts"] == 32.0
+    assert metrics_source(v, [])["distinct_experts"] == ("from 2 log line(s) of device counts over the decode steps "
+                                                        "(CUDA-graph replays included)")
 def test_shipped_patches_all_declare_evidence():
     for f in sorted((REPO / "recipes").rglob("*.toml")):
         recipe = load_recipe(f, REPO / "recipes")

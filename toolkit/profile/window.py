@@ -7,13 +7,16 @@ part of the step from the profiler's overhead. The load generator knows when eac
 
   - sglang starts recording at the step after the request (the one in flight is not recorded), and
     with `num_steps` stops at the start of the step after the last recorded one, then writes the
-    traces (the scheduler blocks meanwhile: one long gap);
+    traces (the scheduler blocks meanwhile: one long gap). With the overlap scheduler (sglang's
+    default) that stop runs before the last recorded step's tokens are sent, so the long gap lands
+    one arrival earlier than without it;
   - at steady decode every step gives each request one token.
 
 So for each request that was decoding when the answer came (it had a token before; later requests
-start with a prefill and are left out) the arrivals after the answer are numbered 1, 2, ...: arrivals 2 .. steps + 1
-close the gaps of the recorded steps ("profiled"), arrival steps + 2 holds the trace export, and
-arrivals from steps + 3 on are steps with the profiler off ("after"). A gap of k tokens in one
+start with a prefill and are left out) the arrivals after the answer are numbered 1, 2, ...: arrivals
+2 .. steps close the gaps of recorded steps ("profiled"; the last recorded step's gap is left out, it
+may hold the trace export), arrivals steps + 1 and steps + 2 are left out (the export, either
+scheduler), and arrivals from steps + 3 on are steps with the profiler off ("after"). A gap of k tokens in one
 arrival counts k times at 1/k of its length (as the serving benchmark's ITL does).
 
 The step-time check then reads: trace step vs the profiled ITL (does the trace cover the step?),
@@ -61,7 +64,7 @@ def split(arrivals: Sequence[Sequence[tuple[float, int]]], started: float, steps
                 j += 1
             if prev is not None and k > 0:
                 gap = [1000.0 * (t - prev) / k] * k
-                if 2 <= j <= steps + 1:
+                if 2 <= j <= steps:
                     inside += gap
                 elif j >= steps + 3:
                     after += gap

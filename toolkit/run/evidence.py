@@ -6,11 +6,12 @@ the benchmark the pipeline hands the server log and /server_info here; a patch w
 missing makes the run `invalid`, with the reason. A patch without declared evidence is allowed and
 reported as `undeclared` (results and the report flag it). Named groups of a log regex become
 run-level metrics: the mean of the numbers they captured (OEA's `distinct_experts`), and
-`metrics_source` says where such a number was measured: the patch logs from Python, so with CUDA
-graphs on (no `--disable-cuda-graph`) its lines come only from eager calls (warmup, prefills, batch
-sizes outside the captured graphs), never from the replayed decode steps the benchmark times. A
-host-side log line cannot run inside a captured graph; counting there would need a device counter
-the patch does not have.
+`metrics_source` says where such a number was measured. A patch that logs from Python sees only
+eagerly run calls: with CUDA graphs on (no `--disable-cuda-graph`) its lines never come from the
+replayed decode steps the benchmark times, so such a metric says "eager calls, outside CUDA graphs".
+A patch whose line says it counted on the device (DEVICE_COUNTED: the shipped OEA patch adds its
+counts with fixed-shape ops inside the captured graphs and logs them when a forward ends) is read
+as what it says: device counts over the decode steps, graph replays included.
 
 On CPU, real sglang runs with upstream/sgl-kernel-standin in place of sgl_kernel: its names raise
 when called and log `STANDIN_MARKER <name>` first. A server log holding that line is a run that
@@ -29,7 +30,9 @@ from typing import Any, Iterable, Mapping
 from toolkit.recipe.spec import EvidenceSpec
 
 OK, MISSING, UNDECLARED = "ok", "missing", "undeclared"
-STANDIN_MARKER = "patchbench sgl_kernel stand-in called:"  # upstream/sgl-kernel-standin/src/sgl_kernel
+STANDIN_MARKER = "patchbench sgl_kernel stand-in called:"
+# what a patch's evidence line says when its numbers were counted on the device, graph replays included
+DEVICE_COUNTED = "counted on the device: CUDA-graph replays included"  # upstream/sgl-kernel-standin/src/sgl_kernel
 
 
 def standin_calls(log_text: str) -> list[str]:
@@ -45,6 +48,7 @@ class EvidenceVerdict:
     metrics: dict[str, float] = field(default_factory=dict)  # named regex groups, mean over matches
     counts: dict[str, int] = field(default_factory=dict)  # patch -> matching log lines
     metric_counts: dict[str, int] = field(default_factory=dict)  # metric -> log lines it was averaged over
+    device_counted: set = field(default_factory=set)  # metrics whose lines say DEVICE_COUNTED
 
     @property
     def ok(self) -> bool:
@@ -83,9 +87,15 @@ def _group_values(matches: list[re.Match]) -> dict[str, list[float]]:
 def metrics_source(verdict: EvidenceVerdict, server_argv: Iterable[str]) -> dict[str, str]:
     """metric -> where it was measured, e.g. "from 12 eager calls, outside CUDA graphs" (stored in
     the run's extra["evidence_metrics_source"]; compare and report print it beside the value)."""
-    graphs = "--disable-cuda-graph" not in list(server_argv)
+    argv = list(server_argv)
+    graphs = "--disable-cuda-graph" not in argv and "--disable-decode-cuda-graph" not in argv
     where = "eager calls, outside CUDA graphs" if graphs else "calls (CUDA graphs disabled: every step eager)"
-    return {m: f"from {verdict.metric_counts.get(m, 0)} {where}" for m in verdict.metrics}
+    out = {}
+    for m in verdict.metrics:
+        n = verdict.metric_counts.get(m, 0)
+        out[m] = (f"from {n} log line(s) of device counts over the decode steps (CUDA-graph replays included)"
+                  if m in verdict.device_counted else f"from {n} {where}")
+    return out
 
 
 def run_extra(verdict: EvidenceVerdict, server_argv: Iterable[str]) -> dict:
@@ -118,6 +128,8 @@ def check_evidence(patches: Iterable[str], specs: Mapping[str, EvidenceSpec], lo
             for name, vals in _group_values(matches).items():
                 verdict.metrics[name] = statistics.fmean(vals)
                 verdict.metric_counts[name] = len(vals)
+                if matches and all(DEVICE_COUNTED in m.string for m in matches):
+                    verdict.device_counted.add(name)
         for key, want in spec.server_info:
             if server_info is None or key not in server_info:
                 problems.append(f"{patch}: /server_info has no field `{key}` (expected {want!r})")
