@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from toolkit.profile.breakdown import breakdown, classified_share, kernels
+from toolkit.profile.breakdown import breakdown, classified_share, decode_stage, idle_only, kernels
 from toolkit.profile.diff import kernel_diff
 from toolkit.profile.families import OTHER, classify, load_families
 from toolkit.profile.floors import component_floors_ms, family_floors_ms, floor_spec
@@ -61,7 +61,7 @@ SGLANG_0523_KERNELS = [
 STEP_GAP_US = 400.0  # idle on the GPU per step (launch gaps)
 
 
-def _gpu_trace(path, steps: int = 3, batch: int = 8, ranks=(0,)):
+def _gpu_trace(path, steps: int = 3, batch: int = 8, ranks=(0,), stage: str = "DECODE"):
     """Chrome traces laid out like sglang 0.5.23's (GPU kernels on a stream, step spans on both sides)."""
     out = []
     for rank in ranks:
@@ -73,7 +73,7 @@ def _gpu_trace(path, steps: int = 3, batch: int = 8, ranks=(0,)):
                                "args": {"grid": [132, 1, 1], "block": [128, 1, 1]}})
                 ts += dur
             ts += STEP_GAP_US
-            span = {"ph": "X", "name": f"step[DECODE bs={batch}]", "ts": start, "dur": ts - start, "pid": rank}
+            span = {"ph": "X", "name": f"step[{stage} bs={batch}]", "ts": start, "dur": ts - start, "pid": rank}
             events.append({**span, "cat": "gpu_user_annotation", "tid": 7})
             events.append({**span, "cat": "user_annotation", "tid": 1, "dur": 300.0})
             events.append({"ph": "X", "cat": "cpu_op", "name": "aten::empty", "pid": rank, "tid": 1, "ts": start, "dur": 5})
@@ -110,6 +110,28 @@ def test_breakdown_sums_to_the_step_per_rank(tmp_path):
         assert "grid" in next(iter(b.shapes["moe_gemm"]))
         check = step_check(b.to_dict(), itl_ms=b.step_ms * 1.05)
         assert abs(check["sum_vs_step"]) < 1e-9 and check["step_vs_itl"] == pytest.approx(1 / 1.05 - 1)
+
+
+def test_speculative_and_idle_ranks_are_read_as_what_they_ran(tmp_path):
+    """A speculative server's target steps are `step[VERIFY ...]`: they are its decode steps. A DP
+    attention rank with no request runs only `step[IDLE ...]`: not a short trace, nothing to show."""
+    from toolkit.profile.capture import short_trace
+    from toolkit.profile.render import render
+
+    fams = load_families()
+    (tmp_path / "v").mkdir()
+    (tmp_path / "i").mkdir()
+    (verify,) = _gpu_trace(tmp_path / "v", steps=4, stage="VERIFY")
+    (idle,) = _gpu_trace(tmp_path / "i", steps=4, ranks=(1,), stage="IDLE")
+    v, i = load_trace(verify), load_trace(idle)
+    assert decode_stage(v) == "VERIFY" and decode_stage(i) == "DECODE" and idle_only(i) and not idle_only(v)
+    ranks = [{**breakdown(v, fams, decode_stage(v)).to_dict(), "idle_only": False},
+             {**breakdown(i, fams, decode_stage(i)).to_dict(), "idle_only": True}]
+    assert ranks[0]["steps"] == 4 and ranks[0]["stage"] == "VERIFY" and ranks[1]["steps"] == 0
+    assert short_trace(ranks, 4) is None and short_trace(ranks, 5) == "short trace: rank 0: 4 decode step(s) of 5 asked"
+    text = [x if isinstance(x, str) else str(x.title) for x in render("r", fams, {"ranks": ranks}, None)]
+    assert any("4 target VERIFY steps (speculative decoding" in t for t in text)
+    assert any("rank 1 ran only idle steps" in t for t in text)
 
 
 def test_cpu_trace_scopes_classify_top_level_ops(tmp_path):

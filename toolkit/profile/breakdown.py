@@ -90,6 +90,7 @@ class Breakdown:
 
     def to_dict(self) -> dict:
         return {"rank": self.rank, "path": self.path, "mode": self.mode, "steps": len(self.steps),
+                "stage": self.steps[0].stage if self.steps else None,
                 "step_ms": self.step_ms, "family_ms": self.family_ms(), "counts_per_step": self.counts_per_step(),
                 "overlap_ms": self.overlap_ms, "per_step_ms": {f: self.per_step_ms(f) for f in self.family_ms()},
                 "batches": sorted({s.batch for s in self.steps}),
@@ -104,6 +105,19 @@ def step_spans(trace: Trace, stage: str | None = "DECODE") -> list[Event]:
     if stage:
         spans = [e for e in spans if STEP_RE.match(e.name).group("stage") == stage]
     return spans
+
+
+def decode_stage(trace: Trace) -> str:
+    """The stage of a rank's decode steps: DECODE, or VERIFY when the server decodes speculatively
+    (sglang names the target model's steps `step[VERIFY ...]`, the draft model's `step[DRAFT ...]`)."""
+    stages = {STEP_RE.match(e.name).group("stage") for e in step_spans(trace, None)}
+    return "VERIFY" if "DECODE" not in stages and "VERIFY" in stages else "DECODE"
+
+
+def idle_only(trace: Trace) -> bool:
+    """The rank ran only idle steps (DP attention with fewer requests than attention-DP groups)."""
+    stages = {STEP_RE.match(e.name).group("stage") for e in step_spans(trace, None)}
+    return stages == {"IDLE"}
 
 
 def _shapes(e: Event) -> str:

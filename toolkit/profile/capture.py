@@ -260,8 +260,10 @@ def capture(base_url: str, cfg, body: dict, steps: int, out_dir: Path, *, timeou
 
 
 def short_trace(ranks: list[dict], steps: int) -> str | None:
-    """Why the traces hold fewer decode steps than asked (per rank), or None when they hold them all."""
-    short = [f"rank {r['rank']}: {r['steps']}" for r in ranks if r["steps"] < steps]
+    """Why the traces hold fewer decode steps than asked (per rank), or None when they hold them all.
+    A rank that ran only idle steps (DP attention with fewer requests than attention-DP groups) is
+    not short: it had nothing to decode."""
+    short = [f"rank {r['rank']}: {r['steps']}" for r in ranks if r["steps"] < steps and not r.get("idle_only")]
     if not short:
         return None
     return f"short trace: {', '.join(short)} decode step(s) of {steps} asked"

@@ -76,8 +76,14 @@ def _pct(row: dict) -> str:
 def render(recipe: str, families, summary: dict, spec: FloorSpec | None) -> list:
     out: list = []
     for rank in summary["ranks"]:
+        if rank.get("idle_only"):
+            out.append(f"{recipe}: rank {rank['rank']} ran only idle steps (DP attention with fewer requests than "
+                       "attention-DP groups): nothing to break down")
+            continue
         rows = floor_lines(families, rank, spec)
-        t = Table(title=f"{recipe}: rank {rank['rank']}, {rank['steps']} decode steps "
+        what = ("target VERIFY steps (speculative decoding; the draft's steps apart)" if rank.get("stage") == "VERIFY"
+                else "decode steps")
+        t = Table(title=f"{recipe}: rank {rank['rank']}, {rank['steps']} {what} "
                         f"(batch {','.join(map(str, rank['batches']))}), {rank['mode'].upper()} trace",
                   title_justify="left")
         for col in ("family", "ms/step", "share", "kernels/step", "roofline floor", "floor/measured", "shapes (top)"):

@@ -18,7 +18,7 @@ from rich.console import Console
 
 from toolkit.run import evidence, machine, server as srv
 from toolkit.errors import NoGPU, PatchbenchError
-from toolkit.profile.breakdown import breakdown
+from toolkit.profile.breakdown import breakdown, decode_stage, idle_only
 from toolkit.profile.capture import accepted_fields, capture, profile_body, short_trace
 from toolkit.profile.families import load_families
 from toolkit.profile.trace import load_trace
@@ -70,7 +70,12 @@ def _tp_ranks(info: dict, recipe: Recipe) -> int:
 
 def summarize(traces: list[Path], families, itl_ms: float | None) -> dict:
     """Per-rank breakdowns of the traces, as stored in the run's extra["profile"]."""
-    ranks = [breakdown(load_trace(p), families).to_dict() for p in traces]
+    ranks = []
+    for p in traces:
+        trace = load_trace(p)
+        rank = breakdown(trace, families, decode_stage(trace)).to_dict()
+        rank["idle_only"] = idle_only(trace)
+        ranks.append(rank)
     return {"ranks": sorted(ranks, key=lambda r: r["rank"]), "itl_ms_median": itl_ms}
 
 
