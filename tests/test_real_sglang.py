@@ -53,6 +53,7 @@ def test_baseline_and_oea_on_real_sglang(tmp_path, capsys):
         assert r.extra["evidence"] == {"sglang/oea-topk.patch": "ok"}
         m = r.extra["evidence_metrics"]
         assert m["oea_tokens"] >= 2 and m["distinct_experts"] < m["experts_before"]
+        assert "device counts over the decode steps" in r.extra["evidence_metrics_source"]["distinct_experts"]
     capsys.readouterr()
     assert main(["compare", "cpu/baseline", "cpu/oea", "--json", *common]) == 0
     out = json.loads(capsys.readouterr().out)
@@ -65,6 +66,10 @@ def test_baseline_and_oea_on_real_sglang(tmp_path, capsys):
     assert set(floor) == {"1", "8"} and all(v["n"] == 16 for v in floor.values()), floor
     assert floor["1"]["varies"] == 0, floor
     assert set(out["quality"]["cpu/oea"]) == {"1", "8"}
+    # one request at a time OEA is a no-op (a decode step of one token; prefills are never re-routed):
+    # every OEA answer is the baseline's (before the patch learned the forward mode, prefills of <= 64
+    # tokens were re-routed and answers changed here)
+    assert out["quality"]["cpu/oea"]["1"]["departs"] == 0, out["quality"]["cpu/oea"]["1"]
 
 
 def test_one_batch_driver_runs_real_sglang_benchmark(tmp_path, capsys):
