@@ -99,7 +99,7 @@ def profile_recipe(recipe: Recipe, *, home: Path, store, concurrency: int, steps
     trace_dir = run_dir / "profile"
     server_log = run_dir / "server.log"
     host = recipe.server.host
-    argv = launch_argv(recipe.server, host=host, port=recipe.server.port or srv.free_port(host))  # until it binds
+    argv = launch_argv(recipe.server, host=host, port=recipe.server.port or 0)  # 0: picked at launch (launch_ready)
     cfg = _serving_config(recipe, concurrency, steps)
     body = profile_body(accepted, output_dir=str(trace_dir), num_steps=steps, profile_id=run_id[:12], gpu=gpu)
     extra = {"kind": KIND, "profile_request": body, "profile_fields_from": source,

@@ -105,8 +105,7 @@ class Nvml:
         try:
             return _text(fn(*args)), None, False
         except Exception as exc:  # noqa: BLE001 - NVMLError_NotSupported and friends: "unknown", said
-            missing = getattr(exc, "value", None) == FUNCTION_NOT_FOUND or "FunctionNotFound" in type(exc).__name__
-            return None, f"{name}: {_error(exc)}", missing
+            return None, f"{name}: {_error(exc)}", getattr(exc, "value", None) == FUNCTION_NOT_FOUND
 
     def read(self, what: str, h: Any) -> Any:
         """The reading `what` of GPU `h` from the first getter the binding and the driver have (see
