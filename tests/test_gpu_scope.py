@@ -49,11 +49,36 @@ def eight(**kw) -> FakeNvml:
     ({"tp-size": 2, "base-gpu-id": 4}, [4, 5]),
     ({"tp_size": 2, "dp_size": 2}, [0, 1, 2, 3]),  # ServerArgs field names (/server_info, the static check)
     ({"tp-size": 4, "dp-size": 4, "enable-dp-attention": True}, [0, 1, 2, 3]),  # DP attention: dp within tp
+    ({"tp-size": 4, "attn-dp-size": 4}, [0, 1, 2, 3]),  # 0.5.23's spelling of it
+    ({"tp_size": 4, "dp_size": 1, "attn_dp_size": 4, "enable_dp_attention": True}, [0, 1, 2, 3]),  # 0.5.23 resolved
     ({"tp-size": 2, "pp-size": 2, "base-gpu-id": 2}, [2, 3, 4, 5]),
     ({"tp-size": 4, "gpu-id-step": 2}, [0, 2, 4, 6]),
 ])
 def test_the_layout_names_the_cuda_devices_sglang_uses(args, want):
     assert layout_positions(args) == want
+
+
+@pytest.mark.parametrize("args, gpus", [
+    ({"tp-size": 8, "dp-size": 8, "enable-dp-attention": True}, 8),  # attention DP within tp: not 64
+    ({"tp-size": 8, "attn-dp-size": 8}, 8),
+    ({"tp-size": 4, "dp-size": 2}, 8),  # two replicas
+    ({"tp-size": 2, "pp-size": 2}, 4),
+    ((("tp-size", "2"),), 2),  # a recipe's (name, value) pairs
+])
+def test_a_launch_holds_the_gpus_its_layout_names(args, gpus):
+    """What GPU minutes and per-GPU throughput are counted with (toolkit.analysis.launch_cost.gpus_of)."""
+    from toolkit.analysis.launch_cost import gpus_of
+
+    assert gpus_of(args) == gpus
+
+
+def test_the_layout_line_says_attention_dp_however_it_is_written():
+    from toolkit.run.gpustate.scope import describe_layout
+
+    for args in ({"tp-size": 8, "dp-size": 8, "enable-dp-attention": True}, {"tp-size": 8, "attn-dp-size": 8},
+                 {"tp_size": 8, "dp_size": 1, "attn_dp_size": 8, "enable_dp_attention": True}):
+        assert describe_layout(args) == "tp 8 attention DP 8 (within tp) from base-gpu-id 0"
+    assert describe_layout({"tp-size": 2, "dp-size": 2}) == "tp 2 dp 2 from base-gpu-id 0"
 
 
 def test_a_bad_layout_value_is_bad_input():

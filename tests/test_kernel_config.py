@@ -31,8 +31,11 @@ import kernel_timing as kt  # noqa: E402
     ({}, {"SGLANG_FLASHINFER_MOE_FUSED_FINALIZE": "1"}, {"use_fused_finalize": True}),
     ({}, {"SGLANG_FLASHINFER_MOE_FUSED_FINALIZE": "Yes"}, {"use_fused_finalize": True}),
     ({"chunked-prefill-size": 4096}, {}, {"tune_max_num_tokens": 4096}),
-    ({"chunked-prefill-size": 1024, "dp-size": 4, "enable-dp-attention": True}, {}, {"tune_max_num_tokens": 4096}),
-    ({"chunked-prefill-size": 4096, "dp-size": 4, "enable-dp-attention": True}, {}, {"tune_max_num_tokens": 8192}),
+    # attention DP: 0.5.23 divides the chunk among the attention-DP ranks, then the runner multiplies back
+    ({"chunked-prefill-size": 1024, "dp-size": 4, "enable-dp-attention": True}, {}, {"tune_max_num_tokens": 1024}),
+    ({"chunked-prefill-size": 4096, "attn-dp-size": 4}, {}, {"tune_max_num_tokens": 4096}),  # 0.5.23's spelling
+    ({"chunked-prefill-size": 1026, "attn-dp-size": 4}, {}, {"tune_max_num_tokens": 1024}),  # 256 a rank
+    ({"chunked-prefill-size": -1, "attn-dp-size": 4, "max-prefill-tokens": 4096}, {}, {"tune_max_num_tokens": 8192}),
     ({"chunked-prefill-size": 4096, "dp-size": 4}, {}, {"tune_max_num_tokens": 4096}),  # DP without DP attention
     ({"chunked-prefill-size": -1, "max-prefill-tokens": 2048}, {}, {"tune_max_num_tokens": 2048}),
     ({"disaggregation-mode": "decode"}, {}, {"tune_max_num_tokens": "per-call"}),

@@ -46,6 +46,20 @@ def test_tp_must_divide_the_attention_heads_or_the_dp_attention_layout(glm5):
         ["tp-divides-heads"]
 
 
+def test_attention_dp_is_read_however_it_is_written(glm5):
+    """The static check hands 0.5.23's resolved fields (attn_dp_size 8, dp_size 1: sglang moved the
+    old spelling there) or a recipe's --attn-dp-size: each is the same layout as --dp-size 8
+    --enable-dp-attention (attention replicated on every GPU), not plain TP 8."""
+    old = check_model_shape(glm5, {"tp_size": 8, "dp_size": 8, "enable_dp_attention": True}, weights=WEIGHTS)
+    resolved = check_model_shape(glm5, {"tp_size": 8, "dp_size": 1, "attn_dp_size": 8,
+                                        "enable_dp_attention": True}, weights=WEIGHTS)
+    flag = check_model_shape(glm5, {"tp_size": 8, "attn_dp_size": 8}, weights=WEIGHTS)
+    plain = check_model_shape(glm5, {"tp_size": 8}, weights=WEIGHTS)
+    assert old.weights_per_gpu_gb == resolved.weights_per_gpu_gb == flag.weights_per_gpu_gb
+    assert old.weights_per_gpu_gb > plain.weights_per_gpu_gb  # attention weights not split 8 ways
+    assert rules(check_model_shape(glm5, {"tp_size": 8, "attn_dp_size": 3})) == ["tp-divides-heads"]
+
+
 def test_weights_must_fit_memory_at_mem_fraction_static(glm5):
     check = check_model_shape(glm5, {"tp_size": 4, "mem_fraction_static": 0.85}, weights=WEIGHTS,
                               memory_bytes=RTX_PRO_6000, gpu_count=8)

@@ -236,7 +236,7 @@ def test_launch_cost_counts_launch_and_benchmark_times_tp_dp():
     recipe = R({"tp-size": 4, "dp-size": 2}, 5)
     runs = [RunRow(f"r{i}", "x", timings={"build": 500.0, "launch": 240.0, "benchmark": 60.0}) for i in range(2)]
     c = launch_cost.cost(runs, runs, {"x": recipe})
-    assert launch_cost.gpus_of(recipe) == 8 and c["launches"] == 2 and c["seconds"] == 600.0
+    assert launch_cost.gpus_of(recipe.server.args) == 8 and c["launches"] == 2 and c["seconds"] == 600.0
     assert c["gpu_minutes"] == 80.0 and c["fixed_launches"] == 5 and c["fixed_gpu_minutes"] == 200.0
     assert "2 launches, 80.00 GPU-min" in launch_cost.describe(c)
 

@@ -101,7 +101,36 @@ def test_a_flag_sglang_moves_to_another_field_is_expected_there():
     assert compare_fields(expected, fields, source="sglang 0.5.23 parser") == []
     assert notes == ["sglang 0.5.23 reads --dp-size 8 as attn_dp_size = 8 (dp_size = 1): the launched server is "
                      "checked for that"]
+    # the prefill chunk each attention-DP rank takes: 4096 // 8 (_handle_data_parallelism)
+    expected, notes = follow_moves({**implied, "chunked_prefill_size": 4096}, {**fields, "chunked_prefill_size": 512},
+                                   "0.5.23")
+    assert expected["chunked_prefill_size"] == 512 and notes[1] == (
+        "sglang 0.5.23 gives each of the 8 attention-DP ranks --chunked-prefill-size 4096 // 8 = 512: the "
+        "launched server is checked for that")
+    kept, _ = follow_moves({"attn_dp_size": 8, "chunked_prefill_size": 4096}, {"attn_dp_size": 8,
+                                                                               "chunked_prefill_size": 1000}, "x")
+    assert kept["chunked_prefill_size"] == 4096  # changed some other way: still held against the parser
     # dp_size 8 without attention DP: nothing moved, a parser that kept 1 is still a mismatch
     dropped, notes = follow_moves({"dp_size": 8}, {"dp_size": 1, "attn_dp_size": 1}, "0.5.23")
     assert dropped == {"dp_size": 8} and not notes
     assert compare_fields(dropped, {"dp_size": 1}, source="/server_info")
+
+
+@pytest.mark.parametrize("args", [{"tp-size": 8, "dp-size": 8, "enable-dp-attention": True, "chunked-prefill-size": 4096},
+                                  {"tp-size": 8, "attn-dp-size": 8, "chunked-prefill-size": 4096}])
+def test_attention_dp_resolves_in_the_miniature_as_in_sglang_0_5_23(args):
+    """The miniature resolves attention DP as 0.5.23 does (its real parser: test_static_target_sglang):
+    either spelling is attn_dp_size 8, dp_size 1, enable_dp_attention read true, a chunk of 4096 // 8
+    a rank; the check passes on it and says what sglang moved."""
+    c = check(args)
+    assert c.ok, c.problems
+    assert {k: c.fields[k] for k in ("attn_dp_size", "dp_size", "enable_dp_attention", "chunked_prefill_size")} == \
+        {"attn_dp_size": 8, "dp_size": 1, "enable_dp_attention": True, "chunked_prefill_size": 512}
+    assert any("4096 // 8 = 512" in w for w in c.warnings)
+
+
+def test_dp_attention_flag_alone_is_a_mismatch_sglang_0_5_23_would_show():
+    """`--enable-dp-attention` without a width does nothing in 0.5.23 (attn_dp_size stays 1, the field
+    reads false): the check says the flag did not take, as it says of an `--ep-size` that did not."""
+    c = check({"tp-size": 8, "enable-dp-attention": True})
+    assert not c.ok and any("enable_dp_attention: expected True" in p for p in c.problems)

@@ -74,11 +74,14 @@ def test_ep3_on_tp8_exits_2_with_the_model_shape_reason(project, capsys):
 
 def test_dp_attention_written_the_old_way_passes_and_is_checked_where_sglang_puts_it(project, capsys):
     """`--enable-dp-attention --dp-size 8` (deprecated, still accepted): sglang 0.5.23 moves the 8 to
-    attn_dp_size and keeps dp_size 1; the check passes, says so, and prints the field."""
+    attn_dp_size and keeps dp_size 1, and gives each attention-DP rank 1/8 of the prefill chunk; the
+    check passes, says so, and prints the fields."""
     (project / "dpa8.toml").write_text('extends = "baseline"\n[server.args]\nenable-dp-attention = true\n'
-                                       'dp-size = 8\n')
+                                       'dp-size = 8\nchunked-prefill-size = 4096\n')
     rc, out = run_check(project / "dpa8.toml", capsys)
     assert rc == 0, out
     assert "reads --dp-size 8 as attn_dp_size = 8 (dp_size = 1)" in " ".join(out.split())
     lines = {ln.split()[0]: ln.split()[1:] for ln in out.splitlines() if ln.startswith("  ") and len(ln.split()) > 1}
     assert lines["attn_dp_size"] == ["8"] and lines["dp_size"] == ["1"]
+    assert "--chunked-prefill-size 4096 // 8 = 512" in " ".join(out.split())
+    assert lines["chunked_prefill_size"] == ["512"]

@@ -1,31 +1,26 @@
 """What launches cost: seconds from launch to ready plus the benchmark's, times the recipe's GPUs
-(tensor x data parallel), from the timings every stored run keeps (`RunRow.timings`: step ->
+(toolkit.run.parallel_layout.gpu_count), from the timings every stored run keeps (`RunRow.timings`: step ->
 seconds, written by toolkit/run/pipeline.py). Pure: stored rows and recipes in, figures out."""
 
 from __future__ import annotations
 
 from typing import Mapping, Sequence
 
+from toolkit.errors import BadInput
 from toolkit.recipe.load import Recipe
 from toolkit.results.records import RunRow
+from toolkit.run.parallel_layout import gpu_count
 
 MEASURE_STEPS = ("launch", "verify", "benchmark", "quality", "check_evidence")  # a launch's time on the GPUs
-_TP = ("tp-size", "tp", "tensor-parallel-size")
-_DP = ("dp-size", "dp", "data-parallel-size")
 
 
-def gpus_of(recipe: Recipe) -> int:
-    """The GPUs one launch holds: tp x dp from `[server.args]` (1 each when absent)."""
-    args = dict(recipe.server.args)
-
-    def first(keys) -> int:
-        for k in keys:
-            try:
-                return max(int(args[k]), 1)
-            except (KeyError, TypeError, ValueError):
-                continue
+def gpus_of(args: Mapping) -> int:
+    """The GPUs one launch holds, from the server args (toolkit.run.parallel_layout.gpu_count: tp x pp
+    per DP replica, attention DP within tp); 1 when the args do not parse (the recipe check refuses them)."""
+    try:
+        return max(gpu_count(args), 1)
+    except BadInput:
         return 1
-    return first(_TP) * first(_DP)
 
 
 def launch_seconds(run: RunRow) -> float:
@@ -40,7 +35,7 @@ def cost(launched: Sequence[RunRow], used: Sequence[RunRow], recipes: Mapping[st
     out = {"launches": 0, "seconds": 0.0, "gpu_minutes": 0.0, "fixed_launches": 0, "fixed_seconds": 0.0,
            "fixed_gpu_minutes": 0.0, "per_recipe": {}}
     for name, recipe in recipes.items():
-        gpus = gpus_of(recipe)
+        gpus = gpus_of(recipe.server.args)
         mine = [r for r in launched if r.recipe == name]
         basis = [r for r in used if r.recipe == name] or mine
         seconds = sum(launch_seconds(r) for r in mine)

@@ -23,6 +23,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from toolkit.analysis import gate_verdict, pareto, quality_runs, stats
+from toolkit.analysis.launch_cost import gpus_of
 from toolkit.analysis.sla import FLOOR, Bound
 from toolkit.analysis.sweep import Outcome, mean_ci, values
 from toolkit.results.store import Store
@@ -38,17 +39,6 @@ class Row:
     n: int
     verdict: str
     change_pct: float | None
-
-
-def gpus_of(recipe) -> int:
-    """GPUs serving one variant: the target's count, else tp-size x dp-size, else 1."""
-    try:
-        if recipe.target is not None:
-            return max(int(recipe.target.count), 1)
-        args = dict(recipe.server.args)
-        return max(int(args.get("tp-size", 1)) * int(args.get("dp-size", 1)), 1)
-    except (TypeError, ValueError):
-        return 1
 
 
 def _runs_at(o: Outcome, point: int) -> list[str]:
@@ -165,7 +155,7 @@ def pareto_points(store: Store, outcomes: Sequence[Outcome]) -> list[pareto.Poin
         for c, runs in sorted(o.points.items()):
             xs = values(store, runs, "output_tok_s", c)
             if xs:
-                pts.append(pareto.point(o.name, c, sum(xs) / len(xs), gpus_of(o.recipe)))
+                pts.append(pareto.point(o.name, c, sum(xs) / len(xs), gpus_of(o.recipe.server.args)))
     return pts
 
 

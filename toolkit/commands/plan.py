@@ -40,7 +40,7 @@ def run(args) -> int:
         spread = launch_plan.spread_of(values)
         timed = [launch_cost.launch_seconds(r) for r in runs if launch_cost.launch_seconds(r) > 0]
         seconds = sum(timed) / len(timed) if timed else float(recipe.server.timeout_s)
-        gpus = launch_cost.gpus_of(recipe)
+        gpus = launch_cost.gpus_of(recipe.server.args)
         used = spread if spread is not None else launch_plan.ASSUMED_SPREAD
         # a recipe that pools its stored spread (`pool_stored_spread`): the stopping rule borrows the
         # stored launches' degrees of freedom, as `run` will (this recipe's; a stored counterpart adds its own)

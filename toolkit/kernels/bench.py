@@ -23,6 +23,7 @@ from toolkit.kernels.measure import Settings, check_op, measure
 from toolkit.kernels.registry import OpSpec
 from toolkit.kernels.shapes import Shape
 from toolkit.run import machine
+from toolkit.run.parallel_layout import attention_dp_size, per_rank_chunk
 
 
 @dataclass
@@ -48,7 +49,8 @@ def _flag(args: dict, name: str):
 def server_kernel_config(args: dict, environ: dict) -> dict:
     """How sglang 0.5.23's flashinfer_cutlass MoE runner calls cutlass_fused_moe for this server:
     use_fused_finalize from SGLANG_FLASHINFER_MOE_FUSED_FINALIZE (default False), and
-    tune_max_num_tokens = min(prefill chunk x attention-DP size, 8192), or the next power of two of each
+    tune_max_num_tokens = min(each rank's prefill chunk x attention-DP size, 8192) (0.5.23 divides the
+    chunk among the attention-DP ranks first; toolkit.run.parallel_layout), or the next power of two of each
     call's tokens on a PD decode server ("per-call"); "notes" say what was assumed."""
     raw = str(environ.get("SGLANG_FLASHINFER_MOE_FUSED_FINALIZE", "false")).strip().lower()
     if raw not in _TRUE + _FALSE:
@@ -61,16 +63,17 @@ def server_kernel_config(args: dict, environ: dict) -> dict:
     try:
         chunk = _flag(args, "chunked-prefill-size")
         chunk = None if chunk is None else int(chunk)
-        dp = int(_flag(args, "dp-size") or 1) if _flag(args, "enable-dp-attention") else 1
         most = int(_flag(args, "max-prefill-tokens") or MAX_PREFILL_TOKENS)
     except (TypeError, ValueError):
-        raise BadInput("chunked-prefill-size, dp-size and max-prefill-tokens must be integers") from None
+        raise BadInput("chunked-prefill-size and max-prefill-tokens must be integers") from None
+    dp = attention_dp_size(args)
     if chunk is None:
         out["tune_max_num_tokens"] = FLASHINFER_TUNE_CAP
         out["notes"].append("the recipe sets no chunked-prefill-size (sglang sizes it by GPU memory): "
                             f"tune_max_num_tokens taken as the {FLASHINFER_TUNE_CAP} cap")
     else:
-        prefill = chunk if chunk > 0 else most
+        rank_chunk = per_rank_chunk(chunk, dp)
+        prefill = rank_chunk if rank_chunk > 0 else most
         out["tune_max_num_tokens"] = min(prefill * dp, FLASHINFER_TUNE_CAP)
     return out
 

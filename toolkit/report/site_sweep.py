@@ -3,18 +3,17 @@
 the runs selection keeps for each variant (toolkit/analysis/selection.py): output tok/s at every
 concurrency measured, as tokens/s per user and per GPU (toolkit/analysis/pareto.py), the Pareto
 front and the dominated variants, drawn as `patchbench sweep` draws them (toolkit/report/sweep.py,
-PNG and SVG). GPUs per variant as the sweep counts them (toolkit/analysis/sweep_results.gpus_of),
+PNG and SVG). GPUs per variant as the sweep counts them (toolkit/analysis/launch_cost.gpus_of),
 from the newest run's resolved recipe. Effects: reads the store, writes the page and its figure."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
-from types import SimpleNamespace
 
 from toolkit.analysis import pareto
 from toolkit.analysis.selection import Criteria, reduce, select
-from toolkit.analysis.sweep_results import gpus_of
+from toolkit.analysis.launch_cost import gpus_of
 from toolkit.errors import BadInput
 from toolkit.report.plots import svg, write_png, write_text
 from toolkit.report.site_layout import Site, link, shell
@@ -35,10 +34,7 @@ def families(names: list[str]) -> dict[str, list[str]]:
 
 
 def _gpus(resolved: dict) -> int:
-    target = resolved.get("target") or None
-    server = resolved.get("server") or {}
-    return gpus_of(SimpleNamespace(target=SimpleNamespace(count=target.get("count", 1)) if target else None,
-                                   server=SimpleNamespace(args=server.get("args") or {})))
+    return gpus_of((resolved.get("server") or {}).get("args") or {})
 
 
 def points(store, variants: list[str], current: dict | None = None) -> tuple[list[pareto.Point], list[str]]:

@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from toolkit.roofline import BYTES_PER_PARAM, ModelShape, WeightFormats, model_shape, parse_weights
+from toolkit.run.parallel_layout import attention_dp_size
 
 RULES = ("ep-divides-experts", "ep-divides-tp", "tp-divides-heads", "gpus-cover-layout", "weights-fit")
 
@@ -83,9 +84,9 @@ def check_model_shape(config: Mapping, args: Mapping, *, weights: str | None = N
     tp = _int(args, "tp_size", 1)
     ep = _int(args, "ep_size", 1)
     pp = _int(args, "pp_size", 1)
-    dp = _int(args, "dp_size", 1)
-    dp_attention = str(args.get("enable_dp_attention", False)).lower() == "true"
-    attn_tp = tp // dp if dp_attention and dp > 0 and tp % dp == 0 else tp
+    dp = attention_dp_size(args)  # --attn-dp-size, or --dp-size with --enable-dp-attention
+    dp_attention = dp > 1
+    attn_tp = tp // dp if dp_attention and tp % dp == 0 else tp
     out: list[Violation] = []
     notes: list[str] = []
     if m.is_moe and ep > 0 and m.n_experts % ep:
@@ -93,10 +94,10 @@ def check_model_shape(config: Mapping, args: Mapping, *, weights: str | None = N
                                                    f"of {m.name or 'the model'}"))
     if m.is_moe and ep > 0 and tp % ep:
         out.append(Violation("ep-divides-tp", f"ep-size {ep} does not divide tp-size {tp}"))
-    if dp_attention and (dp <= 0 or tp % dp):
-        out.append(Violation("tp-divides-heads", f"dp-size {dp} does not divide tp-size {tp} (DP attention)"))
+    if dp_attention and tp % dp:
+        out.append(Violation("tp-divides-heads", f"attention-DP size {dp} does not divide tp-size {tp}"))
     elif m.heads % attn_tp:
-        layout = f"attention TP {attn_tp} (tp-size {tp} / dp-size {dp})" if dp_attention else f"tp-size {tp}"
+        layout = f"attention TP {attn_tp} (tp-size {tp} / attention-DP size {dp})" if dp_attention else f"tp-size {tp}"
         out.append(Violation("tp-divides-heads", f"{layout} does not divide the {m.heads} attention heads"))
     elif m.kv_heads and m.kv_heads % attn_tp and attn_tp % m.kv_heads:
         out.append(Violation("tp-divides-heads", f"attention TP {attn_tp} and the {m.kv_heads} KV heads: neither "

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from toolkit.errors import BadInput, PatchbenchError
 from toolkit.resources import PROBES_DIR
+from toolkit.run.parallel_layout import per_rank_chunk
 
 PROBE = PROBES_DIR / "server_args.py"
 
@@ -76,11 +77,16 @@ def implied_expectations(server, dests: dict[str, str]) -> dict[str, object]:
 # (srt/arg_groups/parallel_hook.py, handle_deprecated_dp_attention): `--dp-size N --enable-dp-attention`
 # becomes attn_dp_size = N, dp_size = 1 (dp_size counts replicas again).
 MOVED = (("dp_size", "attn_dp_size", 1),)
+# sglang's own division of a flag's value among ranks: (the field, the field it is divided by). sglang
+# 0.5.23 (parallel_hook.py, _handle_data_parallelism): with attention DP each attention-DP rank
+# prefills chunked_prefill_size // attn_dp_size (toolkit.run.parallel_layout.per_rank_chunk).
+DIVIDED = (("chunked_prefill_size", "attn_dp_size"),)
 
 
 def follow_moves(implied: dict, fields: dict, version: str | None) -> tuple[dict, list[str]]:
-    """`implied` with each flag sglang moved to another field (MOVED) expected there instead, and a
-    line saying so; a value that moved nowhere stays expected where the flag put it (a mismatch)."""
+    """`implied` with each flag sglang moved to another field (MOVED) expected there instead, and each
+    value sglang divides among ranks (DIVIDED) expected as the share, with a line saying so; a value
+    that moved nowhere, or was changed otherwise, stays expected as the flag gave it (a mismatch)."""
     out, notes = dict(implied), []
     for src, dst, kept in MOVED:
         if (src in out and dst in fields and dst not in out and not _same(out[src], kept)
@@ -89,6 +95,16 @@ def follow_moves(implied: dict, fields: dict, version: str | None) -> tuple[dict
             notes.append(f"sglang {version} reads {flag} {out[src]} as {dst} = {out[src]} ({src} = {kept}): "
                          f"the launched server is checked for that")
             out[dst], out[src] = out[src], kept
+    for src, by in DIVIDED:
+        try:
+            given, ranks = int(out[src]), int(out.get(by, fields.get(by)))
+        except (KeyError, TypeError, ValueError):
+            continue
+        share = per_rank_chunk(given, ranks)
+        if share != given and _same(fields.get(src), share):
+            notes.append(f"sglang {version} gives each of the {ranks} attention-DP ranks --{src.replace('_', '-')} "
+                         f"{given} // {ranks} = {share}: the launched server is checked for that")
+            out[src] = share
     return out, notes
 
 

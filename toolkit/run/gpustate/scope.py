@@ -18,36 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from toolkit.errors import BadInput
-
-_ALIASES = {"tp_size": ("tp_size", "tp", "tensor_parallel_size"), "dp_size": ("dp_size", "dp", "data_parallel_size"),
-            "pp_size": ("pp_size", "pp", "pipeline_parallel_size"), "base_gpu_id": ("base_gpu_id",),
-            "gpu_id_step": ("gpu_id_step",), "nnodes": ("nnodes",), "enable_dp_attention": ("enable_dp_attention",)}
-_DEFAULTS = {"tp_size": 1, "dp_size": 1, "pp_size": 1, "base_gpu_id": 0, "gpu_id_step": 1, "nnodes": 1}
-
-
-def _arg(args: Mapping, key: str) -> Any:
-    norm = {str(k).replace("-", "_"): v for k, v in args.items()}
-    for name in _ALIASES[key]:
-        if norm.get(name) is not None:
-            return norm[name]
-    return _DEFAULTS.get(key)
-
-
-def layout(args: Mapping) -> dict:
-    """tp, dp, pp, base_gpu_id, gpu_id_step, nnodes, dp_attention from ServerArgs fields or flags."""
-    out: dict[str, Any] = {}
-    for key in ("tp_size", "dp_size", "pp_size", "base_gpu_id", "gpu_id_step", "nnodes"):
-        value = _arg(args, key)
-        try:
-            out[key] = int(value)
-        except (TypeError, ValueError):
-            raise BadInput(f"server arg {key.replace('_', '-')}={value!r} is not an integer") from None
-        if out[key] < (0 if key == "base_gpu_id" else 1):
-            raise BadInput(f"server arg {key.replace('_', '-')}={value!r} is out of range")
-    out["dp_attention"] = str(_arg(args, "enable_dp_attention")).lower() == "true"
-    return out
-
+from toolkit.run.parallel_layout import layout
 
 def layout_positions(args: Mapping) -> list[int]:
     """The CUDA ordinals (within the visible devices) the server's ranks use on one node (sorted)."""
@@ -64,8 +35,10 @@ def layout_positions(args: Mapping) -> list[int]:
 def describe_layout(args: Mapping) -> str:
     lay = layout(args)
     parts = [f"tp {lay['tp_size']}"]
-    if lay["dp_size"] > 1:
-        parts.append(f"dp {lay['dp_size']}" + (" (DP attention: within tp)" if lay["dp_attention"] else ""))
+    if lay["attn_dp_size"] > 1:
+        parts.append(f"attention DP {lay['attn_dp_size']} (within tp)")
+    elif lay["dp_size"] > 1 and not lay["dp_attention"]:
+        parts.append(f"dp {lay['dp_size']}")
     if lay["pp_size"] > 1:
         parts.append(f"pp {lay['pp_size']}")
     parts.append(f"from base-gpu-id {lay['base_gpu_id']}")

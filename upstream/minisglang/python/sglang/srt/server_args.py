@@ -78,6 +78,7 @@ class ServerArgs:
     tp_size: int = 1
     pp_size: int = 1
     dp_size: int = 1
+    attn_dp_size: int = 1
     ep_size: int = 1
     nnodes: int = 1
     node_rank: int = 0
@@ -119,6 +120,22 @@ class ServerArgs:
             self.mem_fraction_static = 0.88 if self.tp_size < 4 else 0.85
         if self.chunked_prefill_size is None:
             self.chunked_prefill_size = 8192
+        # Attention DP as sglang 0.5.23 resolves it: the deprecated `--dp-size N --enable-dp-attention`
+        # becomes attn_dp_size N with dp_size 1; enable_dp_attention reads set when attention DP
+        # runs (and only then: the flag alone, at dp_size 1, reads false); each attention-DP rank
+        # prefills chunked_prefill_size // attn_dp_size tokens.
+        if self.enable_dp_attention and self.attn_dp_size == 1:
+            self.attn_dp_size, self.dp_size = self.dp_size, 1
+        if self.attn_dp_size < 1:
+            raise ValueError(f"--attn-dp-size must be positive (got {self.attn_dp_size}).")
+        if self.attn_dp_size > 1 and self.dp_size > 1:
+            raise ValueError(f"--dp-size {self.dp_size} with --attn-dp-size {self.attn_dp_size}: data-parallel "
+                             "replicas combined with attention data parallelism are not supported.")
+        if self.attn_dp_size > 1:
+            if self.tp_size % self.attn_dp_size:
+                raise ValueError("tp_size must be divisible by attn_dp_size")
+            self.chunked_prefill_size //= self.attn_dp_size
+        self.enable_dp_attention = self.attn_dp_size > 1
         if self.cuda_graph_max_bs is None:
             self.cuda_graph_max_bs = 0 if self.disable_cuda_graph else 256
         if self.random_seed is None:
@@ -178,6 +195,7 @@ class ServerArgs:
         parser.add_argument("--tp-size", "--tensor-parallel-size", dest="tp_size", type=int, default=d.tp_size)
         parser.add_argument("--pp-size", "--pipeline-parallel-size", dest="pp_size", type=int, default=d.pp_size)
         parser.add_argument("--dp-size", "--data-parallel-size", dest="dp_size", type=int, default=d.dp_size)
+        parser.add_argument("--attn-dp-size", type=int, default=d.attn_dp_size)
         parser.add_argument("--ep-size", "--expert-parallel-size", "--ep", dest="ep_size", type=int,
                             default=d.ep_size)
         parser.add_argument("--nnodes", type=int, default=d.nnodes)

@@ -1,0 +1,87 @@
+"""A server's parallel layout from its args: recipe flags or ServerArgs fields (pure).
+
+`layout(args)`: tp, dp, pp, base_gpu_id, gpu_id_step, nnodes, the attention-DP width; `gpu_count(args)`:
+the GPUs one launch holds (tp x pp per DP replica; attention DP runs within tp).
+
+The attention-DP width, whichever way the args say it: sglang 0.5.23 spells attention data parallelism `--attn-dp-size N`; the older `--dp-size N
+--enable-dp-attention` is still accepted and moved there (srt/arg_groups/parallel_hook.py,
+handle_deprecated_dp_attention: attn_dp_size = N, dp_size = 1), and a resolved config reports
+enable_dp_attention set whenever attention DP runs. So the width is read from recipe flags
+(`attn-dp-size`, or `dp-size` with `enable-dp-attention`), from 0.5.23's resolved fields (attn_dp_size
+with dp_size 1) and from older releases' fields (dp_size with enable_dp_attention) alike.
+
+With attention DP, 0.5.23 divides the chunked prefill size among the attention-DP ranks
+(_handle_data_parallelism: chunked_prefill_size // attn_dp_size): `per_rank_chunk` is that value.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from toolkit.errors import BadInput
+
+
+_ALIASES = {"tp_size": ("tp_size", "tp", "tensor_parallel_size"), "dp_size": ("dp_size", "dp", "data_parallel_size"),
+            "pp_size": ("pp_size", "pp", "pipeline_parallel_size"), "attn_dp_size": ("attn_dp_size",),
+            "base_gpu_id": ("base_gpu_id",), "gpu_id_step": ("gpu_id_step",), "nnodes": ("nnodes",),
+            "enable_dp_attention": ("enable_dp_attention",)}
+_DEFAULTS = {"tp_size": 1, "dp_size": 1, "pp_size": 1, "attn_dp_size": 1, "base_gpu_id": 0, "gpu_id_step": 1,
+             "nnodes": 1}
+_INTS = ("tp_size", "dp_size", "pp_size", "base_gpu_id", "gpu_id_step", "nnodes", "attn_dp_size")
+
+
+def _norm(args) -> dict[str, Any]:
+    """Flags (`tp-size`) and fields (`tp_size`) alike; a mapping or (name, value) pairs."""
+    return {str(k).replace("-", "_"): v for k, v in dict(args).items()}
+
+
+def _arg(norm: dict, key: str) -> Any:
+    for name in _ALIASES[key]:
+        if norm.get(name) is not None:
+            return norm[name]
+    return _DEFAULTS.get(key)
+
+
+def _int(norm: dict, key: str) -> int:
+    value = _arg(norm, key)
+    try:
+        out = int(value)
+    except (TypeError, ValueError):
+        raise BadInput(f"server arg {key.replace('_', '-')}={value!r} is not an integer") from None
+    if out < (0 if key == "base_gpu_id" else 1):
+        raise BadInput(f"server arg {key.replace('_', '-')}={value!r} is out of range")
+    return out
+
+
+def enabled(value: Any) -> bool:
+    return str(value).strip().lower() in ("true", "1", "yes")
+
+
+def attention_dp_size(args: Mapping) -> int:
+    """How many attention-DP groups the server's TP ranks form (1: no attention DP)."""
+    norm = _norm(args)
+    attn = _int(norm, "attn_dp_size")
+    if attn > 1:
+        return attn
+    return _int(norm, "dp_size") if enabled(_arg(norm, "enable_dp_attention")) else 1
+
+
+def per_rank_chunk(chunk: int, attn_dp: int) -> int:
+    """The chunked prefill size each attention-DP rank uses (a chunk <= 0, chunking off, is kept)."""
+    return chunk // attn_dp if chunk > 0 and attn_dp > 1 else chunk
+
+
+def layout(args: Mapping) -> dict:
+    """tp_size, dp_size, pp_size, base_gpu_id, gpu_id_step, nnodes, attn_dp_size and dp_attention
+    (attention DP on) from ServerArgs fields or flags; BadInput on a value that is no integer or out of range."""
+    norm = _norm(args)
+    out: dict[str, Any] = {key: _int(norm, key) for key in _INTS}
+    out["attn_dp_size"] = attention_dp_size(norm)
+    out["dp_attention"] = out["attn_dp_size"] > 1 or enabled(_arg(norm, "enable_dp_attention"))
+    return out
+
+
+def gpu_count(args: Mapping) -> int:
+    """The GPUs one launch of the server holds: tp x pp, times dp replicas (attention DP is within tp)."""
+    lay = layout(args)
+    return lay["tp_size"] * lay["pp_size"] * (1 if lay["dp_attention"] else lay["dp_size"])
