@@ -48,6 +48,8 @@ def test_the_moe_call_is_configured_as_sglangs_runner_configures_it(args, env, w
 def test_an_assumed_tune_range_is_said_and_a_bad_flag_refused():
     assert "sets no chunked-prefill-size" in server_kernel_config({}, {})["notes"][0]
     assert server_kernel_config({"chunked-prefill-size": 2048}, {})["notes"] == []
+    ep8 = server_kernel_config({"chunked-prefill-size": 2048, "tp-size": 8, "ep-size": 8}, {})["notes"]
+    assert len(ep8) == 1 and ep8[0].startswith("EP 8: the MoE probe times one rank's share as a call of its own")
     with pytest.raises(BadInput, match="SGLANG_FLASHINFER_MOE_FUSED_FINALIZE='maybe'"):
         server_kernel_config({}, {"SGLANG_FLASHINFER_MOE_FUSED_FINALIZE": "maybe"})
 

@@ -46,6 +46,17 @@ def _flag(args: dict, name: str):
     return norm.get(name)
 
 
+def _ep_size(args: dict) -> int:
+    for name in ("ep-size", "ep", "expert-parallel-size"):
+        value = _flag(args, name)
+        if value is not None:
+            try:
+                return int(value)
+            except (TypeError, ValueError):
+                raise BadInput(f"server arg {name}={value!r} is not an integer") from None
+    return 1
+
+
 def server_kernel_config(args: dict, environ: dict) -> dict:
     """How sglang 0.5.23's flashinfer_cutlass MoE runner calls cutlass_fused_moe for this server:
     use_fused_finalize from SGLANG_FLASHINFER_MOE_FUSED_FINALIZE (default False), and
@@ -57,6 +68,13 @@ def server_kernel_config(args: dict, environ: dict) -> dict:
         raise BadInput(f"SGLANG_FLASHINFER_MOE_FUSED_FINALIZE={raw!r} is not a boolean sglang reads",
                        hint="use true/false, 1/0, yes/no")
     out: dict = {"use_fused_finalize": raw in _TRUE, "notes": []}
+    ep = _ep_size(args)
+    if ep > 1:
+        out["notes"].append(
+            f"EP {ep}: the MoE probe times one rank's share as a call of its own (E/{ep} experts, each token's "
+            f"top-k/{ep} picks all local); sglang's runner passes every token's top-k global picks with "
+            f"ep_size={ep}, ep_rank, and the kernel drops the non-local ones: that filtering and the uneven "
+            "split of picks across ranks are not in the timed call")
     if str(_flag(args, "disaggregation-mode") or "null") == "decode":
         out["tune_max_num_tokens"] = "per-call"
         return out
