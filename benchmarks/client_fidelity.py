@@ -64,6 +64,10 @@ clients on CPU 1), input 128:
   for bench_serving's either side), yet no other process used more than 0.01 CPU in any round and
   the hypervisor's steal stayed <= 0.1%: the disturbance is invisible from inside this VM (shared
   caches or memory bandwidth on the host, not CPU time).
+  Tried 2026-12-04 (6): both clients at once, each with half the streams (4 + 4, 8 requests each; the
+  same decode steps measured by both): 16 rounds, 1.008 [0.96-1.06], ITL 1.003 [0.96-1.05], unresolved,
+  and worse: within one round the two read up to 8% apart (466 vs 429 tok/s, ITL p50 7.90 vs 8.52 ms:
+  two clients on one CPU delay each other's reads) and the rounds swung 1.65x/2.27x. Not kept.
   2026-12-04, output 128, warm worker, A B B A: c=1 (8 requests) at 16 rounds: tok/s 1.007 [1.00-1.01],
   ITL p50 1.000 [1.00-1.00], within; at 32 rounds 1.003 [1.00-1.01], ITL 1.001, within; c=8 (16
   requests): tok/s 1.013 [0.99-1.03] (16 rounds), 1.005 [0.99-1.02] within (32), 1.017 [1.00-1.04]
