@@ -59,6 +59,31 @@ SGLANG_0523_KERNELS = [
     ("triton_poi_fused_add_mul_0", 120, OTHER),  # a torch.compile kernel: not ours to guess
 ]
 STEP_GAP_US = 400.0  # idle on the GPU per step (launch gaps)
+# The kernels GLM-5's decode step launches on SM120 in sglang 0.5.23 with FlashInfer 0.7.2 that the
+# first table missed, named as their sources define them (DSA indexer: DeepGEMM's paged MQA logits and
+# sglang's deepseek_v4/topk_v2.cuh; router: moe_fused_gate.py's Triton kernel, tiny_gemm.cuh;
+# cutlass_fused_moe_kernels.cuh's expert maps; the MLA and indexer KV-cache writes; the PCIe IPC all-reduce).
+GLM5_SM120_KERNELS = [
+    ("void deep_gemm::sm120_fp8_paged_mqa_logits_reference<32u, 128u, 64u, false, 256u, float>(unsigned int)", "attention"),
+    ("void deep_gemm::smxx_paged_mqa_logits_metadata<64u, 32u, 132u>(unsigned int, unsigned int const*, unsigned int*)",
+     "attention"),  # "logits" made these sampling
+    ("void sglang::topk_main_kernel<true, 0, (sglang::TopKMode)1>(sglang::TopKPagedParams)", "attention"),
+    ("void sglang::topk_persistent_cluster_kernel<true, 8u>(sglang::TopKPagedParams)", "attention"),
+    ("sglang::topk_split_hist(sglang::TopKPagedParams, sglang::SplitWorkspace)", "attention"),
+    ("void sglang::fused_store_indexer_cache<__nv_bfloat16, long, 6u, true>(sglang::FusedStoreCacheParam)", "attention"),
+    ("void set_mla_kv_buffer_kernel<1024, 128, true>(SetMlaKVBufferParams)", "attention"),
+    ("_quantize_k_cache_fast_kernel", "attention"),
+    ("_router_triton_kernel", "moe_routing"),
+    ("void sglang::tiny_n_gemm_kernel<sglang::GEMMTraitN<256u, 6144u, 16u, 1u, float, true, __nv_bfloat16> >"
+     "(sglang::TinyGEMMParams)", "moe_routing"),
+    ("void tensorrt_llm::kernels::deepseek_v3_topk_kernel<float, float, int, float, true, false>(float*)", "moe_routing"),
+    ("void tensorrt_llm::kernels::cutlass_kernels::fusedBuildExpertMapsSortFirstTokenKernel<64, 9, 9>(int const*, int*)",
+     "moe_routing"),  # "cutlass" made these dense BF16 GEMMs
+    ("void tensorrt_llm::kernels::cutlass_kernels::globalExpertPrefixSumKernel<1024>(int const*, int*, long*, long)",
+     "moe_routing"),
+    ("void flashinfer::comm::pcie_ipc::ipc_topo_rsag8_push_param_kernel<__nv_bfloat16, 8>(flashinfer::comm::pcie_ipc::Params)",
+     "allreduce"),
+]
 
 
 def _gpu_trace(path, steps: int = 3, batch: int = 8, ranks=(0,), stage: str = "DECODE"):
@@ -92,6 +117,11 @@ def test_sglang_0523_kernel_names_classified(tmp_path):
     assert trace.has_gpu_kernels and trace.rank == 0
     share = classified_share(trace, fams)
     assert share >= 0.95, share
+
+
+@pytest.mark.parametrize("name, family", GLM5_SM120_KERNELS)
+def test_glm5_sm120_decode_kernels_are_in_their_family(name, family):
+    assert classify(load_families(), name) == family
 
 
 def test_breakdown_sums_to_the_step_per_rank(tmp_path):
