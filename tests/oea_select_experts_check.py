@@ -51,13 +51,28 @@ def _load_upstream(path: str):
 
 
 class _Mode:
-    """A stand-in for sglang's ForwardMode: only is_decode() is read."""
+    """A stand-in for sglang's ForwardMode: is_decode() and is_idle() are read."""
 
     def __init__(self, decode: bool):
         self.decode = decode
 
     def is_decode(self) -> bool:
         return self.decode
+
+    def is_idle(self) -> bool:
+        return False
+
+
+class _Batch:
+    """A stand-in for sglang's ForwardBatch: what oea.note_forward reads (no speculative decoding,
+    every row a real request)."""
+
+    def __init__(self, decode: bool, rows: int):
+        self.forward_mode = _Mode(decode)
+        self.batch_size = rows
+        self.input_ids = torch.zeros(rows, dtype=torch.int64)
+        self.spec_algorithm = None
+        self.is_extend_in_batch = False
 
 
 def route(module, logits, bias, *, grouped: bool, env: dict, decode: bool | None = None):
@@ -66,12 +81,12 @@ def route(module, logits, bias, *, grouped: bool, env: dict, decode: bool | None
     os.environ.update(env)
     oea.oea_config.cache_clear()
     oea._last_log_time = None
-    state = oea.note_forward_mode(_Mode(decode)) if decode is not None else None
+    state = oea.note_forward(_Batch(decode, logits.shape[0])) if decode is not None else None
     try:
         return _route(module, logits, bias, grouped=grouped)
     finally:
         if state is not None:
-            oea.restore_forward_mode(state)
+            oea.restore_forward(state)
         oea.flush(force=True)
 
 

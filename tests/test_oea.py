@@ -202,11 +202,31 @@ def _glm5_inputs(torch, tokens=TOKENS, seed=0):
 
 
 class _Mode:
-    def __init__(self, decode: bool):
-        self.decode = decode
+    def __init__(self, decode: bool, idle: bool = False):
+        self.decode, self.idle = decode, idle
 
     def is_decode(self) -> bool:
         return self.decode
+
+    def is_idle(self) -> bool:
+        return self.idle
+
+
+class _Algo:
+    def __init__(self, name: str):
+        self.name = name
+
+    def is_none(self) -> bool:
+        return self.name == "NONE"
+
+
+def _batch(torch, decode: bool = True, rows: int = TOKENS, *, idle: bool = False, spec: str = "NONE",
+           extend_in_batch: bool = False):
+    """What oea.note_forward reads of sglang 0.5.23's ForwardBatch."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(forward_mode=_Mode(decode, idle), batch_size=rows, input_ids=torch.zeros(rows, dtype=torch.int64),
+                           spec_algorithm=_Algo(spec), is_extend_in_batch=extend_in_batch)
 
 
 def test_log_line_is_rate_limited_and_counts_the_first_layer_of_each_decode_step(torch, oea, env, caplog):
@@ -219,12 +239,12 @@ def test_log_line_is_rate_limited_and_counts_the_first_layer_of_each_decode_step
     oea._logged.clear()
     with caplog.at_level(logging.INFO, logger="sglang.srt.layers.moe.oea"):
         for decode in (True, True, False, True, True, True):
-            state = oea.note_forward_mode(_Mode(decode))
+            state = oea.note_forward(_batch(torch, decode))
             for _layer in range(3):
                 if oea.oea_k0_for_batch(K, TOKENS):
                     oea.oea_select(logits, K, K0, renormalize=True, scoring_func="sigmoid", correction_bias=bias,
                                    num_expert_group=1, topk_group=1)
-            oea.restore_forward_mode(state)
+            oea.restore_forward(state)
             oea.flush()
         lines = [LINE.match(r.getMessage()) for r in caplog.records]
         last = oea.flush(force=True)  # what the interval held back: the 4 later decode steps
@@ -241,9 +261,64 @@ def test_off_and_above_the_token_limit_is_plain_routing(oea, env):
     assert oea.oea_k0_for_batch(K, 64) == K0
     assert oea.oea_k0_for_batch(K, 65) == 0
     assert oea.oea_k0_for_batch(K, 1) == 0
-    state = oea.note_forward_mode(_Mode(False))  # a prefill forward: plain routing at any size
+    state = oea.note_forward(_batch(_torch(), False))  # a prefill forward: plain routing at any size
     assert oea.oea_k0_for_batch(K, 16) == 0
-    oea.restore_forward_mode(state)
+    oea.restore_forward(state)
+
+
+def test_speculative_servers_and_dp_attention_route_alike_on_every_rank(torch, oea, env, monkeypatch):
+    """A speculative server keeps the plain routing, its draft model's decode steps included (sglang
+    0.5.23 captures the EAGLE draft graph as DECODE). Under attention DP every rank routes the same
+    gathered tokens: a decode rank and an idle rank re-route alike, and no rank does while any extends."""
+    env.setenv("SGLANG_OEA_K0", str(K0))
+    oea.oea_config.cache_clear()
+
+    def k0(batch):
+        state = oea.note_forward(batch)
+        try:
+            return oea.oea_k0_for_batch(K, TOKENS)
+        finally:
+            oea.restore_forward(state)
+
+    assert k0(_batch(torch)) == K0
+    assert k0(_batch(torch, spec="EAGLE")) == 0  # the draft's DECODE forward of a speculative server
+    assert k0(_batch(torch, False, idle=True)) == 0  # one GPU group: an idle batch is not re-routed
+    monkeypatch.setattr(oea, "_attn_dp_size", lambda: 8)
+    assert k0(_batch(torch)) == K0 and k0(_batch(torch, False, idle=True)) == K0
+    assert k0(_batch(torch, extend_in_batch=True)) == 0  # another rank prefills: nobody re-routes
+    assert k0(_batch(torch, False, idle=True, extend_in_batch=True)) == 0
+
+
+def test_padding_rows_of_a_replayed_graph_stay_out_of_the_active_set(torch, oea, env, caplog):
+    """Plain TP: sglang 0.5.23 passes no num_token_non_padded, and a CUDA graph captured for 16 rows
+    replays a batch of 10 with 6 stale rows. The forward's real row count (written by note_forward into
+    a device scalar) bounds the active set as an explicit bound would, and only real rows are counted;
+    a step with no real rows (an idle rank replaying the decode graph) is not a step."""
+    env.setenv("SGLANG_OEA_K0", str(K0))
+    env.setenv("SGLANG_OEA_LOG_INTERVAL", "3600")
+    oea.oea_config.cache_clear()
+    logits, bias = _glm5_inputs(torch)
+    kw = dict(renormalize=True, scoring_func="sigmoid", correction_bias=bias, num_expert_group=1, topk_group=1)
+    oea._totals.clear()
+    oea._logged.clear()
+    with caplog.at_level(logging.INFO, logger="sglang.srt.layers.moe.oea"):
+        state = oea.note_forward(_batch(torch, rows=10))
+        try:
+            _, ids = oea.oea_select(logits, K, K0, **kw)
+        finally:
+            oea.restore_forward(state)
+        line = LINE.match(oea.flush(force=True) or "")
+        state = oea.note_forward(_batch(torch, rows=0))
+        try:
+            oea.oea_select(logits, K, K0, **kw)  # the graph's 16 rows, none of them real
+        finally:
+            oea.restore_forward(state)
+        idle = oea.flush(force=True)
+    assert line and line.group(1) == "10" and line.group(4) == "1", line
+    assert idle is None  # nothing to say: no step had rows
+    _, bounded = oea.oea_select(logits, K, K0, num_valid=10, **kw)
+    _, unbounded = oea.oea_select(logits, K, K0, **kw)
+    assert torch.equal(ids, bounded) and not torch.equal(ids, unbounded)
 
 
 def test_grouped_routing_stays_inside_the_token_groups(torch, oea):
