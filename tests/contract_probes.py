@@ -24,6 +24,7 @@ PROMPT_IDS = list(range(100, 116))  # 16 token ids: valid for any vocabulary abo
 NEW_TOKENS = 8
 # /server_info keys patchbench reads (verification, the serving client, the profile's rank count).
 SERVER_INFO_KEYS = ("version", "model_path", "served_model_name", "tp_size", "ep_size", "dp_size", "pp_size",
+                    "attn_dp_size", "enable_dp_attention", "chunked_prefill_size",
                     "attention_backend", "max_running_requests", "context_length", "internal_states")
 # internal_states[0] keys both sglang 0.5.23 and the miniature have.
 INTERNAL_STATE_KEYS = ("last_gen_throughput", "world_size", "startup_time", "effective_max_running_requests_per_dp")
@@ -82,8 +83,10 @@ def server_info_keys(base: str) -> None:
     missing = [k for k in SERVER_INFO_KEYS if k not in info]
     assert not missing, f"/server_info lacks {missing}"
     assert isinstance(info["version"], str) and info["version"]
-    for k in ("tp_size", "ep_size", "dp_size", "pp_size"):
+    for k in ("tp_size", "ep_size", "dp_size", "pp_size", "attn_dp_size"):
         assert isinstance(info[k], int) and info[k] >= 1, (k, info[k])
+    # 0.5.23 reports the deprecated flag as "attention DP runs" (resolved_dict), not as given
+    assert info["enable_dp_attention"] is (info["attn_dp_size"] > 1), (info["enable_dp_attention"], info["attn_dp_size"])
     assert isinstance(info["served_model_name"], str) and info["served_model_name"]
 
 
