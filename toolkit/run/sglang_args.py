@@ -314,8 +314,9 @@ def check_recipe(python: Path, recipe, workdir: Path, *, environ: dict | None = 
     """The static check of a recipe: sglang's parser, validation and defaults for the recipe's
     `[target]` (toolkit/probes/server_args.py), then patchbench's model-shape rules
     (toolkit/run/model_shape.py). Raises BadInput on a refusal or a broken shape rule."""
-    from toolkit.run.model_shape import check_model_shape
     from toolkit.recipe.target import target_facts
+    from toolkit.run.inert_flags import inert_flags
+    from toolkit.run.model_shape import check_model_shape
 
     facts = target_facts(recipe.target) if recipe.target else None
     model, config = stand_in_model(recipe, workdir)
@@ -328,6 +329,7 @@ def check_recipe(python: Path, recipe, workdir: Path, *, environ: dict | None = 
                               f"set [roofline] model): {', '.join(RULES)}")
         return check
     args = {**check.fields, **check.resolved_config}
+    check.warnings.extend(inert_flags(args, check.version, (config.get("architectures") or [None])[0]))
     shape = check_model_shape(config, args, weights=recipe.roofline.get("weights"),
                               memory_bytes=facts["memory_mib"] * (1 << 20) if facts else None,
                               gpu_count=facts["count"] if facts else None)
