@@ -5,7 +5,8 @@ arguments for its `[target]` (minutes for a real sglang on a small machine). Its
 function of the env (its key names every package in it), the argument vector, the recipe's
 `[server.env]` (set for the probe as for the server: sglang reads variables such as
 SGLANG_ENABLE_SPEC_V2 while resolving), the expectations, the model's config, the target's facts,
-the device, and the programs that judge (the probe and the model-shape rules); the sha256 of those
+the device, and the programs that judge (the probe, the moved-value expectations, the model-shape
+and release rules); the sha256 of those
 is the cache key, and the outcome is stored as JSON under `PATCHBENCH_HOME/checks/<key[:32]>.json`.
 A check that raises (sglang refuses, a shape rule breaks, a broken env) or that could not resolve
 (outcome `unresolved: ...`) is not stored: it runs again next time and says why again.
@@ -25,7 +26,11 @@ from toolkit.run.sglang_args import PROBE, StaticCheck, check_recipe, recipe_arg
 from toolkit.recipe.spec import canonical_json
 
 SCHEMA = 3  # 3: outcome (unresolved is not a pass), [server.env] in the key
-_JUDGES = (PROBE, Path(__file__).resolve().parent / "model_shape.py")
+_HERE = Path(__file__).resolve().parent
+# Every program that judges: the probe, the expectations sglang moves or divides (sglang_args), the
+# model-shape rules, the release rules, and the layout both read.
+_JUDGES = (PROBE, _HERE / "sglang_args.py", _HERE / "model_shape.py", _HERE / "release_rules.py",
+           _HERE / "parallel_layout.py")
 
 
 def _file_sha256(path: Path) -> str | None:

@@ -1,0 +1,30 @@
+"""What sglang's parser accepts and the model's path does not honor: a flag echoed in /server_info that
+the path never reads (a warning), a combination refused only at model load (refused before any
+launch), each for the release its rule was read against (toolkit/run/release_rules.py)."""
+
+from __future__ import annotations
+
+from toolkit.run.release_rules import release_rules
+
+SBO = {"enable_single_batch_overlap": True, "moe_a2a_backend": "none"}
+
+
+def test_sbo_without_an_all_to_all_backend_is_said_inert_for_glm5_decode():
+    (line,) = release_rules(SBO, "0.5.23", "GlmMoeDsaForCausalLM", "inert")
+    assert line.startswith("sglang 0.5.23: --enable-single-batch-overlap with moe_a2a_backend none")
+    assert "a decode difference from the baseline is not SBO's" in line
+
+
+def test_sbo_where_it_acts_or_another_release_or_model_says_nothing():
+    assert release_rules({**SBO, "moe_a2a_backend": "deepep"}, "0.5.23", "GlmMoeDsaForCausalLM", "inert") == []
+    assert release_rules({**SBO, "enable_single_batch_overlap": False}, "0.5.23", "GlmMoeDsaForCausalLM", "inert") == []
+    assert release_rules(SBO, "0.5.10.post1", "GlmMoeDsaForCausalLM", "inert") == []  # not read against that release
+    assert release_rules(SBO, "0.5.23", "Qwen3MoeForCausalLM", "inert") == []  # another model's MoE path
+
+
+def test_a_combination_sglang_refuses_at_load_is_refused_before_any_launch():
+    fields = {"moe_runner_backend": "cutlass", "quantization": "modelopt_fp4"}
+    (line,) = release_rules(fields, "0.5.23", "GlmMoeDsaForCausalLM", "load")
+    assert "raises NotImplementedError when the NVFP4 MoE builds its runner" in line
+    assert release_rules({**fields, "moe_runner_backend": "flashinfer_cutlass"}, "0.5.23", "x", "load") == []
+    assert release_rules(fields, "0.5.23", "x", "inert") == []

@@ -1,0 +1,52 @@
+"""What sglang's parser accepts that the model's path does not honor, read against one release (pure).
+
+`/server_info` echoes a flag as set whether or not the code the model runs reads it, so a recipe can
+pass every check and measure the baseline twice (the brief's "EP8" script that never passed
+`--ep-size 8`, one level down); and some combinations parse and resolve, then fail when the model
+loads, after a launch's minutes. Each rule was read against one sglang release's source and names it;
+it applies to that release only. The static check prints an `inert` rule's line as a warning (stored
+with the run) and refuses on a `load` rule, before any launch (a sweep prunes the variant, with it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Mapping
+
+DEEPSEEK_FAMILY = ("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "DeepseekV32ForCausalLM",
+                   "GlmMoeDsaForCausalLM", "Glm4MoeForCausalLM")
+
+
+def _on(value) -> bool:
+    return str(value).strip().lower() in ("true", "1", "yes")
+
+
+@dataclass(frozen=True)
+class Rule:
+    release: str  # the sglang version the rule was read against
+    kind: str  # "inert": accepted and echoed, not read on this path; "load": refused when the model loads
+    applies: Callable[[Mapping, str], bool]  # (resolved fields, model architecture) -> holds here
+    text: str
+
+
+RULES = (
+    Rule("0.5.23", "inert",
+         lambda f, arch: _on(f.get("enable_single_batch_overlap")) and str(f.get("moe_a2a_backend", "none")) == "none"
+         and arch in DEEPSEEK_FAMILY,
+         "--enable-single-batch-overlap with moe_a2a_backend none: sglang 0.5.23 overlaps SBO's combine only in "
+         "its all-to-all MoE path (models/deepseek_v2.py forward_deepep); a decode step captured in a CUDA graph "
+         "takes forward_normal_dual_stream, which puts the shared expert on a second stream with or without the "
+         "flag, so it acts only on eager forwards (prefills, decode batches above the graphs' max_bs): a decode "
+         "difference from the baseline is not SBO's"),
+    Rule("0.5.23", "load",
+         lambda f, arch: str(f.get("moe_runner_backend")) == "cutlass" and str(f.get("quantization")) == "modelopt_fp4",
+         "--moe-runner-backend cutlass with modelopt_fp4: sglang 0.5.23 parses and resolves it, then raises "
+         "NotImplementedError when the NVFP4 MoE builds its runner at model load "
+         "(layers/quantization/modelopt_quant.py create_moe_runner; use flashinfer_cutlass)"),
+)
+
+
+def release_rules(fields: Mapping, version: str | None, architecture: str | None, kind: str) -> list[str]:
+    """The lines of the `kind` rules read against `version` that hold for these resolved fields."""
+    return [f"sglang {r.release}: {r.text}" for r in RULES
+            if r.kind == kind and version == r.release and r.applies(fields, architecture or "")]
