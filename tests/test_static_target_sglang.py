@@ -1,5 +1,5 @@
 """The static check for the RTX PRO 6000 x8 target against the real sglang 0.5.23 env of the shipped
-recipes: sglang's own refusal (SBO + megamoe) and patchbench's model-shape rule (EP3 on TP8) exit 2
+recipes: sglang's own refusals (SBO + megamoe, EP3 on TP8) exit 2
 at `run --until check`; baseline prints what sglang resolves (attention `dsa` for GLM-5 at TP8).
 Slow: a full sglang env (shared with test_shipped_recipes) and a resolution of a few minutes."""
 
@@ -27,6 +27,8 @@ def project(tmp_path):
     (tmp_path / "patches").symlink_to(REPO_ROOT / "patches")
     (recipes / "sbo-megamoe.toml").write_text(
         'extends = "sbo"\n[server.args]\nmoe-a2a-backend = "megamoe"\n[expect]\nmoe_a2a_backend = "megamoe"\n')
+    (recipes / "cutlass-moe.toml").write_text('extends = "baseline"\n[server.args]\nmoe-runner-backend = "cutlass"\n'
+                                              '[expect]\nmoe_runner_backend = "cutlass"\n')
     (recipes / "ep3.toml").write_text('extends = "ep8"\n[server.args]\nep-size = "3"\n[expect]\nep_size = "3"\n')
     return recipes
 
@@ -64,12 +66,15 @@ def test_sbo_with_megamoe_exits_2_with_sglangs_reason(project, capsys):
     assert "refuses the configuration" in out
 
 
-def test_ep3_on_tp8_exits_2_with_the_model_shape_reason(project, capsys):
+def test_ep3_on_tp8_exits_2_with_sglangs_reason(project, capsys):
+    """With the MoE runner resolved (flashinfer_cutlass: the recipes pass --quantization modelopt_fp4)
+    sglang's own validation refuses EP 3 on TP 8 before patchbench's model-shape rule would
+    (tests/test_model_shape.py checks that rule)."""
     rc, out = run_check(project / "ep3.toml", capsys)
     assert rc == 2, out
     out = " ".join(out.split())
-    assert "ep-size 3 does not divide the 256 routed experts" in out
-    assert "patchbench's model-shape rule `ep-divides-experts`, not sglang's" in out
+    assert "The expert parallel size must be 1 or the same as the tensor parallel size" in out
+    assert "refuses the configuration" in out
 
 
 def test_dp_attention_written_the_old_way_passes_and_is_checked_where_sglang_puts_it(project, capsys):
@@ -85,3 +90,12 @@ def test_dp_attention_written_the_old_way_passes_and_is_checked_where_sglang_put
     assert lines["attn_dp_size"] == ["8"] and lines["dp_size"] == ["1"]
     assert "--chunked-prefill-size 4096 // 8 = 512" in " ".join(out.split())
     assert lines["chunked_prefill_size"] == ["512"]
+
+
+def test_a_runner_sglang_refuses_only_at_model_load_exits_2_before_a_launch(project, capsys):
+    """0.5.23 parses and resolves the `cutlass` MoE runner for an NVFP4 model, then raises when the model
+    loads: patchbench's release rule refuses it at the check (a sweep prunes it), not after a launch."""
+    rc, out = run_check(project / "cutlass-moe.toml", capsys)
+    assert rc == 2, out
+    out = " ".join(out.split())
+    assert "raises NotImplementedError when the NVFP4 MoE builds its runner at model load" in out
