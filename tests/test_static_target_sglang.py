@@ -27,8 +27,9 @@ def project(tmp_path):
     (tmp_path / "patches").symlink_to(REPO_ROOT / "patches")
     (recipes / "sbo-megamoe.toml").write_text(
         'extends = "sbo"\n[server.args]\nmoe-a2a-backend = "megamoe"\n[expect]\nmoe_a2a_backend = "megamoe"\n')
-    (recipes / "cutlass-moe.toml").write_text('extends = "baseline"\n[server.args]\nmoe-runner-backend = "cutlass"\n'
-                                              '[expect]\nmoe_runner_backend = "cutlass"\n')
+    for runner in ("cutlass", "triton", "flashinfer_trtllm"):
+        (recipes / f"{runner}-moe.toml").write_text(f'extends = "baseline"\n[server.args]\nmoe-runner-backend = "{runner}"\n'
+                                                    f'[expect]\nmoe_runner_backend = "{runner}"\n')
     (recipes / "ep3.toml").write_text('extends = "ep8"\n[server.args]\nep-size = "3"\n[expect]\nep_size = "3"\n')
     return recipes
 
@@ -92,10 +93,16 @@ def test_dp_attention_written_the_old_way_passes_and_is_checked_where_sglang_put
     assert lines["chunked_prefill_size"] == ["512"]
 
 
-def test_a_runner_sglang_refuses_only_at_model_load_exits_2_before_a_launch(project, capsys):
-    """0.5.23 parses and resolves the `cutlass` MoE runner for an NVFP4 model, then raises when the model
-    loads: patchbench's release rule refuses it at the check (a sweep prunes it), not after a launch."""
-    rc, out = run_check(project / "cutlass-moe.toml", capsys)
+@pytest.mark.parametrize("runner, why", [
+    ("cutlass", "raises NotImplementedError when the NVFP4 MoE builds its runner at model load"),
+    ("triton", "has no branch for it and raises NotImplementedError"),
+    ("flashinfer_trtllm", "ships cubins for sm100/103/107 only"),
+])
+def test_a_runner_sglang_accepts_but_cannot_run_exits_2_before_a_launch(project, capsys, runner, why):
+    """0.5.23 parses and resolves these MoE runners for an NVFP4 model on the SM120 target, then fails when
+    the model loads or first runs: patchbench's release rules refuse them at the check (a sweep prunes
+    them), not after a launch of minutes."""
+    rc, out = run_check(project / f"{runner}-moe.toml", capsys)
     assert rc == 2, out
     out = " ".join(out.split())
-    assert "raises NotImplementedError when the NVFP4 MoE builds its runner at model load" in out
+    assert why in out, out[-1500:]

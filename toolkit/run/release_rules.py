@@ -22,31 +22,58 @@ def _on(value) -> bool:
 
 
 @dataclass(frozen=True)
+class Where:
+    """What a rule reads besides the resolved fields: the model and the target GPU."""
+
+    architecture: str = ""
+    capability: tuple | None = None  # the [target]'s compute capability, (12, 0) for SM120; None: no target
+
+
+@dataclass(frozen=True)
 class Rule:
     release: str  # the sglang version the rule was read against
     kind: str  # "inert": accepted and echoed, not read on this path; "load": refused when the model loads
-    applies: Callable[[Mapping, str], bool]  # (resolved fields, model architecture) -> holds here
+    applies: Callable[[Mapping, Where], bool]  # (resolved fields, model and target) -> holds here
     text: str
+
+
+def _nvfp4(f: Mapping) -> bool:
+    return str(f.get("quantization")) == "modelopt_fp4"
+
+
+def _sm12x(w: Where) -> bool:
+    return w.capability is not None and int(w.capability[0]) == 12
 
 
 RULES = (
     Rule("0.5.23", "inert",
-         lambda f, arch: _on(f.get("enable_single_batch_overlap")) and str(f.get("moe_a2a_backend", "none")) == "none"
-         and arch in DEEPSEEK_FAMILY,
+         lambda f, w: _on(f.get("enable_single_batch_overlap")) and str(f.get("moe_a2a_backend", "none")) == "none"
+         and w.architecture in DEEPSEEK_FAMILY,
          "--enable-single-batch-overlap with moe_a2a_backend none: sglang 0.5.23 overlaps SBO's combine only in "
          "its all-to-all MoE path (models/deepseek_v2.py forward_deepep); a decode step captured in a CUDA graph "
          "takes forward_normal_dual_stream, which puts the shared expert on a second stream with or without the "
          "flag, so it acts only on eager forwards (prefills, decode batches above the graphs' max_bs): a decode "
          "difference from the baseline is not SBO's"),
     Rule("0.5.23", "load",
-         lambda f, arch: str(f.get("moe_runner_backend")) == "cutlass" and str(f.get("quantization")) == "modelopt_fp4",
+         lambda f, w: str(f.get("moe_runner_backend")) == "cutlass" and _nvfp4(f),
          "--moe-runner-backend cutlass with modelopt_fp4: sglang 0.5.23 parses and resolves it, then raises "
          "NotImplementedError when the NVFP4 MoE builds its runner at model load "
          "(layers/quantization/modelopt_quant.py create_moe_runner; use flashinfer_cutlass)"),
+    Rule("0.5.23", "load",
+         lambda f, w: str(f.get("moe_runner_backend")) in ("triton", "deep_gemm") and _nvfp4(f),
+         "--moe-runner-backend triton or deep_gemm with modelopt_fp4: sglang 0.5.23 accepts it and builds the "
+         "runner, but the NVFP4 MoE's apply has no branch for it and raises NotImplementedError ('Unsupported "
+         "moe_runner_backend for NVFP4 MoE') at the first forward (layers/quantization/modelopt_quant.py)"),
+    Rule("0.5.23", "load",
+         lambda f, w: str(f.get("moe_runner_backend")) == "flashinfer_trtllm" and _nvfp4(f) and _sm12x(w),
+         "--moe-runner-backend flashinfer_trtllm with modelopt_fp4 on an SM12x target: sglang 0.5.23 keeps the "
+         "explicit value (it resolves only `auto` to flashinfer_cutlass on SM120), and FlashInfer 0.7.2's "
+         "trtllm-gen MoE ships cubins for sm100/103/107 only: its FLASHINFER_CHECK fails ('no kernels runnable "
+         "on sm120', csrc/trtllm_batched_gemm_runner.cu)"),
 )
 
 
-def release_rules(fields: Mapping, version: str | None, architecture: str | None, kind: str) -> list[str]:
+def release_rules(fields: Mapping, version: str | None, where: Where, kind: str) -> list[str]:
     """The lines of the `kind` rules read against `version` that hold for these resolved fields."""
     return [f"sglang {r.release}: {r.text}" for r in RULES
-            if r.kind == kind and version == r.release and r.applies(fields, architecture or "")]
+            if r.kind == kind and version == r.release and r.applies(fields, where)]

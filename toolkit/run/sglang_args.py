@@ -315,7 +315,7 @@ def check_recipe(python: Path, recipe, workdir: Path, *, environ: dict | None = 
     `[target]` (toolkit/probes/server_args.py), then patchbench's model-shape rules
     (toolkit/run/model_shape.py). Raises BadInput on a refusal or a broken shape rule."""
     from toolkit.recipe.target import target_facts
-    from toolkit.run.release_rules import release_rules
+    from toolkit.run.release_rules import Where, release_rules
     from toolkit.run.model_shape import check_model_shape
 
     facts = target_facts(recipe.target) if recipe.target else None
@@ -329,12 +329,13 @@ def check_recipe(python: Path, recipe, workdir: Path, *, environ: dict | None = 
                               f"set [roofline] model): {', '.join(RULES)}")
         return check
     args = {**check.fields, **check.resolved_config}
-    arch = (config.get("architectures") or [None])[0]
-    refused = release_rules(args, check.version, arch, "load")
+    where = Where((config.get("architectures") or [""])[0] or "",
+                  tuple(facts["capability"]) if facts and facts.get("capability") else None)
+    refused = release_rules(args, check.version, where, "load")
     if refused:
         raise BadInput(f"{refused[0]} (patchbench's rule, read against sglang's source: it refuses at load)",
                        hint="toolkit/run/release_rules.py")
-    check.warnings.extend(release_rules(args, check.version, arch, "inert"))
+    check.warnings.extend(release_rules(args, check.version, where, "inert"))
     shape = check_model_shape(config, args, weights=recipe.roofline.get("weights"),
                               memory_bytes=facts["memory_mib"] * (1 << 20) if facts else None,
                               gpu_count=facts["count"] if facts else None)
