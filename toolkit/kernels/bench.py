@@ -23,7 +23,7 @@ from toolkit.kernels.measure import Settings, check_op, measure
 from toolkit.kernels.registry import OpSpec
 from toolkit.kernels.shapes import Shape
 from toolkit.run import machine
-from toolkit.run.parallel_layout import attention_dp_size, per_rank_chunk
+from toolkit.run.parallel_layout import attention_dp_size, layout, per_rank_chunk
 
 
 @dataclass
@@ -46,17 +46,6 @@ def _flag(args: dict, name: str):
     return norm.get(name)
 
 
-def _ep_size(args: dict) -> int:
-    for name in ("ep-size", "ep", "expert-parallel-size"):
-        value = _flag(args, name)
-        if value is not None:
-            try:
-                return int(value)
-            except (TypeError, ValueError):
-                raise BadInput(f"server arg {name}={value!r} is not an integer") from None
-    return 1
-
-
 def server_kernel_config(args: dict, environ: dict) -> dict:
     """How sglang 0.5.23's flashinfer_cutlass MoE runner calls cutlass_fused_moe for this server:
     use_fused_finalize from SGLANG_FLASHINFER_MOE_FUSED_FINALIZE (default False), and
@@ -68,7 +57,7 @@ def server_kernel_config(args: dict, environ: dict) -> dict:
         raise BadInput(f"SGLANG_FLASHINFER_MOE_FUSED_FINALIZE={raw!r} is not a boolean sglang reads",
                        hint="use true/false, 1/0, yes/no")
     out: dict = {"use_fused_finalize": raw in _TRUE, "notes": []}
-    ep = _ep_size(args)
+    ep = layout(args)["ep_size"]
     if ep > 1:
         out["notes"].append(
             f"EP {ep}: the MoE probe times one rank's share as a call of its own (E/{ep} experts, each token's "

@@ -31,6 +31,7 @@ from pathlib import Path
 from toolkit.errors import BadInput
 from toolkit.kernels.registry import OpSpec
 from toolkit.roofline import ModelShape, expected_distinct_experts, load_model_config, model_shape
+from toolkit.run import parallel_layout
 
 DEFAULT_MS = (1, 2, 4, 8, 16, 32, 64, 128)
 
@@ -85,16 +86,6 @@ class Layout:
         return max(1, round(b * m.top_k / expected_distinct_experts(m.n_experts, m.top_k, b)))
 
 
-def _int_arg(args, *names: str, default: int = 1) -> int:
-    for name in names:
-        if args.get(name) is not None:
-            try:
-                return int(args[name])
-            except (TypeError, ValueError):
-                raise BadInput(f"server arg {name}={args[name]!r} is not an integer") from None
-    return default
-
-
 def layout_of(recipe) -> Layout:
     """The recipe's `[roofline]` model, its server's TP/EP and its benchmark points."""
     roof = dict(recipe.roofline or {})
@@ -106,9 +97,8 @@ def layout_of(recipe) -> Layout:
     if not shape.is_moe:
         raise BadInput(f"model {name} has no routed experts: `--shapes model` derives expert shapes",
                        hint="give --shapes FILE")
-    args = dict(recipe.server.args or {})
-    tp = _int_arg(args, "tp-size", "tp")
-    ep = _int_arg(args, "ep-size", "ep", "expert-parallel-size")
+    lay = parallel_layout.layout(recipe.server.args or {})
+    tp, ep = lay["tp_size"], lay["ep_size"]
     if tp % ep or shape.n_experts % ep or (shape.expert_params // (3 * shape.hidden)) % (tp // ep):
         raise BadInput(f"TP={tp}, EP={ep} does not split {name}'s {shape.n_experts} experts evenly")
     b = recipe.benchmark

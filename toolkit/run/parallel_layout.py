@@ -1,10 +1,10 @@
 """A server's parallel layout from its args: recipe flags or ServerArgs fields (pure).
 
-`layout(args)`: tp, dp, pp, base_gpu_id, gpu_id_step, nnodes, the attention-DP width; `gpu_count(args)`:
+`layout(args)`: tp, dp, pp, ep, base_gpu_id, gpu_id_step, nnodes, the attention-DP width; `gpu_count(args)`:
 the GPUs one launch holds (tp x pp per DP replica; attention DP runs within tp).
 
-The attention-DP width, whichever way the args say it: sglang 0.5.23 spells attention data parallelism `--attn-dp-size N`; the older `--dp-size N
---enable-dp-attention` is still accepted and moved there (srt/arg_groups/parallel_hook.py,
+The attention-DP width, whichever way the args say it: sglang 0.5.23 spells attention data
+parallelism `--attn-dp-size N`; the older `--dp-size N --enable-dp-attention` is still accepted and moved there (srt/arg_groups/parallel_hook.py,
 handle_deprecated_dp_attention: attn_dp_size = N, dp_size = 1), and a resolved config reports
 enable_dp_attention set whenever attention DP runs. So the width is read from recipe flags
 (`attn-dp-size`, or `dp-size` with `enable-dp-attention`), from 0.5.23's resolved fields (attn_dp_size
@@ -23,11 +23,12 @@ from toolkit.errors import BadInput
 
 _ALIASES = {"tp_size": ("tp_size", "tp", "tensor_parallel_size"), "dp_size": ("dp_size", "dp", "data_parallel_size"),
             "pp_size": ("pp_size", "pp", "pipeline_parallel_size"), "attn_dp_size": ("attn_dp_size",),
+            "ep_size": ("ep_size", "ep", "expert_parallel_size"),
             "base_gpu_id": ("base_gpu_id",), "gpu_id_step": ("gpu_id_step",), "nnodes": ("nnodes",),
             "enable_dp_attention": ("enable_dp_attention",)}
-_DEFAULTS = {"tp_size": 1, "dp_size": 1, "pp_size": 1, "attn_dp_size": 1, "base_gpu_id": 0, "gpu_id_step": 1,
-             "nnodes": 1}
-_INTS = ("tp_size", "dp_size", "pp_size", "base_gpu_id", "gpu_id_step", "nnodes", "attn_dp_size")
+_DEFAULTS = {"tp_size": 1, "dp_size": 1, "pp_size": 1, "attn_dp_size": 1, "ep_size": 1, "base_gpu_id": 0,
+             "gpu_id_step": 1, "nnodes": 1}
+_INTS = ("tp_size", "dp_size", "pp_size", "ep_size", "base_gpu_id", "gpu_id_step", "nnodes", "attn_dp_size")
 
 
 def _norm(args) -> dict[str, Any]:
@@ -72,7 +73,7 @@ def per_rank_chunk(chunk: int, attn_dp: int) -> int:
 
 
 def layout(args: Mapping) -> dict:
-    """tp_size, dp_size, pp_size, base_gpu_id, gpu_id_step, nnodes, attn_dp_size and dp_attention
+    """tp_size, dp_size, pp_size, ep_size, base_gpu_id, gpu_id_step, nnodes, attn_dp_size and dp_attention
     (attention DP on) from ServerArgs fields or flags; BadInput on a value that is no integer or out of range."""
     norm = _norm(args)
     out: dict[str, Any] = {key: _int(norm, key) for key in _INTS}

@@ -13,12 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
+from toolkit.run.parallel_layout import enabled
+
 DEEPSEEK_FAMILY = ("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "DeepseekV32ForCausalLM",
                    "GlmMoeDsaForCausalLM", "Glm4MoeForCausalLM")
-
-
-def _on(value) -> bool:
-    return str(value).strip().lower() in ("true", "1", "yes")
 
 
 @dataclass(frozen=True)
@@ -47,7 +45,7 @@ def _sm12x(w: Where) -> bool:
 
 RULES = (
     Rule("0.5.23", "inert",
-         lambda f, w: _on(f.get("enable_single_batch_overlap")) and str(f.get("moe_a2a_backend", "none")) == "none"
+         lambda f, w: enabled(f.get("enable_single_batch_overlap")) and str(f.get("moe_a2a_backend", "none")) == "none"
          and w.architecture in DEEPSEEK_FAMILY,
          "--enable-single-batch-overlap with moe_a2a_backend none: sglang 0.5.23 overlaps SBO's combine only in "
          "its all-to-all MoE path (models/deepseek_v2.py forward_deepep); a decode step captured in a CUDA graph "

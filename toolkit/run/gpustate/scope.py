@@ -20,6 +20,7 @@ from typing import Any, Mapping
 
 from toolkit.run.parallel_layout import layout
 
+
 def layout_positions(args: Mapping) -> list[int]:
     """The CUDA ordinals (within the visible devices) the server's ranks use on one node (sorted)."""
     lay = layout(args)
