@@ -134,3 +134,14 @@ def test_dp_attention_flag_alone_is_a_mismatch_sglang_0_5_23_would_show():
     reads false): the check says the flag did not take, as it says of an `--ep-size` that did not."""
     c = check({"tp-size": 8, "enable-dp-attention": True})
     assert not c.ok and any("enable_dp_attention: expected True" in p for p in c.problems)
+
+
+def test_an_inherited_expect_that_the_recipes_own_flags_contradict_is_named():
+    """A child recipe that changes a flag but inherits its parent's [expect] of the old value: the
+    check says the recipe contradicts itself, not only that the parser disagrees."""
+    server = ServerSpec(model="minisglang/tiny", args=(("tp-size", 2),))
+    c = static_check(Path(sys.executable), server, {"tp_size": 1}, environ=ENVIRON, device="cuda", target=None)
+    assert not c.ok
+    assert "tp_size: expected 1, sglang 0.0.1+mini parser says 2" in c.problems
+    assert "tp_size: [expect] says 1 but the recipe's [server.args] give 2 (an inherited [expect]? `patchbench " \
+           "show RECIPE` names the file that set it)" in c.problems

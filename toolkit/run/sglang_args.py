@@ -178,6 +178,10 @@ def static_check(python: Path, server, expect: dict, *, environ: dict | None = N
     implied, moved = follow_moves(implied_expectations(server, report["dests"]), report["fields"], version)
     expected = {**implied, **expect}
     problems = compare_fields(expected, fields, source=f"sglang {version} parser")
+    # the recipe against itself: an [expect] (often inherited) that its own flags contradict
+    problems += [f"{k}: [expect] says {expect[k]!r} but the recipe's [server.args] give {implied[k]!r} (an inherited "
+                 "[expect]? `patchbench show RECIPE` names the file that set it)"
+                 for k in expect if k in implied and not _same(expect[k], implied[k])]
     if err:
         problems.insert(0, err)
     outcome = report.get("outcome") or "ok"
