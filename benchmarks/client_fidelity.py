@@ -204,6 +204,67 @@ class BenchServingWorker:
         self._log.close()
 
 
+ITL_METRIC = "sglang:inter_token_latency_seconds"
+# the server's ITL histogram, 1.5% apart from 1 ms to 200 ms (sglang's default buckets are 2-5 ms wide
+# around a CPU decode step of ~8 ms: no median to read from them)
+ITL_BUCKETS = [round(0.001 * 1.015 ** i, 7) for i in range(int(math.log(200) / math.log(1.015)) + 1)]
+SERVER_METRICS_ARGS = ("--enable-metrics", "--bucket-inter-token-latency", *map(str, ITL_BUCKETS))
+
+
+def server_itl_reading(base: str) -> dict:
+    """The real server's own inter-token latency histogram so far (its tokenizer manager's clock;
+    launched with --enable-metrics and ITL_BUCKETS), summed over label sets: {"sum": seconds, "count":
+    tokens, "buckets": {upper bound: cumulative tokens}}."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(base + "/metrics", timeout=60) as r:
+        text = r.read().decode()
+    out = {"sum": 0.0, "count": 0.0, "buckets": {}}
+    for family in text_string_to_metric_families(text):
+        if family.name != ITL_METRIC:
+            continue
+        for sample in family.samples:
+            if sample.name == ITL_METRIC + "_sum":
+                out["sum"] += sample.value
+            elif sample.name == ITL_METRIC + "_count":
+                out["count"] += sample.value
+            elif sample.name == ITL_METRIC + "_bucket":
+                le = float(sample.labels["le"])
+                out["buckets"][le] = out["buckets"].get(le, 0.0) + sample.value
+    return out
+
+
+def server_itl_ms(before: dict, after: dict) -> dict | None:
+    """The server's mean and median ITL (ms) over the tokens between two readings (the median
+    interpolated geometrically inside its 1.5% bucket); None when no token was seen."""
+    tokens = after["count"] - before["count"]
+    if tokens <= 0:
+        return None
+    bounds = sorted(after["buckets"])
+    cum = [after["buckets"][b] - before["buckets"].get(b, 0.0) for b in bounds]
+    half, lo, below = tokens / 2, 0.0, 0.0
+    median = None
+    for b, c in zip(bounds, cum):
+        if c >= half:
+            if not math.isfinite(b) or lo <= 0:
+                median = b if math.isfinite(b) else lo
+            else:
+                median = lo * (b / lo) ** ((half - below) / (c - below))
+            break
+        lo, below = b, c
+    return {"mean": 1000 * (after["sum"] - before["sum"]) / tokens,
+            "median": 1000 * median if median is not None else None}
+
+
+def corrected(rounds: list[dict], key: str) -> list[float]:
+    """A client's reading with the box's state in its round divided out: tok/s times the server's own
+    mean ITL of that round (a step 10% slower makes both 10% worse), the median ITL over the server's
+    own median ITL of that round."""
+    if key == "output_tok_s":
+        return [x[key] * x["server_itl"]["mean"] for x in rounds]
+    return [x[key] / x["server_itl"]["median"] for x in rounds]
+
+
 def real_main(args, console: Console) -> int:
     """--real: patchbench's client against sglang.bench_serving on one launch of a real server."""
     from toolkit.recipe.load import load_recipe
@@ -228,7 +289,9 @@ def real_main(args, console: Console) -> int:
         environ = {**environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
         os.sched_setaffinity(0, cpus[:1])
     try:
-        server = srv.launch(p.env.python, launch_argv(recipe.server, host=host, port=port), host=host, port=port,
+        argv = launch_argv(recipe.server, host=host, port=port)
+        server = srv.launch(p.env.python, argv + list(SERVER_METRICS_ARGS),
+                            host=host, port=port,
                             log=work / "server.log", environ=environ)
     finally:
         if args.pin:
@@ -254,19 +317,26 @@ def real_main(args, console: Console) -> int:
                     # A B B A ...: a trend of the box within a pair falls on each client first half the time
                     for who in (("ours", "theirs") if r % 2 == 0 else ("theirs", "ours")):
                         # the host over each round: other processes' CPU (not the server's, not the clients'), steal
-                        host = HostSampler(lambda: patchbench_tree(server.proc.pid)).start()
+                        sampler = HostSampler(lambda: patchbench_tree(server.proc.pid)).start()
+                        itl0 = server_itl_reading(server.url)
                         if who == "ours":
                             m = run_serving(server.url, cfg)[0].metrics
-                            ours.append({"output_tok_s": m.get("output_tok_s"), "itl_ms_median": m.get("itl_ms_median"),
-                                         "completed": m.get("completed"), "host": host.stop()})
+                            got = {"output_tok_s": m.get("output_tok_s"), "itl_ms_median": m.get("itl_ms_median"),
+                                   "completed": m.get("completed")}
                         else:
                             row = worker.round(7 + r, out)
-                            theirs.append({"output_tok_s": row["output_throughput"],
-                                           "itl_ms_median": row["median_itl_ms"], "completed": row["completed"],
-                                           "host": host.stop()})
+                            got = {"output_tok_s": row["output_throughput"], "itl_ms_median": row["median_itl_ms"],
+                                   "completed": row["completed"]}
+                        got["server_itl"] = server_itl_ms(itl0, server_itl_reading(server.url))
+                        if not got["server_itl"] or got["server_itl"]["median"] is None:
+                            raise SystemExit(f"the server's /metrics showed no inter-token latency for round {r} "
+                                             f"(log {work / 'server.log'})")
+                        got["host"] = sampler.stop()
+                        (ours if who == "ours" else theirs).append(got)
                     console.print(f"  c={c} round {r}: ours {ours[-1]['output_tok_s']:.1f} tok/s, ITL p50 "
-                                  f"{ours[-1]['itl_ms_median']:.2f} ms; bench_serving {theirs[-1]['output_tok_s']:.1f} "
-                                  f"tok/s, ITL p50 {theirs[-1]['itl_ms_median']:.2f} ms; "
+                                  f"{ours[-1]['itl_ms_median']:.2f} ms (server {_itl_cell(ours[-1])}); "
+                                  f"bench_serving {theirs[-1]['output_tok_s']:.1f} tok/s, ITL p50 "
+                                  f"{theirs[-1]['itl_ms_median']:.2f} ms (server {_itl_cell(theirs[-1])}); "
                                   f"{_host_cell(ours[-1]['host'], theirs[-1]['host'])}")
             finally:
                 worker.close()
@@ -274,10 +344,11 @@ def real_main(args, console: Console) -> int:
             med = {who: {k: statistics.median(x[k] for x in runs) for k in keys}
                    for who, runs in (("ours", ours), ("bench_serving", theirs))}
             paired = {k: paired_verdict([x[k] for x in ours], [x[k] for x in theirs], args.tolerance) for k in keys}
+            steady = {k: paired_verdict(corrected(ours, k), corrected(theirs, k), args.tolerance) for k in keys}
             complete = all(x["completed"] == n for x in ours + theirs)
-            verdicts = [v["verdict"] for v in paired.values()]
+            verdicts = [v["verdict"] for v in steady.values()]
             rows.append({"concurrency": c, "requests": n, "rounds": {"ours": ours, "bench_serving": theirs},
-                         "median": med, "paired": paired, "complete": complete,
+                         "median": med, "paired": paired, "corrected": steady, "complete": complete,
                          "verdict": "outside" if not complete or "outside" in verdicts
                          else "unresolved" if "unresolved" in verdicts else "within"})
     finally:
@@ -285,20 +356,25 @@ def real_main(args, console: Console) -> int:
 
     table = Table(title=f"client fidelity on real {recipe.name}: /generate, input {args.input_len}, output "
                         f"{args.output_len}, medians of {args.rounds} rounds (tolerance {args.tolerance}%)")
-    for col in ("conc", "reqs", "tok/s ours/bs (median)", "tok/s ratio [95%]", "rounds swing ours/bs",
-                "ITL p50 ratio [95%]", "host, worst round", "verdict"):
+    for col in ("conc", "reqs", "tok/s ours/bs (median)", "tok/s ratio [95%]", "corrected", "rounds swing ours/bs",
+                "ITL p50 ratio [95%]", "corrected", "host, worst round", "verdict"):
         table.add_column(col, justify="right")
     colour = {"within": "green", "outside": "red", "unresolved": "yellow"}
     for r in rows:
         o, t, pt, pi = r["median"]["ours"], r["median"]["bench_serving"], r["paired"]["output_tok_s"], \
             r["paired"]["itl_ms_median"]
+        ct, ci = r["corrected"]["output_tok_s"], r["corrected"]["itl_ms_median"]
         table.add_row(str(r["concurrency"]), str(r["requests"]), f"{o['output_tok_s']:.1f}/{t['output_tok_s']:.1f}",
-                      _ratio_cell(pt), f"{pt['swing_ours']:.2f}x/{pt['swing_theirs']:.2f}x", _ratio_cell(pi),
+                      _ratio_cell(pt), _ratio_cell(ct), f"{pt['swing_ours']:.2f}x/{pt['swing_theirs']:.2f}x",
+                      _ratio_cell(pi), _ratio_cell(ci),
                       _host_cell(*(x.get("host") or {} for x in r["rounds"]["ours"] + r["rounds"]["bench_serving"])),
                       f"[{colour[r['verdict']]}]{r['verdict']}[/]")
     console.print(table)
     console.print(f"ratio = ours / bench_serving of each round's adjacent pair, geometric mean over the rounds with "
-                  f"its 95% t interval; within: the interval inside +-{args.tolerance}%, outside: wholly beyond it, "
+                  f"its 95% t interval. corrected: each round's reading with the server's own mean ITL of that round "
+                  f"divided out (tok/s x the server's mean ITL, ITL p50 / the server's p50 ITL; the box's drift between the two rounds of a "
+                  f"pair cancels); the verdict is the corrected one's: within: the interval inside "
+                  f"+-{args.tolerance}%, outside: wholly beyond it, "
                   f"unresolved: neither (the rounds swing more than the tolerance). swing = a client's "
                   f"max/min over its own rounds. host: the most CPU other processes used in one round (not the "
                   f"server's, not the clients'; toolkit.run.hoststate) and the most the hypervisor stole.")
@@ -345,6 +421,10 @@ def _host_cell(*hosts: dict) -> str:
     foreign = max(h["foreign_cores"] for h in seen)
     steal = max(h["steal_share"] for h in seen)
     return f"others {foreign:.2f} CPUs, steal {100 * steal:.1f}%"
+
+
+def _itl_cell(x: dict) -> str:
+    return f"p50 {x['server_itl']['median']:.2f}, mean {x['server_itl']['mean']:.2f}"
 
 
 def _ratio_cell(p: dict) -> str:

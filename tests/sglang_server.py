@@ -58,14 +58,15 @@ def _healthy(url: str) -> bool:
 
 
 class RealServer:
-    def __init__(self, python: Path, model: Path, log: Path, env: dict[str, str] | None = None):
+    def __init__(self, python: Path, model: Path, log: Path, env: dict[str, str] | None = None,
+                 extra_args: tuple[str, ...] = ()):
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = log
         environ = {**os.environ, "SGLANG_USE_CPU_ENGINE": "1", **(env or {})}
         with open(log, "wb") as f:
             self.proc = subprocess.Popen(
-                [str(python), "-m", "sglang.launch_server", "--model-path", str(model), *ARGS,
+                [str(python), "-m", "sglang.launch_server", "--model-path", str(model), *ARGS, *extra_args,
                  "--host", "127.0.0.1", "--port", str(self.port)],
                 stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=environ,
                 start_new_session=True)
@@ -92,14 +93,26 @@ class RealServer:
                 self.proc.wait()
 
 
+def _fidelity_metrics_args() -> tuple[str, ...]:
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "client_fidelity.py"
+    spec = importlib.util.spec_from_file_location("client_fidelity_for_fixture", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return tuple(mod.SERVER_METRICS_ARGS)
+
+
 @pytest.fixture(scope="module")
 def real_sglang(tmp_path_factory):
-    """A started RealServer (url, log) on the tiny MoE; stopped after the module."""
+    """A started RealServer (url, log) on the tiny MoE, its metrics on as benchmarks/client_fidelity.py
+    --real launches it; stopped after the module."""
     from toolkit.models import tiny
 
     python = real_env_python()
     model = tiny.ensure(MODEL, SHARED_HOME)
-    server = RealServer(python, model, tmp_path_factory.mktemp("real-sglang") / "server.log")
+    server = RealServer(python, model, tmp_path_factory.mktemp("real-sglang") / "server.log",
+                        extra_args=_fidelity_metrics_args())
     server.ready_s = server.wait_ready()
     yield server
     server.stop()

@@ -160,20 +160,29 @@ def test_sglangs_own_serving_benchmark_runs_warm_round_after_round(real_sglang_u
 
     from sglang_server import real_env_python
     monkeypatch.syspath_prepend(str(REPO_ROOT / "benchmarks"))
-    from client_fidelity import BenchServingWorker, bench_serving_argv
+    from client_fidelity import BenchServingWorker, bench_serving_argv, server_itl_ms, server_itl_reading
 
     url = urlsplit(real_sglang_url)
     argv = bench_serving_argv(str(real_env_python()), host=url.hostname, port=url.port, input_len=16,
                               output_len=8, num_prompts=4, concurrency=2)
     worker = BenchServingWorker(argv, dict(os.environ), tmp_path / "bench_serving.log")
+    rows, server_itl = [], []
     try:
-        rows = [worker.round(seed, tmp_path / "rows.jsonl") for seed in (7, 8)]
+        for seed in (7, 8):
+            before = server_itl_reading(real_sglang_url)
+            rows.append(worker.round(seed, tmp_path / "rows.jsonl"))
+            after = server_itl_reading(real_sglang_url)
+            server_itl.append((after["count"] - before["count"], server_itl_ms(before, after)))
     finally:
         worker.close()
     assert worker.proc.returncode == 0
-    for row in rows:
+    for row, (tokens, itl) in zip(rows, server_itl):
         assert row["completed"] == 4 and row["total_output_tokens"] == 4 * 8, row
         assert row["output_throughput"] > 0 and row["median_itl_ms"] > 0
+        # the server's own clock over the same round (what --real divides the box's drift out with):
+        # every token after a request's first, warm-up included, and a median near the client's
+        assert tokens >= 4 * 7, tokens
+        assert 0.5 < itl["median"] / row["median_itl_ms"] < 2, (itl, row["median_itl_ms"])
     assert len((tmp_path / "rows.jsonl").read_text().splitlines()) == 2
     log = (tmp_path / "bench_serving.log").read_text(errors="replace")
     assert log.count("Starting warmup") == 2  # sglang's benchmark ran twice, in the one process
