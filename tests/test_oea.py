@@ -221,12 +221,15 @@ class _Algo:
 
 
 def _batch(torch, decode: bool = True, rows: int = TOKENS, *, idle: bool = False, spec: str = "NONE",
-           extend_in_batch: bool = False):
-    """What oea.note_forward reads of sglang 0.5.23's ForwardBatch."""
+           extend_in_batch: bool = False, dp_rows: list[int] | None = None):
+    """What oea.note_forward reads of sglang 0.5.23's ForwardBatch (`dp_rows`: every attention-DP
+    rank's real rows, its global_num_tokens_gpu)."""
     from types import SimpleNamespace
 
+    counts = torch.tensor(dp_rows, dtype=torch.int64) if dp_rows is not None else None
     return SimpleNamespace(forward_mode=_Mode(decode, idle), batch_size=rows, input_ids=torch.zeros(rows, dtype=torch.int64),
-                           spec_algorithm=_Algo(spec), is_extend_in_batch=extend_in_batch)
+                           spec_algorithm=_Algo(spec), is_extend_in_batch=extend_in_batch,
+                           global_num_tokens_gpu=counts)
 
 
 def test_log_line_is_rate_limited_and_counts_the_first_layer_of_each_decode_step(torch, oea, env, caplog):
@@ -319,6 +322,43 @@ def test_padding_rows_of_a_replayed_graph_stay_out_of_the_active_set(torch, oea,
     _, bounded = oea.oea_select(logits, K, K0, num_valid=10, **kw)
     _, unbounded = oea.oea_select(logits, K, K0, **kw)
     assert torch.equal(ids, bounded) and not torch.equal(ids, unbounded)
+
+
+@pytest.mark.parametrize("slots", [(8, 8), (6, 10)], ids=["graph-slots", "eager-sum-len"])
+def test_padding_rows_of_a_dp_gather_stay_out_of_the_active_set(torch, oea, env, caplog, monkeypatch, slots):
+    """Attention DP, the MoE input gathered one slot per rank (sglang 0.5.23 gives no row bound there):
+    rank 0 has 5 real rows, rank 1 has 3, the rest of each slot is padding (a decode graph's equal slots,
+    or an eager gather's padded counts). The real rows are routed exactly as the same tokens without
+    any padding, and the step counts 8 tokens; a layout that does not add up counts every row."""
+    env.setenv("SGLANG_OEA_K0", str(K0))
+    env.setenv("SGLANG_OEA_LOG_INTERVAL", "3600")
+    oea.oea_config.cache_clear()
+    logits, bias = _glm5_inputs(torch)
+    kw = dict(renormalize=True, scoring_func="sigmoid", correction_bias=bias, num_expert_group=1, topk_group=1)
+    real = [*range(5), *range(slots[0], slots[0] + 3)]
+    monkeypatch.setattr(oea, "_attn_dp_size", lambda: 2)
+    monkeypatch.setattr(oea, "_gathered_slot_sizes", lambda: list(slots))
+    oea._totals.clear()
+    oea._logged.clear()
+    with caplog.at_level(logging.INFO, logger="sglang.srt.layers.moe.oea"):
+        state = oea.note_forward(_batch(torch, rows=5, dp_rows=[5, 3]))
+        try:
+            _, ids = oea.oea_select(logits, K, K0, **kw)
+        finally:
+            oea.restore_forward(state)
+        line = LINE.match(oea.flush(force=True) or "")
+    assert line and line.group(1) == "8", line
+    _, alone = oea.oea_select(logits[real], K, K0, **kw)  # the same tokens, no padding, no DP
+    assert torch.equal(ids[real], alone)
+    _, unbounded = oea.oea_select(logits, K, K0, **kw)
+    assert not torch.equal(ids[real], unbounded[real])  # the padding rows did change the active set
+    monkeypatch.setattr(oea, "_gathered_slot_sizes", lambda: [4, 4])  # 8 slot rows, 16 MoE rows
+    state = oea.note_forward(_batch(torch, rows=5, dp_rows=[5, 3]))
+    try:
+        _, all_rows = oea.oea_select(logits, K, K0, **kw)
+    finally:
+        oea.restore_forward(state)
+    assert torch.equal(all_rows, unbounded)
 
 
 def test_grouped_routing_stays_inside_the_token_groups(torch, oea):
