@@ -182,8 +182,16 @@ def test_the_record_keeps_the_configuration_and_what_was_left_out(tmp_path, monk
     run = bench.run_kernels(recipe, op, [], home=tmp_path, shapes_from="t")
     (rec,) = run.records
     assert rec["not_offered"] == {"cake": "cake: per-row alpha only"}
-    assert rec["configuration"]["autotune"] == "on" and rec["configuration"]["server_notes"] == []
+    assert rec["configuration"]["autotune"] == "on"
+    assert [n for n in rec["configuration"]["server_notes"] if "not read for this release" not in n] == []
     assert sent["server"]["tune_max_num_tokens"] == 2048 and sent["server"]["use_fused_finalize"] is False
+    assert sent["settings"].autotune is True
+    # a recipe pinned to sglang 0.5.10 with the flashinfer_cutlass runner: its server never tunes, the table neither
+    info["versions"]["sglang"] = "0.5.10.post1"
+    recipe.server.args["moe-runner-backend"] = "flashinfer_cutlass"
+    (rec,) = bench.run_kernels(recipe, op, [], home=tmp_path, shapes_from="t", follow_server=True).records
+    assert sent["settings"].autotune is False and rec["settings"]["autotune"] is False
+    assert any("default tactics" in n for n in rec["configuration"]["server_notes"])
 
 
 def test_the_probe_says_how_it_timed_on_cpu():
@@ -215,3 +223,20 @@ def test_a_skipped_shape_reads_skipped_in_the_table_never_error():
     console.print(table.render_rows(record))
     text = console.export_text()
     assert "skipped: not run: cutedsl_low_latency takes M <= 8" in text and "error" not in text
+
+
+def test_the_table_tunes_where_the_recipes_sglang_tunes():
+    """sglang 0.5.23 tunes FlashInfer for the flashinfer_cutlass runner; 0.5.10 tunes only for the
+    trtllm/mxfp4 MoE runners and serves flashinfer_cutlass on FlashInfer's default tactics; a server
+    told --disable-flashinfer-autotune never tunes; a release not read is tuned and said so."""
+    from toolkit.kernels.server_tuning import server_autotunes
+
+    cutlass = {"moe-runner-backend": "flashinfer_cutlass", "quantization": "modelopt_fp4"}
+    assert server_autotunes("0.5.23", cutlass)[0] is True
+    tunes, why = server_autotunes("0.5.10.post1", cutlass)
+    assert tunes is False and "default tactics" in why and "flashinfer_cutlass" in why
+    assert server_autotunes("0.5.10.post1", {"moe_runner_backend": "flashinfer_trtllm"})[0] is True
+    assert server_autotunes("0.5.10.post1", {})[0] is False  # auto is not in 0.5.10's list
+    assert server_autotunes("0.5.23", {**cutlass, "disable-flashinfer-autotune": True})[0] is False
+    tunes, why = server_autotunes(None, cutlass)
+    assert tunes is True and "not read" in why

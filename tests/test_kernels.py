@@ -234,6 +234,10 @@ def test_kernels_cli_compare_export_report_and_no_gpu(tmp_path, monkeypatch, hom
     common = ["--op", "test.matmul", "--shapes", str(shapes), "--trials", "4", "--iters", "3", "--warmup", "1",
               "--flush-mb", "1"]
     assert main(["kernels", "demo/torch-baseline", *common]) == 0
+    [rec] = records.latest(home, "demo/torch-baseline", "test.matmul", None)
+    # the table says whether the recipe's server tunes FlashInfer (this env has no sglang: not read)
+    assert any("was not read for this release" in n for n in rec["configuration"]["server_notes"])
+    assert rec["settings"]["autotune"] is True
     assert main(["kernels", "demo/torch-zeros", *common]) == 1  # a shape failed its check
     capsys.readouterr()
     assert main(["compare", "demo/torch-baseline", "demo/torch-zeros", "--kernels-table", "--json"]) == 0

@@ -38,8 +38,12 @@ def add_arguments(parser) -> None:
     parser.add_argument("--warmup", type=int, default=10, help="untimed calls first (default 10)")
     parser.add_argument("--flush-mb", type=float, default=None, help="L2 flush buffer in MiB (default: 2x the GPU's L2)")
     parser.add_argument("--device", choices=("cpu", "cuda"), default=None, help="run a test op on this device")
-    parser.add_argument("--no-autotune", action="store_true",
-                        help="FlashInfer's default tactics (sglang 0.5.23 autotunes: the default here too)")
+    tune = parser.add_mutually_exclusive_group()
+    tune.add_argument("--no-autotune", action="store_true",
+                      help="FlashInfer's default tactics (default: tuned where the recipe's sglang tunes them: "
+                           "0.5.23 does, 0.5.10 only for the trtllm/mxfp4 MoE runners)")
+    tune.add_argument("--autotune", action="store_true",
+                      help="tune FlashInfer's tactics even where the recipe's sglang would not")
     parser.add_argument("--no-cuda-graph", action="store_true",
                         help="time eager calls (the Python wrapper's dispatch included) instead of graph replays")
     parser.add_argument("--frozen", action="store_true", help="refuse drift from the recipe's lock file")
@@ -85,7 +89,8 @@ def run(args) -> int:
     settings = Settings(warmup=args.warmup, iters=args.iters, trials=args.trials, flush_mb=args.flush_mb,
                         device=args.device, autotune=not args.no_autotune, cuda_graph=not args.no_cuda_graph)
     result = run_kernels(recipe, op, shapes, home=home, shapes_from=args.shapes, backends=args.backend,
-                         settings=settings, frozen=args.frozen, console=err)
+                         settings=settings, frozen=args.frozen, console=err,
+                         follow_server=not (args.autotune or args.no_autotune))
     _show(result.records, args.json)
     bad = [r for rec in result.records for r in rows(rec) if r.verdict != "ok"]
     for r in bad:

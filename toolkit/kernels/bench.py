@@ -87,7 +87,13 @@ def server_kernel_config(args: dict, environ: dict) -> dict:
 
 def run_kernels(recipe, op: OpSpec, shapes: list[Shape], *, home: Path, shapes_from: str,
                 backends: list[str] | None = None, settings: Settings = Settings(), frozen: bool = False,
-                console: Console | None = None) -> KernelRun:
+                console: Console | None = None, follow_server: bool = False) -> KernelRun:
+    """`follow_server`: tune FlashInfer's tactics where the recipe's sglang tunes them, not where it
+    does not (toolkit.kernels.server_tuning), whatever `settings.autotune` says; either way the
+    table's notes say what the server does."""
+    from dataclasses import replace
+
+    from toolkit.kernels.server_tuning import server_autotunes
     from toolkit.run.pipeline import prepare
 
     console = console or Console(stderr=True)
@@ -96,6 +102,12 @@ def run_kernels(recipe, op: OpSpec, shapes: list[Shape], *, home: Path, shapes_f
     server = server_kernel_config(dict(recipe.server.args), environ)
     log = Path(home) / "kernels" / "logs" / f"{recipe.name.replace('/', '__')}.log"
     info = check_op(p.env.python, op, environ, log=log, server=server)
+    tunes, why = server_autotunes((info.get("versions") or {}).get("sglang"), dict(recipe.server.args))
+    if follow_server:
+        settings = replace(settings, autotune=tunes)
+    elif settings.autotune != tunes:
+        why += f"; this table {'tunes' if settings.autotune else 'does not tune'} (asked: --autotune/--no-autotune)"
+    server["notes"].append(why)
     offered = list(info.get("backends") or [])
     left_out = dict(info.get("not_offered") or {})
     versions = ", ".join(f"{k} {v}" for k, v in sorted((info.get("versions") or {}).items()))

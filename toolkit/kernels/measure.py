@@ -5,7 +5,7 @@ the given environment: the env's run environment plus the recipe's `[server.env]
 what the server would), logs its output to `log` when given, and returns the parsed JSON result.
 `server` is how the server configures the op (toolkit.kernels.bench.server_kernel_config): the MoE
 runner's use_fused_finalize and tune_max_num_tokens; `Settings.autotune` (on by default, as sglang
-0.5.23 autotunes FlashInfer) and `Settings.cuda_graph` (the timed call replayed from a CUDA graph,
+0.5.23 autotunes FlashInfer; `patchbench kernels` follows the recipe's release, toolkit.kernels.server_tuning) and `Settings.cuda_graph` (the timed call replayed from a CUDA graph,
 the wrapper's dispatch untimed) say how the probe times it.
 """
 

@@ -382,7 +382,7 @@ def _versions():
     import importlib.metadata as md
 
     out = {}
-    for name in ("torch", "flashinfer-python", "flashinfer-cubin", "flashinfer-jit-cache"):
+    for name in ("torch", "sglang", "flashinfer-python", "flashinfer-cubin", "flashinfer-jit-cache"):
         try:
             out[name] = md.version(name)
         except md.PackageNotFoundError:
