@@ -217,7 +217,11 @@ def server_itl_reading(base: str) -> dict:
     """The real server's own inter-token latency histogram so far (its tokenizer manager's clock;
     launched with --enable-metrics and ITL_BUCKETS), summed over label sets: {"sum": seconds, "count":
     tokens, "buckets": {upper bound: cumulative tokens}}."""
-    from prometheus_client.parser import text_string_to_metric_families
+    try:
+        from prometheus_client.parser import text_string_to_metric_families
+    except ImportError:
+        raise SystemExit("--real reads the server's /metrics with prometheus-client, which this python lacks: "
+                         "python3 -m pip install -e '.[dev]'") from None
 
     with urllib.request.urlopen(base + "/metrics", timeout=60) as r:
         text = r.read().decode()
