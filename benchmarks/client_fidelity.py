@@ -217,11 +217,7 @@ def server_itl_reading(base: str) -> dict:
     """The real server's own inter-token latency histogram so far (its tokenizer manager's clock;
     launched with --enable-metrics and ITL_BUCKETS), summed over label sets: {"sum": seconds, "count":
     tokens, "buckets": {upper bound: cumulative tokens}}."""
-    try:
-        from prometheus_client.parser import text_string_to_metric_families
-    except ImportError:
-        raise SystemExit("--real reads the server's /metrics with prometheus-client, which this python lacks: "
-                         "python3 -m pip install -e '.[dev]'") from None
+    from prometheus_client.parser import text_string_to_metric_families
 
     with urllib.request.urlopen(base + "/metrics", timeout=60) as r:
         text = r.read().decode()
@@ -273,6 +269,9 @@ def corrected(rounds: list[dict], key: str) -> list[float]:
 
 def real_main(args, console: Console) -> int:
     """--real: patchbench's client against sglang.bench_serving on one launch of a real server."""
+    if importlib.util.find_spec("prometheus_client") is None:  # said before a launch's minutes, not after
+        raise SystemExit("--real reads the server's /metrics with prometheus-client, which this python lacks: "
+                         "python3 -m pip install -e '.[dev]'")
     from toolkit.recipe.load import load_recipe
     from toolkit.run import server as srv
     from toolkit.run.bench.workload import model_vocab
