@@ -23,7 +23,7 @@ from toolkit.kernels.measure import Settings, check_op, measure
 from toolkit.kernels.registry import OpSpec
 from toolkit.kernels.shapes import Shape
 from toolkit.run import machine
-from toolkit.run.parallel_layout import attention_dp_size, layout, per_rank_chunk
+from toolkit.run.parallel_layout import attention_dp_size, flag, layout, per_rank_chunk
 
 
 @dataclass
@@ -39,11 +39,6 @@ _TRUE, _FALSE = ("true", "1", "yes", "y"), ("false", "0", "no", "n")  # sglang's
 
 def _environ(prepared) -> dict:
     return {**prepared.env.run_environ(), **dict(prepared.recipe.server.env)}
-
-
-def _flag(args: dict, name: str):
-    norm = {str(k).replace("_", "-"): v for k, v in args.items()}
-    return norm.get(name)
 
 
 def server_kernel_config(args: dict, environ: dict) -> dict:
@@ -64,13 +59,13 @@ def server_kernel_config(args: dict, environ: dict) -> dict:
             f"top-k/{ep} picks all local); sglang's runner passes every token's top-k global picks with "
             f"ep_size={ep}, ep_rank, and the kernel drops the non-local ones: that filtering and the uneven "
             "split of picks across ranks are not in the timed call")
-    if str(_flag(args, "disaggregation-mode") or "null") == "decode":
+    if str(flag(args, "disaggregation-mode") or "null") == "decode":
         out["tune_max_num_tokens"] = "per-call"
         return out
     try:
-        chunk = _flag(args, "chunked-prefill-size")
+        chunk = flag(args, "chunked-prefill-size")
         chunk = None if chunk is None else int(chunk)
-        most = int(_flag(args, "max-prefill-tokens") or MAX_PREFILL_TOKENS)
+        most = int(flag(args, "max-prefill-tokens") or MAX_PREFILL_TOKENS)
     except (TypeError, ValueError):
         raise BadInput("chunked-prefill-size and max-prefill-tokens must be integers") from None
     dp = attention_dp_size(args)

@@ -21,23 +21,18 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from toolkit.run.parallel_layout import enabled
+from toolkit.run.parallel_layout import enabled, flag
 
 TUNES_0_5_10 = ("flashinfer_trtllm", "flashinfer_mxfp4")
 
 
-def _arg(args: Mapping, name: str):
-    norm = {str(k).replace("_", "-"): v for k, v in args.items()}
-    return norm.get(name)
-
-
 def server_autotunes(sglang_version: str | None, args: Mapping) -> tuple[bool, str]:
     """(whether the server tunes FlashInfer's tactics, why: a line for the table's notes)."""
-    if enabled(_arg(args, "disable-flashinfer-autotune")):
+    if enabled(flag(args, "disable-flashinfer-autotune")):
         return False, "the recipe passes --disable-flashinfer-autotune: the server runs FlashInfer's default tactics"
     version = str(sglang_version or "")
     if version.startswith("0.5.10"):
-        runner = str(_arg(args, "moe-runner-backend") or "auto")
+        runner = str(flag(args, "moe-runner-backend") or "auto")
         if runner in TUNES_0_5_10:
             return True, f"sglang {version} tunes FlashInfer for --moe-runner-backend {runner}"
         return False, (f"sglang {version} tunes FlashInfer only for --moe-runner-backend "

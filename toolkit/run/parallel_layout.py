@@ -54,6 +54,11 @@ def _int(norm: dict, key: str) -> int:
     return out
 
 
+def flag(args, name: str) -> Any:
+    """A server argument by flag or field name (`chunked-prefill-size` or `chunked_prefill_size`)."""
+    return _norm(args).get(name.replace("-", "_"))
+
+
 def enabled(value: Any) -> bool:
     return str(value).strip().lower() in ("true", "1", "yes")
 
