@@ -106,11 +106,14 @@ def test_sweep_finds_each_variants_lowest_concurrency_reaching_a_throughput(tmp_
         assert verdict["mean"] >= 500 and verdict["state"] in ("passes", "at the bound")
         assert s["passing"] == [limit, 16] and s["min_concurrency"] == limit
         limits[v["variant"]] = limit
-    # the cost model: 1000 c / (base + per_seq c) tok/s at most; the fast per-sequence cost reaches 500 tok/s
-    # with a margin (at c = 16: 889 tok/s at base 2 ms, 727 at 6 ms), no earlier than the model allows
+    # the cost model: 1000 c / (base + per_seq c) tok/s at most, so a limit is never below what the model
+    # allows. The fast per-sequence cost reaches 500 tok/s with a margin on a quiet box (at c = 16: 889 tok/s
+    # at base 2 ms, 727 at 6 ms); a loaded CI box once kept base 6 under 500 even at 16, which the loop
+    # above already checked is said as "does not reach", so only the fastest variant must find a limit
+    assert "demo/sweep[mini-step-base-ms=2,mini-step-per-seq-us=1000]" in limits, doc["variants"]
     for base in (2, 6):
         name = f"demo/sweep[mini-step-base-ms={base},mini-step-per-seq-us=1000]"
-        assert limits[name] >= math.ceil(base / (2 - 1)), limits
+        assert limits.get(name, 16) >= math.ceil(base / (2 - 1)), limits
     ranked = [r["point"] for r in doc["ranked"]]
     assert ranked and ranked == sorted(ranked)  # the lowest concurrency first
 
