@@ -181,11 +181,12 @@ def test_sglangs_own_serving_benchmark_runs_warm_round_after_round(real_sglang_u
         assert row["output_throughput"] > 0 and row["median_itl_ms"] > 0
         # the server's own clock over the same round (what --real divides the box's drift out with):
         # every token after a request's first, warm-up included, in milliseconds like the client's. Only
-        # the unit is held here: on CI's 4 workers over 2 cores the server's output loop bunches tokens
-        # into chunks that reach the client together, so the two medians part (40 vs 12 ms once);
-        # their agreement on a quiet box is benchmarks/client_fidelity.py --real's to measure
+        # the unit is held here, on the means (a bunch of chunks keeps its sum): on CI's 4 workers over
+        # 2 cores the server's output loop bunches tokens into chunks that reach the client together,
+        # so the medians part (40 vs 12 ms once, 4.7 vs 0.008 ms once); their agreement on a quiet box
+        # is benchmarks/client_fidelity.py --real's to measure
         assert tokens >= 4 * 7, tokens
-        assert 0.1 < itl["median"] / row["median_itl_ms"] < 10, (itl, row["median_itl_ms"])
+        assert 0.1 < itl["mean"] / row["mean_itl_ms"] < 10, (itl, row["mean_itl_ms"])
     assert len((tmp_path / "rows.jsonl").read_text().splitlines()) == 2
     log = (tmp_path / "bench_serving.log").read_text(errors="replace")
     assert log.count("Starting warmup") == 2  # sglang's benchmark ran twice, in the one process
