@@ -104,6 +104,7 @@ import psutil  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
+from toolkit.run.bench import server_account  # noqa: E402
 from toolkit.run.bench.serving import ServingConfig, run_serving  # noqa: E402
 
 
@@ -206,7 +207,6 @@ class BenchServingWorker:
         self._log.close()
 
 
-ITL_METRIC = "sglang:inter_token_latency_seconds"
 # the server's ITL histogram, 1.5% apart from 1 ms to 200 ms (sglang's default buckets are 2-5 ms wide
 # around a CPU decode step of ~8 ms: no median to read from them)
 ITL_BUCKETS = [round(0.001 * 1.015 ** i, 7) for i in range(int(math.log(200) / math.log(1.015)) + 1)]
@@ -216,46 +216,13 @@ SERVER_METRICS_ARGS = ("--enable-metrics", "--bucket-inter-token-latency", *map(
 def server_itl_reading(base: str) -> dict:
     """The real server's own inter-token latency histogram so far (its tokenizer manager's clock;
     launched with --enable-metrics and ITL_BUCKETS), summed over label sets: {"sum": seconds, "count":
-    tokens, "buckets": {upper bound: cumulative tokens}}."""
-    from prometheus_client.parser import text_string_to_metric_families
-
+    tokens, "buckets": {upper bound: cumulative tokens}} (toolkit.run.bench.server_account's reading)."""
     with urllib.request.urlopen(base + "/metrics", timeout=60) as r:
-        text = r.read().decode()
-    out = {"sum": 0.0, "count": 0.0, "buckets": {}}
-    for family in text_string_to_metric_families(text):
-        if family.name != ITL_METRIC:
-            continue
-        for sample in family.samples:
-            if sample.name == ITL_METRIC + "_sum":
-                out["sum"] += sample.value
-            elif sample.name == ITL_METRIC + "_count":
-                out["count"] += sample.value
-            elif sample.name == ITL_METRIC + "_bucket":
-                le = float(sample.labels["le"])
-                out["buckets"][le] = out["buckets"].get(le, 0.0) + sample.value
-    return out
+        return server_account.parse(r.read().decode())["itl"]
 
 
-def server_itl_ms(before: dict, after: dict) -> dict | None:
-    """The server's mean and median ITL (ms) over the tokens between two readings (the median
-    interpolated geometrically inside its 1.5% bucket); None when no token was seen."""
-    tokens = after["count"] - before["count"]
-    if tokens <= 0:
-        return None
-    bounds = sorted(after["buckets"])
-    cum = [after["buckets"][b] - before["buckets"].get(b, 0.0) for b in bounds]
-    half, lo, below = tokens / 2, 0.0, 0.0
-    median = None
-    for b, c in zip(bounds, cum):
-        if c >= half:
-            if not math.isfinite(b) or lo <= 0:
-                median = b if math.isfinite(b) else lo
-            else:
-                median = lo * (b / lo) ** ((half - below) / (c - below))
-            break
-        lo, below = b, c
-    return {"mean": 1000 * (after["sum"] - before["sum"]) / tokens,
-            "median": 1000 * median if median is not None else None}
+# The server's mean and median ITL (ms) over the tokens between two readings: the run path's own
+server_itl_ms = server_account.itl_ms
 
 
 def corrected(rounds: list[dict], key: str) -> list[float]:
@@ -269,9 +236,6 @@ def corrected(rounds: list[dict], key: str) -> list[float]:
 
 def real_main(args, console: Console) -> int:
     """--real: patchbench's client against sglang.bench_serving on one launch of a real server."""
-    if importlib.util.find_spec("prometheus_client") is None:  # said before a launch's minutes, not after
-        raise SystemExit("--real reads the server's /metrics with prometheus-client, which this python lacks: "
-                         "python3 -m pip install -e '.[dev]'")
     from toolkit.recipe.load import load_recipe
     from toolkit.run import server as srv
     from toolkit.run.bench.workload import model_vocab

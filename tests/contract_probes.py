@@ -7,7 +7,7 @@ the miniature and real sglang differ, the test fails.
 The facts probed are those patchbench's code reads: toolkit/run/server.py (health, /server_info),
 toolkit/run/bench/serving.py (streaming /generate and /v1/completions, the token counts it checks),
 toolkit/run/quality.py (non-streamed /generate with logprobs), toolkit/profile/capture.py
-(/start_profile, /stop_profile, the trace files). Only the standard library is used, so a probe runs
+(/start_profile, /stop_profile, the trace files), toolkit/run/bench/server_account.py (/metrics). Only the standard library is used, so a probe runs
 in any interpreter."""
 
 from __future__ import annotations
@@ -132,6 +132,56 @@ def generate_stream(base: str) -> None:
     assert last["prompt_tokens"] == len(PROMPT_IDS), last
     assert last["finish_reason"]["type"] == "length", last
     assert all(c["meta_info"]["finish_reason"] is None for c in chunks[:-1])
+
+
+def _metric_sums(base: str) -> dict:
+    """/metrics' samples summed over label sets, by sample name (and `name|mode` for the CUDA graph
+    passes): the Prometheus text format read with the standard library."""
+    code, raw = get(base, "/metrics")
+    assert code == 200, f"/metrics answered {code} (the servers here are launched with --enable-metrics)"
+    out: dict = {}
+    for line in raw.decode().splitlines():
+        if not line or line.startswith("#"):
+            continue
+        head, value = line.rsplit(" ", 1)
+        name = head.split("{", 1)[0]
+        if name == "sglang:cuda_graph_passes_total":
+            name += "|" + head.split('mode="', 1)[1].split('"', 1)[0]
+        out[name] = out.get(name, 0.0) + float(value)
+    return out
+
+
+def metrics_account(base: str) -> None:
+    """/metrics (toolkit/run/bench/server_account.py): one streamed request moves the finished-requests,
+    prompt and generation token counters by exactly its own counts (within 2 s of its last chunk),
+    the inter-token latency histogram by one token fewer than it generated, and the decode passes
+    (with or without a CUDA graph) by at least that many; the counter names patchbench reads."""
+    before = _metric_sums(base)
+    code, raw = post(base, "/generate", _generate_body(True))
+    assert code == 200 and sse(raw)[-1] == "[DONE]", raw[-200:]
+    deadline = time.time() + 2.0
+    while True:
+        after = _metric_sums(base)
+        moved = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
+        if moved.get("sglang:num_requests_total", 0) >= 1 or time.time() > deadline:
+            break
+        time.sleep(0.02)
+    assert moved.get("sglang:num_requests_total") == 1, moved
+    assert moved.get("sglang:prompt_tokens_total") == len(PROMPT_IDS), moved
+    assert moved.get("sglang:generation_tokens_total") == NEW_TOKENS, moved
+    assert moved.get("sglang:inter_token_latency_seconds_count") == NEW_TOKENS - 1, moved
+    assert moved.get("sglang:inter_token_latency_seconds_sum", 0) > 0, moved
+    passes = moved.get("sglang:cuda_graph_passes_total|decode_cuda_graph", 0) + \
+        moved.get("sglang:cuda_graph_passes_total|decode_none", 0)
+    assert passes >= NEW_TOKENS - 1, moved
+    for name in ("sglang:num_aborted_requests_total", "sglang:cached_tokens_total",
+                 "sglang:num_retracted_requests_total"):
+        assert after.get(name, 0) >= 0
+    # a client that accepts gzip (aiohttp's default) gets it: the account asks for identity
+    req = urllib.request.Request(base + "/metrics", headers={"Accept-Encoding": "gzip"})
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        assert resp.headers.get("Content-Encoding") == "gzip", dict(resp.headers)
+        assert b"sglang:num_requests_total" in gzip.decompress(resp.read())
 
 
 def generate_logprobs(base: str) -> None:
@@ -273,5 +323,5 @@ def start_profile_manual(base: str, out_dir: Path) -> None:
 
 # Every probe, by name: a server fixture runs them all. `needs_dir` probes take (base, out_dir).
 PROBES = {f.__name__: f for f in (health, server_info_keys, internal_states, models, generate_stream,
-                                  generate_logprobs, completions_stream)}
+                                  generate_logprobs, completions_stream, metrics_account)}
 PROFILE_PROBES = {f.__name__: f for f in (start_profile_num_steps, start_profile_manual)}

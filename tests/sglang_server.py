@@ -130,7 +130,8 @@ def real_server_url(tmp_path: Path):
         pytest.skip("real sglang on CPU: set PATCHBENCH_SLOW=1 (CI does)")
     from toolkit.models import tiny
 
-    server = RealServer(real_env_python(), tiny.ensure(MODEL, SHARED_HOME), tmp_path / "server.log")
+    server = RealServer(real_env_python(), tiny.ensure(MODEL, SHARED_HOME), tmp_path / "server.log",
+                        extra_args=("--enable-metrics",))
     try:
         server.wait_ready()
         yield server.url

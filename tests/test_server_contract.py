@@ -24,7 +24,7 @@ def miniature(tmp_path: Path, python: Path | None = None, package: Path = MINI_P
     python = python or base_torch_python()
     port = mini_tu.find_free_port()
     base = f"http://127.0.0.1:{port}"
-    proc = mini_tu.popen_launch_server("/models/mini", base, 60, other_args=["--log-level", "info"],
+    proc = mini_tu.popen_launch_server("/models/mini", base, 60, other_args=["--log-level", "info", "--enable-metrics"],
                                        env=mini_env(package), log_path=str(tmp_path / "server.log"),
                                        python=str(python), package_root=str(package))
     try:

@@ -97,6 +97,53 @@ def test_sweep_generate_counts_and_timing(launch):
     assert res[1].metrics["itl_ms_median"] == pytest.approx(24, rel=0.15)
 
 
+def test_the_servers_own_account_of_each_window(launch):
+    """With --enable-metrics the client reads the server's /metrics after each point's warm-up and after
+    its measured requests: the account covers exactly the measured requests (warm-up excluded), counts
+    the tokens the client counted, times the step as the client did, and says which decode passes ran
+    without a CUDA graph (concurrency 4 above --cuda-graph-max-bs 2)."""
+    url = launch(*TIMED, "--enable-metrics", "--cuda-graph-max-bs", "2")
+    cfg = ServingConfig(input_len=24, output_len=20, concurrency=(1, 4), num_prompts=8, warmup=2)
+    one, four = run_serving(url, cfg)
+    for p in (one, four):
+        a = p.server
+        assert p.errors == [] and a["problems"] == [], p.errors
+        assert a["requests"] == 8 and a["generation_tokens"] == 8 * 20 and a["prompt_tokens"] == 8 * 24
+        assert a["itl_ms"]["mean"] == pytest.approx(p.metrics["itl_ms_mean"], rel=0.1)
+    assert one.server["decode_eager_passes"] == 0 and one.server["decode_graph_passes"] >= 8 * 19
+    assert four.server["decode_eager_passes"] > 0 and four.to_dict()["server"] == four.server
+    assert any("decode passes ran without a CUDA graph" in n for n in four.server["notes"])
+    assert one.server["notes"] == []
+
+
+def test_a_foreign_client_during_the_window_fails_the_point_and_no_metrics_means_no_account(launch):
+    import threading
+    import urllib.request
+
+    url = launch(*TIMED, "--enable-metrics")
+    body = json.dumps({"input_ids": [5] * 8, "sampling_params": {"max_new_tokens": 10, "ignore_eos": True}}).encode()
+    started = threading.Event()
+
+    def other():  # starts when the first measured request ends (of 2 rounds of 40 steps), ends 10 steps later
+        started.wait(30)
+        req = urllib.request.Request(url + "/generate", data=body, headers={"Content-Type": "application/json"})
+        urllib.request.urlopen(req, timeout=60).read()
+
+    t = threading.Thread(target=other)
+    t.start()
+    cfg = ServingConfig(input_len=16, output_len=40, concurrency=(2,), num_prompts=4, warmup=0)
+    try:
+        (p,) = run_serving(url, cfg, progress=lambda phase, c, done, total: started.set())
+    finally:
+        started.set()
+        t.join()
+    assert p.server["requests"] == 5 and p.metrics["completed"] == 4
+    assert any("finished 5 requests while the client sent 4" in e for e in p.errors), p.errors
+    (q,) = run_serving(launch(*STEP), ServingConfig(input_len=8, output_len=4, concurrency=(2,), num_prompts=2,
+                                                    warmup=0))
+    assert q.server is None and q.errors == [] and q.to_dict()["server"] is None
+
+
 @pytest.mark.parametrize("prompt", ["input_ids", "text"])
 def test_completions_endpoint_and_prompt_kinds(launch, prompt):
     url = launch(*STEP)

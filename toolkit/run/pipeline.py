@@ -217,8 +217,9 @@ def benchmark(verified: Verified) -> Measured:
         if bench.driver == "one-batch":
             samples, errors = _one_batch(attempt), []
         else:
-            samples, errors = _serving(server.url, bench, attempt.console, attempt.prepared.name,
-                                       model=attempt.prepared.recipe.server.model)
+            samples, errors, accounts = _serving(server.url, bench, attempt.console, attempt.prepared.name,
+                                                 model=attempt.prepared.recipe.server.model)
+            attempt.extra["server_account"] = accounts
     finally:
         attempt.extra["host_state"] = host.stop()
         box = gpu_record.attach(attempt, sampler.stop(), "batch" if bench.driver == "one-batch" else "concurrency")
@@ -368,7 +369,9 @@ def run_once(p: Prepared, *, home: Path, store: Store, repeat: int, group_id: st
 
 
 def _serving(url: str, bench, console: Console, name: str, *,
-             model: str | None = None) -> tuple[list[Sample], list[str]]:
+             model: str | None = None) -> tuple[list[Sample], list[str], dict]:
+    """(samples, errors, the server's own account of each point's window: {concurrency: account},
+    empty without /metrics; its notes printed)."""
     from toolkit.run.bench.serving import ServingConfig, run_serving
     from toolkit.run.bench.workload import model_vocab
 
@@ -379,12 +382,16 @@ def _serving(url: str, bench, console: Console, name: str, *,
     points = run_serving(url, cfg)
     samples: list[Sample] = []
     errors: list[str] = []
+    accounts = {str(pt.concurrency): pt.server for pt in points if pt.server is not None}
     for pt in points:
         samples.extend(pt.to_samples())
         errors.extend(f"concurrency {pt.concurrency}: {e}" for e in pt.errors)
+        for note in (pt.server or {}).get("notes", ()):
+            console.print(f"[yellow]{escape(name)}[/]: concurrency {pt.concurrency}: the server says {escape(note)}")
     best = max((s.value for s in samples if s.metric == "output_tok_s"), default=0.0)
-    console.print(f"[bold]{escape(name)}[/]: {len(points)} points, best output {best:.1f} tok/s")
-    return samples, errors
+    said = "" if accounts else " (no server account: the server has no /metrics; pass enable-metrics)"
+    console.print(f"[bold]{escape(name)}[/]: {len(points)} points, best output {best:.1f} tok/s{escape(said)}")
+    return samples, errors, accounts
 
 
 def _one_batch(a: Attempt) -> list[Sample]:

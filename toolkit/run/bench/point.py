@@ -41,6 +41,8 @@ class PointResult:
     metrics: dict = field(default_factory=dict)  # name -> value (see toolkit.run.bench)
     units: dict = field(default_factory=dict)  # name -> unit
     errors: list = field(default_factory=list)  # "N x reason", most frequent first
+    # the server's own account of the measured window (toolkit.run.bench.server_account), None without /metrics
+    server: dict | None = None
 
     @property
     def ok(self) -> bool:
@@ -54,7 +56,7 @@ class PointResult:
     def to_dict(self) -> dict:
         return {"concurrency": self.concurrency, "requests": self.requests,
                 "metrics": dict(self.metrics), "units": dict(self.units),
-                "errors": list(self.errors)}
+                "errors": list(self.errors), "server": self.server}
 
 
 def percentile(sorted_values: Sequence[float], q: float) -> float:

@@ -38,6 +38,7 @@ import json
 import time
 from typing import Callable, Optional
 
+from toolkit.run.bench import server_account as account
 from toolkit.run.bench.inflight import InFlight, Ticket
 from toolkit.run.bench.point import PointResult, RequestResult, percentile, summarize  # noqa: F401
 from toolkit.run.bench.sglang_jsonl import (  # noqa: F401  (re-exported: the importer lives there)
@@ -327,6 +328,7 @@ async def run_serving_async(base_url: str, cfg: ServingConfig,
         info = await probe_server(session, base_url)
         kind = resolve_prompt_kind(cfg, info)
         model = cfg.model or info.get("served_model_name") or info.get("model_path") or "default"
+        metrics = await account.read(session, base_url)  # None: no /metrics (no --enable-metrics)
         for c in cfg.concurrency:
             await open_connections(session, base_url, c)
             warm_errors: list = []
@@ -338,6 +340,8 @@ async def run_serving_async(base_url: str, cfg: ServingConfig,
                 wres, _ = await _closed_loop(session, url, warm, cfg, min(cfg.warmup, c), wl,
                                              timeout, "warmup", progress)
                 warm_errors = [f"warmup: {r.error}" for r in wres if not r.ok]
+                if metrics is not None:  # the window starts once the warm-up is counted
+                    metrics = await _settled_reading(session, base_url, metrics, cfg.warmup)
             n = cfg.requests_at(c)
             payloads = [build_payload(cfg, make_prompt(kind, cfg, c, i), cfg.output_len, model,
                                       _rid(cfg, c, "m", i))
@@ -345,11 +349,33 @@ async def run_serving_async(base_url: str, cfg: ServingConfig,
             results, duration = await _closed_loop(session, url, payloads, cfg, c,
                                                    cfg.output_len, timeout, "measure", progress, inflight)
             point = summarize(c, results, duration, warm_errors)
+            if metrics is not None:
+                after = await _settled_reading(session, base_url, metrics, n)
+                if after is not None:
+                    window = account.difference(metrics, after)
+                    tokens = sum(r.completion_tokens for r in results) if all(r.ok for r in results) else None
+                    problems, notes = account.findings(window, sent=n, client_tokens=tokens,
+                                                       device=info.get("device"))
+                    point.server = {**window, "notes": notes, "problems": problems}
+                    point.errors.extend(problems)
+                metrics = after
             out.append(point)
             if point.metrics.get("completed", 0) == 0:
                 point.errors.append(f"sweep stopped: no request succeeded at concurrency {c}")
                 break
     return out
+
+
+async def _settled_reading(session, base_url: str, before: dict, sent: int) -> Optional[dict]:
+    """The server's reading once it counts the `sent` requests after `before` (its counters move when
+    a request finishes, a moment after the client saw its last chunk), or the last reading after
+    account.SETTLE_S (the difference then says what was missing); None when /metrics went away."""
+    deadline = time.perf_counter() + account.SETTLE_S
+    while True:
+        now = await account.read(session, base_url)
+        if now is None or account.settled(before, now, sent) or time.perf_counter() > deadline:
+            return now
+        await asyncio.sleep(0.02)
 
 
 def run_serving(base_url: str, cfg: ServingConfig,

@@ -15,6 +15,7 @@ Endpoints (sglang's names and shapes):
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 import logging
 import multiprocessing
@@ -99,6 +100,7 @@ class HttpServer:
                 conn = headers.get("connection", "").lower()
                 keep_alive = (conn != "close") if version == "HTTP/1.1" else (conn == "keep-alive")
                 path = target.split("?", 1)[0]
+                self.headers = headers  # this request's, for a handler that reads them before its first await
                 keep_alive = await self.dispatch(method, path, body, writer, keep_alive)
                 await writer.drain()
                 if not keep_alive:
@@ -125,11 +127,11 @@ class HttpServer:
             await reader.readexactly(2)
 
     @staticmethod
-    def _head(status: int, content_type: str, keep_alive: bool, length: Optional[int]) -> bytes:
+    def _head(status: int, content_type: str, keep_alive: bool, length: Optional[int], extra=()) -> bytes:
         lines = [f"HTTP/1.1 {status} {_REASONS.get(status, 'Unknown')}",
                  f"content-type: {content_type}",
                  "server: minisglang",
-                 f"connection: {'keep-alive' if keep_alive else 'close'}"]
+                 f"connection: {'keep-alive' if keep_alive else 'close'}", *extra]
         if length is None:
             lines.append("transfer-encoding: chunked")
             lines.append("cache-control: no-cache")
@@ -158,6 +160,8 @@ class HttpServer:
             "/v1/models": self.models,
             "/mini/trace": self.get_trace,
         }
+        if self.scheduler.metrics is not None:  # sglang mounts /metrics only with --enable-metrics
+            get_routes["/metrics"] = self.metrics
         post_routes = {
             "/generate": self.generate,
             "/v1/completions": self.completions,
@@ -230,6 +234,15 @@ class HttpServer:
             "id": self.args.served_model_name, "object": "model", "created": int(self.started),
             "owned_by": "sglang", "root": self.args.model_path,
         }]}, keep_alive)
+
+    async def metrics(self, body, writer, keep_alive):
+        """Prometheus text; gzipped for a client that accepts gzip, as sglang's exporter does."""
+        body = self.scheduler.metrics.render().encode()
+        extra = ()
+        if "gzip" in self.headers.get("accept-encoding", ""):
+            body, extra = gzip.compress(body), ("content-encoding: gzip",)
+        writer.write(self._head(200, "text/plain; version=0.0.4; charset=utf-8", keep_alive, len(body), extra) + body)
+        return keep_alive
 
     async def flush_cache(self, body, writer, keep_alive):
         return self._send_text(writer, 200, "Cache flushed.\n", keep_alive)
@@ -526,6 +539,12 @@ async def _serve(server_args: ServerArgs, child_pids, kill_child) -> None:
         crash_after_requests=server_args.mini_crash_after_requests,
         on_crash=on_crash,
     )
+    if server_args.enable_metrics:
+        from sglang.srt.observability.metrics_collector import MetricsCollector
+
+        scheduler.metrics = MetricsCollector(server_args.served_model_name or server_args.model_path,
+                                             device=server_args.device, graph_max_bs=server_args.cuda_graph_max_bs,
+                                             graphs=not server_args.disable_cuda_graph)
     http = HttpServer(server_args, scheduler, tuple(child_pids))
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

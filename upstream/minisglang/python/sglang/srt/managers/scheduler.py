@@ -152,6 +152,7 @@ class Scheduler:
         self._last_log_t = time.perf_counter()
         self._last_log_tokens = 0
         self.last_gen_throughput = 0.0
+        self.metrics = None  # observability.metrics_collector.MetricsCollector with --enable-metrics
 
     # -- requests -----------------------------------------------------------------------------
     def submit(self, req: Req) -> None:
@@ -213,6 +214,8 @@ class Scheduler:
                 self._log_prefill(batch)
             else:
                 self._emit(batch, t, prefill=False, tokens=tokens)
+                if self.metrics is not None:
+                    self.metrics.decode_pass(len(batch))
                 self._decode_steps += 1
                 if self._decode_steps % DECODE_LOG_INTERVAL == 0:
                     self._log_decode()
@@ -274,6 +277,8 @@ class Scheduler:
         r.aborted = r.aborted or aborted
         if not r.is_probe and not r.aborted:
             self.finished_requests += 1
+        if not r.is_probe and self.metrics is not None:
+            self.metrics.finished(r.prompt_tokens, r.completion_tokens, r.token_times, r.aborted)
         self.trace_requests.append({
             "rid": r.rid,
             "kind": "probe" if r.is_probe else r.kind,

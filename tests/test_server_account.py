@@ -1,0 +1,99 @@
+"""toolkit.run.bench.server_account: the server's own account of a measured window (its /metrics),
+read by the serving client and stored with every run (the client against the miniature's and real
+sglang's /metrics: tests/test_serving_client.py, tests/contract_probes.py metrics_account)."""
+
+from __future__ import annotations
+
+from toolkit.run.bench import server_account as account
+
+TEXT = """# HELP sglang:num_requests_total Number of requests processed.
+# TYPE sglang:num_requests_total counter
+sglang:num_requests_total{model_name="m",is_streaming="true"} 10.0
+sglang:num_requests_total{model_name="m",is_streaming="false"} 2.0
+# TYPE sglang:generation_tokens_total counter
+sglang:generation_tokens_total{model_name="m",is_streaming="true"} 400.0
+# TYPE sglang:prompt_tokens_total counter
+sglang:prompt_tokens_total{model_name="m",is_streaming="true"} 640.0
+# TYPE sglang:cached_tokens_total counter
+sglang:cached_tokens_total{model_name="m",cache_source="device"} 64.0
+# TYPE sglang:num_retracted_requests_total counter
+sglang:num_retracted_requests_total{model_name="m"} 1.0
+# TYPE sglang:cuda_graph_passes_total counter
+sglang:cuda_graph_passes_total{model_name="m",mode="decode_cuda_graph"} 30.0
+sglang:cuda_graph_passes_total{model_name="m",mode="decode_none"} 6.0
+sglang:cuda_graph_passes_total{model_name="m",mode="prefill_none"} 4.0
+# TYPE sglang:inter_token_latency_seconds histogram
+sglang:inter_token_latency_seconds_bucket{model_name="m",le="0.01"} 100.0
+sglang:inter_token_latency_seconds_bucket{model_name="m",le="0.02"} 380.0
+sglang:inter_token_latency_seconds_bucket{model_name="m",le="+Inf"} 388.0
+sglang:inter_token_latency_seconds_count{model_name="m"} 388.0
+sglang:inter_token_latency_seconds_sum{model_name="m"} 5.82
+"""
+
+
+def test_a_reading_sums_label_sets_and_splits_decode_passes_by_graph():
+    r = account.parse(TEXT)
+    assert r["requests"] == 12 and r["generation_tokens"] == 400 and r["prompt_tokens"] == 640
+    assert r["cached_tokens"] == 64 and r["retracted_requests"] == 1 and r["aborted_requests"] == 0
+    assert r["decode_graph_passes"] == 30 and r["decode_eager_passes"] == 6  # prefill passes are not decode
+    assert r["itl"]["count"] == 388 and r["itl"]["buckets"][0.02] == 380
+
+
+def test_the_window_is_the_difference_and_its_median_lies_in_its_bucket():
+    zero = account.parse("")
+    window = account.difference(zero, account.parse(TEXT))
+    assert window["requests"] == 12 and window["decode_eager_passes"] == 6
+    assert window["itl_ms"]["mean"] == 1000 * 5.82 / 388
+    assert 10 < window["itl_ms"]["median"] < 20  # 194th of 388 tokens: in (10, 20] ms
+    assert account.difference(zero, zero)["itl_ms"] is None  # no token: no latency
+
+
+def _window(**kw):
+    base = {"requests": 8, "prompt_tokens": 8 * 24, "generation_tokens": 8 * 20, "cached_tokens": 0,
+            "aborted_requests": 0, "retracted_requests": 0, "decode_graph_passes": 150, "decode_eager_passes": 0,
+            "itl_ms": {"mean": 21.0, "median": 21.0}}
+    return {**base, **kw}
+
+
+def test_what_the_account_says_beside_the_client():
+    assert account.findings(_window(), sent=8, client_tokens=160, device="cuda") == ([], [])
+    problems, _ = account.findings(_window(requests=9), sent=8, client_tokens=160, device="cuda")
+    assert problems == ["the server finished 9 requests while the client sent 8: another client used this "
+                        "server during the measurement"]
+    problems, _ = account.findings(_window(generation_tokens=150), sent=8, client_tokens=160, device="cuda")
+    assert problems == ["the server generated 150 tokens for the 8 requests, the client counted 160"]
+    # some requests failed on the client: their own errors say so, the token count is not compared
+    assert account.findings(_window(generation_tokens=150), sent=8, client_tokens=None, device="cuda")[0] == []
+    _, notes = account.findings(_window(retracted_requests=2, decode_eager_passes=10, cached_tokens=48),
+                                sent=8, client_tokens=160, device="cuda")
+    assert notes[0].startswith("the server retracted 2 requests")
+    assert notes[1].startswith("10 of 160 decode passes ran without a CUDA graph")
+    assert notes[2].startswith("25% of the prompt tokens came from the prefix cache")
+    # a CPU server never replays graphs: not news there
+    assert account.findings(_window(decode_graph_passes=0, decode_eager_passes=150), sent=8, client_tokens=160,
+                            device="cpu") == ([], [])
+    _, notes = account.findings(_window(requests=6), sent=8, client_tokens=160, device="cuda")
+    assert notes == ["the server's counters showed 6 of the 8 requests within 2 s after the last one ended: its "
+                     "account of this window is partial"]
+
+
+def test_every_run_stores_the_servers_account_of_each_point(tmp_path, monkeypatch, home):
+    """demo/baseline passes enable-metrics: each concurrency point's window is stored with the run,
+    exactly its measured requests (warm-up excluded), their tokens, the step's ITL as the server saw it."""
+    from conftest import demo_project
+    from toolkit.cli import main
+    from toolkit.recipe.load import load_recipe
+    from toolkit.results.store import Store
+
+    proj = demo_project(tmp_path, monkeypatch)
+    assert main(["run", "demo/baseline", "--repeats", "1"]) == 0
+    bench = load_recipe("demo/baseline", proj / "recipes").benchmark
+    store = Store(home / "results.sqlite")
+    (run,) = store.runs()
+    completed = {s.point: s.value for s in store.samples(run.run_id, "completed")}
+    accounts = run.extra["server_account"]
+    assert sorted(accounts, key=int) == [str(c) for c in bench.concurrency]
+    for c, a in accounts.items():
+        n = completed[int(c)]
+        assert a["requests"] == n and a["generation_tokens"] == n * bench.output_len and a["problems"] == []
+        assert a["itl_ms"]["mean"] > 0 and a["decode_graph_passes"] > 0  # the miniature says cuda, bs <= 256
