@@ -78,16 +78,19 @@ def test_what_the_account_says_beside_the_client():
 
 
 def test_every_run_stores_the_servers_account_of_each_point(tmp_path, monkeypatch, home):
-    """demo/baseline passes enable-metrics: each concurrency point's window is stored with the run,
-    exactly its measured requests (warm-up excluded), their tokens, the step's ITL as the server saw it."""
+    """A recipe passing enable-metrics (the demo's own do not: tests/data's stored demo runs keep their
+    identity): each concurrency point's window is stored with the run, exactly its measured requests
+    (warm-up excluded), their tokens, the step's ITL as the server saw it."""
     from conftest import demo_project
     from toolkit.cli import main
     from toolkit.recipe.load import load_recipe
     from toolkit.results.store import Store
 
     proj = demo_project(tmp_path, monkeypatch)
-    assert main(["run", "demo/baseline", "--repeats", "1"]) == 0
-    bench = load_recipe("demo/baseline", proj / "recipes").benchmark
+    (proj / "recipes" / "demo" / "counted.toml").write_text(
+        'extends = "demo/baseline"\n[server.args]\nenable-metrics = true\n')
+    assert main(["run", "demo/counted", "--repeats", "1"]) == 0
+    bench = load_recipe("demo/counted", proj / "recipes").benchmark
     store = Store(home / "results.sqlite")
     (run,) = store.runs()
     completed = {s.point: s.value for s in store.samples(run.run_id, "completed")}
