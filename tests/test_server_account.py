@@ -4,6 +4,8 @@ sglang's /metrics: tests/test_serving_client.py, tests/contract_probes.py metric
 
 from __future__ import annotations
 
+import json
+
 from toolkit.run.bench import server_account as account
 
 TEXT = """# HELP sglang:num_requests_total Number of requests processed.
@@ -77,7 +79,7 @@ def test_what_the_account_says_beside_the_client():
                      "account of this window is partial"]
 
 
-def test_every_run_stores_the_servers_account_of_each_point(tmp_path, monkeypatch, home):
+def test_every_run_stores_the_servers_account_of_each_point(tmp_path, monkeypatch, home, capsys):
     """A recipe passing enable-metrics (the demo's own do not: tests/data's stored demo runs keep their
     identity): each concurrency point's window is stored with the run, exactly its measured requests
     (warm-up excluded), their tokens, the step's ITL as the server saw it."""
@@ -88,7 +90,7 @@ def test_every_run_stores_the_servers_account_of_each_point(tmp_path, monkeypatc
 
     proj = demo_project(tmp_path, monkeypatch)
     (proj / "recipes" / "demo" / "counted.toml").write_text(
-        'extends = "demo/baseline"\n[server.args]\nenable-metrics = true\n')
+        'extends = "demo/baseline"\n[server.args]\nenable-metrics = true\ncuda-graph-max-bs = 2\n')
     assert main(["run", "demo/counted", "--repeats", "1"]) == 0
     bench = load_recipe("demo/counted", proj / "recipes").benchmark
     store = Store(home / "results.sqlite")
@@ -99,4 +101,12 @@ def test_every_run_stores_the_servers_account_of_each_point(tmp_path, monkeypatc
     for c, a in accounts.items():
         n = completed[int(c)]
         assert a["requests"] == n and a["generation_tokens"] == n * bench.output_len and a["problems"] == []
-        assert a["itl_ms"]["mean"] > 0 and a["decode_graph_passes"] > 0  # the miniature says cuda, bs <= 256
+        assert a["itl_ms"]["mean"] > 0 and a["decode_graph_passes"] > 0  # the miniature says cuda
+        assert bool(a["notes"]) == (int(c) > 2)  # batches above --cuda-graph-max-bs 2 ran eager: said
+    # compare and report carry what the server said, beside the box lines
+    assert main(["run", "demo/baseline", "--repeats", "1"]) == 0
+    capsys.readouterr()
+    assert main(["compare", "demo/baseline", "demo/counted", "--json"]) == 0
+    lines = json.loads(capsys.readouterr().out)["server"]
+    assert lines and all(line.startswith(f"demo/counted run {run.run_id[:8]} c=") for line in lines), lines
+    assert any("decode passes ran without a CUDA graph" in line for line in lines)

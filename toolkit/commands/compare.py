@@ -51,6 +51,14 @@ def box_lines(sel) -> list[str]:
                  {r.run_id: name for name in sel.recipes for r in sel.runs[name]})
 
 
+def server_lines(sel) -> list[str]:
+    """What the servers' own accounts of the runs used said (retractions, eager decode passes, prefix-cache hits)."""
+    from toolkit.run.bench.server_account import run_lines
+
+    return run_lines([r for name in sel.recipes for r in sel.runs[name]],
+                     {r.run_id: name for name in sel.recipes for r in sel.runs[name]})
+
+
 def efficiency_lines(store, sel) -> list[str]:
     """Measured tok/s at point 1 over the theoretical roofline, for recipes naming model and GPU."""
     from toolkit.analysis.efficiency import efficiency
@@ -159,7 +167,7 @@ def run(args) -> int:
                     "quality_floor": {v: {str(p): q.to_dict() for p, q in per.items()} for v, per in floor.items()},
                     "gate": {v: g.to_dict() for v, g in quality_runs.gate_verdicts(sel).items()},
                     "efficiency": efficiency_lines(store, sel), "runs": {r: sel.run_ids(r) for r in sel.recipes},
-                    "box": box_lines(sel),
+                    "box": box_lines(sel), "server": server_lines(sel),
                     "group": sel.group_id, "selection": sel.describe(), "notes": list(sel.notes),
                     "min_effect": args.min_effect,
                     "measured_where": {f"{r}:{m}": t for (r, m), t in where_by_recipe(sel.runs).items()}})
@@ -190,6 +198,8 @@ def run(args) -> int:
         console.print(f"[dim]what else differed:[/] {escape(line)}")
     for line in box_lines(sel):
         console.print(f"[yellow]box:[/] {escape(line)}", highlight=False)
+    for line in server_lines(sel):
+        console.print(f"[yellow]server:[/] {escape(line)}", highlight=False)
     for line in efficiency_lines(store, sel):
         console.print(f"[dim]vs roofline:[/] {escape(line)}")
     return 0

@@ -141,9 +141,11 @@ def collect(store: Any, recipes: Sequence[str], metrics_: Sequence[str] | None =
             gpu=newest.gpu_key, env_key=newest.env_key, efficiency=efficiency(newest, samples)))
 
     from toolkit.results.box_flags import box_lines
+    from toolkit.run.bench.server_account import run_lines
 
-    notes += [f"box: {line}" for line in box_lines([r for n in names for r in sel.runs[n]],
-                                                  {r.run_id: n for n in names for r in sel.runs[n]})]
+    used, label = [r for n in names for r in sel.runs[n]], {r.run_id: n for n in names for r in sel.runs[n]}
+    notes += [f"box: {line}" for line in box_lines(used, label)]
+    notes += [f"server: {line}" for line in run_lines(used, label)]
     stored = {m for (_, m, _) in values}
     if specs:
         chosen = list(dict.fromkeys(s.metric for s in specs))

@@ -149,3 +149,15 @@ async def read(session, base_url: str) -> Optional[dict]:
             return parse(await r.text())
     except (aiohttp.ClientError, OSError, ValueError):
         return None
+
+
+def run_lines(runs, label: dict | None = None) -> list[str]:
+    """One line per stored run and point whose account said something (compare's and report's
+    "server:" lines): "demo/x run 1a2b3c4d c=16: 40 of 400 decode passes ran without a CUDA graph ..."."""
+    label = label or {}
+    out = []
+    for r in runs:
+        for point, acc in sorted(((r.extra or {}).get("server_account") or {}).items(), key=lambda kv: int(kv[0])):
+            out += [f"{label.get(r.run_id, r.recipe)} run {r.run_id[:8]} c={point}: {line}"
+                    for line in (acc or {}).get("notes", ())]
+    return out
