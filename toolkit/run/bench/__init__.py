@@ -6,7 +6,8 @@ analysis compares samples with the same (metric, point_kind, point).
 
   serving.py   patchbench's own async streaming client (the "standard decode benchmark");
                workload.py (what it sends) and point.py (what it measured, per point);
-               inflight.py (its requests in flight and decoding: where steady decode begins)
+               inflight.py (its requests in flight and decoding: where steady decode begins);
+               server_account.py (the server's own /metrics account of each measured window)
   sglang_jsonl.py  reading sglang's JSONL results and the importer of `bench_serving` rows
   one_batch.py argv for sglang's static-batch benchmark and the importer of its JSONL rows
 
