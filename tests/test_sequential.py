@@ -218,7 +218,12 @@ def test_plan_without_runs_assumes_the_spread_and_the_timeout(home, capsys):
     assert main(["plan", "demo/baseline"]) == 0
     text = capsys.readouterr().out
     assert "varies 3.0% launch to launch (assumed" in text and "for 60 s ([server] timeout_s" in text
-    assert "effect 20%: ~" in text and "GPU hours a pair" in text
+    # the miniature runs without a GPU ([server] gpus = 0): its cost is hours, not GPU hours
+    assert "a launch holds no GPU ([server] gpus = 0)" in text and "hours (no GPU) a pair" in text
+    assert "effect 20%: ~" in text and "GPU hours" not in text
+    assert main(["plan", "baseline"]) == 0  # GLM-5 on 8 GPUs: GPU hours
+    text = capsys.readouterr().out
+    assert "a launch holds 8 GPU(s) for 1800 s" in text and "GPU hours a pair" in text, text
 
 
 def test_launch_cost_counts_launch_and_benchmark_times_tp_dp():
@@ -238,7 +243,11 @@ def test_launch_cost_counts_launch_and_benchmark_times_tp_dp():
     c = launch_cost.cost(runs, runs, {"x": recipe})
     assert launch_cost.gpus_of(recipe.server.args) == 8 and c["launches"] == 2 and c["seconds"] == 600.0
     assert c["gpu_minutes"] == 80.0 and c["fixed_launches"] == 5 and c["fixed_gpu_minutes"] == 200.0
-    assert "2 launches, 80.00 GPU-min" in launch_cost.describe(c)
+    assert "2 launches, 10.0 min, 80.00 GPU-min" in launch_cost.describe(c)
+    recipe.server.gpus = 0  # a recipe that runs without a GPU: its minutes are its cost, no GPU-minutes
+    c = launch_cost.cost(runs, runs, {"x": recipe})
+    assert c["gpu_minutes"] == 0 and c["seconds"] == 600.0 and c["per_recipe"]["x"]["gpus"] == 0
+    assert "2 launches, 10.0 min, 0.00 GPU-min" in launch_cost.describe(c)
 
 
 def test_repeats_keeps_the_fixed_design_and_bad_settings_are_bad_input():

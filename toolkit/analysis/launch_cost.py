@@ -23,6 +23,12 @@ def gpus_of(args: Mapping) -> int:
         return 1
 
 
+def gpus_held(recipe) -> int:
+    """The GPUs one launch of a recipe holds for its cost: none for a recipe that runs without a GPU
+    (`[server] gpus = 0`: the miniature, the CPU tier), else its layout's (gpus_of)."""
+    return 0 if getattr(recipe.server, "gpus", None) == 0 else gpus_of(recipe.server.args)
+
+
 def launch_seconds(run: RunRow) -> float:
     """Launch to ready plus benchmark (and the checks in the same launch), in seconds."""
     return float(sum(float((run.timings or {}).get(k, 0.0) or 0.0) for k in MEASURE_STEPS))
@@ -35,7 +41,7 @@ def cost(launched: Sequence[RunRow], used: Sequence[RunRow], recipes: Mapping[st
     out = {"launches": 0, "seconds": 0.0, "gpu_minutes": 0.0, "fixed_launches": 0, "fixed_seconds": 0.0,
            "fixed_gpu_minutes": 0.0, "per_recipe": {}}
     for name, recipe in recipes.items():
-        gpus = gpus_of(recipe.server.args)
+        gpus = gpus_held(recipe)
         mine = [r for r in launched if r.recipe == name]
         basis = [r for r in used if r.recipe == name] or mine
         seconds = sum(launch_seconds(r) for r in mine)
@@ -53,7 +59,9 @@ def cost(launched: Sequence[RunRow], used: Sequence[RunRow], recipes: Mapping[st
 
 
 def describe(c: dict) -> str:
-    """"cost: 4 launches, 0.21 GPU-min (launch + benchmark); the fixed design: 8 launches, ~0.42 GPU-min"."""
-    return (f"cost: {c['launches']} launches, {c['gpu_minutes']:.2f} GPU-min (launch to ready + benchmark, "
-            f"x each recipe's tp x dp); the fixed design (each recipe's [benchmark] repeats): "
-            f"{c['fixed_launches']} launches, ~{c['fixed_gpu_minutes']:.2f} GPU-min")
+    """"cost: 4 launches, 3.5 min, 0.21 GPU-min (launch + benchmark); the fixed design: 8 launches, ~7.0 min,
+    ~0.42 GPU-min" (GPU-min 0 for recipes that hold no GPU: their minutes are the cost)."""
+    return (f"cost: {c['launches']} launches, {c['seconds'] / 60:.1f} min, {c['gpu_minutes']:.2f} GPU-min (launch to "
+            f"ready + benchmark, x each recipe's tp x dp; none for [server] gpus = 0); the fixed design (each "
+            f"recipe's [benchmark] repeats): {c['fixed_launches']} launches, ~{c['fixed_seconds'] / 60:.1f} min, "
+            f"~{c['fixed_gpu_minutes']:.2f} GPU-min")

@@ -40,7 +40,7 @@ def run(args) -> int:
         spread = launch_plan.spread_of(values)
         timed = [launch_cost.launch_seconds(r) for r in runs if launch_cost.launch_seconds(r) > 0]
         seconds = sum(timed) / len(timed) if timed else float(recipe.server.timeout_s)
-        gpus = launch_cost.gpus_of(recipe.server.args)
+        gpus = launch_cost.gpus_held(recipe)
         used = spread if spread is not None else launch_plan.ASSUMED_SPREAD
         # a recipe that pools its stored spread (`pool_stored_spread`): the stopping rule borrows the
         # stored launches' degrees of freedom, as `run` will (this recipe's; a stored counterpart adds its own)
@@ -49,6 +49,7 @@ def run(args) -> int:
         for eff in launch_plan.EFFECTS:
             e = launch_plan.expected(eff, used, design, prior_dof=prior_dof)
             rows.append({"effect": eff, "launches_each": round(e.launches_each, 2), "settled": e.settled,
+                         "hours": round(launch_plan.gpu_hours(e.launches_each, seconds, 1), 3),
                          "gpu_hours": round(launch_plan.gpu_hours(e.launches_each, seconds, gpus), 3)})
         out.append({"recipe": recipe.name, "metric": metric, "point": point, "runs": len(values),
                     "spread": used, "spread_from": "runs" if spread is not None else "assumed",
@@ -62,13 +63,17 @@ def run(args) -> int:
         src = f"over {p['runs']} runs" if p["spread_from"] == "runs" else "assumed: fewer than 2 runs stored"
         secs = "recorded" if p["seconds_from"] == "runs" else "[server] timeout_s: none recorded"
         console.print(f"{p['recipe']}: {p['metric']} @ {p['point']} varies {100 * p['spread']:.1f}% launch to launch "
-                      f"({src}); a launch holds {p['gpus']} GPU(s) for {p['seconds_per_launch']:.0f} s ({secs})"
+                      f"({src}); a launch holds {_gpus(p['gpus'])} for {p['seconds_per_launch']:.0f} s ({secs})"
                       + (f"; the stopping rule pools the stored spread (~{p['prior_dof']} df)" if p["prior_dof"] else ""),
                       markup=False, highlight=False)
         for r in p["effects"]:
+            cost = f"~{r['gpu_hours']:.2f} GPU hours" if p["gpus"] else f"~{r['hours']:.2f} hours (no GPU)"
             console.print(f"  effect {100 * r['effect']:g}%: ~{r['launches_each']:.1f} launches each, settled in "
-                          f"{100 * r['settled']:.0f}%, ~{r['gpu_hours']:.2f} GPU hours a pair", markup=False,
-                          highlight=False)
+                          f"{100 * r['settled']:.0f}%, {cost} a pair", markup=False, highlight=False)
     if out:
         console.print(f"[dim]{out[0]['legend']}[/]")
     return 0
+
+
+def _gpus(n: int) -> str:
+    return "no GPU ([server] gpus = 0)" if n == 0 else f"{n} GPU(s)"
