@@ -41,6 +41,31 @@ def test_a_reading_sums_label_sets_and_splits_decode_passes_by_graph():
     assert r["itl"]["count"] == 388 and r["itl"]["buckets"][0.02] == 380
 
 
+def _scheduler_series(ranks, graph: int, eager: int, retracted: int) -> str:
+    """sglang 0.5.23's scheduler-side counters as every scheduler process writes them: one series per
+    (tp_rank, dp_rank) label set (metrics_collector.py's scheduler labels; dp_rank only under attention DP)."""
+    labels = [f'model_name="m",tp_rank="{tp}",pp_rank="0",moe_ep_rank="{tp}"' + (f',dp_rank="{dp}"' if dp is not None
+                                                                               else "") for tp, dp in ranks]
+    lines = ["# TYPE sglang:cuda_graph_passes_total counter"]
+    lines += [f'sglang:cuda_graph_passes_total{{{lab},mode="decode_cuda_graph"}} {graph}.0' for lab in labels]
+    lines += [f'sglang:cuda_graph_passes_total{{{lab},mode="decode_none"}} {eager}.0' for lab in labels]
+    lines += ["# TYPE sglang:num_retracted_requests_total counter"]
+    lines += [f'sglang:num_retracted_requests_total{{{lab}}} {retracted}.0' for lab in labels]
+    return "\n".join(lines) + "\n"
+
+
+def test_scheduler_side_counters_count_once_per_dp_rank_not_once_per_tp_rank():
+    """Every TP rank of sglang 0.5.23 counts the same decode passes and retractions under its own tp_rank
+    label: TP8 reads them once; attention DP (dp_rank labels) sums its DP ranks; DP 2 x attention TP 4
+    reads one TP rank per DP rank."""
+    tp8 = account.parse(_scheduler_series([(r, None) for r in range(8)], graph=100, eager=5, retracted=2))
+    assert (tp8["decode_graph_passes"], tp8["decode_eager_passes"], tp8["retracted_requests"]) == (100, 5, 2)
+    dp8 = account.parse(_scheduler_series([(r, r) for r in range(8)], graph=100, eager=5, retracted=2))
+    assert (dp8["decode_graph_passes"], dp8["decode_eager_passes"], dp8["retracted_requests"]) == (800, 40, 16)
+    dp2 = account.parse(_scheduler_series([(r, r // 4) for r in range(8)], graph=100, eager=5, retracted=2))
+    assert (dp2["decode_graph_passes"], dp2["retracted_requests"]) == (200, 4)
+
+
 def test_the_window_is_the_difference_and_its_median_lies_in_its_bucket():
     zero = account.parse("")
     window = account.difference(zero, account.parse(TEXT))

@@ -37,26 +37,40 @@ COUNTERS = {
     "sglang:num_retracted_requests": "retracted_requests",
 }
 PASSES = "sglang:cuda_graph_passes"  # label mode: decode_cuda_graph | decode_none | prefill_*
+MODES = {"decode_cuda_graph": "decode_graph_passes", "decode_none": "decode_eager_passes"}
+# Counted by every scheduler process of sglang 0.5.23, each under its own tp_rank/pp_rank (and dp_rank under
+# attention DP) label (metrics_collector.py's scheduler labels): all TP ranks of one DP rank count the same
+# batches, so a sum over label sets would count a TP8 server's retractions and decode passes 8 times. They are
+# read once per DP rank (its lowest TP/PP rank's series) and summed over DP ranks. The tokenizer manager's
+# counters (requests, tokens, ITL) carry no rank label: counted once per request.
+SCHEDULER_SIDE = {"retracted_requests", "decode_graph_passes", "decode_eager_passes"}
 SETTLE_S = 2.0  # how long to wait for the counters to count the window's last requests
 
 
 def parse(text: str) -> dict:
-    """A reading: every counter above summed over its label sets, decode passes by mode, and the ITL
-    histogram ({"sum": s, "count": tokens, "buckets": {upper bound: cumulative tokens}})."""
+    """A reading: every counter above summed over its label sets (the scheduler-side ones once per DP
+    rank), decode passes by mode, and the ITL histogram ({"sum": s, "count": tokens, "buckets": {upper
+    bound: cumulative tokens}})."""
     from prometheus_client.parser import text_string_to_metric_families
 
     out: dict = {key: 0.0 for key in COUNTERS.values()}
     out.update(decode_graph_passes=0.0, decode_eager_passes=0.0, itl={"sum": 0.0, "count": 0.0, "buckets": {}})
+    ranked: dict = {}  # (key, dp_rank) -> {(tp_rank, pp_rank): value}: the scheduler-side counters
     for family in text_string_to_metric_families(text):
-        if family.name in COUNTERS:
-            key = COUNTERS[family.name]
-            out[key] += sum(s.value for s in family.samples if s.name.endswith("_total"))
-        elif family.name == PASSES:
+        name = family.name[:-6] if family.name.endswith("_total") else family.name  # an untyped counter keeps it
+        if name in COUNTERS or name == PASSES:
             for s in family.samples:
-                if s.name.endswith("_total") and s.labels.get("mode") == "decode_cuda_graph":
-                    out["decode_graph_passes"] += s.value
-                elif s.name.endswith("_total") and s.labels.get("mode") == "decode_none":
-                    out["decode_eager_passes"] += s.value
+                if not s.name.endswith("_total"):
+                    continue
+                key = COUNTERS.get(name) or MODES.get(s.labels.get("mode"))
+                if key is None:
+                    continue
+                if key not in SCHEDULER_SIDE:
+                    out[key] += s.value
+                    continue
+                ranks = (_rank(s.labels, "tp_rank"), _rank(s.labels, "pp_rank"))
+                group = ranked.setdefault((key, s.labels.get("dp_rank")), {})
+                group[ranks] = group.get(ranks, 0.0) + s.value
         elif family.name == ITL:
             itl = out["itl"]
             for s in family.samples:
@@ -67,7 +81,16 @@ def parse(text: str) -> dict:
                 elif s.name == ITL + "_bucket":
                     le = float(s.labels["le"])
                     itl["buckets"][le] = itl["buckets"].get(le, 0.0) + s.value
+    for (key, _dp), group in ranked.items():  # one scheduler per DP rank: the lowest TP/PP rank's series
+        out[key] += group[min(group)]
     return out
+
+
+def _rank(labels: dict, name: str) -> int:
+    try:
+        return int(labels.get(name, 0))
+    except ValueError:
+        return 0
 
 
 def difference(before: dict, after: dict) -> dict:
