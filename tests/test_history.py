@@ -273,14 +273,16 @@ def test_track_a_branch_every_n_commits_and_bisect_between_them(home, monkeypatc
     rc, out = cli_json(capsys, ["track", "gitsrc", "--source", "sglang", "--branch", "main", "--every", "2"])
     assert rc == 0 and [p["order"] for p in out["points"]] == list(range(0, 13, 2))
     rc, hist = cli_json(capsys, ["history", "gitsrc", "--metric", "output_tok_s@1", "--bisect"])
-    [change] = hist["change_points"]
-    assert change["direction"] == "worse", hist
+    changes = hist["change_points"]
+    assert any(c["direction"] == "worse" for c in changes), hist  # the doubled step cost is always found
     # CI, loaded (2026-12-05): once in four runs the bisect named no commit (its probes, measured after
-    # the change verdict's, did not show the step again). The promise kept: the planted commit or none,
-    # never another.
-    b = change["bisect"]
-    missed = b.get("culprit_id") is None and b["message"].startswith("no item makes the metric")
-    assert b.get("culprit_id") == four_releases["planted_commit"] or missed, b
+    # the change verdict's, did not show the step again); once the box's own slowdown made a second
+    # change point (as in the demo test below). The promise kept: each change point's bisect names the
+    # planted commit or none, never another.
+    for change in changes:
+        b = change["bisect"]
+        missed = b.get("culprit_id") is None and b["message"].startswith("no item makes the metric")
+        assert b.get("culprit_id") == four_releases["planted_commit"] or missed, (b, changes)
 
 
 # -- the demo: both planted changes found and their commits named ----------------------------------
