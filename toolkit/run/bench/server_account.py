@@ -8,7 +8,7 @@ requests are all counted (the counters move when a request finishes, a moment af
 reached the client), and the difference is the account of exactly that window
 (`difference`). What it says beside the client's numbers (`findings`):
 
-  problems (the point is stored failed: its numbers are not the client's requests alone)
+  problems (the point's errors: the run is stored invalid, its numbers are not the client's requests alone)
     the server finished more requests than the client sent: someone else used this server meanwhile;
     or generated another number of tokens than the client counted.
   notes (numbers kept, the reason said)
