@@ -9,34 +9,20 @@ compiles it for sm_120a with nvcc and checks with cuobjdump that the object hold
 
 from __future__ import annotations
 
-import hashlib
-import os
-import shutil
 import subprocess
-import tarfile
 import textwrap
-import zipfile
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 import pytest
 
-from conftest import TEST_CACHE, git_run, pypi_download
-from toolkit.build_once import build_once
+from conftest import git_run
+from flashinfer_sdist import cuda_tools, flashinfer_sdist, list_elf_arches, unpack_subset  # noqa: F401 (fixtures)
 from toolkit.envs.steps import flashinfer_sources as fk
-from toolkit.digest import sha256_file
 from toolkit.errors import BadInput
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PATCH = REPO_ROOT / "patches" / "flashinfer" / "sm120-fp4-tiles.patch"
 NEW_TILE = (128, 32, 64)
-
-SDIST_NAME = "flashinfer_python-0.7.2.tar.gz"
-SDIST_REQ = "flashinfer-python==0.7.2"
-SDIST_SHA256 = "31646a6c1a9a5268056ddd31f377fbb57adf0f68ba6c7714a3a3f348bd1d1454"
-# What the compile needs from the 54 MB sdist (its csrc/ subdirectories alone are 250 MB).
-SDIST_KEEP = ("flashinfer/jit/", "include/", "3rdparty/cutlass/include/",
-              "3rdparty/cutlass/tools/util/include/", "3rdparty/cccl/", "3rdparty/spdlog/include/")
-
 
 # --- fast: a synthetic tree --------------------------------------------------------------------
 
@@ -137,107 +123,6 @@ def test_patch_header_and_layout():
 # --- slow: the real sdist, nvcc and cuobjdump --------------------------------------------------
 
 
-@pytest.fixture(scope="session")
-def flashinfer_sdist() -> Path:
-    """The sdist, downloaded once however many test processes ask (conftest.pypi_download)."""
-    path = pypi_download(["--no-binary", "flashinfer-python", SDIST_REQ], SDIST_NAME)
-    assert sha256_file(path) == SDIST_SHA256, f"{path} is not the flashinfer-python 0.7.2 sdist"
-    return path
-
-
-def _unpack_subset(sdist: Path, dest: Path) -> None:
-    with tarfile.open(sdist) as tf:
-        for member in tf.getmembers():
-            if not member.isfile():
-                continue
-            parts = PurePosixPath(member.name).parts[1:]
-            if not parts or ".." in parts:
-                continue
-            rel = "/".join(parts)
-            top_csrc = len(parts) == 2 and parts[0] == "csrc"
-            if not (rel.startswith(SDIST_KEEP) or top_csrc or len(parts) == 1):
-                continue
-            target = dest / rel
-            target.parent.mkdir(parents=True, exist_ok=True)
-            with tf.extractfile(member) as src, open(target, "wb") as fh:
-                shutil.copyfileobj(src, fh)
-
-
-def _find_nvcc() -> Path | None:
-    for base in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
-        if base and (Path(base) / "bin" / "nvcc").is_file():
-            return Path(base) / "bin" / "nvcc"
-    found = shutil.which("nvcc")
-    return Path(found) if found else None
-
-
-def _cuda_version(nvcc: Path) -> tuple[int, int]:
-    """(major, minor) from `nvcc --version` ('... release 13.0, V13.0.88')."""
-    out = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True).stdout
-    if "release " not in out:
-        return (0, 0)
-    major, minor = out.split("release ", 1)[1].split(",", 1)[0].strip().split(".")[:2]
-    return int(major), int(minor)
-
-
-def _from_wheel(requirement: str, marker: str) -> Path:
-    """This platform's wheel of `requirement`, downloaded once; the directory holding its member
-    that ends in `marker` extracted (all of it: headers include their siblings) once for concurrent
-    test processes (toolkit.build_once); that member's path."""
-    name = requirement.split("=")[0].split("<")[0].split(">")[0].replace("-", "_")
-    wheel = pypi_download(["--only-binary=:all:", requirement], f"{name}-*.whl")
-    with zipfile.ZipFile(wheel) as zf:
-        hits = sorted(n for n in zf.namelist() if n.endswith(marker))
-        if not hits:
-            pytest.skip(f"{wheel.name} has no member ending in {marker}")
-        prefix = hits[0].rsplit("/", 1)[0] + "/"
-
-        def extract(tmp: Path) -> None:
-            for info in zf.infolist():
-                if info.filename.startswith(prefix) and not info.is_dir():
-                    zf.extract(info, tmp)
-                    if (info.external_attr >> 16) & 0o111:
-                        (tmp / info.filename).chmod(0o755)
-
-        dest = build_once(TEST_CACHE / "extracted" / f"{wheel.stem}-{hashlib.sha256(prefix.encode()).hexdigest()[:8]}",
-                          extract, complete=lambda d: (d / hits[0]).is_file())
-    return dest / hits[0]
-
-
-@pytest.fixture(scope="session")
-def cuda_tools():
-    nvcc = _find_nvcc()
-    if nvcc is None:
-        pytest.skip("nvcc not found (set CUDA_HOME): cannot compile the CUTLASS instantiation")
-    version = _cuda_version(nvcc)
-    if version < (12, 8):
-        pytest.skip(f"sm_120a needs CUDA >= 12.8 (nvcc {nvcc} is {version[0]}.{version[1]})")
-    major = version[0]
-    extra: list[str] = []
-    # CUTLASS's tools/util headers include curand_kernel.h; a minimal toolkit may lack cuRAND.
-    if not (nvcc.parent.parent / "include" / "curand_kernel.h").is_file():
-        req = "nvidia-curand==10.4.*" if major >= 13 else "nvidia-curand-cu12"
-        inc = _from_wheel(req, "/include/curand_kernel.h").parent
-        extra = ["-isystem", str(inc)]
-    cuobjdump = nvcc.parent / "cuobjdump"
-    if not cuobjdump.is_file():
-        req = "nvidia-cuda-cuobjdump" if major >= 13 else "nvidia-cuda-cuobjdump-cu12"
-        cuobjdump = _from_wheel(req, "/bin/cuobjdump")
-        cuobjdump.chmod(0o755)
-    return nvcc, cuobjdump, extra
-
-
-def list_elf_arches(cuobjdump_output: str) -> set[str]:
-    """`cuobjdump --list-elf` lines look like 'ELF file    1: name.1.sm_120a.cubin'."""
-    arches = set()
-    for line in cuobjdump_output.splitlines():
-        name = line.split(":", 1)[-1].strip()
-        for part in name.split("."):
-            if part.startswith("sm_"):
-                arches.add(part)
-    return arches
-
-
 def test_list_elf_arches():
     assert list_elf_arches("ELF file    1: tile.1.sm_120a.cubin\n") == {"sm_120a"}
     assert list_elf_arches("nothing here") == set()
@@ -248,7 +133,7 @@ def test_new_tile_compiles_for_sm120a(flashinfer_sdist, cuda_tools, tmp_path):
     nvcc, cuobjdump, extra = cuda_tools
     tree = tmp_path / "flashinfer"
     tree.mkdir()
-    _unpack_subset(flashinfer_sdist, tree)
+    unpack_subset(flashinfer_sdist, tree)
     assert git_run(tree, "init", "-q").returncode == 0
     git_run(tree, "add", "-A", "-f")
     assert git_run(tree, "commit", "-q", "-m", "flashinfer-python 0.7.2 sdist (subset)").returncode == 0
