@@ -13,6 +13,8 @@ from __future__ import annotations
 import ast
 import importlib
 import importlib.util
+import json
+import os
 import re
 import subprocess
 import sys
@@ -20,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import git_run
+from conftest import TEST_CACHE, git_run
 from flashinfer_sdist import (SDIST_KEEP, cublaslt_include, cuda_tools, flashinfer_sdist,  # noqa: F401 (fixtures)
                               list_elf_arches, unpack_subset)
 from toolkit.envs.steps import flashinfer_sources as fk
@@ -213,3 +215,35 @@ def test_autotuner_candidates_offer_the_tile_to_grouped_fp4_only(moe_tree, cuda_
     assert got["grouped_fp4"].count("128x32x32") == 1
     assert "128x32x32" not in got["grouped_fp8_fp4"] and "128x32x32" not in got["dense_fp4"]
     assert "128x32x64" in got["grouped_fp4"]  # the tiles 0.7.2 had are all still offered
+
+
+_GEN_MODULE = """
+import json, logging, sys
+logging.basicConfig(level=logging.INFO, stream=sys.stderr)
+from flashinfer.jit import fused_moe
+spec = fused_moe.gen_cutlass_fused_moe_sm120_module()
+texts = [open(s).read() for s in spec.sources if str(s).endswith(".generated.cu")]
+print(json.dumps({"name": spec.name, "tile_instances": sum(t.count("128, 32, 64, 1, 1, 1") for t in texts)}))
+"""
+
+
+@pytest.mark.slow
+def test_the_recipes_env_logs_the_evidence_when_it_makes_the_moe_module(tmp_path):
+    """What the live server runs: the recipe's env (its patched FlashInfer installed) builds the SM120
+    MoE module's JIT spec as sglang's flashinfer_cutlass runner does on first use, generating the
+    instantiations, and logs the line the recipe's [evidence] waits for. No GPU: the arch is given."""
+    from toolkit.recipe.load import load_recipe
+    from toolkit.run.pipeline import prepare
+
+    recipe = load_recipe("moe-tiles")
+    home = Path(os.environ.get("PATCHBENCH_TEST_HOME", TEST_CACHE))
+    p = prepare(recipe, home, until="build")
+    env = {**p.env.run_environ(), "CUDA_VISIBLE_DEVICES": "", "FLASHINFER_CUDA_ARCH_LIST": "12.0a",
+           "FLASHINFER_WORKSPACE_BASE": str(tmp_path)}
+    proc = subprocess.run([str(p.env.python), "-c", _GEN_MODULE], capture_output=True, text=True, env=env,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.splitlines()[-1])
+    assert out == {"name": "fused_moe_120", "tile_instances": 8}
+    (spec,) = recipe.evidence.values()
+    assert spec.log and any(re.search(spec.log, line) for line in proc.stderr.splitlines()), proc.stderr[-2000:]
