@@ -43,9 +43,10 @@ def test_a_reading_sums_label_sets_and_splits_decode_passes_by_graph():
 
 def _scheduler_series(ranks, graph: int, eager: int, retracted: int) -> str:
     """sglang 0.5.23's scheduler-side counters as every scheduler process writes them: one series per
-    (tp_rank, dp_rank) label set (metrics_collector.py's scheduler labels; dp_rank only under attention DP)."""
-    labels = [f'model_name="m",tp_rank="{tp}",pp_rank="0",moe_ep_rank="{tp}"' + (f',dp_rank="{dp}"' if dp is not None
-                                                                               else "") for tp, dp in ranks]
+    (tp_rank, dp_rank[, pp_rank]) label set (metrics_collector.py's scheduler labels; dp_rank only under
+    attention DP; a rank tuple's third entry is its PP stage, 0 when left out)."""
+    labels = [f'model_name="m",tp_rank="{r[0]}",pp_rank="{r[2] if len(r) > 2 else 0}",moe_ep_rank="{r[0]}"'
+              + (f',dp_rank="{r[1]}"' if r[1] is not None else "") for r in ranks]
     lines = ["# TYPE sglang:cuda_graph_passes_total counter"]
     lines += [f'sglang:cuda_graph_passes_total{{{lab},mode="decode_cuda_graph"}} {graph}.0' for lab in labels]
     lines += [f'sglang:cuda_graph_passes_total{{{lab},mode="decode_none"}} {eager}.0' for lab in labels]
@@ -54,7 +55,7 @@ def _scheduler_series(ranks, graph: int, eager: int, retracted: int) -> str:
     return "\n".join(lines) + "\n"
 
 
-def test_scheduler_side_counters_count_once_per_dp_rank_not_once_per_tp_rank():
+def test_scheduler_side_counters_count_once_per_dp_rank_not_once_per_tp_or_pp_rank():
     """Every TP rank of sglang 0.5.23 counts the same decode passes and retractions under its own tp_rank
     label: TP8 reads them once; attention DP (dp_rank labels) sums its DP ranks; DP 2 x attention TP 4
     reads one TP rank per DP rank."""
@@ -64,6 +65,11 @@ def test_scheduler_side_counters_count_once_per_dp_rank_not_once_per_tp_rank():
     assert (dp8["decode_graph_passes"], dp8["decode_eager_passes"], dp8["retracted_requests"]) == (800, 40, 16)
     dp2 = account.parse(_scheduler_series([(r, r // 4) for r in range(8)], graph=100, eager=5, retracted=2))
     assert (dp2["decode_graph_passes"], dp2["retracted_requests"]) == (200, 4)
+    # pipeline parallel: every PP stage's scheduler runs event_loop_pp and counts each decode batch it
+    # processes (batch_result_processor.py process_batch_result_decode; no stage check): TP4 x PP2 reads one
+    pp2 = account.parse(_scheduler_series([(tp, None, pp) for pp in range(2) for tp in range(4)],
+                                          graph=100, eager=5, retracted=2))
+    assert (pp2["decode_graph_passes"], pp2["decode_eager_passes"], pp2["retracted_requests"]) == (100, 5, 2)
 
 
 def test_the_window_is_the_difference_and_its_median_lies_in_its_bucket():

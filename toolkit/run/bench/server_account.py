@@ -41,8 +41,10 @@ MODES = {"decode_cuda_graph": "decode_graph_passes", "decode_none": "decode_eage
 # Counted by every scheduler process of sglang 0.5.23, each under its own tp_rank/pp_rank (and dp_rank under
 # attention DP) label (metrics_collector.py's scheduler labels): all TP ranks of one DP rank count the same
 # batches, so a sum over label sets would count a TP8 server's retractions and decode passes 8 times. They are
-# read once per DP rank (its lowest TP/PP rank's series) and summed over DP ranks. The tokenizer manager's
-# counters (requests, tokens, ITL) carry no rank label: counted once per request.
+# read once per DP rank (its lowest TP/PP rank's series) and summed over DP ranks. Under pipeline parallelism
+# every stage's scheduler (event_loop_pp) processes every microbatch's result and counts it too, under its
+# pp_rank, so the same one series stands for the stage set. The tokenizer manager's counters (requests,
+# tokens, ITL) carry no rank label: counted once per request.
 SCHEDULER_SIDE = {"retracted_requests", "decode_graph_passes", "decode_eager_passes"}
 SETTLE_S = 2.0  # how long to wait for the counters to count the window's last requests
 
