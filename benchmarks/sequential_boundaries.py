@@ -50,46 +50,53 @@ from benchmarks import sequential_launches as sim  # noqa: E402
 from toolkit.analysis import sequential as seq  # noqa: E402
 
 
-def smallest_p(min_n: int, max_n: int, paths: int = seq.CALIBRATION_PATHS) -> np.ndarray:
-    """Per-look two-sided p-values of the pooled t under the null (rows: paths, columns: looks),
-    the paths `seq.nominal_level` calibrates Pocock's level on."""
+def smallest_p(min_n: int, max_n: int, paths: int = seq.CALIBRATION_PATHS) -> tuple[np.ndarray, np.ndarray]:
+    """Per-look p-values of the pooled t under the null (rows: paths, columns: looks), two-sided and
+    lower one-sided, on the paths `seq.nominal_level` calibrates Pocock's level on."""
     rng = np.random.default_rng(seq.CALIBRATION_SEED)
-    return np.concatenate([seq.null_looks(rng, min(50_000, paths - start), min_n, max_n)[4]
-                           for start in range(0, paths, 50_000)])
+    two, one = [], []
+    for start in range(0, paths, 50_000):
+        _, _, est, _, p = seq.null_looks(rng, min(50_000, paths - start), min_n, max_n)
+        two.append(p)
+        one.append(np.where(est[:, min_n - 1:max_n] < 0, p / 2.0, 1.0 - p / 2.0))
+    return np.concatenate(two), np.concatenate(one)
 
 
-def levels(rho: float, min_n: int, max_n: int, alpha: float, p: np.ndarray) -> np.ndarray:
-    """Per-look nominal levels of this shape, scaled so that all looks together keep alpha."""
+def levels(rho: float, min_n: int, max_n: int, alpha: float, p: np.ndarray, sides: int = 2) -> np.ndarray:
+    """Per-look nominal levels of this shape, scaled so that all looks together keep alpha (`sides=1`:
+    cross one given side with probability alpha, the equivalence tests' level; p one-sided then)."""
     from scipy import optimize
 
     n = np.arange(min_n, max_n + 1)
     shape = np.exp(rho * (max_n - n) / (max_n - min_n))
     if rho == 0:
-        return shape * seq.nominal_level(alpha, min_n, max_n)
+        return shape * seq.nominal_level(alpha, min_n, max_n, sides=sides)
     excess = lambda s: (p < shape * math.exp(s)).any(1).mean() - alpha  # noqa: E731
     return shape * math.exp(optimize.brentq(excess, math.log(1e-6), math.log(alpha)))
 
 
-def judge(d: dict, lv: np.ndarray, design: seq.Design) -> tuple[list[str], np.ndarray]:
-    """The verdict rule of toolkit.analysis.sequential (first settled look, futility) with these levels."""
+def judge(d: dict, lv: np.ndarray, lv_equal: np.ndarray, design: seq.Design) -> tuple[list[str], np.ndarray]:
+    """The verdict rule of toolkit.analysis.sequential (first settled look, TOST for equal, futility)
+    with these levels (two-sided, and one-sided for the equivalence tests)."""
     from scipy import stats
 
     lo_n, hi_n, bound = design.min_repeats, design.max_repeats, math.log1p(design.min_effect)
     looks = np.arange(lo_n, hi_n + 1)
     c = stats.t.isf(lv / 2.0, 2 * looks - 2)
+    ce = stats.t.isf(lv_equal, 2 * looks - 2)
     a, b = np.log(d["a"][:, :hi_n]), np.log(d["b"][:, :hi_n])
     code, used, done = np.zeros(a.shape[0], int), np.full(a.shape[0], hi_n), np.zeros(a.shape[0], bool)
     for j, n in enumerate(looks):
         est = b[:, :n].mean(1) - a[:, :n].mean(1)
         var = (a[:, :n].var(1, ddof=1) + b[:, :n].var(1, ddof=1)) / 2.0
-        half = c[j] * np.sqrt(var * 2.0 / n)
-        v = np.where((-bound < est - half) & (est + half < bound), 2,
+        half, half_e = c[j] * np.sqrt(var * 2.0 / n), ce[j] * np.sqrt(var * 2.0 / n)
+        v = np.where((-bound < est - half_e) & (est + half_e < bound), 2,
                      np.where((est - half > 0) & (est >= bound), 1, np.where((est + half < 0) & (est <= -bound), -1, 0)))
         new = ~done & (v != 0)
         code[new], used[new], done = v[new], n, done | new
         if design.futility and 3 <= n < hi_n:
-            e, h = np.abs(est), c[-1] * np.sqrt(var * 2.0 / hi_n)
-            stop = ~done & ~(((e - h > 0) & (e >= bound)) | (e + h < bound))
+            e, h, he = np.abs(est), c[-1] * np.sqrt(var * 2.0 / hi_n), ce[-1] * np.sqrt(var * 2.0 / hi_n)
+            stop = ~done & ~(((e - h > 0) & (e >= bound)) | (e + he < bound))
             used[stop], done = n, done | stop
     names = {0: seq.UNSETTLED, 1: seq.FASTER, -1: seq.SLOWER, 2: seq.EQUAL}
     return [names[int(x)] for x in code], 2 * used
@@ -109,11 +116,12 @@ def main() -> int:
         width = max(sim.MAX_FIXED, cap)
         data = {"effects": sim.draw(rng, args.comparisons, zero=False, max_n=width),
                 "null": sim.draw(rng, args.null, zero=True, max_n=width)}
-        p = smallest_p(design.min_repeats, cap)
+        p, p_one = smallest_p(design.min_repeats, cap)
         for rho in args.rho:
             lv = levels(rho, design.min_repeats, cap, design.alpha, p)
-            vs, ls = judge(data["effects"], lv, design)
-            aa = float(np.mean([v in (seq.FASTER, seq.SLOWER) for v in judge(data["null"], lv, design)[0]]))
+            lv_equal = levels(rho, design.min_repeats, cap, design.alpha, p_one, sides=1)
+            vs, ls = judge(data["effects"], lv, lv_equal, design)
+            aa = float(np.mean([v in (seq.FASTER, seq.SLOWER) for v in judge(data["null"], lv, lv_equal, design)[0]]))
             s = sim.score(vs, list(ls), data["effects"]["theta"], design.min_effect)
             fixed = sim.compare_fixed(data, vs, ls, design.min_effect, aa)
             cells = []

@@ -281,6 +281,32 @@ def speed_rows() -> list[Row]:
                 speed_case(n, effect), f"+{effect:.0%} throughput", 0.8) for n, effect in ((4, 0.10), (8, 0.06))]
 
 
+def equal_case(effect: float, cv: float) -> Simulate:
+    """The sequential verdict (2..8 launches each, interleaved looks) called "equal within 2%" for a
+    true ratio of 1 + effect at a launch spread of cv (log-normal)."""
+    from toolkit.analysis import sequential as seq
+
+    def simulate(seed: int, cases: int) -> int:
+        rng = np.random.default_rng(seed)
+        design, said = seq.Design(), 0
+        for _ in range(cases):
+            a = 100.0 * np.exp(cv * rng.standard_normal(design.max_repeats))
+            b = 100.0 * (1 + effect) * np.exp(cv * rng.standard_normal(design.max_repeats))
+            said += seq.verdict(list(a), list(b), higher_is_better=True, design=design).verdict == seq.EQUAL
+        return said
+    return simulate
+
+
+def equal_rows() -> list[Row]:
+    """The equivalence verdict (two one-sided tests over the looks): false when the true ratio is at
+    the edge of the 2% zone (where "equal" is likeliest to be false), power on an A/A pair."""
+    from toolkit.analysis import sequential as seq
+
+    return [Row(f"speed equal within 2% (sequential, TOST): ratio 1.02, launch spread {100 * cv:g}%", seq.DEFAULT_ALPHA,
+                equal_case(seq.DEFAULT_MIN_EFFECT, cv), equal_case(0.0, cv), "A/A pair", target)
+            for cv, target in ((0.005, 0.9), (0.01, 0.5))]
+
+
 # --- change point (history) ------------------------------------------------------------------------
 
 SERIES = 20  # tracked points per series
@@ -488,7 +514,7 @@ def profile_rows() -> list[Row]:
                 profile_case(2, 0.30, 0.10), "-30% family time")]
 
 
-ROWS: list[Row] = [*answers_rows(), *answers_sequential_rows(), *gate_rows(), *speed_rows(), *change_rows(), *bisect_rows(), *kernel_rows(),
+ROWS: list[Row] = [*answers_rows(), *answers_sequential_rows(), *gate_rows(), *speed_rows(), *equal_rows(), *change_rows(), *bisect_rows(), *kernel_rows(),
                    *box_rows(), *profile_rows()]
 
 

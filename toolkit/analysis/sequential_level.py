@@ -29,7 +29,7 @@ CALIBRATION_SEED = 20261202
 
 @functools.lru_cache(maxsize=64)
 def nominal_level(alpha: float, min_repeats: int, max_repeats: int, prior_dof: int = 0, stored_a: int = 0,
-                  stored_b: int = 0) -> float:
+                  stored_b: int = 0, sides: int = 2) -> float:
     """a': the two-sided level of each look's t interval at which the looks n = min_repeats ..
     max_repeats (equal sides) together keep 1 - alpha coverage under normal log-values (Pocock's
     boundary: the same level at every look). The alpha quantile of the smallest per-look p-value
@@ -40,7 +40,11 @@ def nominal_level(alpha: float, min_repeats: int, max_repeats: int, prior_dof: i
     use (the sequences' first `stored_a` / `stored_b` values were stored before launching began;
     look n does not use a[n:stored_a], b[n:stored_b]), df 2n - 2 + the prior's, unless its
     borrowing test refuses (then 2n - 2). The whole procedure, test included, is calibrated; with
-    no stored spread (0, 0, 0) it is the current-launches-only rule."""
+    no stored spread (0, 0, 0) it is the current-launches-only rule.
+
+    `sides=1`: the one-sided level instead, at which the looks together cross one given side (the
+    lower: by symmetry either) with probability alpha: the level of each of the two one-sided tests
+    of the equivalence verdict (TOST), whose bounds are each crossed with probability <= alpha."""
     from scipy import special
 
     rng = np.random.default_rng(CALIBRATION_SEED)
@@ -77,6 +81,8 @@ def nominal_level(alpha: float, min_repeats: int, max_repeats: int, prior_dof: i
             tp = np.abs(est[:, looks]) / np.sqrt((ss[:, looks] + pss) / (nu + pdof) * (2.0 / k[looks]))
             refused = ~ok | noise_prior.flagged_against((ss[:, looks] / nu) / np.maximum(pss / safe, 1e-300), nu, safe)
             p = np.where(refused, p, 2.0 * special.stdtr(nu + pdof, -tp))
+        if sides == 1:  # the lower one-sided p-value of each look, from the two-sided one and the sign
+            p = np.where(est[:, looks] < 0, p / 2.0, 1.0 - p / 2.0)
         smallest.append(p.min(axis=1))
     return float(np.quantile(np.concatenate(smallest), alpha))
 
