@@ -5,7 +5,9 @@ GLM-5's experts. Every check runs the patched upstream code from a tree of the p
 patch applied by git (zero fuzz): its Python kernel generator (imported from the tree), one of the
 instantiations it emits compiled by nvcc for sm_120a and read back with cuobjdump, the dispatch
 gate compiled with static_asserts, and the autotuner's candidate list compiled and run on this CPU.
-Slow tier (but the header check): nvcc over CUTLASS (~1.5 min on 2 cores), the sdist and NVIDIA header wheels from PyPI.
+Slow tier (but the header check): nvcc over CUTLASS (~1.5 min on 2 cores, 5.7 GB at the peak), the sdist and
+NVIDIA header wheels from PyPI; one worker runs them and the dense tile's compile (xdist group
+`cutlass-compile`), one CUTLASS compile at a time.
 """
 
 from __future__ import annotations
@@ -102,6 +104,7 @@ def test_patch_header_and_files():
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("cutlass-compile")
 def test_patched_generator_emits_the_tile_for_fp4_experts_only(moe_tree, tmp_path):
     tree, before = moe_tree
     assert before == []  # 0.7.2 has 128x32 only with K 128 and 256
@@ -122,6 +125,7 @@ def test_patched_generator_emits_the_tile_for_fp4_experts_only(moe_tree, tmp_pat
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("cutlass-compile")
 def test_one_instantiation_compiles_for_sm120a(moe_tree, cuda_tools, cublaslt_include, tmp_path):
     tree, _ = moe_tree
     gen = _generator(tree, "fi_gen_patched_compile")
@@ -161,6 +165,7 @@ static_assert((int)tensorrt_llm::cutlass_extensions::CutlassTileConfigSM120::Cta
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("cutlass-compile")
 def test_dispatch_gate_takes_the_tile_for_fp4_activations_only(moe_tree, cuda_tools, cublaslt_include, tmp_path):
     tree, _ = moe_tree
     source = tmp_path / "gate.cu"
@@ -191,6 +196,7 @@ int main() {
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("cutlass-compile")
 def test_autotuner_candidates_offer_the_tile_to_grouped_fp4_only(moe_tree, cuda_tools, cublaslt_include, tmp_path):
     """The patched cutlass_heuristic.cpp compiled (host code) and run here: what get_candidate_configs
     returns for SM120 is the list of tactics the MoE runner's autotuner measures."""
@@ -228,6 +234,7 @@ print(json.dumps({"name": spec.name, "tile_instances": sum(t.count("128, 32, 64,
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("cutlass-compile")
 def test_the_recipes_env_logs_the_evidence_when_it_makes_the_moe_module(tmp_path):
     """What the live server runs: the recipe's env (its patched FlashInfer installed) builds the SM120
     MoE module's JIT spec as sglang's flashinfer_cutlass runner does on first use, generating the

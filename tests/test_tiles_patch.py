@@ -129,6 +129,7 @@ def test_list_elf_arches():
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("cutlass-compile")  # one CUTLASS compile at a time (~7 GB each)
 def test_new_tile_compiles_for_sm120a(flashinfer_sdist, cuda_tools, tmp_path):
     nvcc, cuobjdump, extra = cuda_tools
     tree = tmp_path / "flashinfer"
