@@ -27,6 +27,9 @@ alpha / at the matched error; rho 0 at cap 8 reproduces sequential_launches.py e
   cap 16: rho 0 7.06 launches, 0.59x / 0.504x (fixed 7 each at alpha 0.038); rho +2 0.53x / 0.53x.
   cap 20: rho 0 0.53x / 0.53x; rho -1 0.56x / 0.489x (fixed 8 each at alpha 0.035, A/A 2.15%).
   cap 24: rho 0 0.55x / 0.55x; rho -1 0.58x / 0.50x.
+Re-run 2026-12-05 with "equal" by the one-sided (TOST) levels of each shape: cap 8 rho 0 the same
+(6.12 launches, 0.612x; false 0.10%: two "equal" just past the zone), rho -1 0.652x / 0.543x; cap 16
+rho 0 7.08 launches, 0.590x / 0.506x, rho -1 0.539x / 0.539x.
 So no shape at the default cap comes near 0.5x. Only caps of 16-24 launches each touch it, and only
 against the matched-error fixed design: they spend 2-3x the default's worst case on the pairs that
 never settle, and the ratio moves by +-0.05 between neighbouring settings (the fixed n is an
