@@ -76,6 +76,16 @@ JIT_CACHES = (
 )
 
 
+# sglang 0.5.23 tunes FlashInfer's tactics when a server starts (model_executor/runner/flashinfer_autotune.py)
+# and by default (SGLANG_FLASHINFER_AUTOTUNE_CACHE=1) saves the winners under SGLANG_CACHE_DIR and loads them
+# at the next launch, which then skips the profiling: every later launch of a configuration would run the
+# first launch's choice, so launches would not be independent replicates of "this build, tuned at start"
+# (a close race decided once by noise is then never redrawn, and the launch-to-launch spread the verdicts
+# are built on leaves it out). Each launch tunes afresh unless the recipe sets the variable itself
+# (`[server.env] SGLANG_FLASHINFER_AUTOTUNE_CACHE = "1"`: the deployment's behaviour, said in the run).
+AUTOTUNE_PER_LAUNCH = ("SGLANG_FLASHINFER_AUTOTUNE_CACHE", "0")
+
+
 def jit_vars(path: Path) -> dict[str, str]:
     """The JIT cache variables of the env at `path` (all under `path/jit`)."""
     root = path / "jit"
@@ -88,6 +98,7 @@ def run_vars(path: Path, spec: BuildSpec, cuda_home: str | None, key: str) -> di
         "VIRTUAL_ENV": str(path),
         "PYTHONNOUSERSITE": "1",
         **jit_vars(path),
+        AUTOTUNE_PER_LAUNCH[0]: AUTOTUNE_PER_LAUNCH[1],
         "PATCHBENCH_ENV_KEY": key,
     }
     if spec.arch:
