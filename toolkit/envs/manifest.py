@@ -73,17 +73,12 @@ JIT_CACHES = (
     ("TORCHINDUCTOR_CACHE_DIR", "inductor"),
     ("CUDA_CACHE_PATH", "nv"),
     ("TILELANG_CACHE_DIR", "tilelang"),
+    # sglang 0.5.23's own JIT kernels: SGLANG_JIT_CACHE_DIR does not follow SGLANG_CACHE_DIR (default
+    # ~/.cache/sglang/jit, kernels/jit/utils/compile/cache.py); keyed by content, still one per env
+    ("SGLANG_JIT_CACHE_DIR", "sglang-jit"),
+    # CuTe DSL (nvidia-cutlass-dsl) compiles: default $TMPDIR/<user>/cutlass_python_cache
+    ("CUTE_DSL_CACHE_DIR", "cute-dsl"),
 )
-
-
-# sglang 0.5.23 tunes FlashInfer's tactics when a server starts (model_executor/runner/flashinfer_autotune.py)
-# and by default (SGLANG_FLASHINFER_AUTOTUNE_CACHE=1) saves the winners under SGLANG_CACHE_DIR and loads them
-# at the next launch, which then skips the profiling: every later launch of a configuration would run the
-# first launch's choice, so launches would not be independent replicates of "this build, tuned at start"
-# (a close race decided once by noise is then never redrawn, and the launch-to-launch spread the verdicts
-# are built on leaves it out). Each launch tunes afresh unless the recipe sets the variable itself
-# (`[server.env] SGLANG_FLASHINFER_AUTOTUNE_CACHE = "1"`: the deployment's behaviour, said in the run).
-AUTOTUNE_PER_LAUNCH = ("SGLANG_FLASHINFER_AUTOTUNE_CACHE", "0")
 
 
 def jit_vars(path: Path) -> dict[str, str]:
@@ -98,7 +93,6 @@ def run_vars(path: Path, spec: BuildSpec, cuda_home: str | None, key: str) -> di
         "VIRTUAL_ENV": str(path),
         "PYTHONNOUSERSITE": "1",
         **jit_vars(path),
-        AUTOTUNE_PER_LAUNCH[0]: AUTOTUNE_PER_LAUNCH[1],
         "PATCHBENCH_ENV_KEY": key,
     }
     if spec.arch:

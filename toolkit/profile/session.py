@@ -84,6 +84,7 @@ def profile_recipe(recipe: Recipe, *, home: Path, store, concurrency: int, steps
                    console: Console | None = None, strict: bool = False) -> ProfileRun:
     from toolkit.run.pipeline import needs_gpu, prepare
     from toolkit.run.sglang_args import check_record, launch_argv, server_info_problems
+    from toolkit.run.launch_env import launch_environ
 
     console = console or Console(stderr=True)
     families = load_families(families_file)
@@ -92,10 +93,10 @@ def profile_recipe(recipe: Recipe, *, home: Path, store, concurrency: int, steps
     if gpu and not machine.has_cuda_gpu():
         raise NoGPU(f"no CUDA GPU on this machine: {recipe.name} built and passed the static check; "
                     "profiling it needs the GPU it runs on", step="launch")
-    environ = {**p.env.run_environ(), **dict(recipe.server.env)}
-    accepted, source = accepted_fields(p.env.python, environ)
     run_id = uuid.uuid4().hex
     run_dir = home / "runs" / run_id
+    environ = launch_environ(p.env.run_environ(), recipe.server.env, run_dir)
+    accepted, source = accepted_fields(p.env.python, environ)
     trace_dir = run_dir / "profile"
     server_log = run_dir / "server.log"
     host = recipe.server.host

@@ -1,0 +1,46 @@
+"""What one launch must not inherit from an earlier one: tuned choices (toolkit.run.launch_env).
+
+sglang 0.5.23 saves FlashInfer's tuned tactics and FlashInfer's SM120 sparse-MLA cost profile on disk
+and would load the first launch's at every later launch; patchbench's launches each measure afresh
+(their own FLASHINFER_AUTOTUNE_DIR, no autotune-cache reuse) unless the recipe asks for reuse."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from toolkit.run.launch_env import launch_environ
+
+
+def test_each_launch_tunes_afresh_in_its_own_directory_unless_the_recipe_says_otherwise(tmp_path):
+    env_vars = {"PATH": "/env/bin", "FLASHINFER_WORKSPACE_BASE": "/env/jit"}
+    one = launch_environ(env_vars, {}, tmp_path / "run-1")
+    two = launch_environ(env_vars, {}, tmp_path / "run-2")
+    assert one["SGLANG_FLASHINFER_AUTOTUNE_CACHE"] == "0"
+    assert one["FLASHINFER_AUTOTUNE_DIR"] == str(tmp_path / "run-1" / "flashinfer-autotune")
+    assert one["FLASHINFER_AUTOTUNE_DIR"] != two["FLASHINFER_AUTOTUNE_DIR"]
+    assert one["FLASHINFER_WORKSPACE_BASE"] == "/env/jit"  # compiled kernels stay the env's
+    mine = launch_environ(env_vars, {"SGLANG_FLASHINFER_AUTOTUNE_CACHE": "1", "FLASHINFER_AUTOTUNE_DIR": "/tuned"},
+                          tmp_path / "run-3")
+    assert mine["SGLANG_FLASHINFER_AUTOTUNE_CACHE"] == "1" and mine["FLASHINFER_AUTOTUNE_DIR"] == "/tuned"
+
+
+def test_the_server_of_a_run_is_launched_with_them(tmp_path, monkeypatch, home):
+    """Through `run` on the miniature: the environment the launch hands the server process."""
+    from conftest import demo_project
+    from toolkit.cli import main
+    from toolkit.run import server as srv
+
+    seen = []
+    real = srv.launch_ready
+
+    def launch_ready(*args, environ, **kwargs):
+        seen.append(environ)
+        return real(*args, environ=environ, **kwargs)
+
+    monkeypatch.setattr(srv, "launch_ready", launch_ready)
+    demo_project(tmp_path, monkeypatch)
+    assert main(["run", "demo/baseline", "--repeats", "2"]) == 0
+    assert len(seen) == 2
+    dirs = {e["FLASHINFER_AUTOTUNE_DIR"] for e in seen}
+    assert len(dirs) == 2 and all(Path(d).parent.parent.name == "runs" for d in dirs)
+    assert all(e["SGLANG_FLASHINFER_AUTOTUNE_CACHE"] == "0" for e in seen)

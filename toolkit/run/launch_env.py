@@ -1,0 +1,36 @@
+"""The environment one launch's server (or one-batch engine) runs with (pure).
+
+The env's run variables (its private JIT caches, toolkit.envs.manifest), then what one launch must not
+inherit from an earlier one: compiled kernels are content and may be shared by the launches of one env,
+but tuned choices are measurements, and a launch that loads an earlier launch's winners is not an
+independent replicate of "this build, tuned at start" (a close race decided once by noise is never
+redrawn, and the launch-to-launch spread the verdicts are built on leaves it out). Read against sglang
+0.5.23 and its FlashInfer 0.7.2:
+
+- SGLANG_FLASHINFER_AUTOTUNE_CACHE: sglang tunes FlashInfer's tactics at start
+  (model_executor/runner/flashinfer_autotune.py) and by default saves the winners under
+  SGLANG_CACHE_DIR and loads them at the next launch, which then skips the profiling. "0": every launch
+  tunes afresh (it writes a fresh file under .../runs/ and loads none).
+- FLASHINFER_AUTOTUNE_DIR: FlashInfer's SM120 sparse-MLA cost profile (mla/_sparse_mla_sm120/
+  _calibration.py, measured while tuning and reloaded by every DSA attention call; GLM-5 on SM120 with
+  sglang's defaults) and the PCIe-IPC all-reduce tactics (comm/pcie_ipc_tuning.py, opt-in
+  SGLANG_ENABLE_PCIE_IPC_ALLREDUCE) live there, by default in the env's FlashInfer workspace: here in
+  the launch's own run directory.
+
+The recipe's `[server.env]` comes last and may set any of them (the deployment's reuse, said in the run).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Mapping
+
+PER_LAUNCH = {"SGLANG_FLASHINFER_AUTOTUNE_CACHE": "0"}
+PER_LAUNCH_DIRS = {"FLASHINFER_AUTOTUNE_DIR": "flashinfer-autotune"}  # under the launch's run directory
+
+
+def launch_environ(env_vars: Mapping[str, str], server_env: Mapping, run_dir: Path) -> dict[str, str]:
+    """The launch's environment: `env_vars` (the env's run_environ()), the per-launch settings above
+    (directories under `run_dir`), then the recipe's `[server.env]`."""
+    per_launch = {**PER_LAUNCH, **{name: str(Path(run_dir) / sub) for name, sub in PER_LAUNCH_DIRS.items()}}
+    return {**env_vars, **per_launch, **{str(k): str(v) for k, v in dict(server_env).items()}}
