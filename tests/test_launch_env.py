@@ -15,7 +15,7 @@ def test_each_launch_tunes_afresh_in_its_own_directory_unless_the_recipe_says_ot
     env_vars = {"PATH": "/env/bin", "FLASHINFER_WORKSPACE_BASE": "/env/jit"}
     one = launch_environ(env_vars, {}, tmp_path / "run-1")
     two = launch_environ(env_vars, {}, tmp_path / "run-2")
-    assert one["SGLANG_FLASHINFER_AUTOTUNE_CACHE"] == "0"
+    assert one["SGLANG_FLASHINFER_AUTOTUNE_CACHE"] == "0" and one["FLA_CACHE_RESULTS"] == "0"
     assert one["FLASHINFER_AUTOTUNE_DIR"] == str(tmp_path / "run-1" / "flashinfer-autotune")
     assert one["FLASHINFER_AUTOTUNE_DIR"] != two["FLASHINFER_AUTOTUNE_DIR"]
     assert one["FLASHINFER_WORKSPACE_BASE"] == "/env/jit"  # compiled kernels stay the env's

@@ -16,6 +16,12 @@ redrawn, and the launch-to-launch spread the verdicts are built on leaves it out
   sglang's defaults) and the PCIe-IPC all-reduce tactics (comm/pcie_ipc_tuning.py, opt-in
   SGLANG_ENABLE_PCIE_IPC_ALLREDUCE) live there, by default in the env's FlashInfer workspace: here in
   the launch's own run directory.
+- FLA_CACHE_RESULTS: sglang's FLA kernels (linear attention, GDN, KDA, Mamba models) ask Triton to save
+  their autotune winners in TRITON_CACHE_DIR (kernels/ops/attention/fla/utils.py); "0": measured afresh.
+
+Left as they are: Inductor's `.best_config` files (torch.compile or piecewise CUDA graphs only; its
+switch, autotune_local_cache, has no environment variable, and a launch-private TORCHINDUCTOR_CACHE_DIR
+would also throw its compiled kernels away).
 
 The recipe's `[server.env]` comes last and may set any of them (the deployment's reuse, said in the run).
 """
@@ -25,7 +31,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Mapping
 
-PER_LAUNCH = {"SGLANG_FLASHINFER_AUTOTUNE_CACHE": "0"}
+PER_LAUNCH = {"SGLANG_FLASHINFER_AUTOTUNE_CACHE": "0", "FLA_CACHE_RESULTS": "0"}
 PER_LAUNCH_DIRS = {"FLASHINFER_AUTOTUNE_DIR": "flashinfer-autotune"}  # under the launch's run directory
 
 
