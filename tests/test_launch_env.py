@@ -44,3 +44,8 @@ def test_the_server_of_a_run_is_launched_with_them(tmp_path, monkeypatch, home):
     dirs = {e["FLASHINFER_AUTOTUNE_DIR"] for e in seen}
     assert len(dirs) == 2 and all(Path(d).parent.parent.name == "runs" for d in dirs)
     assert all(e["SGLANG_FLASHINFER_AUTOTUNE_CACHE"] == "0" for e in seen)
+    # and each run stores what it launched with
+    from toolkit.results.store import Store
+
+    runs = Store(home / "results.sqlite").runs()
+    assert sorted(r.extra["launch_env"]["FLASHINFER_AUTOTUNE_DIR"] for r in runs) == sorted(dirs)

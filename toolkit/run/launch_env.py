@@ -40,3 +40,9 @@ def launch_environ(env_vars: Mapping[str, str], server_env: Mapping, run_dir: Pa
     (directories under `run_dir`), then the recipe's `[server.env]`."""
     per_launch = {**PER_LAUNCH, **{name: str(Path(run_dir) / sub) for name, sub in PER_LAUNCH_DIRS.items()}}
     return {**env_vars, **per_launch, **{str(k): str(v) for k, v in dict(server_env).items()}}
+
+
+def record(environ: Mapping[str, str]) -> dict[str, str]:
+    """What a run stores of its launch's per-launch settings (`extra["launch_env"]`): their values as
+    launched, the recipe's own where it set them."""
+    return {name: environ[name] for name in (*PER_LAUNCH, *PER_LAUNCH_DIRS) if name in environ}

@@ -36,7 +36,7 @@ from toolkit.envs import Env, ensure_env as build_env
 from toolkit.errors import BadInput, NoGPU, PatchbenchError, plural
 from toolkit.recipe.load import Recipe
 from toolkit.run.check_cache import cached_check_recipe
-from toolkit.run.launch_env import launch_environ
+from toolkit.run.launch_env import launch_environ, record as launch_env_record
 from toolkit.run.sglang_args import check_record, check_summary, launch_argv, recipe_args, server_info_problems
 from toolkit.results.store import Store, StoreUnavailable
 from toolkit.tree.applied import AppliedTree, apply_recipe
@@ -177,9 +177,11 @@ def launch(attempt: Attempt) -> Launched:
         attempt.console.print(f"[yellow]{escape(attempt.title)}: {escape(exc.message)}; launching again on "
                               "another port[/]")
 
+    environ = launch_environ(p.env.run_environ(), server_spec.env, attempt.run_dir)
+    attempt.extra["launch_env"] = launch_env_record(environ)
     server = srv.launch_ready(p.env.python, lambda port: launch_argv(server_spec, host=attempt.host, port=port),
                               host=attempt.host, port=server_spec.port, log=log,
-                              environ=launch_environ(p.env.run_environ(), server_spec.env, attempt.run_dir),
+                              environ=environ,
                               timeout_s=server_spec.timeout_s, retrying=again,
                               started=lambda s: supervise(attempt, s.proc, "server", stop=s.stop))
     attempt.console.print(f"[bold]{escape(attempt.title)}[/]: server ready in {time.monotonic() - server.started:.1f} s "
@@ -398,6 +400,7 @@ def _serving(url: str, bench, console: Console, name: str, *,
 def _one_batch(a: Attempt) -> list[Sample]:
     p, bench = a.prepared, a.prepared.recipe.benchmark
     environ = launch_environ(p.env.run_environ(), p.recipe.server.env, a.run_dir)
+    a.extra["launch_env"] = launch_env_record(environ)
     out = a.run_dir / "one_batch.jsonl"
     log = a.logs["one-batch"] = a.run_dir / "one_batch.log"
     argv = one_batch_argv(python=str(p.env.python), module=find_one_batch_module(p.env.python, environ),
