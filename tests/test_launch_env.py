@@ -17,11 +17,12 @@ def test_each_launch_tunes_afresh_in_its_own_directory_unless_the_recipe_says_ot
     two = launch_environ(env_vars, {}, tmp_path / "run-2")
     assert one["SGLANG_FLASHINFER_AUTOTUNE_CACHE"] == "0" and one["FLA_CACHE_RESULTS"] == "0"
     assert one["FLASHINFER_AUTOTUNE_DIR"] == str(tmp_path / "run-1" / "flashinfer-autotune")
+    assert Path(one["FLASHINFER_AUTOTUNE_DIR"]).is_dir()
     assert one["FLASHINFER_AUTOTUNE_DIR"] != two["FLASHINFER_AUTOTUNE_DIR"]
     assert one["FLASHINFER_WORKSPACE_BASE"] == "/env/jit"  # compiled kernels stay the env's
-    mine = launch_environ(env_vars, {"SGLANG_FLASHINFER_AUTOTUNE_CACHE": "1", "FLASHINFER_AUTOTUNE_DIR": "/tuned"},
+    mine = launch_environ(env_vars, {"SGLANG_FLASHINFER_AUTOTUNE_CACHE": "1", "FLASHINFER_AUTOTUNE_DIR": str(tmp_path / "tuned")},
                           tmp_path / "run-3")
-    assert mine["SGLANG_FLASHINFER_AUTOTUNE_CACHE"] == "1" and mine["FLASHINFER_AUTOTUNE_DIR"] == "/tuned"
+    assert mine["SGLANG_FLASHINFER_AUTOTUNE_CACHE"] == "1" and mine["FLASHINFER_AUTOTUNE_DIR"] == str(tmp_path / "tuned")
 
 
 def test_the_server_of_a_run_is_launched_with_them(tmp_path, monkeypatch, home):

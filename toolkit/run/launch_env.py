@@ -1,4 +1,4 @@
-"""The environment one launch's server (or one-batch engine) runs with (pure).
+"""The environment one launch's server (or one-batch engine) runs with.
 
 The env's run variables (its private JIT caches, toolkit.envs.manifest), then what one launch must not
 inherit from an earlier one: compiled kernels are content and may be shared by the launches of one env,
@@ -37,9 +37,12 @@ PER_LAUNCH_DIRS = {"FLASHINFER_AUTOTUNE_DIR": "flashinfer-autotune"}  # under th
 
 def launch_environ(env_vars: Mapping[str, str], server_env: Mapping, run_dir: Path) -> dict[str, str]:
     """The launch's environment: `env_vars` (the env's run_environ()), the per-launch settings above
-    (directories under `run_dir`), then the recipe's `[server.env]`."""
+    (directories under `run_dir`, created), then the recipe's `[server.env]`."""
     per_launch = {**PER_LAUNCH, **{name: str(Path(run_dir) / sub) for name, sub in PER_LAUNCH_DIRS.items()}}
-    return {**env_vars, **per_launch, **{str(k): str(v) for k, v in dict(server_env).items()}}
+    environ = {**env_vars, **per_launch, **{str(k): str(v) for k, v in dict(server_env).items()}}
+    for name in PER_LAUNCH_DIRS:  # made here: not every FlashInfer writer creates its directory
+        Path(environ[name]).mkdir(parents=True, exist_ok=True)
+    return environ
 
 
 def record(environ: Mapping[str, str]) -> dict[str, str]:
