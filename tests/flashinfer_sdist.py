@@ -143,3 +143,13 @@ def cublaslt_include(cuda_tools) -> list[str]:
         return []
     req = "nvidia-cublas==13.*" if cuda_version(nvcc)[0] >= 13 else "nvidia-cublas-cu12"
     return ["-isystem", str(from_wheel(req, "/include/cublasLt.h").parent)]
+
+
+def described_files(patch: Path) -> set[str]:
+    """The files a shipped FlashInfer patch changes, read by patchbench's own parser, after checking it
+    says what it does: a Subject line and a description of more than 200 characters before the diff."""
+    from toolkit.tree.patches import parse_patch
+
+    head = patch.read_text().split("diff --git", 1)[0]
+    assert head.startswith("Subject: ") and len(head.split("\n\n", 1)[1].strip()) > 200, head[:300]
+    return {f.path for f in parse_patch(patch).files}

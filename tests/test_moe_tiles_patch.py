@@ -25,8 +25,8 @@ from pathlib import Path
 import pytest
 
 from conftest import TEST_CACHE, git_run
-from flashinfer_sdist import (SDIST_KEEP, cublaslt_include, cuda_tools, flashinfer_sdist,  # noqa: F401 (fixtures)
-                              list_elf_arches, unpack_subset)
+from flashinfer_sdist import (SDIST_KEEP, cublaslt_include, cuda_tools, described_files,  # noqa: F401 (fixtures)
+                              flashinfer_sdist, list_elf_arches, unpack_subset)
 from toolkit.envs.steps import flashinfer_sources as fk
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -93,11 +93,7 @@ def _nvcc(cuda_tools, cublaslt_include, tree: Path, source: Path, output: Path) 
 
 
 def test_patch_header_and_files():
-    text = PATCH.read_text()
-    head = text.split("diff --git", 1)[0]
-    assert head.startswith("Subject: ") and len(head.split("\n\n", 1)[1].strip()) > 200
-    files = {line.split()[2][2:] for line in text.splitlines() if line.startswith("diff --git")}
-    assert files == {"flashinfer/jit/gemm/cutlass/generate_kernels.py", "flashinfer/jit/fused_moe.py",
+    assert described_files(PATCH) == {"flashinfer/jit/gemm/cutlass/generate_kernels.py", "flashinfer/jit/fused_moe.py",
                      f"{NV}/tensorrt_llm/cutlass_extensions/include/cutlass_extensions/gemm_configs.h",
                      f"{NV}/tensorrt_llm/kernels/cutlass_kernels/moe_gemm/moe_gemm_template_dispatch_tma_ws.h",
                      f"{NV}/tensorrt_llm/kernels/cutlass_kernels/cutlass_heuristic.cpp"}

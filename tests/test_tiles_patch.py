@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from conftest import git_run
-from flashinfer_sdist import cuda_tools, flashinfer_sdist, list_elf_arches, unpack_subset  # noqa: F401 (fixtures)
+from flashinfer_sdist import cuda_tools, described_files, flashinfer_sdist, list_elf_arches, unpack_subset  # noqa: F401 (fixtures)
 from toolkit.envs.steps import flashinfer_sources as fk
 from toolkit.errors import BadInput
 
@@ -112,11 +112,7 @@ def test_not_a_flashinfer_tree(tmp_path):
 
 
 def test_patch_header_and_layout():
-    text = PATCH.read_text()
-    head = text.split("diff --git", 1)[0]
-    assert head.startswith("Subject: ") and len(head.split("\n\n", 1)[1].strip()) > 200
-    files = {line.split()[2][2:] for line in text.splitlines() if line.startswith("diff --git")}
-    assert files == {"flashinfer/jit/gemm/core.py", "include/flashinfer/gemm/cutlass_gemm_configs.h",
+    assert described_files(PATCH) == {"flashinfer/jit/gemm/core.py", "include/flashinfer/gemm/cutlass_gemm_configs.h",
                      "include/flashinfer/gemm/fp4_gemm_cutlass_template_sm120.h"}
 
 
