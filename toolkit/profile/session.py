@@ -84,7 +84,7 @@ def profile_recipe(recipe: Recipe, *, home: Path, store, concurrency: int, steps
                    console: Console | None = None, strict: bool = False) -> ProfileRun:
     from toolkit.run.pipeline import needs_gpu, prepare
     from toolkit.run.sglang_args import check_record, launch_argv, server_info_problems
-    from toolkit.run.launch_env import launch_environ
+    from toolkit.run.launch_env import launch_environ, record as launch_env_record
 
     console = console or Console(stderr=True)
     families = load_families(families_file)
@@ -105,7 +105,8 @@ def profile_recipe(recipe: Recipe, *, home: Path, store, concurrency: int, steps
     body = profile_body(accepted, output_dir=str(trace_dir), num_steps=steps, profile_id=run_id[:12], gpu=gpu)
     extra = {"kind": KIND, "profile_request": body, "profile_fields_from": source,
              "patches": {t.source: list(t.patches) for t in p.trees},
-             "target": p.check.target if p.check else None, **check_record(p.check)}
+             "target": p.check.target if p.check else None, "launch_env": launch_env_record(environ),
+             **check_record(p.check)}
     store.begin_run(
         run_id=run_id, recipe=recipe.name, recipe_resolved=recipe.to_dict(),
         tree_hashes={t.source: t.tree_hash for t in p.trees}, env_key=p.env.key,
