@@ -294,18 +294,23 @@ def interval(a: Sequence[float], b: Sequence[float], *, design: Design = Design(
     return _interval(a, b, design, None, NONE)[:3]
 
 
-def _interval(a, b, design: Design, prior, stored: Stored, sides: int = 2) -> tuple[float, float, float, int]:
+def _interval(a, b, design: Design, prior, stored: Stored, sides=(2,)) -> tuple:
+    """(ratio, low, high, borrowed) with one (low, high) pair per entry of `sides` (2: the two-sided
+    sequence, 1: the equivalence tests' one-sided bounds), from one estimate and one pooled spread."""
     la, lb = np.log(np.asarray(a, dtype=float)), np.log(np.asarray(b, dtype=float))
     na, nb = la.size, lb.size
     if na == 0 or nb == 0:
-        return (math.nan, 0.0, math.inf, 0)
+        return (math.nan, *(0.0, math.inf) * len(sides), 0)
     est = float(lb.mean() - la.mean())
     var, _, borrowed = pooled(a, b, design, prior)
-    tstar = critical(na, nb, design, stored, borrowed, sides)
-    if not math.isfinite(tstar) or not math.isfinite(var):
-        return (math.exp(est), 0.0, math.inf, 0)
-    se = math.sqrt(var * (1.0 / na + 1.0 / nb))
-    return (math.exp(est), math.exp(est - tstar * se), math.exp(est + tstar * se), borrowed)
+    se = math.sqrt(var * (1.0 / na + 1.0 / nb)) if math.isfinite(var) else math.nan
+    bounds: list[float] = []
+    for s in sides:
+        tstar = critical(na, nb, design, stored, borrowed, s)
+        if not math.isfinite(tstar) or not math.isfinite(se):
+            return (math.exp(est), *(0.0, math.inf) * len(sides), 0)
+        bounds += [math.exp(est - tstar * se), math.exp(est + tstar * se)]
+    return (math.exp(est), *bounds, borrowed)
 
 
 def look(a: Sequence[float], b: Sequence[float], *, higher_is_better: bool | None,
@@ -316,11 +321,11 @@ def look(a: Sequence[float], b: Sequence[float], *, higher_is_better: bool | Non
     n = min(len(a), len(b))
     if any(v <= 0 or not math.isfinite(v) for v in [*a, *b]):
         raise ValueError("sequential verdicts need positive values (they compare log-values)")
-    ratio, lo, hi, borrowed = _interval(a, b, design, prior, stored)
+    # the two-sided sequence, and the two one-sided bounds of the equivalence tests (TOST)
+    ratio, lo, hi, elo, ehi, borrowed = _interval(a, b, design, prior, stored, sides=(2, 1))
     if n < design.min_repeats:
         return Sequential(TOO_FEW, n, ratio, lo, hi, higher_is_better, design, spread=pooled_spread(a, b))
     bound = 1.0 + design.min_effect
-    _, elo, ehi, _ = _interval(a, b, design, prior, stored, sides=1)  # the two one-sided bounds (TOST)
     if 1.0 / bound < elo and ehi < bound:
         v, lo, hi = EQUAL, elo, ehi
     elif (lo > 1.0 and ratio >= bound) or (hi < 1.0 and ratio <= 1.0 / bound):
