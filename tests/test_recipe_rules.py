@@ -82,6 +82,13 @@ def test_show_prints_each_value_with_its_file(project, capsys):
     assert values["server.args.ep-size"]["file"].endswith("child.toml")
     assert values["server.args.tp-size"]["file"].endswith("base.toml")
     assert values["sources.mini.rev"] == {"value": "v1", "file": str(project.recipes / "base.toml")}
+    # an inherited evidence table keyed by a patch file name (its dots are not nesting) is the parent's
+    project.patch("a.patch", "x")
+    project.recipe("patched", BASE + '[patches]\nmini = ["a.patch"]\n[evidence."a.patch"]\nlog = "ran"\n')
+    project.recipe("grandchild", 'extends = "patched"\n[server.args]\nep-size = 2\n')
+    assert main(["show", str(project.recipes / "grandchild.toml"), "--json"]) == 0
+    values = json.loads(capsys.readouterr().out)["values"]
+    assert values["evidence.a.patch.log"]["file"].endswith("patched.toml")
 
 
 def test_schema_validates_every_shipped_recipe(capsys):

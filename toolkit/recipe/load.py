@@ -238,7 +238,8 @@ def _load_merged(path: Path, root: Path, chain: tuple[Path, ...]) -> tuple[dict,
     merged = _merge(parent, data)
     if "description" not in data:  # not the parent's words: what this recipe adds to it
         merged["description"] = child_description(recipe_name(parent_path, root), recipe_name(path, root), data)
-    kept = {k: v for k, v in origins.items() if _has_leaf(merged, k) and k not in own}
+    leaves = set(_leaf_keys(merged))  # origins' own spelling: a patch name's dots are not nesting
+    kept = {k: v for k, v in origins.items() if k in leaves and k not in own}
     return merged, {**kept, **{k: v for k, v in own.items() if k != "extends"}}
 
 
@@ -300,15 +301,6 @@ def _leaf_keys(table: dict, prefix: str = "") -> list[str]:
         else:
             keys.append(dotted)
     return keys
-
-
-def _has_leaf(table: dict, dotted: str) -> bool:
-    node: Any = table
-    for part in dotted.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return False
-        node = node[part]
-    return True
 
 
 def _resolve_parent(path: Path, root: Path, ref: str) -> Path:
