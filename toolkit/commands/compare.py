@@ -59,6 +59,14 @@ def server_lines(sel) -> list[str]:
                      {r.run_id: name for name in sel.recipes for r in sel.runs[name]})
 
 
+def tactic_lines(sel) -> list[str]:
+    """Which FlashInfer tactics the runs used chose (toolkit.analysis.tactics): per recipe across its
+    launches, and each variant against the baseline; none where nothing was tuned."""
+    from toolkit.analysis.tactics import lines
+
+    return lines({name: sel.runs[name] for name in sel.recipes}, base=sel.recipes[0])
+
+
 def efficiency_lines(store, sel) -> list[str]:
     """Measured tok/s at point 1 over the theoretical roofline, for recipes naming model and GPU."""
     from toolkit.analysis.efficiency import efficiency
@@ -167,7 +175,7 @@ def run(args) -> int:
                     "quality_floor": {v: {str(p): q.to_dict() for p, q in per.items()} for v, per in floor.items()},
                     "gate": {v: g.to_dict() for v, g in quality_runs.gate_verdicts(sel).items()},
                     "efficiency": efficiency_lines(store, sel), "runs": {r: sel.run_ids(r) for r in sel.recipes},
-                    "box": box_lines(sel), "server": server_lines(sel),
+                    "box": box_lines(sel), "server": server_lines(sel), "tactics": tactic_lines(sel),
                     "group": sel.group_id, "selection": sel.describe(), "notes": list(sel.notes),
                     "min_effect": args.min_effect,
                     "measured_where": {f"{r}:{m}": t for (r, m), t in where_by_recipe(sel.runs).items()}})
@@ -200,6 +208,8 @@ def run(args) -> int:
         console.print(f"[yellow]box:[/] {escape(line)}", highlight=False)
     for line in server_lines(sel):
         console.print(f"[yellow]server:[/] {escape(line)}", highlight=False)
+    for line in tactic_lines(sel):
+        console.print(f"[dim]tactics:[/] {escape(line)}", highlight=False)
     for line in efficiency_lines(store, sel):
         console.print(f"[dim]vs roofline:[/] {escape(line)}")
     return 0

@@ -25,7 +25,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from toolkit.results import metrics
-from toolkit.run import evidence, machine, quality as output_check, reaper, server as srv
+from toolkit.run import autotune_record, evidence, machine, quality as output_check, reaper, server as srv
 from toolkit.run.attempt import Attempt, Prepared, RunInvalid, recorded, log_paths, signals_interrupt, supervise
 from toolkit.run.bench import Sample
 from toolkit.run.gpustate import record as gpu_record
@@ -254,7 +254,9 @@ def quality(measured: Measured) -> Measured:
 def check_evidence(measured: Measured) -> Measured:
     """Did every patch run in the live server? The recipe's `[evidence]` against the server log and
     /server_info (toolkit.run.evidence). Missing evidence: RunInvalid (stored `invalid`, with the reason).
-    Named log groups that are registered metrics (distinct_experts) become run-level samples (point 0)."""
+    Named log groups that are registered metrics (distinct_experts) become run-level samples (point 0).
+    The tactics FlashInfer's autotuner chose at start, where the log names its result files, are kept
+    with the run (toolkit.run.autotune_record: extra["autotune"], copies under autotune/)."""
     attempt = measured.verified.launched.attempt
     recipe = attempt.prepared.recipe
     patches = [name for tree in attempt.prepared.trees for name in tree.patches]
@@ -262,6 +264,9 @@ def check_evidence(measured: Measured) -> Measured:
     text = Path(log).read_text(errors="replace") if log and Path(log).exists() else ""
     verdict = evidence.check_evidence(patches, recipe.evidence, text, attempt.info)
     attempt.extra.update(evidence.run_extra(verdict, recipe_args(recipe.server)))
+    tuned = autotune_record.collect(text, attempt.run_dir)  # which kernels the autotuner chose (GPU boxes)
+    if tuned is not None:
+        attempt.extra["autotune"] = tuned
     undeclared = [p for p, s in verdict.status.items() if s == evidence.UNDECLARED]
     if undeclared:
         attempt.console.print(f"[yellow]{escape(attempt.title)}[/]: no activation evidence declared for "

@@ -522,6 +522,9 @@ async def _serve(server_args: ServerArgs, child_pids, kill_child) -> None:
         finally:
             sys.stdout.flush()
 
+    from sglang.srt.model_executor import start_tuning
+
+    start_tuning.maybe_tune()
     torch_step = None
     if server_args.mini_torch_step:
         from sglang.srt.model_executor import torch_step as ts
