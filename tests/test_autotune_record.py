@@ -61,6 +61,9 @@ def test_a_launch_keeps_the_tactics_its_log_names_and_compare_reads_them(tmp_pat
     assert lines[2] == ("base -> variant: different tactics at 1 of 6 shapes both tuned: "
                         "trtllm::fused_moe::gemm1 at 8x3072: MoERunner 3 -> MoERunner 8")
     assert tactics.lines({"a": [SimpleNamespace(extra={})], "b": [SimpleNamespace(extra=None)]}) == []
+    # a variant built from another FlashInfer tree: its ids index another candidate list (a tile patch's)
+    patched = [SimpleNamespace(extra=r.extra, tree_hashes={"flashinfer": "b0c1"}) for r in variant]
+    assert "a tactic is an index into its build's candidate list" in tactics.lines({"base": base, "tile": patched})[2]
     # a recipe that reuses sglang's tactic cache: its launches agree because the later ones loaded the first's
     cache = tmp_path / "shared" / "rank_tp0_pp0_dp0.json"
     cache.parent.mkdir()

@@ -116,10 +116,19 @@ def lines(runs_by_recipe: Mapping[str, Sequence], base: str | None = None) -> li
         mine = modal(ts)
         diff = differences(ref, mine)
         both = len([k for k in ref if k in mine])
+        rebuilt = _flashinfer(runs_by_recipe.get(base) or ()) != _flashinfer(runs_by_recipe[name])
+        caveat = ("; FlashInfer differs between them: a tactic is an index into its build's candidate list, so "
+                  "a patch that changes the list can give one id to different kernels" if rebuilt else "")
         if diff:
             items = [f"{shape_text(k)}: {tactic_text(x)} -> {tactic_text(y)}" for k, (x, y) in diff.items()]
             out.append(f"{base} -> {name}: different tactics at {len(diff)} of {both} shapes both tuned: "
-                       f"{_listed(items)}")
+                       f"{_listed(items)}{caveat}")
         else:
-            out.append(f"{base} -> {name}: the same tactics at all {both} shapes both tuned")
+            out.append(f"{base} -> {name}: the same tactics at all {both} shapes both tuned{caveat}")
     return out
+
+
+def _flashinfer(runs: Sequence) -> set:
+    """The FlashInfer trees (hash or version) the runs were built from."""
+    return {(getattr(r, "tree_hashes", None) or {}).get("flashinfer") or getattr(r, "flashinfer_version", None)
+            for r in runs}
