@@ -143,3 +143,24 @@ def test_every_run_stores_the_servers_account_of_each_point(tmp_path, monkeypatc
     lines = json.loads(capsys.readouterr().out)["server"]
     assert lines and all(line.startswith(f"demo/counted run {run.run_id[:8]} c=") for line in lines), lines
     assert any("decode passes ran without a CUDA graph" in line for line in lines)
+
+
+def test_speculative_acceptance_is_read_from_the_windows_verify_passes():
+    """sglang 0.5.23's tokenizer manager adds each finished request's verify passes to
+    sglang:spec_verify_calls_total; the text below is what prometheus-client writes for it."""
+    from prometheus_client import CollectorRegistry, Counter, generate_latest
+
+    reg = CollectorRegistry()
+    labels = {"model_name": "m"}
+    verify = Counter("sglang:spec_verify_calls", "verify calls", labelnames=list(labels), registry=reg)
+    tokens = Counter("sglang:generation_tokens", "tokens", labelnames=[*labels, "is_streaming"], registry=reg)
+    requests = Counter("sglang:num_requests", "requests", labelnames=[*labels, "is_streaming"], registry=reg)
+    before = account.parse(generate_latest(reg).decode())
+    assert account.tokens_per_verify(account.difference(before, before)) is None  # no speculation: no metric
+    for _ in range(8):  # eight requests of 64 tokens, each in 20 verify passes
+        verify.labels(**labels).inc(20)
+        tokens.labels(**labels, is_streaming="true").inc(64)
+        requests.labels(**labels, is_streaming="true").inc()
+    window = account.difference(before, account.parse(generate_latest(reg).decode()))
+    assert window["spec_verify_calls"] == 160 and window["generation_tokens"] == 512
+    assert account.tokens_per_verify(window) == 3.2

@@ -83,6 +83,9 @@ _TABLE: list[Metric] = [
     _m("distinct_experts", "experts", LOWER,
        "distinct experts per MoE layer per decode step, reported by the OEA patch", None,
        ("distinct_experts",), headline=7),
+    _m("spec_tokens_per_verify", "tokens", HIGHER,
+       "generated tokens per speculative verify pass in the measured window (the server's /metrics)", _SERVING,
+       headline=8),
     # The box during the benchmark window (toolkit.run.gpustate): run-level, point 0; absent without GPU state.
     _m("gpu_sm_clock_mhz_median", "MHz", HIGHER, "median SM clock of the run's GPUs over the benchmark window"),
     _m("gpu_mem_clock_mhz_median", "MHz", HIGHER, "median memory clock of the run's GPUs over the benchmark window"),

@@ -16,6 +16,9 @@ reached the client), and the difference is the account of exactly that window
     decode passes that ran eager on a CUDA server (concurrency above --cuda-graph-max-bs, or graphs
     off): the step the client timed is not the graph-replayed step;
     prompt tokens served from the prefix cache (their prefill was not computed).
+  a metric (stored with the point's samples)
+    spec_tokens_per_verify: under speculative decoding, generated tokens per verify pass of the
+    window's requests (`tokens_per_verify`), so `compare` shows a variant's acceptance beside its speed.
 
 Without `--enable-metrics` the server has no `/metrics` (HTTP 404): no account, said once. Pure but
 for `read`; Prometheus text is parsed by prometheus-client's parser.
@@ -35,6 +38,9 @@ COUNTERS = {
     "sglang:cached_tokens": "cached_tokens",
     "sglang:num_aborted_requests": "aborted_requests",
     "sglang:num_retracted_requests": "retracted_requests",
+    # speculative decoding: each finished request adds its verify passes (tokenizer manager's
+    # observe_one_finished_request, sglang 0.5.23); absent from /metrics until a request speculated
+    "sglang:spec_verify_calls": "spec_verify_calls",
 }
 PASSES = "sglang:cuda_graph_passes"  # label mode: decode_cuda_graph | decode_none | prefill_*
 MODES = {"decode_cuda_graph": "decode_graph_passes", "decode_none": "decode_eager_passes"}
@@ -124,6 +130,14 @@ def itl_ms(before: dict, after: dict) -> Optional[dict]:
         lo, below = b, c
     return {"mean": 1000 * (after["sum"] - before["sum"]) / tokens,
             "median": 1000 * median if median is not None else None}
+
+
+def tokens_per_verify(account: dict) -> Optional[float]:
+    """Generated tokens per speculative verify pass over the window (the draft tokens accepted plus the
+    one each pass adds, on average), None without speculative decoding. A variant whose acceptance
+    moved is faster or slower for that reason, whatever its kernels did."""
+    calls = account.get("spec_verify_calls") or 0
+    return account["generation_tokens"] / calls if calls > 0 else None
 
 
 def findings(account: dict, *, sent: int, client_tokens: int | None,

@@ -357,6 +357,10 @@ async def run_serving_async(base_url: str, cfg: ServingConfig,
                     problems, notes = account.findings(window, sent=n, client_tokens=tokens,
                                                        device=info.get("device"))
                     point.server = {**window, "notes": notes, "problems": problems}
+                    per_verify = account.tokens_per_verify(window)
+                    if per_verify is not None:  # speculative decoding's acceptance in this window
+                        point.metrics["spec_tokens_per_verify"] = per_verify
+                        point.units["spec_tokens_per_verify"] = unit_of("spec_tokens_per_verify")
                     point.errors.extend(problems)
                 metrics = after
             out.append(point)
