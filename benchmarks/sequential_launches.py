@@ -43,12 +43,20 @@ Measured (2000 + 2000 comparisons, seed 20261201, 2026-12-02; equal by TOST sinc
     outliers 3.08%), A/A "equal" 81 of 2000 (43 with the two-sided sequence). Fixed t of the same power (overall, and in every range): 5 each, at alpha 0.05 (A/A
     3.65%, false 0.05%) and at the matched alpha 0.0481 (A/A 3.60%): 0.61x (0.63x per settled
     verdict). Per range: 2-5% 0.71x, 5-10% 0.71x, 10-20% 0.61x, 20-30% 0.65x.
+    On a continuous n (2026-12-05; the fixed design's power interpolated between n - 1 and n each):
+    the integer comparison sits on a step, fixed 4 each reaching 76.0% against the sequential's
+    76.3%, so 5 each (79.3%) is its comparator; continuous, the same power is 4.10 each at alpha 0.05
+    (0.75x) and 4.17 at the matched alpha (0.73x); as strong in every range, 4.39 / 4.42 each (0.70x /
+    0.69x). These are the fair figures: about 0.7x, not 0.61x.
   the mixture sequence (the previous default): 6.42 launches, 9.30 per settled, 69.0% correct; A/A
     1.35% [0.89-1.96%]; fixed of the same power at alpha 0.05: 3 each, 1.07x (in every range: 4
     each, 0.80x); matched alpha 0.0151: 5 each, 0.64x. Its saving came from comparing with a fixed
     design at a quarter of its error rate; at the stated alpha it saved nothing.
   repeated, --max-repeats 16: 7.06 launches, 80.9% correct, A/A 3.10% [2.38-3.96%]; fixed at 0.05:
     6 each, 0.59x; matched alpha 0.0379: 7 each (A/A 2.25%), 0.50x (0.52x per settled verdict).
+    Rerun 2026-12-05 (equal by TOST): 7.08 launches, 81.0%; at 0.05 6 each, 0.59x (continuous 5.61
+    each, 0.63x); matched alpha 0.0402, 6 each, 0.59x (continuous 0.59x; every range 7 each, 0.51x,
+    continuous 0.55x).
   With a stored-spread prior (2000 + 2000, seed 20261201, 2026-12-04; the level calibrated for a
     box up to 1.5x noisier than its stored launches, noise_prior.DRIFT): --history 10 (18 df): 5.42
     launches a comparison, 73.0% correct, 0 false; A/A 0.85% [0.50-1.36%]. Fixed t at the matched
@@ -66,8 +74,13 @@ Measured (2000 + 2000 comparisons, seed 20261201, 2026-12-02; equal by TOST sinc
     new launches a comparison (3.17 -> 3.07), 76.3% -> 74.8% correct (false 0 -> 0.05%), A/A 3.60%
     -> 1.50% [1.01-2.13%] (2.55%); the fixed design of that (lower) power that also reuses the stored
     reference: 4 each, 4 new launches: 0.68x (0.77x); the current-launches-only rule 0.61x (0.53x).
-  The 0.5x goal is met with 20 stored launches a side (0.39x), not at the default design without
-  history (0.61x). Why: a verdict needs 2 launches each,
+  On a continuous n (2026-12-05): --history 10 0.53x at the matched alpha (0.80x at 0.05, where the
+    sequential's A/A 0.85% is far below the fixed design's 4.35%), --history 20 0.42x (0.90x at 0.05):
+    the stored spread buys mostly error rate (the level is calibrated for a box 1.5x noisier), and
+    launches only against a fixed design held to the same low error rate.
+  The 0.5x goal is met with 20 stored launches a side (0.39x; 0.42x on a continuous n), only against
+  the fixed design of the same (low) error rate, and not at the default design without history
+  (0.61x, about 0.7x on a continuous n). Why: a verdict needs 2 launches each,
   and at 2 each the spread has 2 degrees of freedom (the interval's c is 8.9 against 4.3 fixed at
   one look), so even 20-30% effects at 3-5% noise take 2.6 launches each on average while the fixed
   design needs 4-5 each for the same power there: the best range is 0.56-0.65x, and the ratio
@@ -238,6 +251,25 @@ def fixed_design(data: dict, m: float, alpha: float, power_of, cap: int = MAX_FI
     return None
 
 
+def fixed_power(data: dict, m: float, alpha: float, n: int, mask=None) -> float:
+    eff = data["effects"]
+    correct = fixed_scores(fixed_verdicts(eff["a"], eff["b"], n, m, alpha), eff["theta"], m)[0]
+    return float(correct[mask].mean() if mask is not None else correct.mean())
+
+
+def interpolated_n(data: dict, m: float, alpha: float, n: int, target: float, mask=None) -> float:
+    """The fixed design's launches each at `target` power on a continuous scale: linear in power between
+    n - 1 and n each (the integer n is the smallest that reaches it). A fixed design's power steps with n,
+    so the integer comparison flatters whichever side lands just above a step: the sequential design
+    at 76.3% against fixed 4 each at 76.0% is compared with 5 each (79.3%)."""
+    if n <= 2:
+        return float(n)
+    lo, hi = fixed_power(data, m, alpha, n - 1, mask), fixed_power(data, m, alpha, n, mask)
+    if hi <= lo:
+        return float(n)
+    return (n - 1) + min(1.0, max(0.0, (target - lo) / (hi - lo)))
+
+
 def compare_fixed(data: dict, vs: list[str], ls: np.ndarray, m: float, aa_rate: float) -> dict:
     """The fixed designs the sequential one is compared with: at the stated alpha and at the largest
     alpha whose A/A false faster/slower rate is no worse than the sequential one's (matched error);
@@ -259,8 +291,9 @@ def compare_fixed(data: dict, vs: list[str], ls: np.ndarray, m: float, aa_rate: 
         per = []
         for lo, hi, mask in ranges:
             n_r = fixed_design(data, m, fa, lambda c, mask=mask: c[mask].mean() >= correct[mask].mean())
+            n_r_star = interpolated_n(data, m, fa, n_r, float(correct[mask].mean()), mask) if n_r else None
             per.append({"range": [lo, hi], "comparisons": int(mask.sum()), "power": float(correct[mask].mean()),
-                        "launches": float(ls[mask].mean()), "fixed_n": n_r,
+                        "launches": float(ls[mask].mean()), "fixed_n": n_r, "fixed_n_interpolated": n_r_star,
                         "ratio": float(ls[mask].mean() / (2 * n_r)) if n_r else None})
         reach = [p["fixed_n"] for p in per if p["range"][0] >= m]
         n_every = None if None in reach else max(reach)
@@ -271,7 +304,10 @@ def compare_fixed(data: dict, vs: list[str], ls: np.ndarray, m: float, aa_rate: 
             fv = fixed_verdicts(eff["a"], eff["b"], n, m, fa)
             c, f = fixed_scores(fv, theta, m)
             settled = int((fv != 0).sum())
+            n_star = (interpolated_n(data, m, fa, n, float(correct.mean())) if key == "same_power" else
+                      max(p["fixed_n_interpolated"] for p in per if p["range"][0] >= m))
             row[key] = {"n": n, "correct_rate": float(c.mean()), "false_rate": float(f.mean()),
+                        "n_interpolated": n_star, "launch_ratio_interpolated": float(ls.mean() / (2 * n_star)),
                         "null_false_faster_slower": float(np.isin(fixed_verdicts(null["a"], null["b"], n, m, fa),
                                                                   [1, -1]).mean()),
                         "launches_per_settled": 2 * n * theta.size / settled if settled else math.inf,
@@ -381,7 +417,8 @@ def main() -> int:
     for label, row in eff["fixed"].items():
         for key in ("same_power", "same_power_every_range"):
             f = row[key]
-            goal[f"{label}.{key}"] = (f is not None and f["launch_ratio"] <= 0.5 and s["false_rate"] <= f["false_rate"]
+            goal[f"{label}.{key}"] = (f is not None and max(f["launch_ratio"], f["launch_ratio_interpolated"]) <= 0.5
+                                      and s["false_rate"] <= f["false_rate"]
                                       and aa <= f["null_false_faster_slower"])
     ok_ratio = goal["matched_error.same_power"]
     ok_alpha = z["false_faster_slower"]["ci95"][0] <= alpha
@@ -407,7 +444,12 @@ def main() -> int:
             print(f"fixed t at alpha {row['alpha']:.4f} ({label}), {what}: {f['n']} each, correct "
                   f"{100 * f['correct_rate']:.1f}%, false {100 * f['false_rate']:.2f}%, A/A false faster/slower "
                   f"{100 * f['null_false_faster_slower']:.2f}%; sequential/fixed {f['launch_ratio']:.2f}x "
-                  f"({f['launch_ratio_per_settled']:.2f}x per settled verdict)")
+                  f"({f['launch_ratio_per_settled']:.2f}x per settled verdict)"
+                  + (f"; on a continuous n ({f['n_interpolated']:.2f} each, the power interpolated between "
+                     f"{f['n'] - 1} and {f['n']} each): {f['launch_ratio_interpolated']:.2f}x"
+                     if key == "same_power" and f["n_interpolated"] != f["n"] else "")
+                  + (f"; on a continuous n (the largest range's {f['n_interpolated']:.2f} each): "
+                     f"{f['launch_ratio_interpolated']:.2f}x" if key != "same_power" else ""))
         print("   per |effect| range: " + "; ".join(
             f"{100 * r['range'][0]:g}-{100 * r['range'][1]:g}%: power {100 * r['power']:.0f}%, "
             f"{r['launches']:.1f} launches, fixed {r['fixed_n']} each"
