@@ -50,3 +50,32 @@ def test_the_server_of_a_run_is_launched_with_them(tmp_path, monkeypatch, home):
 
     runs = Store(home / "results.sqlite").runs()
     assert sorted(r.extra["launch_env"]["FLASHINFER_AUTOTUNE_DIR"] for r in runs) == sorted(dirs)
+
+
+def test_what_the_shell_hands_the_server_is_recorded_and_compare_names_a_difference(tmp_path, monkeypatch, home,
+                                                                                    capsys):
+    """A run-time variable exported in one shell and not in the next (sglang reads dozens) is a
+    difference between the two runs, named beside the others."""
+    import json
+
+    from conftest import demo_project
+    from toolkit.cli import main
+    from toolkit.results.store import Store
+
+    demo_project(tmp_path, monkeypatch)
+    monkeypatch.setenv("SGLANG_ENABLE_POST_CAPTURE_KV_SIZING", "1")
+    monkeypatch.setenv("UNRELATED_VARIABLE", "x")
+    assert main(["run", "demo/baseline", "--repeats", "1"]) == 0
+    said = capsys.readouterr()
+    assert "the server inherits from the shell (recorded): SGLANG_ENABLE_POST_CAPTURE_KV_SIZING=1" in said.out + said.err
+    monkeypatch.delenv("SGLANG_ENABLE_POST_CAPTURE_KV_SIZING")
+    assert main(["run", "demo/fast", "--repeats", "1"]) == 0
+    runs = {r.recipe: r for r in Store(home / "results.sqlite").runs()}
+    inherited = runs["demo/baseline"].extra["launch_env"]["inherited"]
+    assert inherited.get("SGLANG_ENABLE_POST_CAPTURE_KV_SIZING") == "1" and "UNRELATED_VARIABLE" not in inherited
+    assert "SGLANG_CACHE_DIR" not in inherited  # the env's own settings are not the shell's
+    assert "SGLANG_ENABLE_POST_CAPTURE_KV_SIZING" not in runs["demo/fast"].extra["launch_env"]["inherited"]
+    capsys.readouterr()
+    assert main(["compare", "demo/baseline", "demo/fast", "--json"]) == 0
+    diffs = json.loads(capsys.readouterr().out)["differences"]
+    assert any("shell variable SGLANG_ENABLE_POST_CAPTURE_KV_SIZING: 1 -> unset" in d for d in diffs), diffs

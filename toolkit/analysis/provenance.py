@@ -82,5 +82,8 @@ def run_env_differences(run_a, run_b) -> list[str]:
 
     from toolkit.results.box_flags import differences, state_of  # the box: edition, limits, clocks, driver
 
+    from toolkit.run.launch_env import inherited_differences  # what the calling shell handed the server
+
     return (env_differences((run_a.extra or {}).get("env"), (run_b.extra or {}).get("env"), resolved_keys=KEY_FIELDS)
+            + inherited_differences((run_a.extra or {}).get("launch_env"), (run_b.extra or {}).get("launch_env"))
             + differences(state_of(run_a), state_of(run_b)))

@@ -105,7 +105,7 @@ def profile_recipe(recipe: Recipe, *, home: Path, store, concurrency: int, steps
     body = profile_body(accepted, output_dir=str(trace_dir), num_steps=steps, profile_id=run_id[:12], gpu=gpu)
     extra = {"kind": KIND, "profile_request": body, "profile_fields_from": source,
              "patches": {t.source: list(t.patches) for t in p.trees},
-             "target": p.check.target if p.check else None, "launch_env": launch_env_record(environ),
+             "target": p.check.target if p.check else None, "launch_env": launch_env_record(environ, recipe.server.env),
              **check_record(p.check)}
     store.begin_run(
         run_id=run_id, recipe=recipe.name, recipe_resolved=recipe.to_dict(),

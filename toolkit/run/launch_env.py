@@ -24,10 +24,18 @@ switch, autotune_local_cache, has no environment variable, and a launch-private 
 would also throw its compiled kernels away).
 
 The recipe's `[server.env]` comes last and may set any of them (the deployment's reuse, said in the run).
+
+What the calling shell hands the server is recorded too (`record`'s "inherited"): the variables sglang,
+NCCL, Triton, torch and CUDA read at run time (`RUNTIME_PREFIXES`) that neither the env, this module nor
+the recipe set. sglang 0.5.23 reads dozens (SGLANG_ENABLE_PCIE_IPC_ALLREDUCE, SGLANG_FLASHINFER_AUTOTUNE_
+EXTEND, SGLANG_ENABLE_POST_CAPTURE_KV_SIZING, ...; TRITON_CACHE_AUTOTUNING=1 keeps every Triton
+autotuner's winners across launches), so a variable exported in one shell and not in the next is a
+difference between two runs; `compare` names it (toolkit.analysis.provenance).
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Mapping
 
@@ -45,7 +53,28 @@ def launch_environ(env_vars: Mapping[str, str], server_env: Mapping, run_dir: Pa
     return environ
 
 
-def record(environ: Mapping[str, str]) -> dict[str, str]:
-    """What a run stores of its launch's per-launch settings (`extra["launch_env"]`): their values as
-    launched, the recipe's own where it set them."""
-    return {name: environ[name] for name in (*PER_LAUNCH, *PER_LAUNCH_DIRS) if name in environ}
+RUNTIME_PREFIXES = ("SGLANG_", "SGL_", "NCCL_", "TRITON_", "TORCH", "PYTORCH_", "CUDA_", "CUBLAS", "CUDNN_",
+                    "NVSHMEM_", "TILELANG_", "CUTE_", "FLA_", "DG_", "OMP_", "MKL_", "HF_")
+
+
+def record(environ: Mapping[str, str], server_env: Mapping = (), ambient: Mapping[str, str] | None = None) -> dict:
+    """What a run stores of its launch's settings (`extra["launch_env"]`): the per-launch ones as
+    launched (the recipe's own where it set them), and under "inherited" the run-time variables the
+    launch took unchanged from the calling shell (`ambient`, default os.environ) that the recipe's
+    `[server.env]` does not set."""
+    ambient = os.environ if ambient is None else ambient
+    own = {*PER_LAUNCH, *PER_LAUNCH_DIRS, *(str(k) for k in dict(server_env))}
+    out: dict = {name: environ[name] for name in (*PER_LAUNCH, *PER_LAUNCH_DIRS) if name in environ}
+    out["inherited"] = {k: v for k, v in sorted(environ.items())
+                        if k.startswith(RUNTIME_PREFIXES) and k not in own and ambient.get(k) == v}
+    return out
+
+
+def inherited_differences(a: Mapping | None, b: Mapping | None) -> list[str]:
+    """"shell variable SGLANG_X: unset -> 1" for each inherited variable two runs' launches differ in
+    (runs stored before the record say nothing)."""
+    if not a or not b or "inherited" not in a or "inherited" not in b:
+        return []
+    ia, ib = a["inherited"], b["inherited"]
+    return [f"shell variable {k}: {ia.get(k, 'unset')} -> {ib.get(k, 'unset')}"
+            for k in sorted(set(ia) | set(ib)) if ia.get(k) != ib.get(k)]

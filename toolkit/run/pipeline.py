@@ -178,7 +178,11 @@ def launch(attempt: Attempt) -> Launched:
                               "another port[/]")
 
     environ = launch_environ(p.env.run_environ(), server_spec.env, attempt.run_dir)
-    attempt.extra["launch_env"] = launch_env_record(environ)
+    attempt.extra["launch_env"] = launch_env_record(environ, server_spec.env)
+    shell = attempt.extra["launch_env"]["inherited"]
+    if shell:
+        attempt.console.print(f"[dim]{escape(attempt.title)}: the server inherits from the shell (recorded): "
+                              + escape(", ".join(f"{k}={v}" for k, v in shell.items())) + "[/]", highlight=False)
     server = srv.launch_ready(p.env.python, lambda port: launch_argv(server_spec, host=attempt.host, port=port),
                               host=attempt.host, port=server_spec.port, log=log,
                               environ=environ,
@@ -405,7 +409,7 @@ def _serving(url: str, bench, console: Console, name: str, *,
 def _one_batch(a: Attempt) -> list[Sample]:
     p, bench = a.prepared, a.prepared.recipe.benchmark
     environ = launch_environ(p.env.run_environ(), p.recipe.server.env, a.run_dir)
-    a.extra["launch_env"] = launch_env_record(environ)
+    a.extra["launch_env"] = launch_env_record(environ, p.recipe.server.env)
     out = a.run_dir / "one_batch.jsonl"
     log = a.logs["one-batch"] = a.run_dir / "one_batch.log"
     argv = one_batch_argv(python=str(p.env.python), module=find_one_batch_module(p.env.python, environ),
