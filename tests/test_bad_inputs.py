@@ -133,3 +133,32 @@ def test_history_alpha_outside_0_1_is_refused(value, home, capsys):
     assert exc.value.code == 2
     line = _error(capsys)
     assert "--alpha" in line and repr(value) in line and "between 0 and 1" in line, line
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["attribute", "demo/fast", "--metric", "output_tok_s@7"], ["output_tok_s@7", "does not measure concurrency 7",
+                                                                  "demo/fast"]),
+    (["bisect", "demo/fast", "--metric", "output_tok_s@7"], ["output_tok_s@7", "does not measure concurrency 7"]),
+    (["bisect", "demo/fast", "--metric", "decode_tok_s"], ["static batches", "driver 'serving'"]),
+    (["bisect", "demo/fast", "--metric", "output_tok_s@1", "--threshold", "150"], ["cannot get worse by 150%"]),
+    (["bisect", "demo/fast", "--metric", "output_tok_s@1", "--threshold", "-5"], ["must be above 0"]),
+    (["bisect", "demo/fast", "--metric", "itl_ms_median@1", "--threshold", "100", "--direction", "better"],
+     ["cannot get better by 100%"]),
+])
+def test_a_bisect_or_attribution_that_could_only_launch_for_nothing_is_refused(argv, words, home, capsys):
+    """A point the recipe's benchmark does not measure, or a threshold no value can cross: refused
+    before anything is built or launched."""
+    assert main(argv) == 2
+    line = _error(capsys)
+    assert all(w in line for w in words), line
+    assert not (home / "results.sqlite").exists() or not Store(home / "results.sqlite").runs()
+
+
+def test_server_counts_of_a_recipe_are_checked(tmp_path, home, monkeypatch, capsys):
+    proj = demo_project(tmp_path, monkeypatch)
+    for bad, words in (("gpus = -1", "`server.gpus` = -1: input should be greater than or equal to 0"),
+                       ("timeout_s = 0", "`server.timeout_s` must be a positive number"),
+                       ("port = 70000", "`server.port` must be a TCP port")):
+        (proj / "recipes/demo/bad.toml").write_text(f'extends = "demo/baseline"\n[server]\n{bad}\n')
+        assert main(["show", "demo/bad"]) == 2
+        assert words in _error(capsys)

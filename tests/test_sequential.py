@@ -156,6 +156,11 @@ def test_run_launches_a_3x_pair_until_settled_and_resumes_from_the_store(tmp_pat
     assert main(["compare", "demo/baseline", "demo/quick", "--metric", "output_tok_s"]) == 0
     text = capsys.readouterr().out
     assert "too few repeats" not in text and "faster" in text
+    # --min-effect sets the sequential verdict's zone too (its legend says the one it judged with)
+    assert main(["compare", "demo/baseline", "demo/quick", "--metric", "output_tok_s", "--min-effect", "0.5",
+                 "--json"]) == 0
+    wide = json.loads(capsys.readouterr().out)
+    assert n == 4 or "the ratio is at least 50% (--min-effect)" in wide["legend"], wide["legend"]
     # a sweep over the same configurations: the sequential state comes from the store
     (root / "recipes" / "demo" / "sq.toml").write_text('extends = "demo/baseline"\n[matrix]\n'
                                                        'server.args.mini-step-base-ms = [4]\n')

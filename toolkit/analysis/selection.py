@@ -193,6 +193,22 @@ def describe_bench_diff(a: RunRow, b: RunRow) -> str:
             or f"bench_key {(a.bench_key or '?')[:12]} vs {(b.bench_key or '?')[:12]}")
 
 
+def require_same_benchmark(definitions: dict[str, dict]) -> None:
+    """BadInput naming the first recipe whose `[benchmark]` (as its file says now: `definitions`,
+    toolkit.run.identity) differs from the first one's: a verdict between them would be the
+    benchmarks' difference, not the recipes'."""
+    names = list(definitions)
+    if len(names) < 2:
+        return
+    ref = definitions[names[0]]
+    for n in names[1:]:
+        if definitions[n].get("bench_key") != ref.get("bench_key"):
+            diff = _params_diff(ref.get("bench_params"), definitions[n].get("bench_params")) or "benchmark keys"
+            raise BadInput(f"cannot compare: the [benchmark] of {names[0]} and {n} differ now: {diff}",
+                           hint=f"give both the same [benchmark] (copy {names[0]}'s [benchmark] table into {n}, or "
+                                f"drop {n}'s own), then `patchbench run {names[0]} {n}`")
+
+
 def choose(rows: Iterable[RunRow], recipes: Sequence[str], criteria: Criteria = Criteria(), *,
            measured: dict[str, set[str]] | None = None, current: dict[str, dict] | None = None,
            metrics: Sequence[str] | None = None) -> Selection:
@@ -205,15 +221,8 @@ def choose(rows: Iterable[RunRow], recipes: Sequence[str], criteria: Criteria = 
     if not names:
         raise BadInput("no recipe given")
     defined = [n for n in names if n in current]
-    if len(defined) > 1 and c.bench_key is None and c.group_id is None:
-        ref = current[defined[0]]
-        for n in defined[1:]:
-            if current[n].get("bench_key") != ref.get("bench_key"):
-                raise BadInput(
-                    f"cannot compare: the [benchmark] of {defined[0]} and {n} differ now: "
-                    f"{_params_diff(ref.get('bench_params'), current[n].get('bench_params')) or 'benchmark keys'}",
-                    hint=f"give both the same [benchmark] (e.g. make {n} extend {defined[0]} or copy its "
-                         f"[benchmark] table), then `patchbench run {defined[0]} {n}`")
+    if c.bench_key is None and c.group_id is None:
+        require_same_benchmark({n: current[n] for n in defined})
     rows = sorted((r for r in rows if r.recipe in names), key=_when)
     usable: dict[str, list[RunRow]] = {n: [] for n in names}
     reasons: dict[str, set[str]] = defaultdict(set)

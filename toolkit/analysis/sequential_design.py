@@ -39,13 +39,16 @@ def unused_settings(reference, others) -> list[str]:
     return out
 
 
-def for_ref(ref: str) -> seq.Design:
-    """The design of a recipe by name (the defaults when it is known only by its stored runs)."""
+def for_ref(ref: str, min_effect: float | None = None) -> seq.Design:
+    """The design of a recipe by name (the defaults when it is known only by its stored runs);
+    `min_effect`, the command line's, replaces the recipe's."""
+    import dataclasses
+
     from toolkit.errors import PatchbenchError
     from toolkit.recipe.load import load_recipe
 
     try:
-        bench = load_recipe(ref).benchmark
+        design = for_bench(load_recipe(ref).benchmark)
     except PatchbenchError:
-        return seq.Design()
-    return for_bench(bench)
+        design = seq.Design()
+    return design if min_effect is None else dataclasses.replace(design, min_effect=min_effect)

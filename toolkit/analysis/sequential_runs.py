@@ -120,6 +120,7 @@ def measure_until_settled(prepared: list[Prepared], *, home, store: Store, group
     gpu = this_gpu_key()
     metric = metric_of(prepared[0])
     keys = {p.name: expected_identity(p.recipe, p.env.key, gpu) for p in prepared}
+    prepared = without_the_reference_twice(prepared, keys, console=console, result=result)
     runs = {p.name: stored_runs(store, p, keys[p.name], metric) for p in prepared}
     reused = {name: len(ids) for name, ids in runs.items()}
     attempts = {p.name: 0 for p in prepared}
@@ -162,6 +163,30 @@ def measure_until_settled(prepared: list[Prepared], *, home, store: Store, group
     result["used"] = {name: list(ids) for name, ids in runs.items()}
     result["spread_flags"] = spread_flags(store, prepared, runs)
     return current
+
+
+def without_the_reference_twice(prepared: list[Prepared], keys: dict[str, str], *, console: Console,
+                                result: dict) -> list[Prepared]:
+    """`prepared` less the recipes that are the reference's own configuration (the same run identity:
+    env, server arguments, benchmark; e.g. a sweep's matrix point that repeats the default's values):
+    their runs are the reference's, and a verdict of them against it would read the same runs on
+    both sides. Named in result["same_as_reference"]. Only such recipes besides the reference: BadInput."""
+    from toolkit.errors import BadInput
+
+    ref = prepared[0]
+    same = [p.name for p in prepared[1:] if keys[p.name] == keys[ref.name]]
+    if not same:
+        return prepared
+    if len(same) == len(prepared) - 1:
+        raise BadInput(f"{ref.name} and {', '.join(same)} are one configuration (the same env, server arguments and "
+                       f"benchmark: run identity {keys[ref.name][:12]}): a comparison would read the same runs on "
+                       "both sides", hint="compare recipes that differ; one recipe's launch-to-launch spread is in "
+                       f"`patchbench report {ref.name}`")
+    result["same_as_reference"] = same
+    for name in same:
+        console.print(f"[yellow]note[/]: {escape(name)} is {escape(ref.name)}'s own configuration (same run identity): "
+                      "its runs are the reference's, no verdict against itself")
+    return [p for p in prepared if p.name not in same]
 
 
 def answer_rules_of(store: Store, prepared: list[Prepared], keys: dict[str, str]) -> dict:

@@ -7,7 +7,8 @@ import uuid
 
 from rich.markup import escape
 
-from toolkit.commands.common import console, err, home_of, load, positive_int, print_json, store_of
+from toolkit.commands.common import (console, err, home_of, load, positive_int, print_json,
+                                     require_measured_point, store_of)
 from toolkit.executors.config import add_executor_arguments
 
 HELP = "what each patch of a recipe's stack buys: prefix chain (and leave-one-out) with CIs and verdicts"
@@ -77,6 +78,7 @@ def run(args) -> int:
     # the fixed rule's floor; the sequential design takes --min-effect when given, else the recipe's
     min_effect = stats.DEFAULT_MIN_EFFECT if args.min_effect is None else args.min_effect
     recipe = load(args.recipe)
+    require_measured_point(spec, recipe)
     stack = stack_of(recipe)
     if not stack:
         raise BadInput(f"recipe {recipe.name} has no patches to attribute")

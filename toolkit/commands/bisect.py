@@ -18,7 +18,8 @@ from __future__ import annotations
 import shlex
 import uuid
 
-from toolkit.commands.common import console, err, home_of, load, positive_int, print_json, store_of
+from toolkit.commands.common import (console, err, home_of, load, positive_int, print_json,
+                                     require_measured_point, store_of)
 from toolkit.executors.config import add_executor_arguments
 from toolkit.errors import plural
 
@@ -88,6 +89,13 @@ def run(args) -> int:
 
     spec = metrics.parse_spec(args.metric)  # before anything is built or launched
     recipe = load(args.recipe)
+    require_measured_point(spec, recipe)
+    hib = spec.info.higher_is_better
+    if not args.threshold > 0:
+        raise BadInput(f"--threshold {args.threshold:g}: a percent change that counts must be above 0")
+    if args.threshold >= 100 and (args.direction == "worse") == bool(hib):
+        raise BadInput(f"--threshold {args.threshold:g}: {spec.metric} ({'higher' if hib else 'lower'} is better) "
+                       f"cannot get {args.direction} by {args.threshold:g}% or more (it would fall to zero or below)")
     home = home_of(args)
     meter = VariantMeter(recipe, home, store_of(args), spec, err, group_id=uuid.uuid4().hex[:12],
                          missing_evidence=args.missing_evidence)

@@ -112,3 +112,43 @@ def known_recipes(store, names: list[str]) -> None:
         close = difflib.get_close_matches(name, pool, n=1)
         raise BadInput(f"no such recipe `{name}`: no recipe file and no stored runs",
                        hint=f"did you mean `{close[0]}`?" if close else None)
+
+
+def same_twice(refs) -> None:
+    """BadInput when one recipe is named twice (by name or by path): its runs against themselves
+    would read "no difference" by construction."""
+    from toolkit.errors import BadInput, PatchbenchError
+    from toolkit.recipe.load import load_recipe
+
+    seen: dict[str, str] = {}
+    for ref in refs:
+        try:
+            name = load_recipe(ref).name
+        except PatchbenchError:
+            name = ref  # not a file: a recipe known by its stored runs (checked later)
+        if name in seen:
+            given = f"`{seen[name]}` and `{ref}`" if seen[name] != ref else f"`{ref}` twice"
+            raise BadInput(f"got {given}: both are recipe {name}, and a recipe compared with itself is the "
+                           "same runs on both sides", hint=f"compare it with another recipe; its run-to-run spread is in "
+                           f"`patchbench report {name}`")
+        seen[name] = ref
+
+
+def require_measured_point(spec, recipe, option: str = "--metric") -> None:
+    """BadInput, before anything is built or launched, when `recipe`'s benchmark does not measure the
+    metric `spec` (NAME[@POINT]) at all, or not at its point: a comparison of variants at it would
+    launch servers for nothing."""
+    from toolkit.errors import BadInput
+
+    b = recipe.benchmark
+    serving = b.driver == "serving"
+    kind, want = spec.info.point_kind, ("concurrency" if serving else "batch")
+    if kind is not None and kind != want:
+        where = "by the serving benchmark, at a concurrency" if kind == "concurrency" else \
+            "at static batches (driver one-batch)"
+        raise BadInput(f"{option} {spec}: `{spec.metric}` is measured {where}, and {recipe.name} uses driver {b.driver!r}")
+    points = list(b.concurrency if serving else b.batch_sizes)
+    if kind is not None and spec.point is not None and spec.point not in points:
+        word = "concurrency" if serving else "batch size"
+        raise BadInput(f"{option} {spec}: {recipe.name} does not measure {word} {spec.point}",
+                       hint=f"it measures {word} {', '.join(map(str, points))} (e.g. {spec.metric}@{points[0]})")

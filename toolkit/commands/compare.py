@@ -4,7 +4,7 @@ The runs used are chosen by `toolkit.analysis.selection` and named under the tab
 
 from __future__ import annotations
 
-from toolkit.commands.common import definitions, known_recipes, console, err, home_of, load, positive_int, print_json, store_of
+from toolkit.commands.common import definitions, known_recipes, same_twice, console, err, home_of, load, positive_int, print_json, store_of
 
 HELP = "compare stored results of recipes against the first (ratio, 95% CI, Mann-Whitney verdict)"
 
@@ -20,7 +20,7 @@ def add_arguments(parser) -> None:
                         help=f"metrics (default: {', '.join(metrics.default_names())}). Known: {metrics.help_text()}")
     parser.add_argument("--point", type=int, action="append", default=None, help="only these batch sizes / concurrencies")
     parser.add_argument("--all-metrics", action="store_true", help="every stored metric")
-    add_min_effect_argument(parser)
+    add_min_effect_argument(parser, sequential=True)
     add_selection_arguments(parser)
     parser.add_argument("--kernels", action="store_true", help="kernel-family diff of stored profiles (patchbench profile)")
     parser.add_argument("--kernels-table", action="store_true",
@@ -79,26 +79,6 @@ def efficiency_lines(store, sel) -> list[str]:
     return lines
 
 
-def same_twice(refs) -> None:
-    """BadInput when one recipe is named twice (by name or by path): its runs against themselves
-    would read "no difference" by construction."""
-    from toolkit.errors import BadInput, PatchbenchError
-    from toolkit.recipe.load import load_recipe
-
-    seen: dict[str, str] = {}
-    for ref in refs:
-        try:
-            name = load_recipe(ref).name
-        except PatchbenchError:
-            name = ref  # not a file: a recipe known by its stored runs (checked later)
-        if name in seen:
-            given = f"`{seen[name]}` and `{ref}`" if seen[name] != ref else f"`{ref}` twice"
-            raise BadInput(f"compare got {given}: both are recipe {name}, and a recipe compared with itself is the "
-                           "same runs on both sides", hint=f"compare it with another recipe; its run-to-run spread is in "
-                           f"`patchbench report {name}`")
-        seen[name] = ref
-
-
 def run(args) -> int:
     from toolkit.results import metrics
     from toolkit.analysis import stats
@@ -110,6 +90,8 @@ def run(args) -> int:
 
     if len(args.recipes) < 2:
         raise BadInput("compare needs a baseline and at least one variant")
+    explicit = args.min_effect  # sets the fixed rule's and the sequential verdict's zone alike
+    args.min_effect = stats.DEFAULT_MIN_EFFECT if explicit is None else explicit
     same_twice(args.recipes)
     specs = None if args.all_metrics else metrics.parse_specs(args.metric or metrics.default_names())
     if args.kernels_table:  # per-shape kernel tables live in toolkit.kernels
@@ -148,7 +130,7 @@ def run(args) -> int:
                  metrics=sorted({s.metric for s in specs}) if specs else None)
     from toolkit.analysis.sequential_design import for_ref as sequential_design
 
-    design = sequential_design(args.recipes[0])
+    design = sequential_design(args.recipes[0], explicit)
     rows = compare_selection(store, sel, metrics=specs, points=args.point, min_effect=args.min_effect,
                              sequential=design)
     if not rows and args.metric:

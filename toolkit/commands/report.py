@@ -22,7 +22,7 @@ def add_arguments(parser) -> None:
                         help="metric to report (repeatable; default: the headline metrics stored). "
                              f"Known: {metrics.help_text()}")
     parser.add_argument("--title", default=None, help="report title")
-    add_min_effect_argument(parser)
+    add_min_effect_argument(parser, sequential=True)
     add_selection_arguments(parser)
 
 

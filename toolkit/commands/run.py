@@ -48,7 +48,12 @@ def run(args) -> int:
                               until=args.until, frozen=args.frozen, console=err, strict=args.strict_check)
     else:
         design = sequential_design(args, recipes)
-        if design:
+        if design:  # a verdict between recipes: one benchmark for all, checked before anything is built
+            from toolkit.analysis.selection import require_same_benchmark
+            from toolkit.commands.common import definitions, same_twice
+
+            same_twice(args.recipes)
+            require_same_benchmark(definitions([r.name for r in recipes]))
             from rich.markup import escape
 
             from toolkit.analysis.sequential_design import unused_settings

@@ -66,7 +66,7 @@ class ServerTable(_Table):
     timeout_s: float | None = Field(None, description="seconds to wait for /health_generate")
     host: str | None = None
     port: int | None = Field(None, description="default: a free port")
-    gpus: int | None = Field(None, description="0: runs without a GPU (the miniature)")
+    gpus: int | None = Field(None, ge=0, description="0: runs without a GPU (the miniature)")
 
 
 class BenchTable(_Table):
@@ -223,9 +223,13 @@ def validate_file(path: Path, data: dict) -> RecipeFile:
             close = difflib.get_close_matches(str(err["input"]), allowed, n=1)
             raise BadInput(f"{path}: `{key}` must be one of {', '.join(allowed)}",
                            hint=f"did you mean `{close[0]}`?" if close else None) from None
-        want = _TYPE_WORDS.get(err["type"], err["msg"].lower())
         hint = _args_table_hint(err["input"]) if key == "server.args" else None
-        raise BadInput(f"{path}: `{key}` must be {want}, not {type(err['input']).__name__}", hint=hint) from None
+        if err["type"] in _TYPE_WORDS or err["type"].endswith("_type"):
+            want = _TYPE_WORDS.get(err["type"], err["msg"].lower())
+            raise BadInput(f"{path}: `{key}` must be {want}, not {type(err['input']).__name__}", hint=hint) from None
+        # a constraint on a value of the right type ("Input should be greater than or equal to 0")
+        said = err["msg"][:1].lower() + err["msg"][1:]
+        raise BadInput(f"{path}: `{key}` = {err['input']!r}: {said}", hint=hint) from None
 
 
 def _toml_value(text: str) -> str:

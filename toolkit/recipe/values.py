@@ -138,14 +138,24 @@ def server_spec(path: Path, t: dict) -> ServerSpec:
         if flag.startswith("-"):
             raise BadInput(f"{path}: `server.args` keys are flag names without dashes: `{flag.lstrip('-')}`")
         args.append((flag, tuple(value) if isinstance(value, list) else value))
+    gpus = t.get("gpus")
+    if gpus is not None and (isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 0):
+        raise BadInput(f"{path}: `server.gpus` must be a whole number of GPUs one server holds (0: none), "
+                       f"not {gpus!r}")
+    timeout = t.get("timeout_s", 600.0)
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
+        raise BadInput(f"{path}: `server.timeout_s` must be a positive number of seconds, not {timeout!r}")
+    port = t.get("port")
+    if port is not None and (isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536):
+        raise BadInput(f"{path}: `server.port` must be a TCP port (1-65535), not {port!r}")
     return ServerSpec(
         model=t.get("model"),
         args=tuple(args),
         env=tuple(sorted((str(k), str(v)) for k, v in t.get("env", {}).items())),
-        timeout_s=float(t.get("timeout_s", 600.0)),
+        timeout_s=float(timeout),
         host=t.get("host", "127.0.0.1"),
-        port=t.get("port"),
-        gpus=t.get("gpus"),
+        port=port,
+        gpus=gpus,
     )
 
 

@@ -99,12 +99,13 @@ def _patch_names(patches: Any) -> dict[str, list[str]]:
 
 def collect(store: Any, recipes: Sequence[str], metrics_: Sequence[str] | None = None, *,
             title: str | None = None, criteria: Criteria = Criteria(),
-            min_effect: float = stats.DEFAULT_MIN_EFFECT, current: dict | None = None) -> ReportData:
+            min_effect: float | None = None, current: dict | None = None) -> ReportData:
     """Everything a report shows for `recipes` (the first is the baseline) from `store`.
 
     Runs: the ones `toolkit.analysis.selection` chooses under `criteria`, the same as `compare`'s;
     `metrics_` are `NAME[@POINT]` specs (default: the registry's headline metrics that were
     measured). Raises BadInput for an unknown metric or when a recipe has no usable run."""
+    explicit, min_effect = min_effect, stats.DEFAULT_MIN_EFFECT if min_effect is None else min_effect
     names = list(dict.fromkeys(recipes))
     if not names:
         raise BadInput("report needs at least one recipe")
@@ -172,7 +173,7 @@ def collect(store: Any, recipes: Sequence[str], metrics_: Sequence[str] | None =
         from toolkit.analysis import sequential as seq  # rows of a sequential run: its verdict, as compare
         from toolkit.analysis.sequential_design import for_ref as sequential_design
 
-        design = sequential_design(names[0])
+        design = sequential_design(names[0], explicit)
         rows = compare_selection(store, sel, metrics=specs or chosen, min_effect=min_effect, sequential=design)
         if any(r.sequential for r in rows):
             notes.append(f"rows with {stats.too_few_rows()}: {seq.legend(design)}")
