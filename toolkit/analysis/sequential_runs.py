@@ -123,6 +123,10 @@ def measure_until_settled(prepared: list[Prepared], *, home, store: Store, group
     prepared = without_the_reference_twice(prepared, keys, console=console, result=result)
     runs = {p.name: stored_runs(store, p, keys[p.name], metric) for p in prepared}
     reused = {name: len(ids) for name, ids in runs.items()}
+    resumed = resumed_group(store, runs)
+    if resumed is not None and resumed != group_id:  # a killed call of the same recipes: its launches continue it
+        group_id = result["group_id"] = resumed
+        console.print(f"[dim]resuming sweep {escape(resumed)}: its stored runs count, new launches join it[/]")
     attempts = {p.name: 0 for p in prepared}
     failures = {p.name: 0 for p in prepared}  # launches that gave no value
     ref = prepared[0]
@@ -163,6 +167,17 @@ def measure_until_settled(prepared: list[Prepared], *, home, store: Store, group
     result["used"] = {name: list(ids) for name, ids in runs.items()}
     result["spread_flags"] = spread_flags(store, prepared, runs)
     return current
+
+
+def resumed_group(store: Store, runs: dict[str, list[str]]) -> str | None:
+    """The sweep a call continues: when every recipe has stored runs and all of them were launched in
+    one sweep (a call of the same recipes that was killed, or asked again with a larger cap), its group
+    id, so that the runs of both calls are one interleaved sweep for `compare` and the report
+    (selection's newest-sweep rule); else None (runs from several sweeps: a new one)."""
+    if not runs or not all(runs.values()):
+        return None
+    groups = {r.group_id for r in store.runs(run_ids=[rid for ids in runs.values() for rid in ids])}
+    return groups.pop() if len(groups) == 1 and None not in groups else None
 
 
 def without_the_reference_twice(prepared: list[Prepared], keys: dict[str, str], *, console: Console,
