@@ -162,3 +162,10 @@ def test_server_counts_of_a_recipe_are_checked(tmp_path, home, monkeypatch, caps
         (proj / "recipes/demo/bad.toml").write_text(f'extends = "demo/baseline"\n[server]\n{bad}\n')
         assert main(["show", "demo/bad"]) == 2
         assert words in _error(capsys)
+
+
+def test_a_home_that_cannot_be_written_is_one_line_naming_it(home, capsys):
+    (home / "live").write_text("not a directory")  # what a read-only home does to its first write (root ignores modes)
+    assert main(["run", "demo/baseline", "--until", "apply"]) == 2
+    line = _error(capsys)
+    assert f"patchbench home {home}: cannot write {home / 'live'}" in line, line

@@ -7,6 +7,8 @@ built once and cached under ~/.cache/patchbench-test.
 
 from __future__ import annotations
 
+from toolkit.cli import main  # noqa: E402
+
 import io
 import json
 import os
@@ -389,6 +391,13 @@ def test_gc_removes_stale_builds_and_unprotected_envs(upstream, pb_home, capsys)
 
     dry = gc_envs(pb_home, keep_recipes=["keep-me"], dry_run=True)
     assert dry.removed == [env_b.name] and env_b.path.exists() and stale.exists()
+    assert dry.freed_bytes > 0  # what it would free, said by the dry run
+    # a --keep-recipes typo would protect nothing; a negative age means nothing: refused
+    for bad, words in ((["--keep-recipes", "keep-mee"], "did you mean `keep-me`"),
+                       (["--older-than", "-1"], "0 or more")):
+        assert main(["env", "gc", "--dry-run", "--home", str(pb_home), *bad]) == 2
+        assert words in capsys.readouterr().err
+    assert env_b.path.exists()
 
     res = gc_envs(pb_home, keep_recipes=["keep-me"])
     assert res.removed == [env_b.name] and res.kept == [env_a.name]
@@ -467,3 +476,23 @@ def test_flashinfer_jit_cache_in_base_is_refused(tmp_path, pb_home):
     c = quiet()
     env = ensure_env([fi.tree("flashinfer")], spec, pb_home, console=c)
     assert not env.reused and "flashinfer-cubin 0.7.2 is installed" in text_of(c)
+
+
+def test_ctrl_c_in_a_build_step_says_the_recipe_the_step_and_the_log_kept(tmp_path):
+    """Still a KeyboardInterrupt (nothing that goes on after a failed recipe catches it), with where
+    it stopped; the env builder moves the log to the kept .failed-* directory and says that path."""
+    from toolkit.envs.lifecycle import _salvage_failure
+    from toolkit.envs.steps.steps import Steps
+    from toolkit.errors import Interrupted
+
+    tmp = tmp_path / "envs" / ".tmp-abc-1"
+    steps = Steps(tmp, None, recipe="mine/heavy")
+    with pytest.raises(KeyboardInterrupt) as exc:
+        with steps.step("nvcc sglang", "nvcc"):
+            steps.note("nvcc sglang", "nvcc -gencode arch=compute_120a,code=sm_120a ...")
+            raise KeyboardInterrupt
+    assert isinstance(exc.value, Interrupted)
+    _salvage_failure(tmp, tmp_path / "envs", "abc" * 6, exc.value)
+    kept = Path(exc.value.log)
+    assert kept.is_file() and ".failed-" in str(kept) and not tmp.exists()
+    assert str(exc.value).startswith("interrupted at recipe mine/heavy: step nvcc sglang [log kept: ")

@@ -84,8 +84,12 @@ def main(argv: list[str] | None = None) -> int:
     except PatchbenchError as exc:
         err_console.print(f"error: {exc}", markup=False)
         return exc.exit_code
-    except KeyboardInterrupt:
-        err_console.print("error: interrupted", markup=False)
+    except KeyboardInterrupt as exc:
+        from toolkit.errors import Interrupted
+
+        err_console.print(f"error: {exc}" if isinstance(exc, Interrupted) else
+                          "error: interrupted (runs that finished are stored: the same command again reuses them)",
+                          markup=False)
         return 130
     except Exception as exc:  # a bug: one line here, the traceback in a file
         import traceback

@@ -64,6 +64,21 @@ class NoGPU(PatchbenchError):
     exit_code = 3
 
 
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C (SIGINT) inside a step that knows where it was. Still a KeyboardInterrupt, so nothing
+    that catches failures to go on with the next recipe catches it; it only adds the recipe, the step
+    and the log kept for the one line the command ends with (exit 130)."""
+
+    def __init__(self, *, recipe: str | None = None, step: str | None = None, log: Path | str | None = None):
+        super().__init__()
+        self.recipe, self.step, self.log = recipe, step, log
+
+    def __str__(self) -> str:
+        where = ": ".join(x for x in (f"recipe {self.recipe}" if self.recipe else "",
+                                      f"step {self.step}" if self.step else "") if x)
+        return f"interrupted{' at ' + where if where else ''}" + (f" [log kept: {self.log}]" if self.log else "")
+
+
 _PLURALS = {"patch": "patches", "match": "matches", "batch": "batches", "family": "families"}
 
 

@@ -209,7 +209,7 @@ def run(args) -> int:
         console.print("[bold]commits[/] between the neighbouring releases:")
         _print_result(commit_result, stats, args.direction)
     print_runs_used(meter)
-    console.print(f"{meter.builds} build(s), {meter.runs} new run(s)")
+    console.print(f"{meter.builds} variant(s) prepared, {meter.runs} new run(s); cached values reused per env key")
     console.print(f"reproduce: {shlex.join(repro)}", markup=False)
     return 0
 

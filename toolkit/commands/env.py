@@ -81,7 +81,7 @@ def run(args) -> int:
             table.add_column(col, justify="right" if col in ("size", "unique") else "left")
         for r in rows:
             created = datetime.fromisoformat(r["created_at"]) if r["created_at"] else None
-            table.add_row(r["env"], r["mode"], ", ".join(r["recipes"]) or "-", r["python"] or "?",
+            table.add_row(r["env"], r["mode"], ", ".join(dict.fromkeys(r["recipes"])) or "-", r["python"] or "?",
                           " ".join(r["arch"]) or "-", "\n".join(r["packages"]) or "-",
                           _size(r["size_bytes"]), _size(r["unique_bytes"]), _age(created, now),
                           _age(r["_last"], now) + " ago")
@@ -90,6 +90,7 @@ def run(args) -> int:
                       "env frees (files not shared with uv's cache or other envs)[/]")
         return 0
 
+    _check_gc_arguments(home, args)
     result = gc_envs(home, older_than_days=args.older_than, keep_recipes=args.keep_recipes,
                      dry_run=args.dry_run)
     verb = "would remove" if args.dry_run else "removed"
@@ -100,5 +101,31 @@ def run(args) -> int:
     if result.in_use:
         console.print(f"kept {len(result.in_use)} env(s) in use by a running process or build: "
                       + ", ".join(result.in_use))
-    console.print(f"kept {len(result.kept)} env(s); freed {_size(result.freed_bytes)}")
+    console.print(f"kept {len(result.kept)} env(s); {'would free' if args.dry_run else 'freed'} "
+                  f"{_size(result.freed_bytes)}")
     return 0
+
+
+def _check_gc_arguments(home, args) -> None:
+    """A negative age, or a --keep-recipes name no env was built for and no recipe file has (a typo
+    would protect nothing): BadInput before anything is removed."""
+    import difflib
+
+    from toolkit.envs.gc import list_envs
+    from toolkit.errors import BadInput, PatchbenchError
+    from toolkit.recipe.load import list_recipe_names, resolve_recipe_path
+
+    if args.older_than is not None and args.older_than < 0:
+        raise BadInput(f"--older-than {args.older_than:g}: an age in days must be 0 or more")
+    built = {name for info in list_envs(home) for name in info.recipes}
+    for name in args.keep_recipes:
+        if name in built:
+            continue
+        try:
+            resolve_recipe_path(name)
+            continue
+        except PatchbenchError:
+            pass
+        close = difflib.get_close_matches(name, sorted(built | set(list_recipe_names())), n=1)
+        raise BadInput(f"--keep-recipes {name}: no env was built for it and no recipe has that name, so it would "
+                       "protect nothing", hint=f"did you mean `{close[0]}`?" if close else None)

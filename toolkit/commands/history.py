@@ -106,6 +106,11 @@ def run(args) -> int:
         # a stretch's two ends go together: the commit that fixed a regression is asked for with it
         asked = {c.stretch for c, ch in zip(cps, changes) if c.stretch and ch[2] in wanted}
         chosen = [ch for c, ch in zip(cps, changes) if ch[2] in wanted or (c.stretch and c.stretch in asked)]
+        left = [ch for ch in changes if ch not in chosen]
+        if left:  # said, not silently skipped
+            other = sorted({ch[2] for ch in left})
+            err.print(f"{len(left)} change point(s) {'/'.join(other)} not bisected: --bisect follows --direction "
+                      f"{args.direction} (--direction both bisects every one)", markup=False, highlight=False)
         try:
             _, bisected_now = bisect_new(recipe, source, chosen, spec=spec, home=home,
                                          store=store, console=err, git=args.git, tag_format=args.tag_format,

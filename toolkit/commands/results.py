@@ -13,7 +13,7 @@ from rich.text import Text
 from toolkit.results import metrics
 from toolkit.analysis.efficiency import efficiency
 from toolkit.analysis.selection import add_selection_arguments, criteria_from_args, reduce, select
-from toolkit.commands.common import console, store_of
+from toolkit.commands.common import console, positive_int, store_of
 from toolkit.errors import plural
 
 HELP = "list stored runs (status, provenance, headline numbers) or export them (JSON/CSV/PyTorch HUD v3)"
@@ -27,7 +27,7 @@ def add_arguments(parser) -> None:
                              "(PyTorch HUD v3 benchmark records: one per configuration, metric and point, "
                              "the repeats as values; ok runs unless --status)")
     parser.add_argument("--output", "-o", default=None, help="export file (default: stdout)")
-    parser.add_argument("--limit", type=int, default=50)
+    parser.add_argument("--limit", type=positive_int, default=50, help="newest runs listed (default %(default)s)")
     parser.add_argument("--selected", action="store_true",
                         help="only the runs compare/report would use for RECIPEs (the first is the baseline)")
     add_selection_arguments(parser)
@@ -156,6 +156,10 @@ def run(args) -> int:
 
         return show_jobs(home_of(args), store, console)
     filters = {"recipe": args.recipes or None, "status": args.status}
+    if args.recipes and not args.jobs:  # a typo must not read as "no runs"
+        from toolkit.commands.common import known_recipes
+
+        known_recipes(store, list(args.recipes))
     if args.export:
         out = args.output or sys.stdout
         from toolkit.results.exchange import export
@@ -186,4 +190,8 @@ def run(args) -> int:
                                                       if total else ""))
         return 0
     console.print(render_runs(store, list(reversed(runs))))
+    if len(runs) == args.limit:
+        total = len(store.runs(**filters, limit=None))
+        if total > len(runs):
+            console.print(f"the newest {len(runs)} of {total} runs (--limit N lists more)", markup=False)
     return 0

@@ -124,6 +124,11 @@ def sequential_design(args, recipes):
     fixed = getattr(args, "fixed", False)
     if fixed and (args.sequential or args.min_repeats is not None or args.max_repeats is not None):
         raise BadInput("--fixed is the fixed design; --sequential/--min-repeats/--max-repeats are the sequential one")
+    if args.repeats is not None and (args.sequential or args.min_repeats is not None or args.max_repeats is not None
+                                     or getattr(args, "min_effect", None) is not None):
+        raise BadInput(f"--repeats {args.repeats} is the fixed design (that many launches each, whatever the data "
+                       "say); --sequential/--min-repeats/--max-repeats/--min-effect are the sequential one",
+                       hint="drop --repeats to launch until the verdict is settled, or drop the others")
     asked = SEQUENTIAL_BY_DEFAULT or args.sequential or args.min_repeats is not None or args.max_repeats is not None
     if fixed or not asked or args.repeats is not None or len(recipes) < 2 or args.until != "store" \
             or args.executor == "slurm":

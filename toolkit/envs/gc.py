@@ -164,14 +164,15 @@ def gc_envs(home: Path, *, older_than_days: float | None = None,
             except (Timeout, RuntimeError):  # RuntimeError: held in this very thread
                 continue  # a build of that key is running: its .tmp dir is live
             try:
+                result.freed_bytes += unique_usage(p)
                 if not dry_run:
-                    result.freed_bytes += unique_usage(p)
                     remove_tree(p)
             finally:
                 lock.release()
-        elif not dry_run:
-            result.freed_bytes += unique_usage(p)
-            remove_tree(p)
+        else:
+            result.freed_bytes += unique_usage(p)  # what removing it frees (a dry run says it)
+            if not dry_run:
+                remove_tree(p)
         result.stale.append(p.name)
 
     infos = list_envs(home)
@@ -194,7 +195,9 @@ def gc_envs(home: Path, *, older_than_days: float | None = None,
         if info.path in busy:
             result.in_use.append(info.name)
             continue
-        if not dry_run:
+        if dry_run:
+            result.freed_bytes += unique_usage(info.path)
+        else:
             lock = key_lock(home, info.key)
             try:
                 lock.acquire(timeout=0)

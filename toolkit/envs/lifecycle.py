@@ -23,7 +23,7 @@ from toolkit.envs.steps.steps import Steps
 from toolkit.envs.identity import KEY_LEN, SCHEMA, key_inputs, validate_spec
 from toolkit.envs.manifest import (Env, key_lock, load_published, now_iso, record_use,
                                    remove_tree, write_manifest)
-from toolkit.errors import PatchbenchError
+from toolkit.errors import Interrupted, PatchbenchError
 from toolkit.recipe.spec import BuildSpec, canonical_json
 from toolkit.tree.applied import AppliedTree
 
@@ -114,7 +114,7 @@ def _salvage_failure(tmp: Path, envs_dir: Path, key: str, err: BaseException) ->
         if (tmp / "logs").is_dir():
             failed.mkdir(parents=True)
             os.rename(tmp / "logs", failed / "logs")
-            if isinstance(err, PatchbenchError) and err.log:
+            if isinstance(err, (PatchbenchError, Interrupted)) and err.log:
                 log = Path(err.log)
                 try:
                     err.log = failed / "logs" / log.relative_to(tmp / "logs")

@@ -312,7 +312,7 @@ def _resolve_parent(path: Path, root: Path, ref: str) -> Path:
         candidate = root / f"{ref}.toml"
     if candidate.is_file():
         return candidate.resolve()
-    known = list_recipe_names(root)
+    known = [n for n in list_recipe_names(root) if n != recipe_name(path, root)]  # never itself
     close = difflib.get_close_matches(ref, known, n=1)
     sibling = f"{recipe_name(path.parent, root)}/{ref}" if path.parent != root else None
     if sibling in known:

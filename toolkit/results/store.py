@@ -138,6 +138,11 @@ class Store:
         if "locked" in _first_line(e):
             return PatchbenchError(f"results store {self.path}: {_first_line(e)}",
                                    hint=f"another writer held it for {BUSY_TIMEOUT_MS // 1000} s")
+        if self.engine_name == "sqlite" and ("unable to open" in _first_line(e) or "readonly" in _first_line(e)):
+            where = Path(str(self.path)).parent
+            return PatchbenchError(f"results store {self.path}: {_first_line(e)}",
+                                   hint=f"can this user write {where}? (a read-only PATCHBENCH_HOME cannot hold the "
+                                        "store's lock and journal; point PATCHBENCH_HOME or --store elsewhere)")
         return PatchbenchError(f"results store {self.path}: {_first_line(e)}")
 
     def schema_version(self) -> int:

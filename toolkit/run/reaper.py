@@ -52,8 +52,14 @@ def _host() -> str:
 
 
 def _dir(home: Path) -> Path:
+    from toolkit.errors import BadInput
+
     d = Path(home) / LIVE_DIR
-    d.mkdir(parents=True, exist_ok=True)
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise BadInput(f"patchbench home {home}: cannot write {d} ({exc.strerror or exc})",
+                       hint="point PATCHBENCH_HOME (or --home) at a directory this user can write") from None
     return d
 
 

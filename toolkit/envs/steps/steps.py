@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Mapping, Sequence
 
-from toolkit.errors import PatchbenchError
+from toolkit.errors import Interrupted, PatchbenchError
 
 TAIL_LINES = 15
 
@@ -71,6 +71,13 @@ class Steps:
             if self.console:
                 self.console.print(f"  [red]x[/] {title} ({time.monotonic() - t0:.1f} s)")
             raise
+        except KeyboardInterrupt as e:  # said with the recipe, the step and its log (the env's build is dropped)
+            if status:
+                status.stop()
+            if isinstance(e, Interrupted):
+                raise
+            raise Interrupted(recipe=self.recipe, step=name,
+                              log=self.root / self.logs[name] if name in self.logs else None) from None
         except BaseException:
             if status:
                 status.stop()
