@@ -169,3 +169,18 @@ def test_rebase_a_path_source_onto_its_current_content(project, home, monkeypatc
     assert main(["patches", "rebase", "mini", "--onto", "HEAD", "--continue"]) == 0
     assert "resolved patches/mini/step.patch" in " ".join(capsys.readouterr().out.split())
     assert main(["patches", "check", "mini"]) == 0
+
+
+def test_a_patch_that_conflicts_with_an_earlier_one_of_its_stack_is_told_so(tmp_path, home, monkeypatch, capsys):
+    """Two demo patches that change the same line: the second's conflict names the first (the base
+    did not move, so "rebase" would lead nowhere)."""
+    from conftest import demo_project
+
+    proj = demo_project(tmp_path, monkeypatch)
+    (proj / "recipes/demo/both.toml").write_text(
+        'extends = "demo/baseline"\n[patches]\nsglang = ["demo/faster-decode.patch", "demo/slower-decode.patch"]\n')
+    main(["patches", "check", "demo/both"])
+    out = capsys.readouterr()
+    text = out.out + out.err
+    assert "an earlier patch of this stack, demo/faster-decode.patch, changed that line" in text, text
+    assert "the base moved on" not in text

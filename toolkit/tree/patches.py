@@ -329,10 +329,26 @@ def _mismatch(repo: Path, info: PatchInfo, file: str, strip_prefix: str) -> str 
                 n = h.source_start + i
                 have = tree_lines[n - 1] if n - 1 < len(tree_lines) else "(end of file)"
                 if have != want:
-                    return (f"context mismatch at {h}: line {n} expected `{want.strip()}`, the tree has "
-                            f"`{have.strip()}` (the base moved on: `patchbench patches rebase RECIPE --onto "
-                            f"REV` ports the stack with a 3-way merge; for a path source `--onto HEAD`)")
+                    said = f"context mismatch at {h}: line {n} expected `{want.strip()}`, the tree has `{have.strip()}`"
+                    earlier = _earlier_patch(repo, file, n) if n - 1 < len(tree_lines) else None
+                    if earlier:
+                        return (f"{said} (an earlier patch of this stack, {earlier}, changed that line: write this "
+                                f"patch on top of it, by hand in the .patch file, or reorder or drop one of them)")
+                    return (f"{said} (the base moved on: `patchbench patches rebase RECIPE --onto REV` ports the "
+                            "stack with a 3-way merge; for a path source `--onto HEAD`)")
     return None
+
+
+def _earlier_patch(repo: Path, file: str, line: int) -> str | None:
+    """The patch of this applied stack whose commit last changed `line` of `file` (git blame; the
+    stack's commits carry "patchbench: NAME sha256 ..."), None when the base's own line is there."""
+    blamed = gitrepo.run(repo, "blame", "--porcelain", "-L", f"{line},{line}", "HEAD", "--", file, check=False)
+    if not blamed.ok or not blamed.stdout:
+        return None
+    sha = blamed.stdout.split(maxsplit=1)[0]
+    body = gitrepo.run(repo, "log", "-1", "--format=%B", sha, check=False)
+    m = re.search(r"^patchbench: (\S+) sha256 ", body.stdout or "", re.M) if body.ok else None
+    return m.group(1) if m else None
 
 
 def _prefix_hint(repo: Path, info: PatchInfo, strip_prefix: str) -> str:
