@@ -49,6 +49,8 @@ def test_baseline_and_oea_on_real_sglang(tmp_path, capsys):
         log = (SHARED_HOME / "runs" / r.run_id / "server.log").read_text(errors="replace")
         assert standin_calls(log) == []  # the real tier reached no stand-in name
         assert "OEA active" in log if r.recipe == "cpu/oea" else "OEA active" not in log
+        # `[benchmark] flush_cache`: real sglang's POST /flush_cache emptied the prefix cache before the point
+        assert r.extra["server_account"]["8"]["prefix_cache"] == "flushed", r.extra["server_account"]
     for r in (r for r in runs if r.recipe == "cpu/oea"):
         assert r.extra["evidence"] == {"sglang/oea-topk.patch": "ok"}
         m = r.extra["evidence_metrics"]

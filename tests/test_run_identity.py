@@ -137,7 +137,7 @@ def test_editing_a_child_benchmark_says_the_benchmarks_differ_then_counts_the_ne
     assert main(["compare", "demo/baseline", "mine/quick"]) == 2
     err = capsys.readouterr().err
     assert "the [benchmark] of demo/baseline and mine/quick differ now: points [1] vs [1, 2]" in err
-    assert "extend demo/baseline" in err and "\n" not in err.strip()
+    assert "copy demo/baseline's [benchmark] table" in err and "\n" not in err.strip()
 
     # aligned again: the newest runs of the current definition count; the older ones are named
     _recipe(demo, "mine/quick", 'extends = "demo/baseline"\n[benchmark]\nconcurrency = [1]\nwarmup = 2\n')

@@ -381,3 +381,27 @@ def test_one_batch_failure_names_the_exception_and_skipped_batches_are_missing(t
         run_one_batch([sys.executable, "-c", script], log=tmp_path / "ob.log", environ=dict(os.environ), timeout_s=60)
     samples = [Sample("decode_tok_s", 1.0, "tok/s", 1, "batch")]
     assert missing_batch_sizes(samples, [1, 8]) == [8]
+
+
+def test_flush_cache_and_warmup_fill_start_each_point_empty_and_at_its_batch_size(launch):
+    """`[benchmark] flush_cache`: POST /flush_cache before each point's warm-up (said per point);
+    `warmup_fill`: the warm-up sends max(warmup, c) requests at c in flight, so the server counted
+    2 + 6 warm-up requests at concurrency 1 and 6 (the measured windows exclude them)."""
+    import urllib.request
+
+    from toolkit.run.bench import server_account as account
+
+    url = launch(*STEP, "--enable-metrics")
+
+    def served() -> float:
+        with urllib.request.urlopen(url + "/metrics") as r:
+            return account.parse(r.read().decode())["requests"]
+
+    before = served()
+    cfg = ServingConfig(input_len=16, output_len=8, concurrency=(1, 6), num_prompts=8, warmup=2, flush_cache=True,
+                        warmup_fill=True)
+    points = run_serving(url, cfg)
+    assert [p.prefix_cache for p in points] == ["flushed", "flushed"]
+    assert all(p.errors == [] and p.server["requests"] == 8 for p in points)
+    assert served() - before == (2 + 8) + (6 + 8)
+    assert cfg.warmup_at(1) == 2 and cfg.warmup_at(6) == 6 and ServingConfig(warmup=2).warmup_at(6) == 2

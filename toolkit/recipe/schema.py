@@ -88,6 +88,10 @@ class BenchTable(_Table):
                                             "box is up to 1.5x noisier now than then, not beyond)")
     max_repeats: int | None = Field(None, description="the sequential verdict's cap on launches each (default 8); "
                                     "its early looks' boundaries depend on it, so compare and report judge with it too")
+    flush_cache: bool | None = Field(None, description="empty the server's prefix cache (POST /flush_cache) before each "
+                                     "point, so no point is measured with earlier points' requests filling the KV pool")
+    warmup_fill: bool | None = Field(None, description="each point's warm-up reaches the point's concurrency "
+                                     "(max(warmup, c) short requests, c in flight) before the measured window")
     endpoint: Literal["generate", "completions"] | None = None
     timeout_s: float | None = None
     strict_box: bool | None = Field(None, description="store a run `invalid` when its GPUs throttled, were shared, or ran at clocks apart from the sweep's")

@@ -77,6 +77,12 @@ class BenchSpec:
     # the sequential design's cap (launches each): its early looks' boundaries depend on it, so every
     # command that judges these runs (run, sweep, attribute, compare, report, plan, track --settle) uses it
     max_repeats: int = 8
+    # each point starts from an empty prefix (radix) cache: POST /flush_cache before its warm-up, so a
+    # point is not measured with the previous points' requests filling the KV pool (eviction work)
+    flush_cache: bool = False
+    # each point's warm-up reaches the point's concurrency (max(warmup, c) short requests, c in flight),
+    # so the first batches of that size (lazy JIT, allocator growth) fall before the measured window
+    warmup_fill: bool = False
 
     def params(self) -> dict:
         """The parameters that must match for two results to be comparable."""
@@ -90,6 +96,10 @@ class BenchSpec:
             "warmup": self.warmup,
             "seed": self.seed,
             "endpoint": self.endpoint if self.driver == "serving" else None,
+            # procedures that change what a point measures; named only when on, so the runs of a
+            # recipe without them keep their benchmark key
+            **({"flush_cache": True} if self.flush_cache and self.driver == "serving" else {}),
+            **({"warmup_fill": True} if self.warmup_fill and self.driver == "serving" else {}),
         }
 
 

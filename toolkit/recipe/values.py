@@ -191,10 +191,11 @@ def bench_spec(path: Path, t: dict) -> BenchSpec:
         if isinstance(t["max_repeats"], bool) or not isinstance(t["max_repeats"], int) or t["max_repeats"] < 2:
             raise BadInput(f"{path}: `benchmark.max_repeats` must be an integer >= 2 (launches each)")
         kw["max_repeats"] = t["max_repeats"]
-    if "pool_stored_spread" in t:
-        if not isinstance(t["pool_stored_spread"], bool):
-            raise BadInput(f"{path}: `benchmark.pool_stored_spread` must be true or false")
-        kw["pool_stored_spread"] = t["pool_stored_spread"]
+    for key in ("pool_stored_spread", "flush_cache", "warmup_fill"):
+        if key in t:
+            if not isinstance(t[key], bool):
+                raise BadInput(f"{path}: `benchmark.{key}` must be true or false")
+            kw[key] = t[key]
     return BenchSpec(**{**defaults.__dict__, **kw})
 
 

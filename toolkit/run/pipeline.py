@@ -390,18 +390,27 @@ def _serving(url: str, bench, console: Console, name: str, *,
     cfg = ServingConfig(input_len=bench.input_len, output_len=bench.output_len,
                         concurrency=tuple(bench.concurrency), num_prompts=bench.num_prompts, warmup=bench.warmup,
                         seed=bench.seed, endpoint=bench.endpoint, timeout_s=bench.timeout_s,
-                        vocab_size=model_vocab(model))
+                        vocab_size=model_vocab(model), flush_cache=bench.flush_cache, warmup_fill=bench.warmup_fill)
     points = run_serving(url, cfg)
     samples: list[Sample] = []
     errors: list[str] = []
     accounts = {str(pt.concurrency): pt.server for pt in points if pt.server is not None}
+    counted = bool(accounts)
     for pt in points:
         samples.extend(pt.to_samples())
         errors.extend(f"concurrency {pt.concurrency}: {e}" for e in pt.errors)
         for note in (pt.server or {}).get("notes", ()):
             console.print(f"[yellow]{escape(name)}[/]: concurrency {pt.concurrency}: the server says {escape(note)}")
+        if pt.prefix_cache is not None:  # `[benchmark] flush_cache`: kept with the point's account
+            acc = accounts.setdefault(str(pt.concurrency), {})
+            acc["prefix_cache"] = pt.prefix_cache
+            if pt.prefix_cache != "flushed":
+                note = (f"the prefix cache was {pt.prefix_cache} before this point: earlier points' requests may "
+                        "fill the KV pool during its window")
+                acc["notes"] = [*acc.get("notes", []), note]
+                console.print(f"[yellow]{escape(name)}[/]: concurrency {pt.concurrency}: {escape(note)}")
     best = max((s.value for s in samples if s.metric == "output_tok_s"), default=0.0)
-    said = "" if accounts else " (no server account: the server has no /metrics; pass enable-metrics)"
+    said = "" if counted else " (no server account: the server has no /metrics; pass enable-metrics)"
     console.print(f"[bold]{escape(name)}[/]: {len(points)} points, best output {best:.1f} tok/s{escape(said)}")
     return samples, errors, accounts
 

@@ -43,6 +43,8 @@ class PointResult:
     errors: list = field(default_factory=list)  # "N x reason", most frequent first
     # the server's own account of the measured window (toolkit.run.bench.server_account), None without /metrics
     server: dict | None = None
+    # with the benchmark's flush_cache: "flushed" or "not flushed: <why>" (the prefix cache before the point)
+    prefix_cache: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -56,7 +58,7 @@ class PointResult:
     def to_dict(self) -> dict:
         return {"concurrency": self.concurrency, "requests": self.requests,
                 "metrics": dict(self.metrics), "units": dict(self.units),
-                "errors": list(self.errors), "server": self.server}
+                "errors": list(self.errors), "server": self.server, "prefix_cache": self.prefix_cache}
 
 
 def percentile(sorted_values: Sequence[float], q: float) -> float:

@@ -332,16 +332,18 @@ async def run_serving_async(base_url: str, cfg: ServingConfig,
         for c in cfg.concurrency:
             await open_connections(session, base_url, c)
             warm_errors: list = []
+            flushed = await flush_prefix_cache(session, base_url) if cfg.flush_cache else None
             if cfg.warmup:
                 wl = min(cfg.output_len, WARMUP_MAX_OUTPUT)
+                n_warm = cfg.warmup_at(c)
                 warm = [build_payload(cfg, make_prompt(kind, cfg, c, i, "w"), wl, model,
                                       _rid(cfg, c, "w", i))
-                        for i in range(cfg.warmup)]
-                wres, _ = await _closed_loop(session, url, warm, cfg, min(cfg.warmup, c), wl,
+                        for i in range(n_warm)]
+                wres, _ = await _closed_loop(session, url, warm, cfg, min(n_warm, c), wl,
                                              timeout, "warmup", progress)
                 warm_errors = [f"warmup: {r.error}" for r in wres if not r.ok]
                 if metrics is not None:  # the window starts once the warm-up is counted
-                    metrics = await _settled_reading(session, base_url, metrics, cfg.warmup)
+                    metrics = await _settled_reading(session, base_url, metrics, n_warm)
             n = cfg.requests_at(c)
             payloads = [build_payload(cfg, make_prompt(kind, cfg, c, i), cfg.output_len, model,
                                       _rid(cfg, c, "m", i))
@@ -349,6 +351,7 @@ async def run_serving_async(base_url: str, cfg: ServingConfig,
             results, duration = await _closed_loop(session, url, payloads, cfg, c,
                                                    cfg.output_len, timeout, "measure", progress, inflight)
             point = summarize(c, results, duration, warm_errors)
+            point.prefix_cache = flushed
             if metrics is not None:
                 after = await _settled_reading(session, base_url, metrics, n)
                 if after is not None:
@@ -368,6 +371,24 @@ async def run_serving_async(base_url: str, cfg: ServingConfig,
                 point.errors.append(f"sweep stopped: no request succeeded at concurrency {c}")
                 break
     return out
+
+
+FLUSH_WAIT_S = 30.0  # how long sglang may wait for the previous point's requests to leave (?timeout=)
+
+
+async def flush_prefix_cache(session, base_url: str) -> str:
+    """POST /flush_cache (sglang: empties the radix cache once no request is running or waiting; it
+    waits up to FLUSH_WAIT_S for that): "flushed", or "not flushed: <why>" (the point is measured
+    anyway and says so)."""
+    import aiohttp
+
+    try:
+        async with session.post(f"{base_url}/flush_cache", params={"timeout": str(FLUSH_WAIT_S)},
+                                timeout=aiohttp.ClientTimeout(total=FLUSH_WAIT_S + 30)) as r:
+            text = (await r.text()).strip().splitlines()
+            return "flushed" if r.status == 200 else f"not flushed: HTTP {r.status} {text[0] if text else ''}".rstrip()
+    except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+        return f"not flushed: {type(exc).__name__} {exc}".rstrip()
 
 
 async def _settled_reading(session, base_url: str, before: dict, sent: int) -> Optional[dict]:

@@ -48,6 +48,8 @@ class ServingConfig:
     model: Optional[str] = None  # "model" for /v1/completions; None -> the server's served name
     vocab_size: int = DEFAULT_VOCAB  # random input ids are drawn from [1000, vocab_size - 1000)
     send_rid: bool = False  # send "rid": "pb-<seed>-<concurrency>-<m|w><index>" (/generate only)
+    flush_cache: bool = False  # POST /flush_cache before each point's warm-up (an empty prefix cache)
+    warmup_fill: bool = False  # warm-up of max(warmup, c) requests at c in flight (the point's batch size)
 
     def __post_init__(self) -> None:
         if self.input_len < 1 or self.output_len < 1:
@@ -79,7 +81,12 @@ class ServingConfig:
             "warmup": self.warmup, "seed": self.seed, "endpoint": self.endpoint,
             "timeout_s": self.timeout_s, "prompt": self.prompt, "stream": self.stream,
             "model": self.model, "vocab_size": self.vocab_size, "send_rid": self.send_rid,
+            "flush_cache": self.flush_cache, "warmup_fill": self.warmup_fill,
         }
+
+    def warmup_at(self, concurrency: int) -> int:
+        """Warm-up requests before a point: `warmup`, or with warmup_fill enough to fill the point."""
+        return max(self.warmup, concurrency) if self.warmup_fill and self.warmup else self.warmup
 
 
 def id_range(vocab_size: int) -> tuple[int, int]:
