@@ -51,6 +51,11 @@ def test_baseline_and_oea_on_real_sglang(tmp_path, capsys):
         assert "OEA active" in log if r.recipe == "cpu/oea" else "OEA active" not in log
         # `[benchmark] flush_cache`: real sglang's POST /flush_cache emptied the prefix cache before the point
         assert r.extra["server_account"]["8"]["prefix_cache"] == "flushed", r.extra["server_account"]
+        # what the server could hold, as it reported (toolkit.results.capacity): the pool and limit it sized
+        from toolkit.results import capacity
+
+        held = capacity.of(r)
+        assert held["token_capacity"] and held["token_capacity"] > 0 and held["max_running_requests"] > 0, held
     for r in (r for r in runs if r.recipe == "cpu/oea"):
         assert r.extra["evidence"] == {"sglang/oea-topk.patch": "ok"}
         m = r.extra["evidence_metrics"]

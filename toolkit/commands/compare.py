@@ -52,11 +52,14 @@ def box_lines(sel) -> list[str]:
 
 
 def server_lines(sel) -> list[str]:
-    """What the servers' own accounts of the runs used said (retractions, eager decode passes, prefix-cache hits)."""
+    """What the servers said of the runs used: their accounts (retractions, eager decode passes,
+    prefix-cache hits) and their capacity (launches sized apart, concurrency above the running limit)."""
+    from toolkit.results import capacity
     from toolkit.run.bench.server_account import run_lines
 
-    return run_lines([r for name in sel.recipes for r in sel.runs[name]],
-                     {r.run_id: name for name in sel.recipes for r in sel.runs[name]})
+    runs = [r for name in sel.recipes for r in sel.runs[name]]
+    label = {r.run_id: name for name in sel.recipes for r in sel.runs[name]}
+    return capacity.lines(runs, label) + run_lines(runs, label)
 
 
 def tactic_lines(sel) -> list[str]:

@@ -146,7 +146,9 @@ def collect(store: Any, recipes: Sequence[str], metrics_: Sequence[str] | None =
 
     used, label = [r for n in names for r in sel.runs[n]], {r.run_id: n for n in names for r in sel.runs[n]}
     notes += [f"box: {line}" for line in box_lines(used, label)]
-    notes += [f"server: {line}" for line in run_lines(used, label)]
+    from toolkit.results import capacity
+
+    notes += [f"server: {line}" for line in capacity.lines(used, label) + run_lines(used, label)]
     from toolkit.analysis.tactics import lines as tactic_lines
 
     notes += [f"tactics: {line}" for line in tactic_lines({n: sel.runs[n] for n in names})]

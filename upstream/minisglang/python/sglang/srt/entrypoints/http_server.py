@@ -211,6 +211,8 @@ class HttpServer:
             "world_size": self.args.tp_size * self.args.pp_size,
             "startup_time": self.started,
             "effective_max_running_requests_per_dp": self.args.max_running_requests,
+            # sglang's KV pool size; the miniature has no pool, only the limit it was given
+            "memory_usage": {"token_capacity": self.args.max_total_tokens},
             "last_gen_throughput": self.scheduler.last_gen_throughput,
         }]
         info["mini_cost_model"] = self.scheduler.cost.to_dict()
