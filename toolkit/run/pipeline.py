@@ -153,6 +153,10 @@ def static_check(built: Built) -> Prepared:
                           f"(sglang {escape(str(check.version))})")
     for warning in check.warnings:
         job.console.print(f"[yellow]{name}: warning:[/] {escape(warning)}")
+    if (check.resolved_config or {}).get("enable_eplb"):
+        every = (check.resolved_config or {}).get("eplb_rebalance_num_iterations")
+        job.console.print(f"[yellow]{name}: note:[/] EPLB on: sglang moves experts every {escape(str(every))} forward "
+                          "passes from start, so a measured window may straddle a rebalance")
     for line in check_summary(check):
         job.console.print(line, markup=False, highlight=False)
     return Prepared(recipe, built.applied.trees, built.env, check, label=job.label)

@@ -205,6 +205,10 @@ KEY_FIELDS = (
     "mem_fraction_static", "tp_size", "ep_size", "dp_size", "pp_size", "enable_dp_attention",
     "enable_single_batch_overlap", "enable_two_batch_overlap", "speculative_algorithm", "sampling_backend",
     "disable_radix_cache", "context_length",
+    # expert placement: EPLB (off by default in 0.5.23) moves experts every eplb_rebalance_num_iterations
+    # forward passes counted from start, so a measured window can straddle a rebalance
+    "enable_eplb", "init_expert_location", "ep_num_redundant_experts", "ep_dispatch_algorithm",
+    "eplb_rebalance_num_iterations",
 )
 # Values that differ launch to launch, or that the scheduler adjusts after loading weights from the
 # free memory it measures (CUDA graph sizes capped by the running-request limit, context length):
