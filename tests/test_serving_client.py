@@ -405,3 +405,24 @@ def test_flush_cache_and_warmup_fill_start_each_point_empty_and_at_its_batch_siz
     assert all(p.errors == [] and p.server["requests"] == 8 for p in points)
     assert served() - before == (2 + 8) + (6 + 8)
     assert cfg.warmup_at(1) == 2 and cfg.warmup_at(6) == 6 and ServingConfig(warmup=2).warmup_at(6) == 2
+
+
+def test_files_the_servers_jit_caches_gained_during_a_window_are_counted(launch, tmp_path):
+    """`compiled` is read just before and just after each measured window (warm-up outside it): a
+    kernel compiled while measured shows as files gained in that window."""
+    from toolkit.envs.manifest import jit_file_count
+
+    url = launch(*STEP)
+    jit = tmp_path / "env"
+    (jit / "jit" / "triton").mkdir(parents=True)
+    reads = []
+
+    def compiled() -> int:
+        reads.append(1)
+        if len(reads) == 2:  # the first window: a kernel lands in the cache while it runs
+            (jit / "jit" / "triton" / "kernel.cubin").write_bytes(b"x")
+        return jit_file_count(jit)
+
+    one, two = run_serving(url, ServingConfig(input_len=16, output_len=8, concurrency=(1, 2), num_prompts=4,
+                                              warmup=1), compiled=compiled)
+    assert (one.compiled_files, two.compiled_files) == (1, 0) and len(reads) == 4

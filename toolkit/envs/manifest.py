@@ -87,6 +87,12 @@ def jit_vars(path: Path) -> dict[str, str]:
     return {name: str(root if sub == "." else root / sub) for name, sub in JIT_CACHES}
 
 
+def jit_file_count(path: Path) -> int:
+    """Files in the env's run-time caches (`path/jit`, every JIT_CACHES directory): a count that grows
+    when a server of this env compiles something (a Triton, FlashInfer, Inductor or CUDA kernel)."""
+    return sum(len(files) for _, _, files in os.walk(path / "jit"))
+
+
 def run_vars(path: Path, spec: BuildSpec, cuda_home: str | None, key: str) -> dict[str, str]:
     v = {
         "PATH": str(path / "bin"),

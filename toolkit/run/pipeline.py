@@ -229,7 +229,8 @@ def benchmark(verified: Verified) -> Measured:
             samples, errors = _one_batch(attempt), []
         else:
             samples, errors, accounts = _serving(server.url, bench, attempt.console, attempt.prepared.name,
-                                                 model=attempt.prepared.recipe.server.model)
+                                                 model=attempt.prepared.recipe.server.model,
+                                                 env_dir=attempt.prepared.env.path)
             attempt.extra["server_account"] = accounts
     finally:
         attempt.extra["host_state"] = host.stop()
@@ -385,7 +386,7 @@ def run_once(p: Prepared, *, home: Path, store: Store, repeat: int, group_id: st
 
 
 def _serving(url: str, bench, console: Console, name: str, *,
-             model: str | None = None) -> tuple[list[Sample], list[str], dict]:
+             model: str | None = None, env_dir: Path | None = None) -> tuple[list[Sample], list[str], dict]:
     """(samples, errors, the server's own account of each point's window: {concurrency: account},
     empty without /metrics; its notes printed)."""
     from toolkit.run.bench.serving import ServingConfig, run_serving
@@ -395,7 +396,9 @@ def _serving(url: str, bench, console: Console, name: str, *,
                         concurrency=tuple(bench.concurrency), num_prompts=bench.num_prompts, warmup=bench.warmup,
                         seed=bench.seed, endpoint=bench.endpoint, timeout_s=bench.timeout_s,
                         vocab_size=model_vocab(model), flush_cache=bench.flush_cache, warmup_fill=bench.warmup_fill)
-    points = run_serving(url, cfg)
+    from toolkit.envs.manifest import jit_file_count
+
+    points = run_serving(url, cfg, compiled=(lambda: jit_file_count(env_dir)) if env_dir else None)
     samples: list[Sample] = []
     errors: list[str] = []
     accounts = {str(pt.concurrency): pt.server for pt in points if pt.server is not None}
@@ -405,6 +408,13 @@ def _serving(url: str, bench, console: Console, name: str, *,
         errors.extend(f"concurrency {pt.concurrency}: {e}" for e in pt.errors)
         for note in (pt.server or {}).get("notes", ()):
             console.print(f"[yellow]{escape(name)}[/]: concurrency {pt.concurrency}: the server says {escape(note)}")
+        if pt.compiled_files:  # compiled while measured: this env's first launch at these shapes pays it
+            acc = accounts.setdefault(str(pt.concurrency), {})
+            acc["compiled_files"] = pt.compiled_files
+            note = (f"{pt.compiled_files} file(s) appeared in the env's JIT caches during this window: kernels "
+                    "compiled while it was measured (an env's first launch at new shapes; later launches reuse them)")
+            acc["notes"] = [*acc.get("notes", []), note]
+            console.print(f"[yellow]{escape(name)}[/]: concurrency {pt.concurrency}: {escape(note)}")
         if pt.prefix_cache is not None:  # `[benchmark] flush_cache`: kept with the point's account
             acc = accounts.setdefault(str(pt.concurrency), {})
             acc["prefix_cache"] = pt.prefix_cache

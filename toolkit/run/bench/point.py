@@ -45,6 +45,8 @@ class PointResult:
     server: dict | None = None
     # with the benchmark's flush_cache: "flushed" or "not flushed: <why>" (the prefix cache before the point)
     prefix_cache: str | None = None
+    # files that appeared in the server's JIT caches during the measured window (None: not watched)
+    compiled_files: int | None = None
 
     @property
     def ok(self) -> bool:
@@ -58,7 +60,8 @@ class PointResult:
     def to_dict(self) -> dict:
         return {"concurrency": self.concurrency, "requests": self.requests,
                 "metrics": dict(self.metrics), "units": dict(self.units),
-                "errors": list(self.errors), "server": self.server, "prefix_cache": self.prefix_cache}
+                "errors": list(self.errors), "server": self.server, "prefix_cache": self.prefix_cache,
+                "compiled_files": self.compiled_files}
 
 
 def percentile(sorted_values: Sequence[float], q: float) -> float:

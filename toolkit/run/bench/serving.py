@@ -312,10 +312,12 @@ def resolve_prompt_kind(cfg: ServingConfig, server_info: dict) -> str:
 
 async def run_serving_async(base_url: str, cfg: ServingConfig,
                             progress: Optional[Progress] = None,
-                            inflight: Optional[InFlight] = None) -> list[PointResult]:
+                            inflight: Optional[InFlight] = None,
+                            compiled: Optional[Callable[[], int]] = None) -> list[PointResult]:
     """The sweep (see the module docstring). Stops early after a point where no request
     succeeded (the server is presumably gone); that point's errors say so. `inflight` follows
-    the measured requests (toolkit.run.bench.inflight)."""
+    the measured requests (toolkit.run.bench.inflight). `compiled`: a count of the files in the
+    server's JIT caches, read before and after each measured window (PointResult.compiled_files)."""
     import aiohttp
 
     base_url = base_url.rstrip("/")
@@ -348,10 +350,12 @@ async def run_serving_async(base_url: str, cfg: ServingConfig,
             payloads = [build_payload(cfg, make_prompt(kind, cfg, c, i), cfg.output_len, model,
                                       _rid(cfg, c, "m", i))
                         for i in range(n)]
+            files = compiled() if compiled else None
             results, duration = await _closed_loop(session, url, payloads, cfg, c,
                                                    cfg.output_len, timeout, "measure", progress, inflight)
             point = summarize(c, results, duration, warm_errors)
             point.prefix_cache = flushed
+            point.compiled_files = compiled() - files if compiled else None
             if metrics is not None:
                 after = await _settled_reading(session, base_url, metrics, n)
                 if after is not None:
@@ -404,9 +408,10 @@ async def _settled_reading(session, base_url: str, before: dict, sent: int) -> O
 
 
 def run_serving(base_url: str, cfg: ServingConfig,
-                progress: Optional[Progress] = None) -> list[PointResult]:
+                progress: Optional[Progress] = None,
+                compiled: Optional[Callable[[], int]] = None) -> list[PointResult]:
     """Synchronous wrapper of run_serving_async (runs its own event loop)."""
-    return asyncio.run(run_serving_async(base_url, cfg, progress))
+    return asyncio.run(run_serving_async(base_url, cfg, progress, compiled=compiled))
 
 
 __all__ = [
