@@ -170,6 +170,15 @@ def test_rebase_a_path_source_onto_its_current_content(project, home, monkeypatc
     assert "resolved patches/mini/step.patch" in " ".join(capsys.readouterr().out.split())
     assert main(["patches", "check", "mini"]) == 0
 
+    # in place, a patch another recipe lists would change under that recipe too: refused, nothing written
+    project.recipe("other", 'extends = "mini"\n')
+    before = (project.patches / "mini/name.patch").read_text()
+    project.write_upstream("python/mini/cost.py", "STEP_MS = 12\nPREFILL_MS = 1\nNAME = 'mini'\nTP = 1\n"
+                           "EP = 1\n\n\n# a note in name.patch's context\n\n\nSEQ_US = 40\nKV = 'bf16'\nPAGE = 128\n")
+    assert main(["patches", "rebase", "mini", "--onto", "HEAD"]) == 2
+    assert "which other also lists" in " ".join(capsys.readouterr().err.split())
+    assert (project.patches / "mini/name.patch").read_text() == before
+
 
 def test_a_patch_that_conflicts_with_an_earlier_one_of_its_stack_is_told_so(tmp_path, home, monkeypatch, capsys):
     """Two demo patches that change the same line: the second's conflict names the first (the base

@@ -198,12 +198,23 @@ def _finish(work: Work, recipe: Recipe, home: Path) -> RebaseResult:
     else:
         new_names = [f"{n.rsplit('/', 1)[0]}-{onto}/{n.rsplit('/', 1)[-1]}" if "/" in n else f"{work.source}-{onto}/{n}"
                      for n in names]
-    for old_name, new_name, commit in zip(names, new_names, commits):
+    recipes_dir = recipe.patches_dir.parent / "recipes"
+    texts = {new_name: patch_text(work, commit, recipe.patches_dir / old_name)
+             for old_name, new_name, commit in zip(names, new_names, commits)}
+    changed = {n: t for n, t in texts.items()
+               if not (recipe.patches_dir / n).is_file() or (recipe.patches_dir / n).read_text() != t}
+    if state["in_place"]:  # rewriting a patch another recipe lists would change that recipe too
+        shared = {n: users for n in changed if (users := _other_users(n, recipe, recipes_dir))}
+        if shared:
+            name, users = next(iter(shared.items()))
+            raise BadInput(f"rebase of {recipe.name} in place would rewrite patches/{name}, which "
+                           f"{', '.join(users)} also list{'s' if len(users) == 1 else ''}",
+                           hint="give this recipe its own copies of the patches first (or rebase into a new recipe: "
+                                "drop --in-place; a path source is rebased in place)")
+    for new_name, text in changed.items():  # unchanged files are left as they are
         target = recipe.patches_dir / new_name
         target.parent.mkdir(parents=True, exist_ok=True)
-        text = patch_text(work, commit, recipe.patches_dir / old_name)
         target.write_text(text)
-    recipes_dir = recipe.patches_dir.parent / "recipes"
     if state["in_place"] and recipe.sources[work.source].kind == "path":
         path = Path(recipe.path)  # nothing to pin: the path is the new base
     elif state["in_place"]:
@@ -214,6 +225,24 @@ def _finish(work: Work, recipe: Recipe, home: Path) -> RebaseResult:
     tree_of(fresh, work.source, home)  # applies the new stack with zero fuzz and writes its lock
     shutil.rmtree(work.path)
     return RebaseResult(fresh.name, list(zip(new_names, state["how"])), work.path)
+
+
+def _other_users(patch: str, recipe: Recipe, recipes_dir: Path) -> list[str]:
+    """The other recipes under `recipes_dir` whose patch lists name `patch`."""
+    from toolkit.recipe.load import list_recipe_names
+
+    target = (recipe.patches_dir / patch).resolve()
+    users = []
+    for name in list_recipe_names(recipes_dir):
+        if name == recipe.name:
+            continue
+        try:
+            other = load_recipe(recipes_dir / f"{name}.toml", recipes_dir)
+        except PatchbenchError:
+            continue
+        if any(Path(p).resolve() == target for paths in dict(other.patches).values() for p in paths):
+            users.append(name)
+    return users
 
 
 def _pin_in_place(recipe: Recipe, source: str, onto: str) -> Path:
