@@ -164,3 +164,20 @@ def test_speculative_acceptance_is_read_from_the_windows_verify_passes():
     window = account.difference(before, account.parse(generate_latest(reg).decode()))
     assert window["spec_verify_calls"] == 160 and window["generation_tokens"] == 512
     assert account.tokens_per_verify(window) == 3.2
+
+
+def test_a_points_compiles_and_unflushed_cache_join_its_account():
+    """toolkit.run.bench.point_record: notes beside the server's own, kept in the point's account (one
+    made for a point the server did not count) and said in point order."""
+    from toolkit.run.bench.point import PointResult
+    from toolkit.run.bench.point_record import gather
+
+    counted = PointResult(1, 8, metrics={"output_tok_s": 10.0}, server={"requests": 8, "notes": ["retracted 1"]},
+                          prefix_cache="flushed", compiled_files=3)
+    uncounted = PointResult(8, 8, metrics={"output_tok_s": 40.0}, prefix_cache="not flushed: HTTP 400")
+    samples, errors, accounts, said = gather([counted, uncounted])
+    assert [s.metric for s in samples] == ["output_tok_s", "output_tok_s"] and errors == []
+    assert accounts["1"]["compiled_files"] == 3 and accounts["1"]["prefix_cache"] == "flushed"
+    assert accounts["1"]["notes"][0] == "retracted 1" and "3 file(s) appeared" in accounts["1"]["notes"][1]
+    assert accounts["8"] == {"prefix_cache": "not flushed: HTTP 400", "notes": [said[-1][1]]}
+    assert [c for c, _ in said] == [1, 1, 8] and said[0][1] == "the server says retracted 1"

@@ -94,24 +94,31 @@ def print_json(data, *, versioned: bool = True) -> None:
 def known_recipes(store, names: list[str]) -> None:
     """BadInput for a name that is neither a recipe file nor a recipe with stored runs (a typo in
     `compare A B` must not read as "no results"), with the closest name as a hint."""
+    from toolkit.errors import BadInput
+
+    unknown = first_unknown(names, set(store.recipe_names()))
+    if unknown:
+        raise BadInput(f"no such recipe `{unknown[0]}`: no recipe file and no stored runs", hint=unknown[1])
+
+
+def first_unknown(names, known: set[str]) -> tuple[str, str | None] | None:
+    """The first of `names` that is neither in `known` nor a recipe file, with a "did you mean" hint
+    (None when every name is known)."""
     import difflib
 
-    from toolkit.errors import BadInput
     from toolkit.recipe.load import list_recipe_names, resolve_recipe_path
 
-    stored = set(store.recipe_names())
     for name in names:
-        if name in stored:
+        if name in known:
             continue
         try:
             resolve_recipe_path(name)
             continue
         except PatchbenchError:
             pass
-        pool = sorted(stored | set(list_recipe_names()))
-        close = difflib.get_close_matches(name, pool, n=1)
-        raise BadInput(f"no such recipe `{name}`: no recipe file and no stored runs",
-                       hint=f"did you mean `{close[0]}`?" if close else None)
+        close = difflib.get_close_matches(name, sorted(known | set(list_recipe_names())), n=1)
+        return name, (f"did you mean `{close[0]}`?" if close else None)
+    return None
 
 
 def same_twice(refs) -> None:

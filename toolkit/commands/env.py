@@ -109,23 +109,13 @@ def run(args) -> int:
 def _check_gc_arguments(home, args) -> None:
     """A negative age, or a --keep-recipes name no env was built for and no recipe file has (a typo
     would protect nothing): BadInput before anything is removed."""
-    import difflib
-
+    from toolkit.commands.common import first_unknown
     from toolkit.envs.gc import list_envs
-    from toolkit.errors import BadInput, PatchbenchError
-    from toolkit.recipe.load import list_recipe_names, resolve_recipe_path
+    from toolkit.errors import BadInput
 
     if args.older_than is not None and args.older_than < 0:
         raise BadInput(f"--older-than {args.older_than:g}: an age in days must be 0 or more")
-    built = {name for info in list_envs(home) for name in info.recipes}
-    for name in args.keep_recipes:
-        if name in built:
-            continue
-        try:
-            resolve_recipe_path(name)
-            continue
-        except PatchbenchError:
-            pass
-        close = difflib.get_close_matches(name, sorted(built | set(list_recipe_names())), n=1)
-        raise BadInput(f"--keep-recipes {name}: no env was built for it and no recipe has that name, so it would "
-                       "protect nothing", hint=f"did you mean `{close[0]}`?" if close else None)
+    unknown = first_unknown(args.keep_recipes, {name for info in list_envs(home) for name in info.recipes})
+    if unknown:
+        raise BadInput(f"--keep-recipes {unknown[0]}: no env was built for it and no recipe has that name, so it "
+                       "would protect nothing", hint=unknown[1])

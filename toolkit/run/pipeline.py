@@ -389,6 +389,8 @@ def _serving(url: str, bench, console: Console, name: str, *,
              model: str | None = None, env_dir: Path | None = None) -> tuple[list[Sample], list[str], dict]:
     """(samples, errors, the server's own account of each point's window: {concurrency: account},
     empty without /metrics; its notes printed)."""
+    from toolkit.envs.manifest import jit_file_count
+    from toolkit.run.bench import point_record
     from toolkit.run.bench.serving import ServingConfig, run_serving
     from toolkit.run.bench.workload import model_vocab
 
@@ -396,34 +398,12 @@ def _serving(url: str, bench, console: Console, name: str, *,
                         concurrency=tuple(bench.concurrency), num_prompts=bench.num_prompts, warmup=bench.warmup,
                         seed=bench.seed, endpoint=bench.endpoint, timeout_s=bench.timeout_s,
                         vocab_size=model_vocab(model), flush_cache=bench.flush_cache, warmup_fill=bench.warmup_fill)
-    from toolkit.envs.manifest import jit_file_count
-
     points = run_serving(url, cfg, compiled=(lambda: jit_file_count(env_dir)) if env_dir else None)
-    samples: list[Sample] = []
-    errors: list[str] = []
-    accounts = {str(pt.concurrency): pt.server for pt in points if pt.server is not None}
-    counted = bool(accounts)
-    for pt in points:
-        samples.extend(pt.to_samples())
-        errors.extend(f"concurrency {pt.concurrency}: {e}" for e in pt.errors)
-        for note in (pt.server or {}).get("notes", ()):
-            console.print(f"[yellow]{escape(name)}[/]: concurrency {pt.concurrency}: the server says {escape(note)}")
-        if pt.compiled_files:  # compiled while measured: this env's first launch at these shapes pays it
-            acc = accounts.setdefault(str(pt.concurrency), {})
-            acc["compiled_files"] = pt.compiled_files
-            note = (f"{pt.compiled_files} file(s) appeared in the env's JIT caches during this window: kernels "
-                    "compiled while it was measured (an env's first launch at new shapes; later launches reuse them)")
-            acc["notes"] = [*acc.get("notes", []), note]
-            console.print(f"[yellow]{escape(name)}[/]: concurrency {pt.concurrency}: {escape(note)}")
-        if pt.prefix_cache is not None:  # `[benchmark] flush_cache`: kept with the point's account
-            acc = accounts.setdefault(str(pt.concurrency), {})
-            acc["prefix_cache"] = pt.prefix_cache
-            if pt.prefix_cache != "flushed":
-                note = (f"the prefix cache was {pt.prefix_cache} before this point: earlier points' requests may "
-                        "fill the KV pool during its window")
-                acc["notes"] = [*acc.get("notes", []), note]
-                console.print(f"[yellow]{escape(name)}[/]: concurrency {pt.concurrency}: {escape(note)}")
+    samples, errors, accounts, notes = point_record.gather(points)
+    for concurrency, note in notes:
+        console.print(f"[yellow]{escape(name)}[/]: concurrency {concurrency}: {escape(note)}")
     best = max((s.value for s in samples if s.metric == "output_tok_s"), default=0.0)
+    counted = any(pt.server is not None for pt in points)
     said = "" if counted else " (no server account: the server has no /metrics; pass enable-metrics)"
     console.print(f"[bold]{escape(name)}[/]: {len(points)} points, best output {best:.1f} tok/s{escape(said)}")
     return samples, errors, accounts
