@@ -11,6 +11,8 @@ env vars, arch list): what a "version gain" is made of.
 
 from __future__ import annotations
 
+import math
+
 import json
 import re
 import shlex
@@ -52,7 +54,7 @@ class CompareRow:
     ratio: float  # variant / baseline (means, or medians with stat="median")
     ci_low: float  # confidence interval of `ratio`
     ci_high: float
-    p_value: float  # Mann-Whitney U, two-sided
+    p_value: float  # Mann-Whitney U, two-sided; nan where the sequential verdict decided the row (its interval in ci_*)
     verdict: str  # faster | slower | not significant | too few repeats (higher/lower: unknown metric)
     speedup: float  # > 1: variant better (direction-aware)
     text: str  # pyperf-like one-liner
@@ -103,17 +105,19 @@ def compare_selection(store: Store, sel: Selection, *, metrics: Sequence[str | M
                                      stat=stat, min_repeats=min_repeats, alpha=alpha,
                                      min_effect=min_effect)
             verdict, text, seq_text = c.verdict, stats.format_comparison(c), None
+            ci, p = (c.ci_low, c.ci_high), c.p_value
             if c.verdict == stats.TOO_FEW and sequential is not None:
                 settled = sequential_row(a.values, b.values, hib, sequential, stored_counts(store, a.runs, b.runs))
-                if settled is not None:
+                if settled is not None:  # the row shows the interval and verdict of the rule that decided it
                     verdict, text = seq.verdict_word(settled), settled.text
                     seq_text = settled.text
+                    ci, p = (settled.low, settled.high), math.nan
             rows.append(CompareRow(
                 baseline=base, recipe=variant, metric=metric, unit=unit, point=point, point_kind=kind,
                 n_base=c.n_a, n_variant=c.n_b, base_mean=c.mean_a, base_median=c.median_a,
                 base_std=c.std_a, variant_mean=c.mean_b, variant_median=c.median_b,
-                variant_std=c.std_b, ratio=c.ratio, ci_low=c.ci_low, ci_high=c.ci_high,
-                p_value=c.p_value, verdict=verdict, speedup=c.speedup,
+                variant_std=c.std_b, ratio=c.ratio, ci_low=ci[0], ci_high=ci[1],
+                p_value=p, verdict=verdict, speedup=c.speedup,
                 text=text, higher_is_better=hib,
                 base_runs=a.runs, variant_runs=b.runs, sequential=seq_text))
     return rows
@@ -209,7 +213,8 @@ def render_compare(rows: Sequence[CompareRow], *, title: str | None = None,
             escape(r.recipe), r.metric, f"{'bs' if r.point_kind == 'batch' else 'c'}={r.point}",
             value(r.baseline, r.metric, r.base_mean, r.base_std, r.unit),
             value(r.recipe, r.metric, r.variant_mean, r.variant_std, r.unit),
-            f"{r.speedup:.3f}x {ci}", f"{r.p_value:.3f}", f"{r.n_base}/{r.n_variant}",
+            f"{r.speedup:.3f}x {ci}", f"{r.p_value:.3f}" if r.p_value == r.p_value else "seq.",
+            f"{r.n_base}/{r.n_variant}",
             _verdict_text(r, _answers_at((quality or {}).get(r.recipe, {}), r.point), combined, is_plain_win))
     return table
 

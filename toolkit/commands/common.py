@@ -88,7 +88,20 @@ def print_json(data, *, versioned: bool = True) -> None:
     if versioned:
         data = {"schema_version": JSON_SCHEMA_VERSION,
                 **(data if isinstance(data, dict) else {"items": data})}
-    sys.stdout.write(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+    sys.stdout.write(json.dumps(_finite(data), indent=2, sort_keys=True, default=str, allow_nan=False) + "\n")
+
+
+def _finite(value):
+    """JSON has no NaN or infinity (jq and most parsers refuse them): null in their place."""
+    import math
+
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
 
 
 def known_recipes(store, names: list[str]) -> None:
