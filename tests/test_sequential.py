@@ -270,7 +270,9 @@ def test_repeats_keeps_the_fixed_design_and_bad_settings_are_bad_input():
                     until="store", executor="local")
         return Namespace(**{**base, **kw})
 
-    assert sequential_design(ns(repeats=3), [R(), R()]) is None  # --repeats N: today's fixed design
+    assert sequential_design(ns(repeats=3, sequential=False), [R(), R()]) is None  # --repeats N: the fixed design
+    with pytest.raises(BadInput, match="--repeats 3 is the fixed design"):  # asked for both: said, not dropped
+        sequential_design(ns(repeats=3), [R(), R()])
     assert sequential_design(ns(sequential=False, fixed=True), [R(), R()]) is None  # --fixed: the recipe's repeats
     assert sequential_design(ns(sequential=False), [R(), R()]) is not None  # the default: sequential
     with pytest.raises(BadInput):
