@@ -72,7 +72,9 @@ def test_a_cpu_burner_beside_a_run_is_foreign_and_flagged(tmp_path, home, monkey
     text = capsys.readouterr().out
     assert "foreign" in text and "no GPU state" in text
     # a second recipe, run without the burner: compare lists the first run's flag among its box lines
-    (tmp_path / "proj" / "recipes" / "demo" / "again.toml").write_text('extends = "demo/baseline"\n')
+    # (an A/A pair of two configurations: a recipe identical to the baseline would be its own runs twice)
+    (tmp_path / "proj" / "recipes" / "demo" / "again.toml").write_text(
+        'extends = "demo/baseline"\n[server.env]\nPATCHBENCH_TEST_SIDE = "again"\n')
     assert main(["run", "demo/again", "--repeats", "1"]) == 0
     capsys.readouterr()
     assert main(["compare", "demo/baseline", "demo/again", "--json"]) == 0

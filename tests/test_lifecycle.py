@@ -121,6 +121,8 @@ def test_port_in_use_is_a_stored_failed_run_with_a_one_line_reason(proj, home, c
         text = (proj / "recipes" / "busy.toml").read_text().replace("timeout_s = 60\n", f"timeout_s = 60\nport = {port}\n")
         (proj / "recipes" / "busy.toml").write_text(text)
         fine = recipe(proj, "fine")
+        (proj / "recipes" / "fine.toml").write_text((proj / "recipes" / "fine.toml").read_text()
+                                                   + '\n[server.env]\nPATCHBENCH_TEST_SIDE = "fine"\n')
         assert main(["run", path, fine, "--json"]) == 1
     out = json.loads(capsys.readouterr().out)
     store = Store(home / "results.sqlite")
