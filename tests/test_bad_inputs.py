@@ -40,6 +40,7 @@ def test_sweep_metric_at_a_point_not_measured_is_refused_before_measuring(home, 
     assert main(["sweep", "demo/sweep", "--metric", "output_tok_s@99"]) == 2
     line = _error(capsys)
     assert "output_tok_s@99" in line and "concurrency 99" in line and "concurrency 1, 16" in line, line
+    assert "not measured by the benchmark of demo/sweep" in line, line  # the benchmark, not some configurations
     assert main(["sweep", "demo/sweep", "--metric", "gpu_temp_c_max"]) == 2
     assert "once per run" in _error(capsys)
     assert main(["sweep", "demo/sweep", "--metric", "decode_tok_s"]) == 2

@@ -81,8 +81,9 @@ def _ranking(spec, recipes) -> tuple[str, int]:
         return spec.metric, max(common or points[0])
     if spec.point not in common:
         missing = [r.name for r, p in zip(recipes, points) if spec.point not in p]
-        raise BadInput(f"--metric {spec}: {word} {spec.point} is not measured by "
-                       f"{missing[0] if len(missing) == 1 else f'{len(missing)} of the configurations'}",
+        who = (f"the benchmark of {default.name}" if len(missing) == len(recipes) else missing[0] if len(missing) == 1
+               else f"{len(missing)} of the {len(recipes)} configurations")
+        raise BadInput(f"--metric {spec}: {word} {spec.point} is not measured by {who}",
                        hint=f"every configuration measures {word} {', '.join(map(str, common)) or 'none in common'}"
                             f" (e.g. {spec.metric}@{common[-1] if common else 1})")
     return spec.metric, spec.point
