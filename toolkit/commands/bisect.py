@@ -196,7 +196,7 @@ def run(args) -> int:
             out["gate"] = {k: g.to_dict() for k, g in gates.items()}
             out["notes"] = notes
         print_json(out)
-        return 0 if result.culprit is not None or result.candidates is None else 1
+        return _exit_code(result)
     _print_result(result, stats, args.direction)
     from toolkit.analysis import quality_runs
 
@@ -211,7 +211,13 @@ def run(args) -> int:
     print_runs_used(meter)
     console.print(f"{meter.builds} variant(s) prepared, {meter.runs} new run(s); cached values reused per env key")
     console.print(f"reproduce: {shlex.join(repro)}", markup=False)
-    return 0
+    return _exit_code(result)
+
+
+def _exit_code(result) -> int:
+    """0 when the bisect named a culprit or found none past the threshold; 1 when it could only narrow
+    it to several items (steps it could not measure), the text and JSON alike."""
+    return 0 if result.culprit is not None or result.candidates is None else 1
 
 
 def _quality(meter, names):
