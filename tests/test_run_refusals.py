@@ -27,6 +27,7 @@ def test_run_refuses_pairs_whose_verdict_would_not_be_about_the_recipes(tmp_path
     assert main(["run", "mine/a", "mine/copy"]) == 2
     err = capsys.readouterr().err
     assert "mine/a and mine/copy are one configuration" in err and "same runs on both sides" in err
+    assert len([ln for ln in err.splitlines() if ln.strip()]) == 1, err  # refused before anything was built
     assert not Store(home / "results.sqlite").runs()
     # with a variant that differs, the copy is set aside (named) and the other pair is judged
     (proj / "recipes/mine/fast.toml").write_text('extends = "demo/fast"\n' + SHORT)
@@ -38,33 +39,39 @@ def test_run_refuses_pairs_whose_verdict_would_not_be_about_the_recipes(tmp_path
 
 def test_a_killed_run_resumed_is_one_sweep_for_compare(tmp_path, home, monkeypatch, capsys):
     """`run A B` killed after its first launches and run again: the new launches join the killed
-    call's sweep, so `compare` (newest sweep) reads every launch the settled verdict used."""
+    call's sweep (the newest one holding both, not the reference's older one), so `compare` (newest
+    sweep) reads the variant's every launch and the reference's launches of that sweep."""
     from toolkit.run import pipeline
 
     proj = demo_project(tmp_path, monkeypatch)
     (proj / "recipes/mine").mkdir()
     (proj / "recipes/mine/a.toml").write_text('extends = "demo/baseline"\n' + SHORT)
-    (proj / "recipes/mine/b.toml").write_text('extends = "demo/slow"\n' + SHORT)
+    # an A/A pair (two configurations of one speed): it keeps launching past the kill at --min-effect 0.001
+    (proj / "recipes/mine/b.toml").write_text('extends = "demo/baseline"\n[server.env]\nPATCHBENCH_TEST_SIDE = "b"\n'
+                                              + SHORT)
     real, calls = pipeline.run_once, []
 
-    def killed_at_the_third(*args, **kwargs):
+    def killed_at_the_fourth(*args, **kwargs):  # B; B A; then killed: both launched in the killed call
         calls.append(1)
-        if len(calls) == 3:
+        if len(calls) == 4:
             raise KeyboardInterrupt
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(pipeline, "run_once", killed_at_the_third)
-    assert main(["run", "mine/a", "mine/b"]) == 130
+    assert main(["run", "mine/a", "--repeats", "1"]) == 0  # an earlier sweep of the reference alone
+    monkeypatch.setattr(pipeline, "run_once", killed_at_the_fourth)
+    assert main(["run", "mine/a", "mine/b", "--min-effect", "0.001"]) == 130
     monkeypatch.setattr(pipeline, "run_once", real)
     capsys.readouterr()
-    assert main(["run", "mine/a", "mine/b", "--json"]) == 0
+    assert main(["run", "mine/a", "mine/b", "--min-effect", "0.001", "--max-repeats", "3", "--json"]) == 0
     said = capsys.readouterr()
     out = json.loads(said.out)
     assert "resuming sweep" in said.err
     used = out["used"]
     assert len(used["mine/a"]) >= 2 and len(used["mine/b"]) >= 2
-    groups = {r.group_id for r in Store(home / "results.sqlite").runs() if r.status == "ok"}
-    assert len(groups) == 1
-    assert main(["compare", "mine/a", "mine/b", "--json"]) == 0
+    runs = Store(home / "results.sqlite").runs()
+    b_groups = {r.group_id for r in runs if r.status == "ok" and r.recipe == "mine/b"}
+    assert b_groups == {out["group_id"]}  # the killed call's sweep, continued (not the reference's older one)
+    assert main(["compare", "mine/a", "mine/b", "--min-effect", "0.001", "--json"]) == 0
     cmp = json.loads(capsys.readouterr().out)
-    assert sorted(cmp["runs"]["mine/a"]) == sorted(used["mine/a"]) and sorted(cmp["runs"]["mine/b"]) == sorted(used["mine/b"])
+    assert sorted(cmp["runs"]["mine/b"]) == sorted(used["mine/b"])
+    assert set(cmp["runs"]["mine/a"]) <= set(used["mine/a"]) and len(cmp["runs"]["mine/a"]) >= 2

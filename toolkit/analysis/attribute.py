@@ -156,6 +156,13 @@ def _verdict(c: stats.Comparison | None, answer: str | None) -> Text:
     return Text(f"{c.verdict}, {answer}", style=style)
 
 
+def _p(c: stats.Comparison | None) -> str:
+    """The Mann-Whitney p of a step, "seq." where the sequential verdict decided it, "-" without one."""
+    if c is None:
+        return "-"
+    return f"{c.p_value:.3f}" if math.isfinite(c.p_value) else "seq."
+
+
 def render_attribution(attr: Attribution, *, title: str = "per-patch effect", answers: dict | None = None) -> Table:
     """A rich Table: per patch, incremental and leave-one-out speedups with CIs and verdicts;
     `answers` (patch index -> the answers' verdict of its prefix against the base) beside them."""
@@ -174,13 +181,13 @@ def render_attribution(attr: Attribution, *, title: str = "per-patch effect", an
 
     for p in attr.patches:
         c = p.incremental
-        t.add_row(str(p.index), p.name, sp(c), f"{c.p_value:.3f}" if c else "-",
+        t.add_row(str(p.index), p.name, sp(c), _p(c),
                   _verdict(c, (answers or {}).get(p.index)),
                   attr.share_text(p), sp(p.leave_one_out) if p.leave_one_out or not p.loo_skipped
                   else f"skipped: {p.loo_skipped}",
                   sp(p.cumulative))
     if attr.total is not None:
         c = attr.total
-        t.add_row("", "total", sp(c), f"{c.p_value:.3f}",
+        t.add_row("", "total", sp(c), _p(c),
                   Text(c.verdict, style=_STYLE.get(c.verdict, "")), "", "", "")
     return t

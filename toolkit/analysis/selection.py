@@ -322,7 +322,8 @@ def choose(rows: Iterable[RunRow], recipes: Sequence[str], criteria: Criteria = 
                              "newest sweep that measured both")
             for n in crossing:
                 notes.append(f"{base} and {n} were never measured in one sweep: compared across sweeps "
-                             f"(`patchbench run {base} {n}` measures them interleaved)")
+                             f"(`patchbench run {base} {n} --fixed` measures both afresh, interleaved; without "
+                             "--fixed, run reuses stored runs of the same configuration)")
     ref = chosen[names[0]][-1]
     return Selection(tuple(names), chosen, ref.bench_key, ref.gpu_key if len(gpus) == 1 else " + ".join(gpus),
                      group, tuple(notes))

@@ -476,4 +476,5 @@ def settle(c, a: Sequence[float], b: Sequence[float], design: Design, stored: tu
     v = verdict(list(a), list(b), higher_is_better=c.higher_is_better, design=design, stored=fresh_pair(*stored))
     if not stopped(v):
         return c
-    return dataclasses.replace(c, verdict=verdict_word(v), ci_low=v.low, ci_high=v.high)
+    # its interval, and no Mann-Whitney p beside a verdict that p did not give (tables show "seq.")
+    return dataclasses.replace(c, verdict=verdict_word(v), ci_low=v.low, ci_high=v.high, p_value=math.nan)

@@ -170,14 +170,22 @@ def measure_until_settled(prepared: list[Prepared], *, home, store: Store, group
 
 
 def resumed_group(store: Store, runs: dict[str, list[str]]) -> str | None:
-    """The sweep a call continues: when every recipe has stored runs and all of them were launched in
-    one sweep (a call of the same recipes that was killed, or asked again with a larger cap), its group
-    id, so that the runs of both calls are one interleaved sweep for `compare` and the report
-    (selection's newest-sweep rule); else None (runs from several sweeps: a new one)."""
+    """The sweep a call continues: the newest sweep in which every recipe has a stored run (a call of
+    the same recipes that was killed, or asked again with a larger cap), so that the runs of both
+    calls are one interleaved sweep for `compare` and the report (selection's newest-sweep rule);
+    None when no sweep holds them all (a new one)."""
     if not runs or not all(runs.values()):
         return None
-    groups = {r.group_id for r in store.runs(run_ids=[rid for ids in runs.values() for rid in ids])}
-    return groups.pop() if len(groups) == 1 and None not in groups else None
+    rows = store.runs(run_ids=[rid for ids in runs.values() for rid in ids])
+    name_of = {rid: name for name, ids in runs.items() for rid in ids}
+    covers: dict[str, set] = {}
+    newest: dict[str, str] = {}
+    for r in rows:
+        if r.group_id:
+            covers.setdefault(r.group_id, set()).add(name_of[r.run_id])
+            newest[r.group_id] = max(newest.get(r.group_id, ""), r.started_at or "")
+    complete = [g for g, names in covers.items() if names == set(runs)]
+    return max(complete, key=lambda g: newest[g]) if complete else None
 
 
 def without_the_reference_twice(prepared: list[Prepared], keys: dict[str, str], *, console: Console,

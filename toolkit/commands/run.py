@@ -54,6 +54,7 @@ def run(args) -> int:
 
             same_twice(args.recipes)
             require_same_benchmark(definitions([r.name for r in recipes]))
+            same_configuration_early(recipes)
             from rich.markup import escape
 
             from toolkit.analysis.sequential_design import unused_settings
@@ -137,6 +138,30 @@ def sequential_design(args, recipes):
 
     return designs.for_bench(recipes[0].benchmark, min_effect=args.min_effect, min_repeats=args.min_repeats,
                              max_repeats=args.max_repeats)
+
+
+CONFIGURATION_TABLES = ("sources", "patches", "build", "server", "benchmark", "target")
+
+
+def same_configuration_early(recipes) -> None:
+    """Before anything is built: a recipe whose tables that make its runs' identity (sources, patches,
+    build, server, benchmark, target) equal the reference's is the reference's configuration under
+    another name, refused as the prepared check would refuse it after building
+    (toolkit.analysis.sequential_runs.without_the_reference_twice)."""
+    from toolkit.errors import BadInput
+    from toolkit.recipe.load import jsonable
+
+    def tables(r) -> dict:
+        raw = jsonable(dict(r.raw))
+        return {k: raw.get(k) for k in CONFIGURATION_TABLES}
+
+    ref = tables(recipes[0])
+    same = [r.name for r in recipes[1:] if tables(r) == ref]
+    if same and len(same) == len(recipes) - 1:
+        raise BadInput(f"{recipes[0].name} and {', '.join(same)} are one configuration (the same sources, patches, "
+                       "build, server and benchmark): a comparison would read the same runs on both sides",
+                       hint="compare recipes that differ; one recipe's launch-to-launch spread is in "
+                            f"`patchbench report {recipes[0].name}`")
 
 
 def sequential_measure(design):
