@@ -161,6 +161,10 @@ def test_run_launches_a_3x_pair_until_settled_and_resumes_from_the_store(tmp_pat
                  "--json"]) == 0
     wide = json.loads(capsys.readouterr().out)
     assert n == 4 or "the ratio is at least 50% (--min-effect)" in wide["legend"], wide["legend"]
+    # the report marks the rows the sequential rule decided, as compare's p column does
+    assert main(["report", "demo/baseline", "demo/quick", "--output", str(tmp_path / "rep")]) == 0
+    assert n == 4 or "faster (sequential)" in (tmp_path / "rep" / "report.md").read_text()
+    capsys.readouterr()
     # a sweep over the same configurations: the sequential state comes from the store
     (root / "recipes" / "demo" / "sq.toml").write_text('extends = "demo/baseline"\n[matrix]\n'
                                                        'server.args.mini-step-base-ms = [4]\n')

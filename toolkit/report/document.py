@@ -254,6 +254,8 @@ def results_table(data: ReportData) -> tuple[list[str], list[list[str]]]:
                 else:
                     row = data.compare_row(r.name, metric, point)
                     speed, verdict = (_speedup_text(row), row.verdict) if row else ("-", "")
+                    if row and row.sequential:  # decided by the sequential rule (its legend is among the notes)
+                        verdict += " (sequential)"
                     verdict = quality_section.combined(verdict, quality_section.verdict_at(data.quality, r.name, point))
                 rows.append([f"{metric} ({unit})" if first and unit else (metric if first else ""),
                              _point_label(kind, point) if first else "", r.name, cell, str(s.n),
