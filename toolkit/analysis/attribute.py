@@ -98,8 +98,8 @@ def attribute(prefix_values: Sequence[Sequence[float] | None], *, higher_is_bett
     (an entry may be None or empty: that prefix was not measured); `names[i-1]` names patch i;
     `leave_one_out` maps a 1-based patch index to the values of the stack without it, `skipped`
     a 1-based index to why the stack without it could not be measured. `sequential` (a
-    `toolkit.analysis.sequential.Design`): a comparison with too few values for the fixed verdict
-    takes the settled sequential one (`sequential.settle`); `stored` ("prefix{k}" / "without{i}" ->
+    `toolkit.analysis.sequential.Design`): the values were launched until settled under it, so every
+    comparison takes the sequential verdict (`sequential.settle(launched=True)`); `stored` ("prefix{k}" / "without{i}" ->
     how many of its first values were stored before launching: their spread is pooled as in
     `sequential.verdict`)."""
     n = len(prefix_values) - 1
@@ -122,7 +122,8 @@ def attribute(prefix_values: Sequence[Sequence[float] | None], *, higher_is_bett
                                  min_effect=min_effect)
         if sequential is None:
             return c
-        return seq.settle(c, list(a), list(b), sequential, (counts.get(labels[0], 0), counts.get(labels[1], 0)))
+        return seq.settle(c, list(a), list(b), sequential, (counts.get(labels[0], 0), counts.get(labels[1], 0)),
+                          launched=True)
 
     base, full = prefix_values[0], prefix_values[n]
     total = cmp(base, full)

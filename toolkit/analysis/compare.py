@@ -62,6 +62,9 @@ class CompareRow:
     base_runs: tuple[str, ...] = ()
     variant_runs: tuple[str, ...] = ()
     sequential: str | None = None  # the sequential verdict's text when it gave `verdict` (too few for the fixed one)
+    # the pair was launched until settled (`run`/`sweep` without --repeats): the design recorded with its
+    # runs (toolkit.analysis.sequential.Design.record), which judged every row of it
+    launched_under: dict | None = None
 
 
 def _jsonish(v: Any) -> str:
@@ -83,16 +86,26 @@ def _as_specs(metrics_: Sequence[str | MetricSpec] | None) -> list[MetricSpec] |
 def compare_selection(store: Store, sel: Selection, *, metrics: Sequence[str | MetricSpec] | None = None,
                       points: Sequence[int] | None = None, stat: str = "mean",
                       min_repeats: int = stats.DEFAULT_MIN_REPEATS, alpha: float = stats.DEFAULT_ALPHA,
-                      min_effect: float = stats.DEFAULT_MIN_EFFECT, sequential=None) -> list[CompareRow]:
+                      min_effect: float = stats.DEFAULT_MIN_EFFECT, sequential=None,
+                      zone: float | None = None) -> list[CompareRow]:
     """Rows for every variant (sel.recipes[1:]) against the baseline (sel.recipes[0]), per metric
     (`NAME[@POINT]` specs; None: all) and point measured by both, sorted by variant, metric, point.
     `sequential` (a `toolkit.analysis.sequential.Design`): a row too small for the fixed verdict
-    takes the sequential one when that is settled (`CompareRow.sequential` says so)."""
+    takes the sequential one when that is settled (`CompareRow.sequential` says so). A pair launched
+    until settled (`sel.launched_under`) is judged at every row by the design its runs recorded, over
+    the sequences its launching counted (`sel.pair`), at any number of launches: the verdicts `run`
+    printed (`zone`: the command line's --min-effect, which replaces the recorded indifference zone)."""
+    import dataclasses
+
     specs = _as_specs(metrics)
     base = sel.recipes[0]
     rows: list[CompareRow] = []
     for variant in sel.recipes[1:]:  # each pair within one sweep where one measured both
         ids_a, ids_b = sel.pair(base, variant)
+        launched = sel.launched_under(base, variant)
+        if launched is not None and zone is not None:
+            launched = dataclasses.replace(launched, min_effect=zone)
+        design = launched if launched is not None else sequential
         obs_a, obs_b = reduce(store.samples(ids_a), ids_a), reduce(store.samples(ids_b), ids_b)
         for key in sorted(set(obs_a) & set(obs_b)):
             metric, point, kind = key
@@ -106,8 +119,9 @@ def compare_selection(store: Store, sel: Selection, *, metrics: Sequence[str | M
                                      min_effect=min_effect)
             verdict, text, seq_text = c.verdict, stats.format_comparison(c), None
             ci, p = (c.ci_low, c.ci_high), c.p_value
-            if c.verdict == stats.TOO_FEW and sequential is not None:
-                settled = sequential_row(a.values, b.values, hib, sequential, stored_counts(store, a.runs, b.runs))
+            if (c.verdict == stats.TOO_FEW or launched is not None) and design is not None:
+                settled = sequential_row(a.values, b.values, hib, design, stored_counts(store, a.runs, b.runs),
+                                         launched=launched is not None)
                 if settled is not None:  # the row shows the interval and verdict of the rule that decided it
                     verdict, text = seq.verdict_word(settled), settled.text
                     seq_text = settled.text
@@ -119,19 +133,41 @@ def compare_selection(store: Store, sel: Selection, *, metrics: Sequence[str | M
                 variant_std=c.std_b, ratio=c.ratio, ci_low=ci[0], ci_high=ci[1],
                 p_value=p, verdict=verdict, speedup=c.speedup,
                 text=text, higher_is_better=hib,
-                base_runs=a.runs, variant_runs=b.runs, sequential=seq_text))
+                base_runs=a.runs, variant_runs=b.runs, sequential=seq_text,
+                launched_under=launched.record() if launched is not None and seq_text is not None else None))
     return rows
 
 
-def sequential_row(a: Sequence[float], b: Sequence[float], hib: bool | None, design, stored=(0, 0)):
+def sequential_row(a: Sequence[float], b: Sequence[float], hib: bool | None, design, stored=(0, 0), *,
+                   launched: bool = False):
     """The sequential verdict (toolkit.analysis.sequential, launch order) of a pair too small for
     the fixed one, when it has stopped (a `run` that launched until settled stops at 2 launches
-    each, its verdict keeps its rate at that look; or it stopped unsettled as futile); None otherwise. `stored`: as `run` counts it
-    (`stored_counts`), so the stored spread it pooled is pooled here too."""
+    each, its verdict keeps its rate at that look; or it stopped unsettled as futile); None otherwise.
+    `launched`: the pair was launched under `design`, whose verdict stands at any look, stopped or
+    not. `stored`: as `run` counts it (`stored_counts`), so the stored spread it pooled is pooled
+    here too."""
     if not a or not b or any(v <= 0 for v in (*a, *b)):
         return None
     v = seq.verdict(list(a), list(b), higher_is_better=hib, design=design, stored=stored)
-    return v if seq.stopped(v) else None
+    return v if launched or seq.stopped(v) else None
+
+
+def sequential_legends(rows: Sequence[CompareRow], design) -> list[str]:
+    """The legend line of each sequential design that judged rows: the one a pair was launched under
+    ("pairs launched until settled: ..."), and `design` for rows too small for the fixed rule."""
+    out = []
+    launched = list(dict.fromkeys(_jsonish(r.launched_under) for r in rows if r.launched_under))
+    for rec in launched:
+        out.append("pairs launched until settled (every row, the design their runs recorded): "
+                   + seq.legend(seq.Design.from_record(json.loads(rec))))
+    if any(r.sequential and not r.launched_under for r in rows):
+        out.append(f"rows with {stats.too_few_rows()}: " + seq.legend(design))
+    return out
+
+
+def fixed_rule_used(rows: Sequence[CompareRow]) -> bool:
+    """Whether any row took the fixed rule's verdict (its legend is then printed)."""
+    return any(not r.sequential for r in rows)
 
 
 def stored_counts(store: Store, runs_a: Sequence[str], runs_b: Sequence[str]) -> tuple[int, int]:

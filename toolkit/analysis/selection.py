@@ -79,21 +79,41 @@ class Selection:
     gpu_key: str
     group_id: str | None = None  # the one sweep used, when one was
     notes: tuple[str, ...] = field(default=())  # what was mixed or left out, on request
+    # recipe -> every run of its chosen identity (rule 4, before rule 5 keeps one sweep): the sequence a
+    # sequential `run`/`sweep` counted, stored runs of earlier sweeps included
+    sequences: dict = field(default_factory=dict)
 
     def run_ids(self, recipe: str) -> list[str]:
         return [r.run_id for r in self.runs[recipe]]
 
-    def pair(self, base: str, variant: str) -> tuple[list[str], list[str]]:
-        """Run ids of `base` and `variant` to compare with each other: when no sweep measured every
-        recipe but one measured these two, only that sweep's runs (the newest such); else all."""
+    def _sweep_pair(self, base: str, variant: str) -> tuple[list[RunRow], list[RunRow]]:
         if self.group_id is None:
             shared = {r.group_id for r in self.runs[base] if r.group_id} & {r.group_id for r in self.runs[variant]}
             if shared:
                 g = max(shared, key=lambda g: max(_when(r) for r in self.runs[base] + self.runs[variant]
                                                   if r.group_id == g))
-                return ([r.run_id for r in self.runs[base] if r.group_id == g],
-                        [r.run_id for r in self.runs[variant] if r.group_id == g])
-        return self.run_ids(base), self.run_ids(variant)
+                return ([r for r in self.runs[base] if r.group_id == g], [r for r in self.runs[variant] if r.group_id == g])
+        return self.runs[base], self.runs[variant]
+
+    def launched_under(self, base: str, variant: str):
+        """The sequential design (toolkit.analysis.sequential.Design) the pair's newest sweep was
+        launched under (`run`/`sweep` without --repeats record it in each run), None for a fixed one."""
+        from toolkit.analysis.sequential import Design
+
+        a, b = self._sweep_pair(base, variant)
+        marked = [r for r in sorted(a + b, key=_when) if isinstance((r.extra or {}).get("sequential"), dict)]
+        return Design.from_record(marked[-1].extra["sequential"]) if marked else None
+
+    def pair(self, base: str, variant: str) -> tuple[list[str], list[str]]:
+        """Run ids of `base` and `variant` to compare with each other: when no sweep measured every
+        recipe but one measured these two, only that sweep's runs (the newest such); else all. A pair
+        launched sequentially: the sequences its launching counted (every run of each side's identity,
+        oldest first, earlier sweeps' included), so a table reads the runs `run` judged."""
+        if self.sequences and self.launched_under(base, variant) is not None:
+            return ([r.run_id for r in self.sequences.get(base, self.runs[base])],
+                    [r.run_id for r in self.sequences.get(variant, self.runs[variant])])
+        a, b = self._sweep_pair(base, variant)
+        return [r.run_id for r in a], [r.run_id for r in b]
 
     def newest(self, recipe: str) -> RunRow:
         return self.runs[recipe][-1]
@@ -307,6 +327,7 @@ def choose(rows: Iterable[RunRow], recipes: Sequence[str], criteria: Criteria = 
         notes.append(f"runs with missing activation evidence used on request: {', '.join(evidence)}")
 
     # 5. one interleaved sweep when there is one
+    sequences = {n: list(chosen[n]) for n in names}
     group = c.group_id
     if c.prefer_group and group is None and len(names) > 1:
         complete = set.intersection(*({r.group_id for r in chosen[n] if r.group_id} for n in names))
@@ -326,7 +347,7 @@ def choose(rows: Iterable[RunRow], recipes: Sequence[str], criteria: Criteria = 
                              "--fixed, run reuses stored runs of the same configuration)")
     ref = chosen[names[0]][-1]
     return Selection(tuple(names), chosen, ref.bench_key, ref.gpu_key if len(gpus) == 1 else " + ".join(gpus),
-                     group, tuple(notes))
+                     group, tuple(notes), sequences)
 
 
 def select(store, recipes: Sequence[str], criteria: Criteria = Criteria(), *, current: dict[str, dict] | None = None,
@@ -345,12 +366,13 @@ def vouched(store, sel: Selection) -> Selection:
 
     from toolkit.results.artifacts import vouch
 
-    before = [r for rs in sel.runs.values() for r in rs]
+    before = list({r.run_id: r for rs in [*sel.runs.values(), *sel.sequences.values()] for r in rs}.values())
     runs, lines = vouch(store, before)
     if runs == before and not lines:
         return sel
     by_id = {r.run_id: r for r in runs}
     return replace(sel, runs={n: [by_id[r.run_id] for r in rs] for n, rs in sel.runs.items()},
+                   sequences={n: [by_id[r.run_id] for r in rs] for n, rs in sel.sequences.items()},
                    notes=(*sel.notes, *lines))
 
 

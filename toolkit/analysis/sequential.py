@@ -133,6 +133,26 @@ class Design:
         if self.method not in (REPEATED, MIXTURE):
             raise ValueError(f"method must be {REPEATED!r} or {MIXTURE!r}, not {self.method!r}")
 
+    def record(self) -> dict:
+        """The settings as a run stores them (`extra["sequential"]`: the design it was launched under)."""
+        import dataclasses
+
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_record(cls, record: dict | None) -> "Design | None":
+        """The design a run was launched under (`record`'s output), None when it was not launched
+        sequentially or the record is not one (another version's, altered)."""
+        import dataclasses
+
+        if not isinstance(record, dict):
+            return None
+        known = {f.name for f in dataclasses.fields(cls)}
+        try:
+            return cls(**{k: v for k, v in record.items() if k in known})
+        except (TypeError, ValueError):
+            return None
+
 
 @dataclass(frozen=True)
 class Sequential:
@@ -459,22 +479,30 @@ def verdict_word(v: Sequential) -> str:
     return NOISY if v.noisy else v.verdict
 
 
-def settle(c, a: Sequence[float], b: Sequence[float], design: Design, stored: tuple[int, int] = (0, 0)):
+def settle(c, a: Sequence[float], b: Sequence[float], design: Design, stored: tuple[int, int] = (0, 0), *,
+           launched: bool = False):
     """A fixed-sample comparison (`toolkit.analysis.stats.Comparison`) that says "too few repeats"
     takes the sequential verdict of the same values (launch order; `stored` as in `verdict`) when
     that has stopped (settled, or futile: "noisy" / "not settled"), with the confidence sequence as
     its interval (what `run` decided on after 2 launches each); any other comparison is returned as
-    it is."""
+    it is.
+
+    `launched`: the values were launched under this sequential design (`run`, `sweep`, `attribute`
+    without --repeats): every comparison takes the sequential verdict, at any number of launches and
+    whether it has stopped or not ("not settled after 3 launches each: ..."), never the fixed rule's.
+    How many launches there are depends on the looks, which the repeated intervals allow for and a
+    fixed-sample test does not: a pair `run` called "equal within 2% after 6 launches each" reads
+    the same in every table, not "not significant"."""
     import dataclasses
 
     from toolkit.analysis import stats
 
-    if c is None or c.verdict != stats.TOO_FEW or not a or not b or any(x <= 0 for x in (*a, *b)):
+    if c is None or (c.verdict != stats.TOO_FEW and not launched) or not a or not b or any(x <= 0 for x in (*a, *b)):
         return c
     from toolkit.analysis.noise_prior import fresh_pair
 
     v = verdict(list(a), list(b), higher_is_better=c.higher_is_better, design=design, stored=fresh_pair(*stored))
-    if not stopped(v):
+    if not stopped(v) and not launched:
         return c
     # its interval, and no Mann-Whitney p beside a verdict that p did not give (tables show "seq.")
     return dataclasses.replace(c, verdict=verdict_word(v), ci_low=v.low, ci_high=v.high, p_value=math.nan)

@@ -75,8 +75,8 @@ def gates(store: Store, outcomes: Sequence[Outcome]) -> dict:
 def rows(store: Store, outcomes: Sequence[Outcome], metric: str, *, sla: Sequence[Bound] = (),
          point: int | None = None, sequential=None, gate: dict | None = None) -> list[Row]:
     """The measured outcomes ranked (best first), outcomes[0] being the default configuration;
-    `sequential` (a `toolkit.analysis.sequential.Design`): a verdict with too few runs for the fixed
-    rule takes the settled sequential one (`sequential.settle`). `gate`: `gates(store, outcomes)`; a
+    `sequential` (a `toolkit.analysis.sequential.Design`): the sweep launched until settled under it,
+    so every verdict is the sequential one (`sequential.settle(launched=True)`), as `run` printed it. `gate`: `gates(store, outcomes)`; a
     variant that failed it reads "..., gate failed"."""
     default = outcomes[0]
     hib = metrics.higher_is_better(metric)
@@ -111,7 +111,8 @@ def rows(store: Store, outcomes: Sequence[Outcome], metric: str, *, sla: Sequenc
                 base_runs = _runs_at(default, base_at)
                 sa, sb = stored_counts(store, base_runs, runs)  # runs -> their values, as `run` counts them
                 c = seq.settle(c, base, xs, sequential, (len(values(store, base_runs[:sa], metric, base_at)) if sa else 0,
-                                                         len(values(store, runs[:sb], metric, at)) if sb else 0))
+                                                         len(values(store, runs[:sb], metric, at)) if sb else 0),
+                              launched=True)
             verdict, change = c.verdict, c.change_pct
         if answers:  # "faster, answers changed" never reads as a plain win
             verdict = f"{verdict}, {answers}"

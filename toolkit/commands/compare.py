@@ -135,7 +135,7 @@ def run(args) -> int:
 
     design = sequential_design(args.recipes[0], explicit)
     rows = compare_selection(store, sel, metrics=specs, points=args.point, min_effect=args.min_effect,
-                             sequential=design)
+                             sequential=design, zone=explicit)
     if not rows and args.metric:
         base_samples = store.samples(sel.run_ids(sel.recipes[0]))
         measured = sorted({s.metric for s in base_samples})
@@ -145,11 +145,12 @@ def run(args) -> int:
                        hint=f"{sel.recipes[0]}: {points}" if points
                        else f"{sel.recipes[0]} measured: {', '.join(measured) or 'nothing'}")
     diffs = explain_differences(sel)
-    legend = stats.verdict_legend(min_effect=args.min_effect)
-    if any(r.sequential for r in rows):  # rows too small for the fixed verdict, settled by the sequential rule
-        from toolkit.analysis import sequential as seq
+    from toolkit.analysis.compare import fixed_rule_used, sequential_legends
 
-        legend += "\n" + f"rows with {stats.too_few_rows()}: " + seq.legend(design)
+    # the rule of each row: the fixed one, the sequential design a pair was launched under, or the sequential
+    # verdict of rows too small for the fixed rule (only the rules that judged a row are stated)
+    legend = "\n".join(([stats.verdict_legend(min_effect=args.min_effect)] if fixed_rule_used(rows) else [])
+                       + sequential_legends(rows, design))
     from toolkit.analysis import quality_runs
 
     answers = quality_runs.verdicts(sel)

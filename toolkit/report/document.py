@@ -19,7 +19,7 @@ from typing import Any, Sequence
 from toolkit.results import metrics
 
 from toolkit.analysis import stats
-from toolkit.analysis.compare import compare_selection, diff_provenance
+from toolkit.analysis.compare import compare_selection, diff_provenance, sequential_legends
 from toolkit.analysis.efficiency import Efficiency, efficiency
 from toolkit.analysis.selection import Criteria, reduce, select
 from toolkit.analysis.where import where_by_recipe
@@ -172,13 +172,12 @@ def collect(store: Any, recipes: Sequence[str], metrics_: Sequence[str] | None =
     rows: list = []
     differences: dict[str, list[str]] = {}
     if len(names) >= 2:
-        from toolkit.analysis import sequential as seq  # rows of a sequential run: its verdict, as compare
         from toolkit.analysis.sequential_design import for_ref as sequential_design
 
         design = sequential_design(names[0], explicit)
-        rows = compare_selection(store, sel, metrics=specs or chosen, min_effect=min_effect, sequential=design)
-        if any(r.sequential for r in rows):
-            notes.append(f"rows with {stats.too_few_rows()}: {seq.legend(design)}")
+        rows = compare_selection(store, sel, metrics=specs or chosen, min_effect=min_effect, sequential=design,
+                                 zone=explicit)
+        notes.extend(sequential_legends(rows, design))
         for n in names[1:]:
             base, var = sel.newest(names[0]), sel.newest(n)
             differences[n] = diff_provenance(base, var) + run_env_differences(base, var)
