@@ -154,6 +154,12 @@ def test_skipped_neighbour_leaves_a_range():
     assert "one of items 5..6" in res.message
 
 
+def test_an_unmeasurable_last_item_is_named_alone():
+    res = bisect_stack(4, Stack(4, None, seed=1, skip={4}), threshold_pct=5)
+    assert res.culprit is None and res.candidates == (4, 4)
+    assert res.message.startswith("culprit is item 4 (or none) (#4): it could not be measured"), res.message
+
+
 def test_everything_skipped_and_unmeasurable_base():
     res = bisect_stack(4, Stack(4, 2, seed=1, skip={1, 2, 3, 4}), threshold_pct=5)
     assert res.culprit is None and res.candidates == (1, 4) and "(or none)" in res.message

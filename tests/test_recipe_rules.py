@@ -89,6 +89,12 @@ def test_show_prints_each_value_with_its_file(project, capsys):
     assert main(["show", str(project.recipes / "grandchild.toml"), "--json"]) == 0
     values = json.loads(capsys.readouterr().out)["values"]
     assert values["evidence.a.patch.log"]["file"].endswith("patched.toml")
+    # a description the loader wrote (the child has none) is said to be generated from the child's settings,
+    # not attributed to the parent's file
+    assert values["description"]["generated"] is True and values["description"]["file"].endswith("grandchild.toml")
+    assert "ep-size = 2" in values["description"]["value"]
+    assert main(["show", str(project.recipes / "grandchild.toml")]) == 0
+    assert "generated from what" in capsys.readouterr().out
 
 
 def test_schema_validates_every_shipped_recipe(capsys):

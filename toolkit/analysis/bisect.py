@@ -379,8 +379,12 @@ def bisect_stack(n_patches: int, measure: Measure, *, higher_is_better: bool = T
         candidates = (lo + 1, min(hi, n))
         why = "build limit reached" if stopped else "every prefix between them was skipped"
         tail = " (or none)" if hi > n else ""
-        msg = (f"culprit is one of items {candidates[0]}..{candidates[1]}{tail} "
-               f"({label(candidates[0])} .. {label(candidates[1])}): {why}")
+        if candidates[0] == candidates[1]:  # the last item, or none of them
+            alone = "build limit reached" if stopped else "it could not be measured"
+            msg = f"culprit is item {candidates[0]}{tail} ({label(candidates[0])}): {alone}"
+        else:
+            msg = (f"culprit is one of items {candidates[0]}..{candidates[1]}{tail} "
+                   f"({label(candidates[0])} .. {label(candidates[1])}): {why}")
     return BisectResult(
         n=n, culprit=culprit, culprit_label=label(culprit) if culprit else None,
         candidates=candidates, confirmed=confirmed, repaired=repaired, good_values=good_values,

@@ -46,16 +46,31 @@ def _short(path: Path, root: Path) -> str:
         return str(path)
 
 
+def _generated_description(recipe) -> bool:
+    """Whether the description is the loader's words (a recipe that extends another and has none of its
+    own: toolkit.recipe.load.child_description), not a file's."""
+    import tomllib
+
+    try:
+        own = tomllib.loads(recipe.path.read_text())
+    except (OSError, tomllib.TOMLDecodeError):
+        return False
+    return "extends" in own and "description" not in own
+
+
 def run(args) -> int:
     recipe = load(args.recipe)
     root = recipe.patches_dir.parent / "recipes"
     from toolkit.recipe.matrix import variants_of
 
-    rows = [(k, v, _origin(k, dict(recipe.origins), recipe.path)) for k, v in _leaves(dict(recipe.raw))]
+    generated = _generated_description(recipe)
+    rows = [(k, v, recipe.path if k == "description" and generated else _origin(k, dict(recipe.origins), recipe.path))
+            for k, v in _leaves(dict(recipe.raw))]
     variants = variants_of(recipe)
     if args.json:
         print_json({"recipe": recipe.name, "path": str(recipe.path),
-                    "values": {k: {"value": v, "file": str(f)} for k, v, f in rows},
+                    "values": {k: {"value": v, "file": str(f), **({"generated": True} if k == "description"
+                                                                 and generated else {})} for k, v, f in rows},
                     "variants": [{"name": v.name, "settings": dict(v.settings)} for v in variants]})
         return 0
     table = Table(title=f"recipe {recipe.name} ({_short(recipe.path, root)})", title_justify="left")
@@ -63,7 +78,9 @@ def run(args) -> int:
     table.add_column("value", overflow="fold")
     table.add_column("from", overflow="fold")
     for key, value, origin in rows:
-        table.add_row(key, json.dumps(value), _short(origin, root))
+        where = f"generated from what {_short(recipe.path, root)} sets" if key == "description" and generated \
+            else _short(origin, root)
+        table.add_row(key, json.dumps(value), where)
     console.print(table)
     if variants:
         console.print(f"[bold]matrix[/]: {len(variants)} variant(s) (`patchbench sweep {recipe.name}` measures them)")
