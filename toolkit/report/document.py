@@ -19,7 +19,7 @@ from typing import Any, Sequence
 from toolkit.results import metrics
 
 from toolkit.analysis import stats
-from toolkit.analysis.compare import compare_selection, diff_provenance, sequential_legends
+from toolkit.analysis.compare import compare_selection, diff_provenance, fixed_rule_used, sequential_legends
 from toolkit.analysis.efficiency import Efficiency, efficiency
 from toolkit.analysis.selection import Criteria, reduce, select
 from toolkit.analysis.where import where_by_recipe
@@ -187,12 +187,26 @@ def collect(store: Any, recipes: Sequence[str], metrics_: Sequence[str] | None =
         units={m: units.get(m, "") for m in chosen}, point_kinds={m: kinds.get(m, "concurrency") for m in chosen},
         values=values, rows=tuple(rows), differences=differences, notes=tuple(notes),
         generated_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        selection=tuple(sel.describe()), legend=stats.verdict_legend(min_effect=min_effect),
+        selection=tuple(sel.describe()),
+        legend=stats.verdict_legend(min_effect=min_effect) if fixed_rule_used(rows) or not rows else "",
         where=where_by_recipe(sel.runs),
         quality=quality_section.collect(sel) if len(names) >= 2 else {},
         gate=quality_section.gates(sel) if len(names) >= 2 else {})
 
 # -- table contents shared by both renderers --------------------------------------------------------
+
+def reading_note(data: ReportData) -> str:
+    """How to read the results table: the speedup's direction, and the interval and rule of its rows
+    (the fixed rule's legend only when a row took it; a sequential design's is among the notes)."""
+    head = "Speedup > 1 means better than the baseline (higher throughput or lower latency); "
+    if any(getattr(r, "sequential", None) for r in data.rows):
+        head += ("a row marked (sequential) shows its sequential verdict's confidence interval (its rule is among "
+                 "the notes)" + ("; any other row, the 95% confidence interval of the ratio of means. "
+                                 if data.legend else ""))
+    else:
+        head += "the interval is the 95% confidence interval of the ratio of means. "
+    return head + (data.legend + "." if data.legend else ".")
+
 
 def _point_label(kind: str, point: int) -> str:
     return f"{'bs' if kind == 'batch' else 'c'}={point}"
@@ -278,8 +292,7 @@ def render_markdown(data: ReportData, images: Sequence[tuple[str, str]] = ()) ->
     lines.append("")
     lines += md_table(*results_table(data))
     lines.append("")
-    lines.append("Speedup > 1 means better than the baseline (higher throughput or lower latency); the "
-                 "interval is the 95% confidence interval of the ratio of means. " + data.legend + ".")
+    lines.append(reading_note(data))
     if data.selection:
         lines += ["", "**Runs used:**", ""] + [f"- {line}" for line in data.selection]
     if images:
@@ -333,8 +346,7 @@ def render_html(data: ReportData, figures: Sequence[Plot] | None = None, svgs: S
              f"{_esc(data.baseline)}</p>",
              "<h2>Recipes</h2>", html_table(*recipe_table(data), 'class="recipes"'),
              "<h2>Results</h2>", html_table(*results_table(data), 'class="results"', _verdict_class),
-             '<p class="note">Speedup &gt; 1 means better than the baseline (higher throughput or lower '
-             f"latency); the interval is the 95% confidence interval of the ratio of means. {_esc(data.legend)}.</p>"]
+             f'<p class="note">{_esc(reading_note(data))}</p>']
     if data.selection:
         parts.append("<p><b>Runs used:</b></p><ul>" + "".join(f"<li>{_esc(x)}</li>" for x in data.selection) + "</ul>")
     eff = efficiency_lines(data)
