@@ -44,7 +44,7 @@ sequence pays for infinitely many: at 8 launches each its c is 2.9 against the m
 fixed-sample one is 2.1). Measured by benchmarks/sequential_launches.py over 2000 simulated
 comparisons it settles more of them correctly (76% against 69%) in fewer launches (6.1 against 6.4).
 
-`method = "mixture"`: an anytime-valid confidence sequence for any number of looks, from the
+`method = "mixture"` (toolkit.analysis.sequential_mixture): an anytime-valid confidence sequence for any number of looks, from the
 scale-invariant two-sample t mixture (Lai 1976; the "safe t-test" of Grünwald, de Heide & Koolen
 2020 and Pérez-Ortiz et al. 2022): the Bayes factor of the t statistic with a normal prior of scale
 `prior_scale` on the standardized effect and the right Haar prior on the common location and scale,
@@ -87,6 +87,7 @@ from typing import Sequence
 import numpy as np
 
 from toolkit.analysis import noise_prior
+from toolkit.analysis.sequential_mixture import DEFAULT_ALPHA, DEFAULT_PRIOR_SCALE, bayes_factor, critical_t  # noqa: F401
 from toolkit.analysis.sequential_level import (  # noqa: F401 (seq.nominal_level, ...)
     CALIBRATION_PATHS, CALIBRATION_SEED, nominal_level, null_looks)
 
@@ -98,11 +99,9 @@ EQUAL = "equal"
 UNSETTLED = "not settled"
 TOO_FEW = "too few launches"
 
-DEFAULT_ALPHA = 0.05
 DEFAULT_MIN_EFFECT = 0.02
 DEFAULT_MIN_REPEATS = 2
 DEFAULT_MAX_REPEATS = 8
-DEFAULT_PRIOR_SCALE = 10.0
 REPEATED, MIXTURE = "repeated", "mixture"
 DEFAULT_METHOD = REPEATED
 
@@ -215,28 +214,6 @@ class Sequential:
         if self.verdict in (SLOWER, LOWER):
             span = f"{1 / hi:.2f}x-{1 / lo:.2f}x"
         return f"{factor:.2f}x {self.verdict} after {self.n} launches each [{span}]{pooled}"
-
-
-def critical_t(n_a: int, n_b: int, *, alpha: float = DEFAULT_ALPHA, prior_scale: float = DEFAULT_PRIOR_SCALE) -> float:
-    """t*: the |t| at which BF_n reaches 1/alpha (inf when no t reaches it at these sizes)."""
-    if n_a < 1 or n_b < 1 or n_a + n_b < 3:
-        return math.inf
-    nu = n_a + n_b - 2
-    g = 1.0 + prior_scale * prior_scale * n_a * n_b / (n_a + n_b)
-    ke = (math.sqrt(g) / alpha) ** (2.0 / (nu + 1))
-    if ke >= g:
-        return math.inf
-    return math.sqrt(nu * (ke - 1.0) / (1.0 - ke / g))
-
-
-def bayes_factor(t: float, n_a: int, n_b: int, *, prior_scale: float = DEFAULT_PRIOR_SCALE) -> float:
-    """BF_n of the module docstring (the e-value whose crossing of 1/alpha the interval inverts)."""
-    nu = n_a + n_b - 2
-    if nu < 1:
-        return 1.0
-    g = 1.0 + prior_scale * prior_scale * n_a * n_b / (n_a + n_b)
-    x = t * t / nu
-    return g ** -0.5 * ((1.0 + x) / (1.0 + x / g)) ** ((nu + 1) / 2.0)
 
 
 STORED_CAP = 16  # stored launches beyond max_repeats a side that a look may pool (the calibration's width)
