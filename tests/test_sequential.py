@@ -218,7 +218,9 @@ def test_compare_judges_a_sequential_pair_as_run_did_across_sweeps(tmp_path, hom
     assert list(row["base_runs"]) == out["used"]["demo/baseline"]
     assert row["launched_under"]["min_repeats"] == 3
     assert main(["report", "demo/baseline", "demo/quick2", "--output", str(tmp_path / "rep")]) == 0
-    assert "3..4 launches each" in (tmp_path / "rep" / "report.md").read_text()
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert "3..4 launches each" in md
+    assert f"demo/baseline: {len(out['used']['demo/baseline'])} run(s)" in md  # the runs it judged, both sweeps'
 
 
 def test_attribute_launches_each_step_until_settled(tmp_path, home, monkeypatch, capsys):

@@ -22,7 +22,10 @@ each missing or altered one, altered answers not used). The rule, in order:
    another identity are left out and the note says what differed (unless `mix_envs`, which pools
    identities that differ only in their env key).
 5. **One interleaved sweep** when there is one: the newest group (`group_id`) holding runs of every
-   recipe; otherwise every run left, pooled, and a note says the comparison crosses sweeps.
+   recipe; otherwise every run left, pooled, and a note says the comparison crosses sweeps. A sweep
+   launched until settled (a sequential `run`/`sweep`, which records its design in each run) keeps
+   every run of each recipe's identity: its launching counted the stored runs of earlier sweeps, and
+   the tables judge what it judged (`Selection.launched_under`, `Selection.pair`).
 
 `Selection.describe()` names the runs, groups, dates, env keys and GPUs used; `Selection.notes`
 says what was left out or mixed. Repeats: `reduce(samples)` gives, per (metric, point, kind), one
@@ -101,7 +104,7 @@ class Selection:
         from toolkit.analysis.sequential import Design
 
         a, b = self._sweep_pair(base, variant)
-        marked = [r for r in sorted(a + b, key=_when) if isinstance((r.extra or {}).get("sequential"), dict)]
+        marked = [r for r in sorted(a + b, key=_when) if launched_sequentially(r)]
         return Design.from_record(marked[-1].extra["sequential"]) if marked else None
 
     def pair(self, base: str, variant: str) -> tuple[list[str], list[str]]:
@@ -131,6 +134,11 @@ class Selection:
             out.append(f"{name}: {len(runs)} run(s) [{ids}], group {', '.join(groups)}, env "
                        f"{', '.join(envs)}, GPU {', '.join(sorted({r.gpu_key for r in runs}))}, {span}")
         return out
+
+
+def launched_sequentially(run: RunRow) -> bool:
+    """Whether the run was launched by a sequential `run`/`sweep` (it records the design in extra)."""
+    return isinstance((run.extra or {}).get("sequential"), dict)
 
 
 def _day_time(iso: str) -> str:
@@ -333,7 +341,12 @@ def choose(rows: Iterable[RunRow], recipes: Sequence[str], criteria: Criteria = 
         complete = set.intersection(*({r.group_id for r in chosen[n] if r.group_id} for n in names))
         if complete:
             group = max(complete, key=lambda g: max(_when(r) for n in names for r in chosen[n] if r.group_id == g))
-            chosen = {n: [r for r in chosen[n] if r.group_id == group] for n in names}
+            in_group = {n: [r for r in chosen[n] if r.group_id == group] for n in names}
+            if not any(launched_sequentially(r) for rs in in_group.values() for r in rs):
+                chosen = in_group
+            elif any(len(in_group[n]) < len(chosen[n]) for n in names):  # its launching counted them: they count
+                notes.append(f"sweep {group[:12]} was launched until settled: each recipe's stored runs of the same "
+                             "configuration from earlier sweeps count, as its launching counted them")
         else:
             base = names[0]
             base_groups = {r.group_id for r in chosen[base] if r.group_id}
