@@ -128,11 +128,12 @@ def test_attribute_two_patches_and_compare_identical(mini, capsys):
     assert after_fast > base * 1.2, out  # the fast patch helps
     assert after_both < after_fast * 0.9, out  # the slow one hurts
     assert "faster" in out["lines"][0] and "slower" in out["lines"][1]
-    # the same stored runs as a table: its legend says which rows the sequential rule decided (a step
-    # settled at 2 launches each reads "faster" beside a Mann-Whitney p that could not be below 0.05)
+    # the same stored runs as a table: launched until settled, every row is the sequential verdict (p column
+    # "seq."), and only that rule is stated (not the fixed rule's Mann-Whitney legend beside it)
     assert main(["attribute", recipe, "--metric", "output_tok_s@1"]) == 0
     table = " ".join(capsys.readouterr().out.split())
-    assert "rows with fewer than 4 launches each: the sequential verdict below where launching stopped" in table, table
+    assert "every row: the sequential verdict of the values launched until settled" in table, table
+    assert "Mann-Whitney" not in table and "seq." in table
     assert "0 new run(s)" in table
 
     a = _recipe(mini, "same-a", [])

@@ -218,9 +218,20 @@ def test_compare_judges_a_sequential_pair_as_run_did_across_sweeps(tmp_path, hom
     assert list(row["base_runs"]) == out["used"]["demo/baseline"]
     assert row["launched_under"]["min_repeats"] == 3
     assert main(["report", "demo/baseline", "demo/quick2", "--output", str(tmp_path / "rep")]) == 0
+    capsys.readouterr()
     md = (tmp_path / "rep" / "report.md").read_text()
     assert "3..4 launches each" in md
     assert f"demo/baseline: {len(out['used']['demo/baseline'])} run(s)" in md  # the runs it judged, both sweeps'
+    # a third campaign that needs no launch of the reference: its stored runs are the design, not a crossing to fix
+    (root / "recipes" / "demo" / "quick3.toml").write_text('extends = "demo/baseline"\n[server.args]\n'
+                                                           'mini-step-base-ms = 3\n')
+    assert main(["run", "demo/baseline", "demo/quick3", "--json"]) == 0
+    third = json.loads(capsys.readouterr().out)
+    assert main(["compare", "demo/baseline", "demo/quick3", "--metric", "output_tok_s"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    if not any(name == "demo/baseline" for name, _ in third["runs"]):
+        assert "launched until settled against demo/baseline's stored runs" in text, text
+        assert "never measured in one sweep" not in text
 
 
 def test_attribute_launches_each_step_until_settled(tmp_path, home, monkeypatch, capsys):

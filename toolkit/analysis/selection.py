@@ -355,6 +355,10 @@ def choose(rows: Iterable[RunRow], recipes: Sequence[str], criteria: Criteria = 
                 notes.append(f"no sweep measured all of {', '.join(names)}: each pair is compared within the "
                              "newest sweep that measured both")
             for n in crossing:
+                if any(launched_sequentially(r) for r in chosen[base] + chosen[n]):  # reuse is its design
+                    notes.append(f"{n} was launched until settled against {base}'s stored runs of the same "
+                                 "configuration (earlier sweeps): the pair is judged on those runs, as its launching did")
+                    continue
                 notes.append(f"{base} and {n} were never measured in one sweep: compared across sweeps "
                              f"(`patchbench run {base} {n} --fixed` measures both afresh, interleaved; without "
                              "--fixed, run reuses stored runs of the same configuration)")

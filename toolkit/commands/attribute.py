@@ -151,11 +151,11 @@ def run(args) -> int:
             worst[i] = ", ".join(x for x in (worst.get(i), g.verdict) if x)
     console.print(render_attribution(result, title=f"{recipe.name}: {spec.metric} at point {meter.point}",
                                      answers=worst))
-    legend = stats.verdict_legend(min_effect=min_effect)
-    if design is not None:  # a step too small for that rule shows its stopped sequential verdict (below)
-        legend += (f"; rows with {stats.too_few_rows()}: the sequential verdict below where launching stopped "
-                   "(settled; noisy or not settled when more launches could not settle it), its interval")
-    console.print(f"[dim]{escape(legend)}[/]")
+    if design is None:  # the fixed rule judged every row; launched until settled, the sequential one (its legend below)
+        console.print(f"[dim]{escape(stats.verdict_legend(min_effect=min_effect))}[/]")
+    else:
+        console.print("[dim]every row: the sequential verdict of the values launched until settled (p column "
+                      "\"seq.\", its interval; the rule below)[/]")
     print_steps(steps, names, design)
     for line in quality_runs.lines(answers):
         console.print(f"answers: {line}", markup=False, highlight=False)
