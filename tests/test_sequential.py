@@ -145,7 +145,7 @@ def test_run_launches_a_3x_pair_until_settled_and_resumes_from_the_store(tmp_pat
     assert main(["run", "demo/baseline", "demo/quick"]) == 0
     text = capsys.readouterr().out
     assert "demo/quick vs demo/baseline, output_tok_s @ 1: " in text and "faster after " in text
-    assert "0 launches" in text  # nothing launched again: the stored runs settled it
+    assert "cost: nothing launched (the stored runs of these configurations decided it)" in " ".join(text.split())
     assert len(Store(home / "results.sqlite").runs()) == 2 * n
     # compare: the pair was launched until settled, so every row is run's sequential verdict (at 2 each
     # too few for the fixed rule, at 4 each not the fixed rule's either), under the design its runs recorded
@@ -165,8 +165,19 @@ def test_run_launches_a_3x_pair_until_settled_and_resumes_from_the_store(tmp_pat
     assert "the ratio is at least 50% (--min-effect)" in wide["legend"], wide["legend"]
     # the report marks the rows the sequential rule decided, as compare's p column does
     assert main(["report", "demo/baseline", "demo/quick", "--output", str(tmp_path / "rep")]) == 0
-    assert "faster (sequential)" in (tmp_path / "rep" / "report.md").read_text()
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert "faster (sequential)" in md
+    # what the verdict cost against the fixed design, per recipe and per verdict (report and results)
+    assert "### Cost (GPU minutes)" in md and f"- demo/baseline: {n} launches, " in md, md
+    assert f"demo/quick vs demo/baseline (output_tok_s): {2 * n} launches" in md
+    assert "(sequential, every point's verdict by" in md and "the fixed design (each side's [benchmark] repeats): ~8 launches" in md
     capsys.readouterr()
+    assert main(["results", "--selected", "demo/baseline", "demo/quick"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert f"cost: demo/quick vs demo/baseline (output_tok_s): {2 * n} launches" in text, text
+    assert "no GPU" in text  # the miniature holds none: its minutes are the cost
+    assert main(["results"]) == 0
+    assert f"cost: demo/quick: {n} launches" in " ".join(capsys.readouterr().out.split())
     # a sweep over the same configurations: the sequential state comes from the store
     (root / "recipes" / "demo" / "sq.toml").write_text('extends = "demo/baseline"\n[matrix]\n'
                                                        'server.args.mini-step-base-ms = [4]\n')
@@ -175,6 +186,8 @@ def test_run_launches_a_3x_pair_until_settled_and_resumes_from_the_store(tmp_pat
     assert len(Store(home / "results.sqlite").runs()) == 2 * n  # nothing launched
     (variant,) = [r for r in doc["ranked"] if r["variant"] != "demo/sq"]
     assert variant["verdict"].startswith("faster") and variant["n"] == n, doc["ranked"]
+    # nothing launched; the fixed design's figure counts the default's runs, stored under demo/baseline's name
+    assert doc["cost"]["launches"] == 0 and doc["cost"]["per_recipe"]["demo/sq"]["fixed_seconds"] > 0, doc["cost"]
     # plan: the recorded spread and launch times of the baseline's runs
     assert main(["plan", "demo/baseline", "--json"]) == 0
     (plan,) = json.loads(capsys.readouterr().out)["plans"]
@@ -311,6 +324,30 @@ def test_launch_cost_counts_launch_and_benchmark_times_tp_dp():
     c = launch_cost.cost(runs, runs, {"x": recipe})
     assert c["gpu_minutes"] == 0 and c["seconds"] == 600.0 and c["per_recipe"]["x"]["gpus"] == 0
     assert "2 launches, 10.0 min, 0.00 GPU-min" in launch_cost.describe(c)
+
+
+def test_a_verdicts_gpu_minutes_count_its_look_and_the_fixed_design_its_repeats():
+    """verdict_cost: a sequential verdict at 2 launches each costs those 4 launches (not the third each
+    side stored), x 8 GPUs (tp 4 x dp 2) from the runs' own resolved recipe; the fixed design, each
+    side's [benchmark] repeats at the mean launch time."""
+    from types import SimpleNamespace
+
+    from toolkit.analysis import verdict_cost
+    from toolkit.results.records import RunRow
+
+    resolved = {"server": {"args": {"tp-size": 4, "dp-size": 2}}, "benchmark": {"repeats": 5}}
+    runs = {f"{side}{i}": RunRow(f"{side}{i}", side, recipe_resolved=resolved,
+                                 timings={"build": 900.0, "launch": 240.0, "benchmark": 60.0})
+            for side in "ab" for i in range(3)}
+    row = SimpleNamespace(baseline="a", recipe="b", metric="output_tok_s", launches_each=2,
+                          base_runs=("a0", "a1", "a2"), variant_runs=("b0", "b1", "b2"))
+    (cost,) = verdict_cost.pair_costs([row], runs, ["output_tok_s"])
+    assert cost.used.launches == 4 and cost.used.seconds == 1200.0 and cost.used.gpu_minutes == 160.0
+    assert cost.fixed.launches == 10 and cost.fixed.gpu_minutes == 400.0
+    assert "4 launches, 20.0 min, 160.00 GPU-min (sequential, every point's verdict by 2 launches each)" in cost.text()
+    assert "~10 launches, 50.0 min, 400.00 GPU-min: 0.40x its time" in cost.text()
+    fixed = SimpleNamespace(**{**row.__dict__, "launches_each": None})  # the fixed rule used every run
+    assert verdict_cost.pair_costs([fixed], runs, ["output_tok_s"])[0].used.launches == 6
 
 
 def test_repeats_keeps_the_fixed_design_and_bad_settings_are_bad_input():

@@ -65,6 +65,7 @@ class CompareRow:
     # the pair was launched until settled (`run`/`sweep` without --repeats): the design recorded with its
     # runs (toolkit.analysis.sequential.Design.record), which judged every row of it
     launched_under: dict | None = None
+    launches_each: int | None = None  # the sequential verdict's look (launches each) where it decided the row
 
 
 def _jsonish(v: Any) -> str:
@@ -117,14 +118,14 @@ def compare_selection(store: Store, sel: Selection, *, metrics: Sequence[str | M
             c = stats.compare_values(a.values, b.values, higher_is_better=hib, unit=unit,
                                      stat=stat, min_repeats=min_repeats, alpha=alpha,
                                      min_effect=min_effect)
-            verdict, text, seq_text = c.verdict, stats.format_comparison(c), None
+            verdict, text, seq_text, each = c.verdict, stats.format_comparison(c), None, None
             ci, p = (c.ci_low, c.ci_high), c.p_value
             if (c.verdict == stats.TOO_FEW or launched is not None) and design is not None:
                 settled = sequential_row(a.values, b.values, hib, design, stored_counts(store, a.runs, b.runs),
                                          launched=launched is not None)
                 if settled is not None:  # the row shows the interval and verdict of the rule that decided it
                     verdict, text = seq.verdict_word(settled), settled.text
-                    seq_text = settled.text
+                    seq_text, each = settled.text, settled.n
                     ci, p = (settled.low, settled.high), math.nan
             rows.append(CompareRow(
                 baseline=base, recipe=variant, metric=metric, unit=unit, point=point, point_kind=kind,
@@ -134,7 +135,8 @@ def compare_selection(store: Store, sel: Selection, *, metrics: Sequence[str | M
                 p_value=p, verdict=verdict, speedup=c.speedup,
                 text=text, higher_is_better=hib,
                 base_runs=a.runs, variant_runs=b.runs, sequential=seq_text,
-                launched_under=launched.record() if launched is not None and seq_text is not None else None))
+                launched_under=launched.record() if launched is not None and seq_text is not None else None,
+                launches_each=each))
     return rows
 
 

@@ -148,6 +148,21 @@ def _check_artifacts(store, runs) -> int:
     return 1 if bad else 0
 
 
+def print_cost(store, sel) -> None:
+    """The selected runs' GPU minutes per recipe and, with a baseline and variants, per verdict of the
+    headline throughput against the fixed design's (toolkit.analysis.verdict_cost)."""
+    from toolkit.analysis import verdict_cost
+    from toolkit.analysis.compare import compare_selection
+    from toolkit.analysis.sequential_design import for_ref
+
+    rows = compare_selection(store, sel, metrics=metrics.throughput_headline(), sequential=for_ref(sel.recipes[0])) \
+        if len(sel.recipes) > 1 else []
+    per_recipe, pairs = verdict_cost.of_selection(sel, rows)
+    for line in [*per_recipe, *(p.text() for p in pairs)]:
+        console.print(f"cost: {line}", markup=False, highlight=False)
+    console.print(f"[dim]{verdict_cost.LEGEND}[/]")
+
+
 def run(args) -> int:
     store = store_of(args)
     if args.jobs:
@@ -179,6 +194,7 @@ def run(args) -> int:
         console.print(render_runs(store, [r for name in sel.recipes for r in sel.runs[name]]))
         for line in sel.notes:
             console.print(f"note: {line}", markup=False)
+        print_cost(store, sel)
         return 0
     runs = store.runs(**filters, limit=args.limit, newest_first=True)
     if args.check_artifacts:
@@ -190,6 +206,13 @@ def run(args) -> int:
                                                       if total else ""))
         return 0
     console.print(render_runs(store, list(reversed(runs))))
+    from toolkit.analysis import verdict_cost
+
+    by_recipe: dict = defaultdict(list)
+    for r in reversed(runs):
+        by_recipe[r.recipe].append(r)
+    for line in verdict_cost.recipe_lines(by_recipe):
+        console.print(f"cost: {line} (the runs listed)", markup=False, highlight=False)
     if len(runs) == args.limit:
         total = len(store.runs(**filters, limit=None))
         if total > len(runs):

@@ -178,6 +178,17 @@ def sequential_measure(design):
     return measure
 
 
+def _as_named(store, named: list) -> list:
+    """The stored rows of (name, run id) pairs, each under the name the call counted it as (a sweep's
+    default counts the runs stored under its base recipe's name: same configuration, another label)."""
+    import dataclasses
+
+    if not named:
+        return []
+    rows = {r.run_id: r for r in store.runs(run_ids=[rid for _, rid in named])}
+    return [dataclasses.replace(rows[rid], recipe=name) for name, rid in named if rid in rows]
+
+
 def print_sequential(result, design, store, recipes, *, quiet: bool, to=None) -> None:
     from toolkit.analysis import launch_cost, sequential as seq
 
@@ -186,8 +197,9 @@ def print_sequential(result, design, store, recipes, *, quiet: bool, to=None) ->
     result["sequential_legend"] = seq.legend(design)
     result["spread_flag_legend"] = spread_flag.legend()
     used = [rid for ids in result.get("used", {}).values() for rid in ids]
-    result["cost"] = launch_cost.cost(store.runs(run_ids=[rid for _, rid in result["runs"]]) if result["runs"] else [],
-                                      store.runs(run_ids=used) if used else [], {r.name: r for r in recipes})
+    result["cost"] = launch_cost.cost(_as_named(store, result["runs"]),
+                                      _as_named(store, [(n, rid) for n, ids in result.get("used", {}).items() for rid in ids]),
+                                      {r.name: r for r in recipes})
     if used and any(not v["settled"] for v in result["sequential"]):  # what else ran on the box, when it matters
         from toolkit.results.box_flags import notes
 

@@ -134,12 +134,13 @@ def run(args) -> int:
                           + (f": {o.pruned or o.failed}" if o.pruned or o.failed else ""), markup=False)
         return 0
     runner = _runner(args, home, store)
+    cost = None
     if bounds:
         sw.sla_search(store, outcomes, bounds, lo=lo, hi=hi, repeats=args.repeats, runner=runner, console=err)
     else:
         design = _design(args, recipe, kept, recipes)
         if design is not None:  # sequential: launched until every variant's verdict is settled
-            have, failed, reused = _measure_sequential(store, kept, home, args, design)
+            have, failed, reused, cost = _measure_sequential(store, kept, home, args, design)
         else:
             have, failed, reused = sw.measure(store, [o.recipe for o in kept], args.repeats, runner, err,
                                               {o.name: o.env_key for o in kept})
@@ -158,6 +159,8 @@ def run(args) -> int:
     dominated = dominated_variants(points)
     doc = res.document(ranked, outcomes, points, recipe=recipe.name, metric=metric, sla=bounds,
                        repeats=args.repeats or recipe.benchmark.repeats, gate=gates)
+    if cost is not None:  # what the sequential launches cost, and the fixed design would have
+        doc["cost"] = cost
     doc["notes"] = vouched.notes
     from toolkit.report.sweep import write_sweep_report
 
@@ -202,7 +205,8 @@ def _design(args, recipe, kept, recipes):
 def _measure_sequential(store, kept, home, args, design):
     """Every kept configuration launched in rounds until its verdict against the default's is
     settled (toolkit.analysis.sequential_runs; stored runs of the same identity count, so a killed
-    sweep resumes where it stopped). Returns (name -> ok run ids, name -> failure, name -> reused)."""
+    sweep resumes where it stopped). Returns (name -> ok run ids, name -> failure, name -> reused, what
+    the launches cost: toolkit.analysis.launch_cost.cost)."""
     from toolkit.commands.run import print_sequential, sequential_measure
     from toolkit.run.pipeline import run_sweep
 
@@ -215,4 +219,5 @@ def _measure_sequential(store, kept, home, args, design):
     for name, msg in result.get("failed", []):
         failed.setdefault(name, msg)
     used = result.get("used", {})
-    return {o.name: list(used.get(o.name, [])) for o in kept}, failed, dict(result.get("reused", {}))
+    return ({o.name: list(used.get(o.name, [])) for o in kept}, failed, dict(result.get("reused", {})),
+            result.get("cost"))

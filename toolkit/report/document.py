@@ -64,6 +64,7 @@ class ReportData:
     legend: str = ""  # the verdict rule with the settings in force
     quality: dict = field(default_factory=dict)  # variant -> answers' verdicts (toolkit.report.quality_section)
     gate: dict = field(default_factory=dict)  # variant -> the accuracy gate's verdict (quality_section.gates)
+    cost: tuple[str, ...] = ()  # GPU minutes per recipe and per verdict, and the fixed design's (verdict_cost)
 
     @property
     def names(self) -> list[str]:
@@ -181,6 +182,7 @@ def collect(store: Any, recipes: Sequence[str], metrics_: Sequence[str] | None =
         for n in names[1:]:
             base, var = sel.newest(names[0]), sel.newest(n)
             differences[n] = diff_provenance(base, var) + run_env_differences(base, var)
+    cost = cost_lines(sel, rows)
     return ReportData(
         title=title or ("patchbench: " + " vs ".join(names)),
         recipes=tuple(summaries), metrics=tuple(chosen),
@@ -191,7 +193,15 @@ def collect(store: Any, recipes: Sequence[str], metrics_: Sequence[str] | None =
         legend=stats.verdict_legend(min_effect=min_effect) if fixed_rule_used(rows) or not rows else "",
         where=where_by_recipe(sel.runs),
         quality=quality_section.collect(sel) if len(names) >= 2 else {},
-        gate=quality_section.gates(sel) if len(names) >= 2 else {})
+        gate=quality_section.gates(sel) if len(names) >= 2 else {}, cost=tuple(cost))
+
+
+def cost_lines(sel, rows) -> list[str]:
+    """What the runs used cost per recipe, and per verdict against the fixed design (toolkit.analysis.verdict_cost)."""
+    from toolkit.analysis import verdict_cost
+
+    per_recipe, pairs = verdict_cost.of_selection(sel, rows)
+    return [*per_recipe, *(p.text() for p in pairs), verdict_cost.LEGEND]
 
 # -- table contents shared by both renderers --------------------------------------------------------
 
@@ -302,6 +312,8 @@ def render_markdown(data: ReportData, images: Sequence[tuple[str, str]] = ()) ->
     eff = efficiency_lines(data)
     if eff:
         lines += ["", "**Efficiency vs roofline:** " + "; ".join(eff)]
+    if data.cost:
+        lines += ["", "### Cost (GPU minutes)", ""] + [f"- {c}" for c in data.cost]
     lines += quality_section.markdown(data.quality, data.baseline, data.gate)
     if data.differences:
         lines += ["", "### What else differed", ""]
@@ -354,6 +366,8 @@ def render_html(data: ReportData, figures: Sequence[Plot] | None = None, svgs: S
         parts.append("<p><b>Efficiency vs roofline:</b> " + _esc("; ".join(eff)) + "</p>")
     parts += ["<h2>Plots</h2>", '<div class="plots">', *(svg(p.figure, p.title) for p in figures),
               *(x[x.find("<svg"):] for x in svgs), "</div>"]
+    if data.cost:
+        parts.append("<h2>Cost (GPU minutes)</h2><ul>" + "".join(f"<li>{_esc(c)}</li>" for c in data.cost) + "</ul>")
     parts += quality_section.html_section(data.quality, data.baseline, data.gate)
     if data.differences:
         parts.append("<h2>What else differed</h2><ul>")

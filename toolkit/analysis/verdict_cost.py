@@ -1,0 +1,127 @@
+"""What a verdict cost in GPU minutes, and what the fixed design would have (pure: stored runs in).
+
+A launch costs its launch-to-ready plus benchmark seconds (`launch_cost.launch_seconds`) times the
+GPUs it held, read from the run's own resolved recipe (`[server] gpus = 0`: none; else tp x pp x dp
+by `launch_cost.gpus_of`), so a table of stored runs needs no recipe file. A pair's verdict used:
+
+    sequential   the first settled look of each point (n launches each: the first n runs of each
+                 side, oldest first); the pair's cost is that of its slowest point's look, since
+                 one launch measures every point
+    fixed        every run of both sides
+
+and the fixed design would have launched each side's `[benchmark] repeats` (as stored with its
+runs), at the mean launch time of that side's runs. `results` and `report` print these lines;
+`run` prints what its own launches cost (`launch_cost.cost`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+from toolkit.analysis.launch_cost import gpus_of, launch_seconds
+from toolkit.results.records import RunRow
+
+DEFAULT_REPEATS = 3  # toolkit.recipe.spec.BenchSpec.repeats, for a run stored without its [benchmark] repeats
+
+
+def run_gpus(run: RunRow) -> int:
+    """The GPUs one stored run held: none for `[server] gpus = 0`, else its server args' layout."""
+    server = (run.recipe_resolved or {}).get("server") or {}
+    if server.get("gpus") == 0:
+        return 0
+    return gpus_of(server.get("args") or {})
+
+
+@dataclass(frozen=True)
+class Spend:
+    """Launches, their seconds and GPU minutes."""
+
+    launches: int
+    seconds: float
+    gpu_minutes: float
+
+    def text(self) -> str:
+        gpu = f"{self.gpu_minutes:.2f} GPU-min" if self.gpu_minutes or not self.seconds else "no GPU"
+        held = f"{self.seconds:.0f} s" if self.seconds < 60 else f"{self.seconds / 60:.1f} min"
+        return f"{self.launches} launches, {held}, {gpu}"
+
+
+def spend(runs: Sequence[RunRow]) -> Spend:
+    return Spend(len(runs), sum(launch_seconds(r) for r in runs),
+                 sum(launch_seconds(r) * run_gpus(r) for r in runs) / 60.0)
+
+
+def fixed_spend(runs: Sequence[RunRow]) -> Spend:
+    """The fixed design for one side: its `[benchmark] repeats` launches at the mean time of `runs`."""
+    if not runs:
+        return Spend(0, 0.0, 0.0)
+    newest = runs[-1]
+    repeats = int((((newest.recipe_resolved or {}).get("benchmark") or {}).get("repeats")) or DEFAULT_REPEATS)
+    mean = sum(launch_seconds(r) for r in runs) / len(runs)
+    return Spend(repeats, repeats * mean, repeats * mean * run_gpus(newest) / 60.0)
+
+
+@dataclass(frozen=True)
+class PairCost:
+    baseline: str
+    recipe: str
+    metric: str
+    each: int | None  # a sequential verdict's launches each (its slowest point's first settled look); None: fixed
+    used: Spend  # the launches the verdicts used
+    fixed: Spend  # what the fixed design would have launched
+
+    def text(self) -> str:
+        how = (f"sequential, every point's verdict by {self.each} launches each" if self.each is not None
+               else "the fixed rule, every run")
+        ratio = f": {self.used.seconds / self.fixed.seconds:.2f}x its time" if self.fixed.seconds else ""
+        return (f"{self.recipe} vs {self.baseline} ({self.metric}): {self.used.text()} ({how}); the fixed design "
+                f"(each side's [benchmark] repeats): ~{self.fixed.text()}{ratio}")
+
+    def to_dict(self) -> dict:
+        return {"baseline": self.baseline, "recipe": self.recipe, "metric": self.metric, "launches_each": self.each,
+                "launches": self.used.launches, "seconds": round(self.used.seconds, 1),
+                "gpu_minutes": round(self.used.gpu_minutes, 3), "fixed_launches": self.fixed.launches,
+                "fixed_seconds": round(self.fixed.seconds, 1), "fixed_gpu_minutes": round(self.fixed.gpu_minutes, 3)}
+
+
+def pair_costs(rows: Sequence, runs: Mapping[str, RunRow], headline: Sequence[str]) -> list[PairCost]:
+    """One PairCost per (baseline, variant) of compare rows (`toolkit.analysis.compare.CompareRow`),
+    from the rows of its first headline metric measured (`headline`: names by rank); `runs`: run id
+    -> RunRow for every run the rows name."""
+    out = []
+    for pair in dict.fromkeys((r.baseline, r.recipe) for r in rows):
+        mine = [r for r in rows if (r.baseline, r.recipe) == pair]
+        metric = next((m for m in headline if any(r.metric == m for r in mine)), mine[0].metric)
+        mine = [r for r in mine if r.metric == metric]
+        sequential = all(getattr(r, "launches_each", None) for r in mine)
+        each = max(r.launches_each for r in mine) if sequential else None
+        all_base = [runs[i] for i in dict.fromkeys(i for r in mine for i in r.base_runs) if i in runs]
+        all_var = [runs[i] for i in dict.fromkeys(i for r in mine for i in r.variant_runs) if i in runs]
+        base, var = (all_base[:each], all_var[:each]) if each is not None else (all_base, all_var)
+        fb, fv = fixed_spend(all_base), fixed_spend(all_var)
+        out.append(PairCost(pair[0], pair[1], metric, each, spend(base + var),
+                            Spend(fb.launches + fv.launches, fb.seconds + fv.seconds, fb.gpu_minutes + fv.gpu_minutes)))
+    return out
+
+
+def recipe_lines(runs_by_recipe: Mapping[str, Sequence[RunRow]]) -> list[str]:
+    """"demo/baseline: 4 launches, 1.2 min, no GPU" per recipe (the runs given)."""
+    return [f"{name}: {spend(list(rs)).text()}" for name, rs in runs_by_recipe.items() if rs]
+
+
+LEGEND = ("cost: launch to ready + benchmark (and the checks in the same launch) x the GPUs a launch held "
+          "(tp x pp x dp; none for [server] gpus = 0), from each run's stored timings")
+
+
+def of_selection(sel, rows: Sequence) -> tuple[list[str], list[PairCost]]:
+    """(one line per recipe of the runs `sel` uses, each pair's PairCost) for a selection
+    (`toolkit.analysis.selection.Selection`) and its compare rows."""
+    from toolkit.results.metrics import throughput_headline
+
+    by_id = {r.run_id: r for rs in [*sel.runs.values(), *sel.sequences.values()] for r in rs}
+    used = {name: [by_id[i] for i in dict.fromkeys(
+        [*(i for r in rows if r.baseline == name for i in r.base_runs),
+         *(i for r in rows if r.recipe == name for i in r.variant_runs)]) if i in by_id] or list(sel.runs[name])
+        for name in sel.recipes}
+    return recipe_lines(used), pair_costs(rows, by_id, throughput_headline())
