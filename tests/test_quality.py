@@ -401,6 +401,23 @@ def test_references_answer_twice_candidates_once(tmp_path, monkeypatch):
     assert got == {"baseline": 2, "fast": 1, "mid": 2, "top": 1, "off": 0}
 
 
+def test_a_check_turned_off_is_off_for_the_base_of_the_stack_too(home, tmp_path, monkeypatch, capsys):
+    """`[quality] launches = 0` on an attributed recipe: the base of its stack (prefix0, which otherwise
+    answers twice as the prefixes' floor) asks nothing either, as `run` of the recipe would."""
+    from toolkit.results.store import Store
+
+    proj = demo_project(tmp_path, monkeypatch)
+    demo = proj / "recipes" / "demo"
+    (demo / "off.toml").write_text('extends = "demo/fast"\n[quality]\nlaunches = 0\n[benchmark]\ndriver = "serving"\n'
+                                   'input_len = 16\noutput_len = 8\nconcurrency = [1]\nnum_prompts = 4\nwarmup = 1\n')
+    assert main(["attribute", "demo/off", "--metric", "output_tok_s@1", "--repeats", "1", "--json"]) == 0
+    capsys.readouterr()
+    runs = Store(home / "results.sqlite").runs()
+    assert len(runs) == 2
+    assert all(r.extra["quality"]["status"] == "skipped" and "check is off" in r.extra["quality"]["reason"]
+               for r in runs), [r.extra["quality"] for r in runs]
+
+
 def test_sequential_answers_stop_when_settled(home, tmp_path, monkeypatch, capsys):
     """Sequential launches (the default): the torch miniature's candidate with the reference's
     computation (only slower) answers in its first launch and then stops asking; one whose patch
