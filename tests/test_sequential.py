@@ -153,6 +153,7 @@ def test_run_launches_a_3x_pair_until_settled_and_resumes_from_the_store(tmp_pat
     cmp = json.loads(capsys.readouterr().out)
     assert [r["verdict"] for r in cmp["rows"]] == ["faster", "faster"], cmp["rows"]
     assert [r["sequential"] for r in cmp["rows"]] == [r["text"] for r in rows]
+    assert cmp["spread_flags"] == out["spread_flags"]  # run's noisy flags, read again from the same runs
     assert "pairs launched until settled" in cmp["legend"] and "2..4 launches each" in cmp["legend"]
     assert "Mann-Whitney" not in cmp["legend"]  # no row took the fixed rule
     assert main(["compare", "demo/baseline", "demo/quick", "--metric", "output_tok_s"]) == 0

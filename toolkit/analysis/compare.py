@@ -167,6 +167,24 @@ def sequential_legends(rows: Sequence[CompareRow], design) -> list[str]:
     return out
 
 
+def spread_flags_of(store: Store, rows: Sequence[CompareRow]) -> list[dict]:
+    """toolkit.analysis.spread_flag over the recipes' per-launch values of the rows' headline throughput,
+    at each point (the runs each row judged): a configuration far noisier than its peers, as `run` flags it."""
+    from toolkit.analysis import spread_flag
+    from toolkit.analysis.selection import values_at
+
+    metric = next((m for m in registry.throughput_headline() if any(r.metric == m for r in rows)), None)
+    out = []
+    for point in sorted({r.point for r in rows if r.metric == metric}):
+        ids: dict[str, list[str]] = {}
+        for r in (r for r in rows if r.metric == metric and r.point == point):
+            ids.setdefault(r.baseline, list(r.base_runs))
+            ids.setdefault(r.recipe, list(r.variant_runs))
+        values = {name: values_at(store.samples(rs, metric=metric), metric, point, rs) for name, rs in ids.items()}
+        out += [{**f.to_dict(), "metric": metric, "point": point} for f in spread_flag.flags(values)]
+    return out
+
+
 def fixed_rule_used(rows: Sequence[CompareRow]) -> bool:
     """Whether any row took the fixed rule's verdict (its legend is then printed)."""
     return any(not r.sequential for r in rows)

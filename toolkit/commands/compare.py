@@ -155,8 +155,12 @@ def run(args) -> int:
 
     answers = quality_runs.verdicts(sel)
     floor = quality_runs.reference_floor(sel)
+    from toolkit.analysis.compare import spread_flags_of
+
+    noisy = spread_flags_of(store, rows)  # a configuration far noisier than its peers, as run flags it
     if args.json:
         print_json({"rows": [r.__dict__ for r in rows], "differences": diffs, "legend": legend,
+                    "spread_flags": noisy,
                     "quality": {v: {str(p): q.to_dict() for p, q in per.items()} for v, per in answers.items()},
                     "quality_floor": {v: {str(p): q.to_dict() for p, q in per.items()} for v, per in floor.items()},
                     "gate": {v: g.to_dict() for v, g in quality_runs.gate_verdicts(sel).items()},
@@ -174,6 +178,12 @@ def run(args) -> int:
     console.print(render_compare(rows, title=f"{' vs '.join(args.recipes[1:])} against {args.recipes[0]}",
                                  where=where_by_recipe(sel.runs), quality=answers))
     console.print(f"[dim]{legend}[/]")
+    for f in noisy:
+        console.print(f"[yellow]noisy:[/] {escape(f['metric'])} @ {f['point']}: {escape(f['text'])}", highlight=False)
+    if noisy:
+        from toolkit.analysis import spread_flag
+
+        console.print(f"[dim]{escape(spread_flag.legend())}[/]")
     for line in quality_runs.lines({**{f"{name} (against itself)": per for name, per in floor.items()}, **answers}):
         console.print(f"answers: {escape(line)}", highlight=False)
     gates = quality_runs.gate_verdicts(sel)

@@ -179,6 +179,13 @@ def collect(store: Any, recipes: Sequence[str], metrics_: Sequence[str] | None =
         rows = compare_selection(store, sel, metrics=specs or chosen, min_effect=min_effect, sequential=design,
                                  zone=explicit)
         notes.extend(sequential_legends(rows, design))
+        from toolkit.analysis.compare import spread_flags_of
+
+        noisy = spread_flags_of(store, rows)
+        if noisy:
+            from toolkit.analysis import spread_flag
+
+            notes.extend([*(f"noisy: {f['metric']} @ {f['point']}: {f['text']}" for f in noisy), spread_flag.legend()])
         for n in names[1:]:
             base, var = sel.newest(names[0]), sel.newest(n)
             differences[n] = diff_provenance(base, var) + run_env_differences(base, var)
