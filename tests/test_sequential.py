@@ -290,17 +290,30 @@ def test_noisy_pair_says_so_and_a_quiet_unsettled_one_does_not():
 
 
 def test_plan_without_runs_assumes_the_spread_and_the_timeout(home, capsys):
+    import json
+
     from toolkit.cli import main
+    from toolkit.recipe.load import load_recipe
 
     assert main(["plan", "demo/baseline"]) == 0
     text = capsys.readouterr().out
     assert "varies 3.0% launch to launch (assumed" in text and "for 60 s ([server] timeout_s" in text
-    # the miniature runs without a GPU ([server] gpus = 0): its cost is hours, not GPU hours
-    assert "a launch holds no GPU ([server] gpus = 0)" in text and "hours (no GPU) a pair" in text
-    assert "effect 20%: ~" in text and "GPU hours" not in text
-    assert main(["plan", "baseline"]) == 0  # GLM-5 on 8 GPUs: GPU hours
-    text = capsys.readouterr().out
-    assert "a launch holds 8 GPU(s) for 1800 s" in text and "GPU hours a pair" in text, text
+    # the miniature runs without a GPU ([server] gpus = 0): its cost is its minutes, not GPU time
+    assert "a launch holds no GPU ([server] gpus = 0)" in text and "min (no GPU) a pair" in text
+    assert "effect 20%: ~" in text and "GPU-" not in text and "campaign" not in text
+    assert main(["plan", "baseline", "oea", "--json"]) == 0  # GLM-5 on 8 GPUs: GPU hours, the campaign's
+    doc = json.loads(capsys.readouterr().out)
+    camp = doc["campaign"]
+    assert camp["reference"] == "baseline" and camp["variants"] == ["oea"]
+    # 1800 s a launch (the timeout: none recorded) x 8 GPUs; the fixed design: each recipe's repeats
+    repeats = sum(load_recipe(r).benchmark.repeats for r in ("baseline", "oea"))
+    assert camp["fixed"] == {"launches": repeats, "seconds": repeats * 1800.0, "gpu_seconds": repeats * 1800.0 * 8}
+    big, small = camp["effects"][-1], camp["effects"][0]  # a 20% effect settles in fewer launches than a 2% one
+    assert big["effect"] == 0.2 and big["launches"] < small["launches"] and big["gpu_seconds"] == big["seconds"] * 8
+    assert main(["plan", "baseline", "oea"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "a launch holds 8 GPU(s) for 1800 s" in text and "GPU-h (" in text and "campaign: baseline against oea" in text
+    assert f"the fixed design (each recipe's [benchmark] repeats): {repeats} launches" in text, text
 
 
 def test_launch_cost_counts_launch_and_benchmark_times_tp_dp():

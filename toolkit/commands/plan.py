@@ -4,7 +4,9 @@ Per recipe: the launch-to-launch spread of its headline throughput (first point)
 runs (3% assumed below two), the mean seconds a launch held its GPUs (launch to ready + benchmark;
 the recipe's `[server] timeout_s` when none is recorded), and for effects of 2%, 5% and 20% the
 launches each side a sequential verdict is expected to take (toolkit.analysis.launch_plan) and the
-GPU hours of such a pair (x tp x dp).
+GPU time of such a pair (x tp x dp). With several recipes, the campaign: the first against each other,
+its launches and GPU time at each effect (the reference launches until its last pair settles), beside
+the fixed design's (each recipe's `[benchmark] repeats`).
 """
 
 from __future__ import annotations
@@ -56,8 +58,9 @@ def run(args) -> int:
                     "seconds_per_launch": round(seconds, 1), "seconds_from": "runs" if timed else "timeout_s",
                     "gpus": gpus, "prior_dof": min(prior_dof, noise_prior.MAX_DOF), "effects": rows,
                     "legend": seq.legend(design)})
+    campaign = campaign_of(out, [load(r) for r in args.recipes], designs, args) if len(out) > 1 else None
     if args.json:
-        print_json({"plans": out})
+        print_json({"plans": out, "campaign": campaign})
         return 0
     for p in out:
         src = f"over {p['runs']} runs" if p["spread_from"] == "runs" else "assumed: fewer than 2 runs stored"
@@ -67,12 +70,57 @@ def run(args) -> int:
                       + (f"; the stopping rule pools the stored spread (~{p['prior_dof']} df)" if p["prior_dof"] else ""),
                       markup=False, highlight=False)
         for r in p["effects"]:
-            cost = f"~{r['gpu_hours']:.2f} GPU hours" if p["gpus"] else f"~{r['hours']:.2f} hours (no GPU)"
+            cost = _held(r["hours"] * 3600, r["gpu_hours"] * 3600)
             console.print(f"  effect {100 * r['effect']:g}%: ~{r['launches_each']:.1f} launches each, settled in "
                           f"{100 * r['settled']:.0f}%, {cost} a pair", markup=False, highlight=False)
+    if campaign:
+        console.print(f"campaign: {campaign['reference']} against {', '.join(campaign['variants'])}, every variant's "
+                      "effect the same:", markup=False, highlight=False)
+        for r in campaign["effects"]:
+            console.print(f"  effect {100 * r['effect']:g}%: ~{r['launches']:.0f} launches, {_held(r['seconds'], r['gpu_seconds'])}",
+                          markup=False, highlight=False)
+        f = campaign["fixed"]
+        console.print(f"  the fixed design (each recipe's [benchmark] repeats): {f['launches']} launches, "
+                      f"{_held(f['seconds'], f['gpu_seconds'])}", markup=False, highlight=False)
     if out:
         console.print(f"[dim]{out[0]['legend']}[/]")
     return 0
+
+
+def campaign_of(plans: list[dict], recipes: list, designs, args) -> dict:
+    """The whole campaign (the first recipe the reference, each other a pair with it): at each effect, each
+    pair's expected launches each at the pair's pooled spread; the reference launches until its last pair
+    settles (the most of any pair); seconds and GPU seconds at each recipe's launch time; and the fixed
+    design's (each recipe's [benchmark] repeats)."""
+    import math
+
+    from toolkit.analysis import launch_plan
+
+    ref, others = plans[0], plans[1:]
+    design = designs.for_bench(recipes[0].benchmark, min_effect=args.min_effect, max_repeats=args.max_repeats)
+    rows = []
+    for eff in launch_plan.EFFECTS:
+        each = [launch_plan.expected(eff, math.sqrt((ref["spread"] ** 2 + p["spread"] ** 2) / 2), design).launches_each
+                for p in others]
+        n_ref = max(each)
+        seconds = n_ref * ref["seconds_per_launch"] + sum(n * p["seconds_per_launch"] for n, p in zip(each, others))
+        gpu = n_ref * ref["seconds_per_launch"] * ref["gpus"] + sum(
+            n * p["seconds_per_launch"] * p["gpus"] for n, p in zip(each, others))
+        rows.append({"effect": eff, "launches": round(n_ref + sum(each), 1), "seconds": round(seconds, 1),
+                     "gpu_seconds": round(gpu, 1)})
+    fixed = [(r.benchmark.repeats, p["seconds_per_launch"], p["gpus"]) for r, p in zip(recipes, plans)]
+    return {"reference": ref["recipe"], "variants": [p["recipe"] for p in others], "effects": rows,
+            "fixed": {"launches": sum(n for n, _, _ in fixed), "seconds": round(sum(n * s for n, s, _ in fixed), 1),
+                      "gpu_seconds": round(sum(n * s * g for n, s, g in fixed), 1)}}
+
+
+def _held(seconds: float, gpu_seconds: float) -> str:
+    """"~2.4 GPU-h (0.3 h)", "~12 GPU-min (3.0 min)", "~4.0 min (no GPU)"."""
+    wall = f"{seconds / 3600:.1f} h" if seconds >= 3600 else f"{seconds / 60:.1f} min"
+    if not gpu_seconds:
+        return f"~{wall} (no GPU)"
+    gpu = f"{gpu_seconds / 3600:.1f} GPU-h" if gpu_seconds >= 3600 else f"{gpu_seconds / 60:.0f} GPU-min"
+    return f"~{gpu} ({wall} of launches)"
 
 
 def _gpus(n: int) -> str:
