@@ -2,8 +2,10 @@
 
 A recipe's `[benchmark]` min_effect, max_repeats and pool_stored_spread, each overridden by a
 command's flag when one is given: `run`, `sweep`, `attribute`, `track --settle` and `plan` launch
-with it, and `compare` and `report` judge the stored runs with the baseline recipe's, so a pair
-settled by `run` reads the same in `compare` (the early looks' boundaries depend on max_repeats).
+with it. `run` and `sweep` record it in each run they launch (`extra["sequential"]`), and `compare` and
+`report` judge such a pair with the recorded design (toolkit.analysis.selection.Selection.launched_under),
+so a pair settled by `run --max-repeats 16` reads the same in `compare` (the early looks' boundaries
+depend on max_repeats); stored runs launched otherwise are judged with the baseline recipe's (`for_ref`).
 """
 
 from __future__ import annotations
