@@ -159,7 +159,7 @@ class VariantMeter:
         prefixes against: its variation is their floor); else the recipe's rule."""
         if self.spec.metric in ANSWER_METRICS:
             return EVERY_LAUNCH
-        if self.recipe.quality.launches == 0:  # the recipe turned the check off: no stack part asks it either
+        if getattr(self.recipe.quality, "launches", None) == 0:  # the recipe turned the check off: no stack part asks it either
             return None
         return 2 if label == "prefix0" else None
 
