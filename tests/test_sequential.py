@@ -246,6 +246,17 @@ def test_compare_judges_a_sequential_pair_as_run_did_across_sweeps(tmp_path, hom
     if not any(name == "demo/baseline" for name, _ in third["runs"]):
         assert "launched until settled against demo/baseline's stored runs" in text, text
         assert "never measured in one sweep" not in text
+    # a later fixed campaign adds a baseline run to its sequence: every row still shows the values its
+    # verdict's look used (its estimate inside its interval) and the report draws it
+    assert main(["run", "demo/baseline", "demo/quick3", "--fixed", "--repeats", "1"]) == 0
+    capsys.readouterr()
+    assert main(["compare", "demo/baseline", "demo/quick2", "--all-metrics", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert sum(bool(r["sequential"]) for r in rows) > len(rows) // 2  # all but zero-valued counts (log-values)
+    for r in (r for r in rows if r["sequential"]):
+        assert r["n_base"] == r["n_variant"] == r["launches_each"], r
+        assert None in (r["ci_low"], r["ci_high"]) or r["ci_low"] <= r["ratio"] <= r["ci_high"], r  # null: unbounded
+    assert main(["report", "demo/baseline", "demo/quick2", "--output", str(tmp_path / "rep2")]) == 0
 
 
 def test_attribute_launches_each_step_until_settled(tmp_path, home, monkeypatch, capsys):
@@ -353,14 +364,14 @@ def test_a_verdicts_gpu_minutes_count_its_look_and_the_fixed_design_its_repeats(
     runs = {f"{side}{i}": RunRow(f"{side}{i}", side, recipe_resolved=resolved,
                                  timings={"build": 900.0, "launch": 240.0, "benchmark": 60.0})
             for side in "ab" for i in range(3)}
-    row = SimpleNamespace(baseline="a", recipe="b", metric="output_tok_s", launches_each=2,
+    row = SimpleNamespace(baseline="a", recipe="b", metric="output_tok_s", launches_each=2, launched_under={"alpha": 0.05},
                           base_runs=("a0", "a1", "a2"), variant_runs=("b0", "b1", "b2"))
     (cost,) = verdict_cost.pair_costs([row], runs, ["output_tok_s"])
     assert cost.used.launches == 4 and cost.used.seconds == 1200.0 and cost.used.gpu_minutes == 160.0
     assert cost.fixed.launches == 10 and cost.fixed.gpu_minutes == 400.0
     assert "4 launches, 20.0 min, 160.00 GPU-min (sequential, every point's verdict by 2 launches each)" in cost.text()
     assert "~10 launches, 50.0 min, 400.00 GPU-min: 0.40x its time" in cost.text()
-    fixed = SimpleNamespace(**{**row.__dict__, "launches_each": None})  # the fixed rule used every run
+    fixed = SimpleNamespace(**{**row.__dict__, "launched_under": None})  # launched by the fixed design: every run
     assert verdict_cost.pair_costs([fixed], runs, ["output_tok_s"])[0].used.launches == 6
 
 

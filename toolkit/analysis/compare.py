@@ -123,10 +123,16 @@ def compare_selection(store: Store, sel: Selection, *, metrics: Sequence[str | M
             if (c.verdict == stats.TOO_FEW or launched is not None) and design is not None:
                 settled = sequential_row(a.values, b.values, hib, design, stored_counts(store, a.runs, b.runs),
                                          launched=launched is not None)
-                if settled is not None:  # the row shows the interval and verdict of the rule that decided it
+                if settled is not None:  # the row shows the values, interval and verdict of the rule that decided it
                     verdict, text = seq.verdict_word(settled), settled.text
                     seq_text, each = settled.text, settled.n
                     ci, p = (settled.low, settled.high), math.nan
+                    # the launches its look used (the first n each, oldest first; later ones are another
+                    # point's or a later campaign's), and its estimate, which its interval holds
+                    a, b = _first(a, each), _first(b, each)
+                    c = dataclasses.replace(stats.compare_values(a.values, b.values, higher_is_better=hib, unit=unit,
+                                                                 stat=stat, min_effect=min_effect),
+                                            ratio=settled.ratio)
             rows.append(CompareRow(
                 baseline=base, recipe=variant, metric=metric, unit=unit, point=point, point_kind=kind,
                 n_base=c.n_a, n_variant=c.n_b, base_mean=c.mean_a, base_median=c.median_a,
@@ -138,6 +144,13 @@ def compare_selection(store: Store, sel: Selection, *, metrics: Sequence[str | M
                 launched_under=launched.record() if launched is not None and seq_text is not None else None,
                 launches_each=each))
     return rows
+
+
+def _first(obs, n: int):
+    """An Observation cut to its first n values (and runs)."""
+    import dataclasses
+
+    return dataclasses.replace(obs, values=tuple(obs.values[:n]), runs=tuple(obs.runs[:n]))
 
 
 def sequential_row(a: Sequence[float], b: Sequence[float], hib: bool | None, design, stored=(0, 0), *,

@@ -482,4 +482,5 @@ def settle(c, a: Sequence[float], b: Sequence[float], design: Design, stored: tu
     if not stopped(v) and not launched:
         return c
     # its interval, and no Mann-Whitney p beside a verdict that p did not give (tables show "seq.")
-    return dataclasses.replace(c, verdict=verdict_word(v), ci_low=v.low, ci_high=v.high, p_value=math.nan)
+    return dataclasses.replace(c, verdict=verdict_word(v), ci_low=v.low, ci_high=v.high, p_value=math.nan,
+                               ratio=v.ratio)  # its estimate (at its look), which its interval holds

@@ -85,19 +85,23 @@ class PairCost:
                 "fixed_seconds": round(self.fixed.seconds, 1), "fixed_gpu_minutes": round(self.fixed.gpu_minutes, 3)}
 
 
-def pair_costs(rows: Sequence, runs: Mapping[str, RunRow], headline: Sequence[str]) -> list[PairCost]:
+def pair_costs(rows: Sequence, runs: Mapping[str, RunRow], headline: Sequence[str],
+               pairs: Mapping[tuple[str, str], tuple[Sequence[str], Sequence[str]]] | None = None) -> list[PairCost]:
     """One PairCost per (baseline, variant) of compare rows (`toolkit.analysis.compare.CompareRow`),
     from the rows of its first headline metric measured (`headline`: names by rank); `runs`: run id
-    -> RunRow for every run the rows name."""
+    -> RunRow for every run named; `pairs`: (baseline, variant) -> every run id of each side (the
+    selection's; else the rows'). A pair launched until settled (its rows' `launched_under`) cost the
+    launches up to its slowest point's deciding look; any other, every run of the pair."""
     out = []
     for pair in dict.fromkeys((r.baseline, r.recipe) for r in rows):
         mine = [r for r in rows if (r.baseline, r.recipe) == pair]
         metric = next((m for m in headline if any(r.metric == m for r in mine)), mine[0].metric)
         mine = [r for r in mine if r.metric == metric]
-        sequential = all(getattr(r, "launches_each", None) for r in mine)
+        sequential = all(getattr(r, "launched_under", None) and getattr(r, "launches_each", None) for r in mine)
         each = max(r.launches_each for r in mine) if sequential else None
-        all_base = [runs[i] for i in dict.fromkeys(i for r in mine for i in r.base_runs) if i in runs]
-        all_var = [runs[i] for i in dict.fromkeys(i for r in mine for i in r.variant_runs) if i in runs]
+        ids_a, ids_b = (pairs or {}).get(pair) or ([i for r in mine for i in r.base_runs], [i for r in mine for i in r.variant_runs])
+        all_base = [runs[i] for i in dict.fromkeys(ids_a) if i in runs]
+        all_var = [runs[i] for i in dict.fromkeys(ids_b) if i in runs]
         base, var = (all_base[:each], all_var[:each]) if each is not None else (all_base, all_var)
         fb, fv = fixed_spend(all_base), fixed_spend(all_var)
         out.append(PairCost(pair[0], pair[1], metric, each, spend(base + var),
@@ -115,13 +119,11 @@ LEGEND = ("cost: launch to ready + benchmark (and the checks in the same launch)
 
 
 def of_selection(sel, rows: Sequence) -> tuple[list[str], list[PairCost]]:
-    """(one line per recipe of the runs `sel` uses, each pair's PairCost) for a selection
+    """(one line per recipe of the runs `sel` lists, each pair's PairCost) for a selection
     (`toolkit.analysis.selection.Selection`) and its compare rows."""
     from toolkit.results.metrics import throughput_headline
 
     by_id = {r.run_id: r for rs in [*sel.runs.values(), *sel.sequences.values()] for r in rs}
-    used = {name: [by_id[i] for i in dict.fromkeys(
-        [*(i for r in rows if r.baseline == name for i in r.base_runs),
-         *(i for r in rows if r.recipe == name for i in r.variant_runs)]) if i in by_id] or list(sel.runs[name])
-        for name in sel.recipes}
-    return recipe_lines(used), pair_costs(rows, by_id, throughput_headline())
+    used = {name: list(sel.runs[name]) for name in sel.recipes}  # the runs the selection lists ("runs used")
+    pairs = {(r.baseline, r.recipe): sel.pair(r.baseline, r.recipe) for r in rows}
+    return recipe_lines(used), pair_costs(rows, by_id, throughput_headline(), pairs)

@@ -56,8 +56,9 @@ def _finite(*xs: Any) -> bool:
 def _errs(pts: Sequence[tuple]) -> list[list[float]] | None:
     if not any(_finite(p[2], p[3]) for p in pts):
         return None
-    return [[p[1] - p[2] if _finite(p[2]) else 0.0 for p in pts],
-            [p[3] - p[1] if _finite(p[3]) else 0.0 for p in pts]]
+    # an interval that does not hold its point (never from one rule; a defensive floor) draws no whisker
+    return [[max(0.0, p[1] - p[2]) if _finite(p[2]) else 0.0 for p in pts],
+            [max(0.0, p[3] - p[1]) if _finite(p[3]) else 0.0 for p in pts]]
 
 
 def line_plot(title: str, xlabel: str, ylabel: str, series: Sequence[Series], *, log2_x: bool = True) -> Figure:
