@@ -55,10 +55,10 @@ def test_quiet_a_a_pair_is_equal_and_a_noisy_one_says_its_interval():
     a, b = _launches(rng, 8, noise=0.05), _launches(rng, 8, noise=0.05)
     v = seq.verdict(a, b, higher_is_better=True, design=seq.Design(futility=False))
     assert v.verdict == seq.UNSETTLED and v.n == 8 and not seq.more_needed(v)
-    assert v.text.startswith("noisy: not settled after 8 launches each, spread ") and v.low < 1 < v.high
+    assert v.text.startswith("noisy: not settled after 8 launches each, the pair's spread ") and v.low < 1 < v.high
     early = seq.verdict(a, b, higher_is_better=True)  # futility: it could not settle by 8 at this spread
     assert early.verdict == seq.UNSETTLED and early.futile and early.n < 8 and not seq.more_needed(early)
-    assert f"after {early.n} launches each (could not settle by 8), spread" in early.text
+    assert f"after {early.n} launches each (could not settle by 8), the pair's spread" in early.text
     assert seq.more_needed(seq.verdict([100, 101], [99, 103], higher_is_better=True))
 
 
@@ -219,6 +219,11 @@ def test_compare_judges_a_sequential_pair_as_run_did_across_sweeps(tmp_path, hom
     assert main(["run", "demo/baseline", "demo/quick", "--json"]) == 0
     first = json.loads(capsys.readouterr().out)
     stored = [rid for name, rid in first["runs"] if name == "demo/baseline"]
+    # asked again under another zone: nothing launched, and run says its verdicts use this call's design,
+    # not the one the runs were launched under (which compare reads)
+    assert main(["run", "demo/baseline", "demo/quick", "--min-effect", "0.5", "--json"]) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert again["runs"] == [] and "min_effect 50%" in again["design_note"] and "min_effect 2%" in again["design_note"]
     assert main(["run", "demo/baseline", "demo/quick2", "--min-repeats", "3", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     (pair,) = out["sequential"]
@@ -244,7 +249,7 @@ def test_compare_judges_a_sequential_pair_as_run_did_across_sweeps(tmp_path, hom
     assert main(["compare", "demo/baseline", "demo/quick3", "--metric", "output_tok_s"]) == 0
     text = " ".join(capsys.readouterr().out.split())
     if not any(name == "demo/baseline" for name, _ in third["runs"]):
-        assert "launched until settled against demo/baseline's stored runs" in text, text
+        assert "launched by a sequential run against demo/baseline's stored runs" in text, text
         assert "never measured in one sweep" not in text
     # a later fixed campaign adds a baseline run to its sequence: every row still shows the values its
     # verdict's look used (its estimate inside its interval) and the report draws it
@@ -291,7 +296,7 @@ def test_noisy_pair_says_so_and_a_quiet_unsettled_one_does_not():
     d = seq.Design(futility=False)
     noisy = seq.verdict(_launches(rng, 8, noise=0.08), _launches(rng, 8, ratio=1.03, noise=0.08),
                         higher_is_better=True, design=d)
-    assert noisy.noisy and noisy.text.startswith("noisy: not settled after 8 launches each, spread ")
+    assert noisy.noisy and noisy.text.startswith("noisy: not settled after 8 launches each, the pair's spread ")
     assert not seq.more_needed(noisy)
     assert f"below {100 * seq.quiet_spread(d):.1f}%" in noisy.text
     # quiet launches, a true effect right at min_effect: unsettled, but the box is not the problem

@@ -345,8 +345,9 @@ def choose(rows: Iterable[RunRow], recipes: Sequence[str], criteria: Criteria = 
             if not any(launched_sequentially(r) for rs in in_group.values() for r in rs):
                 chosen = in_group
             elif any(len(in_group[n]) < len(chosen[n]) for n in names):  # its launching counted them: they count
-                notes.append(f"sweep {group[:12]} was launched until settled: each recipe's stored runs of the same "
-                             "configuration from earlier sweeps count, as its launching counted them")
+                notes.append(f"sweep {group[:12]} was launched by a sequential run: each recipe's stored runs of the "
+                             "same configuration from other sweeps count too, oldest first (its verdicts read the first "
+                             "launches, as its launching did)")
         else:
             base = names[0]
             base_groups = {r.group_id for r in chosen[base] if r.group_id}
@@ -356,8 +357,8 @@ def choose(rows: Iterable[RunRow], recipes: Sequence[str], criteria: Criteria = 
                              "newest sweep that measured both")
             for n in crossing:
                 if any(launched_sequentially(r) for r in chosen[base] + chosen[n]):  # reuse is its design
-                    notes.append(f"{n} was launched until settled against {base}'s stored runs of the same "
-                                 "configuration (earlier sweeps): the pair is judged on those runs, as its launching did")
+                    notes.append(f"{n} was launched by a sequential run against {base}'s stored runs of the same "
+                                 "configuration (other sweeps): the pair is judged on those runs, as its launching did")
                     continue
                 notes.append(f"{base} and {n} were never measured in one sweep: compared across sweeps "
                              f"(`patchbench run {base} {n} --fixed` measures both afresh, interleaved; without "

@@ -203,7 +203,7 @@ class Sequential:
             return f"too few launches ({self.n} each; a verdict needs {self.design.min_repeats})"
         why = f" (could not settle by {self.design.max_repeats})" if self.futile and self.n < self.design.max_repeats else ""
         if self.noisy:
-            return (f"noisy: not settled after {self.n} launches each{why}, spread {100 * self.spread:.1f}% a launch: "
+            return (f"noisy: not settled after {self.n} launches each{why}, the pair's spread {100 * self.spread:.1f}% a launch: "
                     f"{span} (equal within {m} needs a spread below {100 * quiet_spread(self.design):.1f}%)")
         if self.verdict == UNSETTLED:
             return f"not settled after {self.n} launches each: {span}{why}"

@@ -72,7 +72,7 @@ def run(args) -> int:
         for r in p["effects"]:
             cost = _held(r["hours"] * 3600, r["gpu_hours"] * 3600)
             console.print(f"  effect {100 * r['effect']:g}%: ~{r['launches_each']:.1f} launches each, settled in "
-                          f"{100 * r['settled']:.0f}%, {cost} a pair", markup=False, highlight=False)
+                          f"{100 * r['settled']:.0f}%, {cost} a pair of two such recipes", markup=False, highlight=False)
     if campaign:
         console.print(f"campaign: {campaign['reference']} against {', '.join(campaign['variants'])}, every variant's "
                       "effect the same:", markup=False, highlight=False)

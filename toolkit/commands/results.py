@@ -160,7 +160,7 @@ def print_cost(store, sel) -> None:
     per_recipe, pairs = verdict_cost.of_selection(sel, rows)
     for line in [*per_recipe, *(p.text() for p in pairs)]:
         console.print(f"cost: {line}", markup=False, highlight=False)
-    console.print(f"[dim]{verdict_cost.LEGEND}[/]")
+    console.print(f"[dim]{escape(verdict_cost.LEGEND)}[/]")
 
 
 def run(args) -> int:

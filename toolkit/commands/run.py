@@ -189,6 +189,19 @@ def _as_named(store, named: list) -> list:
     return [dataclasses.replace(rows[rid], recipe=name) for name, rid in named if rid in rows]
 
 
+def recorded_designs(store, result) -> list:
+    """The sequential designs the runs a call used were launched under (each run records its own)."""
+    from toolkit.analysis import sequential as seq
+
+    used = [rid for ids in result.get("used", {}).values() for rid in ids]
+    found = [seq.Design.from_record((r.extra or {}).get("sequential")) for r in store.runs(run_ids=used)] if used else []
+    return list(dict.fromkeys(d for d in found if d is not None))
+
+
+def _design_words(d) -> str:
+    return f"{d.min_repeats}..{d.max_repeats} launches each, min_effect {100 * d.min_effect:g}%"
+
+
 def print_sequential(result, design, store, recipes, *, quiet: bool, to=None) -> None:
     from toolkit.analysis import launch_cost, sequential as seq
 
@@ -204,10 +217,18 @@ def print_sequential(result, design, store, recipes, *, quiet: bool, to=None) ->
         from toolkit.results.box_flags import notes
 
         result["box"] = notes(store.runs(run_ids=used))
+    recorded = recorded_designs(store, result)
+    if not result["runs"] and recorded and design not in recorded:  # judged now under another design than launched
+        result["design_note"] = (
+            "nothing launched: these verdicts use this call's design (" + _design_words(design) + "); the stored runs "
+            "were launched under " + " and ".join(_design_words(d) for d in recorded) + ", which compare and the "
+            "report judge them with (pass the same flags to compare, or --min-effect)")
     if quiet:
         return
     out = to or console
     out.print(launch_cost.describe(result["cost"]), markup=False, highlight=False)
+    if result.get("design_note"):
+        out.print(f"note: {result['design_note']}", markup=False, highlight=False)
     for v in result["sequential"]:
         out.print(f"{v['recipe']} vs {v['reference']}, {v['metric']} @ {v['point']}: {v['text']}", markup=False,
                   highlight=False)

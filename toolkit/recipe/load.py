@@ -263,7 +263,7 @@ def child_description(parent: str, name: str, own: dict, limit: int = 4) -> str:
                 if key in SOURCE_KINDS + ("rev",):
                     changes.append(f"{prefix.split('.')[1]} at {Path(str(value)).name if key == 'path' else value}")
             else:
-                changes.append(f"{dotted} = {json.dumps(value) if isinstance(value, (list, dict)) else value}")
+                changes.append(f"{dotted} = {json.dumps(value) if isinstance(value, (list, dict, bool)) else value}")
 
     walk(own, "")
     shown = changes[:limit] + ([f"... ({len(changes) - limit} more)"] if len(changes) > limit else [])
