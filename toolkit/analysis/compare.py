@@ -51,7 +51,7 @@ class CompareRow:
     variant_mean: float
     variant_median: float
     variant_std: float
-    ratio: float  # variant / baseline (means, or medians with stat="median")
+    ratio: float  # variant / baseline (means, or medians with stat="median"; of geometric means where the sequential verdict decided)
     ci_low: float  # confidence interval of `ratio`
     ci_high: float
     p_value: float  # Mann-Whitney U, two-sided; nan where the sequential verdict decided the row (its interval in ci_*)
