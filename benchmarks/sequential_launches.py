@@ -85,6 +85,12 @@ Measured (2000 + 2000 comparisons, seed 20261201, 2026-12-02; equal by TOST sinc
   one look), so even 20-30% effects at 3-5% noise take 2.6 launches each on average while the fixed
   design needs 4-5 each for the same power there: the best range is 0.56-0.65x, and the ratio
   cannot fall below the best range's.
+  A cap of 32 (2026-12-05, `--max-repeats 32`: 8.05 launches, 83.0% correct, A/A 2.00% [1.43-2.71%],
+  341 of 2000 stopped unsettled, most by futility): against the fixed design of the same (2.00%) error
+  rate (alpha 0.0287) 9 each, **0.45x** (0.47x on a continuous n; as strong in every range, 0.40x /
+  0.41x); against the fixed design at the stated alpha (A/A 3.55%, worse) 0.57x (0.59x continuous).
+  The saving grows with the power asked of it; the default cap of 8 keeps the worst case at 16
+  launches of a ~400 GB model.
   Other boundary shapes (spending alpha earlier or later) and caps of 12-24: benchmarks/
   sequential_boundaries.py; none reaches 0.5x at the cap of 8, caps of 16-24 touch it (0.49-0.50x)
   against the matched-error fixed design only.
