@@ -99,13 +99,18 @@ class Selection:
         return self.runs[base], self.runs[variant]
 
     def launched_under(self, base: str, variant: str):
-        """The sequential design (toolkit.analysis.sequential.Design) the pair's newest sweep was
-        launched under (`run`/`sweep` without --repeats record it in each run), None for a fixed one."""
+        """The sequential design (toolkit.analysis.sequential.Design) the pair was launched under
+        (`run`/`sweep` without --repeats record it in each run), None for a fixed one: the newest of the
+        variant's runs that records one (the reference's runs may be another campaign's, against another
+        variant, under another design), else the reference's."""
         from toolkit.analysis.sequential import Design
 
         a, b = self._sweep_pair(base, variant)
-        marked = [r for r in sorted(a + b, key=_when) if launched_sequentially(r)]
-        return Design.from_record(marked[-1].extra["sequential"]) if marked else None
+        for side in (b, a):
+            marked = [r for r in sorted(side, key=_when) if launched_sequentially(r)]
+            if marked:
+                return Design.from_record(marked[-1].extra["sequential"])
+        return None
 
     def pair(self, base: str, variant: str) -> tuple[list[str], list[str]]:
         """Run ids of `base` and `variant` to compare with each other: when no sweep measured every
