@@ -170,11 +170,9 @@ def sequential_row(a: Sequence[float], b: Sequence[float], hib: bool | None, des
 def sequential_legends(rows: Sequence[CompareRow], design) -> list[str]:
     """The legend line of each sequential design that judged rows: the one a pair was launched under
     ("pairs launched until settled: ..."), and `design` for rows too small for the fixed rule."""
-    out = []
-    launched = list(dict.fromkeys(_jsonish(r.launched_under) for r in rows if r.launched_under))
-    for rec in launched:
-        out.append("pairs launched until settled (every row, the design their runs recorded): "
-                   + seq.legend(seq.Design.from_record(json.loads(rec))))
+    launched = dict.fromkeys(seq.Design.from_record(r.launched_under) for r in rows if r.launched_under)
+    out = ["pairs launched until settled (every row, the design their runs recorded): " + seq.legend(d)
+           for d in launched]
     if any(r.sequential and not r.launched_under for r in rows):
         out.append(f"rows with {stats.too_few_rows()}: " + seq.legend(design))
     return out
@@ -183,9 +181,6 @@ def sequential_legends(rows: Sequence[CompareRow], design) -> list[str]:
 def spread_flags_of(store: Store, rows: Sequence[CompareRow]) -> list[dict]:
     """toolkit.analysis.spread_flag over the recipes' per-launch values of the rows' headline throughput,
     at each point (the runs each row judged): a configuration far noisier than its peers, as `run` flags it."""
-    from toolkit.analysis import spread_flag
-    from toolkit.analysis.selection import values_at
-
     metric = next((m for m in registry.throughput_headline() if any(r.metric == m for r in rows)), None)
     out = []
     for point in sorted({r.point for r in rows if r.metric == metric}):
@@ -193,9 +188,18 @@ def spread_flags_of(store: Store, rows: Sequence[CompareRow]) -> list[dict]:
         for r in (r for r in rows if r.metric == metric and r.point == point):
             ids.setdefault(r.baseline, list(r.base_runs))
             ids.setdefault(r.recipe, list(r.variant_runs))
-        values = {name: values_at(store.samples(rs, metric=metric), metric, point, rs) for name, rs in ids.items()}
-        out += [{**f.to_dict(), "metric": metric, "point": point} for f in spread_flag.flags(values)]
+        out += flags_at(store, metric, point, ids)
     return out
+
+
+def flags_at(store: Store, metric: str, point: int, runs: dict[str, Sequence[str]]) -> list[dict]:
+    """toolkit.analysis.spread_flag over each recipe's per-launch values (`runs`: recipe -> run ids) of
+    `metric` at `point`, as dicts with the metric and point (what `run` and `compare` print)."""
+    from toolkit.analysis import spread_flag
+    from toolkit.analysis.selection import values_at
+
+    values = {name: values_at(store.samples(list(rs), metric=metric), metric, point, list(rs)) for name, rs in runs.items()}
+    return [{**f.to_dict(), "metric": metric, "point": point} for f in spread_flag.flags(values)]
 
 
 def fixed_rule_used(rows: Sequence[CompareRow]) -> bool:

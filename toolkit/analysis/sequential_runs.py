@@ -230,12 +230,8 @@ def answer_rules_of(store: Store, prepared: list[Prepared], keys: dict[str, str]
 
 def spread_flags(store: Store, prepared: list[Prepared], runs: dict[str, list[str]]) -> list[dict]:
     """toolkit.analysis.spread_flag over the recipes' per-launch values at each common point."""
-    from toolkit.analysis import spread_flag
+    from toolkit.analysis.compare import flags_at
 
     metric = metric_of(prepared[0])
-    samples = {p.name: store.samples(runs[p.name], metric=metric) for p in prepared}
-    out = []
-    for point in [x for x in points_of(prepared[0]) if all(x in points_of(p) for p in prepared)]:
-        values = {p.name: values_at(samples[p.name], metric, point, runs[p.name]) for p in prepared}
-        out += [{**f.to_dict(), "metric": metric, "point": point} for f in spread_flag.flags(values)]
-    return out
+    return [f for point in points_of(prepared[0]) if all(point in points_of(p) for p in prepared)
+            for f in flags_at(store, metric, point, {p.name: runs[p.name] for p in prepared})]
