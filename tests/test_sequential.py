@@ -543,3 +543,24 @@ def test_a_pair_the_sequence_gave_up_on_reads_noisy_not_too_few_repeats():
     quiet = ([100.0, 101.0], [103.0, 99.0])
     c = stats.compare_values(*quiet, higher_is_better=True)
     assert seq.settle(c, *quiet, seq.Design()).verdict == stats.TOO_FEW  # 2 each: more launches may settle it
+
+
+def test_a_launched_pair_with_zero_values_is_not_judged_by_the_fixed_rule():
+    """A count that is 0 in some launches (failed requests) of a pair launched until its speed settled:
+    the sequential verdict compares log-values and cannot judge it, and the fixed rule would judge a
+    launch count the looks chose; the row says "not judged" with no p and no interval. The same
+    counts outside a sequential campaign keep the fixed rule, and 0 on both sides in every launch
+    stays as it is."""
+    import math
+
+    from toolkit.analysis import stats
+
+    a, b = [0.0, 1.0, 0.0, 2.0, 0.0, 1.0], [3.0, 0.0, 4.0, 2.0, 5.0, 3.0]
+    c = stats.compare_values(a, b, higher_is_better=False)
+    judged = seq.settle(c, a, b, seq.Design(), launched=True)
+    assert judged.verdict == stats.NOT_JUDGED and math.isnan(judged.p_value) and math.isnan(judged.ci_low)
+    assert "not judged" in stats.format_comparison(judged)
+    assert seq.settle(c, a, b, seq.Design()) is c  # not launched sequentially: the fixed rule's verdict
+    zeros = [0.0, 0.0, 0.0]
+    c0 = stats.compare_values(zeros, zeros, higher_is_better=False)
+    assert seq.settle(c0, zeros, zeros, seq.Design(), launched=True) is c0

@@ -143,7 +143,7 @@ def attribute(prefix_values: Sequence[Sequence[float] | None], *, higher_is_bett
 
 
 _STYLE = {stats.FASTER: "green", stats.SLOWER: "red", stats.NOT_SIGNIFICANT: "dim",
-          stats.TOO_FEW: "yellow", seq.NOISY: "yellow", seq.UNSETTLED: "yellow"}
+          stats.TOO_FEW: "yellow", stats.NOT_JUDGED: "dim", seq.NOISY: "yellow", seq.UNSETTLED: "yellow"}
 
 
 def _verdict(c: stats.Comparison | None, answer: str | None) -> Text:

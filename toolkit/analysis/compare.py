@@ -133,6 +133,10 @@ def compare_selection(store: Store, sel: Selection, *, metrics: Sequence[str | M
                     c = dataclasses.replace(stats.compare_values(a.values, b.values, higher_is_better=hib, unit=unit,
                                                                  stat=stat, min_effect=min_effect),
                                             ratio=settled.ratio)
+                elif launched is not None and any(v <= 0 for v in (*a.values, *b.values)) \
+                        and len({*a.values, *b.values}) > 1:
+                    c = seq.not_judged(c)
+                    verdict, text, ci, p = c.verdict, stats.format_comparison(c), (math.nan, math.nan), math.nan
             rows.append(CompareRow(
                 baseline=base, recipe=variant, metric=metric, unit=unit, point=point, point_kind=kind,
                 n_base=c.n_a, n_variant=c.n_b, base_mean=c.mean_a, base_median=c.median_a,
@@ -204,7 +208,7 @@ def flags_at(store: Store, metric: str, point: int, runs: dict[str, Sequence[str
 
 def fixed_rule_used(rows: Sequence[CompareRow]) -> bool:
     """Whether any row took the fixed rule's verdict (its legend is then printed)."""
-    return any(not r.sequential for r in rows)
+    return any(not r.sequential and r.verdict != stats.NOT_JUDGED for r in rows)
 
 
 def stored_counts(store: Store, runs_a: Sequence[str], runs_b: Sequence[str]) -> tuple[int, int]:
@@ -244,7 +248,7 @@ def missing_recipes(store: Store, recipes: Sequence[str], criteria: Criteria = C
 
 
 _VERDICT_STYLE = {stats.FASTER: "bold green", stats.SLOWER: "bold red",
-                  stats.NOT_SIGNIFICANT: "dim", stats.TOO_FEW: "yellow",
+                  stats.NOT_SIGNIFICANT: "dim", stats.TOO_FEW: "yellow", stats.NOT_JUDGED: "dim",
                   seq.NOISY: "yellow", seq.UNSETTLED: "yellow"}
 
 

@@ -456,6 +456,16 @@ def verdict_word(v: Sequential) -> str:
     return NOISY if v.noisy else v.verdict
 
 
+def not_judged(c):
+    """A comparison of a launched pair on a metric the sequential verdict cannot judge (values of 0
+    or below): no verdict, no interval, no p (the fixed rule's would be of a sample size its looks chose)."""
+    import dataclasses
+
+    from toolkit.analysis import stats
+
+    return dataclasses.replace(c, verdict=stats.NOT_JUDGED, ci_low=math.nan, ci_high=math.nan, p_value=math.nan)
+
+
 def settle(c, a: Sequence[float], b: Sequence[float], design: Design, stored: tuple[int, int] = (0, 0), *,
            launched: bool = False):
     """A fixed-sample comparison (`toolkit.analysis.stats.Comparison`) that says "too few repeats"
@@ -474,8 +484,10 @@ def settle(c, a: Sequence[float], b: Sequence[float], design: Design, stored: tu
 
     from toolkit.analysis import stats
 
-    if c is None or (c.verdict != stats.TOO_FEW and not launched) or not a or not b or any(x <= 0 for x in (*a, *b)):
+    if c is None or (c.verdict != stats.TOO_FEW and not launched) or not a or not b:
         return c
+    if any(x <= 0 for x in (*a, *b)):
+        return not_judged(c) if launched and len({*a, *b}) > 1 else c  # all equal (0 failed both sides): as it is
     from toolkit.analysis.noise_prior import fresh_pair
 
     v = verdict(list(a), list(b), higher_is_better=c.higher_is_better, design=design, stored=fresh_pair(*stored))

@@ -38,6 +38,9 @@ FASTER = "faster"
 SLOWER = "slower"
 NOT_SIGNIFICANT = "not significant"
 TOO_FEW = "too few repeats"
+# a pair launched until its sequential verdict settled, on a metric that verdict cannot judge (values of 0
+# or below: it compares log-values): the fixed rule would judge a sample size the looks chose, so neither does
+NOT_JUDGED = "not judged"
 HIGHER = "higher"  # verdict for a significant increase of a metric without a known direction
 LOWER = "lower"
 
@@ -286,6 +289,9 @@ def format_comparison(c: Comparison) -> str:
     head = f"{format_mean_std(ca, c.std_a, c.unit)} -> {format_mean_std(cb, c.std_b, c.unit)}"
     if c.verdict == TOO_FEW:
         return f"{head}: too few repeats ({c.n_a} vs {c.n_b})"
+    if c.verdict == NOT_JUDGED:
+        return (f"{head}: not judged (values of 0 or below, which the sequential verdict, comparing log-values, "
+                f"cannot judge; the fixed rule does not hold at the launch count its looks chose)")
     if c.verdict == NOT_SIGNIFICANT:
         return f"{head}: not significant ({c.speedup:.2f}x, p={c.p_value:.2f})"
     lo, hi = c.speedup_ci
