@@ -289,6 +289,10 @@ def test_attribute_launches_each_step_until_settled(tmp_path, home, monkeypatch,
     assert main(argv) == 0
     again = json.loads(capsys.readouterr().out)
     assert again["runs"] == 0 and again["sequential"] == out["sequential"]
+    # compare reads the step as attribute settled it (its runs record the design, cap 6 included)
+    assert main(["compare", "demo/fast@prefix0", "demo/fast", "--metric", "output_tok_s@1", "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)["rows"]
+    assert row["sequential"] == step["text"] and row["launched_under"]["max_repeats"] == 6
 
 
 def test_noisy_pair_says_so_and_a_quiet_unsettled_one_does_not():
@@ -452,6 +456,20 @@ def test_track_settle_launches_a_step_that_looks_like_a_change_until_settled(hom
     assert (step["before"], step["after"], step["verdict"]) == ("0.1.1", "0.1.2", "slower") and step["settled"]
     n = step["launches_each"]  # 2 on a quiet box; a busy 2-core one can need a third
     assert 2 <= n <= 8 and len(out["run_ids"]) == 2 * n and f"slower after {n} launches each" in step["text"]
+    # compare reads the step as track settled it: its runs record the design they were launched under
+    assert main(["compare", "demo/update@0.1.1", "demo/update@0.1.2", "--metric", "output_tok_s@1", "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)["rows"]
+    assert row["sequential"] == step["text"] and row["launched_under"]["max_repeats"] == 8
+    # the next track measures 0.1.3: the settled step is read again from the store (no launch), and the
+    # step from 0.1.2 (measured before) to 0.1.3 is looked at too
+    assert main(argv[:argv.index("--since")] + ["--since", "0.1.1", "--limit", "1"] + argv[argv.index("--settle"):]) == 0
+    out2 = json.loads(capsys.readouterr().out)
+    assert out2["measured"] == ["0.1.3"] and out2["already_measured"] == ["0.1.1", "0.1.2"]
+    steps = {(s["before"], s["after"]): s for s in out2["steps"]}
+    assert steps[("0.1.1", "0.1.2")]["text"] == step["text"]
+    later = steps.get(("0.1.2", "0.1.3"))  # flagged only when 0.1.3's single run is 2% off 0.1.2's first
+    k = 1 if later is None else later["launches_each"]  # 0.1.2's n stored runs are handed out first
+    assert len(out2["run_ids"]) == k + max(0, k - n)
     assert main(["track", "demo/update", "--source", "sglang", "--releases", "--max-repeats", "4"]) == 2
     assert "--max-repeats is for --settle" in capsys.readouterr().err
 

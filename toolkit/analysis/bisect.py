@@ -338,11 +338,41 @@ def bisect_stack(n_patches: int, measure: Measure, *, higher_is_better: bool = T
         return lo, hi, False
 
     def convict(lo: int, hi: int) -> stats.Comparison:
+        if sequential:
+            return convict_sequentially(lo, hi)
         want = min(max(confirm_repeats, initial_repeats), max_repeats)
         top_up(lo, want)
         top_up(hi, want)
         return stats.compare_values(cache[lo], cache[hi], higher_is_better=higher_is_better,
                                     alpha=alpha)
+
+    def convict_sequentially(lo: int, hi: int) -> stats.Comparison:
+        """The step lo -> hi by the confidence sequence the search decided with: topped up one value a
+        side (the smaller first) until its interval excludes 1, or max_repeats; valid at any of these
+        looks (a fixed-sample test of 3 vs 3 could never convict, and looked at after each top-up would
+        not keep alpha)."""
+        import dataclasses
+
+        from toolkit.analysis import sequential as seq
+
+        design = seq.Design(alpha=alpha, method=seq.MIXTURE)
+        while True:
+            a, b = cache[lo], cache[hi]
+            c = stats.compare_values(a, b, higher_is_better=higher_is_better, alpha=alpha)
+            if min(*a, *b) <= 0:
+                return c
+            ratio, rlo, rhi = seq.interval(a, b, design=design)
+            if math.isfinite(rhi) and (rlo > 1.0 or rhi < 1.0):
+                better = (rlo > 1.0) == (higher_is_better is not False)
+                verdict = stats.FASTER if better else stats.SLOWER
+                return dataclasses.replace(c, verdict=verdict, ratio=ratio, ci_low=rlo, ci_high=rhi, p_value=math.nan)
+            side = lo if len(a) <= len(b) else hi
+            if not (len(cache[side]) < max_repeats and get(side, 1)):
+                other = hi if side == lo else lo
+                if not (len(cache[other]) < max_repeats and get(other, 1)):
+                    lo_, hi_ = (rlo, rhi) if math.isfinite(rhi) else (math.nan, math.nan)
+                    return dataclasses.replace(c, verdict=stats.NOT_SIGNIFICANT, ratio=ratio, ci_low=lo_,
+                                               ci_high=hi_, p_value=math.nan)
 
     lo, hi, stopped = search(full_stack_if_uncertain, max_builds)
     repaired = False

@@ -2,7 +2,7 @@
 
 A recipe's `[benchmark]` min_effect, max_repeats and pool_stored_spread, each overridden by a
 command's flag when one is given: `run`, `sweep`, `attribute`, `track --settle` and `plan` launch
-with it. `run` and `sweep` record it in each run they launch (`extra["sequential"]`), and `compare` and
+with it. The launching commands record it in each run they launch (`launched_under`: `extra["sequential"]`), and `compare` and
 `report` judge such a pair with the recorded design (toolkit.analysis.selection.Selection.launched_under),
 so a pair settled by `run --max-repeats 16` reads the same in `compare` (the early looks' boundaries
 depend on max_repeats); stored runs launched otherwise are judged with the baseline recipe's (`for_ref`).
@@ -54,3 +54,13 @@ def for_ref(ref: str, min_effect: float | None = None) -> seq.Design:
     except PatchbenchError:
         design = seq.Design()
     return design if min_effect is None else dataclasses.replace(design, min_effect=min_effect)
+
+
+def launched_under(prepared, design: seq.Design | None):
+    """`prepared` (toolkit.run.pipeline.Prepared) whose runs record the sequential design they are
+    launched under (`extra["sequential"]`); unchanged for no design or nothing prepared."""
+    import dataclasses
+
+    if design is None or prepared is None:
+        return prepared
+    return dataclasses.replace(prepared, extra={**prepared.extra, "sequential": design.record()})

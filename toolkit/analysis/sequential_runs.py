@@ -117,12 +117,12 @@ def measure_until_settled(prepared: list[Prepared], *, home, store: Store, group
     from toolkit.run.machine import this_gpu_key
     from toolkit.run.pipeline import run_once
 
-    import dataclasses
+    from toolkit.analysis.sequential_design import launched_under
 
     gpu = this_gpu_key()
     metric = metric_of(prepared[0])
     # each run records the design it was launched under: compare and the report judge the pair with it
-    prepared = [dataclasses.replace(p, extra={**p.extra, "sequential": design.record()}) for p in prepared]
+    prepared = [launched_under(p, design) for p in prepared]
     keys = {p.name: expected_identity(p.recipe, p.env.key, gpu) for p in prepared}
     prepared = without_the_reference_twice(prepared, keys, console=console, result=result)
     runs = {p.name: stored_runs(store, p, keys[p.name], metric) for p in prepared}

@@ -292,6 +292,9 @@ def format_comparison(c: Comparison) -> str:
     if c.verdict == NOT_JUDGED:
         return (f"{head}: not judged (values of 0 or below, which the sequential verdict, comparing log-values, "
                 f"cannot judge; the fixed rule does not hold at the launch count its looks chose)")
+    if c.verdict == NOT_SIGNIFICANT and math.isnan(c.p_value):  # a confidence sequence's: its interval
+        lo, hi = c.speedup_ci
+        return f"{head}: not significant ({c.speedup:.2f}x [{lo:.2f}, {hi:.2f}])"
     if c.verdict == NOT_SIGNIFICANT:
         return f"{head}: not significant ({c.speedup:.2f}x, p={c.p_value:.2f})"
     lo, hi = c.speedup_ci

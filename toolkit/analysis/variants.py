@@ -23,6 +23,7 @@ from pathlib import Path
 from rich.console import Console
 
 from toolkit.tree import gitrepo
+from toolkit.analysis import sequential_design as designs
 from toolkit.analysis.selection import Criteria, MissingResults, choose, values_at
 from toolkit.errors import BadInput, PatchbenchError
 from toolkit.results.metrics import MetricSpec  # noqa: F401  (re-exported: attribute/bisect parse with it)
@@ -96,6 +97,9 @@ class VariantMeter:
     missing_evidence: bool = False  # runs stored invalid for missing activation evidence count too
     stored: dict = field(default_factory=dict)  # label -> values stored before its first measure (handed out first)
     answers_design: object | None = None  # toolkit.analysis.answers_sequential.Design: sequential answers
+    # toolkit.analysis.sequential.Design the variants are launched under (attribute's steps, track --settle):
+    # each run records it (`extra["sequential"]`), so compare and the report judge its pairs as it did
+    design: object | None = None
 
     @property
     def point(self) -> int:
@@ -110,9 +114,9 @@ class VariantMeter:
         if label not in self._prepared:
             whole = recipe is None and overrides == overrides_for(self.recipe, stack_of(self.recipe))
             try:  # the whole stack is the recipe itself: its runs are the recipe's own
-                self._prepared[label] = prepare(recipe or self.recipe, self.home, overrides=overrides or None,
-                                                label=None if whole else f"{self.recipe.name}@{label}",
-                                                console=self.console, until=until)
+                p = prepare(recipe or self.recipe, self.home, overrides=overrides or None,
+                            label=None if whole else f"{self.recipe.name}@{label}", console=self.console, until=until)
+                self._prepared[label] = designs.launched_under(p, self.design)
                 self.builds += 1
             except PatchbenchError as exc:
                 self.console.print(f"[yellow]skip[/] {label}: {exc}")

@@ -93,7 +93,7 @@ def run(args) -> int:
                                   missing_evidence=args.missing_evidence,
                                   cfg=cluster_config(args, meter.home), command="attribute")
     repeats = args.repeats or recipe.benchmark.repeats
-    design = step_design(args, recipe)
+    design = meter.design = step_design(args, recipe)
     if design is not None:  # sequential launches: a prefix asks its answers only while their verdict is unsettled
         from toolkit.analysis.answers_sequential import Design as AnswersDesign
 

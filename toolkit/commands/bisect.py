@@ -27,6 +27,9 @@ HELP = ("find the patch, release or upstream commit that moved a metric (worse, 
         "in about log2(n)+1 builds, noise-aware")
 
 
+MAX_REPEATS = 8  # values a step of the search takes at most while undecided
+
+
 def add_arguments(parser) -> None:
     from toolkit.results import metrics
 
@@ -43,7 +46,7 @@ def add_arguments(parser) -> None:
                         help="look for the change that made the metric worse (a regression, default) or better (a gain)")
     parser.add_argument("--repeats", type=positive_int, default=None,
                         help="initial values per step (default 2; 3 with --fixed)")
-    parser.add_argument("--max-repeats", type=positive_int, default=8, help="bound on values per step when undecided")
+    parser.add_argument("--max-repeats", type=positive_int, default=MAX_REPEATS, help="bound on values per step when undecided")
     parser.add_argument("--fixed", action="store_true",
                         help="judge each step by the fixed-sample t interval (looked at after every top-up) instead "
                              "of the sequential confidence sequence, which keeps its error rate however often it is "
@@ -119,6 +122,10 @@ def run(args) -> int:
         repro += ["--missing-evidence"]
     if args.fixed:
         repro += ["--fixed"]
+    if args.repeats is not None:
+        repro += ["--repeats", str(args.repeats)]
+    if args.max_repeats != MAX_REPEATS:  # the cap decides how far a step is topped up: the same search needs the same one
+        repro += ["--max-repeats", str(args.max_repeats)]
     commit_phase = None
     names = None  # the patches of a stack bisect (a bisect of releases or commits has no prefixes)
     if args.source:

@@ -2,8 +2,11 @@
 its sequential verdict is settled.
 
 `track` measures one run per point (a cron job pays one launch a point). What a sequential design
-means for it: a step (point i - 1 -> point i, upstream order, both prepared in this track) is
-*flagged* when its single runs differ by at least `min_effect` (the recipe's `[benchmark]
+means for it: a step (point i - 1 -> point i, upstream order, among the points with an ok run of the
+recipe's current definition, measured by an earlier track or this one) is looked at when one of its
+points was measured now, or both were launched under a sequential design before (every launch of a
+`--settle` track records it: a killed one is taken up by the next, its stored runs handed out first);
+it is *flagged* when its single runs differ by at least `min_effect` (the recipe's `[benchmark]
 min_effect`) on the headline metric at the benchmark's first point: the shift a change point is
 made of. A flagged step launches both of its points in rounds (toolkit.analysis.sequential_steps,
 min_repeats .. max_repeats each) until `toolkit.analysis.sequential` settles it (faster, slower, or
@@ -22,8 +25,9 @@ from toolkit.analysis.sequential_steps import settle_pairs
 from toolkit.results import metrics as registry
 
 
-def headline(prepared) -> tuple[str, int]:
-    b = prepared.recipe.benchmark
+def headline(recipe) -> tuple[str, int]:
+    """The headline metric and first point of the tracked recipe's benchmark."""
+    b = recipe.benchmark
     if b.driver == "one-batch":
         return "decode_tok_s", list(b.batch_sizes)[0]
     return "output_tok_s", list(b.concurrency)[0]
@@ -39,39 +43,48 @@ def flagged(values: dict[str, list[float]], order: list[str], min_effect: float)
     return out
 
 
-def settle_steps(ready, res, design: seq.Design, *, measure_once, store, **kw) -> list[dict]:
-    """The verdicts of the flagged steps among `ready` ([(point, prepared)], upstream order), after
-    launching them until settled; each: before, after, the verdict's keys and text."""
+def settle_steps(recipe, entries, res, design: seq.Design, *, measure_once, prepare, store, **kw) -> list[dict]:
+    """The verdicts of the flagged steps among `entries` ([(point, prepared or None, stored ok run ids
+    oldest first)], upstream order: every point with an ok run of the recipe's current definition,
+    measured in an earlier track or now), after launching them until settled; each: before, after,
+    the verdict's keys and text. A step is looked at when one of its points was measured now, or
+    both were launched under a sequential design before (a `--settle` track that was killed, or
+    whose step was not settled by then): its stored runs are handed out first, so a settled step
+    costs nothing and an unsettled one goes on where it stopped. `prepare(point)` builds a point
+    measured before when its step needs a launch (None: it cannot be launched)."""
     from toolkit.analysis.selection import values_at
 
-    if len(ready) < 2:
+    if len(entries) < 2:
         return []
-    metric, point = headline(ready[0][1])
+    metric, point = headline(recipe)
     hib = registry.higher_is_better(metric)
-    by_label = {pt.label: (pt, prepared) for pt, prepared in ready}
-    label_of = {pt.id: pt.label for pt, _ in ready}
-    runs: dict[str, list[str]] = {label: [] for label in by_label}
-    for rid in res.run_ids:
-        run = store.get_run(rid)
-        label = label_of.get(((run.extra or {}).get("track") or {}).get("point", {}).get("id"))
-        if label in runs and run.status == "ok":
-            runs[label].append(rid)
+    by_label = {pt.label: [pt, prepared] for pt, prepared, _ in entries}
+    runs: dict[str, list[str]] = {pt.label: list(ids) for pt, _, ids in entries}
+    fresh = {pt.label for pt, _, _ in entries if pt.label in res.ok}
 
     def values_of(label: str) -> list[float]:
         ids = runs[label]
         return values_at(store.samples(ids, metric=metric), metric, point, ids) if ids else []
 
+    def settled_before(label: str) -> bool:
+        return any("sequential" in (store.get_run(rid).extra or {}) for rid in runs[label])
+
     first = {label: values_of(label) for label in by_label}
-    pairs = flagged(first, [pt.label for pt, _ in ready], design.min_effect)
+    pairs = [(a, b) for a, b in flagged(first, [pt.label for pt, _, _ in entries], design.min_effect)
+             if a in fresh or b in fresh or (settled_before(a) and settled_before(b))]
     if not pairs:
         return []
     handed = {label: 0 for label in by_label}
 
     def measure(label: str, k: int) -> list[float] | None:
-        pt, prepared = by_label[label]
+        entry = by_label[label]
         while len(values_of(label)) < handed[label] + k:
+            if entry[1] is None:
+                entry[1] = prepare(entry[0])
+                if entry[1] is None:
+                    break
             before = len(res.run_ids)
-            measure_once(pt, prepared, len(runs[label]), res, store=store, **kw)
+            measure_once(entry[0], entry[1], len(runs[label]), res, store=store, **kw)
             rid = res.run_ids[-1] if len(res.run_ids) > before else None
             if rid is None or store.get_run(rid).status != "ok":
                 break

@@ -31,6 +31,7 @@ from filelock import FileLock, Timeout
 from rich.console import Console
 from rich.markup import escape
 
+from toolkit.analysis.sequential_design import launched_under
 from toolkit.errors import PatchbenchError
 from toolkit.history import definition
 from toolkit.history.points import Point
@@ -97,6 +98,7 @@ class TrackResult:
     again: dict = field(default_factory=dict)  # label -> what changed: measured before, of another definition
     run_ids: list[str] = field(default_factory=list)
     ok: set = field(default_factory=set)  # labels with an ok run now
+    ok_runs: list = field(default_factory=list)  # (run id, point id) of the ok runs now, in launch order
     steps: list = field(default_factory=list)  # `--settle`: the flagged steps' sequential verdicts
 
     def to_dict(self) -> dict:
@@ -162,6 +164,9 @@ def _track(recipe, source, points, variant, *, home, store, console, repeats, gr
                                  group_id=group_id)
         if prepared is None:
             continue
+        # --settle: every launch of a point, the first too, is part of the sequential procedure (a killed
+        # track's steps are then taken up again by the next one)
+        prepared = launched_under(prepared, settle)
         ready.append((pt, prepared))
         if repeats == 1:  # measured as soon as built: a long first track stores as it goes
             measure_once(pt, prepared, 0, res, home=home, store=store, console=console, group_id=group_id)
@@ -172,10 +177,28 @@ def _track(recipe, source, points, variant, *, home, store, console, repeats, gr
     if settle is not None:
         from toolkit.history.settle import settle_steps
 
-        res.steps = settle_steps(ready, res, settle, measure_once=measure_once, store=store, home=home,
+        def prepare_again(pt: Point):
+            return launched_under(prepare_point(recipe, source, stack, pt, variant, res, home=home, store=store,
+                                                console=console, group_id=group_id), settle)
+
+        res.steps = settle_steps(recipe, settle_entries(points, ready, runs, now, res), res, settle,
+                                 measure_once=measure_once, prepare=prepare_again, store=store, home=home,
                                  console=console, group_id=group_id)
     res.measured = [pt.label for pt in todo if pt.label in res.ok]
     return res
+
+
+def settle_entries(points: list[Point], ready: list, stored: list[RunRow], now: dict, res: TrackResult) -> list:
+    """(point, prepared or None, ok run ids oldest first) for every point in upstream order with an ok
+    run of the definition `now`: stored before this track, or measured now (`ready`, `res`)."""
+    prepared = {pt.id: p for pt, p in ready}
+    ids: dict[str, list[str]] = {}
+    for r in sorted(stored, key=lambda r: r.started_at or ""):
+        if r.status == "ok" and not definition.changes(r, now):
+            ids.setdefault(point_of(r).get("id"), []).append(r.run_id)
+    for rid, pid in res.ok_runs:  # this track's, in launch order
+        ids.setdefault(pid, []).append(rid)
+    return [(pt, prepared.get(pt.id), ids[pt.id]) for pt in points if ids.get(pt.id)]
 
 
 def announce(console: Console, n: int, total: int, source: str, pt: Point) -> None:
@@ -211,5 +234,6 @@ def measure_once(pt: Point, prepared, repeat: int, res: TrackResult, *, home, st
     run = store.get_run(run_id)
     if run.status == "ok":
         res.ok.add(pt.label)
+        res.ok_runs.append((run_id, pt.id))
     else:
         res.failed[pt.label] = f"run {run_id[:8]} {run.status}: {run.error}"
