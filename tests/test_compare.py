@@ -237,6 +237,12 @@ def test_report_and_compare_agree_on_runs_of_an_old_and_a_new_env(store, tmp_pat
     used = set(row["base_runs"]) | set(row["variant_runs"])
     assert rc == 0 and all(r[:8] in out for r in used) and len(used) == 8
     assert not any(r.run_id[:8] in out for r in store.runs(env_key="old"))
+    # `results --group G` lists that sweep's runs only; a group with no runs is an error, not "no runs"
+    rc, out, _ = _cli(["results", "--group", "g-new", "--store", db], capsys)
+    assert rc == 0 and all(r.run_id[:8] in out for r in store.runs(group_id="g-new"))
+    assert not any(r.run_id[:8] in out for r in store.runs() if r.group_id != "g-new")
+    rc, _, err = _cli(["results", "--group", "g-nope", "--store", db], capsys)
+    assert rc == 2 and "no runs of that group" in err
     # mixing env keys only on request, and then said
     from toolkit.analysis.selection import Criteria, select
 

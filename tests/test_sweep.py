@@ -230,6 +230,12 @@ def test_sweep_prunes_interleaves_and_resumes(tmp_path, monkeypatch, home, capsy
     # variant names work where recipe names do
     assert main(["compare", names[1], names[2], "--metric", "itl_ms_median"]) == 0
     assert "demo/sw[mini-step-per-seq-us=3000]" in capsys.readouterr().out
+    # a matrix listing the default's own value: that variant is the default (one run identity), pruned, not failed
+    _write(proj, "demo/sw2", SWEEP.format(prompts=4, repeats=2).replace("[2000, 3000]", "[2500, 3000]"))
+    assert main(["sweep", "demo/sw2", "--until", "check", "--json"]) == 0
+    by = {v["variant"]: v for v in json.loads(capsys.readouterr().out)["variants"]}
+    assert "the default configuration's own settings" in by["demo/sw2[mini-step-per-seq-us=2500]"]["pruned"]
+    assert not by["demo/sw2[mini-step-per-seq-us=3000]"]["pruned"] and not by["demo/sw2"]["pruned"]
 
 
 @pytest.mark.slow  # ~45 s on 2 busy cores: 12 server launches

@@ -62,6 +62,22 @@ def plan(recipe: Recipe) -> list[Recipe]:
     return [recipe, *variants]
 
 
+def prune_the_default_twice(outcomes: list[Outcome]) -> None:
+    """A variant whose settings are the default configuration's (the [matrix] lists the default's own
+    values: the same env, server arguments and benchmark, so the same run identity) is pruned: its
+    runs would be the default's, measured once as the default, not a variant that failed."""
+    from toolkit.run.identity import expected_identity
+
+    default = outcomes[0]
+    if default.pruned or default.failed or default.env_key is None:
+        return
+    key = expected_identity(default.recipe, default.env_key, "")
+    for o in outcomes[1:]:
+        if not (o.pruned or o.failed) and o.env_key and expected_identity(o.recipe, o.env_key, "") == key:
+            o.pruned = (f"the default configuration's own settings (run identity {key[:12]}): measured once, "
+                        "as the default")
+
+
 def static_checks(recipes: Sequence[Recipe], *, home: Path, console: Console,
                   frozen: bool = False) -> list[Outcome]:
     """Check every recipe statically; refused ones come back with `pruned` set."""

@@ -171,6 +171,14 @@ def run(args) -> int:
 
         return show_jobs(home_of(args), store, console)
     filters = {"recipe": args.recipes or None, "status": args.status}
+    group = getattr(args, "group", None)
+    if group:  # one sweep's runs (its group id as `results` shows it)
+        if not store.runs(group_id=group, limit=1):
+            from toolkit.errors import BadInput
+
+            raise BadInput(f"--group {group}: no runs of that group in {store.path}",
+                           hint="`patchbench results` shows each run's group id")
+        filters["group_id"] = group
     if args.recipes and not args.jobs:  # a typo must not read as "no runs"
         from toolkit.commands.common import known_recipes
 
@@ -200,8 +208,9 @@ def run(args) -> int:
     if args.check_artifacts:
         return _check_artifacts(store, runs)
     if not runs:
-        total = len(store.runs(limit=None)) if (args.recipes or args.status) else 0
+        total = len(store.runs(limit=None)) if (args.recipes or args.status or group) else 0
         what = " ".join(x for x in (args.status, "runs of " + ", ".join(args.recipes) if args.recipes else "runs") if x)
+        what += f" in group {group}" if group else ""
         console.print(f"no {what} in {store.path}" + (f" ({total} runs in all; `patchbench results` lists them)"
                                                       if total else ""))
         return 0

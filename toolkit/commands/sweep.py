@@ -122,6 +122,7 @@ def run(args) -> int:
     err.print(f"sweep {recipe.name}: the default configuration and {len(recipes) - 1} variant(s); static check first",
               highlight=False)
     outcomes = sw.static_checks(recipes, home=home, console=err, frozen=args.frozen)
+    sw.prune_the_default_twice(outcomes)
     kept = [o for o in outcomes if not o.pruned and not o.failed]
     err.print(f"static check: {len(kept)} to measure, {sum(bool(o.pruned) for o in outcomes)} pruned, "
               f"{sum(bool(o.failed) for o in outcomes)} failed", highlight=False)
@@ -129,6 +130,7 @@ def run(args) -> int:
         doc = res.document([], outcomes, [], recipe=recipe.name, metric="", sla=bounds)
         if args.json:
             print_json(doc)
+            return 0
         for o in outcomes:
             console.print(f"{'pruned' if o.pruned else 'failed' if o.failed else 'ok'}  {o.name}"
                           + (f": {o.pruned or o.failed}" if o.pruned or o.failed else ""), markup=False)

@@ -94,13 +94,18 @@ def export(store: Store, fmt: str, out: Path | str | IO[str], **filters: Any) ->
     """
     if fmt not in EXPORT_FORMATS:
         raise BadInput(f"export format must be one of {', '.join(EXPORT_FORMATS)}, not {fmt}")
+    if isinstance(out, (str, Path)) and Path(out).is_dir():
+        raise BadInput(f"--output {out} is a directory: give the export file's path")
     text, n = _export_text(store, fmt, **filters)
     if isinstance(out, (str, Path)):
         p = Path(out)
         p.parent.mkdir(parents=True, exist_ok=True)
         tmp = p.with_name(p.name + f".tmp{os.getpid()}")
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, p)
+        try:
+            tmp.write_text(text, encoding="utf-8")
+            os.replace(tmp, p)
+        finally:
+            tmp.unlink(missing_ok=True)
     else:
         out.write(text)
     return n
