@@ -260,3 +260,29 @@ def test_the_servers_pythonpath_does_not_reach_the_supervisor(proj, home, tmp_pa
     assert main(["run", path]) == 0
     [run] = Store(home / "results.sqlite").runs(recipe="shadowed")
     assert run.status == "ok"
+
+
+def test_a_damaged_stored_row_is_named_and_a_new_runs_numbers_are_kept(proj, home, capsys):
+    """One stored run's JSON column damaged by hand: `results` names that run in one line (exit 1,
+    no traceback); a new run of the same recipe, whose output check reads the earlier runs, fails
+    on it but keeps the numbers its benchmark measured (stored with the failed run, not counted)."""
+    import sqlite3
+
+    path = recipe(proj, "damaged", extra_args="")
+    with open(path, "a") as fh:
+        fh.write("\n[quality]\nlaunches = 2\n")
+    assert main(["run", path]) == 0
+    db = home / "results.sqlite"
+    [first] = Store(db).runs(recipe="damaged")
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE runs SET recipe_resolved = '{not json' WHERE run_id = ?", (first.run_id,))
+    capsys.readouterr()
+    assert main(["results"]) == 1
+    err = capsys.readouterr().err
+    assert f"run {first.run_id[:8]}" in err and "is not valid JSON" in err and "Traceback" not in err
+    assert main(["run", path]) == 1
+    with sqlite3.connect(db) as conn:
+        (new,) = [r[0] for r in conn.execute("SELECT run_id FROM runs WHERE run_id != ?", (first.run_id,))]
+    run = Store(db).get_run(new)
+    assert run.status == "failed" and "is not valid JSON" in run.error
+    assert any(s.metric == "output_tok_s" for s in Store(db).samples([new]))

@@ -47,6 +47,18 @@ _RUN_COLS = [T.runs.c[c] for c in RUN_FIELDS]
 _SAMPLE_COLS = [T.samples.c[c] for c in SAMPLE_FIELDS]
 
 
+class StoreCorrupt(PatchbenchError):
+    """A stored run's row does not decode (a JSON column edited or damaged)."""
+
+
+def _is_json(text) -> bool:
+    try:
+        json.loads(text)
+        return True
+    except (TypeError, ValueError):
+        return False
+
+
 class StoreUnavailable(PatchbenchError):
     """The database server cannot be reached (stopped, network cut): nothing of the transaction stays."""
 
@@ -393,9 +405,16 @@ class Store:
                 out += [Artifact(*row) for row in conn.execute(q.order_by(a.run_id, a.name))]
         return out
 
-    @staticmethod
-    def _decode(row: Sequence, shared: dict | None = None) -> RunRow:
-        d = decode_json(dict(zip(RUN_FIELDS, row, strict=True)), shared)
+    def _decode(self, row: Sequence, shared: dict | None = None) -> RunRow:
+        raw = dict(zip(RUN_FIELDS, row, strict=True))
+        try:
+            d = decode_json(dict(raw), shared)
+        except ValueError:  # a hand-edited or damaged row: named, not a traceback (nor a failed run elsewhere)
+            bad = next((k for k in JSON_FIELDS if raw.get(k) and not _is_json(raw[k])), "a JSON field")
+            raise StoreCorrupt(f"run {str(raw.get('run_id'))[:8]} in {self.path}: its `{bad}` is not valid JSON "
+                               "(the row was edited or damaged)",
+                               hint="restore the store from a backup, or repair that row (the other runs are "
+                                    "intact)") from None
         for k in JSON_FIELDS:
             d.setdefault(k, _JSON_DEFAULTS[k]())
         if d.get("config_verified") is not None:

@@ -88,6 +88,9 @@ class Attempt:
     finished: bool = False
     answer_launches: int | None = None  # overrides the recipe's [quality] launches (EVERY_LAUNCH: always ask)
     answer_rule: object | None = None  # toolkit.run.quality.AnswerRule: asks while a sequential verdict is unsettled
+    # the benchmark's samples once it measured: a run that fails or is interrupted in a later step (the output
+    # check, the evidence) is stored with them (not counted: only ok runs are), so no measured number is lost
+    measured: list | None = None
 
     @property
     def title(self) -> str:
@@ -119,7 +122,8 @@ def recorded(p: Prepared, *, home: Path, store: Store, repeat: int, group_id: st
             yield attempt
     except KeyboardInterrupt as exc:
         if not attempt.finished:
-            finish(attempt, "interrupted", f"interrupted ({exc.args[0] if exc.args else 'Ctrl-C'})")
+            finish(attempt, "interrupted", f"interrupted ({exc.args[0] if exc.args else 'Ctrl-C'})",
+                   samples=attempt.measured)
         raise
     except RunInvalid as exc:
         finish(attempt, "invalid", exc.message, verification=exc.problems, config_verified=exc.config_verified,
@@ -128,7 +132,7 @@ def recorded(p: Prepared, *, home: Path, store: Store, repeat: int, group_id: st
         if attempt.finished:  # stored already; ending its processes failed
             console.print(f"[red]{escape(attempt.title)}[/]: teardown: {escape(_reason(exc, attempt))}")
         else:
-            finish(attempt, "failed", _reason(exc, attempt), tail=getattr(exc, "tail", None))
+            finish(attempt, "failed", _reason(exc, attempt), tail=getattr(exc, "tail", None), samples=attempt.measured)
     else:
         if not attempt.finished:
             finish(attempt, "failed", "the run ended without storing a result")

@@ -237,6 +237,7 @@ def benchmark(verified: Verified) -> Measured:
         box = gpu_record.attach(attempt, sampler.stop(), "batch" if bench.driver == "one-batch" else "concurrency")
     if server is not None:
         server.check_alive(wait=5.0 if errors else 0.0)
+    attempt.measured = [*samples, *box]  # kept with the run should a later step fail
     gpu_record.enforce(attempt, [*samples, *box])
     return Measured(verified, [*samples, *box], errors)
 
