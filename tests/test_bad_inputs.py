@@ -170,3 +170,38 @@ def test_a_home_that_cannot_be_written_is_one_line_naming_it(home, capsys):
     assert main(["run", "demo/baseline", "--until", "apply"]) == 2
     line = _error(capsys)
     assert f"patchbench home {home}: cannot write {home / 'live'}" in line, line
+
+
+@pytest.mark.parametrize("line, words", [
+    ("num_prompts = 0", ["benchmark.num_prompts", "must be positive"]),
+    ("timeout_s = -3", ["benchmark.timeout_s", "positive number of seconds", "-3"]),
+])
+def test_a_benchmark_value_that_cannot_run_is_refused_when_the_recipe_loads(line, words, tmp_path, monkeypatch, capsys):
+    root = demo_project(tmp_path, monkeypatch)
+    (root / "recipes" / "mine").mkdir()
+    (root / "recipes" / "mine" / "bad.toml").write_text(f'extends = "demo/baseline"\n[benchmark]\n{line}\n')
+    assert main(["show", "mine/bad"]) == 2
+    text = _error(capsys)
+    assert all(w in text for w in words) and "bad.toml" in text, text
+
+
+def test_a_recipe_that_is_not_utf8_text_is_one_line(tmp_path, monkeypatch, capsys):
+    root = demo_project(tmp_path, monkeypatch)
+    (root / "recipes" / "mine").mkdir()
+    (root / "recipes" / "mine" / "binary.toml").write_bytes(b'description = "\xff\xfe"\n')
+    assert main(["show", "mine/binary"]) == 2
+    assert "not a UTF-8 text file" in _error(capsys)
+
+
+def test_a_home_a_store_path_or_a_store_config_that_cannot_be_used_is_one_line(home, tmp_path, monkeypatch, capsys):
+    """A file where the home should be, a --store in a directory that does not exist (a typo, not a
+    new empty store), a [store] url that is not a string: one line each, exit 2, nothing created."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    assert main(["results", "--home", str(blocker / "home")]) == 2
+    assert "cannot create it as a directory" in _error(capsys)
+    assert main(["results", "--store", str(tmp_path / "no" / "such" / "x.sqlite")]) == 2
+    assert "no directory" in _error(capsys) and not (tmp_path / "no").exists()
+    (home / "config.toml").write_text("[store]\nurl = 5\n")
+    assert main(["results"]) == 2
+    assert "[store] url must be a string" in _error(capsys)

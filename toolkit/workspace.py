@@ -21,7 +21,14 @@ def default_home() -> Path:
 
 def resolve_home(arg: str | os.PathLike | None) -> Path:
     home = Path(arg).expanduser().resolve() if arg else default_home()
-    home.mkdir(parents=True, exist_ok=True)
+    try:
+        home.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # a file in the way, a path under /proc, no permission: one line naming it
+        from toolkit.errors import BadInput
+
+        what = "--home" if arg else ("$PATCHBENCH_HOME" if os.environ.get("PATCHBENCH_HOME") else "the home")
+        raise BadInput(f"patchbench home {home} ({what}): cannot create it as a directory "
+                       f"({exc.strerror or exc})") from None
     return home
 
 

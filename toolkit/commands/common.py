@@ -73,7 +73,13 @@ def store_of(args):
     from toolkit.results.engine import load_store_config, store_location
 
     home = home_of(args)
-    store = Store(store_location(home, getattr(args, "store", None)))
+    where = store_location(home, getattr(args, "store", None))
+    if getattr(args, "store", None) and isinstance(where, Path) and not where.parent.is_dir():
+        from toolkit.errors import BadInput  # a mistyped --store path is not a new, empty store
+
+        raise BadInput(f"--store {args.store}: no directory {where.parent}",
+                       hint="give an existing store's path (or a new one in an existing directory)")
+    store = Store(where)
     kept = load_store_config(home).artifacts
     store.artifacts_dir = Path(kept).expanduser() if kept else None
     return store

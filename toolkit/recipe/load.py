@@ -211,6 +211,8 @@ def _read_toml(path: Path) -> dict:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise BadInput(f"{path}: cannot read recipe: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise BadInput(f"{path}: not a UTF-8 text file (byte {exc.start}): a recipe is TOML text") from None
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

@@ -167,7 +167,7 @@ def bench_spec(path: Path, t: dict) -> BenchSpec:
     kw: dict[str, Any] = {"driver": driver}
     for key in ("input_len", "output_len", "num_prompts", "warmup", "seed", "repeats"):
         if key in t:
-            if t[key] < 0 or (key in ("input_len", "output_len", "repeats") and t[key] < 1):
+            if t[key] < 0 or (key in ("input_len", "output_len", "repeats", "num_prompts") and t[key] < 1):
                 raise BadInput(f"{path}: `benchmark.{key}` must be positive")
             kw[key] = t[key]
     if "concurrency" in t:
@@ -179,7 +179,10 @@ def bench_spec(path: Path, t: dict) -> BenchSpec:
             raise BadInput(f"{path}: `benchmark.endpoint` must be generate or completions")
         kw["endpoint"] = t["endpoint"]
     if "timeout_s" in t:
-        kw["timeout_s"] = float(t["timeout_s"])
+        v = t["timeout_s"]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+            raise BadInput(f"{path}: `benchmark.timeout_s` must be a positive number of seconds, not {v!r}")
+        kw["timeout_s"] = float(v)
     if "strict_box" in t:
         kw["strict_box"] = bool(t["strict_box"])
     if "min_effect" in t:

@@ -69,9 +69,14 @@ def load_store_config(home: Path) -> StoreConfig:
         table = tomllib.loads(path.read_text()).get("store", {})
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise BadInput(f"{path}: {exc}") from None
+    if not isinstance(table, dict):
+        raise BadInput(f"{path}: [store] must be a table (url = \"...\", artifacts = \"...\")")
     unknown = set(table) - {"url", "artifacts"}
     if unknown:
         raise BadInput(f"{path}: unknown [store] key(s) {', '.join(sorted(unknown))} (known: artifacts, url)")
+    for key in ("url", "artifacts"):
+        if key in table and not isinstance(table[key], str):
+            raise BadInput(f"{path}: [store] {key} must be a string (a path or a database URL), not {table[key]!r}")
     return StoreConfig(table.get("url"), table.get("artifacts"), str(path))
 
 
