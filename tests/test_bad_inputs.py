@@ -205,3 +205,37 @@ def test_a_home_a_store_path_or_a_store_config_that_cannot_be_used_is_one_line(h
     (home / "config.toml").write_text("[store]\nurl = 5\n")
     assert main(["results"]) == 2
     assert "[store] url must be a string" in _error(capsys)
+
+
+@pytest.mark.parametrize("content, words", [
+    ('{"output_throughput": 10.0, "max_concurrency": "x"}\n', ["max_concurrency", "'x'"]),
+    ('{"output_throughput": "y", "max_concurrency": 4}\n', ["output_throughput must be a number"]),
+    ('{"output_throughput": -5.0, "max_concurrency": 4}\n', ["cannot be measured"]),
+])
+def test_a_bench_serving_row_that_cannot_be_stored_is_one_line_and_stores_nothing(content, words, home, tmp_path,
+                                                                                 capsys):
+    src = tmp_path / "rows.jsonl"
+    src.write_text(content)
+    assert main(["import", str(src), "--recipe", "theirs"]) == 2
+    line = _error(capsys)
+    assert all(w in line for w in words), line
+    assert not Store(home / "results.sqlite").runs()
+
+
+def test_an_export_with_one_bad_run_imports_none_of_it(home, tmp_path, capsys):
+    """A patchbench export whose second run has a sample value that is not a number: one line
+    naming that run and sample, and the first run is not stored either (never half an import)."""
+    sample = {"metric": "output_tok_s", "value": 10.0, "unit": "tok/s", "point": 1, "point_kind": "concurrency",
+              "repeat": 0}
+    doc = {"format": "patchbench-results", "schema_version": 1, "runs": [
+        {"run_id": "aa" * 16, "recipe": "r", "status": "ok", "samples": [sample]},
+        {"run_id": "bb" * 16, "recipe": "r", "status": "ok", "samples": [{**sample, "value": "abc"}]}]}
+    from toolkit.results.exchange import EXPORT_FORMAT
+
+    doc["format"] = EXPORT_FORMAT
+    src = tmp_path / "export.json"
+    src.write_text(json.dumps(doc))
+    assert main(["import", str(src)]) == 2
+    line = _error(capsys)
+    assert "run 1 (bbbbbbbb)" in line and "sample 0" in line, line
+    assert not Store(home / "results.sqlite").runs()

@@ -13,6 +13,7 @@ import csv
 import hashlib
 import io
 import json
+import math
 import os
 from dataclasses import asdict
 from pathlib import Path
@@ -20,7 +21,7 @@ from typing import IO, Any
 
 from toolkit.errors import BadInput
 from toolkit.results.artifacts import Artifact
-from toolkit.results.records import RUN_FIELDS, SampleRow, _now, canonical_json
+from toolkit.results.records import RUN_FIELDS, SAMPLE_FIELDS, SampleRow, _now, canonical_json
 from toolkit.results.store import SCHEMA_VERSION, Store
 
 EXPORT_FORMAT = "patchbench-results"
@@ -111,6 +112,36 @@ def export(store: Store, fmt: str, out: Path | str | IO[str], **filters: Any) ->
     return n
 
 
+def check_export_runs(runs, src) -> None:
+    """BadInput naming the first run (index, id) of an export whose record cannot be stored as it is:
+    a run that is not an object, without a string run_id, of an unknown status, or a sample whose metric is
+    not a string or whose value is not a finite number."""
+    from toolkit.results.store import STATUSES
+
+    if not isinstance(runs, list):
+        raise BadInput(f"{src}: `runs` must be a list of run records")
+    for i, r in enumerate(runs):
+        where = f"{src}: run {i}"
+        if not isinstance(r, dict) or not isinstance(r.get("run_id"), str) or not r.get("run_id"):
+            raise BadInput(f"{where}: a run record must be an object with a string run_id")
+        where += f" ({r['run_id'][:8]})"
+        if r.get("status", "ok") not in STATUSES:
+            raise BadInput(f"{where}: status {r.get('status')!r} is not one of {', '.join(STATUSES)}")
+        samples = r.get("samples", [])
+        if not isinstance(samples, list):
+            raise BadInput(f"{where}: `samples` must be a list")
+        for j, smp in enumerate(samples):
+            v = smp.get("value") if isinstance(smp, dict) else None
+            if not isinstance(smp, dict) or not isinstance(smp.get("metric"), str) or isinstance(v, bool) \
+                    or not isinstance(v, (int, float)) or not math.isfinite(v) \
+                    or not isinstance(smp.get("point"), int) or set(smp) != set(SAMPLE_FIELDS) - {"run_id"}:
+                raise BadInput(f"{where}: sample {j} must have {', '.join(f for f in SAMPLE_FIELDS if f != 'run_id')}: "
+                               f"a string metric, a finite number value, a whole number point (got {str(smp)[:120]})")
+        for a in r.get("artifacts") or []:
+            if not isinstance(a, dict) or not {"name", "path", "sha256", "size"} <= set(a):
+                raise BadInput(f"{where}: an artifact record needs name, path, sha256 and size")
+
+
 def import_export(store: Store, src: Path | str | IO[str], *, measured_here: bool = False) -> int:
     """Record the runs of a JSON export that `store` does not have yet (by run id), each in its own
     transaction, marked as imported. Returns the number imported. `measured_here`: the runs are this
@@ -126,6 +157,7 @@ def import_export(store: Store, src: Path | str | IO[str], *, measured_here: boo
         raise BadInput(f"{src} is not a patchbench results export")
     if int(doc.get("schema_version", 0)) > SCHEMA_VERSION:
         raise BadInput(f"{src} has schema version {doc['schema_version']}, newer than {SCHEMA_VERSION}")
+    check_export_runs(doc.get("runs", []), src)  # all of it, before the first run is stored: never half an import
     have = {r.run_id for r in store.runs(run_ids=[r["run_id"] for r in doc.get("runs", [])])}
     n = 0
     for r in doc.get("runs", []):

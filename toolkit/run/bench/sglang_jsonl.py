@@ -22,9 +22,11 @@ def read_jsonl(source) -> list[dict]:
                                     and not source.lstrip().startswith("{")):
         path = Path(source)
         try:
-            text = path.read_text()
+            text = path.read_text(encoding="utf-8")
         except OSError as e:
             raise BadInput(f"cannot read {path}: {e.strerror or e}")
+        except UnicodeDecodeError as e:
+            raise BadInput(f"{path}: not UTF-8 text (byte {e.start}): bench_serving writes JSONL text") from None
         where = str(path)
     else:
         text, where = str(source), "<text>"
@@ -62,12 +64,18 @@ def parse_bench_serving_rows(rows: Iterable[dict]) -> list[Sample]:
     for i, row in enumerate(rows, 1):
         if "output_throughput" not in row:
             raise BadInput(f"row {i} is not an sglang bench_serving result (no output_throughput)")
-        point = int(row.get("max_concurrency") or 0)
+        point = row.get("max_concurrency") or 0
+        if isinstance(point, bool) or not isinstance(point, int) or point < 0:
+            raise BadInput(f"row {i}: max_concurrency must be a whole number >= 0 (0: unbounded), not {point!r}")
         for field_name, metric in aliases("concurrency").items():
             value = row.get(field_name)
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+                raise BadInput(f"row {i}: {field_name} must be a number, not {value!r}")
+            if isinstance(value, (int, float)):
                 if isinstance(value, float) and math.isnan(value):
                     continue
+                if value < 0 or math.isinf(value):
+                    raise BadInput(f"row {i}: {field_name} = {value!r} cannot be measured (negative or infinite)")
                 samples.append(Sample(metric.name, float(value) * metric.scale, metric.unit, point,
                                       "concurrency"))
     return samples
