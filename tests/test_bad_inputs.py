@@ -239,3 +239,20 @@ def test_an_export_with_one_bad_run_imports_none_of_it(home, tmp_path, capsys):
     line = _error(capsys)
     assert "run 1 (bbbbbbbb)" in line and "sample 0" in line, line
     assert not Store(home / "results.sqlite").runs()
+
+
+def test_a_bad_matrix_value_is_refused_by_show_naming_the_variant(tmp_path, monkeypatch, capsys):
+    root = demo_project(tmp_path, monkeypatch)
+    (root / "recipes" / "mine").mkdir()
+    (root / "recipes" / "mine" / "m.toml").write_text(
+        'extends = "demo/baseline"\n[matrix]\nbenchmark.input_len = [16, -4]\n')
+    assert main(["show", "mine/m"]) == 2
+    line = _error(capsys)
+    assert "[matrix] variant mine/m[input_len=-4]" in line and "benchmark.input_len" in line, line
+
+
+@pytest.mark.parametrize("flags", [["--min-repeats", "0"], ["--min-repeats", "9", "--max-repeats", "3"]])
+def test_sequential_settings_that_cannot_hold_are_refused_before_anything_is_built(flags, home, capsys):
+    assert main(["run", "demo/baseline", "demo/fast", "--until", "check", *flags]) == 2
+    assert "--min-repeats/--max-repeats" in _error(capsys)
+    assert not (home / "envs").exists() or not any((home / "envs").iterdir())

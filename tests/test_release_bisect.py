@@ -82,3 +82,16 @@ def test_release_bisect_dry_run_lists_probes_and_builds_the_first(home, monkeypa
     assert main(["bisect", "demo/update", "--source", "sglang", "--good", "0.1.2", "--bad", "0.1.9",
                  "--metric", "output_tok_s@1", "--until", "check"]) == 2
     assert "--bad 0.1.9: `sglang` has no release 0.1.9" in capsys.readouterr().err
+
+
+def test_a_release_or_a_git_repository_that_is_not_there_is_refused_before_any_build(home, monkeypatch, capsys,
+                                                                                     gain_releases):
+    monkeypatch.setenv("PATCHBENCH_MINI_INDEX", gain_releases["index"])
+    monkeypatch.setenv("PATCHBENCH_RECIPES", str(REPO_ROOT / "recipes"))
+    capsys.readouterr()
+    common = ["bisect", "demo/update", "--source", "sglang", "--metric", "output_tok_s@1"]
+    assert main([*common, "--versions", "0.1.0,0.1.9"]) == 2
+    assert "--versions 0.1.9: `sglang` has no release 0.1.9" in capsys.readouterr().err
+    assert main([*common, "--good", "0.1.0", "--bad", "0.1.3", "--git", str(home / "no-such-repo")]) == 2
+    assert "no such repository" in capsys.readouterr().err
+    assert not (home / "envs").exists() or not any((home / "envs").iterdir())

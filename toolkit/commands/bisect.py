@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import shlex
 import uuid
+from pathlib import Path
 
 from toolkit.commands.common import (console, err, home_of, load, positive_int, print_json,
                                      require_measured_point, store_of)
@@ -69,13 +70,13 @@ def add_arguments(parser) -> None:
 def _releases(recipe, args, spec) -> list[str]:
     from toolkit.analysis.releases import project_name
     from toolkit.errors import BadInput
-    from toolkit.tree.package_index import releases_between
+    from toolkit.tree.package_index import check_releases, releases_between
 
     if args.versions:
         versions = [v.strip() for v in args.versions.split(",") if v.strip()]
         if len(versions) < 2:
             raise BadInput("--versions needs at least two releases (the first is taken as good)")
-        return versions
+        return check_releases(project_name(spec), versions, spec.index)
     if not (args.good and args.bad):
         raise BadInput("--source needs --good and --bad (or --versions)")
     return releases_between(project_name(spec), args.good, args.bad, spec.index)
@@ -135,6 +136,9 @@ def run(args) -> int:
                            hint=f"sources: {', '.join(recipe.sources)}")
         if source.kind == "pypi":
             versions = _releases(recipe, args, source)
+            if args.git and "://" not in args.git and "@" not in args.git \
+                    and not Path(args.git).expanduser().is_dir():  # the commit phase needs it: checked before the releases
+                raise BadInput(f"--git {args.git}: no such repository (a local path or a URL of the source's git)")
             variants = [release_variant(recipe, args.source, v, home) for v in versions]
             err.print(f"bisecting {len(versions) - 1} releases of {args.source} after {versions[0]}: "
                       + ", ".join(versions[1:]))

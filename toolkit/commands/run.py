@@ -130,14 +130,16 @@ def sequential_design(args, recipes):
         raise BadInput(f"--repeats {args.repeats} is the fixed design (that many launches each, whatever the data "
                        "say); --sequential/--min-repeats/--max-repeats/--min-effect are the sequential one",
                        hint="drop --repeats to launch until the verdict is settled, or drop the others")
+    from toolkit.analysis import sequential_design as designs
+
+    # the settings are checked whatever the call does with them (--until check too): before anything is built
+    design = designs.for_bench(recipes[0].benchmark, min_effect=args.min_effect, min_repeats=args.min_repeats,
+                               max_repeats=args.max_repeats)
     asked = SEQUENTIAL_BY_DEFAULT or args.sequential or args.min_repeats is not None or args.max_repeats is not None
     if fixed or not asked or args.repeats is not None or len(recipes) < 2 or args.until != "store" \
             or args.executor == "slurm":
         return None
-    from toolkit.analysis import sequential_design as designs
-
-    return designs.for_bench(recipes[0].benchmark, min_effect=args.min_effect, min_repeats=args.min_repeats,
-                             max_repeats=args.max_repeats)
+    return design
 
 
 CONFIGURATION_TABLES = ("sources", "patches", "build", "server", "benchmark", "target")

@@ -67,6 +67,10 @@ def run(args) -> int:
     rows = [(k, v, recipe.path if k == "description" and generated else _origin(k, dict(recipe.origins), recipe.path))
             for k, v in _leaves(dict(recipe.raw))]
     variants = variants_of(recipe)
+    if variants:  # every variant is a recipe: a bad [matrix] value is refused here, not at the sweep's launch
+        from toolkit.recipe.load import expand_recipe
+
+        expand_recipe(recipe)
     if args.json:
         print_json({"recipe": recipe.name, "path": str(recipe.path),
                     "values": {k: {"value": v, "file": str(f), **({"generated": True} if k == "description"

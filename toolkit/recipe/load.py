@@ -448,9 +448,13 @@ def _build_recipe(name: str, path: Path, root: Path, data: dict) -> Recipe:
 def variant_recipe(recipe: Recipe, variant: Variant) -> Recipe:
     """One variant of `recipe`'s `[matrix]` (toolkit/recipe/matrix.py) as a full Recipe: its own
     name, the variant's settings applied, no `[matrix]`."""
-    validate_settings(recipe.path, variant.settings)
-    raw = apply_settings(dict(recipe.raw), variant.settings)
-    built = _build_recipe(variant.name, recipe.path, recipe.patches_dir.parent / RECIPES_DIRNAME, raw)
+    try:
+        validate_settings(recipe.path, variant.settings)
+        raw = apply_settings(dict(recipe.raw), variant.settings)
+        built = _build_recipe(variant.name, recipe.path, recipe.patches_dir.parent / RECIPES_DIRNAME, raw)
+    except BadInput as exc:  # the value came from the [matrix]: name the variant that carries it
+        text = exc.message.removeprefix(f"{recipe.path}: ")
+        raise BadInput(f"{recipe.path}: [matrix] variant {variant.name}: {text}", hint=exc.hint) from None
     return dataclasses.replace(built, origins={**recipe.origins, **{k: recipe.path for k, _ in variant.settings}})
 
 

@@ -116,6 +116,22 @@ def releases(name: str, index: str | None = None, *, include_pre: bool = False) 
     return sorted(found)
 
 
+def check_releases(name: str, versions: list[str], index: str | None = None) -> list[str]:
+    """`versions` as given (an explicit --versions list), each one a release of `name` on the index;
+    BadInput naming the first that is not (before anything is built or launched)."""
+    try:
+        parsed = [Version(v) for v in versions]
+    except InvalidVersion as exc:
+        raise BadInput(f"{exc}: --versions takes release versions such as 0.5.10.post1") from None
+    known = releases(name, index, include_pre=any(v.is_prerelease for v in parsed))
+    for text, v in zip(versions, parsed):
+        if v not in known:
+            close = [str(k) for k in known if k.major == v.major and k.minor == v.minor][-5:]
+            raise BadInput(f"--versions {text}: `{name}` has no release {v} on {index or index_url()}",
+                           hint=f"nearby: {', '.join(close)}" if close else None)
+    return versions
+
+
 def releases_between(name: str, good: str, bad: str, index: str | None = None) -> list[str]:
     """[good, r1, ..., bad]: the releases of `name` from good to bad inclusive, oldest first."""
     try:

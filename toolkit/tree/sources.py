@@ -213,7 +213,7 @@ def resolve_pypi(spec: SourceSpec, home: Path, *, pinned_sha256: str | None = No
         raise type(exc)(f"source {spec.name}: {exc.message}") from None
     chosen = _choose_file(files, name, version, spec.artifact)
     if chosen is None:
-        kinds = "an sdist" if spec.artifact == "sdist" else "an sdist or a wheel"
+        kinds = "sdist" if spec.artifact == "sdist" else "sdist or wheel"
         raise BadInput(f"source {spec.name}: {spec.location} has no {kinds} on {index_url}")
     fn = chosen["filename"]
     entry = {
