@@ -21,8 +21,8 @@ def for_bench(bench, *, min_effect: float | None = None, min_repeats: int | None
 
     try:
         return seq.Design(min_effect=bench.min_effect if min_effect is None else min_effect,
-                          min_repeats=min_repeats or seq.DEFAULT_MIN_REPEATS,
-                          max_repeats=max_repeats or bench.max_repeats,
+                          min_repeats=seq.DEFAULT_MIN_REPEATS if min_repeats is None else min_repeats,
+                          max_repeats=bench.max_repeats if max_repeats is None else max_repeats,
                           pool_stored=bench.pool_stored_spread if pool_stored is None else pool_stored)
     except ValueError as exc:
         raise BadInput(f"--min-repeats/--max-repeats/--min-effect: {exc}") from None
