@@ -256,3 +256,11 @@ def test_sequential_settings_that_cannot_hold_are_refused_before_anything_is_bui
     assert main(["run", "demo/baseline", "demo/fast", "--until", "check", *flags]) == 2
     assert "--min-repeats/--max-repeats" in _error(capsys)
     assert not (home / "envs").exists() or not any((home / "envs").iterdir())
+
+
+def test_an_unknown_option_is_named_by_its_verb_with_the_closest_one(home, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["run", "demo/fast", "--untl", "check"])
+    assert exc.value.code == 2
+    line = _error(capsys)
+    assert "patchbench run: unrecognized arguments: --untl" in line and "did you mean --until?" in line, line

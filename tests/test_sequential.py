@@ -163,7 +163,7 @@ def test_run_launches_a_3x_pair_until_settled_and_resumes_from_the_store(tmp_pat
     assert main(["compare", "demo/baseline", "demo/quick", "--metric", "output_tok_s", "--min-effect", "0.5",
                  "--json"]) == 0
     wide = json.loads(capsys.readouterr().out)
-    assert "the ratio is at least 50% (--min-effect)" in wide["legend"], wide["legend"]
+    assert "the ratio is at least 50% (min_effect)" in wide["legend"], wide["legend"]
     # the report marks the rows the sequential rule decided, as compare's p column does
     assert main(["report", "demo/baseline", "demo/quick", "--output", str(tmp_path / "rep")]) == 0
     md = (tmp_path / "rep" / "report.md").read_text()

@@ -71,9 +71,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def unknown_arguments(parser: argparse.ArgumentParser, verb: str, extra: list[str]) -> None:
+    """The one-line error of arguments `verb` does not take (exit 2), with a "did you mean"."""
+    import difflib
+
+    verbs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    sub = verbs.choices[verb]
+    options = [o for a in sub._actions for o in a.option_strings]
+    close = difflib.get_close_matches(extra[0].split("=", 1)[0], options, n=1) if extra[0].startswith("-") else []
+    sub.error(f"unrecognized arguments: {' '.join(extra)}" + (f" (did you mean {close[0]}?)" if close else ""))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # named by the verb that refused them, with the closest option it has
+        unknown_arguments(parser, args.verb, extra)
     # `--home` is the workspace for everything the command reaches, including what resolves its
     # place from the environment (a recipe's tiny:<name> model, the child processes it starts)
     saved_home = os.environ.get("PATCHBENCH_HOME")

@@ -178,7 +178,8 @@ def sequential_legends(rows: Sequence[CompareRow], design) -> list[str]:
     out = ["pairs launched until settled (every row, the design their runs recorded): " + seq.legend(d)
            for d in launched]
     if any(r.sequential and not r.launched_under for r in rows):
-        out.append(f"rows with {stats.too_few_rows()}: " + seq.legend(design))
+        out.append(f"rows with {stats.too_few_rows()} whose sequential verdict has stopped (the others: too few "
+                   "repeats): " + seq.legend(design))
     return out
 
 

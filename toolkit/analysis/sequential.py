@@ -425,9 +425,9 @@ def legend(design: Design = Design(), prior=None) -> str:
                f"{design.prior_scale:g}; each verdict false with probability <= {design.alpha:g} however often it is "
                f"looked at)")
     return (f"sequential verdict after each pair of launches (one value per launch, log scale): {how}; "
-            f"faster/slower when it excludes 1 and the ratio is at least {m} (--min-effect), equal when "
+            f"faster/slower when it excludes 1 and the ratio is at least {m} (min_effect), equal when "
             f"its two one-sided bounds at {design.alpha:g} each (TOST) lie within {m}; "
-            f"launches {design.min_repeats}..{design.max_repeats} each (--min-repeats/--max-repeats), else not settled"
+            f"launches {design.min_repeats}..{design.max_repeats} each (max_repeats), else not settled"
             + ("; a pair that could not settle by then at its spread stops early" if design.futility else "")
             + (f"; {noise_prior.stored_legend(design.max_repeats + STORED_CAP)}"
                if design.method == REPEATED and design.pool_stored else "")
