@@ -264,3 +264,10 @@ def test_an_unknown_option_is_named_by_its_verb_with_the_closest_one(home, capsy
     assert exc.value.code == 2
     line = _error(capsys)
     assert "patchbench run: unrecognized arguments: --untl" in line and "did you mean --until?" in line, line
+
+
+def test_a_model_config_with_a_size_that_is_not_a_number_is_one_line(tmp_path, capsys):
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({"hidden_size": "big", "num_hidden_layers": 2}))
+    assert main(["roofline", "--model", str(cfg), "--gpu", "h100-sxm"]) == 2
+    assert "a size field is not a number" in _error(capsys)

@@ -36,7 +36,7 @@ def run(args) -> int:
 
     path = Path(args.file)
     if not path.is_file():
-        raise BadInput(f"{path} does not exist")
+        raise BadInput(f"{path} is a directory: give the results file" if path.is_dir() else f"{path} does not exist")
     store = store_of(args)
     if args.format == "patchbench" or (args.format == "auto" and path.suffix == ".json"):
         n = import_export(store, path)

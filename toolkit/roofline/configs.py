@@ -198,7 +198,16 @@ def _get(cfg: Mapping, key: str, default=None, *, required: bool = False):
 def model_shape(config: Mapping, name: str = "") -> ModelShape:
     """Parameter counts of a Hugging Face config: MoE+MLA (DeepSeek-V3, GLM-5), MoE+GQA
     (Qwen3-MoE, Qwen2-MoE, Mixtral) or dense Llama-style. Norms and biases are ignored; MTP
-    (next-n prediction) layers are not part of a plain decode step and are ignored."""
+    (next-n prediction) layers are not part of a plain decode step and are ignored. A field that
+    is not a number is BadInput naming it."""
+    try:
+        return _model_shape(config, name)
+    except (TypeError, ValueError) as exc:
+        raise BadInput(f"model config {name or ''}: a size field is not a number ({exc})".replace(" :", ":"),
+                       hint="give a Hugging Face config.json of a decoder LM") from None
+
+
+def _model_shape(config: Mapping, name: str = "") -> ModelShape:
     cfg = config
     if "hidden_size" not in cfg and isinstance(cfg.get("text_config"), Mapping):
         cfg = cfg["text_config"]
