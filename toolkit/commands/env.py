@@ -101,8 +101,9 @@ def run(args) -> int:
     if result.in_use:
         console.print(f"kept {len(result.in_use)} env(s) in use by a running process or build: "
                       + ", ".join(result.in_use))
-    console.print(f"kept {len(result.kept)} env(s); {'would free' if args.dry_run else 'freed'} "
-                  f"{_size(result.freed_bytes)}")
+    kept = len(result.kept) + len(result.in_use)
+    console.print(f"kept {kept} env(s) in all" + (f" ({len(result.in_use)} in use)" if result.in_use else "")
+                  + f"; {'would free' if args.dry_run else 'freed'} {_size(result.freed_bytes)}")
     return 0
 
 

@@ -120,6 +120,8 @@ def _salvage_failure(tmp: Path, envs_dir: Path, key: str, err: BaseException) ->
                     err.log = failed / "logs" / log.relative_to(tmp / "logs")
                 except ValueError:
                     pass
+            if isinstance(err, PatchbenchError):  # the paths the message names are where the logs are now
+                err.message = err.message.replace(str(tmp / "logs"), str(failed / "logs"))
     finally:
         remove_tree(tmp)
 
