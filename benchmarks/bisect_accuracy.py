@@ -95,7 +95,9 @@ def main(argv: list[str] | None = None) -> int:
     ok = True
     configs = (({}, "default (repair=True: a weak answer gets a second pass)"),
                ({"repair": False}, "repair=False (never over the build bound)"),
-               ({"full_stack_if_uncertain": True}, "full_stack_if_uncertain=True"))
+               ({"full_stack_if_uncertain": True}, "full_stack_if_uncertain=True"),
+               ({"sequential": True, "repeat_step": 1},
+                "sequential=True (the CLI's default: steps and the conviction by the confidence sequence)"))
     for options, name in configs:
         t0 = time.perf_counter()
         r = run(args.trials, args.seed, options, args.verbose and not options)

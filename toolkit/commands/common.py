@@ -26,15 +26,24 @@ err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 def positive_int(text: str) -> int:
     """argparse type of a count (repeats, jobs): an integer of at least 1, else a one-line exit 2."""
+    return _at_least(text, 1)
+
+
+def _at_least(text: str, least: int) -> int:
     import argparse
 
     try:
         value = int(text)
     except ValueError:
         value = None
-    if value is None or value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not allowed: give a whole number of at least 1")
+    if value is None or value < least:
+        raise argparse.ArgumentTypeError(f"{text!r} is not allowed: give a whole number of at least {least}")
     return value
+
+
+def count_int(text: str) -> int:
+    """argparse type of a count that may be 0 (track --limit 0: list the points, measure none)."""
+    return _at_least(text, 0)
 
 
 def recipe_arg(parser, many: bool = False) -> None:

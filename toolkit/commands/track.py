@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import uuid
 
-from toolkit.commands.common import console, err, home_of, load, positive_int, print_json, store_of
+from toolkit.commands.common import console, count_int, err, home_of, load, positive_int, print_json, store_of
 from toolkit.executors.config import add_executor_arguments
 
 HELP = "measure the recipe (its patches re-applied) at each new upstream release or commit, resumably"
@@ -30,7 +30,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--git", metavar="URL|PATH", help="with --releases: the project's git repository (tag dates)")
     parser.add_argument("--tag-format", default="v{version}", help="release -> git tag (default v{version})")
     parser.add_argument("--repeats", type=positive_int, default=1, help="runs per point (default 1)")
-    parser.add_argument("--limit", type=positive_int, help="measure at most this many new points now")
+    parser.add_argument("--limit", type=count_int,
+                        help="measure at most this many new points now (0: list them, measure none)")
     parser.add_argument("--settle", action="store_true",
                         help="a step between neighbouring points measured now whose runs differ by at least the "
                              "recipe's min_effect launches both points until its sequential verdict is settled")
