@@ -33,6 +33,7 @@ from toolkit.results.engine import BUSY_TIMEOUT_MS, STORE_FILENAME, display, is_
 from toolkit.results.identity import identity_of
 from toolkit.results.migrations import ensure_schema
 from toolkit.results.migrations.legacy import JSON_DEFAULTS as _JSON_DEFAULTS, JSON_FIELDS, decode_json
+from toolkit.results.run_rows import StoreCorrupt, decode_run  # noqa: F401  (StoreCorrupt: re-exported)
 from toolkit.results.schema import MIGRATIONS  # noqa: F401  (the pre-Alembic SQL, for old files)
 from toolkit.results.records import (  # noqa: F401  (re-exported: the store's row types and keys)
     BENCH_KEY_IGNORED, RUN_FIELDS, SAMPLE_FIELDS, RunRow, SampleRow, _now, _process_start_time, bench_key,
@@ -45,18 +46,6 @@ FINAL_STATUSES = ("ok", "failed", "invalid", "interrupted")
 POINT_KINDS = T.POINT_KINDS
 _RUN_COLS = [T.runs.c[c] for c in RUN_FIELDS]
 _SAMPLE_COLS = [T.samples.c[c] for c in SAMPLE_FIELDS]
-
-
-class StoreCorrupt(PatchbenchError):
-    """A stored run's row does not decode (a JSON column edited or damaged)."""
-
-
-def _is_json(text) -> bool:
-    try:
-        json.loads(text)
-        return True
-    except (TypeError, ValueError):
-        return False
 
 
 class StoreUnavailable(PatchbenchError):
@@ -406,20 +395,7 @@ class Store:
         return out
 
     def _decode(self, row: Sequence, shared: dict | None = None) -> RunRow:
-        raw = dict(zip(RUN_FIELDS, row, strict=True))
-        try:
-            d = decode_json(dict(raw), shared)
-        except ValueError:  # a hand-edited or damaged row: named, not a traceback (nor a failed run elsewhere)
-            bad = next((k for k in JSON_FIELDS if raw.get(k) and not _is_json(raw[k])), "a JSON field")
-            raise StoreCorrupt(f"run {str(raw.get('run_id'))[:8]} in {self.path}: its `{bad}` is not valid JSON "
-                               "(the row was edited or damaged)",
-                               hint="restore the store from a backup, or repair that row (the other runs are "
-                                    "intact)") from None
-        for k in JSON_FIELDS:
-            d.setdefault(k, _JSON_DEFAULTS[k]())
-        if d.get("config_verified") is not None:
-            d["config_verified"] = bool(d["config_verified"])
-        return RunRow(**d)
+        return decode_run(row, self.path, shared)
 
     def _select_runs(self, where, *, newest_first: bool = False, limit: int | None = None) -> list[RunRow]:
         r = T.runs.c
