@@ -196,6 +196,46 @@ def test_run_launches_a_3x_pair_until_settled_and_resumes_from_the_store(tmp_pat
     assert plan["seconds_per_launch"] < 60 and [r["effect"] for r in plan["effects"]] == [0.02, 0.05, 0.2]
 
 
+def test_a_run_killed_before_each_recipe_launched_is_resumed_into_its_sweep(tmp_path, home, monkeypatch, capsys):
+    """`run A B` interrupted (SIGINT) after A's first launch, before B has a run: the next `run A B`
+    continues that sweep (same group: one interleaved campaign for compare and the report), says so,
+    and counts A's stored launch."""
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from conftest import demo_project
+    from toolkit.cli import main
+    from toolkit.results.store import Store
+
+    root = demo_project(tmp_path, monkeypatch)
+    base = root / "recipes" / "demo" / "baseline.toml"
+    head, rest = base.read_text().split("[benchmark]", 1)
+    base.write_text(head + "[benchmark]\n" + SMALL + rest[rest.index("\n[", 1):])
+    (root / "recipes" / "demo" / "quick.toml").write_text('extends = "demo/baseline"\n[server.args]\n'
+                                                          'mini-step-base-ms = 4\n')
+    proc = subprocess.Popen([sys.executable, "-m", "toolkit", "run", "demo/baseline", "demo/quick"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ))
+    db, deadline = home / "results.sqlite", time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None:
+        if db.exists() and Store(db).runs(status="ok"):
+            break
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=120)
+    killed = Store(db).runs()
+    (group,) = {r.group_id for r in killed}
+    first = [r for r in killed if r.status == "ok"]
+    assert first and first[0].recipe == "demo/baseline", [(r.recipe, r.status) for r in killed]
+    assert main(["run", "demo/baseline", "demo/quick", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["group_id"] == group and out["reused"]["demo/baseline"] >= 1
+    assert {r.group_id for r in Store(db).runs(status="ok")} == {group}
+
+
 def test_compare_judges_a_sequential_pair_as_run_did_across_sweeps(tmp_path, home, monkeypatch, capsys):
     """A second campaign against a stored reference: `run demo/baseline demo/quick2 --min-repeats 3`
     counts the baseline's 2 stored launches (an earlier sweep) and launches its third beside

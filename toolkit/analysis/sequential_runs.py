@@ -117,17 +117,22 @@ def measure_until_settled(prepared: list[Prepared], *, home, store: Store, group
     from toolkit.run.machine import this_gpu_key
     from toolkit.run.pipeline import run_once
 
+    import dataclasses
+
     from toolkit.analysis.sequential_design import launched_under
 
     gpu = this_gpu_key()
     metric = metric_of(prepared[0])
-    # each run records the design it was launched under: compare and the report judge the pair with it
-    prepared = [launched_under(p, design) for p in prepared]
+    # each run records the design it was launched under (compare and the report judge the pair with it)
     keys = {p.name: expected_identity(p.recipe, p.env.key, gpu) for p in prepared}
     prepared = without_the_reference_twice(prepared, keys, console=console, result=result)
+    # and the configurations launched together (a killed call is told from another campaign by it)
+    campaign = sorted(keys[p.name] for p in prepared)
+    prepared = [launched_under(dataclasses.replace(p, extra={**p.extra, "campaign": campaign}), design)
+                for p in prepared]
     runs = {p.name: stored_runs(store, p, keys[p.name], metric) for p in prepared}
     reused = {name: len(ids) for name, ids in runs.items()}
-    resumed = resumed_group(store, runs)
+    resumed = resumed_group(store, runs, campaign)
     if resumed is not None and resumed != group_id:  # a killed call of the same recipes: its launches continue it
         group_id = result["group_id"] = resumed
         console.print(f"[dim]resuming sweep {escape(resumed)}: its stored runs count, new launches join it[/]")
@@ -173,12 +178,13 @@ def measure_until_settled(prepared: list[Prepared], *, home, store: Store, group
     return current
 
 
-def resumed_group(store: Store, runs: dict[str, list[str]]) -> str | None:
+def resumed_group(store: Store, runs: dict[str, list[str]], campaign: list[str] | None = None) -> str | None:
     """The sweep a call continues: the newest sweep in which every recipe has a stored run (a call of
-    the same recipes that was killed, or asked again with a larger cap), so that the runs of both
-    calls are one interleaved sweep for `compare` and the report (selection's newest-sweep rule);
-    None when no sweep holds them all (a new one)."""
-    if not runs or not all(runs.values()):
+    the same recipes that was killed, or asked again with a larger cap), or whose runs were all
+    launched by a call of the same configurations (`campaign`: their run identities; killed before each
+    had a run), so that the runs of both calls are one interleaved sweep for `compare` and the report
+    (selection's newest-sweep rule); None when no sweep holds them (a new one)."""
+    if not runs or not any(runs.values()):
         return None
     rows = store.runs(run_ids=[rid for ids in runs.values() for rid in ids])
     name_of = {rid: name for name, ids in runs.items() for rid in ids}
@@ -189,6 +195,8 @@ def resumed_group(store: Store, runs: dict[str, list[str]]) -> str | None:
             covers.setdefault(r.group_id, set()).add(name_of[r.run_id])
             newest[r.group_id] = max(newest.get(r.group_id, ""), r.started_at or "")
     complete = [g for g, names in covers.items() if names == set(runs)]
+    if not complete and campaign is not None:
+        complete = [g for g in covers if all((r.extra or {}).get("campaign") == campaign for r in rows if r.group_id == g)]
     return max(complete, key=lambda g: newest[g]) if complete else None
 
 
