@@ -333,6 +333,10 @@ def test_attribute_launches_each_step_until_settled(tmp_path, home, monkeypatch,
     assert main(["compare", "demo/fast@prefix0", "demo/fast", "--metric", "output_tok_s@1", "--json"]) == 0
     (row,) = json.loads(capsys.readouterr().out)["rows"]
     assert row["sequential"] == step["text"] and row["launched_under"]["max_repeats"] == 6
+    # plan reads a variant label's stored runs (planned with its base recipe's benchmark and server)
+    assert main(["plan", "demo/fast@prefix0", "demo/fast", "--json"]) == 0
+    plans = json.loads(capsys.readouterr().out)["plans"]
+    assert [p["recipe"] for p in plans] == ["demo/fast@prefix0", "demo/fast"] and all(p["runs"] >= 2 for p in plans)
 
 
 def test_noisy_pair_says_so_and_a_quiet_unsettled_one_does_not():

@@ -24,6 +24,21 @@ def add_arguments(parser) -> None:
     parser.add_argument("--json", action="store_true")
 
 
+def _load_labelled(ref: str, store):
+    """(recipe, the name its runs are stored under): a recipe, or a variant label with stored runs
+    (`full-stack@prefix2` of attribute/bisect, `demo/update@0.1.5` of track), planned with its base
+    recipe's benchmark and server."""
+    from toolkit.errors import BadInput
+
+    try:
+        recipe = load(ref)
+        return recipe, recipe.name
+    except BadInput:
+        if "@" not in ref or not store.runs(recipe=ref, limit=1):
+            raise
+    return load(ref.split("@", 1)[0]), ref
+
+
 def run(args) -> int:
     from toolkit.analysis import launch_cost, launch_plan, noise_prior, sequential as seq, sequential_design as designs
     from toolkit.analysis.selection import values_at
@@ -31,12 +46,12 @@ def run(args) -> int:
     store = store_of(args)
     out = []
     for ref in args.recipes:
-        recipe = load(ref)
+        recipe, name = _load_labelled(ref, store)
         design = designs.for_bench(recipe.benchmark, min_effect=args.min_effect, max_repeats=args.max_repeats)
         b = recipe.benchmark
         metric = "decode_tok_s" if b.driver == "one-batch" else "output_tok_s"
         point = (b.batch_sizes if b.driver == "one-batch" else b.concurrency)[0]
-        runs = [r for r in store.runs(recipe=recipe.name, status="ok") if r.kind == "benchmark"]
+        runs = [r for r in store.runs(recipe=name, status="ok") if r.kind == "benchmark"]
         ids = [r.run_id for r in runs]
         values = values_at(store.samples(ids, metric=metric), metric, point, ids) if ids else []
         spread = launch_plan.spread_of(values)
@@ -53,12 +68,13 @@ def run(args) -> int:
             rows.append({"effect": eff, "launches_each": round(e.launches_each, 2), "settled": e.settled,
                          "hours": round(launch_plan.gpu_hours(e.launches_each, seconds, 1), 3),
                          "gpu_hours": round(launch_plan.gpu_hours(e.launches_each, seconds, gpus), 3)})
-        out.append({"recipe": recipe.name, "metric": metric, "point": point, "runs": len(values),
+        out.append({"recipe": name, "metric": metric, "point": point, "runs": len(values),
                     "spread": used, "spread_from": "runs" if spread is not None else "assumed",
                     "seconds_per_launch": round(seconds, 1), "seconds_from": "runs" if timed else "timeout_s",
                     "gpus": gpus, "prior_dof": min(prior_dof, noise_prior.MAX_DOF), "effects": rows,
                     "legend": seq.legend(design)})
-    campaign = campaign_of(out, [load(r) for r in args.recipes], designs, args) if len(out) > 1 else None
+    campaign = campaign_of(out, [_load_labelled(r, store)[0] for r in args.recipes], designs, args) \
+        if len(out) > 1 else None
     if args.json:
         print_json({"plans": out, "campaign": campaign})
         return 0
