@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+from pathlib import Path
 
 from conftest import change, demo_project, git
 from toolkit.cli import main
@@ -127,6 +128,26 @@ def test_readme_loop_edit_export_run_compare(tmp_path, home, monkeypatch, capsys
                            str(proj / "patches/demo/decode-halve-the-step-s-base-cost.patch")],
                           cwd=proj / "upstream/minisglang", capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_export_refuses_to_rewrite_a_patch_another_recipe_lists(tmp_path, home, monkeypatch, capsys):
+    """A child of demo/fast amends the patch it inherits: exporting would change demo/fast's stack (and
+    every run of it to come) behind its back; refused in one line naming demo/fast, nothing written."""
+    proj = demo_project(tmp_path, monkeypatch)
+    (proj / "recipes/mine").mkdir()
+    (proj / "recipes/mine/two.toml").write_text('extends = "demo/fast"\n')
+    shared = next(p for p in load_recipe("demo/fast").patches["sglang"])
+    before = Path(shared).read_text()
+    assert main(["patches", "edit", "mine/two"]) == 0
+    work = home / "work" / "mine__two" / "sglang"
+    cost = work / "python/sglang/srt/model_executor/cost.py"
+    cost.write_text(cost.read_text() + "\n# tuned\n")
+    git(work, "commit", "-q", "-a", "--amend", "--no-edit")
+    capsys.readouterr()
+    assert main(["patches", "export", "mine/two"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "would rewrite patches/" in err and "demo/fast" in err and "nothing written" in err, err
+    assert Path(shared).read_text() == before
 
 
 def test_exported_names_keep_whole_words():

@@ -201,7 +201,8 @@ def finish(a: Attempt, status: str, error: str, *, tail: str | None = None, **fi
     log = _main_log(a)
     tail = tail or (srv.log_tail(log) if log else None)
     colour = "yellow" if status == "interrupted" else "red"
-    a.console.print(f"[{colour}]{escape(a.title)}[/]: {status.upper()}: {escape(error)}", highlight=False)
+    where = f" (log: {log})" if log and str(log) not in error else ""  # every failure names its log
+    a.console.print(f"[{colour}]{escape(a.title)}[/]: {status.upper()}: {escape(error)}{escape(where)}", highlight=False)
     if tail and status == "failed":
         a.console.print("\n".join("    " + ln for ln in tail.splitlines()[-10:]), markup=False, highlight=False)
     try:

@@ -32,7 +32,7 @@ import tomli_w
 from toolkit.tree import gitrepo
 from toolkit.errors import BadInput, PatchbenchError
 from toolkit.recipe.load import Recipe, load_recipe
-from toolkit.tree.stack import Work, commits_of, patch_text, tree_of, pick_source, work_dir
+from toolkit.tree.stack import Work, commits_of, other_users, patch_text, tree_of, pick_source, work_dir
 from toolkit.tree.applied import AppliedTree, existing_tree, materialise, plan_on_content, plan_source
 
 
@@ -204,7 +204,7 @@ def _finish(work: Work, recipe: Recipe, home: Path) -> RebaseResult:
     changed = {n: t for n, t in texts.items()
                if not (recipe.patches_dir / n).is_file() or (recipe.patches_dir / n).read_text() != t}
     if state["in_place"]:  # rewriting a patch another recipe lists would change that recipe too
-        shared = {n: users for n in changed if (users := _other_users(n, recipe, recipes_dir))}
+        shared = {n: users for n in changed if (users := other_users(n, recipe, recipes_dir))}
         if shared:
             name, users = next(iter(shared.items()))
             raise BadInput(f"rebase of {recipe.name} in place would rewrite patches/{name}, which "
@@ -225,24 +225,6 @@ def _finish(work: Work, recipe: Recipe, home: Path) -> RebaseResult:
     tree_of(fresh, work.source, home)  # applies the new stack with zero fuzz and writes its lock
     shutil.rmtree(work.path)
     return RebaseResult(fresh.name, list(zip(new_names, state["how"])), work.path)
-
-
-def _other_users(patch: str, recipe: Recipe, recipes_dir: Path) -> list[str]:
-    """The other recipes under `recipes_dir` whose patch lists name `patch`."""
-    from toolkit.recipe.load import list_recipe_names
-
-    target = (recipe.patches_dir / patch).resolve()
-    users = []
-    for name in list_recipe_names(recipes_dir):
-        if name == recipe.name:
-            continue
-        try:
-            other = load_recipe(recipes_dir / f"{name}.toml", recipes_dir)
-        except PatchbenchError:
-            continue
-        if any(Path(p).resolve() == target for paths in dict(other.patches).values() for p in paths):
-            users.append(name)
-    return users
 
 
 def _pin_in_place(recipe: Recipe, source: str, onto: str) -> Path:

@@ -216,6 +216,16 @@ def export(recipe: Recipe, source: str | None, home: Path) -> list[tuple[str, st
                        f"a recipe edit (remove it from [patches]), not an export")
     written: list[tuple[str, str]] = []
     names = list(work.patches)
+    amended = [names[i] for i, c in enumerate(commits[:len(names)])
+               if not (i < len(work.patch_commits) and work.patch_commits[i] == c)]
+    recipes_dir = recipe.patches_dir.parent / "recipes"
+    for name in amended:  # rewriting a patch another recipe lists would change that recipe's measurements too
+        users = other_users(name, recipe, recipes_dir)
+        if users:
+            raise BadInput(f"export of {recipe.name} would rewrite patches/{name}, which {', '.join(users)} also "
+                           f"list{'s' if len(users) == 1 else ''}: nothing written",
+                           hint=f"give {recipe.name} its own copy (copy the file under a new name and list that in "
+                                f"{recipe.path}), then edit and export again")
     for i, commit in enumerate(commits):
         if i < len(work.patch_commits) and work.patch_commits[i] == commit:
             continue
@@ -237,6 +247,24 @@ def export(recipe: Recipe, source: str | None, home: Path) -> list[tuple[str, st
     work.patches, work.patch_commits, work.applied_head = list(tree.patches), commits, tree.head_commit
     work.save()
     return written
+
+
+def other_users(patch: str, recipe: Recipe, recipes_dir: Path) -> list[str]:
+    """The other recipes under `recipes_dir` whose patch lists name `patch`."""
+    from toolkit.recipe.load import list_recipe_names
+
+    target = (recipe.patches_dir / patch).resolve()
+    users = []
+    for name in list_recipe_names(recipes_dir):
+        if name == recipe.name:
+            continue
+        try:
+            other = load_recipe(recipes_dir / f"{name}.toml", recipes_dir)
+        except PatchbenchError:
+            continue
+        if any(Path(p).resolve() == target for paths in dict(other.patches).values() for p in paths):
+            users.append(name)
+    return users
 
 
 def _inherited(recipe: Recipe, source: str) -> list[str]:
