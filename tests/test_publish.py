@@ -284,3 +284,26 @@ def test_bad_input_is_one_line_and_exit_2(filled, tmp_path, capsys):
                  "-o", str(blocker / "site")]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: cannot write the site to") and len(err.splitlines()) == 1
+
+
+def test_an_export_imported_into_another_store_publishes_and_tracks_with_imported(filled, tmp_path, capsys):
+    """A store filled from another's export (`results --export json` then `import`): its runs are
+    marked imported, so history says so per point instead of "failed", and `--imported` counts them
+    (history's series equals the original's; publish compares again)."""
+    common = ["--home", str(filled["home"])]
+    export, copy = tmp_path / "all.json", tmp_path / "copy.sqlite"
+    assert main(["results", "--export", "json", "--limit", "1000", "--store", str(filled["store"]), "-o",
+                 str(export), *common]) == 0
+    assert main(["import", str(export), "--store", str(copy), *common]) == 0
+    capsys.readouterr()
+    hist = ["history", "demo/update", "--metric", "output_tok_s@1", *common]
+    rc, original = cli_json(capsys, [*hist, "--store", str(filled["store"])])
+    rc2, plain = cli_json(capsys, [*hist, "--store", str(copy)])
+    rc3, counted = cli_json(capsys, [*hist, "--store", str(copy), "--imported"])
+    assert rc == rc3 == 0
+    assert {p["status"] for p in plain["series"]} == {"imported"}, plain["series"]
+    assert [p["values"] for p in counted["series"]] == [p["values"] for p in original["series"]]
+    site = tmp_path / "site"
+    assert main(["publish", "--store", str(copy), "-o", str(site), "--imported", *common]) == 0
+    compare = [p for p in (site / "compare").glob("*.html") if "fast" in p.name]
+    assert len(compare) == 1 and "demo/fast vs demo/baseline" in compare[0].read_text()

@@ -40,6 +40,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--repeats", type=positive_int, default=3, help="bisect: initial values per step")
     parser.add_argument("--max-repeats", type=positive_int, default=8, help="bisect: bound on values per step")
     parser.add_argument("-o", "--output", help="directory for the plot (default HOME/history/RECIPE)")
+    parser.add_argument("--imported", action="store_true",
+                        help="count imported runs too (a store filled from another's export), as compare --imported")
     parser.add_argument("--json", action="store_true")
 
 
@@ -82,7 +84,7 @@ def run(args) -> int:
     source = _source(recipe, args)
     home, store = home_of(args), store_of(args)
     hist = load_history(store, recipe.name, source, spec, stack=stack_digest(recipe),
-                        now=definition.current(recipe))
+                        now=definition.current(recipe), imported=args.imported)
     spec = metrics.MetricSpec(spec.metric, hist.point)
     measured = hist.measured
     hib = spec.info.higher_is_better

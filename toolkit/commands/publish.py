@@ -15,6 +15,8 @@ HELP = "write a static site of the store (index, recipes, compares, histories, s
 def add_arguments(parser) -> None:
     parser.add_argument("-o", "--output", default="./patchbench-site", metavar="DIR",
                         help="directory for the site (default ./patchbench-site); index.html is its entry")
+    parser.add_argument("--imported", action="store_true",
+                        help="count imported runs too (a store filled from another's export), as compare --imported")
     parser.add_argument("--json", action="store_true", help="print the pages written as JSON")
 
 
@@ -43,7 +45,7 @@ def run(args) -> int:
     tracked = tracked_recipes(store.runs())
     out = Path(args.output).expanduser()
     pub = publish(store, out, home=home_of(args), current=definitions([*names, *tracked]),
-                  stacks=_stacks(tracked), console=err)
+                  stacks=_stacks(tracked), console=err, imported=args.imported)
     if args.json:
         from toolkit.commands.common import print_json
 

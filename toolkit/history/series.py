@@ -37,7 +37,7 @@ class Entry:
     tag: str | None
     values: list[float] = field(default_factory=list)
     run_ids: list[str] = field(default_factory=list)
-    status: str = "measured"  # measured | older-definition | does-not-apply | build-failed | failed
+    status: str = "measured"  # measured | older-definition | does-not-apply | build-failed | failed | imported
     reason: str | None = None
     older_runs: int = 0  # ok runs of this point of an older definition, left out
 
@@ -94,16 +94,16 @@ def _bench_point(store: Store, run_ids: list[str], metric: str) -> int | None:
     return points[0] if points else None
 
 
-def _counted(store: Store, runs: list, metric: str) -> list[str]:
+def _counted(store: Store, runs: list, metric: str, imported: bool = False) -> list[str]:
     """The runs of one point that count (toolkit.analysis.selection: verified benchmark runs with
-    samples of `metric`, the newest run identity), oldest first."""
+    samples of `metric`, the newest run identity; imported ones with `imported`), oldest first."""
     import dataclasses
 
     if not runs:
         return []
     rows = [dataclasses.replace(r, recipe="point") for r in runs]
     try:
-        sel = choose(rows, ["point"], Criteria(prefer_group=False), metrics=[metric],
+        sel = choose(rows, ["point"], Criteria(prefer_group=False, imported=imported), metrics=[metric],
                      measured=store.measured_metrics([r.run_id for r in rows]))
     except BadInput:  # MissingResults included: nothing counts at this point
         return []
@@ -111,9 +111,10 @@ def _counted(store: Store, runs: list, metric: str) -> list[str]:
 
 
 def load_history(store: Store, recipe: str, source: str, spec: MetricSpec, stack: str | None = None,
-                 now: dict | None = None) -> History:
+                 now: dict | None = None, imported: bool = False) -> History:
     """The series (BadInput when nothing was tracked, or the runs lack the metric or point). `now`:
-    the recipe's current definition (`definition.current`); runs of another one are left out."""
+    the recipe's current definition (`definition.current`); runs of another one are left out.
+    `imported`: imported runs count too (a store filled from another's export)."""
     runs = tracked(store, recipe, source, stack)
     if not runs:
         raise BadInput(f"nothing tracked for recipe {recipe}, source {source}",
@@ -146,12 +147,14 @@ def load_history(store: Store, recipe: str, source: str, spec: MetricSpec, stack
         e.older_runs = len(left)
         if left:
             older["; ".join(changed[left[-1].run_id])].append(e.label)
-        good = _counted(store, [r for r in rs if r.gpu_key == gpu], spec.metric)
+        good = _counted(store, [r for r in rs if r.gpu_key == gpu], spec.metric, imported)
         if good:
             e.values = values_at(store.samples(good, metric=spec.metric), spec.metric, point, good)
             e.run_ids = good
         if e.value is None and not rs:  # measured only before the recipe's edit
             e.status, e.reason = OLDER, "; ".join(changed[left[-1].run_id])
+        elif e.value is None and not imported and any(r.status == "ok" and (r.extra or {}).get("imported") for r in rs):
+            e.status, e.reason = "imported", "its ok runs were imported (measured elsewhere): --imported counts them"
         elif e.value is None:
             last = rs[-1]
             outcome = (last.extra.get("track") or {}).get("outcome")

@@ -88,11 +88,11 @@ def _kernels(home: Path, names: list[str], site: Path, assets: str) -> str:
 
 
 def _report_page(store, site: Path, page: str, names: list[str], title: str, extra: str,
-                 current: dict) -> tuple[object | None, str | None]:
+                 current: dict, criteria: Criteria) -> tuple[object | None, str | None]:
     """The report of `names` as a site page (toolkit/report/document.py); (its data, None) or
     (None, why not) with a page saying why."""
     try:
-        data = collect(store, names, title=title, criteria=Criteria(), current=current)
+        data = collect(store, names, title=title, criteria=criteria, current=current)
     except BadInput as exc:
         why = exc.message + (f" ({exc.hint})" if getattr(exc, "hint", None) else "")
         write_text(site / page, shell(page, title, f"<p><b>No results to show:</b> {esc(why)}</p>\n{extra}"))
@@ -102,8 +102,10 @@ def _report_page(store, site: Path, page: str, names: list[str], title: str, ext
 
 
 def publish(store, out: Path, *, home: Path, current: dict | None = None, stacks: dict | None = None,
-            console=None) -> Published:
-    """Write the site into `out`. BadInput for an empty store or a directory that cannot be written."""
+            console=None, imported: bool = False) -> Published:
+    """Write the site into `out`. BadInput for an empty store or a directory that cannot be written.
+    `imported`: imported runs count too (a store filled from another's export), as `compare --imported`."""
+    criteria = Criteria(imported=imported)
     names = store.recipe_names()
     if not names:
         raise BadInput("nothing to publish: the store has no runs", hint="patchbench run RECIPE first")
@@ -132,7 +134,7 @@ def publish(store, out: Path, *, home: Path, current: dict | None = None, stacks
         compare_pages[var] = page
         extra = _kernels(home, [base, var], out, Site.compare_assets(base, var))
         extra += f"<p>{link(page, Site.recipe(base), base)} · {link(page, Site.recipe(var), var)}</p>"
-        data, why = _report_page(store, out, page, [base, var], f"{var} vs {base}", extra, current)
+        data, why = _report_page(store, out, page, [base, var], f"{var} vs {base}", extra, current, criteria)
         verdicts[var] = verdict_summary(data) if data else f"not compared: {why}"
         pub.pages.append(page)
         pub.artifact_notes(page, data)
@@ -142,7 +144,7 @@ def publish(store, out: Path, *, home: Path, current: dict | None = None, stacks
     history = {}  # tracked recipe -> the index's summary
     tracked = site_history.tracked_recipes(r for rs in runs.values() for r in rs)
     series = [s for n in tracked for s in site_history.tracked_series(store, n, now=current.get(n),
-                                                                      stack=stacks.get(n))]
+                                                                      stack=stacks.get(n), imported=imported)]
     if series:
         site_history.detect(series, home, console)
     point_of = {n: t for n in names for t in site_history.tracked_recipes(runs[n])}
@@ -156,7 +158,7 @@ def publish(store, out: Path, *, home: Path, current: dict | None = None, stacks
 
     sweeps = {}
     for base, variants in fams.items():
-        info = site_sweep.write_page(store, out, base, variants, current, compare_pages)
+        info = site_sweep.write_page(store, out, base, variants, current, compare_pages, criteria)
         pub.pages.append(info["page"])
         sweeps[base] = info
 
@@ -173,7 +175,7 @@ def publish(store, out: Path, *, home: Path, current: dict | None = None, stacks
         extra = ("<h2>Pages</h2><ul>" + "".join(f"<li>{x}</li>" for x in links) + "</ul>" if links else "")
         extra += _kernels(home, [n], out, Site.recipe_assets(n))
         extra += f"<h2>Runs ({len(runs[n])})</h2>" + _runs_table(list(reversed(runs[n]))[:200])
-        data, why = _report_page(store, out, page, [n], n, extra, current)
+        data, why = _report_page(store, out, page, [n], n, extra, current, criteria)
         pub.pages.append(page)
         pub.artifact_notes(page, data)
         if why:

@@ -49,7 +49,8 @@ def tracked_recipes(runs) -> list[str]:
     return sorted({(r.extra.get("track") or {}).get("recipe") for r in runs} - {None})
 
 
-def tracked_series(store, recipe: str, *, now: dict | None = None, stack: str | None = None) -> list[Series]:
+def tracked_series(store, recipe: str, *, now: dict | None = None, stack: str | None = None,
+                   imported: bool = False) -> list[Series]:
     """The recipe's tracked series (none when `track` never measured it). `now`: its current
     definition, `stack`: its patch stack's digest (both from its file, when readable)."""
     runs = store.tracked_runs(recipe)
@@ -59,7 +60,7 @@ def tracked_series(store, recipe: str, *, now: dict | None = None, stack: str | 
         ok = [r.run_id for r in runs if r.status == "ok" and (r.extra.get("track") or {}).get("source") == source]
         for m in _metrics_of(store, ok):
             try:
-                hist = load_history(store, recipe, source, MetricSpec(m, None), stack=stack, now=now)
+                hist = load_history(store, recipe, source, MetricSpec(m, None), stack=stack, now=now, imported=imported)
             except BadInput:
                 continue
             out.append(Series(recipe, source, MetricSpec(m, hist.point), hist))

@@ -37,12 +37,13 @@ def _gpus(resolved: dict) -> int:
     return gpus_of((resolved.get("server") or {}).get("args") or {})
 
 
-def points(store, variants: list[str], current: dict | None = None) -> tuple[list[pareto.Point], list[str]]:
+def points(store, variants: list[str], current: dict | None = None,
+           criteria: Criteria = Criteria()) -> tuple[list[pareto.Point], list[str]]:
     """Each variant's (concurrency, output tok/s) as Pareto points, and notes for variants left out."""
     pts, notes = [], []
     for v in variants:
         try:
-            sel = select(store, [v], Criteria(), current=current)
+            sel = select(store, [v], criteria, current=current)
         except BadInput as exc:
             notes.append(f"{v}: {exc.message}")
             continue
@@ -56,13 +57,13 @@ def points(store, variants: list[str], current: dict | None = None) -> tuple[lis
 
 
 def write_page(store, site: Path, base: str, variants: list[str], current: dict | None,
-               compare_pages: dict) -> dict:
+               compare_pages: dict, criteria: Criteria = Criteria()) -> dict:
     """sweeps/<base>.html with the Pareto figure (PNG and SVG beside it); {"page", "front",
     "dominated", "points"}. `compare_pages`: variant -> its compare page (linked from its rows)."""
     page = Site.sweep(base)
     assets = site / Site.sweep_assets(base)
     assets.mkdir(parents=True, exist_ok=True)
-    pts, notes = points(store, variants, current)
+    pts, notes = points(store, variants, current, criteria)
     front = {(p.variant, p.concurrency) for p in pareto.front(pts)}
     dominated = pareto.dominated_variants(pts)
     doc_points = [{"variant": p.variant, "concurrency": p.concurrency, "tok_s_per_user": p.per_user,
