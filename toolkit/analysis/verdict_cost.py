@@ -42,7 +42,7 @@ class Spend:
     gpu_minutes: float
 
     def text(self) -> str:
-        gpu = f"{self.gpu_minutes:.2f} GPU-min" if self.gpu_minutes or not self.seconds else "no GPU"
+        gpu = f"{self.gpu_minutes:.2f} GPU-min" if self.gpu_minutes else ("no GPU" if self.seconds else "no time recorded")
         held = f"{self.seconds:.0f} s" if self.seconds < 60 else f"{self.seconds / 60:.1f} min"
         return f"{self.launches} launches, {held}, {gpu}"
 

@@ -13,7 +13,8 @@ def add_arguments(parser) -> None:
     sub.required = True
     lst = sub.add_parser("list", help="one row per env: key, recipes that used it, size, age")
     lst.add_argument("--json", action="store_true", help="print the rows as JSON")
-    gc = sub.add_parser("gc", help="remove envs no recipe needs and interrupted builds")
+    gc = sub.add_parser("gc", help="remove interrupted builds, and envs no recipe ever used (--older-than: unused "
+                                   "for DAYS; --keep-recipes: all but those recipes' envs)")
     gc.add_argument("--older-than", type=float, metavar="DAYS", default=None,
                     help="remove envs not used for DAYS days")
     gc.add_argument("--keep-recipes", nargs="+", metavar="RECIPE", default=[],

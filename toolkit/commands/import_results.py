@@ -29,6 +29,20 @@ def _detect(path: Path, rows: list) -> str:
     raise BadInput(f"{path}: neither bench_serving nor bench_one_batch rows (keys: {', '.join(list(rows[0])[:6])})")
 
 
+def _not_an_export(path: Path) -> None:
+    """BadInput for the exports that are not for importing: HUD's JSON list, the CSV table."""
+    try:
+        head = path.read_text(encoding="utf-8", errors="replace").lstrip()[:200]
+    except OSError:
+        return
+    if head.startswith("["):
+        raise BadInput(f"{path}: a JSON list (a `results --export hud` file, for PyTorch HUD): not importable",
+                       hint="import a `patchbench results --export json` file, or sglang bench_serving JSONL")
+    if head.startswith("run_id,") or head.split("\n", 1)[0].count(",") >= 5 and not head.startswith("{"):
+        raise BadInput(f"{path}: a CSV table (a `results --export csv` file): not importable",
+                       hint="import a `patchbench results --export json` file, or sglang bench_serving JSONL")
+
+
 def run(args) -> int:
     from toolkit.run.bench.one_batch import one_batch_shapes, parse_one_batch_rows
     from toolkit.run.bench.sglang_jsonl import bench_serving_workload, parse_bench_serving_rows, read_jsonl
@@ -40,8 +54,9 @@ def run(args) -> int:
     store = store_of(args)
     if args.format == "patchbench" or (args.format == "auto" and path.suffix == ".json"):
         n = import_export(store, path)
-        console.print(f"imported {n} runs from {path}" + ("" if n else " (every run in it is already stored)"))
+        console.print(f"imported {n} runs from {path}" + ("" if n else " (it holds no run this store does not have)"))
         return 0
+    _not_an_export(path)
     rows = read_jsonl(path)
     fmt = _detect(path, rows) if args.format == "auto" else args.format
     if not args.recipe:

@@ -213,6 +213,11 @@ def run(args) -> int:
         what += f" in group {group}" if group else ""
         console.print(f"no {what} in {store.path}" + (f" ({total} runs in all; `patchbench results` lists them)"
                                                       if total else ""))
+        labelled = sorted(n for n in store.recipe_names() for r in args.recipes or () if n.startswith(f"{r}@"))
+        if labelled:  # attribute's prefixes, bisect's probes, track's points: each under its own label
+            shown = ", ".join(labelled[:6]) + (f", ... ({len(labelled)} labels)" if len(labelled) > 6 else "")
+            console.print(f"its variants' runs are stored under their own labels: {shown} "
+                          f"(`patchbench results {labelled[0]}`)", markup=False)
         return 0
     console.print(render_runs(store, list(reversed(runs))))
     from toolkit.analysis import verdict_cost

@@ -97,7 +97,7 @@ def _report_page(store, site: Path, page: str, names: list[str], title: str, ext
         why = exc.message + (f" ({exc.hint})" if getattr(exc, "hint", None) else "")
         write_text(site / page, shell(page, title, f"<p><b>No results to show:</b> {esc(why)}</p>\n{extra}"))
         return None, why
-    write_text(site / page, render_html(data, plots(data), nav=nav(page), extra=extra))
+    write_text(site / page, render_html(data, plots(data), nav=nav(page), extra=extra, by="patchbench publish"))
     return data, None
 
 
@@ -153,6 +153,7 @@ def publish(store, out: Path, *, home: Path, current: dict | None = None, stacks
         if mine:
             pages = {x: Site.recipe(x) for x in names if x == n or point_of.get(x) == n}
             pub.pages.append(site_history.write_page(out, n, mine, pages))
+            pub.pages += sorted(str(p.relative_to(out)) for p in (out / Site.history_assets(n)).glob("*.html"))  # each plot alone
             history[n] = site_history.summary(mine)
     history_of = {n: t for n, t in point_of.items() if t in history and t != n}
 

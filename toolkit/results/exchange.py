@@ -48,8 +48,9 @@ def _export_text(store: Store, fmt: str, **filters: Any) -> tuple[str, int]:
         from toolkit.results import hud
 
         runs = store.runs(**{**filters, "status": filters.get("status") or "ok"})
-        recs = hud.records(runs, store.samples([r.run_id for r in runs]))
-        return json.dumps(recs, indent=1, ensure_ascii=False) + "\n", len(runs)
+        samples = store.samples([r.run_id for r in runs])
+        recs = hud.records(runs, samples)  # runs with no samples (failed before measuring) give no record
+        return json.dumps(recs, indent=1, ensure_ascii=False) + "\n", len({s.run_id for s in samples})
     runs = store.runs(**filters)
     by_run: dict[str, list[SampleRow]] = {r.run_id: [] for r in runs}
     for s in store.samples([r.run_id for r in runs]):

@@ -107,6 +107,8 @@ def start(recipe: Recipe, source: str | None, onto: str, home: Path, *, in_place
     target = _on_new_base(recipe, source, onto)
     old = _old_path_tree(recipe, source, home) if is_path else tree_of(recipe, source, home)
     in_place = in_place or is_path  # a path keeps its location: the patches are rewritten where they are
+    if in_place:  # before any conflict work: the patches another recipe lists cannot be rewritten here
+        refuse_shared(recipe, source, list(recipe.patch_names(source)), recipe.patches_dir.parent / "recipes")
     base, _ = materialise(plan_source(target, source, home, stack=[]), home)
     if base.layout != old.layout:
         raise BadInput(f"{source}: the old base is a {old.layout} tree and {onto} a {base.layout} tree; "
@@ -204,13 +206,7 @@ def _finish(work: Work, recipe: Recipe, home: Path) -> RebaseResult:
     changed = {n: t for n, t in texts.items()
                if not (recipe.patches_dir / n).is_file() or (recipe.patches_dir / n).read_text() != t}
     if state["in_place"]:  # rewriting a patch another recipe lists would change that recipe too
-        shared = {n: users for n in changed if (users := other_users(n, recipe, recipes_dir))}
-        if shared:
-            name, users = next(iter(shared.items()))
-            raise BadInput(f"rebase of {recipe.name} in place would rewrite patches/{name}, which "
-                           f"{', '.join(users)} also list{'s' if len(users) == 1 else ''}",
-                           hint="give this recipe its own copies of the patches first (or rebase into a new recipe: "
-                                "drop --in-place; a path source is rebased in place)")
+        refuse_shared(recipe, work.source, list(changed), recipes_dir)
     for new_name, text in changed.items():  # unchanged files are left as they are
         target = recipe.patches_dir / new_name
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -225,6 +221,18 @@ def _finish(work: Work, recipe: Recipe, home: Path) -> RebaseResult:
     tree_of(fresh, work.source, home)  # applies the new stack with zero fuzz and writes its lock
     shutil.rmtree(work.path)
     return RebaseResult(fresh.name, list(zip(new_names, state["how"])), work.path)
+
+
+def refuse_shared(recipe: Recipe, source: str, names: list[str], recipes_dir: Path) -> None:
+    """BadInput when rebasing `recipe` in place would rewrite one of `names` that another recipe lists."""
+    for name in names:
+        users = other_users(name, recipe, recipes_dir)
+        if users:
+            why = ("a path source is rebased in place" if recipe.sources[source].kind == "path"
+                   else "or rebase into a new recipe: drop --in-place")
+            raise BadInput(f"rebase of {recipe.name} in place would rewrite patches/{name}, which "
+                           f"{', '.join(users)} also list{'s' if len(users) == 1 else ''}",
+                           hint=f"give {recipe.name} its own copies of the patches first ({why})")
 
 
 def _pin_in_place(recipe: Recipe, source: str, onto: str) -> Path:
