@@ -23,6 +23,9 @@ HOSTILE = {
     "binary": ("diff --git a/python/x.bin b/python/x.bin\nnew file mode 100644\nindex 0000000..e69de29\nGIT binary patch\nliteral 3\nKcmZ?wWB>vH00000\n\nliteral 0\nHcmV?d00001\n\n", "binary"),
     "empty": ("", "empty"),
     "not a diff": ("this is just some text\nwith no diff in it\n", "not a diff"),
+    # a hunk shorter than its header says: the line of its header and the counts
+    "short hunk": ("--- a/python/mini/cost.py\n+++ b/python/mini/cost.py\n@@ -1,3 +1,3 @@\n-STEP_MS = 12\n+STEP_MS = 8\n"
+                   " PREFILL_MS = 1\n", "line 3: @@ -1,3 +1,3 @@ has 2 old and 2 new lines for 3 and 3"),
     # git's C-quoted names: `\\057` is `/`, so this is `../evil.py`
     "quoted path escape": ('diff --git "a/..\\057evil.py" "b/..\\057evil.py"\nnew file mode 100644\n--- /dev/null\n'
                            '+++ "b/..\\057evil.py"\n@@ -0,0 +1 @@\n+x\n', "escapes the tree (`..`)"),

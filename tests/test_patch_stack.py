@@ -214,3 +214,19 @@ def test_a_patch_that_conflicts_with_an_earlier_one_of_its_stack_is_told_so(tmp_
     text = out.out + out.err
     assert "an earlier patch of this stack, demo/faster-decode.patch, changed that line" in text, text
     assert "the base moved on" not in text
+
+
+def test_check_says_where_a_hunk_applies_when_its_context_moved(tmp_path, home, monkeypatch, capsys):
+    """A patch whose hunk header is 5 lines off applies without fuzz (git finds the context): check
+    says "applies" and where, so a stale patch is seen before it stops applying."""
+    import re
+
+    proj = demo_project(tmp_path, monkeypatch)
+    text = (proj / "patches/demo/faster-decode.patch").read_text()
+    moved = re.sub(r"@@ -(\d+),(\d+) \+(\d+),(\d+) @@",
+                   lambda m: f"@@ -{int(m[1]) - 5},{m[2]} +{int(m[3]) - 5},{m[4]} @@", text)
+    (proj / "patches/demo/moved.patch").write_text(moved)
+    (proj / "recipes/demo/moved.toml").write_text('extends = "demo/baseline"\n[patches]\nsglang = ["demo/moved.patch"]\n')
+    assert main(["patches", "check", "demo/moved", "--json"]) == 0
+    out = capsys.readouterr().out
+    assert '"applies"' in out and "applies at line 18 (offset 5 lines)" in out, out

@@ -73,8 +73,9 @@ def run(args) -> int:
         status = r["status"] or ""
         style = {"applies": "green", "already-applied": "yellow"}.get(status, "red") if status else ""
         where = " ".join(x for x in (r["file"], r["hunk"], r["detail"]) if x) if r["status"] != "applies" else ""
+        moved = f" ({r['detail']})" if r["status"] == "applies" and r["detail"] else ""  # a hunk whose context moved
         table.add_row(str(i), r["source"], r["patch"], ",".join(r["kinds"]), f"+{r['added']}/-{r['removed']}",
-                      f"[{style}]{status}[/]" if style else status, where or r["subject"])
+                      f"[{style}]{status}[/]" if style else status, (where or r["subject"]) + moved)
     if not rows:
         console.print(f"recipe {recipe.name}: no patches")
     else:

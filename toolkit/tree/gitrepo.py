@@ -165,7 +165,7 @@ def commit(repo: Path, message: str, *, what: str = "git commit") -> str:
 def apply_check(repo: Path, patch: Path, *, strip: int = 1, reverse: bool = False) -> Result:
     """`git apply --check` with zero fuzz: would `patch` apply (or, `reverse`, un-apply)?
     `strip` is git's -p: leading path components removed from every name in the patch."""
-    return run(repo, *_apply_args(patch, strip, reverse=reverse), "--check", check=False)
+    return run(repo, *_apply_args(patch, strip, reverse=reverse), "--check", "--verbose", check=False)
 
 
 def apply(repo: Path, patch: Path, *, strip: int = 1, what: str | None = None) -> None:

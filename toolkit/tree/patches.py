@@ -184,7 +184,8 @@ def parse_patch(path: Path, *, name: str | None = None, allow_binary: bool = Fal
     try:
         patchset = unidiff.PatchSet(text.replace("\r\n", "\n") if crlf else text)
     except unidiff.UnidiffParseError as exc:
-        raise BadInput(f"patch {name}: not a valid unified diff: {exc}") from None
+        where = _short_hunk(text.replace("\r\n", "\n"))
+        raise BadInput(f"patch {name}: not a valid unified diff: {exc}" + (f" ({where})" if where else "")) from None
     if len(patchset) == 0:
         raise BadInput(f"patch {name}: not a diff (no file changes found)")
     files = []
@@ -293,6 +294,30 @@ def _diagnose(info: PatchInfo, stderr: str, strip_prefix: str) -> tuple[str, str
     return "conflict", (last[-1] if last else "does not apply"), None, None
 
 
+_HUNK = re.compile(r"^@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))? @@")
+
+
+def _short_hunk(text: str) -> str:
+    """Where a unified diff's first hunk whose body does not match its header's line counts starts
+    ("line 12: @@ -18,7 +18,7 @@ has 5 old and 5 new lines for 7 and 7"), or ""."""
+    lines = text.rstrip("\n").split("\n")
+    for i, line in enumerate(lines):
+        m = _HUNK.match(line)
+        if not m:
+            continue
+        want_old, want_new = int(m.group(1) or 1), int(m.group(2) or 1)
+        old = new = 0
+        for body in lines[i + 1:]:
+            if old >= want_old and new >= want_new or not body[:1] in (" ", "-", "+", "\\", ""):
+                break
+            old += body[:1] in (" ", "-", "")
+            new += body[:1] in (" ", "+", "")
+        if (old, new) != (want_old, want_new):
+            return (f"line {i + 1}: {line.split(' @@')[0]} @@ has {old} old and {new} new lines for "
+                    f"{want_old} and {want_new}")
+    return ""
+
+
 def disposition(repo: Path, info: PatchInfo, strip_prefix: str, scratch: Path | None = None) -> Disposition:
     """Would `info` apply to the current state of `repo` with zero fuzz? (`scratch`: unused.)"""
     try:
@@ -300,8 +325,10 @@ def disposition(repo: Path, info: PatchInfo, strip_prefix: str, scratch: Path | 
     except PatchbenchError as exc:
         return Disposition(info.name, "file-missing", exc.message)
     fwd = gitrepo.apply_check(repo, info.path.resolve(), strip=level)
-    if fwd.ok:
-        return Disposition(info.name, "applies")
+    if fwd.ok:  # zero fuzz; a hunk whose context moved (an offset) is said, not hidden
+        moved = re.findall(r"Hunk #(\d+) succeeded at (\d+) \(offset (-?\d+) lines?\)", fwd.stderr + fwd.stdout)
+        return Disposition(info.name, "applies", "; ".join(f"hunk {h} applies at line {at} (offset {off} lines)"
+                                                          for h, at, off in moved))
     if gitrepo.apply_check(repo, info.path.resolve(), strip=level, reverse=True).ok:
         return Disposition(info.name, "already-applied", "the base already contains this change (reverse applies)")
     mismatch = _line_endings(repo, info, strip_prefix)
