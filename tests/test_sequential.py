@@ -105,6 +105,20 @@ SMALL = ('driver = "serving"\ninput_len = 16\noutput_len = 16\nconcurrency = [1,
          'repeats = 4\nmax_repeats = 4\n')
 
 
+def quick_pair(tmp_path, monkeypatch):
+    """The demo project with demo/baseline's benchmark made SMALL and demo/quick (a 4 ms decode step
+    against 12 ms: 3x); its root."""
+    from conftest import demo_project
+
+    root = demo_project(tmp_path, monkeypatch)
+    base = root / "recipes" / "demo" / "baseline.toml"
+    head, rest = base.read_text().split("[benchmark]", 1)
+    base.write_text(head + "[benchmark]\n" + SMALL + rest[rest.index("\n[", 1):])
+    (root / "recipes" / "demo" / "quick.toml").write_text('extends = "demo/baseline"\n[server.args]\n'
+                                                          'mini-step-base-ms = 4\n')
+    return root
+
+
 def test_run_launches_a_3x_pair_until_settled_and_resumes_from_the_store(tmp_path, home, monkeypatch, capsys):
     """`run demo/baseline demo/quick` (sequential by default): a decode step of 4 ms instead of 12 ms
     settles "faster" at every point in 2 launches each (on a busy 2-core box the miniature's launches
@@ -114,16 +128,10 @@ def test_run_launches_a_3x_pair_until_settled_and_resumes_from_the_store(tmp_pat
     the sequential state from the store (nothing launched)."""
     import json
 
-    from conftest import demo_project
     from toolkit.cli import main
     from toolkit.results.store import Store
 
-    root = demo_project(tmp_path, monkeypatch)
-    base = root / "recipes" / "demo" / "baseline.toml"
-    head, rest = base.read_text().split("[benchmark]", 1)
-    base.write_text(head + "[benchmark]\n" + SMALL + rest[rest.index("\n[", 1):])
-    (root / "recipes" / "demo" / "quick.toml").write_text('extends = "demo/baseline"\n[server.args]\n'
-                                                          'mini-step-base-ms = 4\n')
+    root = quick_pair(tmp_path, monkeypatch)
 
     assert main(["run", "demo/baseline", "demo/quick", "--json"]) == 0  # the recipe's max_repeats = 4
     out = json.loads(capsys.readouterr().out)
@@ -207,16 +215,10 @@ def test_a_run_killed_before_each_recipe_launched_is_resumed_into_its_sweep(tmp_
     import sys
     import time
 
-    from conftest import demo_project
     from toolkit.cli import main
     from toolkit.results.store import Store
 
-    root = demo_project(tmp_path, monkeypatch)
-    base = root / "recipes" / "demo" / "baseline.toml"
-    head, rest = base.read_text().split("[benchmark]", 1)
-    base.write_text(head + "[benchmark]\n" + SMALL + rest[rest.index("\n[", 1):])
-    (root / "recipes" / "demo" / "quick.toml").write_text('extends = "demo/baseline"\n[server.args]\n'
-                                                          'mini-step-base-ms = 4\n')
+    quick_pair(tmp_path, monkeypatch)
     proc = subprocess.Popen([sys.executable, "-m", "toolkit", "run", "demo/baseline", "demo/quick"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ))
     db, deadline = home / "results.sqlite", time.monotonic() + 300
