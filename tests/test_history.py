@@ -231,14 +231,16 @@ def test_an_edited_recipe_is_measured_again_not_read_as_a_change_point(home, mon
     rc, hist = cli_json(capsys, ["history", "edited", "--metric", "output_tok_s@1"])
     assert [(e["label"], e["status"], e["n_runs"]) for e in hist["series"]] == [
         (v, "measured", 1) for v in four_releases["versions"]]
-    assert hist["change_points"] == []  # 16 ms everywhere: neither the edit nor the hidden plant
+    # 16 ms everywhere: neither the edit nor the hidden plant (2x) is a change point; one single-run
+    # point slowed 10-15% by CI's load (4 workers on 2 cores) can be, at the verdict's stated alpha
+    assert all(abs(c["change_pct"]) < 25 for c in hist["change_points"]), hist["change_points"]
     values = [e["value"] for e in hist["series"]]
     assert max(values) / min(values) < 1.5  # the plant unhidden would read 2x; load alone slows a point
     capsys.readouterr()
     assert main(["history", "edited", "--metric", "output_tok_s@1"]) == 0
     text = capsys.readouterr().out
     assert f"runs of an older definition of edited left out at 3 point(s) (0.1.0, 0.1.1, 0.1.2): {edit}" in text
-    assert "not measured since" not in text and "no change points" in text, text
+    assert "not measured since" not in text and ("no change points" in text or hist["change_points"]), text
 
 
 def test_bad_input_exits_2_with_what_is_known(home, monkeypatch, capsys, tmp_path, four_releases):
