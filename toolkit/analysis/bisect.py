@@ -356,23 +356,26 @@ def bisect_stack(n_patches: int, measure: Measure, *, higher_is_better: bool = T
         from toolkit.analysis import sequential as seq
 
         design = seq.Design(alpha=alpha, method=seq.MIXTURE)
+
+        def as_comparison(verdict: str, ratio: float, rlo: float, rhi: float) -> stats.Comparison:
+            c = stats.compare_values(cache[lo], cache[hi], higher_is_better=higher_is_better, alpha=alpha)
+            return dataclasses.replace(c, verdict=verdict, ratio=ratio, ci_low=rlo, ci_high=rhi, p_value=math.nan)
+
         while True:
             a, b = cache[lo], cache[hi]
-            c = stats.compare_values(a, b, higher_is_better=higher_is_better, alpha=alpha)
             if min(*a, *b) <= 0:
-                return c
+                return stats.compare_values(a, b, higher_is_better=higher_is_better, alpha=alpha)
             ratio, rlo, rhi = seq.interval(a, b, design=design)
             if math.isfinite(rhi) and (rlo > 1.0 or rhi < 1.0):
                 better = (rlo > 1.0) == (higher_is_better is not False)
-                verdict = stats.FASTER if better else stats.SLOWER
-                return dataclasses.replace(c, verdict=verdict, ratio=ratio, ci_low=rlo, ci_high=rhi, p_value=math.nan)
+                return as_comparison(stats.FASTER if better else stats.SLOWER, ratio, rlo, rhi)
             side = lo if len(a) <= len(b) else hi
             if not (len(cache[side]) < max_repeats and get(side, 1)):
                 other = hi if side == lo else lo
                 if not (len(cache[other]) < max_repeats and get(other, 1)):
-                    lo_, hi_ = (rlo, rhi) if math.isfinite(rhi) else (math.nan, math.nan)
-                    return dataclasses.replace(c, verdict=stats.NOT_SIGNIFICANT, ratio=ratio, ci_low=lo_,
-                                               ci_high=hi_, p_value=math.nan)
+                    finite = math.isfinite(rhi)
+                    return as_comparison(stats.NOT_SIGNIFICANT, ratio, rlo if finite else math.nan,
+                                         rhi if finite else math.nan)
 
     lo, hi, stopped = search(full_stack_if_uncertain, max_builds)
     repaired = False

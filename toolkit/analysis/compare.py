@@ -133,8 +133,7 @@ def compare_selection(store: Store, sel: Selection, *, metrics: Sequence[str | M
                     c = dataclasses.replace(stats.compare_values(a.values, b.values, higher_is_better=hib, unit=unit,
                                                                  stat=stat, min_effect=min_effect),
                                             ratio=settled.ratio)
-                elif launched is not None and any(v <= 0 for v in (*a.values, *b.values)) \
-                        and len({*a.values, *b.values}) > 1:
+                elif launched is not None and seq.unjudgeable(a.values, b.values):
                     c = seq.not_judged(c)
                     verdict, text, ci, p = c.verdict, stats.format_comparison(c), (math.nan, math.nan), math.nan
             rows.append(CompareRow(

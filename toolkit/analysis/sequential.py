@@ -456,6 +456,12 @@ def verdict_word(v: Sequential) -> str:
     return NOISY if v.noisy else v.verdict
 
 
+def unjudgeable(a: Sequence[float], b: Sequence[float]) -> bool:
+    """Values the sequential verdict (log-values) cannot judge: some are 0 or below, and not all equal
+    (0 failed requests on both sides in every launch needs no verdict)."""
+    return any(x <= 0 for x in (*a, *b)) and len({*a, *b}) > 1
+
+
 def not_judged(c):
     """A comparison of a launched pair on a metric the sequential verdict cannot judge (values of 0
     or below): no verdict, no interval, no p (the fixed rule's would be of a sample size its looks chose)."""
@@ -487,7 +493,7 @@ def settle(c, a: Sequence[float], b: Sequence[float], design: Design, stored: tu
     if c is None or (c.verdict != stats.TOO_FEW and not launched) or not a or not b:
         return c
     if any(x <= 0 for x in (*a, *b)):
-        return not_judged(c) if launched and len({*a, *b}) > 1 else c  # all equal (0 failed both sides): as it is
+        return not_judged(c) if launched and unjudgeable(a, b) else c
     from toolkit.analysis.noise_prior import fresh_pair
 
     v = verdict(list(a), list(b), higher_is_better=c.higher_is_better, design=design, stored=fresh_pair(*stored))

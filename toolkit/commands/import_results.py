@@ -31,14 +31,17 @@ def _detect(path: Path, rows: list) -> str:
 
 def _not_an_export(path: Path) -> None:
     """BadInput for the exports that are not for importing: HUD's JSON list, the CSV table."""
+    from toolkit.results.exchange import CSV_COLUMNS
+
     try:
-        head = path.read_text(encoding="utf-8", errors="replace").lstrip()[:200]
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            head = fh.read(200).lstrip()
     except OSError:
         return
     if head.startswith("["):
         raise BadInput(f"{path}: a JSON list (a `results --export hud` file, for PyTorch HUD): not importable",
                        hint="import a `patchbench results --export json` file, or sglang bench_serving JSONL")
-    if head.startswith("run_id,") or head.split("\n", 1)[0].count(",") >= 5 and not head.startswith("{"):
+    if head.startswith(",".join(CSV_COLUMNS[:3])):
         raise BadInput(f"{path}: a CSV table (a `results --export csv` file): not importable",
                        hint="import a `patchbench results --export json` file, or sglang bench_serving JSONL")
 

@@ -66,8 +66,11 @@ def settle_steps(recipe, entries, res, design: seq.Design, *, measure_once, prep
         ids = runs[label]
         return values_at(store.samples(ids, metric=metric), metric, point, ids) if ids else []
 
+    marked = {r.run_id for r in store.runs(run_ids=[rid for ids in runs.values() for rid in ids])
+              if "sequential" in (r.extra or {})}  # launched under a sequential design (a --settle track)
+
     def settled_before(label: str) -> bool:
-        return any("sequential" in (store.get_run(rid).extra or {}) for rid in runs[label])
+        return any(rid in marked for rid in runs[label])
 
     first = {label: values_of(label) for label in by_label}
     pairs = [(a, b) for a, b in flagged(first, [pt.label for pt, _, _ in entries], design.min_effect)
