@@ -80,6 +80,7 @@ never makes a verdict false, and it spares the launches a hopeless pair would ta
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Sequence
@@ -134,16 +135,12 @@ class Design:
 
     def record(self) -> dict:
         """The settings as a run stores them (`extra["sequential"]`: the design it was launched under)."""
-        import dataclasses
-
         return dataclasses.asdict(self)
 
     @classmethod
     def from_record(cls, record: dict | None) -> "Design | None":
         """The design a run was launched under (`record`'s output), None when it was not launched
         sequentially or the record is not one (another version's, altered)."""
-        import dataclasses
-
         if not isinstance(record, dict):
             return None
         known = {f.name for f in dataclasses.fields(cls)}
@@ -396,8 +393,6 @@ def verdict(a: Sequence[float], b: Sequence[float], *, higher_is_better: bool | 
         if last.settled:
             return last
         if futile(a[:k], b[:k], design, pk, st):
-            import dataclasses
-
             return dataclasses.replace(last, futile=True)
     return last if last is not None else look(a[:n], b[:n], higher_is_better=higher_is_better, design=design)
 
@@ -465,8 +460,6 @@ def unjudgeable(a: Sequence[float], b: Sequence[float]) -> bool:
 def not_judged(c):
     """A comparison of a launched pair on a metric the sequential verdict cannot judge (values of 0
     or below): no verdict, no interval, no p (the fixed rule's would be of a sample size its looks chose)."""
-    import dataclasses
-
     from toolkit.analysis import stats
 
     return dataclasses.replace(c, verdict=stats.NOT_JUDGED, ci_low=math.nan, ci_high=math.nan, p_value=math.nan)
@@ -486,8 +479,6 @@ def settle(c, a: Sequence[float], b: Sequence[float], design: Design, stored: tu
     How many launches there are depends on the looks, which the repeated intervals allow for and a
     fixed-sample test does not: a pair `run` called "equal within 2% after 6 launches each" reads
     the same in every table, not "not significant"."""
-    import dataclasses
-
     from toolkit.analysis import stats
 
     if c is None or (c.verdict != stats.TOO_FEW and not launched) or not a or not b:
