@@ -199,6 +199,10 @@ def test_doctor_rules_find_what_is_wrong_with_the_fix():
     assert doctor.exit_code(list(c.values())) == 1
     f["env_cuda"] = {"torch": "14.0"}
     assert doctor.cuda_builds(f).status == "fail"
+    f["env_cuda"] = {"run": "abcd1234"}  # a run whose env has a CPU torch is not "no env recorded"
+    assert "run abcd1234" in doctor.cuda_builds(f).message and "no CUDA build" in doctor.cuda_builds(f).message
+    f["env_cuda"] = {}
+    assert "run it once" in doctor.cuda_builds(f).message
 
 
 def test_doctor_without_gpus_says_no_gpu_state():

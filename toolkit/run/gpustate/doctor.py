@@ -232,8 +232,10 @@ def cuda_builds(f: dict) -> Check:
     driver = _version((f.get("nvml") or {}).get("cuda_driver"))
     env = f.get("env_cuda") or {}
     builds = {k: v for k, v in env.items() if k != "run"}
+    if not builds and env.get("run"):
+        return Check("cuda", SKIP, f"the env of run {env['run']} (the recipe's newest) has no CUDA build (a CPU torch)")
     if not builds:
-        return Check("cuda", SKIP, "no env recorded for the recipe (run it once) or no CUDA build tags in it")
+        return Check("cuda", SKIP, "no env recorded for the recipe (run it once)")
     if driver is None:
         return Check("cuda", SKIP, "driver CUDA version unknown")
     newer = {k: v for k, v in builds.items() if _version(v) and _version(v) > driver}
