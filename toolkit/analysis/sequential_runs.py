@@ -132,6 +132,14 @@ def measure_until_settled(prepared: list[Prepared], *, home, store: Store, group
                 for p in prepared]
     runs = {p.name: stored_runs(store, p, keys[p.name], metric) for p in prepared}
     reused = {name: len(ids) for name, ids in runs.items()}
+    for p in prepared:  # the same configuration stored under another label counts: say so (compare reads labels)
+        other = [r.recipe for r in store.runs(run_ids=runs[p.name]) if r.recipe != p.name] if runs[p.name] else []
+        if other:
+            labels = sorted(set(other))
+            result.setdefault("counted_as", {})[p.name] = labels
+            console.print(f"[dim]{escape(p.name)}: counts {len(other)} stored run(s) of its configuration (run identity "
+                          f"{keys[p.name][:12]}) labelled {escape(', '.join(labels))}; `patchbench compare` reads them "
+                          f"under that label[/]")
     resumed = resumed_group(store, runs, campaign)
     if resumed is not None and resumed != group_id:  # a killed call of the same recipes: its launches continue it
         group_id = result["group_id"] = resumed

@@ -70,6 +70,23 @@ def definitions(names) -> dict:
     return current_definitions(names, load_recipe)
 
 
+def same_configuration_labels(store, name: str) -> list[str]:
+    """Other labels with stored runs whose recipe file is `name`'s configuration now (Recipe.configuration):
+    a sequential `run` counts their runs for `name`, `compare` reads them under their own label."""
+    try:
+        mine = load_recipe(name).configuration()
+    except PatchbenchError:
+        return []
+    found = []
+    for other in store.recipe_names():
+        try:
+            if other != name and load_recipe(other).configuration() == mine:
+                found.append(other)
+        except PatchbenchError:
+            continue
+    return found
+
+
 def home_of(args):
     return resolve_home(getattr(args, "home", None))
 

@@ -4,7 +4,7 @@ The runs used are chosen by `toolkit.analysis.selection` and named under the tab
 
 from __future__ import annotations
 
-from toolkit.commands.common import definitions, known_recipes, same_twice, console, err, home_of, load, positive_int, print_json, store_of
+from toolkit.commands.common import definitions, known_recipes, same_configuration_labels, same_twice, console, err, home_of, load, positive_int, print_json, store_of
 
 HELP = "compare stored results of recipes against the first (ratio, 95% CI, Mann-Whitney verdict)"
 
@@ -86,7 +86,7 @@ def run(args) -> int:
     from toolkit.results import metrics
     from toolkit.analysis import stats
     from toolkit.analysis.compare import compare_selection, missing_recipes, render_compare
-    from toolkit.analysis.selection import criteria_from_args, select
+    from toolkit.analysis.selection import MissingResults, criteria_from_args, select
     from toolkit.analysis.where import where_by_recipe
     from toolkit.errors import BadInput
     from rich.markup import escape
@@ -129,8 +129,17 @@ def run(args) -> int:
             err.print(f"measuring {', '.join(missing)} first")
             run_sweep([load(r) for r in missing], home=home_of(args), store=store, repeats=args.repeats,
                       console=err)
-    sel = select(store, args.recipes, criteria, current=definitions(args.recipes),
-                 metrics=sorted({s.metric for s in specs}) if specs else None)
+    try:
+        sel = select(store, args.recipes, criteria, current=definitions(args.recipes),
+                     metrics=sorted({s.metric for s in specs}) if specs else None)
+    except MissingResults as exc:
+        elsewhere = {n: same_configuration_labels(store, n) for n in exc.recipes}
+        named = "; ".join(f"{n}'s configuration is stored as {', '.join(o)}" for n, o in elsewhere.items() if o)
+        if named:
+            exc.hint = (f"{named} (a sequential run counts those runs for it): compare that label, "
+                        "or `patchbench run ... --fixed` to measure it under its own name")
+            raise exc from None
+        raise
     from toolkit.analysis.sequential_design import for_ref as sequential_design
 
     design = sequential_design(args.recipes[0], explicit)

@@ -142,23 +142,15 @@ def sequential_design(args, recipes):
     return design
 
 
-CONFIGURATION_TABLES = ("sources", "patches", "build", "server", "benchmark", "target")
-
-
 def same_configuration_early(recipes) -> None:
     """Before anything is built: a recipe whose tables that make its runs' identity (sources, patches,
     build, server, benchmark, target) equal the reference's is the reference's configuration under
     another name, refused as the prepared check would refuse it after building
     (toolkit.analysis.sequential_runs.without_the_reference_twice)."""
     from toolkit.errors import BadInput
-    from toolkit.recipe.load import jsonable
 
-    def tables(r) -> dict:
-        raw = jsonable(dict(r.raw))
-        return {k: raw.get(k) for k in CONFIGURATION_TABLES}
-
-    ref = tables(recipes[0])
-    same = [r.name for r in recipes[1:] if tables(r) == ref]
+    ref = recipes[0].configuration()
+    same = [r.name for r in recipes[1:] if r.configuration() == ref]
     if same and len(same) == len(recipes) - 1:
         raise BadInput(f"{recipes[0].name} and {', '.join(same)} are one configuration (the same sources, patches, "
                        "build, server and benchmark): a comparison would read the same runs on both sides",

@@ -82,6 +82,9 @@ SOURCE_KINDS = ("git", "path", "pypi")
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
+CONFIGURATION_TABLES = ("sources", "patches", "build", "server", "benchmark", "target")
+
+
 @dataclass(frozen=True)
 class Recipe:
     name: str
@@ -113,6 +116,12 @@ class Recipe:
     def to_dict(self) -> dict:
         """The fully resolved recipe, as stored with every result."""
         return {"name": self.name, "path": str(self.path), **jsonable(self.raw)}
+
+    def configuration(self) -> dict:
+        """The tables that make its runs' identity (sources, patches, build, server, benchmark,
+        target): two recipes equal here are one configuration under two names."""
+        raw = jsonable(dict(self.raw))
+        return {k: raw.get(k) for k in CONFIGURATION_TABLES}
 
 
 # ---------------------------------------------------------------------------------------- loading
