@@ -313,6 +313,18 @@ def test_compare_judges_a_sequential_pair_as_run_did_across_sweeps(tmp_path, hom
         assert r["n_base"] == r["n_variant"] == r["launches_each"], r
         assert None in (r["ci_low"], r["ci_high"]) or r["ci_low"] <= r["ratio"] <= r["ci_high"], r  # null: unbounded
     assert main(["report", "demo/baseline", "demo/quick2", "--output", str(tmp_path / "rep2")]) == 0
+    # a variant measured on its own by the fixed design, beside a reference launched by other sequential
+    # campaigns: not judged as "launched until settled" with their design, but by the fixed rule on all its runs
+    (root / "recipes" / "demo" / "slow4.toml").write_text('extends = "demo/baseline"\n[server.args]\n'
+                                                          'mini-step-base-ms = 9\n')
+    assert main(["run", "demo/slow4", "--repeats", "2"]) == 0
+    capsys.readouterr()
+    assert main(["compare", "demo/baseline", "demo/slow4", "--metric", "output_tok_s", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    (row,) = doc["rows"]
+    assert not row["sequential"] and row["n_variant"] == 2 and row["launched_under"] is None, row
+    assert not any("launched by a sequential run" in n for n in doc["notes"]), doc["notes"]
+    assert "pairs launched until settled" not in doc["legend"]
 
 
 def test_attribute_launches_each_step_until_settled(tmp_path, home, monkeypatch, capsys):

@@ -102,15 +102,14 @@ class Selection:
         """The sequential design (toolkit.analysis.sequential.Design) the pair was launched under
         (`run`/`sweep` without --repeats record it in each run), None for a fixed one: the newest of the
         variant's runs that records one (the reference's runs may be another campaign's, against another
-        variant, under another design), else the reference's."""
+        variant, under another design), else the reference's when it was launched against this variant
+        (its `campaign`, the configurations `run` launched together, names the variant's identity; runs
+        of a sweep or attribute record none): a variant measured by a fixed design on its own, beside a
+        reference another sequential campaign launched, is judged by the fixed rule on all its runs."""
         from toolkit.analysis.sequential import Design
 
-        a, b = self._sweep_pair(base, variant)
-        for side in (b, a):
-            marked = [r for r in sorted(side, key=_when) if launched_sequentially(r)]
-            if marked:
-                return Design.from_record(marked[-1].extra["sequential"])
-        return None
+        record = sequential_record(*self._sweep_pair(base, variant))
+        return None if record is None else Design.from_record(record)
 
     def pair(self, base: str, variant: str) -> tuple[list[str], list[str]]:
         """Run ids of `base` and `variant` to compare with each other: when no sweep measured every
@@ -144,6 +143,17 @@ class Selection:
 def launched_sequentially(run: RunRow) -> bool:
     """Whether the run was launched by a sequential `run`/`sweep` (it records the design in extra)."""
     return isinstance((run.extra or {}).get("sequential"), dict)
+
+
+def sequential_record(base: Sequence[RunRow], variant: Sequence[RunRow]) -> dict | None:
+    """The design record the pair (base, variant runs) was launched under (Selection.launched_under's rule)."""
+    marked = [r for r in sorted(variant, key=_when) if launched_sequentially(r)]
+    if marked:
+        return marked[-1].extra["sequential"]
+    mine = {r.identity for r in variant}
+    against = [r for r in sorted(base, key=_when) if launched_sequentially(r)
+               and ((r.extra or {}).get("campaign") is None or mine & set(r.extra["campaign"]))]
+    return against[-1].extra["sequential"] if against else None
 
 
 def _day_time(iso: str) -> str:
@@ -361,7 +371,7 @@ def choose(rows: Iterable[RunRow], recipes: Sequence[str], criteria: Criteria = 
                 notes.append(f"no sweep measured all of {', '.join(names)}: each pair is compared within the "
                              "newest sweep that measured both")
             for n in crossing:
-                if any(launched_sequentially(r) for r in chosen[base] + chosen[n]):  # reuse is its design
+                if sequential_record(chosen[base], chosen[n]) is not None:  # reuse is its design
                     notes.append(f"{n} was launched by a sequential run against {base}'s stored runs of the same "
                                  "configuration (other sweeps): the pair is judged on those runs, as its launching did")
                     continue
