@@ -278,6 +278,30 @@ def test_gate_fails_a_five_point_drop_and_passes_a_small_one():
     assert judge_gate(_eval(five), _eval(ref)).verdict == FAILED  # without max_drop: worse fails
 
 
+def test_gate_without_a_reference_to_pair_with_says_so_and_never_passes_on_nothing():
+    """A candidate 20 points below the reference fails the paired test; against a reference of another
+    question count, a failed reference evaluation or none, the paired test cannot run: the verdict says
+    so, and with no min_accuracy either nothing was tested, so it is "not judged", never "passed"."""
+    from toolkit.analysis import quality_runs
+    from toolkit.analysis.gate_verdict import FAILED, NOT_JUDGED, PASSED, judge as judge_gate
+
+    cand = _eval([1] * 100 + [0] * 100)
+    assert judge_gate(cand, _eval([1] * 190 + [0] * 10)).verdict == FAILED
+    for ref, why in ((_eval([1] * 190 + [0] * 9), "199 questions against 200"),
+                     ({"name": "gsm8k", "status": "failed", "reason": "timeout"}, "evaluation failed (timeout)"),
+                     (None, "the reference has no evaluation"),
+                     ({**_eval([1] * 200), "name": "mmlu"}, "another evaluation (name 'mmlu' against 'gsm8k')")):
+        v = judge_gate(cand, ref, max_drop=0.03)
+        assert v.verdict == NOT_JUDGED and why in v.text and "max_drop not applied" in v.text, v.text
+        v = judge_gate(cand, ref, min_accuracy=0.4)  # the threshold alone is a test: passed, and says what was not
+        assert v.verdict == PASSED and "not compared with the reference" in v.text, v.text
+    assert "not judged" in judge_gate(cand, None).rule
+    # the reference's newest evaluation failed: its older good one pairs
+    good, failed = (type("R", (), {"extra": {"quality": {"eval": e}}})() for e in (_eval([1] * 190 + [0] * 10),
+                                                                                   {"status": "failed"}))
+    assert quality_runs.newest_eval([good, failed], ok=True)[1]["status"] == "ok"
+
+
 def test_gate_runs_the_envs_evaluation(home, tmp_path, monkeypatch, capsys):
     """`eval = "gsm8k"`: the env's sglang.test.few_shot_gsm8k against the live server, with a local
     10-question file; the miniature's answers are words, so the accuracy is 0.0, parsed, and the

@@ -26,10 +26,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import PurePath
 
 PASSED = "gate passed"
 FAILED = "gate failed"
 NOT_RUN = "gate did not run"
+NOT_JUDGED = "gate not judged"  # ran, but nothing to judge it by: no reference to pair with, no min_accuracy
 DEFAULT_ALPHA = 0.05
 CONFIDENCE = 0.95
 
@@ -99,7 +101,8 @@ def judge(candidate: dict | None, reference: dict | None, *, min_accuracy: float
     p = d_low = None
     rc = reference.get("correct") if ref_ok else None
     paired = ""
-    if correct and rc and len(rc) == len(correct):
+    unpaired = unpaired_reason(candidate, reference)
+    if unpaired is None:
         worse = sum(1 for a, b in zip(rc, correct) if a and not b)
         better = sum(1 for a, b in zip(rc, correct) if b and not a)
         p, d_low = mcnemar_worse(worse, better), paired_lower(worse, better, n)
@@ -109,13 +112,37 @@ def judge(candidate: dict | None, reference: dict | None, *, min_accuracy: float
             problems.append(f"worse than the reference: {paired}"
                             + (f" and the drop may exceed max_drop {max_drop:g}" if max_drop is not None else ""))
             paired = ""
-    elif max_drop is not None and ref_ok:
-        paired = "max_drop not applied: no per-question results to pair with the reference's"
+    else:
+        paired = f"not compared with the reference: {unpaired}" + (" (max_drop not applied)" if max_drop is not None else "")
     head = f"{candidate.get('name', 'eval')} accuracy {acc:.3f} of {n} (95% lower bound {lb:.3f})"
     tail = "".join(f"; {x}" for x in (*problems, paired) if x)
     if problems:
         return GateVerdict(FAILED, f"{FAILED}: {head}{tail}", acc, lb, p, d_low, rule)
+    if p is None and min_accuracy is None:  # nothing was tested: not a pass
+        return GateVerdict(NOT_JUDGED, f"{NOT_JUDGED}: {head}{tail}", acc, lb, p, d_low, rule)
     return GateVerdict(PASSED, f"{PASSED}: {head}{tail}", acc, lb, p, d_low, rule)
+
+
+def unpaired_reason(candidate: dict, reference: dict | None) -> str | None:
+    """Why the candidate's per-question results cannot be paired with the reference's (None: they can):
+    the paired test needs the same evaluation (name, harness, dataset) over the same questions."""
+    if not reference:
+        return "the reference has no evaluation"
+    if reference.get("status") != "ok":
+        return f"the reference's evaluation failed ({reference.get('reason', 'no result')})"
+    correct, rc = candidate.get("correct"), reference.get("correct")
+    if not correct or not rc:
+        return "no per-question results on " + ("either side" if not correct and not rc else
+                                               "the candidate's side" if not correct else "the reference's side")
+    for key in ("name", "harness", "dataset"):  # the dataset by file name: hosts keep it in different places
+        mine, theirs = candidate.get(key), reference.get(key)
+        if key == "dataset" and mine and theirs:
+            mine, theirs = PurePath(mine).name, PurePath(theirs).name
+        if mine != theirs:
+            return f"another evaluation ({key} {theirs!r} against {mine!r})"
+    if len(rc) != len(correct):
+        return f"{len(rc)} questions against {len(correct)}"
+    return None
 
 
 def legend(*, min_accuracy: float | None = None, max_drop: float | None = None, alpha: float = DEFAULT_ALPHA) -> str:
@@ -127,4 +154,5 @@ def legend(*, min_accuracy: float | None = None, max_drop: float | None = None, 
             f"is under -{max_drop:g}" if max_drop is not None else "")
     parts.append(f"fails when McNemar's exact test says it is worse than the reference (p < {alpha:g}){drop}")
     return ("gate: " + "; ".join(parts) + f" (a candidate with no change fails the paired test at most {alpha:g} "
-            "of the time)")
+            "of the time); the paired test needs the reference's evaluation of the same questions (name, harness, "
+            "dataset): without it the gate says so, and with no min_accuracy either it is 'not judged', not passed")

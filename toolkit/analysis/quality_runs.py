@@ -206,9 +206,10 @@ def _eval(run: RunRow) -> dict | None:
     return ((run.extra or {}).get("quality") or {}).get("eval")
 
 
-def newest_eval(runs: Sequence[RunRow]) -> tuple[RunRow, dict] | None:
-    """(the run, its gate evaluation) of the newest of `runs` that ran the gate tier."""
-    return next(((r, e) for r in reversed(list(runs)) if (e := _eval(r))), None)
+def newest_eval(runs: Sequence[RunRow], *, ok: bool = False) -> tuple[RunRow, dict] | None:
+    """(the run, its gate evaluation) of the newest of `runs` that ran the gate tier (`ok`: whose
+    evaluation succeeded: a reference's failed newest one does not hide an older good one)."""
+    return next(((r, e) for r in reversed(list(runs)) if (e := _eval(r)) and (not ok or e.get("status") == "ok")), None)
 
 
 def gate_of(candidate: Sequence[RunRow], reference: Sequence[RunRow]):
@@ -221,7 +222,7 @@ def gate_of(candidate: Sequence[RunRow], reference: Sequence[RunRow]):
     if found is None:
         return None
     run, cand = found
-    ref = newest_eval(reference)
+    ref = newest_eval(reference, ok=True) or newest_eval(reference)
     spec = (run.recipe_resolved or {}).get("quality") or {}
     return judge_gate(cand, ref[1] if ref else None, min_accuracy=spec.get("min_accuracy"),
                       max_drop=spec.get("max_drop"))

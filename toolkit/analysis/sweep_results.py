@@ -117,7 +117,7 @@ def rows(store: Store, outcomes: Sequence[Outcome], metric: str, *, sla: Sequenc
         if answers:  # "faster, answers changed" never reads as a plain win
             verdict = f"{verdict}, {answers}"
         g = (gate or {}).get(o.name)
-        if g is not None and g.verdict != gate_verdict.PASSED:  # nor "faster, gate failed"
+        if g is not None and g.verdict != gate_verdict.PASSED:  # nor "faster, gate failed" (or "gate not judged")
             verdict = f"{verdict}, {g.verdict}"
         elif o is default:
             verdict = "default"
