@@ -273,6 +273,13 @@ def test_credentials_come_from_libpq_and_never_show(pg_server, pg_url, tmp_path,
     err = capsys.readouterr().err
     assert err.startswith("error: results store postgresql://patchbench:***@") and "not-the-pw-123" not in err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert "~/.pgpass" in err and "pg_isready" not in err  # the hint fits the failure: a password, not a server down
+    # a database that does not exist, a port that is not a number: one line each, the hint that fits
+    assert main(["results", "--store", with_pw.rsplit("/", 1)[0] + "/no_such_db"]) == 1
+    assert "createdb" in capsys.readouterr().err
+    assert main(["results", "--store", "postgresql://u@127.0.0.1:abc/team"]) == 2
+    err = capsys.readouterr().err
+    assert "not a database URL" in err and "internal error" not in err and len(err.strip().splitlines()) == 1
 
 
 def test_store_url_from_env_and_user_config(home, pg_url, monkeypatch, capsys):

@@ -40,7 +40,7 @@ def display(location: str | os.PathLike) -> str:
         return text
     try:
         return make_url(text).render_as_string(hide_password=True)
-    except sa.exc.ArgumentError:
+    except (sa.exc.ArgumentError, ValueError):  # ValueError: a port that is not a number
         return text.split("://", 1)[0] + "://***"
 
 
@@ -118,13 +118,29 @@ def make_engine(location: str | Path) -> sa.Engine:
         return engine
     try:
         url = make_url(str(location))
-    except sa.exc.ArgumentError:
-        raise BadInput(f"results store {display(location)}: not a database URL") from None
+        url.port  # noqa: B018 (a port that is not a number raises here, not at connect)
+    except (sa.exc.ArgumentError, ValueError):
+        raise BadInput(f"results store {display(location)}: not a database URL "
+                       "(postgresql://USER@HOST:PORT/DATABASE, or a SQLite path)") from None
     if url.drivername not in PG_SCHEMES:
         raise BadInput(f"results store {display(location)}: only sqlite paths and postgresql:// URLs are supported")
     url = url.set(drivername="postgresql+psycopg")
     return sa.create_engine(url, pool_size=1, max_overflow=2, pool_pre_ping=True,
                             connect_args={"connect_timeout": 10, "application_name": "patchbench"})
+
+
+def connection_hint(message: str) -> str:
+    """What to check when a PostgreSQL connection failed with `message` (its first line)."""
+    m = message.lower()
+    if "password" in m or "authentication" in m:
+        return "check the password: ~/.pgpass (or PGPASSFILE) with a line for this host:port:database:user, or PGPASSWORD"
+    if "database" in m and "does not exist" in m:
+        return "create it (`createdb DATABASE`, as a user allowed to) or fix the URL's database name"
+    if "ssl" in m:
+        return "the server and the URL's sslmode disagree (drop ?sslmode=require, or enable SSL on the server)"
+    if "role" in m and "does not exist" in m:
+        return "create the role (`createuser USER`) or fix the URL's user"
+    return "is the database server up? `pg_isready -h HOST -p PORT`"
 
 
 def is_disconnect(exc: BaseException) -> bool:

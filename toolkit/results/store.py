@@ -29,7 +29,7 @@ import sqlalchemy as sa
 
 from toolkit.errors import BadInput, PatchbenchError
 from toolkit.results import tables as T
-from toolkit.results.engine import BUSY_TIMEOUT_MS, STORE_FILENAME, display, is_disconnect, is_url, make_engine  # noqa: F401
+from toolkit.results.engine import BUSY_TIMEOUT_MS, STORE_FILENAME, connection_hint, display, is_disconnect, is_url, make_engine  # noqa: F401
 from toolkit.results.identity import identity_of
 from toolkit.results.migrations import ensure_schema
 from toolkit.results.migrations.legacy import JSON_DEFAULTS as _JSON_DEFAULTS, JSON_FIELDS, decode_json
@@ -134,8 +134,7 @@ class Store:
 
     def _error(self, e: sa.exc.DBAPIError) -> PatchbenchError:
         if is_disconnect(e) or isinstance(e, sa.exc.OperationalError) and self.engine_name == "postgresql":
-            return StoreUnavailable(f"results store {self.path}: {_first_line(e)}",
-                                    hint="is the database server up? (`pg_isready`)")
+            return StoreUnavailable(f"results store {self.path}: {_first_line(e)}", hint=connection_hint(_first_line(e)))
         if "locked" in _first_line(e):
             return PatchbenchError(f"results store {self.path}: {_first_line(e)}",
                                    hint=f"another writer held it for {BUSY_TIMEOUT_MS // 1000} s")
