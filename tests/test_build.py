@@ -96,6 +96,9 @@ def test_arch_flags():
     ]
     assert build.sm_name("10.0a") == "sm_100a"
     assert build.flashinfer_arch_list(["12.0a", "9.0a"]) == "12.0a 9.0a"
+    # arch-120f: FlashInfer takes the family arch; torch's cpp_extension knows none ("Unknown CUDA arch (12.0f)")
+    assert build.flashinfer_arch_list(["12.0f"]) == "12.0f" and build.torch_arch_list(["12.0f"]) == "12.0a"
+    assert build.torch_arch_list(["12.0f", "12.0a", "9.0a"]) == "12.0a;9.0a"
     for bad in ("sm_120a", "12", "12.0x", "twelve"):
         with pytest.raises(BadInput):
             parse_arch(bad)

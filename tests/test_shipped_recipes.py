@@ -16,7 +16,7 @@ pytestmark = pytest.mark.slow
 
 SHARED_HOME = Path(os.environ.get("PATCHBENCH_TEST_HOME", Path.home() / ".cache" / "patchbench-test"))
 GLM5_TP8 = ["baseline", "cutlass", "ep8", "sbo", "oea", "tiles", "moe-tiles", "arch-120f", "full-stack"]
-SHIPPED = ["baseline", "cutlass", "ep8", "ep-vs-tp", "sm120-backends", "sbo", "oea", "tiles", "moe-tiles", "arch-120f", "full-stack", "sglang-0.5.10", "sglang-0.5.10-oea"]
+SHIPPED = ["baseline", "cutlass", "ep8", "ep-vs-tp", "sm120-backends", "sbo", "oea", "tiles", "moe-tiles", "arch-120f", "full-stack", "sglang-0.5.10", "sglang-0.5.10-cutlass", "sglang-0.5.10-oea"]
 
 
 def test_every_shipped_recipe_is_tested():

@@ -30,6 +30,9 @@ def project(tmp_path):
     for runner in ("cutlass", "triton", "flashinfer_trtllm"):
         (recipes / f"{runner}-moe.toml").write_text(f'extends = "baseline"\n[server.args]\nmoe-runner-backend = "{runner}"\n'
                                                     f'[expect]\nmoe_runner_backend = "{runner}"\n')
+    (recipes / "auto-moe.toml").write_text('extends = "baseline"\n[server.args]\nmoe-runner-backend = "auto"\n')
+    (recipes / "ep8-deepep.toml").write_text('extends = "ep8"\n[server.args]\nmoe-a2a-backend = "deepep"\n'
+                                             '[expect]\nmoe_a2a_backend = "deepep"\n')
     (recipes / "ep3.toml").write_text('extends = "ep8"\n[server.args]\nep-size = "3"\n[expect]\nep_size = "3"\n')
     return recipes
 
@@ -106,3 +109,22 @@ def test_a_runner_sglang_accepts_but_cannot_run_exits_2_before_a_launch(project,
     assert rc == 2, out
     out = " ".join(out.split())
     assert why in out, out[-1500:]
+
+
+def test_auto_asks_sglang_to_choose_and_the_check_takes_its_choice(project, capsys):
+    """`--moe-runner-backend auto` (sm120-backends' default name): sglang 0.5.23 resolves it to
+    flashinfer_cutlass for modelopt_fp4 on SM120; `auto` implies no expectation, so the check passes
+    and prints the resolved runner (it refused every `auto` variant as "expected 'auto'")."""
+    rc, out = run_check(project / "auto-moe.toml", capsys)
+    out = " ".join(out.split())
+    assert rc == 0, out[-1500:]
+    assert "moe_runner_backend flashinfer_cutlass" in out and "expected 'auto'" not in out
+
+
+def test_deepep_with_the_nvfp4_cutlass_runner_exits_2_before_a_launch(project, capsys):
+    """ep-vs-tp's DeepEP variant: the runner NVFP4 resolves to on SM120 has no fused function for the
+    deepep all-to-all, and MoeRunner raises NotImplementedError at model load: refused at the check."""
+    rc, out = run_check(project / "ep8-deepep.toml", capsys)
+    out = " ".join(out.split())
+    assert rc == 2, out[-1500:]
+    assert "requires a fused func for a2a backend" in out, out[-1500:]

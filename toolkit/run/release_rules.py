@@ -68,6 +68,15 @@ RULES = (
          "explicit value (it resolves only `auto` to flashinfer_cutlass on SM120), and FlashInfer 0.7.2's "
          "trtllm-gen MoE ships cubins for sm100/103/107 only: its FLASHINFER_CHECK fails ('no kernels runnable "
          "on sm120', csrc/trtllm_batched_gemm_runner.cu)"),
+    Rule("0.5.23", "load",
+         lambda f, w: str(f.get("moe_runner_backend")) == "flashinfer_cutlass"
+         and str(f.get("moe_a2a_backend", "none")) not in ("none", "flashinfer") and _nvfp4(f),
+         "--moe-a2a-backend other than none/flashinfer with the flashinfer_cutlass MoE runner (what modelopt_fp4 "
+         "resolves to on SM120): sglang 0.5.23 registers that runner's fused function for the a2a backends none "
+         "and flashinfer only (layers/moe/moe_runner/flashinfer_cutlass.py), and it has no runner core, so "
+         "MoeRunner raises NotImplementedError ('requires a fused func for a2a backend ...') when FusedMoE is "
+         "built at model load (layers/moe/moe_runner/runner.py); DeepEP's normal mode also wants NVLink, which "
+         "PCIe-only cards lack"),
 )
 
 

@@ -62,11 +62,14 @@ def _same(expected, actual) -> bool:
 
 
 def implied_expectations(server, dests: dict[str, str]) -> dict[str, object]:
-    """What the arguments imply about the parsed fields: `--ep-size 8` -> ep_size == 8."""
+    """What the arguments imply about the parsed fields: `--ep-size 8` -> ep_size == 8. `auto` implies
+    nothing: it asks sglang to choose (0.5.23 rewrites `--moe-runner-backend auto` to flashinfer_cutlass
+    for modelopt_fp4 on SM110/SM120, srt/arg_groups/overrides.py); the choice is the resolved value,
+    recorded and checked against /server_info."""
     implied = {}
     for flag, value in server.args:
         dest = dests.get(f"--{flag}")
-        if dest is None or value is None:
+        if dest is None or value is None or (isinstance(value, str) and value.lower() == "auto"):
             continue
         implied[dest] = list(value) if isinstance(value, (list, tuple)) else value
     return implied

@@ -42,5 +42,12 @@ def flashinfer_arch_list(arches: Sequence[str]) -> str:
 
 
 def torch_arch_list(arches: Sequence[str]) -> str:
-    """TORCH_CUDA_ARCH_LIST is semicolon-separated ("12.0a;9.0a")."""
-    return ";".join(arches)
+    """TORCH_CUDA_ARCH_LIST is semicolon-separated ("12.0a;9.0a"). torch knows no family arches: its
+    cpp_extension accepts 12.0 / 12.0a / 12.1 / 12.1a and raises "Unknown CUDA arch (12.0f)" (torch
+    2.14.1, _get_cuda_arch_flags; sglang 0.5.23 calls load_inline at run time), so 12.0f is given to
+    torch as 12.0a, the one device it targets; FlashInfer's list keeps 12.0f."""
+    out = []
+    for a in arches:
+        major, minor, suffix = parse_arch(a)
+        out.append(f"{major}.{minor}{'a' if suffix == 'f' else suffix}")
+    return ";".join(dict.fromkeys(out))
