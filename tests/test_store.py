@@ -161,6 +161,27 @@ def test_validation(store):
         store.record_run({"recipe": "b", "run_id": rid2})
 
 
+def test_a_run_kept_on_disk_when_the_store_went_away_completes_its_row_on_import(store, tmp_path):
+    """The database went away mid-run: the store holds the row begun for it (running, no samples), the
+    measuring disk its record (run.json, samples kept). `import` of that record completes the row, as this
+    store's own measurement (not marked imported); again, nothing; a row that has samples is never replaced."""
+    from toolkit.results.exchange import EXPORT_FORMAT
+    from toolkit.results.store import RunExists
+
+    rid = store.begin_run(**full_fields())
+    run = {**full_fields(), "run_id": rid, "status": "ok", "config_verified": True,
+           "samples": [dict(metric=s.metric, value=s.value, unit=s.unit, point=s.point, point_kind=s.point_kind,
+                            repeat=0) for s in SAMPLES]}
+    kept = tmp_path / "run.json"
+    kept.write_text(json.dumps({"format": EXPORT_FORMAT, "schema_version": SCHEMA_VERSION, "runs": [run]}, default=str))
+    assert import_export(store, kept) == 1
+    row = store.get_run(rid)
+    assert row.status == "ok" and not row.imported and len(store.samples([rid])) == len(SAMPLES)
+    assert import_export(store, kept) == 0 and len(store.samples([rid])) == len(SAMPLES)
+    with pytest.raises(RunExists):
+        store.record_run({**full_fields(), "run_id": rid}, SAMPLES, complete=True)
+
+
 class _BadKind:
     metric, value, unit, point, point_kind = "x", 1.0, "s", 1, "sequence"
 

@@ -334,3 +334,4 @@ def _pull_the_plug_mid_run(pg_server, pg_url: str) -> None:
     assert run["status"] == "interrupted" and "the results store went away" in run["error"]
     (stored,) = [r for r in Store(pg_url).runs() if r.run_id not in before]
     assert stored.run_id == run["run_id"] and stored.status == "running" and stored.is_interrupted()
+    assert f"`patchbench import {kept}` stores it" in last  # how to get it back, once the database is up

@@ -22,7 +22,7 @@ from typing import IO, Any
 from toolkit.errors import BadInput
 from toolkit.results.artifacts import Artifact
 from toolkit.results.records import RUN_FIELDS, SAMPLE_FIELDS, SampleRow, _now, canonical_json
-from toolkit.results.store import SCHEMA_VERSION, Store
+from toolkit.results.store import SCHEMA_VERSION, RunExists, Store
 
 EXPORT_FORMAT = "patchbench-results"
 EXPORT_FORMATS = ("json", "csv", "hud")
@@ -159,18 +159,25 @@ def import_export(store: Store, src: Path | str | IO[str], *, measured_here: boo
     if int(doc.get("schema_version", 0)) > SCHEMA_VERSION:
         raise BadInput(f"{src} has schema version {doc['schema_version']}, newer than {SCHEMA_VERSION}")
     check_export_runs(doc.get("runs", []), src)  # all of it, before the first run is stored: never half an import
-    have = {r.run_id for r in store.runs(run_ids=[r["run_id"] for r in doc.get("runs", [])])}
+    have = {r.run_id: r for r in store.runs(run_ids=[r["run_id"] for r in doc.get("runs", [])])}
     n = 0
     for r in doc.get("runs", []):
-        if r["run_id"] in have:
+        # a run the store holds unfinished and without samples (the database went away while it was measured):
+        # this record, kept on the measuring disk, completes it, as this store's own measurement
+        complete = r["run_id"] in have and have[r["run_id"]].status in ("running", "interrupted") \
+            and bool(r.get("samples")) and not store.samples([r["run_id"]])
+        if r["run_id"] in have and not complete:
             continue
         samples = [SampleRow(run_id=r["run_id"], **s) for s in r.get("samples", [])]
         fields_ = {k: v for k, v in r.items() if k in RUN_FIELDS}
         extra = dict(fields_.get("extra") or {})
-        if not measured_here:
+        if not measured_here and not complete:
             extra.setdefault("imported", {"from": str(src), "exported_at": doc.get("exported_at")})
         fields_["extra"] = extra
         kept = [Artifact(r["run_id"], a["name"], a["path"], a["sha256"], int(a["size"])) for a in r.get("artifacts") or []]
-        store.record_run(fields_, samples, kept)
+        try:
+            store.record_run(fields_, samples, kept, complete=complete)
+        except RunExists:  # another import stored it a moment ago: it is there, once
+            continue
         n += 1
     return n

@@ -29,11 +29,12 @@ import sqlalchemy as sa
 
 from toolkit.errors import BadInput, PatchbenchError
 from toolkit.results import tables as T
-from toolkit.results.engine import BUSY_TIMEOUT_MS, STORE_FILENAME, connection_hint, display, is_disconnect, is_url, make_engine  # noqa: F401
+from toolkit.results.engine import BUSY_TIMEOUT_MS, STORE_FILENAME, display, is_disconnect, is_url, make_engine  # noqa: F401
 from toolkit.results.identity import identity_of
 from toolkit.results.migrations import ensure_schema
 from toolkit.results.migrations.legacy import JSON_DEFAULTS as _JSON_DEFAULTS, JSON_FIELDS, decode_json
 from toolkit.results.run_rows import StoreCorrupt, decode_run  # noqa: F401  (StoreCorrupt: re-exported)
+from toolkit.results.store_errors import RunExists, StoreUnavailable, first_line as _first_line, store_error  # noqa: F401
 from toolkit.results.schema import MIGRATIONS  # noqa: F401  (the pre-Alembic SQL, for old files)
 from toolkit.results.records import (  # noqa: F401  (re-exported: the store's row types and keys)
     BENCH_KEY_IGNORED, RUN_FIELDS, SAMPLE_FIELDS, RunRow, SampleRow, _now, _process_start_time, bench_key,
@@ -48,8 +49,6 @@ _RUN_COLS = [T.runs.c[c] for c in RUN_FIELDS]
 _SAMPLE_COLS = [T.samples.c[c] for c in SAMPLE_FIELDS]
 
 
-class StoreUnavailable(PatchbenchError):
-    """The database server cannot be reached (stopped, network cut): nothing of the transaction stays."""
 
 
 def default_store_path(home: Path | str | None = None) -> Path | str:
@@ -69,11 +68,6 @@ def _derived(extra: dict | None) -> dict:
     return {"imported_file_sha256": imported.get("file_sha256") or None,
             "imported_rows_sha256": imported.get("rows_sha256") or None,
             "track_recipe": track.get("recipe") if isinstance(track, dict) else None}
-
-
-def _first_line(exc: BaseException) -> str:
-    orig = getattr(exc, "orig", None) or exc
-    return (str(orig).strip().splitlines() or [type(orig).__name__])[0]
 
 
 class Store:
@@ -133,17 +127,7 @@ class Store:
                 time.sleep(random.uniform(0.02, 0.2))
 
     def _error(self, e: sa.exc.DBAPIError) -> PatchbenchError:
-        if is_disconnect(e) or isinstance(e, sa.exc.OperationalError) and self.engine_name == "postgresql":
-            return StoreUnavailable(f"results store {self.path}: {_first_line(e)}", hint=connection_hint(_first_line(e)))
-        if "locked" in _first_line(e):
-            return PatchbenchError(f"results store {self.path}: {_first_line(e)}",
-                                   hint=f"another writer held it for {BUSY_TIMEOUT_MS // 1000} s")
-        if self.engine_name == "sqlite" and ("unable to open" in _first_line(e) or "readonly" in _first_line(e)):
-            where = Path(str(self.path)).parent
-            return PatchbenchError(f"results store {self.path}: {_first_line(e)}",
-                                   hint=f"can this user write {where}? (a read-only PATCHBENCH_HOME cannot hold the "
-                                        "store's lock and journal; point PATCHBENCH_HOME or --store elsewhere)")
-        return PatchbenchError(f"results store {self.path}: {_first_line(e)}")
+        return store_error(e, self.path, self.engine_name)
 
     def schema_version(self) -> int:
         with self._read() as conn:
@@ -329,7 +313,8 @@ class Store:
             any_.append(r.imported_rows_sha256 == rows_sha256)
         return sa.or_(*any_) if any_ else sa.false()
 
-    def record_run(self, fields_: dict, samples: Iterable[Any] = (), artifacts: Sequence[Any] = ()) -> str:
+    def record_run(self, fields_: dict, samples: Iterable[Any] = (), artifacts: Sequence[Any] = (), *,
+                   complete: bool = False) -> str:
         """Insert a whole run (default status `ok`), its samples and the records of its kept files
         (`artifacts`, as add_artifacts takes them) in one transaction (import, or a driver that
         measures before it stores). Returns the run id.
@@ -337,7 +322,9 @@ class Store:
         An imported run (`extra["imported"]` with content hashes) whose file or rows are already
         stored is not inserted: the id of the run stored before is returned (checked inside the
         same transaction, so two imports of one file at once store it once; on PostgreSQL the
-        transaction holds an advisory lock on those hashes)."""
+        transaction holds an advisory lock on those hashes). `complete`: a stored row of the same run id
+        that never finished with samples (running/interrupted, none stored: the database went away
+        mid-run) is replaced by this record (the one kept on the measuring disk)."""
         row = self._run_values(dict(fields_), status_default="ok")
         samples = list(samples)
         imported = (row.get("extra") or {}).get("imported") or {}
@@ -351,8 +338,13 @@ class Store:
                                       .order_by(T.runs.c.started_at, T.runs.c.seq).limit(1)).scalar()
                 if before:
                     return before
-            if conn.execute(sa.select(T.runs.c.run_id).where(T.runs.c.run_id == row["run_id"])).first():
-                raise PatchbenchError(f"results store: run {row['run_id']} already exists")
+            found = conn.execute(sa.select(T.runs.c.status).where(T.runs.c.run_id == row["run_id"])).first()
+            if found and complete and found[0] in ("running", "interrupted") and samples and not conn.execute(
+                    sa.select(T.samples.c.run_id).where(T.samples.c.run_id == row["run_id"]).limit(1)).first():
+                for t in (T.artifacts, T.runs):
+                    conn.execute(t.delete().where(t.c.run_id == row["run_id"]))
+            elif found:
+                raise RunExists(f"results store: run {row['run_id']} already exists")
             self._insert_run(conn, row)
             self._insert_samples(conn, row["run_id"], samples, int(row.get("repeat") or 0))
             if artifacts:

@@ -210,10 +210,11 @@ def finish(a: Attempt, status: str, error: str, *, tail: str | None = None, **fi
                            log_paths=log_paths(a), extra=a.extra, **fields)
     except StoreUnavailable as exc:  # the database went away: the run ends here, kept on this disk
         a.finished = True
-        kept = keep_locally(a, f"interrupted: the results store went away ({exc.message}); was {status}: {error}",
-                            tail, fields)
-        raise StoreUnavailable(f"{exc.message}; run {a.run_id[:8]} ({a.title}) ended interrupted, its record "
-                               f"kept in {kept}", hint=exc.hint) from None
+        kept = keep_locally(a, f"the results store went away ({exc.message}); was {status}: {error}",
+                            tail, fields, status=status)
+        raise StoreUnavailable(f"{exc.message}; run {a.run_id[:8]} ({a.title}) ended "
+                               f"{'ok' if status == 'ok' else 'interrupted'}, its record kept in {kept}",
+                               hint=f"when the database is back, `patchbench import {kept}` stores it") from None
     except Exception as exc:  # noqa: BLE001 - the store refused: keep the status at least
         a.console.print(f"[red]{escape(a.title)}[/]: could not store the result ({type(exc).__name__}: {exc})")
         with contextlib.suppress(Exception):
@@ -221,9 +222,11 @@ def finish(a: Attempt, status: str, error: str, *, tail: str | None = None, **fi
     a.finished = True
 
 
-def keep_locally(a: Attempt, error: str, tail: str | None, fields: dict) -> Path:
-    """The run's record as a one-run results export beside its logs (`run.json` in its run dir),
-    status `interrupted`: what a store that went away could not take. Its samples stay with it."""
+def keep_locally(a: Attempt, error: str, tail: str | None, fields: dict, *, status: str = "interrupted") -> Path:
+    """The run's record as a one-run results export beside its logs (`run.json` in its run dir): what a
+    store that went away could not take. Its samples stay with it; its status is `ok` when every step
+    had passed (only storing the result failed), else `interrupted`. `import` of it completes the row
+    the store began for it."""
     from toolkit.results.exchange import EXPORT_FORMAT
     from toolkit.results.records import RUN_FIELDS, _now
     from toolkit.results.store import SCHEMA_VERSION
@@ -232,7 +235,8 @@ def keep_locally(a: Attempt, error: str, tail: str | None, fields: dict) -> Path
                 "repeat": getattr(s, "repeat", None) if getattr(s, "repeat", None) is not None else a.repeat}
                for s in fields.get("samples") or []]
     run = {k: v for k, v in fields.items() if k in RUN_FIELDS}
-    run.update(run_id=a.run_id, recipe=a.prepared.name, status="interrupted", error=error, log_tail=tail,
+    run.update(run_id=a.run_id, recipe=a.prepared.name, status="ok" if status == "ok" else "interrupted",
+               error=error if status != "ok" else None, log_tail=tail,
                repeat=a.repeat, finished_at=_now(), server_info=a.info, timings=a.timings, log_paths=log_paths(a),
                extra=a.extra, samples=samples)
     path = a.run_dir / "run.json"
