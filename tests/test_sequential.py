@@ -245,6 +245,14 @@ def test_a_run_killed_before_each_recipe_launched_is_resumed_into_its_sweep(tmp_
     out = json.loads(capsys.readouterr().out)
     assert out["group_id"] == group and out["reused"]["demo/baseline"] >= 1
     assert {r.group_id for r in Store(db).runs(status="ok")} == {group}
+    # while another process measures that sweep (it holds the sweep's lease: another person on a shared
+    # store, another terminal), a call of the same recipes counts its runs but never launches into it
+    with Store(db).lease(f"group-{group}") as held:
+        assert held
+        assert main(["run", "demo/baseline", "demo/quick", "--max-repeats", "5", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["group_id"] != group and any("is being measured by another process now" in n for n in out["notes"])
+    assert {r.group_id for r in Store(db).runs(run_ids=[rid for _, rid in out["runs"]])} <= {out["group_id"]}
 
 
 def test_compare_judges_a_sequential_pair_as_run_did_across_sweeps(tmp_path, home, monkeypatch, capsys):
@@ -322,9 +330,9 @@ def test_compare_judges_a_sequential_pair_as_run_did_across_sweeps(tmp_path, hom
     assert main(["compare", "demo/baseline", "demo/slow4", "--metric", "output_tok_s", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     (row,) = doc["rows"]
-    assert not row["sequential"] and row["n_variant"] == 2 and row["launched_under"] is None, row
+    # (a row too few for the fixed rule may still take the sequential rule at this one look: valid at any look)
+    assert row["n_variant"] == 2 and row["launched_under"] is None, row
     assert not any("launched by a sequential run" in n for n in doc["notes"]), doc["notes"]
-    assert "pairs launched until settled" not in doc["legend"]
 
 
 def test_attribute_launches_each_step_until_settled(tmp_path, home, monkeypatch, capsys):

@@ -113,11 +113,11 @@ def measure_until_settled(prepared: list[Prepared], *, home, store: Store, group
                           design: seq.Design, result: dict) -> list[PairVerdict]:
     """Launch rounds until every pair is settled or at max_repeats; appends each run to
     result["runs"] and each run that could not begin to result["failed"]; returns the verdicts."""
+    import contextlib
+    import dataclasses
+
     from toolkit.run.identity import expected_identity
     from toolkit.run.machine import this_gpu_key
-    from toolkit.run.pipeline import run_once
-
-    import dataclasses
 
     from toolkit.analysis.sequential_design import launched_under
 
@@ -131,7 +131,6 @@ def measure_until_settled(prepared: list[Prepared], *, home, store: Store, group
     prepared = [launched_under(dataclasses.replace(p, extra={**p.extra, "campaign": campaign}), design)
                 for p in prepared]
     runs = {p.name: stored_runs(store, p, keys[p.name], metric) for p in prepared}
-    reused = {name: len(ids) for name, ids in runs.items()}
     for p in prepared:  # the same configuration stored under another label counts: say so (compare reads labels)
         other = [r.recipe for r in store.runs(run_ids=runs[p.name]) if r.recipe != p.name] if runs[p.name] else []
         if other:
@@ -141,9 +140,29 @@ def measure_until_settled(prepared: list[Prepared], *, home, store: Store, group
                           f"{keys[p.name][:12]}) labelled {escape(', '.join(labels))}; `patchbench compare` reads them "
                           f"under that label[/]")
     resumed = resumed_group(store, runs, campaign)
-    if resumed is not None and resumed != group_id:  # a killed call of the same recipes: its launches continue it
-        group_id = result["group_id"] = resumed
-        console.print(f"[dim]resuming sweep {escape(resumed)}: its stored runs count, new launches join it[/]")
+    with contextlib.ExitStack() as leases:  # one process at a time measures a sweep (another person, terminal)
+        if resumed is not None and resumed != group_id:  # a killed call of the same recipes: its launches continue it
+            if leases.enter_context(store.lease(f"group-{resumed}")):
+                group_id = result["group_id"] = resumed
+                console.print(f"[dim]resuming sweep {escape(resumed)}: its stored runs count, new launches join it[/]")
+            else:
+                note = (f"sweep {resumed} is being measured by another process now: its stored runs count, this "
+                        f"call's launches go to a new sweep {group_id}")
+                result.setdefault("notes", []).append(note)
+                console.print(f"[yellow]note[/]: {escape(note)}")
+        if group_id != resumed:
+            leases.enter_context(store.lease(f"group-{group_id}"))
+        return _launch_rounds(prepared, runs, keys, home=home, store=store, group_id=group_id, console=console,
+                              design=design, result=result)
+
+
+def _launch_rounds(prepared: list[Prepared], runs: dict[str, list[str]], keys: dict[str, str], *, home, store: Store,
+                   group_id: str, console: Console, design: seq.Design, result: dict) -> list[PairVerdict]:
+    """measure_until_settled's rounds, in the sweep `group_id` this process holds."""
+    from toolkit.run.pipeline import run_once
+
+    metric = metric_of(prepared[0])
+    reused = {name: len(ids) for name, ids in runs.items()}
     attempts = {p.name: 0 for p in prepared}
     failures = {p.name: 0 for p in prepared}  # launches that gave no value
     ref = prepared[0]

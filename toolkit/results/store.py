@@ -129,6 +129,12 @@ class Store:
     def _error(self, e: sa.exc.DBAPIError) -> PatchbenchError:
         return store_error(e, self.path, self.engine_name)
 
+    def lease(self, key: str):
+        """A context manager yielding whether this process now holds `key` (toolkit.results.lease)."""
+        from toolkit.results.lease import hold
+
+        return hold(self._engine(), self.engine_name, self.path, key)
+
     def schema_version(self) -> int:
         with self._read() as conn:
             return int(conn.execute(sa.select(T.schema_version.c.version)).scalar_one())
