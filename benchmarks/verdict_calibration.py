@@ -387,10 +387,11 @@ STRETCH_POWER = ((0.10, None), (0.20, 0.8), (0.50, 0.95))  # effect, promised po
 BISECT_THRESHOLD = 5.0  # %, bisect's default
 
 
-def bisect_case(loss: float, *, certain_only: bool = False) -> Simulate:
+def bisect_case(loss: float, *, certain_only: bool = False, sequential: bool = False) -> Simulate:
     """One bisect step (a one-patch stack: the step decides the culprit) with CV values per run;
     `loss`: the patch's true relative loss. Alarm: the step calls the patch bad (`certain_only`: a
-    decided step, not one that sided with its point estimate at max_repeats)."""
+    decided step, not one that sided with its point estimate at max_repeats). `sequential`: the rule
+    `patchbench bisect` and `history --bisect` use (the confidence sequence, one value a side a look)."""
     from toolkit.analysis.bisect import BAD, bisect_stack
 
     def simulate(seed: int, cases: int) -> int:
@@ -399,7 +400,8 @@ def bisect_case(loss: float, *, certain_only: bool = False) -> Simulate:
         for _ in range(cases):
             def measure(k: int, r: int) -> list[float]:
                 return list(100.0 * (1 - loss * k) * (1 + CV * rng.standard_normal(r)))
-            step = bisect_stack(1, measure, threshold_pct=BISECT_THRESHOLD).steps[0]
+            kw = {"sequential": True, "repeat_step": 1} if sequential else {}
+            step = bisect_stack(1, measure, threshold_pct=BISECT_THRESHOLD, **kw).steps[0]
             alarms += step.outcome == BAD and (step.certain or not certain_only)
         return alarms
     return simulate
@@ -410,7 +412,12 @@ def bisect_rows() -> list[Row]:
     return [Row(f"bisect step: no change, CV {CV:.0%}, threshold {BISECT_THRESHOLD:g}%", stats.DEFAULT_ALPHA / 2,
                 bisect_case(0.0), bisect_case(0.10), "-10% (twice the threshold)", 0.8),
             Row(f"bisect step: decided bad at a {half:.1%} loss (half threshold)", stats.DEFAULT_ALPHA / 2,
-                bisect_case(half, certain_only=True))]
+                bisect_case(half, certain_only=True)),
+            # the CLI's default and history --bisect: the confidence sequence
+            Row(f"bisect step, sequential: no change, CV {CV:.0%}", stats.DEFAULT_ALPHA / 2,
+                bisect_case(0.0, sequential=True), bisect_case(0.10, sequential=True), "-10% (twice the threshold)", 0.8),
+            Row(f"bisect step, sequential: decided bad at a {BISECT_THRESHOLD / 100:.0%} loss (the threshold)",
+                stats.DEFAULT_ALPHA / 2, bisect_case(BISECT_THRESHOLD / 100, certain_only=True, sequential=True))]
 
 
 # --- kernel shape compare --------------------------------------------------------------------------

@@ -90,7 +90,10 @@ def bisect_change(recipe: Recipe, source: str, before: Entry, after: Entry, *, d
 
     result = bisect_items([c[:12] for c in commits], measure, higher_is_better=spec.info.higher_is_better,
                           threshold_pct=thr, initial_repeats=max(2, repeats), max_repeats=max_repeats,
-                          direction=direction, on_step=lambda s: console.print(s.line))
+                          direction=direction, on_step=lambda s: console.print(s.line),
+                          # the rule `patchbench bisect` uses: a step's anytime-valid confidence sequence, one
+                          # value a side per look (the fixed t interval re-read after each top-up inflates its alpha)
+                          sequential=True, repeat_step=1)
     out = {**verdict, "culprit": result.culprit_label, "culprit_kind": "commit", "confirmed": result.confirmed,
            "candidates": result.candidates, "builds": meter.builds, "runs": meter.runs, "message": result.message}
     if result.culprit is not None:
