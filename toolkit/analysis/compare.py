@@ -179,6 +179,10 @@ def sequential_legends(rows: Sequence[CompareRow], design) -> list[str]:
     if any(r.sequential and not r.launched_under for r in rows):
         out.append(f"rows with {stats.too_few_rows()} whose sequential verdict has stopped (the others: too few "
                    "repeats): " + seq.legend(design))
+    if out:
+        out.append("speedup [interval]: a row the fixed rule decided shows its 95% CI (p given), a sequential row "
+                   "('seq.') its confidence sequence at its look, an 'equal within' row its two one-sided bounds "
+                   "(TOST, each at alpha: a 90% interval)")
     return out
 
 
@@ -277,7 +281,9 @@ def render_compare(rows: Sequence[CompareRow], *, title: str | None = None,
     table.add_column("point", justify="right")
     table.add_column(escape(f"{base or 'baseline'}"), justify="right")
     table.add_column("variant value", justify="right")
-    table.add_column("speedup [95% CI]", justify="right")
+    # the interval of the rule that decided the row: the fixed rule's 95% CI, a sequential row's confidence
+    # sequence, an "equal" row's two one-sided 95% bounds (TOST, a 90% interval): the legend says which
+    table.add_column("speedup [interval]" if any(r.sequential for r in rows) else "speedup [95% CI]", justify="right")
     table.add_column("p", justify="right")
     table.add_column("n", justify="right")
     table.add_column("verdict")
