@@ -80,6 +80,9 @@ def test_kill_9_mid_benchmark_leaves_no_server_and_next_run_marks_it_interrupted
     assert _gone_within(home, 5.0) == [], "a server process outlived patchbench by more than 5 s"
     store = Store(home / "results.sqlite")
     assert store.get_run(run_id).status == "running"  # as the dead process left it
+    capsys.readouterr()  # listed as it reads: interrupted (its process is gone), not running
+    assert main(["results", "--status", "interrupted"]) == 0 and run_id[:8] in capsys.readouterr().out
+    assert main(["results", "--status", "running"]) == 0 and run_id[:8] not in capsys.readouterr().out
 
     assert main(["run", fine]) == 0
     err = capsys.readouterr().err

@@ -204,7 +204,11 @@ def run(args) -> int:
             console.print(f"note: {line}", markup=False)
         print_cost(store, sel)
         return 0
-    runs = store.runs(**filters, limit=args.limit, newest_first=True)
+    if args.status in ("interrupted", "running"):  # a `running` run whose process died reads (and is listed) as interrupted
+        runs = [r for r in store.runs(**{**filters, "status": ["running", "interrupted"]}, limit=None, newest_first=True)
+                if r.display_status() == args.status][:args.limit]
+    else:
+        runs = store.runs(**filters, limit=args.limit, newest_first=True)
     if args.check_artifacts:
         return _check_artifacts(store, runs)
     if not runs:
