@@ -74,7 +74,7 @@ def test_demo_sweep_through_slurm_equals_local_run(slurm, shared_home):
     merged = shared_home / "slurm.sqlite"
     out = patchbench(shared_home, "run", *DEMO, "--repeats", "1", "--store", str(merged), *slurm_args(shared_home))
     assert out.returncode == 0, out.stderr[-2000:]
-    assert "COMPLETED" in out.stderr and "imported 3 run(s)" in out.stderr
+    assert "COMPLETED" in out.stderr and "imported: 3 run(s)" in out.stderr
 
     a, b = Store(local).runs(status="ok"), Store(merged).runs(status="ok")
     assert len(a) == len(b) == 3
@@ -337,7 +337,7 @@ def test_with_a_postgresql_store_the_node_writes_its_runs_directly(slurm, shared
     assert not (shared_home / "node-jobs" / job / "results.sqlite").exists()
     log = Path(runs[0].log_paths["slurm_job"]).with_suffix(".err").read_text()
     assert f"results into {Store(pg_url).path}" in log
-    assert "COMPLETED" in out.stderr and "imported 2 run(s)" in out.stderr
+    assert "COMPLETED" in out.stderr and "stored by the job: 2 run(s)" in out.stderr
 
     from toolkit.results.artifacts import sha256_of
 

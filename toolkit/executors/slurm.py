@@ -84,7 +84,7 @@ def _progress(rec: jobs.JobRecord, console: Console) -> None:
     where = f" on {rec.node}" if rec.node else ""
     line = f"slurm job {rec.job_id} ({' '.join(rec.recipes)}): {rec.state}{where} [log: {rec.log}]"
     if rec.imported:
-        line += f"; imported {rec.imported_runs} run(s)"
+        line += f"; {'stored by the job' if rec.stored_by_job else 'imported'}: {rec.imported_runs} run(s)"
         if rec.interrupted_runs:
             line += f", {rec.interrupted_runs} interrupted"
     console.print(escape(line))

@@ -51,6 +51,7 @@ class JobRecord:
     updated_at: str = field(default_factory=_now)
     imported: bool = False
     imported_runs: int = 0
+    stored_by_job: bool = False  # the job wrote its runs into the shared store itself (nothing imported)
     interrupted_runs: int = 0
 
     @property
@@ -158,10 +159,15 @@ def merge(home: Path, store: Store, rec: JobRecord) -> JobRecord:
         ids = [r["run_id"] for r in out]
         direct = {r.run_id for r in store.runs(run_ids=ids)}  # written by the node itself
         import_export(store, io.StringIO(json.dumps(doc, default=str)), measured_here=True)
-        for r in out:  # a run the node wrote directly and the job's end cut short
+        for r in out:  # a run the node wrote directly and the job's end cut short: the job's end says why
             if r["run_id"] in direct and r["status"] == "interrupted":
-                store.mark_interrupted(r["run_id"], r["error"])
-        rec = replace(rec, imported=True, imported_runs=len(store.runs(run_ids=ids)),
+                stored = store.get_run(r["run_id"])
+                if stored.status in ("running", "interrupted"):
+                    extra = dict(stored.extra or {})
+                    extra["slurm"] = {**(extra.get("slurm") or {}), **r["extra"]["slurm"]}
+                    store.finish_run(r["run_id"], "interrupted", error=r["error"], extra=extra,
+                                     log_paths={**(stored.log_paths or {}), "slurm_job": rec.log})
+        rec = replace(rec, imported=True, imported_runs=len(store.runs(run_ids=ids)), stored_by_job=bool(direct),
                       interrupted_runs=sum(1 for r in out if r["status"] == "interrupted"))
         return save(home, rec)
 
