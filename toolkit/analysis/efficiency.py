@@ -44,7 +44,9 @@ class Efficiency:
         if self.beyond:
             return (f"{INPUTS_WRONG}: {self.measured:.2f} tok/s measured, above the {self.theoretical:.0f} tok/s "
                     f"roofline of {self.model} on {self.gpu}")
-        return f"{self.measured:.2f} of {self.theoretical:.0f} tok/s ({100 * self.fraction:.1f}%)"
+        # the roofline's even sharding (every weight byte split over TP): sglang replicates some per rank (for
+        # GLM-5 at TP8 ~29% lower: `patchbench roofline --sharding sglang`), so this is the ideal's fraction
+        return f"{self.measured:.2f} of {self.theoretical:.0f} tok/s ({100 * self.fraction:.1f}% of the even-sharding bound)"
 
 
 def efficiency(run: Any, samples: Iterable[Any]) -> Efficiency | None:
