@@ -100,9 +100,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt as exc:
         from toolkit.errors import Interrupted
 
+        fixed = getattr(args, "repeats", None) is not None or getattr(args, "fixed", False)
+        again = ("a fixed design (--repeats/--fixed) launches all its repeats again: without them the sequential "
+                 "design counts the stored runs" if fixed else "the same command again counts them")
         err_console.print(f"error: {exc}" if isinstance(exc, Interrupted) else
-                          "error: interrupted (runs that finished are stored: the same command again reuses them)",
-                          markup=False)
+                          f"error: interrupted (runs that finished are stored; {again})", markup=False)
         return 130
     except Exception as exc:  # a bug: one line here, the traceback in a file
         import traceback
