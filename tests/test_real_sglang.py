@@ -106,6 +106,21 @@ def test_one_batch_driver_runs_real_sglang_benchmark(tmp_path, capsys):
     assert [r["batch_size"] for r in real_rows] == [1, 8]
 
 
+def test_the_check_refuses_a_cpu_crash_and_names_a_graph_flag_cpu_ignores(tmp_path, capsys):
+    """Real sglang 0.5.23's parser and resolution for --device cpu: `--attention-backend flashinfer`
+    parses and resolves, then the server dies at its first forward (NameError, a 3-minute launch
+    seen by an audit): refused at the check; `--cuda-graph-max-bs-decode 8` is echoed while the
+    decode graphs sglang resolves are disabled: the check passes and says the flag has no effect."""
+    for name, arg in (("fi", 'attention-backend = "flashinfer"'), ("cg", "cuda-graph-max-bs-decode = 8")):
+        (tmp_path / f"{name}.toml").write_text(f'extends = "cpu/baseline"\n[server.args]\n{arg}\n')
+    rc = main(["run", str(tmp_path / "fi.toml"), "--until", "check", "--home", str(SHARED_HOME)])
+    out = " ".join((lambda c: c.out + c.err)(capsys.readouterr()).split())
+    assert rc == 2 and "NameError: BatchPrefillWithRaggedKVCacheWrapper" in out, out[-1500:]
+    rc = main(["run", str(tmp_path / "cg.toml"), "--until", "check", "--home", str(SHARED_HOME)])
+    out = " ".join((lambda c: c.out + c.err)(capsys.readouterr()).split())
+    assert rc == 0 and "--cuda-graph-max-bs-decode: sglang 0.5.23 echoes the flag" in out, out[-1500:]
+
+
 @pytest.mark.skipif(os.environ.get("PATCHBENCH_REAL_STACK") != "1",
                     reason="set PATCHBENCH_REAL_STACK=1: 9-12 static-batch launches of ~70 s on an idle 2-core box "
                            "(12-15 min; 2026-12-04: the fp32 step settled 1.17x faster after 3 launches each with one "

@@ -43,3 +43,22 @@ def test_the_sweeps_runners_that_cannot_run_nvfp4_on_sm120_are_refused_before_a_
     assert release_rules({**nvfp4, "moe_runner_backend": "flashinfer_trtllm"}, "0.5.23", Where("x"), "load") == []
     assert release_rules({"moe_runner_backend": "triton"}, "0.5.23", GLM5, "load") == []  # BF16 experts
     assert release_rules({**nvfp4, "moe_runner_backend": "flashinfer_cutlass"}, "0.5.23", GLM5, "load") == []
+
+
+def test_a_graph_flag_whose_graphs_are_off_or_sized_otherwise_is_said_inert():
+    """`--cuda-graph-max-bs-decode 8` on CPU: /server_info echoes 8, the decode graphs sglang resolved are
+    disabled with max_bs 32 (a real sglang 0.5.23 launch, tests/test_real_sglang.py)."""
+    cpu = {"cuda_graph_max_bs_decode": 8, "cuda_graph_config": {"decode": {"backend": "disabled", "max_bs": 32}}}
+    (line,) = release_rules(cpu, "0.5.23", Where("Glm4MoeForCausalLM"), "inert")
+    assert line.startswith("sglang 0.5.23: --cuda-graph-max-bs-decode") and "no effect" in line
+    on = {"cuda_graph_max_bs_decode": 8, "cuda_graph_config": {"decode": {"backend": "full", "max_bs": 8}}}
+    assert release_rules(on, "0.5.23", GLM5, "inert") == []
+    assert release_rules({"cuda_graph_config": cpu["cuda_graph_config"]}, "0.5.23", GLM5, "inert") == []  # not given
+
+
+def test_flashinfer_attention_on_cpu_is_refused_before_a_launch():
+    fields = {"device": "cpu", "attention_backend": "flashinfer"}
+    (line,) = release_rules(fields, "0.5.23", Where("Glm4MoeForCausalLM"), "load")
+    assert "NameError: BatchPrefillWithRaggedKVCacheWrapper" in line
+    assert release_rules({**fields, "attention_backend": "torch_native"}, "0.5.23", Where("x"), "load") == []
+    assert release_rules({**fields, "device": "cuda"}, "0.5.23", Where("x"), "load") == []

@@ -80,6 +80,33 @@ RULES = (
 )
 
 
+def _graph_phase(f: Mapping, phase: str) -> Mapping:
+    cfg = f.get("cuda_graph_config")
+    return (cfg.get(phase) or {}) if isinstance(cfg, Mapping) else {}
+
+
+def _graph_flag_ignored(f: Mapping, phase: str) -> bool:
+    """--cuda-graph-max-bs-<phase> given, and the phase's resolved graphs are off or another max_bs."""
+    given, c = f.get(f"cuda_graph_max_bs_{phase}"), _graph_phase(f, phase)
+    return given is not None and bool(c) and (str(c.get("backend")) == "disabled"
+                                               or str(c.get("max_bs")) != str(given))
+
+
+RULES = RULES + tuple(
+    Rule("0.5.23", "inert", lambda f, w, phase=phase: _graph_flag_ignored(f, phase),
+         f"--cuda-graph-max-bs-{phase}: sglang 0.5.23 echoes the flag in /server_info, but the {phase} graphs it "
+         f"resolved (cuda_graph_config.{phase}, arg_groups/cuda_graph_hook.py) are disabled or capture another "
+         "max_bs: the flag had no effect on this launch (on --device cpu graphs are off unless enabled)")
+    for phase in ("decode", "prefill")) + (
+    Rule("0.5.23", "load",
+         lambda f, w: str(f.get("device")) == "cpu" and str(f.get("attention_backend")) == "flashinfer",
+         "--attention-backend flashinfer with --device cpu: sglang 0.5.23 imports FlashInfer's wrappers only when "
+         "the CUDA build of flashinfer is available (layers/attention/flashinfer_backend.py), so the server "
+         "dies at its first forward with NameError: BatchPrefillWithRaggedKVCacheWrapper (use torch_native or "
+         "intel_amx on CPU)"),
+)
+
+
 def release_rules(fields: Mapping, version: str | None, where: Where, kind: str) -> list[str]:
     """The lines of the `kind` rules read against `version` that hold for these resolved fields."""
     return [f"sglang {r.release}: {r.text}" for r in RULES
