@@ -290,3 +290,11 @@ def test_a_family_faster_than_its_floor_flags_the_inputs(tmp_path):
                      if isinstance(x, str))
     assert "the roofline inputs do not describe this run" in text
     assert not any(f"{r['pct_of_floor']:.1f}%" in text for r in beyond)
+
+
+def test_cpu_torch_native_attention_is_attention():
+    """sglang 0.5.23 on --device cpu (torch_native attention, the cpu recipes): torch's SDPA ops are the
+    attention of the step (an audit found them in "other"/elementwise), the leaf op as its parent."""
+    fams = load_families()
+    for name in ("aten::scaled_dot_product_attention", "aten::_scaled_dot_product_flash_attention_for_cpu"):
+        assert classify(fams, name) == "attention"
