@@ -111,8 +111,9 @@ def test_the_check_refuses_a_cpu_crash_and_names_a_graph_flag_cpu_ignores(tmp_pa
     parses and resolves, then the server dies at its first forward (NameError, a 3-minute launch
     seen by an audit): refused at the check; `--cuda-graph-max-bs-decode 8` is echoed while the
     decode graphs sglang resolves are disabled: the check passes and says the flag has no effect."""
+    base = os.path.relpath(REPO_ROOT / "recipes" / "cpu" / "baseline.toml", tmp_path)  # extends takes ../ paths
     for name, arg in (("fi", 'attention-backend = "flashinfer"'), ("cg", "cuda-graph-max-bs-decode = 8")):
-        (tmp_path / f"{name}.toml").write_text(f'extends = "cpu/baseline"\n[server.args]\n{arg}\n')
+        (tmp_path / f"{name}.toml").write_text(f'extends = "{base}"\n[server.args]\n{arg}\n')
     rc = main(["run", str(tmp_path / "fi.toml"), "--until", "check", "--home", str(SHARED_HOME)])
     out = " ".join((lambda c: c.out + c.err)(capsys.readouterr()).split())
     assert rc == 2 and "NameError: BatchPrefillWithRaggedKVCacheWrapper" in out, out[-1500:]
