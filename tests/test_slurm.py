@@ -109,6 +109,7 @@ def _servers(home: Path) -> list[psutil.Process]:
     return found
 
 
+@pytest.mark.slow  # the Slurm tests run one after another on one worker: this one keeps `nox -s tests` short
 def test_scancel_leaves_interrupted_run_and_no_orphan_server_then_rerun_completes(slurm, shared_home):
     store = shared_home / "cancel.sqlite"
     jobs_dir = shared_home / "slurm" / "jobs"
@@ -316,6 +317,7 @@ def test_track_through_slurm_equals_local_track_and_resumes_by_identity(slurm, h
     assert [e[:2] for e in series(stores["slurm"])][0] == ("0.1.0", "measured")
 
 
+@pytest.mark.slow  # the Slurm tests run one after another on one worker: this one keeps `nox -s tests` short
 def test_with_a_postgresql_store_the_node_writes_its_runs_directly(slurm, shared_home, pg_url, tmp_path):
     """No per-job SQLite and no import: the job's runs are in the team's database, stamped with the job;
     with `[store] artifacts` (the node home's user config) each run's files are in the shared folder,
