@@ -44,6 +44,7 @@ def test_mann_whitney():
     assert mann_whitney_p([100, 100, 100, 101], [101, 102, 102, 102]) == pytest.approx(4 / 70)
     assert compare_values([100, 100, 100, 101], [101, 102, 102, 102], higher_is_better=True).verdict == NOT_SIGNIFICANT
     assert mann_whitney_p([1] * 4, [2] * 4) == pytest.approx(min_p_value(4, 4))
+    assert 0 < mann_whitney_p([20.0, 20.0], [20.0]) <= 1 and 0 < mann_whitney_p([3.0], [3.0, 4.0]) <= 1  # one a side
 
 
 def test_ratio_ci_mean_and_median():

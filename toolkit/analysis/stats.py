@@ -114,7 +114,8 @@ def mann_whitney_p(a: Sequence[float], b: Sequence[float]) -> float:
         from scipy import stats as _sp  # imported when used: CLI start-up stays fast
 
         method: object = "auto"
-        if np.unique(pooled).size < pooled.size and math.comb(pooled.size, xa.size) <= EXACT_SPLITS:
+        if min(xa.size, xb.size) >= 2 and np.unique(pooled).size < pooled.size \
+                and math.comb(pooled.size, xa.size) <= EXACT_SPLITS:  # (scipy's permutations need 2 a side)
             method = _sp.PermutationMethod(n_resamples=np.inf)
         p = float(_sp.mannwhitneyu(xa, xb, alternative="two-sided", method=method).pvalue)
     return 1.0 if math.isnan(p) else p
