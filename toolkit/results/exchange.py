@@ -163,10 +163,10 @@ def import_export(store: Store, src: Path | str | IO[str], *, measured_here: boo
     n = 0
     for r in doc.get("runs", []):
         # a run the store holds unfinished and without samples (the database went away while it was measured):
-        # this record, kept on the measuring disk, completes it, as this store's own measurement
-        complete = r["run_id"] in have and have[r["run_id"]].status in ("running", "interrupted") \
-            and bool(r.get("samples")) and not store.samples([r["run_id"]])
-        if r["run_id"] in have and not complete:
+        # this record, kept on the measuring disk, completes it, as this store's own measurement (record_run
+        # decides inside its transaction; any other stored run is RunExists, skipped below)
+        complete = r["run_id"] in have
+        if complete and have[r["run_id"]].status not in ("running", "interrupted"):
             continue
         samples = [SampleRow(run_id=r["run_id"], **s) for s in r.get("samples", [])]
         fields_ = {k: v for k, v in r.items() if k in RUN_FIELDS}
