@@ -166,6 +166,31 @@ def test_declared_arch_no_binary_carries_fails_clearly(tmp_path, pb_home, monkey
     assert list_envs(pb_home) == []
 
 
+@needs_nvcc
+def test_ptx_for_a_declared_arch_is_not_sass_for_it(tmp_path, pb_home, monkeypatch):
+    """An sm_120f cubin beside compute_120a PTX: cuobjdump lists the cubin as plain sm_120 and its
+    -res-usage headers say sm_120f (ELF) and sm_120a (PTX); only the ELF header names SASS, so a build
+    declaring 12.0a and 12.0f fails at verify instead of passing on the PTX."""
+    up = Upstream(tmp_path / "up").root
+    real = build.gencode_flags
+    monkeypatch.setattr(build.cuda, "gencode_flags", lambda arches: real(["12.0f"]))  # no sm_120a cubin
+    spec = BuildSpec(arch=("12.0a", "12.0f"), cuda=(("mini", ("csrc/a.cu",)),),
+                     nvcc_flags=("-gencode=arch=compute_120a,code=compute_120a",))
+    with pytest.raises(PatchbenchError) as info:
+        ensure_env([tree_of(up)], spec, pb_home, recipe="ptx", console=quiet())
+    assert info.value.step == "verify"
+    assert "kernels/mini/csrc/a.o: no code for 12.0a (sm_120a); it holds sm_120f" in info.value.message
+    tool = cuobjdump(pb_home)
+    both = tmp_path / "both.o"
+    (tmp_path / "both.cu").write_text("__global__ void k(float* x) { x[threadIdx.x] += 1.0f; }\n")
+    subprocess.run([str(NVCC), "-gencode=arch=compute_120f,code=sm_120f",
+                    "-gencode=arch=compute_120a,code=compute_120a", "-c", str(tmp_path / "both.cu"),
+                    "-o", str(both)], check=True)
+    lines, held = build.cuda.read_holds(both, tool)
+    assert held.sass == {"sm_120f"} and held.ptx == {"sm_120a"}
+    assert "PTX file    1: both.1.sm_120a.ptx" in lines
+
+
 # --------------------------------------------------------------------------------------------
 # ccache across envs and tree paths
 # --------------------------------------------------------------------------------------------

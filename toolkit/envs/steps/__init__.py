@@ -15,6 +15,7 @@ arch checks.
     wheel       an unpacked-wheel tree zipped back into a wheel (from a dir or git)
     wheel_cache built wheels keyed by what produced them, shared by every env
     cuda        nvcc over `cuda` globs; cuobjdump verification
+    fatbin      what a binary holds (SASS, PTX per arch) from cuobjdump's text (pure)
     flashinfer  FlashInfer AOT check and ahead-of-time JIT modules
     flashinfer_sources  FlashInfer kernel sources and nvcc flags read from a tree (no import)
 

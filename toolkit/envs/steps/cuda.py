@@ -3,7 +3,6 @@ that every CUDA binary an env holds carries SASS for every declared arch."""
 
 from __future__ import annotations
 
-import re
 import subprocess
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -11,6 +10,7 @@ from typing import Any, Mapping, Sequence
 from toolkit.envs.steps.arch import gencode_flags, sm_name
 from toolkit.envs.steps.ccache import stats_delta
 from toolkit.envs.steps.context import BuildContext
+from toolkit.envs.steps.fatbin import Holds, holds, needs_headers
 from toolkit.envs.steps.python import export_tree
 from toolkit.envs.steps.toolchain import find_cuobjdump
 from toolkit.errors import BadInput, PatchbenchError
@@ -84,29 +84,31 @@ def say_no_cache(ctx: BuildContext) -> None:
 
 
 
-def cuda_binary_arches(path: Path, cuobjdump: Path) -> tuple[list[str], set[str]]:
-    """(`cuobjdump --list-elf` lines, the SASS arches the file holds: {"sm_120a", "sm_120f"...}).
-
-    --list-elf names a family cubin like a plain one (sm_120); the fatbin header printed by
-    `cuobjdump -res-usage` ("arch = sm_120f") tells them apart, so it is read when a plain name
-    shows up."""
-    out = subprocess.run([str(cuobjdump), "--list-elf", str(path)], capture_output=True,
+def read_holds(path: Path, cuobjdump: Path) -> tuple[list[str], Holds]:
+    """(`cuobjdump --list-elf --list-ptx` lines, what the file holds: SASS and PTX per arch), reading
+    `-res-usage`'s headers when a family cubin is listed under a plain name (toolkit.envs.steps.fatbin).
+    A file with no device code holds nothing; any other cuobjdump failure raises."""
+    out = subprocess.run([str(cuobjdump), "--list-elf", "--list-ptx", str(path)], capture_output=True,
                          text=True, stdin=subprocess.DEVNULL)
     text = out.stdout + out.stderr
     lines = [ln.strip() for ln in out.stdout.splitlines() if ln.strip()]
     if "does not contain device code" in text:
-        return lines, set()
+        return lines, Holds(frozenset(), frozenset())
     if out.returncode != 0:
-        raise PatchbenchError(f"cuobjdump --list-elf {path} failed: {text.strip()[-300:]}",
+        raise PatchbenchError(f"cuobjdump --list-elf --list-ptx {path} failed: {text.strip()[-300:]}",
                               step="verify")
-    arches = set(re.findall(r"\.(sm_\d+[af]?)\.cubin", out.stdout))
-    if any(re.fullmatch(r"sm_\d+", a) for a in arches):
-        res = subprocess.run([str(cuobjdump), "-res-usage", str(path)], capture_output=True,
-                             text=True, stdin=subprocess.DEVNULL)
-        header = set(re.findall(r"^arch = (sm_\d+[af]?)\s*$", res.stdout, re.M))
-        if header:
-            arches = header | {a for a in arches if not re.fullmatch(r"sm_\d+", a)}
-    return lines, arches
+    res_usage = None
+    if needs_headers(out.stdout):
+        res_usage = subprocess.run([str(cuobjdump), "-res-usage", str(path)], capture_output=True,
+                                   text=True, stdin=subprocess.DEVNULL).stdout
+    return lines, holds(out.stdout, res_usage)
+
+
+def cuda_binary_arches(path: Path, cuobjdump: Path) -> tuple[list[str], set[str]]:
+    """(the `--list-elf` lines, the SASS arches the file holds: {"sm_120a", "sm_120f"...}); PTX is
+    not SASS (a compute_120a PTX beside an sm_120f cubin does not make the file hold sm_120a)."""
+    lines, held = read_holds(path, cuobjdump)
+    return [ln for ln in lines if ln.startswith("ELF")], set(held.sass)
 
 
 def verify_arches(paths: Sequence[Path], arches: Sequence[str], *,
