@@ -5,7 +5,10 @@
     check_cache   static-check outcomes per (env key, arguments, server env, target)
     identity      the run identity: what makes two runs the same experiment (pure)
     pipeline      the run as named steps: apply_trees -> ensure_env -> static_check | launch ->
-                  verify -> benchmark -> check_evidence -> store; sweeps interleave repeats
+                  verify -> benchmark -> quality -> jit_arch -> check_evidence -> store; sweeps
+                  interleave repeats
+    jit_check     the jit-arch step: cuobjdump over the launch's FlashInfer JIT cache, kept with the run
+    jit_verdict   which of those modules hold an undeclared arch or predate the env (pure)
     attempt       the one place a run ends (ok, invalid, failed, interrupted), whatever happens
     evidence      did each patch run? server-log patterns and /server_info fields (pure)
     server        launch, readiness (/health_generate), /server_info, bind errors, crash lines

@@ -14,6 +14,7 @@ import json
 import signal
 import subprocess
 import threading
+import time
 import traceback
 import uuid
 from dataclasses import dataclass, field
@@ -91,6 +92,7 @@ class Attempt:
     # the benchmark's samples once it measured: a run that fails or is interrupted in a later step (the output
     # check, the evidence) is stored with them (not counted: only ok runs are), so no measured number is lost
     measured: list | None = None
+    started: float = field(default_factory=time.time)  # wall clock at its start: what this launch wrote
 
     @property
     def title(self) -> str:

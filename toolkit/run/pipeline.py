@@ -3,7 +3,7 @@ value and returns the next:
 
     Job -apply_trees-> Applied -ensure_env-> Built -static_check-> Prepared        (once per recipe)
     Attempt -launch-> Launched -verify-> Verified -benchmark-> Measured -quality-> Measured
-            -check_evidence-> Measured -store-> run id                             (once per repeat)
+            -jit_arch-> Measured -check_evidence-> Measured -store-> run id        (once per repeat)
 
 `prepare` runs the first three, `run_once` the rest inside `attempt.recorded`, the one place that
 finishes a run whatever happens: a step that raises finishes it `failed` (or `invalid`, for
@@ -25,7 +25,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from toolkit.results import metrics
-from toolkit.run import autotune_record, evidence, machine, quality as output_check, reaper, server as srv
+from toolkit.run import autotune_record, evidence, jit_check, machine, quality as output_check, reaper, server as srv
 from toolkit.run.attempt import Attempt, Prepared, RunInvalid, recorded, log_paths, signals_interrupt, supervise
 from toolkit.run.bench import Sample
 from toolkit.run.gpustate import record as gpu_record
@@ -260,6 +260,14 @@ def quality(measured: Measured) -> Measured:
     return Measured(measured.verified, [*measured.samples, *samples], [*measured.errors, *problems])
 
 
+@step("jit-arch")
+def jit_arch(value: Verified | Measured) -> Verified | Measured:
+    """What FlashInfer's JIT cache holds for this launch is the recipe's build.arch (toolkit.run.jit_check)."""
+    jit_check.check((value.verified if isinstance(value, Measured) else value).launched.attempt,
+                    samples=value.samples if isinstance(value, Measured) else None)
+    return value
+
+
 @step("evidence")
 def check_evidence(measured: Measured) -> Measured:
     """Did every patch run in the live server? The recipe's `[evidence]` against the server log and
@@ -310,18 +318,18 @@ def store(value: Verified | Measured) -> str:
     return attempt.run_id
 
 
-STEPS = (apply_trees, ensure_env, static_check, launch, verify, benchmark, quality, check_evidence, store)
+STEPS = (apply_trees, ensure_env, static_check, launch, verify, benchmark, quality, jit_arch, check_evidence, store)
 PREPARE_STEPS = STEPS[:3]
 MEASURE_STEPS = STEPS[3:]
 
 
 def steps_until(until: str) -> tuple[tuple, tuple]:
     """(prepare steps, measure steps) run when stopping after `until` (a STOPS name): the steps up
-    to it; `verify` still stores its verdict (launch -> verify -> store)."""
+    to it; `verify` still stores its verdict (launch -> verify -> jit_arch -> store)."""
     if until == "store":
         return PREPARE_STEPS, MEASURE_STEPS
     if until == "verify":
-        return PREPARE_STEPS, (launch, verify, store)
+        return PREPARE_STEPS, (launch, verify, jit_arch, store)
     names = [s.step_name for s in PREPARE_STEPS]
     if until not in names:
         raise BadInput(f"--until must be one of {', '.join(STOPS)}, not {until!r}")

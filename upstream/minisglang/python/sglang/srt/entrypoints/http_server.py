@@ -524,8 +524,9 @@ async def _serve(server_args: ServerArgs, child_pids, kill_child) -> None:
         finally:
             sys.stdout.flush()
 
-    from sglang.srt.model_executor import start_tuning
+    from sglang.srt.model_executor import flashinfer_jit, start_tuning
 
+    flashinfer_jit.maybe_build()  # FlashInfer's JIT at model load (after sglang's set_cuda_arch)
     start_tuning.maybe_tune()
     torch_step = None
     if server_args.mini_torch_step:

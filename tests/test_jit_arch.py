@@ -1,0 +1,117 @@
+"""The run's `jit-arch` step: what FlashInfer's JIT built during a launch holds the recipe's build.arch
+(toolkit.run.jit_check, toolkit.run.jit_verdict).
+
+The miniature stands in for FlashInfer's run-time JIT as sglang 0.5.23 drives it on SM120
+(upstream/minisglang .../flashinfer_jit.py): FlashInfer names its workspace from the arch list at
+import, sglang's set_cuda_arch then sets FLASHINFER_CUDA_ARCH_LIST to "12.0a", and the module is
+compiled by the real nvcc for the list in force, into the env's private cache. cuobjdump reads it."""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from conftest import demo_project
+from toolkit.cli import main
+from toolkit.envs.steps import find_nvcc
+from toolkit.envs.steps.fatbin import Holds
+from toolkit.results.store import Store
+from toolkit.run.jit_verdict import Module, verdict
+
+needs_nvcc = pytest.mark.skipif(find_nvcc() is None, reason="needs nvcc (compiles the JIT module)")
+
+SHORT = '[benchmark]\nconcurrency = [1]\nrepeats = 1\nnum_prompts = 4\noutput_len = 8\n'
+KERNEL = "__global__ void k(float* x) { x[threadIdx.x] *= 2.0f; }\n"
+
+
+def _recipe(proj: Path, name: str, *, arch: str, capability: str | None) -> None:
+    env = f'SGLANG_MINI_FLASHINFER_JIT = "{proj / "k.cu"}"\n'
+    if capability:
+        env += f'SGLANG_MINI_CUDA_CAPABILITY = "{capability}"\n'
+    (proj / f"recipes/t/{name}.toml").write_text(
+        f'extends = "demo/baseline"\n[build]\narch = ["{arch}"]\n[server.env]\n{env}' + SHORT)
+
+
+def _runs(home: Path) -> dict:
+    return {r.recipe: r for r in Store(home / "results.sqlite").runs()}
+
+
+@needs_nvcc
+def test_a_module_built_for_another_arch_than_declared_makes_the_run_invalid(tmp_path, home, monkeypatch, capsys):
+    proj = demo_project(tmp_path, monkeypatch)
+    (proj / "recipes/t").mkdir()
+    (proj / "k.cu").write_text(KERNEL)
+    _recipe(proj, "a", arch="12.0a", capability="12.0")  # set_cuda_arch's 12.0a is what was declared
+    _recipe(proj, "f-reset", arch="12.0f", capability="12.0")  # set_cuda_arch turns 12.0f into 12.0a
+    _recipe(proj, "f", arch="12.0f", capability=None)  # no reset: 12.0f as declared
+
+    assert main(["run", "t/a", "--fixed"]) == 0
+    a = _runs(home)["t/a"]
+    rec = a.extra["flashinfer_jit"]
+    assert rec["declared"] == ["12.0a"] and rec["cache"].endswith("/jit/.cache/flashinfer")
+    (mod,) = rec["modules"]
+    assert mod == {"path": "0.7.2/120a/cached_ops/mini_k/mini_k.so", "sass": ["sm_120a"], "ptx": [],
+                   "this_launch": True, "pinned": None}
+    assert rec["problems"] == []
+    log = Path(rec["log"])
+    assert "ELF file    1: mini_k.1.sm_120a.cubin" in log.read_text()
+
+    capsys.readouterr()
+    assert main(["run", "t/f-reset", "--fixed"]) == 1
+    err = capsys.readouterr().err
+    bad = _runs(home)["t/f-reset"]
+    assert bad.status == "invalid"
+    so = Path(bad.extra["flashinfer_jit"]["cache"]) / "0.7.2/120f/cached_ops/mini_k/mini_k.so"
+    assert bad.error.startswith(f"step jit-arch: {so} holds SASS sm_120a: sm_120a not in the recipe's "
+                                "build.arch 12.0f")
+    assert f"[cuobjdump: {bad.log_paths['run_dir']}/flashinfer_jit.log]" in bad.error
+    assert "t/f-reset repeat 0: INVALID: step jit-arch:" in " ".join(err.split())
+    assert [s.metric for s in Store(home / "results.sqlite").samples(bad.run_id)]  # the numbers stay with it
+
+    # the same env without the reset: the module is rebuilt for its new flags, and holds sm_120f
+    assert main(["run", "t/f", "--fixed"]) == 0
+    (mod,) = _runs(home)["t/f"].extra["flashinfer_jit"]["modules"]
+    assert mod["sass"] == ["sm_120f"] and mod["this_launch"] is True
+
+
+@needs_nvcc
+def test_a_module_older_than_the_env_is_a_stale_cache(tmp_path, home, monkeypatch):
+    proj = demo_project(tmp_path, monkeypatch)
+    (proj / "recipes/t").mkdir()
+    (proj / "k.cu").write_text(KERNEL)
+    _recipe(proj, "a", arch="12.0a", capability=None)
+    assert main(["run", "t/a", "--fixed"]) == 0
+    first = _runs(home)["t/a"]
+    so = Path(first.extra["flashinfer_jit"]["cache"]) / "0.7.2/120a/cached_ops/mini_k/mini_k.so"
+    manifest = json.loads((so.parents[7] / "patchbench-env.json").read_text())  # <env>/jit/.cache/flashinfer/...
+    built = datetime.fromisoformat(manifest["created_at"])
+    old = built.timestamp() - 3600
+    os.utime(so, (old, old))  # a module carried in from elsewhere (cp -a, a restored cache): loaded as is
+    assert main(["run", "t/a", "--fixed"]) == 1
+    second = [r for r in Store(home / "results.sqlite").runs() if r.run_id != first.run_id][0]
+    assert second.status == "invalid"
+    assert second.error.startswith(f"step jit-arch: {so} was written before this env was built: a stale "
+                                   "FlashInfer JIT cache")
+    (mod,) = second.extra["flashinfer_jit"]["modules"]
+    assert mod["this_launch"] is False
+
+
+def test_the_verdict_judges_list_following_modules_only():
+    """Pure: a module FlashInfer pins to its own arch (fp4_quantization_120f holds sm_120f in every
+    recipe) is not judged; a list-following one may hold only declared arches, not necessarily all."""
+    f = Holds(frozenset({"sm_120f"}), frozenset())
+    a = Holds(frozenset({"sm_120a"}), frozenset())
+    ptx = Holds(frozenset({"sm_120f"}), frozenset({"sm_120a"}))
+    assert verdict([Module("q.so", "fp4_quantization_120f", f, 10.0)], ["12.0a"], 1.0) == []
+    assert verdict([Module("g.so", "gemm_sm120", f, 10.0)], ["12.0f", "9.0a"], 1.0) == []
+    (problem,) = verdict([Module("g.so", "gemm_sm120", a, 10.0)], ["12.0f"], 1.0)
+    assert problem.startswith("g.so holds SASS sm_120a: sm_120a not in the recipe's build.arch 12.0f")
+    (problem,) = verdict([Module("g.so", "gemm_sm120", ptx, 10.0)], ["12.0f"], 1.0)
+    assert problem.startswith("g.so holds SASS sm_120f; PTX sm_120a: sm_120a not in")
+    assert verdict([Module("g.so", "gemm_sm120", a, 10.0)], [], 1.0) == []  # FlashInfer chose from the device
+    (stale,) = verdict([Module("q.so", "fp4_quantization_120f", f, 0.5)], ["12.0a"], 1.0)
+    assert "written before this env was built" in stale
