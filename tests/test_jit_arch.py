@@ -100,6 +100,23 @@ def test_a_module_older_than_the_env_is_a_stale_cache(tmp_path, home, monkeypatc
     assert mod["this_launch"] is False
 
 
+@pytest.mark.slow
+@needs_nvcc
+def test_a_profile_run_is_checked_the_same_way(tmp_path, home, monkeypatch, capsys):
+    proj = demo_project(tmp_path, monkeypatch)
+    (proj / "recipes/t").mkdir()
+    (proj / "k.cu").write_text(KERNEL)
+    (proj / "recipes/t/tf.toml").write_text(
+        f'extends = "demo/torch-baseline"\n[build]\narch = ["12.0f"]\n[server.env]\n'
+        f'SGLANG_MINI_FLASHINFER_JIT = "{proj / "k.cu"}"\nSGLANG_MINI_CUDA_CAPABILITY = "12.0"\n')
+    assert main(["profile", "t/tf", "--steps", "5"]) == 1
+    assert "stored INVALID: step jit-arch:" in " ".join(capsys.readouterr().err.split())
+    [run] = Store(home / "results.sqlite").runs(recipe="t/tf")
+    assert run.status == "invalid" and run.extra["kind"] == "profile"
+    assert "holds SASS sm_120a: sm_120a not in the recipe's build.arch 12.0f" in run.error
+    assert [m["sass"] for m in run.extra["flashinfer_jit"]["modules"]] == [["sm_120a"]]
+
+
 def test_the_verdict_judges_list_following_modules_only():
     """Pure: a module FlashInfer pins to its own arch (fp4_quantization_120f holds sm_120f in every
     recipe) is not judged; a list-following one may hold only declared arches, not necessarily all."""

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from toolkit.run import evidence, machine, server as srv
+from toolkit.run import evidence, jit_check, machine, server as srv
 from toolkit.errors import NoGPU, PatchbenchError
 from toolkit.profile.breakdown import breakdown, decode_stage, idle_only
 from toolkit.profile.capture import accepted_fields, capture, profile_body, short_trace
@@ -95,6 +95,7 @@ def profile_recipe(recipe: Recipe, *, home: Path, store, concurrency: int, steps
                     "profiling it needs the GPU it runs on", step="launch")
     run_id = uuid.uuid4().hex
     run_dir = home / "runs" / run_id
+    started = time.time()  # what this launch wrote in the JIT cache (toolkit.run.jit_check)
     environ = launch_environ(p.env.run_environ(), recipe.server.env, run_dir)
     accepted, source = accepted_fields(p.env.python, environ)
     trace_dir = run_dir / "profile"
@@ -162,6 +163,10 @@ def profile_recipe(recipe: Recipe, *, home: Path, store, concurrency: int, steps
     if status == "ok" and not verdict.ok:
         status, error = "invalid", "activation evidence missing: " + "; ".join(verdict.problems)
         verification += verdict.problems
+    jit = extra["flashinfer_jit"] = jit_check.inspect(recipe, p.env, home, run_dir, started)  # kernels as declared?
+    if status == "ok" and jit["problems"]:
+        status, error = "invalid", jit["problems"][0]
+        verification += jit["problems"]
     store.finish_run(run_id, status, samples=samples, server_info=info, config_verified=True, timings=timings,
                      server_argv=["-m", "sglang.launch_server", *argv],
                      verification=verification, error=error,

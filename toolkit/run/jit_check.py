@@ -1,4 +1,4 @@
-"""The run's `jit-arch` step: read with cuobjdump what every module in the launch's FlashInfer JIT cache
+"""The run's `jit-arch` step (and a profile run's same check): read with cuobjdump what every module in the launch's FlashInfer JIT cache
 holds, keep it with the run (extra["flashinfer_jit"], the listing in `flashinfer_jit.log` in the run
 directory) and refuse the run (`invalid`) when a module holds an arch the recipe did not declare or
 predates the env (toolkit.run.jit_verdict, pure). Effects: runs cuobjdump, writes one log file.
@@ -18,17 +18,17 @@ from pathlib import Path
 
 from toolkit.envs.steps.cuda import read_holds
 from toolkit.envs.steps.toolchain import find_cuobjdump
+from toolkit.envs import Env
+from toolkit.recipe.load import Recipe
 from toolkit.run.attempt import Attempt, RunInvalid
 from toolkit.run.jit_verdict import Module, pinned_by, verdict
 
 LOG = "flashinfer_jit.log"
 
 
-def cache_root(attempt: Attempt) -> Path:
-    """FlashInfer's cache directory for this launch ($FLASHINFER_WORKSPACE_BASE/.cache/flashinfer)."""
-    p = attempt.prepared
-    base = dict(p.recipe.server.env).get("FLASHINFER_WORKSPACE_BASE") or \
-        p.env.run_vars()["FLASHINFER_WORKSPACE_BASE"]
+def cache_root(recipe: Recipe, env: Env) -> Path:
+    """FlashInfer's cache directory for a launch ($FLASHINFER_WORKSPACE_BASE/.cache/flashinfer)."""
+    base = dict(recipe.server.env).get("FLASHINFER_WORKSPACE_BASE") or env.run_vars()["FLASHINFER_WORKSPACE_BASE"]
     return Path(os.path.expanduser(str(base))) / ".cache" / "flashinfer"
 
 
@@ -39,49 +39,60 @@ def env_built(manifest: dict) -> float | None:
         return None
 
 
-def _cuobjdump(attempt: Attempt) -> Path | None:
-    toolchain = attempt.prepared.env.manifest.get("toolchain") or {}
+def _cuobjdump(env: Env, home: Path) -> Path | None:
+    toolchain = env.manifest.get("toolchain") or {}
     recorded = (toolchain.get("tools") or {}).get("cuobjdump")
     if recorded and Path(recorded).is_file():
         return Path(recorded)
-    return find_cuobjdump(attempt.home, toolchain.get("cuda_home"))
+    return find_cuobjdump(home, toolchain.get("cuda_home"))
 
 
-def check(attempt: Attempt, samples: list | None = None) -> None:
-    """Record what FlashInfer's JIT cache holds for this launch; RunInvalid (one line: the step, the
-    module's .so and the log) when a module holds an undeclared arch or predates the env; `samples`: what
-    the run measured, kept with it."""
-    p = attempt.prepared
-    root = cache_root(attempt)
+def inspect(recipe: Recipe, env: Env, home: Path, run_dir: Path, started: float) -> dict:
+    """What the launch's FlashInfer JIT cache holds, as the run keeps it (extra["flashinfer_jit"]):
+    cache, declared, modules [{path, sass, ptx, this_launch (written after `started`), pinned}],
+    problems (one line each, the step named; empty: as declared) and, when there are modules, the log
+    holding cuobjdump's listings (`run_dir`/flashinfer_jit.log)."""
+    root = cache_root(recipe, env)
     paths = sorted(root.glob("*/*/cached_ops/*/*.so")) if root.is_dir() else []
-    declared = list(p.recipe.build.arch)
-    record: dict = {"cache": str(root), "declared": declared, "modules": []}
-    attempt.extra["flashinfer_jit"] = record
+    declared = list(recipe.build.arch)
+    record: dict = {"cache": str(root), "declared": declared, "modules": [], "problems": []}
     if not paths:
-        return
-    log = attempt.run_dir / LOG
-    attempt.logs["flashinfer_jit"] = log
+        return record
+    log = run_dir / LOG
     record["log"] = str(log)
-    tool = _cuobjdump(attempt)
+    tool = _cuobjdump(env, home)
     if tool is None:
-        raise RunInvalid(f"step jit-arch: {len(paths)} FlashInfer JIT module(s) in {root} and no cuobjdump "
-                         "to read their arches (install the CUDA toolkit or PyPI nvidia-cuda-cuobjdump)",
-                         samples=samples, config_verified=True)
+        record["problems"] = [f"step jit-arch: {len(paths)} FlashInfer JIT module(s) in {root} and no cuobjdump to "
+                              "read their arches (install the CUDA toolkit or PyPI nvidia-cuda-cuobjdump)"]
+        return record
     modules, text = [], []
     for so in paths:
         lines, held = read_holds(so, tool)
         mtime = so.stat().st_mtime
-        shown = so.relative_to(root).as_posix()
         modules.append(Module(str(so), so.parent.name, held, mtime))
-        record["modules"].append({"path": shown, "sass": sorted(held.sass), "ptx": sorted(held.ptx),
-                                  "this_launch": mtime >= attempt.started, "pinned": pinned_by(so.parent.name)})
+        record["modules"].append({"path": so.relative_to(root).as_posix(), "sass": sorted(held.sass),
+                                  "ptx": sorted(held.ptx), "this_launch": mtime >= started,
+                                  "pinned": pinned_by(so.parent.name)})
         text += [f"{so}:", *(f"    {ln}" for ln in lines or ["(no device code)"]),
                  f"    holds: SASS {', '.join(sorted(held.sass)) or '-'}; PTX {', '.join(sorted(held.ptx)) or '-'}"]
-    problems = verdict(modules, declared, env_built(p.env.manifest))
-    record["problems"] = problems
+    problems = verdict(modules, declared, env_built(env.manifest))
     log.write_text("\n".join([f"declared build.arch: {', '.join(declared) or '(none)'}", *text,
                               *(["PROBLEMS:", *problems] if problems else [])]) + "\n")
     if problems:
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-        raise RunInvalid(f"step jit-arch: {problems[0]}{more} [cuobjdump: {log}]", problems=problems,
-                         samples=samples, config_verified=True)
+        record["problems"] = [f"step jit-arch: {problems[0]}{more} [cuobjdump: {log}]", *problems[1:]]
+    return record
+
+
+def check(attempt: Attempt, samples: list | None = None) -> None:
+    """The pipeline's step: `inspect` kept with the run; RunInvalid (one line: the step, the module's
+    .so and the log) when a module holds an undeclared arch or predates the env; `samples`: what the
+    run measured, kept with it."""
+    p = attempt.prepared
+    record = attempt.extra["flashinfer_jit"] = inspect(p.recipe, p.env, attempt.home, attempt.run_dir,
+                                                       attempt.started)
+    if record.get("log"):
+        attempt.logs["flashinfer_jit"] = Path(record["log"])
+    if record["problems"]:
+        raise RunInvalid(record["problems"][0], problems=record["problems"], samples=samples,
+                         config_verified=True)
