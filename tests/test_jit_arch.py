@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from datetime import datetime
 from pathlib import Path
 
@@ -55,7 +56,7 @@ def test_a_module_built_for_another_arch_than_declared_makes_the_run_invalid(tmp
     assert rec["declared"] == ["12.0a"] and rec["cache"].endswith("/jit/.cache/flashinfer")
     (mod,) = rec["modules"]
     assert mod == {"path": "0.7.2/120a/cached_ops/mini_k/mini_k.so", "sass": ["sm_120a"], "ptx": [],
-                   "this_launch": True, "pinned": None}
+                   "this_launch": True, "loaded": True, "pinned": None}
     assert rec["problems"] == []
     log = Path(rec["log"])
     assert "ELF file    1: mini_k.1.sm_120a.cubin" in log.read_text()
@@ -79,25 +80,36 @@ def test_a_module_built_for_another_arch_than_declared_makes_the_run_invalid(tmp
 
 
 @needs_nvcc
-def test_a_module_older_than_the_env_is_a_stale_cache(tmp_path, home, monkeypatch):
+def test_a_module_older_than_the_env_is_a_stale_cache_one_this_launch_never_ran_is_not_judged(
+        tmp_path, home, monkeypatch):
     proj = demo_project(tmp_path, monkeypatch)
     (proj / "recipes/t").mkdir()
     (proj / "k.cu").write_text(KERNEL)
     _recipe(proj, "a", arch="12.0a", capability=None)
     assert main(["run", "t/a", "--fixed"]) == 0
     first = _runs(home)["t/a"]
-    so = Path(first.extra["flashinfer_jit"]["cache"]) / "0.7.2/120a/cached_ops/mini_k/mini_k.so"
-    manifest = json.loads((so.parents[7] / "patchbench-env.json").read_text())  # <env>/jit/.cache/flashinfer/...
-    built = datetime.fromisoformat(manifest["created_at"])
-    old = built.timestamp() - 3600
+    cache = Path(first.extra["flashinfer_jit"]["cache"])
+    so = cache / "0.7.2/120a/cached_ops/mini_k/mini_k.so"
+
+    # another launch of this env (a recipe sharing it, other server settings) left a module for sm_120f
+    other = cache / "0.7.2/120a/cached_ops/other/other.so"
+    other.parent.mkdir(parents=True)
+    subprocess.run([str(find_nvcc()), "-shared", "-Xcompiler", "-fPIC", "-gencode=arch=compute_120f,code=sm_120f",
+                    str(proj / "k.cu"), "-o", str(other)], check=True)
+    assert main(["run", "t/a", "--fixed"]) == 0
+    second = [r for r in Store(home / "results.sqlite").runs() if r.run_id != first.run_id][0]
+    mods = {m["path"].split("/")[-1]: m for m in second.extra["flashinfer_jit"]["modules"]}
+    assert mods["other.so"]["sass"] == ["sm_120f"] and mods["other.so"]["loaded"] is False
+    assert mods["mini_k.so"]["loaded"] is True and mods["mini_k.so"]["this_launch"] is False  # loaded as built
+    assert second.extra["flashinfer_jit"]["problems"] == []
+
+    manifest = json.loads((cache.parents[2] / "patchbench-env.json").read_text())  # <env>/jit/.cache/flashinfer
+    old = datetime.fromisoformat(manifest["created_at"]).timestamp() - 3600
     os.utime(so, (old, old))  # a module carried in from elsewhere (cp -a, a restored cache): loaded as is
     assert main(["run", "t/a", "--fixed"]) == 1
-    second = [r for r in Store(home / "results.sqlite").runs() if r.run_id != first.run_id][0]
-    assert second.status == "invalid"
-    assert second.error.startswith(f"step jit-arch: {so} was written before this env was built: a stale "
-                                   "FlashInfer JIT cache")
-    (mod,) = second.extra["flashinfer_jit"]["modules"]
-    assert mod["this_launch"] is False
+    third = [r for r in Store(home / "results.sqlite").runs() if r.status == "invalid"][0]
+    assert third.error.startswith(f"step jit-arch: {so} was written before this env was built: a stale "
+                                  "FlashInfer JIT cache")
 
 
 @pytest.mark.slow
@@ -130,5 +142,6 @@ def test_the_verdict_judges_list_following_modules_only():
     (problem,) = verdict([Module("g.so", "gemm_sm120", ptx, 10.0)], ["12.0f"], 1.0)
     assert problem.startswith("g.so holds SASS sm_120f; PTX sm_120a: sm_120a not in")
     assert verdict([Module("g.so", "gemm_sm120", a, 10.0)], [], 1.0) == []  # FlashInfer chose from the device
+    assert verdict([Module("g.so", "gemm_sm120", a, 10.0, used=False)], ["12.0f"], 1.0) == []  # not this launch's
     (stale,) = verdict([Module("q.so", "fp4_quantization_120f", f, 0.5)], ["12.0a"], 1.0)
     assert "written before this env was built" in stale

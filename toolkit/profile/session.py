@@ -17,6 +17,7 @@ from pathlib import Path
 from rich.console import Console
 
 from toolkit.run import evidence, jit_check, machine, server as srv
+from toolkit.run.gpustate.owners import tree_of
 from toolkit.errors import NoGPU, PatchbenchError
 from toolkit.profile.breakdown import breakdown, decode_stage, idle_only
 from toolkit.profile.capture import accepted_fields, capture, profile_body, short_trace
@@ -145,6 +146,7 @@ def profile_recipe(recipe: Recipe, *, home: Path, store, concurrency: int, steps
                           console=console, ranks=_tp_ranks(info, recipe), log=server_log)
             timings["profile"] = time.monotonic() - t0
             server.check_alive()
+            jit = jit_check.inspect(recipe, p.env, home, run_dir, started, tree_of(server.proc.pid))  # as declared?
     except srv.ServerFailed as exc:
         store.finish_run(run_id, "failed", error=str(exc.message), log_tail=exc.tail, server_info=info,
                          timings=timings)
@@ -163,7 +165,7 @@ def profile_recipe(recipe: Recipe, *, home: Path, store, concurrency: int, steps
     if status == "ok" and not verdict.ok:
         status, error = "invalid", "activation evidence missing: " + "; ".join(verdict.problems)
         verification += verdict.problems
-    jit = extra["flashinfer_jit"] = jit_check.inspect(recipe, p.env, home, run_dir, started)  # kernels as declared?
+    extra["flashinfer_jit"] = jit
     if status == "ok" and jit["problems"]:
         status, error = "invalid", jit["problems"][0]
         verification += jit["problems"]

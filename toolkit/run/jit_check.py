@@ -7,7 +7,9 @@ The cache is where the launch pointed FlashInfer: FLASHINFER_WORKSPACE_BASE (the
 toolkit.envs.manifest.JIT_CACHES, unless the recipe's `[server.env]` sets it), then
 .cache/flashinfer/<version>/<archs>/cached_ops/<name>/<name>.so (FlashInfer 0.7.2 jit/env.py and
 jit/core.py). Every module there is one this env's servers (this launch or an earlier one) built or
-may load; each is said with whether this launch wrote it.
+may load; each is said with whether this launch wrote it and whether the server's processes have it
+mapped now (/proc/<pid>/maps of the server's tree: FlashInfer dlopens a module, tvm_ffi.load_module,
+and never unloads it; None where the server is gone, as after one-batch).
 """
 
 from __future__ import annotations
@@ -15,12 +17,14 @@ from __future__ import annotations
 import os
 from datetime import datetime
 from pathlib import Path
+from typing import Iterable
 
 from toolkit.envs.steps.cuda import read_holds
 from toolkit.envs.steps.toolchain import find_cuobjdump
 from toolkit.envs import Env
 from toolkit.recipe.load import Recipe
 from toolkit.run.attempt import Attempt, RunInvalid
+from toolkit.run.gpustate.owners import tree_of
 from toolkit.run.jit_verdict import Module, pinned_by, verdict
 
 LOG = "flashinfer_jit.log"
@@ -47,9 +51,25 @@ def _cuobjdump(env: Env, home: Path) -> Path | None:
     return find_cuobjdump(home, toolchain.get("cuda_home"))
 
 
-def inspect(recipe: Recipe, env: Env, home: Path, run_dir: Path, started: float) -> dict:
+def mapped(pids: Iterable[int]) -> set[str] | None:
+    """The .so files the processes `pids` have mapped (resolved paths); None when none could be read."""
+    out: set[str] | None = None
+    for pid in pids:
+        try:
+            text = Path(f"/proc/{pid}/maps").read_text()
+        except OSError:
+            continue
+        out = out or set()
+        out |= {line.split(maxsplit=5)[5] for line in text.splitlines()
+                if len(line.split(maxsplit=5)) == 6 and ".so" in line.rsplit("/", 1)[-1]}
+    return out
+
+
+def inspect(recipe: Recipe, env: Env, home: Path, run_dir: Path, started: float,
+            server_pids: Iterable[int] = ()) -> dict:
     """What the launch's FlashInfer JIT cache holds, as the run keeps it (extra["flashinfer_jit"]):
-    cache, declared, modules [{path, sass, ptx, this_launch (written after `started`), pinned}],
+    cache, declared, modules [{path, sass, ptx, this_launch (written after `started`), loaded (mapped
+    by `server_pids` now; None: unknown), pinned}],
     problems (one line each, the step named; empty: as declared) and, when there are modules, the log
     holding cuobjdump's listings (`run_dir`/flashinfer_jit.log)."""
     root = cache_root(recipe, env)
@@ -66,12 +86,14 @@ def inspect(recipe: Recipe, env: Env, home: Path, run_dir: Path, started: float)
                               "read their arches (install the CUDA toolkit or PyPI nvidia-cuda-cuobjdump)"]
         return record
     modules, text = [], []
+    maps = mapped(server_pids)
     for so in paths:
         lines, held = read_holds(so, tool)
         mtime = so.stat().st_mtime
-        modules.append(Module(str(so), so.parent.name, held, mtime))
+        loaded = None if maps is None else os.path.realpath(so) in maps
+        modules.append(Module(str(so), so.parent.name, held, mtime, used=loaded is not False or mtime >= started))
         record["modules"].append({"path": so.relative_to(root).as_posix(), "sass": sorted(held.sass),
-                                  "ptx": sorted(held.ptx), "this_launch": mtime >= started,
+                                  "ptx": sorted(held.ptx), "this_launch": mtime >= started, "loaded": loaded,
                                   "pinned": pinned_by(so.parent.name)})
         text += [f"{so}:", *(f"    {ln}" for ln in lines or ["(no device code)"]),
                  f"    holds: SASS {', '.join(sorted(held.sass)) or '-'}; PTX {', '.join(sorted(held.ptx)) or '-'}"]
@@ -84,13 +106,13 @@ def inspect(recipe: Recipe, env: Env, home: Path, run_dir: Path, started: float)
     return record
 
 
-def check(attempt: Attempt, samples: list | None = None) -> None:
+def check(attempt: Attempt, samples: list | None = None, server_pid: int | None = None) -> None:
     """The pipeline's step: `inspect` kept with the run; RunInvalid (one line: the step, the module's
     .so and the log) when a module holds an undeclared arch or predates the env; `samples`: what the
-    run measured, kept with it."""
+    run measured, kept with it; `server_pid`: the live server, whose tree's mapped modules are read."""
     p = attempt.prepared
     record = attempt.extra["flashinfer_jit"] = inspect(p.recipe, p.env, attempt.home, attempt.run_dir,
-                                                       attempt.started)
+                                                       attempt.started, tree_of(server_pid) if server_pid else ())
     if record.get("log"):
         attempt.logs["flashinfer_jit"] = Path(record["log"])
     if record["problems"]:

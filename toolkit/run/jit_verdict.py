@@ -18,7 +18,10 @@ The rules, per module (cached_ops/<name>/<name>.so):
 - a module FlashInfer builds for its own fixed arch whatever the list (`PINNED`, each with where
   FlashInfer 0.7.2 says so) is recorded, not judged;
 - a module written before the env was built is not this env's build (a stale cache: FlashInfer loads
-  a module whose .so exists and ninja finds up to date): a problem whatever it holds.
+  a module whose .so exists and ninja finds up to date): a problem whatever it holds;
+- only modules the launch wrote or loaded are judged (`used`): another launch of the same env (a recipe
+  sharing it, with other server settings) may have left modules this one never ran. Where the launch's
+  loaded modules cannot be read (its server gone), every module counts as used.
 No declared arch: FlashInfer chose from the device; recorded, not judged.
 
 Error rate: deterministic, no sampling. A false failure needs a module that pins its own arch and is
@@ -53,12 +56,14 @@ PINNED: tuple[tuple[str, str], ...] = (
 
 @dataclass(frozen=True)
 class Module:
-    """One FlashInfer JIT module in the cache: its path (as shown), name, what it holds, its mtime."""
+    """One FlashInfer JIT module in the cache: its path (as shown), name, what it holds, its mtime,
+    and whether the launch wrote or loaded it."""
 
     path: str
     name: str
     holds: Holds
     mtime: float
+    used: bool = True
 
 
 def pinned_by(name: str) -> str | None:
@@ -68,6 +73,8 @@ def pinned_by(name: str) -> str | None:
 
 def module_problem(m: Module, declared: Sequence[str], env_built: float | None) -> str | None:
     """The one-line problem of one module, or None."""
+    if not m.used:
+        return None
     if env_built is not None and m.mtime < env_built:
         return (f"{m.path} was written before this env was built: a stale FlashInfer JIT cache, "
                 "not this env's kernel")

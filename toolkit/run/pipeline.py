@@ -263,8 +263,8 @@ def quality(measured: Measured) -> Measured:
 @step("jit-arch")
 def jit_arch(value: Verified | Measured) -> Verified | Measured:
     """What FlashInfer's JIT cache holds for this launch is the recipe's build.arch (toolkit.run.jit_check)."""
-    jit_check.check((value.verified if isinstance(value, Measured) else value).launched.attempt,
-                    samples=value.samples if isinstance(value, Measured) else None)
+    launched = (value.verified if isinstance(value, Measured) else value).launched
+    jit_check.check(launched.attempt, getattr(value, "samples", None), launched.server and launched.server.proc.pid)
     return value
 
 

@@ -19,11 +19,14 @@ The miniature has no GPU: `SGLANG_MINI_CUDA_CAPABILITY` ("12.0") is the device s
 (unset: no set_cuda_arch, as without flashinfer or a CUDA device), and `SGLANG_MINI_FLASHINFER_JIT`
 names a .cu file the "module" is compiled from with nvcc ($CUDA_HOME/bin or PATH), for the list in
 force after set_cuda_arch. A module whose .so exists and whose flags did not change is loaded as it is
-(FlashInfer writes build.ninja beside it and ninja rebuilds only when the command changed).
+(FlashInfer writes build.ninja beside it and ninja rebuilds only when the command changed). Either way
+the server process dlopens it and keeps it, as FlashInfer does (tvm_ffi.load_module): a CUDA .so
+loads without a GPU (its fatbin is registered, nothing runs).
 """
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import shutil
@@ -33,6 +36,7 @@ from pathlib import Path
 logger = logging.getLogger("flashinfer.jit")
 
 VERSION = "0.7.2"
+_LOADED: list = []  # the modules this process loaded (never unloaded)
 
 
 def _arches(value: str) -> list[tuple[int, str]]:
@@ -75,6 +79,7 @@ def maybe_build() -> None:
     ninja = so.parent / "build.ninja"
     if so.exists() and ninja.is_file() and ninja.read_text() == " ".join(gencode):
         logger.info("Loading JIT module %s from %s", name, so)
+        _LOADED.append(ctypes.CDLL(str(so)))
         return
     so.parent.mkdir(parents=True, exist_ok=True)
     ninja.write_text(" ".join(gencode))
@@ -82,3 +87,4 @@ def maybe_build() -> None:
     subprocess.run([_nvcc(), "-shared", "-Xcompiler", "-fPIC", *gencode, source, "-o", str(so)],
                    check=True, stdin=subprocess.DEVNULL)
     logger.info("JIT module %s built for %s: %s", name, " ".join(f"sm_{m}{n}" for m, n in now), so)
+    _LOADED.append(ctypes.CDLL(str(so)))
