@@ -2,9 +2,10 @@
 (toolkit.run.jit_check, toolkit.run.jit_verdict).
 
 The miniature stands in for FlashInfer's run-time JIT as sglang 0.5.23 drives it on SM120
-(upstream/minisglang .../flashinfer_jit.py): FlashInfer names its workspace from the arch list at
-import, sglang's set_cuda_arch then sets FLASHINFER_CUDA_ARCH_LIST to "12.0a", and the module is
-compiled by the real nvcc for the list in force, into the env's private cache. cuobjdump reads it."""
+(upstream/minisglang .../flashinfer_jit.py): FlashInfer reads the arch list when imported, sglang's
+set_cuda_arch then sets FLASHINFER_CUDA_ARCH_LIST to "12.0a"; imported before (0.5.23's scheduler), the
+recipe's list holds, imported after, the module is built for 12.0a. The real nvcc compiles the module
+into the env's private cache, cuobjdump reads it."""
 
 from __future__ import annotations
 
@@ -29,10 +30,12 @@ SHORT = '[benchmark]\nconcurrency = [1]\nrepeats = 1\nnum_prompts = 4\noutput_le
 KERNEL = "__global__ void k(float* x) { x[threadIdx.x] *= 2.0f; }\n"
 
 
-def _recipe(proj: Path, name: str, *, arch: str, capability: str | None) -> None:
+def _recipe(proj: Path, name: str, *, arch: str, capability: str | None, late: bool = False) -> None:
     env = f'SGLANG_MINI_FLASHINFER_JIT = "{proj / "k.cu"}"\n'
     if capability:
         env += f'SGLANG_MINI_CUDA_CAPABILITY = "{capability}"\n'
+    if late:
+        env += 'SGLANG_MINI_FLASHINFER_IMPORT = "after"\n'
     (proj / f"recipes/t/{name}.toml").write_text(
         f'extends = "demo/baseline"\n[build]\narch = ["{arch}"]\n[server.env]\n{env}' + SHORT)
 
@@ -46,9 +49,9 @@ def test_a_module_built_for_another_arch_than_declared_makes_the_run_invalid(tmp
     proj = demo_project(tmp_path, monkeypatch)
     (proj / "recipes/t").mkdir()
     (proj / "k.cu").write_text(KERNEL)
-    _recipe(proj, "a", arch="12.0a", capability="12.0")  # set_cuda_arch's 12.0a is what was declared
-    _recipe(proj, "f-reset", arch="12.0f", capability="12.0")  # set_cuda_arch turns 12.0f into 12.0a
-    _recipe(proj, "f", arch="12.0f", capability=None)  # no reset: 12.0f as declared
+    _recipe(proj, "a", arch="12.0a", capability="12.0", late=True)  # set_cuda_arch's 12.0a is what was declared
+    _recipe(proj, "f-reset", arch="12.0f", capability="12.0", late=True)  # FlashInfer imported after the reset
+    _recipe(proj, "f", arch="12.0f", capability="12.0")  # imported before it, as in 0.5.23's scheduler
 
     assert main(["run", "t/a", "--fixed"]) == 0
     a = _runs(home)["t/a"]
@@ -66,17 +69,20 @@ def test_a_module_built_for_another_arch_than_declared_makes_the_run_invalid(tmp
     err = capsys.readouterr().err
     bad = _runs(home)["t/f-reset"]
     assert bad.status == "invalid"
-    so = Path(bad.extra["flashinfer_jit"]["cache"]) / "0.7.2/120f/cached_ops/mini_k/mini_k.so"
+    so = Path(bad.extra["flashinfer_jit"]["cache"]) / "0.7.2/120a/cached_ops/mini_k/mini_k.so"
     assert bad.error.startswith(f"step jit-arch: {so} holds SASS sm_120a: sm_120a not in the recipe's "
                                 "build.arch 12.0f")
     assert f"[cuobjdump: {bad.log_paths['run_dir']}/flashinfer_jit.log]" in bad.error
     assert "t/f-reset repeat 0: INVALID: step jit-arch:" in " ".join(err.split())
     assert [s.metric for s in Store(home / "results.sqlite").samples(bad.run_id)]  # the numbers stay with it
 
-    # the same env without the reset: the module is rebuilt for its new flags, and holds sm_120f
+    # the same env, FlashInfer imported before the reset: built for 12.0f; the 12.0a module the other
+    # launch left is neither written nor loaded by this one: recorded, not judged
     assert main(["run", "t/f", "--fixed"]) == 0
-    (mod,) = _runs(home)["t/f"].extra["flashinfer_jit"]["modules"]
-    assert mod["sass"] == ["sm_120f"] and mod["this_launch"] is True
+    mods = {m["path"]: m for m in _runs(home)["t/f"].extra["flashinfer_jit"]["modules"]}
+    assert mods["0.7.2/120f/cached_ops/mini_k/mini_k.so"]["sass"] == ["sm_120f"]
+    assert mods["0.7.2/120f/cached_ops/mini_k/mini_k.so"]["this_launch"] is True
+    assert mods["0.7.2/120a/cached_ops/mini_k/mini_k.so"]["loaded"] is False
 
 
 @needs_nvcc
@@ -120,7 +126,8 @@ def test_a_profile_run_is_checked_the_same_way(tmp_path, home, monkeypatch, caps
     (proj / "k.cu").write_text(KERNEL)
     (proj / "recipes/t/tf.toml").write_text(
         f'extends = "demo/torch-baseline"\n[build]\narch = ["12.0f"]\n[server.env]\n'
-        f'SGLANG_MINI_FLASHINFER_JIT = "{proj / "k.cu"}"\nSGLANG_MINI_CUDA_CAPABILITY = "12.0"\n')
+        f'SGLANG_MINI_FLASHINFER_JIT = "{proj / "k.cu"}"\nSGLANG_MINI_CUDA_CAPABILITY = "12.0"\n'
+        'SGLANG_MINI_FLASHINFER_IMPORT = "after"\n')
     assert main(["profile", "t/tf", "--steps", "5"]) == 1
     assert "stored INVALID: step jit-arch:" in " ".join(capsys.readouterr().err.split())
     [run] = Store(home / "results.sqlite").runs(recipe="t/tf")

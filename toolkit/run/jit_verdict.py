@@ -2,13 +2,13 @@
 the env's FlashInfer cache holds (toolkit.envs.steps.fatbin, read with cuobjdump). Pure.
 
 Why a run needs it (read against sglang 0.5.23 and FlashInfer 0.7.2): FlashInfer reads
-FLASHINFER_CUDA_ARCH_LIST when it is imported (compilation_context.py, CompilationContext.__init__),
-but sglang's model load then sets that variable to the device's arch + "a" (srt/utils/common.py,
-set_cuda_arch, called from model_executor/model_runner.py load_model: "12.0a" on SM120), and a module
-that refreshes FlashInfer's compilation context (jit/core.py, refresh_current_compilation_context;
-it mutates the shared context, so every module built after it follows) builds for that list, into
-the workspace directory named at import ("120f"). A recipe's 12.0f is then a label, not the kernel
-measured; the directory name cannot tell, only the binary can.
+FLASHINFER_CUDA_ARCH_LIST once, when it is imported (compilation_context.py, CompilationContext.__init__;
+jit/core.py `current_compilation_context`; refresh_current_compilation_context re-reads it only when that
+set came out empty), and sglang's model load then sets the variable to the device's arch + "a"
+(srt/utils/common.py set_cuda_arch, called from model_executor/model_runner.py load_model: "12.0a" on
+SM120). A recipe's 12.0f holds only because the scheduler imported FlashInfer first; a process that
+imports it after the reset (a child inheriting the environment, a patch deferring the import, another
+release) builds for 12.0a. Only the binary says which arch was built.
 
 The rules, per module (cached_ops/<name>/<name>.so):
 - a module that follows the arch list may hold code (SASS or PTX) only for declared arches: a
@@ -87,7 +87,7 @@ def module_problem(m: Module, declared: Sequence[str], env_built: float | None) 
     kinds = [("SASS", m.holds.sass), ("PTX", m.holds.ptx)]
     held = "; ".join(f"{kind} {', '.join(sorted(arches))}" for kind, arches in kinds if arches)
     return (f"{m.path} holds {held}: {', '.join(extra)} not in the recipe's build.arch "
-            f"{', '.join(declared)} (built after sglang's set_cuda_arch reset FLASHINFER_CUDA_ARCH_LIST?)")
+            f"{', '.join(declared)} (FlashInfer imported after sglang's set_cuda_arch reset FLASHINFER_CUDA_ARCH_LIST?)")
 
 
 def verdict(modules: Sequence[Module], declared: Sequence[str], env_built: float | None) -> list[str]:
