@@ -102,8 +102,12 @@ def test_a_module_older_than_the_env_is_a_stale_cache_one_this_launch_never_ran_
     other.parent.mkdir(parents=True)
     subprocess.run([str(find_nvcc()), "-shared", "-Xcompiler", "-fPIC", "-gencode=arch=compute_120f,code=sm_120f",
                     str(proj / "k.cu"), "-o", str(other)], check=True)
+    junk = cache / "0.7.2/120a/cached_ops/junk/junk.so"  # half-written by a concurrent launch
+    junk.parent.mkdir(parents=True)
+    junk.write_text("junk")
     assert main(["run", "t/a", "--fixed"]) == 0
     second = [r for r in Store(home / "results.sqlite").runs() if r.run_id != first.run_id][0]
+    assert "Invalid fatbin header" in Path(second.extra["flashinfer_jit"]["log"]).read_text()
     mods = {m["path"].split("/")[-1]: m for m in second.extra["flashinfer_jit"]["modules"]}
     assert mods["other.so"]["sass"] == ["sm_120f"] and mods["other.so"]["loaded"] is False
     assert mods["mini_k.so"]["loaded"] is True and mods["mini_k.so"]["this_launch"] is False  # loaded as built

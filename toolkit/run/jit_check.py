@@ -22,6 +22,7 @@ from typing import Iterable
 from toolkit.envs.steps.cuda import read_holds
 from toolkit.envs.steps.toolchain import find_cuobjdump
 from toolkit.envs import Env
+from toolkit.errors import PatchbenchError
 from toolkit.recipe.load import Recipe
 from toolkit.run.attempt import Attempt, RunInvalid
 from toolkit.run.gpustate.owners import tree_of
@@ -85,19 +86,26 @@ def inspect(recipe: Recipe, env: Env, home: Path, run_dir: Path, started: float,
         record["problems"] = [f"step jit-arch: {len(paths)} FlashInfer JIT module(s) in {root} and no cuobjdump to "
                               "read their arches (install the CUDA toolkit or PyPI nvidia-cuda-cuobjdump)"]
         return record
-    modules, text = [], []
+    modules, text, unreadable = [], [], []
     maps = mapped(server_pids)
     for so in paths:
-        lines, held = read_holds(so, tool)
         mtime = so.stat().st_mtime
         loaded = None if maps is None else os.path.realpath(so) in maps
-        modules.append(Module(str(so), so.parent.name, held, mtime, used=loaded is not False or mtime >= started))
+        used = loaded is not False or mtime >= started
+        try:
+            lines, held = read_holds(so, tool)
+        except PatchbenchError as exc:  # half-written by a concurrent launch of this env, or not a module
+            text += [f"{so}:", f"    {exc.message}"]
+            if used:
+                unreadable.append(f"{so}: cuobjdump cannot read it ({exc.message[-200:]})")
+            continue
+        modules.append(Module(str(so), so.parent.name, held, mtime, used=used))
         record["modules"].append({"path": so.relative_to(root).as_posix(), "sass": sorted(held.sass),
                                   "ptx": sorted(held.ptx), "this_launch": mtime >= started, "loaded": loaded,
                                   "pinned": pinned_by(so.parent.name)})
         text += [f"{so}:", *(f"    {ln}" for ln in lines or ["(no device code)"]),
                  f"    holds: SASS {', '.join(sorted(held.sass)) or '-'}; PTX {', '.join(sorted(held.ptx)) or '-'}"]
-    problems = verdict(modules, declared, env_built(env.manifest))
+    problems = unreadable + verdict(modules, declared, env_built(env.manifest))
     log.write_text("\n".join([f"declared build.arch: {', '.join(declared) or '(none)'}", *text,
                               *(["PROBLEMS:", *problems] if problems else [])]) + "\n")
     if problems:
