@@ -354,3 +354,14 @@ def test_a_point_without_an_answers_check_says_so_beside_checked_points(store):
     assert "faster, not informative" in text and "faster, answers not checked at this point" in text
     plain = " ".join(_render(render_compare(rows)).split())  # no [quality] at all: nothing to say
     assert "answers not checked" not in plain
+
+
+def test_benchmarks_that_differ_name_a_value_left_to_the_default_as_default():
+    """A recipe that leaves num_prompts to the driver and one that sets it: the refusal says
+    "(default)", not Python's None."""
+    from toolkit.analysis.selection import require_same_benchmark
+
+    with pytest.raises(BadInput) as e:
+        require_same_benchmark({"a": {"bench_key": "1", "bench_params": {"driver": "serving", "num_prompts": None}},
+                                "b": {"bench_key": "2", "bench_params": {"driver": "serving", "num_prompts": 8}}})
+    assert "num_prompts (default) vs 8" in str(e.value) and "None" not in str(e.value)

@@ -203,7 +203,12 @@ def _points(run: RunRow) -> str:
 def _params_diff(a: dict | None, b: dict | None, sep: str = " vs ", end: str = "") -> str:
     """"points [1, 4, 16] vs [1, 8, 32]": the benchmark parameters in which two differ."""
     pa, pb = comparable_bench_params(None, a), comparable_bench_params(None, b)
-    return ", ".join(f"{k} {pa.get(k, '(unset)')}{sep}{pb.get(k, '(unset)')}{end}"
+
+    def shown(params: dict, k: str) -> str:
+        value = params.get(k)
+        return "(default)" if value is None else str(value)  # None: left to the driver's default
+
+    return ", ".join(f"{k} {shown(pa, k)}{sep}{shown(pb, k)}{end}"
                      for k in sorted(set(pa) | set(pb)) if pa.get(k) != pb.get(k))
 
 
