@@ -442,3 +442,29 @@ def test_only_the_matching_translation_units_of_a_module_are_compiled(norm_home)
         "norm" not in envs.find_env(pb_home, env.key).manifest["kernels"]
     with pytest.raises(PatchbenchError, match="no source of module norm matches"):
         envs.build_kernel_units(env, spec, ["norm"], "*_999_*.cu", home=pb_home, console=quiet())
+
+
+@needs_nvcc
+def test_a_flashinfer_module_is_judged_as_flashinfer_builds_it(tmp_path, pb_home):
+    """verify's rule for FlashInfer modules (cached_ops/ or aot/): code for some declared arch and
+    none for another (an SM120-only module in a "12.0a 9.0a" build has no sm_90a), a module that fixes
+    its own arch recorded, not judged; the recipe's own objects still need every declared arch."""
+    tool = cuobjdump(pb_home)
+    src = tmp_path / "k.cu"
+    src.write_text("__global__ void k(float* x) { x[threadIdx.x] *= 2.0f; }\n")
+
+    def built(rel: str, code: str) -> Path:
+        out = tmp_path / rel
+        out.parent.mkdir(parents=True, exist_ok=True)
+        subprocess.run([str(NVCC), f"-gencode=arch=compute_{code[3:]},code={code}", "-c", str(src), "-o", str(out)],
+                       check=True)
+        return out
+
+    ops = "jit/.cache/flashinfer/0.7.2/90a_120a/cached_ops"
+    sm120_only = built(f"{ops}/gemm_sm120/gemm_sm120.so", "sm_120a")
+    pinned = built(f"{ops}/fp4_quantization_sm120f/fp4_quantization_sm120f.so", "sm_120f")
+    own = built("kernels/mini/csrc/a.o", "sm_120a")
+    problems = build.cuda.verify_arches([sm120_only, pinned, own], ["12.0a", "9.0a"], cuobjdump=tool)
+    assert problems == [f"{own}: no code for 9.0a (sm_90a); it holds sm_120a"], problems
+    wrong = build.cuda.verify_arches([sm120_only], ["12.0f"], cuobjdump=tool)
+    assert len(wrong) == 1 and "holds sm_120a, not in the recipe's build.arch 12.0f (FlashInfer module gemm_sm120)" in wrong[0]

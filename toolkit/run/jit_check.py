@@ -26,7 +26,8 @@ from toolkit.errors import PatchbenchError
 from toolkit.recipe.load import Recipe
 from toolkit.run.attempt import Attempt, RunInvalid
 from toolkit.run.gpustate.owners import tree_of
-from toolkit.run.jit_verdict import Module, pinned_by, verdict
+from toolkit.envs.steps.flashinfer_pinned import pinned_by
+from toolkit.run.jit_verdict import Module, verdict
 
 LOG = "flashinfer_jit.log"
 

@@ -15,7 +15,7 @@ The rules, per module (cached_ops/<name>/<name>.so):
   list-following module built for sm_120a in a 12.0f recipe is a problem. It need not hold every
   declared arch: FlashInfer builds a module only for the arches of the majors it supports
   (get_nvcc_flags_list(supported_major_versions=...)), so 9.0a is absent from an SM120-only module.
-- a module FlashInfer builds for its own fixed arch whatever the list (`PINNED`, each with where
+- a module FlashInfer builds for its own fixed arch whatever the list (toolkit.envs.steps.flashinfer_pinned.PINNED, each with where
   FlashInfer 0.7.2 says so) is recorded, not judged;
 - a module written before the env was built is not this env's build (a stale cache: FlashInfer loads
   a module whose .so exists and ninja finds up to date): a problem whatever it holds;
@@ -25,7 +25,7 @@ The rules, per module (cached_ops/<name>/<name>.so):
 No declared arch: FlashInfer chose from the device; recorded, not judged.
 
 Error rate: deterministic, no sampling. A false failure needs a module that pins its own arch and is
-missing from `PINNED` (the message names it; add it there); a miss needs a module FlashInfer loaded
+missing from PINNED (the message names it; add it there); a miss needs a module FlashInfer loaded
 from outside this cache (an installed flashinfer-jit-cache / AOT package: checked at build,
 toolkit.envs.steps.flashinfer) or a wrong kernel compiled for a declared arch.
 """
@@ -33,26 +33,11 @@ toolkit.envs.steps.flashinfer) or a wrong kernel compiled for a declared arch.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from fnmatch import fnmatchcase
 from typing import Sequence
 
 from toolkit.envs.steps.arch import sm_name
 from toolkit.envs.steps.fatbin import Holds
-
-# FlashInfer 0.7.2 modules built for a fixed arch, whatever FLASHINFER_CUDA_ARCH_LIST says
-# (module-name pattern, where FlashInfer fixes it).
-PINNED: tuple[tuple[str, str], ...] = (
-    ("fp4_quantization_*", "flashinfer/jit/fp4_quantization.py gen_fp4_quantization_sm*_module: one "
-     "module per backend, 120 -> sm_120a, 120f -> sm_120f (quantization/fp4_quantization.py picks 120f "
-     "on CUDA >= 12.9)"),
-    ("gdn_fused_decode_sm120_*", "flashinfer/jit/gdn_fused_decode.py: sm120a_nvcc_flags"),
-    ("cudnn_frost_*_moe_v2_*", "flashinfer/jit/cudnn_frost.py: sm107a / sm120a flags by name"),
-    ("minimax_h3_sm120_quant_*_sm120a_v1", "flashinfer/jit/cake_minimax_h3_sm120_quant_*.py: "
-     "sm120a_nvcc_flags"),
-    ("cake_sage_block_sparse_attention_*", "flashinfer/jit/cake_sage_block_sparse_attention.py: "
-     "sm120a_nvcc_flags"),
-)
-
+from toolkit.envs.steps.flashinfer_pinned import pinned_by
 
 @dataclass(frozen=True)
 class Module:
@@ -64,11 +49,6 @@ class Module:
     holds: Holds
     mtime: float
     used: bool = True
-
-
-def pinned_by(name: str) -> str | None:
-    """Where FlashInfer fixes this module's arch, or None: it follows the arch list."""
-    return next((why for pattern, why in PINNED if fnmatchcase(name, pattern)), None)
 
 
 def module_problem(m: Module, declared: Sequence[str], env_built: float | None) -> str | None:

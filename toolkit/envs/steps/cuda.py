@@ -11,6 +11,7 @@ from toolkit.envs.steps.arch import gencode_flags, sm_name
 from toolkit.envs.steps.ccache import stats_delta
 from toolkit.envs.steps.context import BuildContext
 from toolkit.envs.steps.fatbin import Holds, holds, needs_headers
+from toolkit.envs.steps.flashinfer_pinned import module_of, pinned_by
 from toolkit.envs.steps.python import export_tree
 from toolkit.envs.steps.toolchain import find_cuobjdump
 from toolkit.errors import BadInput, PatchbenchError
@@ -114,7 +115,11 @@ def cuda_binary_arches(path: Path, cuobjdump: Path) -> tuple[list[str], set[str]
 def verify_arches(paths: Sequence[Path], arches: Sequence[str], *,
                   cuobjdump: Path | None = None,
                   found: dict | None = None) -> list[str]:
-    """Problems (empty: all good): each binary must hold SASS for every declared arch.
+    """Problems (empty: all good): each of the recipe's own binaries must hold SASS for every
+    declared arch. A FlashInfer module (flashinfer_pinned.module_of: under cached_ops/ or aot/) is
+    judged as FlashInfer builds it: SASS for at least one declared arch and none for an undeclared
+    one (an SM120-only module has no 9.0a code in a "12.0a 9.0a" build), and one that fixes its own
+    arch (flashinfer_pinned.PINNED) is recorded, not judged.
     `found`, when given, receives {path: {"elf": [...], "arches": [...]}}."""
     if not paths:
         return []
@@ -128,12 +133,33 @@ def verify_arches(paths: Sequence[Path], arches: Sequence[str], *,
         lines, have = cuda_binary_arches(Path(p), cuobjdump)
         if found is not None:
             found[str(p)] = {"elf": lines, "arches": sorted(have)}
+        module = module_of(p)
+        if module is not None:
+            problem = _module_problem(p, module, wanted, have)
+            if problem:
+                problems.append(problem)
+            continue
         missing = [a for a, sm in wanted.items() if sm not in have]
         if missing:
             holds = ", ".join(sorted(have)) or "no device code"
             problems.append(f"{p}: no code for {', '.join(missing)} "
                             f"({', '.join(wanted[a] for a in missing)}); it holds {holds}")
     return problems
+
+
+def _module_problem(path: Path, module: str, wanted: Mapping[str, str], have: set[str]) -> str | None:
+    """The problem of one FlashInfer module's SASS (verify_arches' docstring), or None."""
+    if pinned_by(module):
+        return None
+    extra = sorted(have - set(wanted.values()))
+    if extra:
+        return (f"{path}: holds {', '.join(extra)}, not in the recipe's build.arch {', '.join(wanted)} "
+                f"(FlashInfer module {module})")
+    if not have & set(wanted.values()):
+        holds = ", ".join(sorted(have)) or "no device code"
+        return (f"{path}: no code for any of {', '.join(wanted)}; it holds {holds} "
+                f"(FlashInfer module {module})")
+    return None
 
 
 def env_cuda_binaries(root: Path, kernels: Mapping[str, Any] | None = None) -> list[Path]:
