@@ -230,3 +230,36 @@ def test_editing_the_benchmark_moves_compare_report_and_attribute_to_the_new_run
     used = {v["label"]: set(v["runs"]) for v in att["values_from"]}
     assert used["prefix0"] == set(row["base_runs"]) and used["prefix1"] == set(row["variant_runs"])
     assert used["prefix0"] | used["prefix1"] == new_runs
+
+
+def test_bisect_probes_record_the_design_they_were_launched_under(mini, capsys):
+    """A sequential bisect's probes are launched until each step is settled, as `run`'s pairs are: each
+    probe run records that design (`extra["sequential"]`), so compare judges two probes by the rule that
+    launched them (the mixture sequence, the bisect's threshold as the zone), not by the default design."""
+    (mini / "patches" / "h1.patch").write_text(_new_file_patch(1))
+    (mini / "patches" / "slow.patch").write_text(
+        _cost_patch(mini, "STEP_BASE_S = 0.012", "STEP_BASE_S = 0.020", "planted: slower step"))
+    recipe = _recipe(mini, "rec", ["h1.patch", "slow.patch"])
+    argv = ["bisect", recipe, "--metric", "output_tok_s@1", "--threshold", "10", "--max-repeats", "5", "--json"]
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["culprit_label"] == "slow.patch", out
+    assert main(["results", "--export", "json"]) == 0
+    runs = json.loads(capsys.readouterr().out)["runs"]
+    probes = [r for r in runs if r["recipe"].startswith("rec")]
+    assert probes and all(r["extra"].get("sequential") for r in probes), [r["extra"].keys() for r in probes]
+    design = probes[0]["extra"]["sequential"]
+    assert design["method"] == "mixture" and design["min_effect"] == 0.1 and design["max_repeats"] == 5
+    assert all(r["extra"]["sequential"] == design for r in probes)
+    # compare of the convicted pair judges it by the bisect's own rule (its anytime-valid sequence, the
+    # threshold as the zone), not by `run`'s default Pocock design
+    labels = {r["recipe"].rpartition("@")[2] if "@" in r["recipe"] else "whole": r["recipe"] for r in probes}
+    assert main(["compare", labels["prefix1"], labels["whole"], "--metric", "output_tok_s", "--json"]) == 0
+    cmp = json.loads(capsys.readouterr().out)
+    [row] = cmp["rows"]
+    assert row["launched_under"] == design, row
+    assert "pairs launched until settled" in cmp["legend"] and "anytime-valid" in cmp["legend"], cmp["legend"]
+    assert "min_effect" in cmp["legend"] and "at least 10%" in cmp["legend"], cmp["legend"]
+    # a replay still reuses every stored value (the design is no part of the run identity)
+    assert main(argv) == 0
+    assert json.loads(capsys.readouterr().out)["runs"] == 0

@@ -64,6 +64,19 @@ BAD = "bad"
 SKIP = "skip"
 
 
+def step_design(*, threshold_pct: float, initial_repeats: int = 2, max_repeats: int = 8, alpha: float = 0.05):
+    """The sequential design a step of a sequential bisect computes with (`sequential=True`): the
+    anytime-valid mixture confidence sequence at `alpha` (its interval depends on nothing else), one value
+    a side a look from `initial_repeats` up to `max_repeats`, the threshold as its indifference zone
+    (capped below 1, as a Design's must be). The probes' runs record it (`extra["sequential"]`), as `run`'s
+    launches record theirs, so compare and the report judge a pair of probes by the rule that launched them."""
+    from toolkit.analysis import sequential as seq
+
+    lo = max(2, int(initial_repeats))
+    return seq.Design(alpha=alpha, method=seq.MIXTURE, min_effect=max(0.0, min(threshold_pct / 100.0, 0.99)),
+                      min_repeats=lo, max_repeats=max(lo, int(max_repeats)))
+
+
 def max_builds_bound(n: int) -> int:
     """Most distinct prefixes one bisection measures without skips (base included)."""
     return math.ceil(math.log2(n + 1)) + 1 if n > 0 else 1
@@ -180,6 +193,8 @@ def bisect_stack(n_patches: int, measure: Measure, *, higher_is_better: bool = T
         raise ValueError("direction must be worse or better")
     if reference not in ("neighbour", "base"):
         raise ValueError("reference must be neighbour or base")
+    design = step_design(threshold_pct=threshold_pct, initial_repeats=initial_repeats, max_repeats=max_repeats,
+                         alpha=alpha) if sequential else None
     ref = [0]  # the prefix the step compares with: the base, or the nearest good prefix before it
     # what a step's outcome reads as: for a gain, "bad" is the state with it
     words = {GOOD: "good", BAD: "bad"} if direction == "worse" else {GOOD: "before the gain", BAD: "with the gain"}
@@ -225,7 +240,7 @@ def bisect_stack(n_patches: int, measure: Measure, *, higher_is_better: bool = T
         if sequential and min(*a, *b) > 0:
             from toolkit.analysis import sequential as seq
 
-            ratio, lo, hi = seq.interval(a, b, design=seq.Design(alpha=alpha, method=seq.MIXTURE))
+            ratio, lo, hi = seq.interval(a, b, design=design)
             lo, hi = (lo, hi) if math.isfinite(hi) else (math.nan, math.nan)
         else:
             ratio = (sum(b) / len(b)) / (sum(a) / len(a))
@@ -354,8 +369,6 @@ def bisect_stack(n_patches: int, measure: Measure, *, higher_is_better: bool = T
         import dataclasses
 
         from toolkit.analysis import sequential as seq
-
-        design = seq.Design(alpha=alpha, method=seq.MIXTURE)
 
         def as_comparison(verdict: str, ratio: float, rlo: float, rhi: float) -> stats.Comparison:
             c = stats.compare_values(cache[lo], cache[hi], higher_is_better=higher_is_better, alpha=alpha)

@@ -110,7 +110,12 @@ def run(args) -> int:
               max_repeats=args.max_repeats, on_step=lambda s: err.print(s.line, markup=False, highlight=False),
               direction=args.direction, reference=args.reference, sequential=not args.fixed)
     if not args.fixed:  # one more value a side after each look, as the sequential rule looks
+        from toolkit.analysis.bisect import step_design
+
         kw["repeat_step"] = 1
+        # each probe's runs record the design they were launched under, as `run`'s launches do
+        meter.design = step_design(threshold_pct=args.threshold, initial_repeats=kw["initial_repeats"],
+                                   max_repeats=args.max_repeats)
         from toolkit.analysis.answers_sequential import Design as AnswersDesign
 
         meter.answers_design = AnswersDesign()  # a probe asks its answers only while their verdict is unsettled
@@ -187,7 +192,7 @@ def run(args) -> int:
         commits = upstream_commits(base, args.source, good_tag, bad_tag, home)
         err.print(f"release {commit_phase[1]} named; bisecting its {len(commits) - 1} commits ({good_tag}..{bad_tag})")
         commit_meter = VariantMeter(base, home, meter.store, spec, err, group_id=meter.group_id,
-                                    missing_evidence=args.missing_evidence)
+                                    missing_evidence=args.missing_evidence, design=meter.design)
         if args.executor == "slurm":
             commit_meter = _slurm_meter(base, home, commit_meter, spec, args)
         commit_result = _bisect_commits(commit_meter, base, args.source, commits, f"{good_tag}..{bad_tag}", kw)

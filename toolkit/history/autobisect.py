@@ -21,7 +21,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from toolkit.analysis.bisect import bisect_items
+from toolkit.analysis.bisect import bisect_items, step_design
 from toolkit.analysis.releases import git_variant, tag_for
 from toolkit.analysis.variants import VariantMeter, upstream_commits
 from toolkit.errors import PatchbenchError
@@ -83,13 +83,16 @@ def bisect_change(recipe: Recipe, source: str, before: Entry, after: Entry, *, d
                 "builds": 0, "message": f"{commits[1][:12]} is the only commit between them"}
     console.print(f"[bold]bisect[/] {direction} change {before.label} -> {after.label}: {len(commits) - 1} commits "
                   f"({good_rev}..{bad_rev}), threshold {thr:.1f}%")
-    meter = VariantMeter(base, home, store, spec, console, group_id=group_id)
+    initial = max(2, repeats)
+    # the probes' runs record the design they were launched under (`extra["sequential"]`), as `run`'s do
+    meter = VariantMeter(base, home, store, spec, console, group_id=group_id,
+                         design=step_design(threshold_pct=thr, initial_repeats=initial, max_repeats=max_repeats))
 
     def measure(k: int, r: int):
         return meter.measure(commits[k][:12], {source: {"rev": commits[k]}}, r, recipe=base)
 
     result = bisect_items([c[:12] for c in commits], measure, higher_is_better=spec.info.higher_is_better,
-                          threshold_pct=thr, initial_repeats=max(2, repeats), max_repeats=max_repeats,
+                          threshold_pct=thr, initial_repeats=initial, max_repeats=max_repeats,
                           direction=direction, on_step=lambda s: console.print(s.line),
                           # the rule `patchbench bisect` uses: a step's anytime-valid confidence sequence, one
                           # value a side per look (the fixed t interval re-read after each top-up inflates its alpha)
