@@ -6,6 +6,7 @@ import json
 import shutil
 import subprocess
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -263,3 +264,55 @@ def test_bisect_probes_record_the_design_they_were_launched_under(mini, capsys):
     # a replay still reuses every stored value (the design is no part of the run identity)
     assert main(argv) == 0
     assert json.loads(capsys.readouterr().out)["runs"] == 0
+
+
+LAUNCH = "python/sglang/launch_server.py"
+CRASH = ("    launch_server(server_args)", "    raise SystemExit('planted crash')\n    launch_server(server_args)")
+
+
+def _edit_patch(root, rel: str, old: str, new: str, subject: str, before: str | None = None) -> str:
+    """A real diff of `rel` made with git in a scratch copy whose `rel` first had `before` replaced by `old`."""
+    scratch = root / "scratch"
+    if scratch.exists():
+        shutil.rmtree(scratch)
+    shutil.copytree(root / "mini", scratch)
+    path = scratch / rel
+    text = path.read_text() if before is None else path.read_text().replace(before, old)
+    path.write_text(text)
+    git(scratch, "commit", "-q", "--allow-empty", "-am", "stacked on")
+    assert old in text
+    path.write_text(text.replace(old, new))
+    diff = subprocess.run(["git", "diff"], cwd=scratch, capture_output=True, text=True, check=True).stdout
+    shutil.rmtree(scratch)
+    return f"Subject: {subject}\n\n{diff}"
+
+
+def test_bisect_names_its_skipped_probe_and_links_every_value_to_its_runs(mini, capsys, home):
+    """A probe whose server crashes is skipped (git bisect's 125), and the answer says which, why and where its
+    log is; every value the verdict used is linked to its runs, in the JSON and the text."""
+    (mini / "patches" / "h1.patch").write_text(_new_file_patch(1))
+    (mini / "patches" / "crash.patch").write_text(_edit_patch(mini, LAUNCH, *CRASH, "crash the server"))
+    (mini / "patches" / "uncrash.patch").write_text(_edit_patch(mini, LAUNCH, CRASH[1], CRASH[0], "fix it",
+                                                                before=CRASH[0]))
+    (mini / "patches" / "slow.patch").write_text(
+        _cost_patch(mini, "STEP_BASE_S = 0.012", "STEP_BASE_S = 0.020", "planted: slower step"))
+    recipe = _recipe(mini, "crashy", ["h1.patch", "crash.patch", "uncrash.patch", "slow.patch"])
+    argv = ["bisect", recipe, "--metric", "output_tok_s@1", "--threshold", "10", "--max-repeats", "4"]
+    assert main([*argv, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["culprit_label"] == "slow.patch", out
+    assert [s["outcome"] for s in out["steps"] if s["label"] == "crash.patch"] == ["skip"], out["steps"]
+    why = out["skipped"]["prefix2"]
+    assert "server exited with code 1" in why and "(log: " in why, why
+    log = why.split("(log: ")[1].rstrip(")")
+    assert "planted crash" in Path(log).read_text()
+    probes = {p["label"]: p for p in out["probes"]}
+    assert set(probes) == {"prefix0", "prefix3", "prefix4"}, probes
+    assert probes["prefix3"]["values"] == out["good_values"] and probes["prefix4"]["values"] == out["bad_values"]
+    assert all(len(p["run_ids"]) == len(p["values"]) for p in probes.values())
+    # the text says the same: the skipped probe with its log, and the runs of every value used
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    # (a replay launches the crashing probe again: a crash may be the box's, not the probe's)
+    assert "skipped: prefix2: run " in text and "server exited with code 1 (log: " in text, text
+    assert "runs used: prefix3" in text and probes["prefix3"]["run_ids"][0][:8] in text, text

@@ -53,6 +53,11 @@ def test_bisect_names_the_release_that_brought_the_gain_then_its_commit(home, mo
     assert out["first_phase_builds"] <= (math.ceil(math.log2(n)) + 1) * (2 if out["repaired"] else 1)
     assert out["confirmed"]
     assert out["commit"]["culprit_label"] == gain_releases["planted_commit"][:12]
+    # every value of each phase is linked to its runs: the releases' probes, then the commits'
+    commits = {p["label"]: p for p in out["commit"]["probes"]}
+    assert commits[gain_releases["planted_commit"][:12]]["values"] == out["commit"]["bad_values"]
+    assert all(p["run_ids"] and len(p["run_ids"]) == len(p["values"]) for p in [*out["probes"], *commits.values()])
+    assert {p["label"] for p in out["probes"]} >= {"0.1.0", "0.1.5"} and not out["skipped"]
     # The default direction looks for a regression, and there is none.
     again = _bisect(monkeypatch, capsys, gain_releases)
     # on a loaded box a release measured in a slow moment can look worse than its neighbour; then

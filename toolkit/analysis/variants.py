@@ -211,7 +211,9 @@ class VariantMeter:
             got = self._values(self.counting([self.store.get_run(run_id)], key))
             if not got:
                 run = self.store.get_run(run_id)
-                why = f"run {run_id[:8]} {run.status}: {run.error}"
+                logs = run.log_paths or {}
+                log = logs.get("server") or logs.get("run_dir")
+                why = f"run {run_id[:8]} {run.status}: {run.error}" + (f" (log: {log})" if log else "")
                 self.console.print(f"[yellow]skip[/] {label}: {why}")
                 if not values:
                     self.skipped[label] = why
@@ -221,6 +223,14 @@ class VariantMeter:
             values.extend(got)
         self.record(label, key, values, ids)
         return values
+
+    def evidence(self) -> dict:
+        """What each variant's values came from, as JSON: `probes` (label, run identity, values, run ids,
+        in the order first measured) and `skipped` (label -> why it has no values: the apply or build
+        error, or the failed run with its log)."""
+        return {"probes": [{"label": lab, "identity": key, "values": list(vals), "run_ids": list(ids)}
+                           for lab, key, vals, ids in self.log],
+                "skipped": dict(self.skipped)}
 
     def record(self, label: str, key: str, values: list[float], ids: list[str]) -> None:
         """Log the values a measure call handed out; a later call for the same variant (more

@@ -184,7 +184,7 @@ def run(args) -> int:
             return meter.measure(f"prefix{k}", prefix_overrides(recipe, k), r)
 
         result = bisect_stack(len(stack), measure, labels=names, **kw)
-    commit_result = None
+    commit_result = commit_meter = None
     first_builds = meter.builds
     if commit_phase:
         good_tag, bad_tag = (tag_for(v, args.tag_format) for v in commit_phase)
@@ -203,10 +203,10 @@ def run(args) -> int:
     if args.json:
         out = {"recipe": recipe.name, "metric": spec.metric, "point": meter.point, "direction": args.direction,
                "reference": args.reference, "threshold_pct": args.threshold,
-               **_result_json(result), "builds": meter.builds, "first_phase_builds": first_builds,
+               **_result_json(result), **meter.evidence(), "builds": meter.builds, "first_phase_builds": first_builds,
                "runs": meter.runs, "reproduce": shlex.join(repro)}
         if commit_result is not None:
-            out["commit"] = _result_json(commit_result)
+            out["commit"] = {**_result_json(commit_result), **commit_meter.evidence()}
         if names is not None:
             out["quality"] = {k: {str(p): q.to_dict() for p, q in per.items()} for k, per in answers.items()}
             out["gate"] = {k: g.to_dict() for k, g in gates.items()}
@@ -221,13 +221,22 @@ def run(args) -> int:
     print_gates(gates)
     for line in notes:
         console.print(f"note: {line}", markup=False, highlight=False)
+    print_runs_used(meter)
+    _print_skipped(meter)
     if commit_result is not None:
         console.print("[bold]commits[/] between the neighbouring releases:")
         _print_result(commit_result, stats, args.direction)
-    print_runs_used(meter)
+        print_runs_used(commit_meter)
+        _print_skipped(commit_meter)
     console.print(f"{meter.builds} variant(s) prepared, {meter.runs} new run(s); cached values reused per env key")
     console.print(f"reproduce: {shlex.join(repro)}", markup=False)
     return _exit_code(result)
+
+
+def _print_skipped(meter) -> None:
+    """One line per probe that gave no value: why (the apply or build error, the failed run and its log)."""
+    for label, why in meter.skipped.items():
+        console.print(f"skipped: {label}: {why}", markup=False, highlight=False)
 
 
 def _exit_code(result) -> int:
@@ -274,7 +283,10 @@ def _bisect_commits(meter, recipe, source: str, commits: list[str], span: str, k
 def _result_json(result) -> dict:
     return {"culprit": result.culprit, "culprit_label": result.culprit_label, "candidates": result.candidates,
             "confirmed": result.confirmed, "repaired": result.repaired, "good_values": result.good_values, "bad_values": result.bad_values,
-            "message": result.message}
+            "message": result.message,
+            # each step as it was decided (its line as printed): which probes were skipped, or decided uncertain
+            "steps": [{"prefix": s.prefix, "label": s.label, "outcome": s.outcome, "certain": s.certain,
+                       "pass": s.pass_no, "line": s.line} for s in result.steps]}
 
 
 def _print_result(result, stats, direction: str = "worse") -> None:
