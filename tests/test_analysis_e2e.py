@@ -245,6 +245,9 @@ def test_bisect_probes_record_the_design_they_were_launched_under(mini, capsys):
     assert main(argv) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["culprit_label"] == "slow.patch", out
+    # the rule it decided with, and its error rate, with the settings given
+    assert "anytime-valid 95% confidence sequence" in out["legend"] and "beyond 10% worse" in out["legend"]
+    assert "up to 5 each" in out["legend"] and "<= 0.025" in out["legend"], out["legend"]
     assert main(["results", "--export", "json"]) == 0
     runs = json.loads(capsys.readouterr().out)["runs"]
     probes = [r for r in runs if r["recipe"].startswith("rec")]

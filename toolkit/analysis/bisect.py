@@ -77,6 +77,32 @@ def step_design(*, threshold_pct: float, initial_repeats: int = 2, max_repeats: 
                       min_repeats=lo, max_repeats=max(lo, int(max_repeats)))
 
 
+def legend(*, threshold_pct: float, direction: str = "worse", reference: str = "neighbour", sequential: bool = True,
+           alpha: float = 0.05, max_repeats: int = 8) -> str:
+    """The rule `bisect_stack` decides with, and its error rate, in one line (the values given to it)."""
+    c = f"{100 * (1 - alpha):g}%"
+    against = "the nearest item before it found good" if reference == "neighbour" else "the base"
+    if direction != "worse" and reference == "neighbour":
+        against = "the nearest item before it found 'before the gain'"
+    bad, good = ("bad", "good") if direction == "worse" else ("'with the gain'", "'before the gain'")
+    culprit = "a culprit" if direction == "worse" else "the gain"
+    if sequential:
+        how = (f"the anytime-valid {c} confidence sequence (two-sample t mixture) of the ratio of geometric means, "
+               f"one more value a side a look")
+        rate = (f"a step decided (not 'uncertain') calls an item that does not move the metric {bad} with "
+                f"probability <= {alpha / 2:g} however many looks it took")
+        conviction = "the same sequence, topped up one value a side, excludes 1"
+    else:
+        how = f"the {c} t interval (delta method, Welch) of the ratio of means, re-read after each top-up"
+        rate = (f"a step decided (not 'uncertain') calls an item that does not move the metric {bad} with "
+                f"probability <= {alpha / 2:g} at its first look only (the re-looks after top-ups are not covered)")
+        conviction = f"the fixed-sample comparison at {c} is significant"
+    return (f"bisect step: each probe against {against} by {how}; {bad} when it lies wholly beyond "
+            f"{threshold_pct:g}% {direction}, {good} when wholly short of it, else more values up to {max_repeats} "
+            f"each (then the side of the closer measured neighbour or the point estimate: 'uncertain'); {rate}; "
+            f"{culprit} is confirmed when, between it and the item before it, {conviction}")
+
+
 def max_builds_bound(n: int) -> int:
     """Most distinct prefixes one bisection measures without skips (base included)."""
     return math.ceil(math.log2(n + 1)) + 1 if n > 0 else 1

@@ -200,11 +200,15 @@ def run(args) -> int:
         meter.runs += commit_meter.runs
         repro += ["--git", args.git, "--tag-format", args.tag_format]
     answers, gates, notes = _quality(meter, names)
+    from toolkit.analysis.bisect import legend
+
+    rule = legend(threshold_pct=args.threshold, direction=args.direction, reference=args.reference,
+                  sequential=not args.fixed, max_repeats=args.max_repeats)
     if args.json:
         out = {"recipe": recipe.name, "metric": spec.metric, "point": meter.point, "direction": args.direction,
                "reference": args.reference, "threshold_pct": args.threshold,
                **_result_json(result), **meter.evidence(), "builds": meter.builds, "first_phase_builds": first_builds,
-               "runs": meter.runs, "reproduce": shlex.join(repro)}
+               "runs": meter.runs, "legend": rule, "reproduce": shlex.join(repro)}
         if commit_result is not None:
             out["commit"] = {**_result_json(commit_result), **commit_meter.evidence()}
         if names is not None:
@@ -221,6 +225,7 @@ def run(args) -> int:
     print_gates(gates)
     for line in notes:
         console.print(f"note: {line}", markup=False, highlight=False)
+    console.print(rule, markup=False, highlight=False, style="dim")
     print_runs_used(meter)
     _print_skipped(meter)
     if commit_result is not None:

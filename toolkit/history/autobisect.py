@@ -21,7 +21,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from toolkit.analysis.bisect import bisect_items, step_design
+from toolkit.analysis.bisect import bisect_items, legend, step_design
 from toolkit.analysis.releases import git_variant, tag_for
 from toolkit.analysis.variants import VariantMeter, upstream_commits
 from toolkit.errors import PatchbenchError
@@ -97,7 +97,8 @@ def bisect_change(recipe: Recipe, source: str, before: Entry, after: Entry, *, d
                           # the rule `patchbench bisect` uses: a step's anytime-valid confidence sequence, one
                           # value a side per look (the fixed t interval re-read after each top-up inflates its alpha)
                           sequential=True, repeat_step=1)
-    out = {**verdict, "culprit": result.culprit_label, "culprit_kind": "commit", "confirmed": result.confirmed,
+    rule = legend(threshold_pct=thr, direction=direction, max_repeats=max_repeats)
+    out = {**verdict, "rule": rule, "culprit": result.culprit_label, "culprit_kind": "commit", "confirmed": result.confirmed,
            "candidates": result.candidates, "builds": meter.builds, "runs": meter.runs, "message": result.message}
     if result.culprit is not None:
         out["culprit_id"] = commits[result.culprit]
