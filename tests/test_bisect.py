@@ -337,3 +337,19 @@ def test_the_stated_step_error_rate_is_the_one_the_rule_keeps(sequential):
                            max_repeats=8, repeat_step=1, sequential=True, repair=False)
         wrong += any(s.outcome == "bad" and s.certain for s in res.steps)
     assert wrong <= 300 * 0.025, wrong  # measured 0.4% (1,000 seeds)
+
+
+def test_no_culprit_says_which_steps_were_not_settled():
+    """A 3% loss at 3% noise against a 5% threshold cannot be told apart in 8 values: the answer "no item
+    makes it worse by more than 5%" names the step whose interval still reached past 5% (decided by its
+    point estimate), instead of reading as shown; a clean answer stays as it was."""
+    res = bisect_stack(2, Stack(2, 1, seed=3, regression=0.03, noise=0.03, other=0.0), threshold_pct=5,
+                       initial_repeats=2, max_repeats=8, repeat_step=1, sequential=True,
+                       labels=["small.patch", "h.patch"])
+    assert res.culprit is None and res.uncertain, res.message
+    assert res.message.startswith("no item makes the metric worse")
+    assert "not settled at " in res.message and "after 8 values" in res.message, res.message
+    assert all(("small.patch" if p == 1 else "h.patch") in res.message for p in res.uncertain)
+    clean = bisect_stack(2, Stack(2, 0, seed=3, noise=0.005, other=0.0), threshold_pct=5, initial_repeats=2,
+                         max_repeats=8, repeat_step=1, sequential=True)
+    assert clean.culprit is None and not clean.uncertain and "not settled" not in clean.message

@@ -447,6 +447,9 @@ def bisect_stack(n_patches: int, measure: Measure, *, higher_is_better: bool = T
     elif hi == lo + 1:
         against = "the good item before it" if reference == "neighbour" else base_label
         msg = f"no item makes the metric {direction} than {against} by more than {threshold_pct:g}%"
+        if uncertain:  # not shown either way there: the interval still reached past the threshold
+            msg += (f" (not settled at {', '.join(label(p) for p in uncertain)}: the interval still reached past "
+                    f"{threshold_pct:g}% after {max_repeats} values a side; taken by the point estimate)")
     else:
         candidates = (lo + 1, min(hi, n))
         why = "build limit reached" if stopped else "every prefix between them was skipped"
