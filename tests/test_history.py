@@ -303,6 +303,10 @@ def test_track_a_branch_every_n_commits_and_bisect_between_them(home, monkeypatc
             continue
         missed = b.get("culprit_id") is None and b["message"].startswith("no item makes the metric")
         assert b.get("culprit_id") == four_releases["planted_commit"] or missed, (b, changes)
+        # the verdict links its evidence: the runs of every probe's values, and the rule it decided with
+        if b.get("builds"):
+            assert b["probes"] and all(len(p["run_ids"]) == len(p["values"]) > 0 for p in b["probes"]), b
+            assert "<= 0.025" in b["rule"], b
 
 
 # -- the demo: both planted changes found and their commits named ----------------------------------

@@ -99,7 +99,8 @@ def bisect_change(recipe: Recipe, source: str, before: Entry, after: Entry, *, d
                           sequential=True, repeat_step=1)
     rule = legend(threshold_pct=thr, direction=direction, max_repeats=max_repeats)
     out = {**verdict, "rule": rule, "culprit": result.culprit_label, "culprit_kind": "commit", "confirmed": result.confirmed,
-           "candidates": result.candidates, "builds": meter.builds, "runs": meter.runs, "message": result.message}
+           "candidates": result.candidates, "builds": meter.builds, "runs": meter.runs, "message": result.message,
+           **meter.evidence()}  # the runs each probe's values came from, and why a probe gave none
     if result.culprit is not None:
         out["culprit_id"] = commits[result.culprit]
     return out
