@@ -319,3 +319,19 @@ def test_bisect_names_its_skipped_probe_and_links_every_value_to_its_runs(mini, 
     # (a replay launches the crashing probe again: a crash may be the box's, not the probe's)
     assert "skipped: prefix2: run " in text and "server exited with code 1 (log: " in text, text
     assert "runs used: prefix3" in text and probes["prefix3"]["run_ids"][0][:8] in text, text
+
+
+def test_a_bisect_whose_base_cannot_be_measured_says_why_and_where_its_log_is(mini, capsys):
+    """The known-good end itself crashes: the one-line error names the recipe, the step, why (the failed
+    run) and the server log, not only "the base could not be measured"."""
+    launch = mini / "mini" / LAUNCH
+    launch.write_text(launch.read_text().replace(*CRASH))
+    git(mini / "mini", "commit", "-qam", "upstream crashes")
+    (mini / "patches" / "uncrash.patch").write_text(_edit_patch(mini, LAUNCH, CRASH[1], CRASH[0], "fix it"))
+    recipe = _recipe(mini, "basecrash", ["uncrash.patch"])
+    capsys.readouterr()
+    assert main(["bisect", recipe, "--metric", "output_tok_s@1"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("error: recipe basecrash: step bisect: the base (base) could not be measured: run "), err
+    assert "server exited with code 1 (log: " in err, err
+    assert "planted crash" in Path(err.split("(log: ")[1].rstrip(")")).read_text()

@@ -64,6 +64,15 @@ BAD = "bad"
 SKIP = "skip"
 
 
+class BaseNotMeasured(PatchbenchError):
+    """The known-good end gave no value (its apply, build or every launch failed): nothing to compare with.
+    The caller, who knows why (`VariantMeter.skipped`), says so (`because`)."""
+
+    def because(self, why: str | None, **where) -> PatchbenchError:
+        """The same failure with its cause (the apply/build error, the failed run and its log) and place."""
+        return PatchbenchError(self.message + (f": {why}" if why else ""), **{"step": self.step, **where})
+
+
 def step_design(*, threshold_pct: float, initial_repeats: int = 2, max_repeats: int = 8, alpha: float = 0.05):
     """The sequential design a step of a sequential bisect computes with (`sequential=True`): the
     anytime-valid mixture confidence sequence at `alpha` (its interval depends on nothing else), one value
@@ -348,7 +357,7 @@ def bisect_stack(n_patches: int, measure: Measure, *, higher_is_better: bool = T
             on_step(st)
 
     if not top_up(0, initial_repeats):
-        raise PatchbenchError(f"bisect: the base ({base_label}) could not be measured")
+        raise BaseNotMeasured(f"the base ({base_label}) could not be measured", step="bisect")
 
     def search(use_full: bool, limit: int | None) -> tuple[int, int, bool]:
         """The bisection proper over the cache so far: (lo, hi, stopped: a new prefix was needed

@@ -154,7 +154,7 @@ def run(args) -> int:
             def measure(k: int, r: int):
                 return meter.measure(versions[k], {}, r, recipe=variants[k])
 
-            result = bisect_items(versions, measure, **kw)
+            result = _measured(meter, versions[0], recipe, lambda: bisect_items(versions, measure, **kw))
             repro += ["--source", args.source] + (["--versions", args.versions] if args.versions
                                                   else ["--good", args.good, "--bad", args.bad])
             if args.git and result.culprit is not None:
@@ -183,7 +183,7 @@ def run(args) -> int:
         def measure(k: int, r: int):
             return meter.measure(f"prefix{k}", prefix_overrides(recipe, k), r)
 
-        result = bisect_stack(len(stack), measure, labels=names, **kw)
+        result = _measured(meter, "prefix0", recipe, lambda: bisect_stack(len(stack), measure, labels=names, **kw))
     commit_result = commit_meter = None
     first_builds = meter.builds
     if commit_phase:
@@ -282,7 +282,18 @@ def _bisect_commits(meter, recipe, source: str, commits: list[str], span: str, k
     def measure(k: int, r: int):
         return meter.measure(commits[k][:12], {source: {"rev": commits[k]}}, r, recipe=recipe)
 
-    return bisect_items([c[:12] for c in commits], measure, **kw)
+    return _measured(meter, commits[0][:12], recipe, lambda: bisect_items([c[:12] for c in commits], measure, **kw))
+
+
+def _measured(meter, base_label: str, recipe, search):
+    """`search()`, whose base could not be measured said with why (the apply/build error, or the failed
+    run and its log) and the recipe."""
+    from toolkit.analysis.bisect import BaseNotMeasured
+
+    try:
+        return search()
+    except BaseNotMeasured as exc:
+        raise exc.because(meter.skipped.get(base_label), recipe=recipe.name) from None
 
 
 def _result_json(result) -> dict:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from toolkit.analysis.bisect import bisect_items, legend, step_design
+from toolkit.analysis.bisect import BaseNotMeasured, bisect_items, legend, step_design
 from toolkit.analysis.releases import git_variant, tag_for
 from toolkit.analysis.variants import VariantMeter, upstream_commits
 from toolkit.errors import PatchbenchError
@@ -91,12 +91,15 @@ def bisect_change(recipe: Recipe, source: str, before: Entry, after: Entry, *, d
     def measure(k: int, r: int):
         return meter.measure(commits[k][:12], {source: {"rev": commits[k]}}, r, recipe=base)
 
-    result = bisect_items([c[:12] for c in commits], measure, higher_is_better=spec.info.higher_is_better,
-                          threshold_pct=thr, initial_repeats=initial, max_repeats=max_repeats,
-                          direction=direction, on_step=lambda s: console.print(s.line),
-                          # the rule `patchbench bisect` uses: a step's anytime-valid confidence sequence, one
-                          # value a side per look (the fixed t interval re-read after each top-up inflates its alpha)
-                          sequential=True, repeat_step=1)
+    try:
+        result = bisect_items([c[:12] for c in commits], measure, higher_is_better=spec.info.higher_is_better,
+                              threshold_pct=thr, initial_repeats=initial, max_repeats=max_repeats,
+                              direction=direction, on_step=lambda s: console.print(s.line),
+                              # the rule `patchbench bisect` uses: a step's anytime-valid confidence sequence, one
+                              # value a side per look (the fixed t interval re-read after each top-up inflates its alpha)
+                              sequential=True, repeat_step=1)
+    except BaseNotMeasured as exc:
+        raise exc.because(meter.skipped.get(commits[0][:12]), recipe=recipe.name) from None
     rule = legend(threshold_pct=thr, direction=direction, max_repeats=max_repeats)
     out = {**verdict, "rule": rule, "culprit": result.culprit_label, "culprit_kind": "commit", "confirmed": result.confirmed,
            "candidates": result.candidates, "builds": meter.builds, "runs": meter.runs, "message": result.message,
