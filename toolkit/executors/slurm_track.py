@@ -56,7 +56,8 @@ def run_track_point_job(job: TrackPointJob) -> dict:
     with node_work(job_id, store, console):
         prepared = prepare_point(job.recipe, job.source, job.stack, pt,
                                  lambda p: variant_for(job.recipe, job.source, p, home), res, home=home,
-                                 store=store, console=console, group_id=job.group_id)
+                                 store=store, console=console, group_id=job.group_id,
+                                 repeats=job.repeats)
         for r in range(job.repeats if prepared is not None else 0):
             measure_once(pt, prepared, r, res, home=home, store=store, console=console, group_id=job.group_id)
     return write_done(folder, {"job_id": job_id, "node": socket.gethostname(), "point": pt.label,

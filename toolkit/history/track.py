@@ -7,7 +7,8 @@ reason); a point whose patch stack does not apply (`does-not-apply`) or whose en
 (`build-failed`) is recorded as a failed run without samples, so the history shows it and the next
 `track` does not try again. A point counts as done when it has an ok run of the recipe's current
 definition (toolkit/history/definition.py) or one of those records, for the same stack (the digest of
-the patch files): a killed or failed point is measured again next time, a changed stack measures every
+the patch files): a killed or failed point is measured again next time (one left short of the runs its
+track asked, `extra.track.repeats`, gets the ones it lacks), a changed stack measures every
 point again, and so does an edit of the recipe's server settings, model, [target] or [benchmark]
 (`TrackResult.again` names those points and what changed).
 
@@ -70,18 +71,33 @@ def tracked(store: Store, recipe: str, source: str, stack: str | None = None) ->
     return out
 
 
+def ok_counts(runs: Iterable[RunRow], now: dict | None = None) -> tuple[dict[str, int], dict[str, int]]:
+    """Per point id: its ok runs (of the definition `now`, when given), and the runs a point a track
+    launched was asked for (`extra.track.repeats`, the largest of its runs; 1 for runs that record none)."""
+    have: dict[str, int] = {}
+    asked: dict[str, int] = {}
+    for r in runs:
+        if r.status == "ok" and (now is None or not definition.changes(r, now)):
+            pid = point_of(r).get("id")
+            have[pid] = have.get(pid, 0) + 1
+            asked[pid] = max(asked.get(pid, 1), int((r.extra.get("track") or {}).get("repeats") or 1))
+    return have, asked
+
+
 def done_points(runs: Iterable[RunRow], now: dict | None = None) -> set[str]:
-    """Point ids with an ok run (of the definition `now`, when given) or a does-not-apply/build-failed
-    record."""
-    return {point_of(r).get("id") for r in runs
-            if (r.status == "ok" and (now is None or not definition.changes(r, now)))
-            or (r.extra.get("track") or {}).get("outcome") in RECORDS}
+    """Point ids with as many ok runs (of the definition `now`, when given) as the track that launched
+    them asked for (a track killed between its passes left points short: they are not done), or a
+    does-not-apply/build-failed record."""
+    runs = list(runs)
+    have, asked = ok_counts(runs, now)
+    return ({pid for pid, n in have.items() if n >= asked[pid]}
+            | {point_of(r).get("id") for r in runs if (r.extra.get("track") or {}).get("outcome") in RECORDS})
 
 
 def older_points(runs: Iterable[RunRow], now: dict) -> dict[str, list[str]]:
     """Point id -> what changed, for points whose ok runs are all of another definition than `now`."""
     out: dict[str, list[str]] = {}
-    done = done_points(runs, now)
+    done = done_points(runs, now) | set(ok_counts(runs, now)[0])  # short of runs is not "older"
     for r in runs:
         pid = point_of(r).get("id")
         if r.status == "ok" and pid not in done:
@@ -147,8 +163,11 @@ def _track(recipe, source, points, variant, *, home, store, console, repeats, gr
     stack = stack_digest(recipe)
     runs, now = tracked(store, recipe.name, source, stack), definition.current(recipe)
     done, older = done_points(runs, now), older_points(runs, now)
+    have, _ = ok_counts(runs, now)
     res = TrackResult()
     todo = [p for p in points if p.id not in done]
+    # a point a killed track left short of its runs gets the ones it lacks (at least one)
+    left = {p.id: max(1, repeats - have.get(p.id, 0)) for p in todo}
     res.already = [p.label for p in points if p.id in done]
     if limit is not None:
         todo = todo[:limit]
@@ -161,7 +180,7 @@ def _track(recipe, source, points, variant, *, home, store, console, repeats, gr
     for n, pt in enumerate(todo, 1):
         announce(console, n, len(todo), source, pt)
         prepared = prepare_point(recipe, source, stack, pt, variant, res, home=home, store=store, console=console,
-                                 group_id=group_id)
+                                 group_id=group_id, repeats=repeats)
         if prepared is None:
             continue
         # --settle: every launch of a point, the first too, is part of the sequential procedure (a killed
@@ -173,13 +192,14 @@ def _track(recipe, source, points, variant, *, home, store, console, repeats, gr
     if repeats > 1:  # passes over every point: a slow drift of the machine does not read as a change
         for r in range(repeats):
             for pt, prepared in (ready if r % 2 == 0 else ready[::-1]):
-                measure_once(pt, prepared, r, res, home=home, store=store, console=console, group_id=group_id)
+                if r < left[pt.id]:
+                    measure_once(pt, prepared, r, res, home=home, store=store, console=console, group_id=group_id)
     if settle is not None:
         from toolkit.history.settle import settle_steps
 
         def prepare_again(pt: Point):
             return launched_under(prepare_point(recipe, source, stack, pt, variant, res, home=home, store=store,
-                                                console=console, group_id=group_id), settle)
+                                                console=console, group_id=group_id, repeats=repeats), settle)
 
         res.steps = settle_steps(recipe, settle_entries(points, ready, runs, now, res), res, settle,
                                  measure_once=measure_once, prepare=prepare_again, store=store, home=home,
@@ -206,12 +226,13 @@ def announce(console: Console, n: int, total: int, source: str, pt: Point) -> No
 
 
 def prepare_point(recipe: Recipe, source: str, stack: str, pt: Point, variant: Callable[[Point], Recipe],
-                  res: TrackResult, *, home: Path, store: Store, console: Console, group_id: str):
-    """Apply and build the recipe at `pt`; the prepared variant (its runs marked `extra.track`), or None
-    when the stack does not apply or the env does not build (then recorded in `store` and `res`)."""
+                  res: TrackResult, *, home: Path, store: Store, console: Console, group_id: str, repeats: int = 1):
+    """Apply and build the recipe at `pt`; the prepared variant (its runs marked `extra.track`, with the
+    `repeats` the point was asked for), or None when the stack does not apply or the env does not build
+    (then recorded in `store` and `res`)."""
     from toolkit.run.pipeline import prepare
 
-    info = {"recipe": recipe.name, "source": source, "stack": stack, "point": pt.to_dict()}
+    info = {"recipe": recipe.name, "source": source, "stack": stack, "point": pt.to_dict(), "repeats": repeats}
     try:
         prepared = prepare(variant(pt), home, label=f"{recipe.name}@{pt.label}", console=console)
     except PatchbenchError as exc:
