@@ -100,3 +100,21 @@ def test_a_release_or_a_git_repository_that_is_not_there_is_refused_before_any_b
     assert main([*common, "--good", "0.1.0", "--bad", "0.1.3", "--git", str(home / "no-such-repo")]) == 2
     assert "no such repository" in capsys.readouterr().err
     assert not (home / "envs").exists() or not any((home / "envs").iterdir())
+
+
+@pytest.mark.slow
+def test_a_bisect_walking_back_from_a_newer_good_release_names_the_commit_in_upstream_order(
+        home, monkeypatch, capsys, gain_releases):
+    """--good 0.1.6 --bad 0.1.4: which release, walking back, loses the gain. The release phase names 0.1.4
+    (worse than 0.1.5); the commit phase bisects v0.1.4..v0.1.5 in upstream order for the opposite change
+    (was: "no commits between v0.1.5 and v0.1.4", exit 2 after every release was measured, nothing printed)."""
+    monkeypatch.setenv("PATCHBENCH_MINI_INDEX", gain_releases["index"])
+    monkeypatch.setenv("PATCHBENCH_RECIPES", str(REPO_ROOT / "recipes"))
+    capsys.readouterr()
+    rc = main(["bisect", "demo/update", "--source", "sglang", "--good", "0.1.6", "--bad", "0.1.4",
+               "--metric", "output_tok_s@1", "--git", gain_releases["repo"], "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0, out
+    assert out["culprit_label"] == "0.1.4", out
+    assert out["commit"]["direction"] == "better", out["commit"]
+    assert out["commit"]["culprit_label"] == gain_releases["planted_commit"][:12], out["commit"]

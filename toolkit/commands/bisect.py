@@ -186,11 +186,19 @@ def run(args) -> int:
         result = _measured(meter, "prefix0", recipe, lambda: bisect_stack(len(stack), measure, labels=names, **kw))
     commit_result = commit_meter = None
     first_builds = meter.builds
+    commit_direction = args.direction
     if commit_phase:
-        good_tag, bad_tag = (tag_for(v, args.tag_format) for v in commit_phase)
+        older, newer = _upstream_order(commit_phase)
+        if older != commit_phase[0]:  # a bisect walking back from a newer good release: the commits that made
+            # the newer one differ are bisected in upstream order, for the opposite change
+            commit_direction = "better" if args.direction == "worse" else "worse"
+            kw = {**kw, "direction": commit_direction}
+        good_tag, bad_tag = (tag_for(v, args.tag_format) for v in (older, newer))
         base = git_variant(recipe, args.source, args.git, good_tag, home)
         commits = upstream_commits(base, args.source, good_tag, bad_tag, home)
-        err.print(f"release {commit_phase[1]} named; bisecting its {len(commits) - 1} commits ({good_tag}..{bad_tag})")
+        err.print(f"release {commit_phase[1]} named; bisecting the {len(commits) - 1} commits {good_tag}..{bad_tag}"
+                  + ("" if commit_direction == args.direction else
+                     f" in upstream order: which made {newer} {commit_direction} than {older}"))
         commit_meter = VariantMeter(base, home, meter.store, spec, err, group_id=meter.group_id,
                                     missing_evidence=args.missing_evidence, design=meter.design)
         if args.executor == "slurm":
@@ -210,7 +218,7 @@ def run(args) -> int:
                **_result_json(result), **meter.evidence(), "builds": meter.builds, "first_phase_builds": first_builds,
                "runs": meter.runs, "legend": rule, "reproduce": shlex.join(repro)}
         if commit_result is not None:
-            out["commit"] = {**_result_json(commit_result), **commit_meter.evidence()}
+            out["commit"] = {**_result_json(commit_result), **commit_meter.evidence(), "direction": commit_direction}
         if names is not None:
             out["quality"] = {k: {str(p): q.to_dict() for p, q in per.items()} for k, per in answers.items()}
             out["gate"] = {k: g.to_dict() for k, g in gates.items()}
@@ -230,12 +238,19 @@ def run(args) -> int:
     _print_skipped(meter)
     if commit_result is not None:
         console.print("[bold]commits[/] between the neighbouring releases:")
-        _print_result(commit_result, stats, args.direction)
+        _print_result(commit_result, stats, commit_direction)
         print_runs_used(commit_meter)
         _print_skipped(commit_meter)
     console.print(f"{meter.builds} variant(s) prepared, {meter.runs} new run(s); cached values reused per env key")
     console.print(f"reproduce: {shlex.join(repro)}", markup=False)
     return _exit_code(result)
+
+
+def _upstream_order(pair: tuple[str, str]) -> tuple[str, str]:
+    """Two neighbouring releases, older first (a release bisect may walk back from a newer good one)."""
+    from packaging.version import Version
+
+    return (pair[0], pair[1]) if Version(pair[0]) < Version(pair[1]) else (pair[1], pair[0])
 
 
 def _print_skipped(meter) -> None:
