@@ -20,7 +20,7 @@ every look, a' chosen so that under normal log-values all the looks *together* c
 difference with probability 1 - alpha. The t statistics of the prefixes are pivotal (their joint
 law does not depend on the mean or the spread), so a' is a constant of (alpha, min_repeats,
 max_repeats): found once by a seeded simulation of 400,000 paths (its error on alpha is about
-+-0.0004) and cached (toolkit/analysis/sequential_level.py). With probability >= 1 - alpha the intervals cover the true ratio at every look
++-0.0004) and kept (toolkit/analysis/sequential_level.py; shipped and per-user tables, sequential_level_cache.py). With probability >= 1 - alpha the intervals cover the true ratio at every look
 up to max_repeats at once, so each verdict below is false with probability <= alpha whenever the
 launching stops within max_repeats and however the stopping depends on the data: "faster" when B is
 not better, "slower" when it is not worse, "equal" when the true ratio is beyond min_effect (an

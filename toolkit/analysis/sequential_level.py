@@ -30,6 +30,22 @@ CALIBRATION_SEED = 20261202
 @functools.lru_cache(maxsize=64)
 def nominal_level(alpha: float, min_repeats: int, max_repeats: int, prior_dof: int = 0, stored_a: int = 0,
                   stored_b: int = 0, sides: int = 2) -> float:
+    """simulated_level's value for these settings, without simulating again what was simulated before
+    (3-11 s of CPU a level): the table shipped in the package for the common designs, else a level this
+    machine simulated before, else simulated now and kept (toolkit.analysis.sequential_level_cache; every
+    entry keyed by the settings and a hash of the code that simulates it, so it is the same number)."""
+    from toolkit.analysis import sequential_level_cache as cache
+
+    args = (float(alpha), int(min_repeats), int(max_repeats), int(prior_dof), int(stored_a), int(stored_b), int(sides))
+    found = cache.lookup(args)
+    if found is None:
+        found = simulated_level(*args)
+        cache.keep(args, found)
+    return found
+
+
+def simulated_level(alpha: float, min_repeats: int, max_repeats: int, prior_dof: int = 0, stored_a: int = 0,
+                    stored_b: int = 0, sides: int = 2) -> float:
     """a': the two-sided level of each look's t interval at which the looks n = min_repeats ..
     max_repeats (equal sides) together keep 1 - alpha coverage under normal log-values (Pocock's
     boundary: the same level at every look). The alpha quantile of the smallest per-look p-value

@@ -1,0 +1,32 @@
+"""The Pocock levels a verdict uses are the simulation's numbers, whether shipped, kept or simulated now."""
+
+from __future__ import annotations
+
+import json
+
+from toolkit.analysis import sequential_level as level
+from toolkit.analysis import sequential_level_cache as cache
+
+
+def test_the_shipped_table_is_this_codes_simulation():
+    table = json.loads(cache.SHIPPED.read_text())
+    assert table["code"] == cache.code_hash(), (
+        "toolkit/data/sequential_levels.json was simulated by other code: "
+        "python -m toolkit.analysis.sequential_level_cache writes it again")
+    assert set(table["levels"]) == {cache.key(a) for a in cache.shipped_args()}
+    # the default design's levels (two-sided and TOST's one-sided), simulated again here
+    for args in ((0.05, 2, 8, 0, 0, 0, 2), (0.05, 2, 8, 0, 0, 0, 1)):
+        assert table["levels"][cache.key(args)] == level.simulated_level(*args)
+
+
+def test_a_level_outside_the_table_is_simulated_once_and_kept(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    args = (0.05, 2, 4, 6, 0, 0, 2)  # a stored-spread prior of 6 df: not shipped
+    assert cache.lookup(args) is None
+    value = level.nominal_level.__wrapped__(*args)
+    assert value == level.simulated_level(*args)
+    kept = tmp_path / "patchbench" / "sequential-levels" / cache.code_hash() / cache.key(args)
+    assert kept.is_file() and cache.lookup(args) == value
+    kept.write_text("half a numb")  # damaged: simulated again, never read as a level
+    assert cache.lookup(args) is None
+    assert level.nominal_level.__wrapped__(*args) == value and cache.lookup(args) == value
