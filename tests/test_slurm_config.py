@@ -49,3 +49,20 @@ def test_gpus_per_node_follow_the_recipe_unless_asked():
     need = int(dict(ep8.server.args)["tp-size"])
     assert for_recipes(ClusterConfig(), [demo, ep8]).gpus_per_node == need
     assert for_recipes(ClusterConfig(gpus_per_node=2), [ep8]).gpus_per_node == 2
+
+
+def test_a_slurm_probe_job_carries_the_design_its_runs_record(monkeypatch, tmp_path):
+    """bisect on Slurm: the job that measures a probe gets the sequential design, so the node's runs
+    record it (extra.sequential) as a local bisect's probes do."""
+    from toolkit.analysis.bisect import step_design
+    from toolkit.analysis.variants import MetricSpec
+    from toolkit.executors import slurm_variants
+
+    sent = []
+    monkeypatch.setattr(slurm_variants, "submit", lambda fn, job, **kw: sent.append(job))
+    design = step_design(threshold_pct=5.0)
+    meter = slurm_variants.SlurmVariantMeter(load_recipe("demo/baseline"), tmp_path, None, MetricSpec("output_tok_s", 1),
+                                             None, group_id="g", design=design)
+    monkeypatch.setattr(slurm_variants, "direct_store", lambda store: None)
+    meter._submit("prefix1", {}, 2)
+    assert sent and sent[0].design == design

@@ -285,7 +285,7 @@ def _slurm_meter(recipe, home, meter, spec, args):
     from toolkit.executors.slurm_variants import SlurmVariantMeter
 
     return SlurmVariantMeter(recipe, home, meter.store, spec, err, group_id=meter.group_id,
-                             missing_evidence=meter.missing_evidence,
+                             missing_evidence=meter.missing_evidence, design=meter.design,
                              cfg=cluster_config(args, home), command="bisect")
 
 

@@ -108,6 +108,7 @@ class VariantJob:
     node_home: str
     missing_evidence: bool = False  # the meter's rule (toolkit.analysis.variants.VariantMeter.rule)
     store_url: str | None = None  # as SweepJob's
+    design: object | None = None  # toolkit.analysis.sequential.Design the runs are launched under (recorded)
 
 
 def direct_store(store: Store) -> str | None:
@@ -172,7 +173,7 @@ def run_variant_job(job: VariantJob) -> dict:
 
     job_id, folder, home, store, console = node_context(job.node_home, job.store_url)
     meter = VariantMeter(job.recipe, home, store, job.spec, console, group_id=job.group_id,
-                         missing_evidence=job.missing_evidence)
+                         missing_evidence=job.missing_evidence, design=job.design)
     with node_work(job_id, store, console):
         values = meter.measure(job.label, job.overrides, job.repeats)
     return write_done(folder, {"job_id": job_id, "label": job.label, "values": values, "builds": meter.builds,

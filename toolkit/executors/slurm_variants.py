@@ -28,7 +28,8 @@ class SlurmVariantMeter(VariantMeter):
     def _submit(self, label: str, overrides: dict, repeats: int, recipe=None):
         job = VariantJob(recipe=recipe or self.recipe, spec=self.spec, label=label, overrides=overrides, repeats=repeats,
                          group_id=self.group_id, node_home=self.cfg.node_home,
-                         missing_evidence=self.missing_evidence, store_url=direct_store(self.store))
+                         missing_evidence=self.missing_evidence, store_url=direct_store(self.store),
+                         design=self.design)
         return submit(run_variant_job, job, names=[f"{self.recipe.name}@{label}"], home=self.home,
                       cfg=for_recipes(self.cfg, [self.recipe]), command=self.command, console=self.console)
 
