@@ -250,6 +250,21 @@ def _speedup_text(row) -> str:
     return f"{row.speedup:.3f}x{ci}"
 
 
+def _judged(row, stored: int) -> tuple[float, float, str]:
+    """A variant's mean, std and n as its verdict judged them: a sequential look uses the first n launches
+    of each side, which may be fewer than the runs stored ("2 of 3")."""
+    n = f"{row.n_variant}" + (f" of {stored}" if row.n_variant != stored else "")
+    return row.variant_mean, row.variant_std, n
+
+
+def _baseline_look(row, stored: int, baseline: str) -> str:
+    """Where the verdict judged fewer of the baseline's launches than its line shows: the baseline as judged."""
+    if row.n_base == stored:
+        return ""
+    judged = stats.format_mean_std(row.base_mean, row.base_std, row.unit).replace(" +- ", " ± ")
+    return f" (vs {baseline}'s first {row.n_base} of {stored}: {judged})"
+
+
 def recipe_table(data: ReportData) -> tuple[list[str], list[list[str]]]:
     """Header and rows: one row per recipe (sources, patches, GPU, runs, efficiency)."""
     head = ["recipe", "sources", "patches", "GPU", "runs", "vs roofline (point 1)"]
@@ -276,19 +291,22 @@ def results_table(data: ReportData) -> tuple[list[str], list[list[str]]]:
                 if vals is None:
                     continue
                 s = stats.summarize(vals)
-                cell = stats.format_mean_std(s.mean, s.std, unit).replace(" +- ", " ± ")
+                row = None if r.name == data.baseline else data.compare_row(r.name, metric, point)
+                mean, std, n = (s.mean, s.std, str(s.n)) if row is None else _judged(row, s.n)
+                cell = stats.format_mean_std(mean, std, unit).replace(" +- ", " ± ")
                 if (r.name, metric) in data.where:
                     cell += f" ({data.where[r.name, metric]})"
                 if r.name == data.baseline:
                     speed, verdict = "baseline", ""
                 else:
-                    row = data.compare_row(r.name, metric, point)
-                    speed, verdict = (_speedup_text(row), row.verdict) if row else ("-", "")
+                    base_n = len(data.values.get((data.baseline, metric, point)) or ())
+                    speed, verdict = (_speedup_text(row) + _baseline_look(row, base_n, data.baseline),
+                                      row.verdict) if row else ("-", "")
                     if row and row.sequential:  # decided by the sequential rule (its legend is among the notes)
                         verdict += " (sequential)"
                     verdict = quality_section.combined(verdict, quality_section.verdict_at(data.quality, r.name, point))
                 rows.append([f"{metric} ({unit})" if first and unit else (metric if first else ""),
-                             _point_label(kind, point) if first else "", r.name, cell, str(s.n),
+                             _point_label(kind, point) if first else "", r.name, cell, n,
                              speed, verdict])
                 first = False
     return head, rows

@@ -1,0 +1,54 @@
+"""The numbers a report and a published page show are the ones `compare` judged: a pair launched until
+settled is judged at its look (the first n launches of each side), however many runs are stored since."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from toolkit.cli import main
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory):
+    """demo/baseline and demo/quick (3x) launched until settled, then one more launch of demo/baseline on
+    its own: the baseline has one run more than the pair's look judged. (project root, home)"""
+    from test_sequential import quick_pair
+
+    tmp = tmp_path_factory.mktemp("report-numbers")
+    with pytest.MonkeyPatch.context() as mp:
+        home = tmp / "home"
+        home.mkdir()
+        mp.setenv("PATCHBENCH_HOME", str(home))
+        root = quick_pair(tmp, mp)
+        assert main(["run", "demo/baseline", "demo/quick"]) == 0
+        assert main(["run", "demo/baseline", "--fixed", "--repeats", "1"]) == 0
+        yield root, home
+
+
+def _compare_rows(capsys) -> list[dict]:
+    capsys.readouterr()
+    assert main(["compare", "demo/baseline", "demo/quick", "--metric", "output_tok_s", "--json"]) == 0
+    return json.loads(capsys.readouterr().out)["rows"]
+
+
+def _report_lines(tmp_path, capsys) -> list[str]:
+    assert main(["report", "demo/baseline", "demo/quick", "--metric", "output_tok_s", "-o", str(tmp_path / "rep")]) == 0
+    capsys.readouterr()
+    return (tmp_path / "rep" / "report.md").read_text().splitlines()
+
+
+def test_report_rows_show_the_launches_the_verdict_judged(measured, tmp_path, capsys):
+    from toolkit.analysis.stats import format_mean_std
+
+    rows = _compare_rows(capsys)
+    md = _report_lines(tmp_path, capsys)
+    stored = 1 + max(r["n_base"] for r in rows)
+    for r in rows:
+        assert r["n_base"] < stored  # the look judged fewer baseline launches than are stored
+        (line,) = [x for x in md if f"| demo/quick | {format_mean_std(r['variant_mean'], r['variant_std'], 'tok/s')}"
+                   .replace(" +- ", " ± ") in x and f"{r['speedup']:.3f}x" in x]
+        judged = format_mean_std(r["base_mean"], r["base_std"], "tok/s").replace(" +- ", " ± ")
+        assert f"| {r['n_variant']} |" in line, line  # the variant's n is the look's
+        assert f"vs demo/baseline's first {r['n_base']} of {stored}: {judged}" in line, line
