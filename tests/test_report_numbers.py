@@ -1,8 +1,11 @@
 """The numbers a report and a published page show are the ones `compare` judged: a pair launched until
-settled is judged at its look (the first n launches of each side), however many runs are stored since."""
+settled is judged at its look (the first n launches of each side), however many runs are stored since;
+the cost of launches that held no GPU is their time, never "0.00 GPU-min"."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 
 import pytest
@@ -13,7 +16,8 @@ from toolkit.cli import main
 @pytest.fixture(scope="module")
 def measured(tmp_path_factory):
     """demo/baseline and demo/quick (3x) launched until settled, then one more launch of demo/baseline on
-    its own: the baseline has one run more than the pair's look judged. (project root, home)"""
+    its own: the baseline has one run more than the pair's look judged. (project root, home, what the
+    first run printed)"""
     from test_sequential import quick_pair
 
     tmp = tmp_path_factory.mktemp("report-numbers")
@@ -22,9 +26,11 @@ def measured(tmp_path_factory):
         home.mkdir()
         mp.setenv("PATCHBENCH_HOME", str(home))
         root = quick_pair(tmp, mp)
-        assert main(["run", "demo/baseline", "demo/quick"]) == 0
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            assert main(["run", "demo/baseline", "demo/quick"]) == 0
         assert main(["run", "demo/baseline", "--fixed", "--repeats", "1"]) == 0
-        yield root, home
+        yield root, home, " ".join(printed.getvalue().split())
 
 
 def _compare_rows(capsys) -> list[dict]:
@@ -52,3 +58,17 @@ def test_report_rows_show_the_launches_the_verdict_judged(measured, tmp_path, ca
         judged = format_mean_std(r["base_mean"], r["base_std"], "tok/s").replace(" +- ", " ± ")
         assert f"| {r['n_variant']} |" in line, line  # the variant's n is the look's
         assert f"vs demo/baseline's first {r['n_base']} of {stored}: {judged}" in line, line
+
+
+def test_launches_without_a_gpu_are_costed_in_minutes_not_gpu_minutes(measured, tmp_path, capsys):
+    """The demo recipes hold no GPU (`[server] gpus = 0`): run's cost line and the report's section give
+    their time and say no GPU was held, without a GPU-minutes heading or figure."""
+    printed = measured[2]
+    (cost,) = [c for c in printed.split("cost: ")[1:2]]
+    assert "GPU-min" not in cost and "no GPU held" in cost, cost
+    md = _report_lines(tmp_path, capsys)
+    assert "### Cost (launch time; no GPU held)" in md and not [x for x in md if "GPU minutes" in x or "GPU-min" in x], md
+    capsys.readouterr()
+    assert main(["run", "demo/baseline", "demo/quick"]) == 0  # settled from the store: nothing launched
+    again = " ".join(capsys.readouterr().out.split())
+    assert "cost: nothing launched" in again and "GPU-min" not in again, again

@@ -186,7 +186,7 @@ def test_run_launches_a_3x_pair_until_settled_and_resumes_from_the_store(tmp_pat
     md = (tmp_path / "rep" / "report.md").read_text()
     assert "faster (sequential)" in md
     # what the verdict cost against the fixed design, per recipe and per verdict (report and results)
-    assert "### Cost (GPU minutes)" in md and f"- demo/baseline: {n} launches, " in md, md
+    assert "### Cost (launch time; no GPU held)" in md and f"- demo/baseline: {n} launches, " in md, md
     assert f"demo/quick vs demo/baseline (output_tok_s): {2 * n} launches" in md
     assert "(sequential, every point's verdict by" in md and "the fixed design (each side's [benchmark] repeats): ~8 launches" in md
     capsys.readouterr()
@@ -432,7 +432,8 @@ def test_launch_cost_counts_launch_and_benchmark_times_tp_dp():
     recipe.server.gpus = 0  # a recipe that runs without a GPU: its minutes are its cost, no GPU-minutes
     c = launch_cost.cost(runs, runs, {"x": recipe})
     assert c["gpu_minutes"] == 0 and c["seconds"] == 600.0 and c["per_recipe"]["x"]["gpus"] == 0
-    assert "2 launches, 10.0 min, 0.00 GPU-min" in launch_cost.describe(c)
+    text = launch_cost.describe(c)
+    assert "2 launches, 10.0 min (launch to ready + benchmark; no GPU held" in text and "GPU-min" not in text, text
 
 
 def test_a_verdicts_gpu_minutes_count_its_look_and_the_fixed_design_its_repeats():

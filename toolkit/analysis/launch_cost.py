@@ -60,12 +60,17 @@ def cost(launched: Sequence[RunRow], used: Sequence[RunRow], recipes: Mapping[st
 
 def describe(c: dict) -> str:
     """"cost: 4 launches, 3.5 min, 0.21 GPU-min (launch + benchmark); the fixed design: 8 launches, ~7.0 min,
-    ~0.42 GPU-min" (GPU-min 0 for recipes that hold no GPU: their minutes are the cost)."""
+    ~0.42 GPU-min"; launches that held no GPU (every recipe `[server] gpus = 0`) are costed in minutes
+    alone, never as "0.00 GPU-min"."""
+    gpus = any(row.get("gpus") for row in c.get("per_recipe", {}).values())
+    fixed_gpu = f", ~{c['fixed_gpu_minutes']:.2f} GPU-min" if gpus else ""
     if not c["launches"]:
         return (f"cost: nothing launched (the stored runs of these configurations decided it); the fixed design "
                 f"(each recipe's [benchmark] repeats) would have launched {c['fixed_launches']}, ~"
-                f"{c['fixed_seconds'] / 60:.1f} min, ~{c['fixed_gpu_minutes']:.2f} GPU-min")
-    return (f"cost: {c['launches']} launches, {c['seconds'] / 60:.1f} min, {c['gpu_minutes']:.2f} GPU-min (launch to "
-            f"ready + benchmark, x each recipe's tp x dp; none for [server] gpus = 0); the fixed design (each "
-            f"recipe's [benchmark] repeats): {c['fixed_launches']} launches, ~{c['fixed_seconds'] / 60:.1f} min, "
-            f"~{c['fixed_gpu_minutes']:.2f} GPU-min")
+                f"{c['fixed_seconds'] / 60:.1f} min{fixed_gpu}" + ("" if gpus else " (no GPU held)"))
+    how = ("launch to ready + benchmark, x each recipe's tp x dp; none for [server] gpus = 0" if gpus
+           else "launch to ready + benchmark; no GPU held: [server] gpus = 0")
+    gpu = f", {c['gpu_minutes']:.2f} GPU-min" if gpus else ""
+    return (f"cost: {c['launches']} launches, {c['seconds'] / 60:.1f} min{gpu} ({how}); the fixed design (each "
+            f"recipe's [benchmark] repeats): {c['fixed_launches']} launches, ~{c['fixed_seconds'] / 60:.1f} min"
+            f"{fixed_gpu}")

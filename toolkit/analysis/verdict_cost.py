@@ -114,6 +114,11 @@ def recipe_lines(runs_by_recipe: Mapping[str, Sequence[RunRow]]) -> list[str]:
     return [f"{name}: {spend(list(rs)).text()}" for name, rs in runs_by_recipe.items() if rs]
 
 
+def title(runs: Sequence[RunRow]) -> str:
+    """The heading of a cost section: GPU minutes only where a run held a GPU (`[server] gpus = 0` holds none)."""
+    return "Cost (GPU minutes)" if any(run_gpus(r) for r in runs) else "Cost (launch time; no GPU held)"
+
+
 LEGEND = ("cost: launch to ready + benchmark (and the checks in the same launch) x the GPUs a launch held "
           "(tp x pp x dp; none for [server] gpus = 0), from each run's stored timings")
 

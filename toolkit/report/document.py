@@ -65,6 +65,7 @@ class ReportData:
     quality: dict = field(default_factory=dict)  # variant -> answers' verdicts (toolkit.report.quality_section)
     gate: dict = field(default_factory=dict)  # variant -> the accuracy gate's verdict (quality_section.gates)
     cost: tuple[str, ...] = ()  # GPU minutes per recipe and per verdict, and the fixed design's (verdict_cost)
+    cost_title: str = "Cost (GPU minutes)"  # verdict_cost.title: no GPU minutes where no run held a GPU
 
     @property
     def names(self) -> list[str]:
@@ -190,6 +191,7 @@ def collect(store: Any, recipes: Sequence[str], metrics_: Sequence[str] | None =
             base, var = sel.newest(names[0]), sel.newest(n)
             differences[n] = diff_provenance(base, var) + run_env_differences(base, var)
     cost = cost_lines(sel, rows)
+    from toolkit.analysis.verdict_cost import title as cost_title
     return ReportData(
         title=title or ("patchbench: " + " vs ".join(names)),
         recipes=tuple(summaries), metrics=tuple(chosen),
@@ -200,7 +202,8 @@ def collect(store: Any, recipes: Sequence[str], metrics_: Sequence[str] | None =
         legend=stats.verdict_legend(min_effect=min_effect) if fixed_rule_used(rows) or not rows else "",
         where=where_by_recipe(sel.runs),
         quality=quality_section.collect(sel) if len(names) >= 2 else {},
-        gate=quality_section.gates(sel) if len(names) >= 2 else {}, cost=tuple(cost))
+        gate=quality_section.gates(sel) if len(names) >= 2 else {}, cost=tuple(cost),
+        cost_title=cost_title([r for n in names for r in sel.runs[n]]))
 
 
 def cost_lines(sel, rows) -> list[str]:
@@ -338,7 +341,7 @@ def render_markdown(data: ReportData, images: Sequence[tuple[str, str]] = ()) ->
     if eff:
         lines += ["", "**Efficiency vs roofline:** " + "; ".join(eff)]
     if data.cost:
-        lines += ["", "### Cost (GPU minutes)", ""] + [f"- {c}" for c in data.cost]
+        lines += ["", f"### {data.cost_title}", ""] + [f"- {c}" for c in data.cost]
     lines += quality_section.markdown(data.quality, data.baseline, data.gate)
     if data.differences:
         lines += ["", "### What else differed", ""]
@@ -392,7 +395,7 @@ def render_html(data: ReportData, figures: Sequence[Plot] | None = None, svgs: S
     parts += ["<h2>Plots</h2>", '<div class="plots">', *(svg(p.figure, p.title) for p in figures),
               *(x[x.find("<svg"):] for x in svgs), "</div>"]
     if data.cost:
-        parts.append("<h2>Cost (GPU minutes)</h2><ul>" + "".join(f"<li>{_esc(c)}</li>" for c in data.cost) + "</ul>")
+        parts.append(f"<h2>{_esc(data.cost_title)}</h2><ul>" + "".join(f"<li>{_esc(c)}</li>" for c in data.cost) + "</ul>")
     parts += quality_section.html_section(data.quality, data.baseline, data.gate)
     if data.differences:
         parts.append("<h2>What else differed</h2><ul>")
