@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 
 import pytest
@@ -365,3 +366,40 @@ def test_benchmarks_that_differ_name_a_value_left_to_the_default_as_default():
         require_same_benchmark({"a": {"bench_key": "1", "bench_params": {"driver": "serving", "num_prompts": None}},
                                 "b": {"bench_key": "2", "bench_params": {"driver": "serving", "num_prompts": 8}}})
     assert "num_prompts (default) vs 8" in str(e.value) and "None" not in str(e.value)
+
+
+def test_an_interval_that_cannot_be_stated_honestly_says_so(home, tmp_path, capsys):
+    """Imported bench_serving results, 2 launches a side (`import`, then `compare --imported`): a metric
+    whose baseline mean is within its own noise of 0 (ttft std 0.0 and 0.02 ms) has no bounded interval
+    for the ratio, so the row says "no interval" and why, never "[0.00, 166.88]" (the delta method's);
+    a metric 0 on both sides has no ratio at all ("n/a", never "nanx"); a sound row keeps its interval."""
+    import json
+
+    from toolkit.analysis import stats
+    from toolkit.cli import main
+
+    def launch(recipe, i, tok_s, std_ttft):
+        f = tmp_path / f"{recipe}{i}.jsonl"
+        f.write_text(json.dumps({"backend": "sglang", "dataset_name": "random", "max_concurrency": 4,
+                                 "random_input_len": 1024, "random_output_len": 256, "completed": 16,
+                                 "output_throughput": tok_s, "std_ttft_ms": std_ttft, "std_itl_ms": 0.0}) + "\n")
+        assert main(["import", str(f), "--recipe", recipe]) == 0
+
+    for i, (tok_s, std) in enumerate([(40.0, 0.0), (41.0, 0.02)]):
+        launch("base", i, tok_s, std)
+    for i, (tok_s, std) in enumerate([(44.0, 3.1), (45.0, 2.0)]):
+        launch("var", i, tok_s, std)
+    capsys.readouterr()
+    assert main(["compare", "base", "var", "--imported", "--metric", "ttft_ms_std", "--metric", "itl_ms_std",
+                 "--metric", "output_tok_s"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "x (no interval)" in text and "[0.00," not in text, text
+    assert "n/a (no ratio)" in text and "nanx" not in text, text
+    assert stats.NO_INTERVAL_LEGEND in text
+    assert main(["compare", "base", "var", "--imported", "--json"]) == 0
+    rows = {r["metric"]: r for r in json.loads(capsys.readouterr().out)["rows"]}
+    assert rows["output_tok_s"]["ci_low"] > 1.0  # 40.5 vs 44.5 at 0.7 std: a bounded interval stays
+    assert math.isnan(stats.ratio_ci([0.0, 0.02], [3.1, 2.0])[0])
+    # 4 launches a side of a metric near 0: Mann-Whitney's p can pass, but without an interval no verdict is drawn
+    c = stats.compare_values([0.0, 0.02, 0.0, 0.03], [0.05, 0.09, 0.06, 0.08], higher_is_better=False)
+    assert c.p_value < 0.05 and math.isnan(c.ci_low) and c.verdict == stats.NOT_SIGNIFICANT

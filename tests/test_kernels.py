@@ -5,6 +5,7 @@ demo torch recipe's env."""
 
 from __future__ import annotations
 
+import math
 import json
 import subprocess
 
@@ -152,8 +153,8 @@ def test_per_shape_comparison_calls_a_wrong_candidate_wrong_never_faster(measure
     by_m = {c.dims["m"]: c for c in compare(base, broken)}
     assert by_m[8].verdict == by_m[16].verdict == WRONG
     assert by_m[1].verdict not in (WRONG, FIXED) and by_m[4].verdict not in (WRONG, FIXED)
-    lo, hi = by_m[1].speedup_ci
-    assert lo <= by_m[1].speedup <= hi
+    lo, hi = by_m[1].speedup_ci  # (nan, nan) where CPU trials too noisy to bound the ratio (stats.ratio_ci)
+    assert lo <= by_m[1].speedup <= hi or (math.isnan(lo) and math.isnan(hi))
     assert {c.verdict for c in compare(broken, base) if c.dims["m"] >= 8} == {FIXED}
     r = rows(base)[0]
     assert r.floor_ms > 0 and 0 < r.efficiency < 1 and r.tflops > 0  # the h200 roofline floor

@@ -288,18 +288,29 @@ def render_compare(rows: Sequence[CompareRow], *, title: str | None = None,
     table.add_column("n", justify="right")
     table.add_column("verdict")
     for r in rows:
-        lo, hi = (r.ci_low, r.ci_high)
-        if r.higher_is_better is False:
-            lo, hi = (1.0 / hi if hi else float("inf")), (1.0 / lo if lo else float("inf"))
-        ci = f"[{lo:.2f}, {hi:.2f}]" if lo == lo and hi == hi else ""
         table.add_row(
             escape(r.recipe), r.metric, f"{'bs' if r.point_kind == 'batch' else 'c'}={r.point}",
             value(r.baseline, r.metric, r.base_mean, r.base_std, r.unit),
             value(r.recipe, r.metric, r.variant_mean, r.variant_std, r.unit),
-            f"{r.speedup:.3f}x {ci}", f"{r.p_value:.3f}" if r.p_value == r.p_value else "seq.",
+            escape(stats.format_speedup(r.speedup, *speedup_interval(r))),
+            f"{r.p_value:.3f}" if r.p_value == r.p_value else "seq.",
             f"{r.n_base}/{r.n_variant}",
             _verdict_text(r, _answers_at((quality or {}).get(r.recipe, {}), r.point), combined, is_plain_win))
     return table
+
+
+def speedup_interval(r: CompareRow) -> tuple[float, float]:
+    """A row's interval turned, as its speedup is, to "> 1 is better" (inverted for lower-is-better metrics)."""
+    lo, hi = r.ci_low, r.ci_high
+    if r.higher_is_better is False:
+        return (1.0 / hi if hi else float("inf")), (1.0 / lo if lo else float("inf"))
+    return lo, hi
+
+
+def interval_legends(rows: Sequence[CompareRow]) -> list[str]:
+    """The line saying why a row has no interval, when one has none (stats.interval_text)."""
+    shown = [stats.interval_text(*speedup_interval(r)) for r in rows if math.isfinite(r.speedup)]
+    return [stats.NO_INTERVAL_LEGEND] if any(s.endswith(f"({stats.NO_INTERVAL})") for s in shown) else []
 
 
 NOT_CHECKED = "answers not checked at this point"

@@ -16,7 +16,9 @@ Choices, and why:
   handful of values it resamples); the t quantile accounts for the small samples. The ratio of
   **medians** (`stat="median"`) has no simple analytic form: it uses a percentile bootstrap with a
   fixed seed (deterministic output), 4000 resamples. A mean of 0 or below also falls back to the
-  bootstrap.
+  bootstrap. Where a side's mean is within t of its standard errors of 0 (Fieller's condition) the
+  ratio's interval is unbounded: there is no interval (nan), printed "no interval", and no
+  faster/slower verdict (an unbounded interval holds 1).
 - **Verdict**: "faster"/"slower" needs all of: enough repeats (above), p < alpha, the interval
   excluding 1, and an effect of at least `min_effect` (1% by default) in the metric's good
   direction. Otherwise "not significant".
@@ -143,8 +145,10 @@ def ratio_ci(a: Sequence[float], b: Sequence[float], *, stat: str = "mean",
     """Confidence interval of stat(b)/stat(a) (`stat` is "mean" or "median").
 
     Means: delta method on the log scale with Welch's t (see the module docstring). Medians, and
-    means that are not positive: percentile bootstrap with a fixed seed. (nan, nan) when either side
-    has fewer than 2 values.
+    means that are not positive: percentile bootstrap with a fixed seed. (nan, nan), no interval, when
+    none can be stated honestly: either side has fewer than 2 values, or a side's mean is within t of
+    its standard errors of 0 (Fieller's condition: the ratio's interval is then unbounded; the delta
+    method would print one such as [0.00, 1876] for 2 launches of a metric near 0).
     """
     if stat not in ("mean", "median"):
         raise ValueError(f"stat must be 'mean' or 'median', not {stat!r}")
@@ -165,6 +169,8 @@ def ratio_ci(a: Sequence[float], b: Sequence[float], *, stat: str = "mean",
     from scipy import stats as _sp
 
     t = float(_sp.t.ppf(0.5 + confidence / 2.0, df))
+    if t * t * max(ta, tb) >= 1.0:  # a mean within t standard errors of 0: the ratio is unbounded (Fieller)
+        return (float("nan"), float("nan"))
     half = t * math.sqrt(se2)
     return (ratio * math.exp(-half), ratio * math.exp(half))
 
@@ -242,7 +248,7 @@ def verdict_of(n_a: int, n_b: int, ratio: float, ci: tuple[float, float], p_valu
     if not math.isfinite(ratio) or p_value >= alpha:
         return NOT_SIGNIFICANT
     lo, hi = ci
-    if math.isfinite(lo) and math.isfinite(hi) and lo <= 1.0 <= hi:
+    if not (math.isfinite(lo) and math.isfinite(hi)) or lo <= 1.0 <= hi:  # no interval: an unbounded one holds 1
         return NOT_SIGNIFICANT
     if ratio <= 0 or abs(math.log(ratio)) < math.log1p(min_effect):
         return NOT_SIGNIFICANT
@@ -290,6 +296,26 @@ def format_mean_std(mean: float, std: float, unit: str = "") -> str:
     return f"{format_value(mean, unit)} +- {s}"
 
 
+NO_INTERVAL = "no interval"
+NO_INTERVAL_LEGEND = ("no interval: none can be stated honestly: fewer than 2 launches a side, or a side's mean within "
+                      "its own noise of 0 (its interval would be unbounded); such a row is never faster or slower")
+
+
+def interval_text(lo: float, hi: float) -> str:
+    """"[1.19, 1.70]", or "(no interval)" where a bound is not finite or not above 0 (an unbounded interval:
+    printing [0.00, inf] or [0.00, 1876] would pass noise for a measurement)."""
+    if not (math.isfinite(lo) and math.isfinite(hi)) or lo <= 0.0:
+        return f"({NO_INTERVAL})"
+    return f"[{lo:.2f}, {hi:.2f}]"
+
+
+def format_speedup(speedup: float, lo: float, hi: float) -> str:
+    """"1.424x [1.19, 1.70]", "1.000x (no interval)", or "n/a (no ratio)" where the ratio itself is undefined."""
+    if not math.isfinite(speedup):
+        return "n/a (no ratio)"
+    return f"{speedup:.3f}x {interval_text(lo, hi)}"
+
+
 def format_comparison(c: Comparison) -> str:
     """pyperf-like: "10.2 tok/s +- 0.1 -> 12.3 tok/s +- 0.2: 1.21x faster [1.18, 1.24]".
 
@@ -304,11 +330,13 @@ def format_comparison(c: Comparison) -> str:
     if c.verdict == NOT_JUDGED:
         return (f"{head}: not judged (values of 0 or below, which the sequential verdict, comparing log-values, "
                 f"cannot judge; the fixed rule does not hold at the launch count its looks chose)")
+    if not math.isfinite(c.ratio):
+        return f"{head}: {c.verdict} (no ratio: a side's value is 0)"
     if c.verdict == NOT_SIGNIFICANT and math.isnan(c.p_value):  # a confidence sequence's: its interval
-        lo, hi = c.speedup_ci
-        return f"{head}: not significant ({c.speedup:.2f}x [{lo:.2f}, {hi:.2f}])"
+        return f"{head}: not significant ({c.speedup:.2f}x {interval_text(*c.speedup_ci)})"
     if c.verdict == NOT_SIGNIFICANT:
-        return f"{head}: not significant ({c.speedup:.2f}x, p={c.p_value:.2f})"
+        unbounded = "" if math.isfinite(c.ci_low) and math.isfinite(c.ci_high) else f", {NO_INTERVAL}"
+        return f"{head}: not significant ({c.speedup:.2f}x, p={c.p_value:.2f}{unbounded})"
     lo, hi = c.speedup_ci
     factor = c.speedup
     if c.verdict in (SLOWER, LOWER):

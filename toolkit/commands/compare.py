@@ -154,12 +154,12 @@ def run(args) -> int:
                        hint=f"{sel.recipes[0]}: {points}" if points
                        else f"{sel.recipes[0]} measured: {', '.join(measured) or 'nothing'}")
     diffs = explain_differences(sel)
-    from toolkit.analysis.compare import fixed_rule_used, sequential_legends
+    from toolkit.analysis.compare import fixed_rule_used, interval_legends, sequential_legends
 
     # the rule of each row: the fixed one, the sequential design a pair was launched under, or the sequential
     # verdict of rows too small for the fixed rule (only the rules that judged a row are stated)
     legend = "\n".join(([stats.verdict_legend(min_effect=args.min_effect)] if fixed_rule_used(rows) else [])
-                       + sequential_legends(rows, design))
+                       + sequential_legends(rows, design) + interval_legends(rows))
     from toolkit.analysis import quality_runs
 
     answers = quality_runs.verdicts(sel)

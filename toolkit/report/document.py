@@ -19,7 +19,8 @@ from typing import Any, Sequence
 from toolkit.results import metrics
 
 from toolkit.analysis import stats
-from toolkit.analysis.compare import compare_selection, diff_provenance, fixed_rule_used, sequential_legends
+from toolkit.analysis.compare import (compare_selection, diff_provenance, fixed_rule_used, interval_legends,
+                                      sequential_legends)
 from toolkit.analysis.efficiency import Efficiency, efficiency
 from toolkit.analysis.selection import Criteria, reduce, select
 from toolkit.analysis.where import where_by_recipe
@@ -179,7 +180,7 @@ def collect(store: Any, recipes: Sequence[str], metrics_: Sequence[str] | None =
         design = sequential_design(names[0], explicit)
         rows = compare_selection(store, sel, metrics=specs or chosen, min_effect=min_effect, sequential=design,
                                  zone=explicit)
-        notes.extend(sequential_legends(rows, design))
+        notes.extend(sequential_legends(rows, design) + interval_legends(rows))
         from toolkit.analysis.compare import spread_flags_of
 
         noisy = spread_flags_of(store, rows)
@@ -248,9 +249,7 @@ def _patches(r: RecipeSummary) -> str:
 
 
 def _speedup_text(row) -> str:
-    lo, hi = speedup_ci(row)
-    ci = f" [{lo:.2f}, {hi:.2f}]" if math.isfinite(lo) and math.isfinite(hi) else ""
-    return f"{row.speedup:.3f}x{ci}"
+    return stats.format_speedup(row.speedup, *speedup_ci(row))
 
 
 def _judged(row, stored: int) -> tuple[float, float, str]:

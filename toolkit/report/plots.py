@@ -161,10 +161,9 @@ def _point_label(kind: str, point: int) -> str:
 
 def speedup_ci(row) -> tuple[float, float]:
     """The interval of a CompareRow's speedup (the ratio's interval, inverted for lower-is-better)."""
-    lo, hi = row.ci_low, row.ci_high
-    if row.higher_is_better is False:
-        lo, hi = (1.0 / hi if hi else float("inf")), (1.0 / lo if lo else float("inf"))
-    return lo, hi
+    from toolkit.analysis.compare import speedup_interval
+
+    return speedup_interval(row)
 
 
 def verdict_color(verdict: str) -> str:
