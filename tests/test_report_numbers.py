@@ -72,3 +72,19 @@ def test_launches_without_a_gpu_are_costed_in_minutes_not_gpu_minutes(measured, 
     assert main(["run", "demo/baseline", "demo/quick"]) == 0  # settled from the store: nothing launched
     again = " ".join(capsys.readouterr().out.split())
     assert "cost: nothing launched" in again and "GPU-min" not in again, again
+
+
+def test_a_recipe_alone_shows_no_verdict_rule_it_did_not_apply(measured, tmp_path, capsys):
+    """`report RECIPE` of one recipe, and its page of `publish`: its values, without a speedup column, a
+    "baseline" or the fixed rule's legend (Mann-Whitney, --min-effect 1%: no verdict was drawn there);
+    the pair's own page keeps its rule."""
+    assert main(["report", "demo/baseline", "--metric", "output_tok_s", "-o", str(tmp_path / "one")]) == 0
+    md = (tmp_path / "one" / "report.md").read_text()
+    assert "| demo/baseline |" in md and "speedup" not in md.lower() and "Mann-Whitney" not in md, md
+    assert main(["publish", "-o", str(tmp_path / "site")]) == 0
+    capsys.readouterr()
+    (page,) = (tmp_path / "site" / "recipes").glob("demo_baseline*.html")
+    alone = page.read_text()
+    assert "Mann-Whitney" not in alone and "speedup vs" not in alone and "; baseline demo/baseline" not in alone
+    (pair,) = (tmp_path / "site" / "compare").glob("*demo_quick*.html")
+    assert "speedup vs demo/baseline" in pair.read_text() and "; baseline demo/baseline" in pair.read_text()
