@@ -411,6 +411,26 @@ def test_plan_without_runs_assumes_the_spread_and_the_timeout(home, capsys):
     assert f"the fixed design (each recipe's [benchmark] repeats): {repeats} launches" in text, text
 
 
+def test_plan_reads_the_spread_of_the_configuration_as_defined_now(tmp_path, home, monkeypatch, capsys):
+    """demo/quick measured twice at a 4 ms decode step, then its file changed to 8 ms and measured twice:
+    plan's launch-to-launch spread is the 8 ms configuration's own (the runs compare and run would count),
+    not the 2x gap between two configurations passing for noise."""
+    import json
+
+    from toolkit.cli import main
+
+    root = quick_pair(tmp_path, monkeypatch)
+    assert main(["run", "demo/quick", "--fixed", "--repeats", "2"]) == 0
+    quick = root / "recipes" / "demo" / "quick.toml"
+    quick.write_text(quick.read_text().replace("mini-step-base-ms = 4", "mini-step-base-ms = 8"))
+    assert main(["run", "demo/quick", "--fixed", "--repeats", "2"]) == 0
+    capsys.readouterr()
+    assert main(["plan", "demo/quick", "--json"]) == 0
+    (plan,) = json.loads(capsys.readouterr().out)["plans"]
+    assert plan["runs"] == 2 and plan["spread_from"] == "runs", plan
+    assert plan["spread"] < 0.2, plan  # 4 ms against 8 ms steps would read as ~0.4 (log scale)
+
+
 def test_launch_cost_counts_launch_and_benchmark_times_tp_dp():
     import dataclasses
 

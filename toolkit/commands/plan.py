@@ -1,7 +1,7 @@
 """`patchbench plan RECIPE...`: launches and GPU hours a comparison is expected to take, before it starts.
 
 Per recipe: the launch-to-launch spread of its headline throughput (first point) over its stored
-runs (3% assumed below two), the mean seconds a launch held its GPUs (launch to ready + benchmark;
+runs of its configuration as defined now (3% assumed below two), the mean seconds a launch held its GPUs (launch to ready + benchmark;
 the recipe's `[server] timeout_s` when none is recorded), and for effects of 2%, 5% and 20% the
 launches each side a sequential verdict is expected to take (toolkit.analysis.launch_plan) and the
 GPU time of such a pair (x tp x dp). With several recipes, the campaign: the first against each other,
@@ -51,7 +51,7 @@ def run(args) -> int:
         b = recipe.benchmark
         metric = "decode_tok_s" if b.driver == "one-batch" else "output_tok_s"
         point = (b.batch_sizes if b.driver == "one-batch" else b.concurrency)[0]
-        runs = [r for r in store.runs(recipe=name, status="ok") if r.kind == "benchmark"]
+        runs = current_runs(store, name)
         ids = [r.run_id for r in runs]
         values = values_at(store.samples(ids, metric=metric), metric, point, ids) if ids else []
         spread = launch_plan.spread_of(values)
@@ -101,6 +101,20 @@ def run(args) -> int:
     if out:
         console.print(f"[dim]{out[0]['legend']}[/]")
     return 0
+
+
+def current_runs(store, name: str) -> list:
+    """The stored benchmark runs of `name`'s configuration as its file defines it now, chosen as compare and
+    run choose them (toolkit.analysis.selection: its newest identity): runs of an earlier definition, env
+    or benchmark measured something else, and their values would pass for launch-to-launch spread."""
+    from toolkit.analysis.selection import MissingResults, select
+    from toolkit.commands.common import definitions
+
+    try:
+        sel = select(store, [name], current=definitions([name]))
+    except MissingResults:
+        return []
+    return [r for r in sel.runs[name] if r.status == "ok" and r.kind == "benchmark"]
 
 
 def campaign_of(plans: list[dict], recipes: list, designs, args) -> dict:
