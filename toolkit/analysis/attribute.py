@@ -176,9 +176,7 @@ def render_attribution(attr: Attribution, *, title: str = "per-patch effect", an
     def sp(c: stats.Comparison | None) -> str:
         if c is None:
             return "-"
-        lo, hi = c.speedup_ci
-        ci = f" [{lo:.2f}, {hi:.2f}]" if math.isfinite(lo) and math.isfinite(hi) else ""
-        return f"{c.speedup:.3f}x{ci}"
+        return stats.format_speedup(c.speedup, *c.speedup_ci)
 
     for p in attr.patches:
         c = p.incremental

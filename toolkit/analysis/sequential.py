@@ -88,6 +88,7 @@ from typing import Sequence
 import numpy as np
 
 from toolkit.analysis import noise_prior
+from toolkit.analysis.stats import factor_text
 from toolkit.analysis.sequential_mixture import DEFAULT_ALPHA, DEFAULT_PRIOR_SCALE, bayes_factor, critical_t  # noqa: F401
 from toolkit.analysis.sequential_level import (  # noqa: F401 (seq.nominal_level, ...)
     CALIBRATION_PATHS, CALIBRATION_SEED, nominal_level, null_looks)
@@ -194,7 +195,7 @@ class Sequential:
         """"1.41x faster after 2 launches each [1.30x-1.52x]", "equal within 2% after 6
         launches each [0.99x-1.01x]", "not settled after 8 launches each: 0.97x-1.01x"."""
         lo, hi = self.speedup_interval
-        span = f"{lo:.2f}x-{hi:.2f}x"
+        span = f"{factor_text(lo)}x-{factor_text(hi)}x"
         m = f"{100 * self.design.min_effect:g}%"
         if self.verdict == TOO_FEW:
             return f"too few launches ({self.n} each; a verdict needs {self.design.min_repeats})"
@@ -209,7 +210,7 @@ class Sequential:
             return f"equal within {m} after {self.n} launches each [{span}]{pooled}"
         factor = self.speedup if self.verdict in (FASTER, HIGHER) else 1.0 / self.speedup
         if self.verdict in (SLOWER, LOWER):
-            span = f"{1 / hi:.2f}x-{1 / lo:.2f}x"
+            span = f"{factor_text(1 / hi)}x-{factor_text(1 / lo)}x"
         return f"{factor:.2f}x {self.verdict} after {self.n} launches each [{span}]{pooled}"
 
 

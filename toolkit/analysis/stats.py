@@ -301,12 +301,22 @@ NO_INTERVAL_LEGEND = ("no interval: none can be stated honestly: fewer than 2 la
                       "its own noise of 0 (its interval would be unbounded); such a row is never faster or slower")
 
 
+def factor_text(x: float, digits: int = 2) -> str:
+    """A ratio with `digits` decimals, more (up to 4) where that would print a value other than 1 as
+    "1.00": a bound of 1.003 printed "1.00" would read as an interval that touches 1, flipping the
+    reading of a verdict that needed it to exclude 1."""
+    d = digits
+    while d < 4 and math.isfinite(x) and x != 1.0 and round(x, d) == 1.0:
+        d += 1
+    return f"{x:.{d}f}"
+
+
 def interval_text(lo: float, hi: float) -> str:
     """"[1.19, 1.70]", or "(no interval)" where a bound is not finite or not above 0 (an unbounded interval:
     printing [0.00, inf] or [0.00, 1876] would pass noise for a measurement)."""
     if not (math.isfinite(lo) and math.isfinite(hi)) or lo <= 0.0:
         return f"({NO_INTERVAL})"
-    return f"[{lo:.2f}, {hi:.2f}]"
+    return f"[{factor_text(lo)}, {factor_text(hi)}]"
 
 
 def format_speedup(speedup: float, lo: float, hi: float) -> str:
@@ -341,7 +351,7 @@ def format_comparison(c: Comparison) -> str:
     factor = c.speedup
     if c.verdict in (SLOWER, LOWER):
         factor, lo, hi = 1.0 / factor, 1.0 / hi, 1.0 / lo
-    return f"{head}: {factor:.2f}x {c.verdict} [{lo:.2f}, {hi:.2f}]"
+    return f"{head}: {factor:.2f}x {c.verdict} {interval_text(lo, hi)}"
 
 
 def verdict_legend(*, alpha: float = DEFAULT_ALPHA, min_effect: float = DEFAULT_MIN_EFFECT) -> str:
