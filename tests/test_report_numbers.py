@@ -1,6 +1,7 @@
 """The numbers a report and a published page show are the ones `compare` judged: a pair launched until
 settled is judged at its look (the first n launches of each side), however many runs are stored since;
-the cost of launches that held no GPU is their time, never "0.00 GPU-min"."""
+the cost of launches that held no GPU is their time, never "0.00 GPU-min"; a point the answers were not
+checked at says so everywhere."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ from toolkit.cli import main
 @pytest.fixture(scope="module")
 def measured(tmp_path_factory):
     """demo/baseline and demo/quick (3x) launched until settled, then one more launch of demo/baseline on
-    its own: the baseline has one run more than the pair's look judged. (project root, home, what the
+    its own: the baseline has one run more than the pair's look judged. Points 1, 2, 4: the answers are
+    checked at 1 and 4. (project root, home, what the
     first run printed)"""
     from test_sequential import quick_pair
 
@@ -26,6 +28,8 @@ def measured(tmp_path_factory):
         home.mkdir()
         mp.setenv("PATCHBENCH_HOME", str(home))
         root = quick_pair(tmp, mp)
+        base = root / "recipes" / "demo" / "baseline.toml"  # a middle point, where the answers are not asked
+        base.write_text(base.read_text().replace("concurrency = [1, 4]", "concurrency = [1, 2, 4]"))
         printed = io.StringIO()
         with contextlib.redirect_stdout(printed):
             assert main(["run", "demo/baseline", "demo/quick"]) == 0
@@ -88,3 +92,17 @@ def test_a_recipe_alone_shows_no_verdict_rule_it_did_not_apply(measured, tmp_pat
     assert "Mann-Whitney" not in alone and "speedup vs" not in alone and "; baseline demo/baseline" not in alone
     (pair,) = (tmp_path / "site" / "compare").glob("*demo_quick*.html")
     assert "speedup vs demo/baseline" in pair.read_text() and "; baseline demo/baseline" in pair.read_text()
+
+
+def test_a_point_without_an_answers_check_says_so_in_report_and_site(measured, tmp_path, capsys):
+    """The answers are asked at c=1 and c=4 only: compare's c=2 row reads "faster, answers not checked at
+    this point", and so do the report's row and the site's index, never a plain "faster"."""
+    assert main(["compare", "demo/baseline", "demo/quick", "--metric", "output_tok_s"]) == 0
+    assert "answers not checked at this point" in " ".join(capsys.readouterr().out.split())
+    md = _report_lines(tmp_path, capsys)
+    (row,) = [x for x in md if "| demo/quick |" in x and "faster" in x and "| c=2 |" in md[md.index(x) - 1]]
+    assert row.endswith("| faster (sequential), answers not checked at this point |"), row
+    assert main(["publish", "-o", str(tmp_path / "site")]) == 0
+    capsys.readouterr()
+    index = (tmp_path / "site" / "index.html").read_text()
+    assert "c=2 faster, answers not checked at this point" in index, index

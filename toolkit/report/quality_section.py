@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from toolkit.analysis import answers_verdict, quality_runs
+from toolkit.analysis.compare import NOT_CHECKED
 from toolkit.report.tables import esc, html_table, md_table
 
 
@@ -31,14 +32,16 @@ def gates(sel) -> dict:
 
 
 def verdict_at(data: dict, variant: str, point: int) -> str | None:
-    """The answers' verdict at `point`, else a broken/changed one of another point (named)."""
+    """The answers' verdict at `point`, else a broken/changed one of another point (named), else, where the
+    check ran at other points only, that it did not run here (as compare says it: such a point never
+    reads as a checked one)."""
     items = data.get(variant, [])
     here = next((i["verdict"] for i in items if i["point"] == point), None)
     if here is not None:
         return here
     bad = sorted((i for i in items if i["verdict"] in ("broken output", "answers changed")),
                  key=lambda i: i["verdict"] != "broken output")
-    return f"{bad[0]['verdict']} (at c={bad[0]['point']})" if bad else None
+    return f"{bad[0]['verdict']} (at c={bad[0]['point']})" if bad else (NOT_CHECKED if items else None)
 
 
 def _legends(data: dict) -> list[str]:
