@@ -238,6 +238,22 @@ def test_sweep_prunes_interleaves_and_resumes(tmp_path, monkeypatch, home, capsy
     assert not by["demo/sw2[mini-step-per-seq-us=3000]"]["pruned"] and not by["demo/sw2"]["pruned"]
 
 
+def test_one_launch_a_variant_has_no_interval_and_a_throughput_none_below_0(tmp_path, monkeypatch, home, capsys):
+    """A sweep of one launch a variant: its table and sweep.md say "no interval", never a zero-width
+    "[m, m]" (one launch is no certainty); two launches far apart bound a throughput's mean at 0 from
+    below, never "[-1386, 2904]" tok/s (the t interval of 2 values at df 1)."""
+    from toolkit.analysis.sweep import mean_ci
+
+    proj = demo_project(tmp_path, monkeypatch)
+    _write(proj, "demo/sw", SWEEP.format(prompts=4, repeats=1).replace("concurrency = [1, 8]", "concurrency = [2]"))
+    assert main(["sweep", "demo/sw", "--fixed", "-o", str(proj / "out")]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    md = (proj / "out" / "sweep.md").read_text()
+    assert text.count("(no interval: 1 run) n=1") == 3 and md.count("(no interval: 1 run) n=1") == 3, (text, md)
+    m, lo, hi = mean_ci([927.4, 589.8])
+    assert lo == 0.0 and hi > m > 0
+
+
 @pytest.mark.slow  # ~45 s on 2 busy cores: 12 server launches
 def test_sla_search_finds_the_cost_model_limit(tmp_path, monkeypatch, home, capsys):
     proj = demo_project(tmp_path, monkeypatch)
@@ -255,7 +271,8 @@ def test_sla_search_finds_the_cost_model_limit(tmp_path, monkeypatch, home, caps
         assert abs(sla["max_concurrency"] - limit) <= 1, (v["variant"], sla)
         assert len(sla["measured"]) <= sla["bound_points"] == 4
         at = sla["at_max"]["itl_ms_median"]
-        assert at["ci"][0] <= at["mean"] <= at["ci"][1] and at["mean"] <= 15
+        # one run a point (repeats = 1): no interval, never a zero-width one
+        assert at["n"] == 1 and at["ci"] == [None, None] and at["mean"] <= 15
     assert any(p["on_front"] for p in doc["pareto"])
 
 

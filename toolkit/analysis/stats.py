@@ -285,6 +285,13 @@ def format_value(x: float, unit: str = "") -> str:
     return f"{s} {unit}" if unit else s
 
 
+def format_mean_ci(mean: float, lo: float, hi: float, n: int) -> str:
+    """"521.5 [452.5, 590.5] n=2", or "204.4 (no interval: 1 run) n=1" where the interval is not finite."""
+    if math.isfinite(lo) and math.isfinite(hi):
+        return f"{format_value(mean)} [{format_value(lo)}, {format_value(hi)}] n={n}"
+    return f"{format_value(mean)} ({NO_INTERVAL}: {n} run{'' if n == 1 else 's'}) n={n}"
+
+
 def format_mean_std(mean: float, std: float, unit: str = "") -> str:
     """"10.2 tok/s +- 0.1": the spread with the same number of decimals as the value."""
     if not math.isfinite(mean):

@@ -161,18 +161,22 @@ def values(store: Store, run_ids: Sequence[str], metric: str, point: int) -> lis
 
 
 def mean_ci(xs: Sequence[float], confidence: float = 0.95) -> tuple[float, float, float]:
-    """Mean and its t interval (a single value: the interval is that value)."""
+    """Mean and its t interval. One value has no interval (nan, nan): a zero-width one would pass a single
+    launch for a certainty. A measured quantity that cannot be negative (every value >= 0: throughputs,
+    latencies) keeps its lower bound at 0 (the interval holds the mean as often; 2 launches' t interval
+    otherwise read "758.6 [-1386, 2904]" tok/s)."""
     n = len(xs)
     if n == 0:
         return (math.nan, math.nan, math.nan)
     m = sum(xs) / n
     if n == 1:
-        return (m, m, m)
+        return (m, math.nan, math.nan)
     from scipy import stats as sp
 
     s = math.sqrt(sum((x - m) ** 2 for x in xs) / (n - 1))
     half = float(sp.t.ppf(0.5 + confidence / 2, n - 1)) * s / math.sqrt(n)
-    return (m, m - half, m + half)
+    lo = max(m - half, 0.0) if min(xs) >= 0 else m - half
+    return (m, lo, m + half)
 
 
 def sla_search(store: Store, outcomes: Sequence[Outcome], bounds: Sequence[Bound], *, lo: int, hi: int,

@@ -177,7 +177,7 @@ def render(table_rows: Sequence[Row], metric: str, outcomes: Sequence[Outcome], 
     t.add_column("vs default", overflow="fold")
     by_name = {o.name: o for o in outcomes}
     for i, r in enumerate(table_rows, 1):
-        cell = f"{stats.format_value(r.mean)} [{stats.format_value(r.ci[0])}, {stats.format_value(r.ci[1])}] n={r.n}"
+        cell = stats.format_mean_ci(r.mean, r.ci[0], r.ci[1], r.n)
         verdict = r.verdict + (f" ({r.change_pct:+.1f}%)" if r.change_pct is not None else "")
         name = f"[dim]{escape(r.name)} (dominated)[/]" if r.name in dominated else escape(r.name)
         if sla:

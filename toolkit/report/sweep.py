@@ -7,10 +7,12 @@ SVG, and `sweep.md` / `sweep.html` with the ranked table, the pruned variants an
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from matplotlib.figure import Figure
 
+from toolkit.analysis import stats
 from toolkit.report.plots import PALETTE, svg, write_png, write_text
 from toolkit.report.tables import esc, html_table, md_table
 
@@ -57,7 +59,7 @@ def _table(doc: dict) -> tuple[list[str], list[list[str]]]:
             "vs default"]
     rows = []
     for i, r in enumerate(doc["ranked"], 1):
-        ci = f"{r['mean']:.4g} [{r['ci'][0]:.4g}, {r['ci'][1]:.4g}] n={r['n']}"
+        ci = stats.format_mean_ci(r["mean"], *(math.nan if x is None else x for x in r["ci"]), r["n"])
         verdict = r["verdict"] + (f" ({r['change_pct']:+.1f}%)" if r["change_pct"] is not None else "")
         s = sla.get(r["variant"]) or {}
         at = f"{s['passing'][0]}..{s['passing'][1]}" if kind == "both" and s.get("passing") else str(r["point"])
