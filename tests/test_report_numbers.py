@@ -106,3 +106,13 @@ def test_a_point_without_an_answers_check_says_so_in_report_and_site(measured, t
     capsys.readouterr()
     index = (tmp_path / "site" / "index.html").read_text()
     assert "c=2 faster, answers not checked at this point" in index, index
+
+
+def test_intervals_of_sequential_rows_are_not_called_95_percent_cis(measured, tmp_path, capsys):
+    """Every row of the pair is the sequential verdict's (a confidence sequence at its look, or TOST bounds):
+    the report's column and speedup plot say "interval", as compare's header does, not "95% CI"."""
+    lines = _report_lines(tmp_path, capsys)
+    (head,) = [x for x in lines if x.startswith("| metric |")]
+    assert "| speedup vs demo/baseline [interval] |" in head, head
+    (plot,) = [x for x in lines if x.startswith("![speedup of output_tok_s")]
+    assert "(interval; green faster" in plot and "95% CI" not in plot, plot

@@ -27,7 +27,7 @@ from toolkit.analysis.where import where_by_recipe
 from toolkit.errors import BadInput
 from toolkit.analysis.provenance import run_env_differences
 from toolkit.report import quality_section
-from toolkit.report.plots import Plot, plots, speedup_ci, svg
+from toolkit.report.plots import Plot, interval_name, plots, speedup_ci, svg
 from toolkit.report.tables import esc as _esc, html_table, md_table
 
 # -- the data of a report ---------------------------------------------------------------------------
@@ -283,7 +283,8 @@ def recipe_table(data: ReportData) -> tuple[list[str], list[list[str]]]:
 def results_table(data: ReportData) -> tuple[list[str], list[list[str]]]:
     """Header and rows: one row per (metric, point, recipe): mean ± std, n, speedup vs the
     baseline with its 95% interval, verdict."""
-    head = ["metric", "point", "recipe", "mean ± std", "n", f"speedup vs {data.baseline} [95% CI]", "verdict"]
+    head = ["metric", "point", "recipe", "mean ± std", "n", f"speedup vs {data.baseline} {interval_name(data.rows)}",
+            "verdict"]
     rows = []
     for metric in data.metrics:
         unit = data.units.get(metric, "")

@@ -159,6 +159,13 @@ def _point_label(kind: str, point: int) -> str:
     return f"{'bs' if kind == 'batch' else 'c'}={point}"
 
 
+def interval_name(rows) -> str:
+    """What the speedups' intervals are: "[95% CI]" where the fixed rule decided every row, "[interval]"
+    where a sequential verdict decided one (its confidence sequence, or an 'equal' row's TOST bounds: not a
+    95% CI; the notes give each rule), as compare's header says it."""
+    return "[interval]" if any(getattr(r, "sequential", None) for r in rows) else "[95% CI]"
+
+
 def speedup_ci(row) -> tuple[float, float]:
     """The interval of a CompareRow's speedup (the ratio's interval, inverted for lower-is-better)."""
     from toolkit.analysis.compare import speedup_interval
@@ -216,7 +223,8 @@ def plots(data) -> list[Plot]:
                 series.append(Series(r.name, color[r.name], tuple(pts), tuple(colors),
                                      HATCHES[j % len(HATCHES)] if len(data.recipes) > 2 else ""))
         if series:
-            title = f"speedup of {metric} vs {data.baseline} (95% CI; green faster, red slower)"
+            title = (f"speedup of {metric} vs {data.baseline} ({interval_name(data.rows).strip('[]')}; green faster, "
+                     "red slower)")
             out.append(Plot(f"speedup-{metric}", title, bar_plot(
                 title, kind, "speedup (> 1: better)", [_point_label(kind, p) for p in pts_all], series, ref=1.0)))
     effs = [r for r in data.recipes if r.efficiency and not r.efficiency.beyond]  # beyond: inputs wrong
