@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import re
 
 import pytest
 
@@ -60,8 +61,9 @@ def test_report_rows_show_the_launches_the_verdict_judged(measured, tmp_path, ca
         (line,) = [x for x in md if f"| demo/quick | {format_mean_std(r['variant_mean'], r['variant_std'], 'tok/s')}"
                    .replace(" +- ", " ± ") in x and f"{r['speedup']:.3f}x" in x]
         judged = format_mean_std(r["base_mean"], r["base_std"], "tok/s").replace(" +- ", " ± ")
-        assert f"| {r['n_variant']} |" in line, line  # the variant's n is the look's
-        assert f"vs demo/baseline's first {r['n_base']} of {stored}: {judged}" in line, line
+        # the variant's n is the look's ("2", or "2 of 3" where a later point took a third launch)
+        assert f"| {r['n_variant']} |" in line or f"| {r['n_variant']} of " in line, line
+        assert f"vs demo/baseline over {r['n_base']} of its {stored} runs: {judged}" in line, line
 
 
 def test_launches_without_a_gpu_are_costed_in_minutes_not_gpu_minutes(measured, tmp_path, capsys):
@@ -100,12 +102,12 @@ def test_a_point_without_an_answers_check_says_so_in_report_and_site(measured, t
     assert main(["compare", "demo/baseline", "demo/quick", "--metric", "output_tok_s"]) == 0
     assert "answers not checked at this point" in " ".join(capsys.readouterr().out.split())
     md = _report_lines(tmp_path, capsys)
-    (row,) = [x for x in md if "| demo/quick |" in x and "faster" in x and "| c=2 |" in md[md.index(x) - 1]]
-    assert row.endswith("| faster (sequential), answers not checked at this point |"), row
+    (row,) = [x for x in md if "| demo/quick |" in x and "| c=2 |" in md[md.index(x) - 1]]
+    assert row.endswith(" (sequential), answers not checked at this point |"), row  # faster, on a quiet box
     assert main(["publish", "-o", str(tmp_path / "site")]) == 0
     capsys.readouterr()
     index = (tmp_path / "site" / "index.html").read_text()
-    assert "c=2 faster, answers not checked at this point" in index, index
+    assert re.search(r"c=2 [a-z ]+, answers not checked at this point \(", index), index
 
 
 def test_intervals_of_sequential_rows_are_not_called_95_percent_cis(measured, tmp_path, capsys):

@@ -262,11 +262,12 @@ def _judged(row, stored: int) -> tuple[float, float, str]:
 
 
 def _baseline_look(row, stored: int, baseline: str) -> str:
-    """Where the verdict judged fewer of the baseline's launches than its line shows: the baseline as judged."""
+    """Where the verdict judged fewer of the baseline's runs than its line shows (a sequential look's first n,
+    or one sweep's): the baseline as judged."""
     if row.n_base == stored:
         return ""
     judged = stats.format_mean_std(row.base_mean, row.base_std, row.unit).replace(" +- ", " ± ")
-    return f" (vs {baseline}'s first {row.n_base} of {stored}: {judged})"
+    return f" (vs {baseline} over {row.n_base} of its {stored} runs: {judged})"
 
 
 def recipe_table(data: ReportData) -> tuple[list[str], list[list[str]]]:
