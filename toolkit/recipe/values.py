@@ -132,11 +132,21 @@ def build_spec(path: Path, t: dict, sources: Mapping[str, SourceSpec]) -> BuildS
     )
 
 
+# Flags patchbench itself puts on the server's command line (toolkit.run.sglang_args.launch_argv), each
+# with the [server] key that sets it: in [server.args] they would come second and win, so the server
+# would listen elsewhere than patchbench polls (a launch that "hangs" until timeout_s) or load another model.
+OWN_FLAGS = {"port": "port", "host": "host", "model-path": "model", "model": "model"}
+
+
 def server_spec(path: Path, t: dict) -> ServerSpec:
     args = []
     for flag, value in t.get("args", {}).items():
         if flag.startswith("-"):
             raise BadInput(f"{path}: `server.args` keys are flag names without dashes: `{flag.lstrip('-')}`")
+        if flag in OWN_FLAGS:
+            key = OWN_FLAGS[flag]
+            raise BadInput(f"{path}: `server.args.{flag}`: patchbench passes --{flag} itself (from `[server] {key}`)",
+                           hint=f"write `{key} = {value!r}` under [server] instead".replace("'", '"'))
         args.append((flag, tuple(value) if isinstance(value, list) else value))
     gpus = t.get("gpus")
     if gpus is not None and (isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 0):

@@ -1,0 +1,43 @@
+"""Failure paths a new user meets on the miniature: each is one line naming the recipe, the step and
+what to do, with a non-zero exit, before anything is launched or stored wrongly."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import demo_project
+from toolkit.cli import main
+from toolkit.results.store import Store
+
+
+def _error(capsys) -> str:
+    text = capsys.readouterr().err
+    lines = [line for line in text.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:"), text  # one line, no traceback
+    return lines[0]
+
+
+def _no_runs(home) -> bool:
+    return not (home / "results.sqlite").exists() or not Store(home / "results.sqlite").runs()
+
+
+@pytest.mark.parametrize("flag, value, key", [
+    ("port", "38555", "port"), ("host", '"0.0.0.0"', "host"), ("model-path", '"other/model"', "model"),
+])
+def test_a_flag_patchbench_passes_itself_in_server_args_is_refused_at_load(flag, value, key, home, tmp_path,
+                                                                           monkeypatch, capsys):
+    # `--port 38555` after patchbench's own `--port N` would win: the server listened on 38555 while
+    # patchbench polled N, and the launch was stored failed as "not ready after timeout_s (hang)"
+    proj = demo_project(tmp_path, monkeypatch)
+    (proj / "recipes" / "demo" / "mine.toml").write_text(f'extends = "demo/baseline"\n[server.args]\n{flag} = {value}\n')
+    assert main(["run", "demo/mine", "--repeats", "1"]) == 2
+    line = _error(capsys)
+    assert f"`server.args.{flag}`" in line and f"--{flag}" in line and f"{key} = " in line and "[server]" in line, line
+    assert "mine.toml" in line, line
+    assert _no_runs(home) and not (home / "envs").exists()
+    # a [matrix] of such a flag is refused the same way, before any variant is launched
+    (proj / "recipes" / "demo" / "mine.toml").write_text(
+        f'extends = "demo/baseline"\n[matrix]\nserver.args.{flag} = [{value}]\n')
+    assert main(["sweep", "demo/mine"]) == 2
+    assert f"`server.args.{flag}`" in _error(capsys)
+    assert _no_runs(home)
