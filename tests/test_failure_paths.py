@@ -41,3 +41,21 @@ def test_a_flag_patchbench_passes_itself_in_server_args_is_refused_at_load(flag,
     assert main(["sweep", "demo/mine"]) == 2
     assert f"`server.args.{flag}`" in _error(capsys)
     assert _no_runs(home)
+
+
+def test_a_server_dying_mid_benchmark_names_the_point_and_keeps_the_points_before_it(home, tmp_path, monkeypatch,
+                                                                                   capsys):
+    # the miniature dies at its 30th request: c=1 and c=4 (and their warm-ups) pass, c=16 does not, as a
+    # real server that runs out of memory at the highest concurrency
+    proj = demo_project(tmp_path, monkeypatch)
+    (proj / "recipes" / "demo" / "dies.toml").write_text(
+        'extends = "demo/baseline"\n[server.args]\nmini-crash-after-requests = 30\n[quality]\nlaunches = 0\n')
+    assert main(["run", "demo/dies", "--repeats", "1"]) == 1
+    out = capsys.readouterr().err
+    assert "during the benchmark at concurrency 16; concurrency 1, 4 measured before it" in " ".join(out.split()), out
+    store = Store(home / "results.sqlite")
+    [run] = store.runs(recipe="demo/dies", status="failed")
+    assert run.error.startswith("server crashed: ") and "at concurrency 16" in run.error, run.error
+    tok = {s.point: s.value for s in store.samples([run.run_id]) if s.metric == "output_tok_s"}
+    assert set(tok) == {1, 4} and all(v > 0 for v in tok.values()), tok  # what was measured is not lost
+    assert main(["compare", "demo/baseline", "demo/dies"]) == 2  # a failed run is never a result

@@ -27,7 +27,7 @@ from rich.markup import escape
 from toolkit.results import metrics
 from toolkit.run import autotune_record, evidence, jit_check, machine, quality as output_check, reaper, server as srv
 from toolkit.run.attempt import Attempt, Prepared, RunInvalid, recorded, log_paths, signals_interrupt, supervise
-from toolkit.run.bench import Sample
+from toolkit.run.bench import Sample, point_record
 from toolkit.run.gpustate import record as gpu_record
 from toolkit.run.gpustate.owners import patchbench_tree
 from toolkit.run.hoststate import HostSampler
@@ -226,9 +226,9 @@ def benchmark(verified: Verified) -> Measured:
     host = HostSampler(lambda: patchbench_tree(server_pid)).start()  # who else used the CPUs
     try:
         if bench.driver == "one-batch":
-            samples, errors = _one_batch(attempt), []
+            samples, errors, points = _one_batch(attempt), [], []
         else:
-            samples, errors, accounts = _serving(server.url, bench, attempt.console, attempt.prepared.name,
+            samples, errors, accounts, points = _serving(server.url, bench, attempt.console, attempt.prepared.name,
                                                  model=attempt.prepared.recipe.server.model,
                                                  env_dir=attempt.prepared.env.path)
             attempt.extra["server_account"] = accounts
@@ -236,7 +236,12 @@ def benchmark(verified: Verified) -> Measured:
         attempt.extra["host_state"] = host.stop()
         box = gpu_record.attach(attempt, sampler.stop(), "batch" if bench.driver == "one-batch" else "concurrency")
     if server is not None:
-        server.check_alive(wait=5.0 if errors else 0.0)
+        try:
+            server.check_alive(wait=5.0 if errors else 0.0)
+        except srv.ServerFailed as exc:  # it died mid-benchmark: name the point, keep the ones before it
+            kept, exc.message = point_record.before_crash(samples, points, exc.message)
+            attempt.measured = [*kept, *box]
+            raise
     attempt.measured = [*samples, *box]  # kept with the run should a later step fail
     gpu_record.enforce(attempt, [*samples, *box])
     return Measured(verified, [*samples, *box], errors)
@@ -395,11 +400,10 @@ def run_once(p: Prepared, *, home: Path, store: Store, repeat: int, group_id: st
 
 
 def _serving(url: str, bench, console: Console, name: str, *,
-             model: str | None = None, env_dir: Path | None = None) -> tuple[list[Sample], list[str], dict]:
+             model: str | None = None, env_dir: Path | None = None) -> tuple[list[Sample], list[str], dict, list]:
     """(samples, errors, the server's own account of each point's window: {concurrency: account},
-    empty without /metrics; its notes printed)."""
+    empty without /metrics; its notes printed, the points)."""
     from toolkit.envs.manifest import jit_file_count
-    from toolkit.run.bench import point_record
     from toolkit.run.bench.serving import ServingConfig, run_serving
     from toolkit.run.bench.workload import model_vocab
 
@@ -415,7 +419,7 @@ def _serving(url: str, bench, console: Console, name: str, *,
     counted = any(pt.server is not None for pt in points)
     said = "" if counted else " (no server account: the server has no /metrics; pass enable-metrics)"
     console.print(f"[bold]{escape(name)}[/]: {len(points)} points, best output {best:.1f} tok/s{escape(said)}")
-    return samples, errors, accounts
+    return samples, errors, accounts, points
 
 
 def _one_batch(a: Attempt) -> list[Sample]:

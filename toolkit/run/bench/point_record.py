@@ -48,3 +48,22 @@ def gather(points: Sequence[PointResult]) -> tuple[list[Sample], list[str], dict
             acc["notes"] = [*acc.get("notes", []), *extra]
             said += [(pt.concurrency, note) for note in extra]
     return samples, errors, accounts, said
+
+
+def _failed(pt: PointResult) -> bool:
+    return bool(pt.metrics.get("failed")) or not pt.metrics.get("completed")
+
+
+def before_crash(samples: Sequence[Sample], points: Sequence[PointResult], why: str) -> tuple[list[Sample], str]:
+    """A server that died during the benchmark: (the samples of the points measured before the first
+    point whose requests failed, `why` saying at which point it died and what was kept). A point whose
+    requests failed is no measurement of the configuration; the ones before it are, kept with the
+    failed run (not counted: only ok runs are)."""
+    first = next((pt for pt in points if _failed(pt)), None)
+    if first is None:  # no request failed: the server died after the last point
+        return list(samples), f"{why} (after the benchmark's last point: its points kept with this failed run)"
+    before = [pt.concurrency for pt in points[:points.index(first)]]
+    kept = [s for s in samples if s.point in before]
+    said = (f"concurrency {', '.join(map(str, before))} measured before it, kept with this failed run"
+            if before else "no point measured before it")
+    return kept, f"{why} (during the benchmark at concurrency {first.concurrency}; {said})"
