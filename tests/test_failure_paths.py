@@ -59,3 +59,26 @@ def test_a_server_dying_mid_benchmark_names_the_point_and_keeps_the_points_befor
     tok = {s.point: s.value for s in store.samples([run.run_id]) if s.metric == "output_tok_s"}
     assert set(tok) == {1, 4} and all(v > 0 for v in tok.values()), tok  # what was measured is not lost
     assert main(["compare", "demo/baseline", "demo/dies"]) == 2  # a failed run is never a result
+
+
+@pytest.mark.parametrize("fmt", ["csv", "hud", "json"])
+def test_an_export_of_no_runs_is_an_error_not_an_empty_file(fmt, home, tmp_path, capsys):
+    out = tmp_path / f"runs.{fmt}"
+    assert main(["results", "--export", fmt, "-o", str(out)]) == 1
+    line = _error(capsys)
+    assert line.startswith("error: nothing to export: no ") and "results.sqlite" in line, line
+    assert not out.exists()  # no header-only file a dashboard would ingest as "no regressions"
+    assert main(["results", "--export", fmt]) == 1  # nor a bare header on stdout
+    captured = capsys.readouterr()
+    assert captured.out == "" and "nothing to export" in captured.err
+
+
+def test_an_export_that_matches_no_run_names_the_filter(home, tmp_path, monkeypatch, capsys):
+    demo_project(tmp_path, monkeypatch)
+    assert main(["run", "demo/fast", "--repeats", "1"]) == 0
+    capsys.readouterr()
+    assert main(["results", "demo/fast", "--export", "csv"]) == 0
+    assert "demo/fast" in capsys.readouterr().out
+    assert main(["results", "demo/fast", "--status", "failed", "--export", "hud"]) == 1
+    line = _error(capsys)
+    assert "no failed runs of demo/fast" in line, line

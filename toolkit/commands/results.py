@@ -187,7 +187,7 @@ def run(args) -> int:
         out = args.output or sys.stdout
         from toolkit.results.exchange import export
 
-        n = export(store, args.export, out, **filters)
+        n = export(store, args.export, out, require_runs=True, **filters)
         if args.output:
             console.print(f"exported {plural(n, 'run')} to {args.output}", markup=False)
         return 0

@@ -19,7 +19,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import IO, Any
 
-from toolkit.errors import BadInput
+from toolkit.errors import BadInput, PatchbenchError
 from toolkit.results.artifacts import Artifact
 from toolkit.results.records import RUN_FIELDS, SAMPLE_FIELDS, SampleRow, _now, canonical_json
 from toolkit.results.store import SCHEMA_VERSION, RunExists, Store
@@ -83,7 +83,7 @@ def _export_text(store: Store, fmt: str, **filters: Any) -> tuple[str, int]:
     return buf.getvalue(), len(runs)
 
 
-def export(store: Store, fmt: str, out: Path | str | IO[str], **filters: Any) -> int:
+def export(store: Store, fmt: str, out: Path | str | IO[str], *, require_runs: bool = False, **filters: Any) -> int:
     """Write the runs matching `filters` (as for `Store.runs`) to `out` (a path or a text stream).
 
     "json": {"format", "schema_version", "exported_at", "runs": [{...run, "samples": [...],
@@ -92,13 +92,17 @@ def export(store: Store, fmt: str, out: Path | str | IO[str], **filters: Any) ->
     without samples gets one row with empty sample columns), the run's identity columns
     repeated. "hud": PyTorch HUD v3 benchmark records (toolkit/results/hud.py), a JSON list, one
     record per configuration, metric and point, the repeats as values; ok runs unless `status` is
-    given. Returns the number of runs written.
+    given. Returns the number of runs written. `require_runs`: no run to write is an error (PatchbenchError,
+    nothing written), not a file that holds only a header.
     """
     if fmt not in EXPORT_FORMATS:
         raise BadInput(f"export format must be one of {', '.join(EXPORT_FORMATS)}, not {fmt}")
     if isinstance(out, (str, Path)) and Path(out).is_dir():
         raise BadInput(f"--output {out} is a directory: give the export file's path")
     text, n = _export_text(store, fmt, **filters)
+    if require_runs and not n:
+        raise PatchbenchError(f"nothing to export: {_none_matched(fmt, filters)} in {store.path}",
+                              hint="`patchbench results` lists what is stored")
     if isinstance(out, (str, Path)):
         p = Path(out)
         p.parent.mkdir(parents=True, exist_ok=True)
@@ -111,6 +115,17 @@ def export(store: Store, fmt: str, out: Path | str | IO[str], **filters: Any) ->
     else:
         out.write(text)
     return n
+
+
+def _none_matched(fmt: str, filters: dict) -> str:
+    status = filters.get("status") or ("ok" if fmt == "hud" else None)
+    status = "/".join(status) if isinstance(status, (list, tuple)) else status
+    recipes = filters.get("recipe")
+    recipes = ", ".join(recipes) if isinstance(recipes, (list, tuple)) else recipes
+    what = " ".join(x for x in (f"no {status}" if status else "no", "runs") if x)
+    what += f" of {recipes}" if recipes else ""
+    what += f" in group {filters['group_id']}" if filters.get("group_id") else ""
+    return what + (" with samples (a HUD record is a measured value)" if fmt == "hud" else "")
 
 
 def check_export_runs(runs, src) -> None:
