@@ -82,3 +82,20 @@ def test_an_export_that_matches_no_run_names_the_filter(home, tmp_path, monkeypa
     assert main(["results", "demo/fast", "--status", "failed", "--export", "hud"]) == 1
     line = _error(capsys)
     assert "no failed runs of demo/fast" in line, line
+
+
+def test_a_patch_listed_twice_is_refused_at_load_not_reported_as_already_in_the_base(home, tmp_path, monkeypatch,
+                                                                                   capsys):
+    proj = demo_project(tmp_path, monkeypatch)
+    (proj / "recipes" / "demo" / "twice.toml").write_text(
+        'extends = "demo/baseline"\n[patches]\nsglang = ["demo/faster-decode.patch", "demo/slower-decode.patch", '
+        '"demo/faster-decode.patch"]\n')
+    assert main(["run", "demo/twice", "--until", "check"]) == 2
+    line = _error(capsys)
+    assert "`patches.sglang` lists demo/faster-decode.patch twice (entries 1 and 3)" in line, line
+    assert "twice.toml" in line and "already" not in line, line
+    assert not (home / "trees").exists() and not (home / "envs").exists()
+    # extending a recipe and naming its patch again is no duplicate: the stack extends the parent's
+    (proj / "recipes" / "demo" / "again.toml").write_text(
+        'extends = "demo/fast"\n[patches]\nsglang = ["demo/faster-decode.patch"]\n')
+    assert main(["apply", "demo/again"]) == 0

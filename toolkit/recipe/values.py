@@ -69,7 +69,10 @@ def patch_paths(path: Path, sname: str, names: list[str], patches_dir: Path,
         raise BadInput(f"{path}: `patches.{sname}` names no source",
                        hint=hint or f"sources: {', '.join(sources)}")
     resolved = []
-    for rel in names:
+    for i, rel in enumerate(names):
+        if rel in names[:i]:  # applied twice, the second would read "the base already contains this change"
+            raise BadInput(f"{path}: `patches.{sname}` lists {rel} twice (entries {names.index(rel) + 1} and {i + 1})",
+                           hint="each patch is one commit of the stack: list it once")
         p = (patches_dir / rel).resolve()
         if not is_under(p, patches_dir):
             raise BadInput(f"{path}: `patches.{sname}`: patch path `{rel}` leaves {patches_dir}",
