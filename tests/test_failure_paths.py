@@ -99,3 +99,36 @@ def test_a_patch_listed_twice_is_refused_at_load_not_reported_as_already_in_the_
     (proj / "recipes" / "demo" / "again.toml").write_text(
         'extends = "demo/fast"\n[patches]\nsglang = ["demo/faster-decode.patch"]\n')
     assert main(["apply", "demo/again"]) == 0
+
+
+def _launch_crash_patch(proj) -> str:
+    """A patch (made with difflib from the miniature's own file) whose server raises at launch."""
+    import difflib
+
+    rel = "python/sglang/launch_server.py"
+    old = (proj / "upstream" / "minisglang" / rel).read_text().splitlines(keepends=True)
+    new = [line.replace("launch_server(server_args)", 'raise RuntimeError("boom at launch")') for line in old]
+    assert new != old
+    diff = "".join(difflib.unified_diff(old, new, f"a/{rel}", f"b/{rel}"))
+    (proj / "patches" / "demo" / "boom.patch").write_text(f"Subject: boom\n\ndiff --git a/{rel} b/{rel}\n{diff}")
+    return "demo/boom.patch"
+
+
+def test_attribute_with_a_prefix_that_cannot_be_measured_says_why_and_fails(home, tmp_path, monkeypatch, capsys):
+    # a row of dashes and exit 0 read as "attributed"; the failure was one of many lines on stderr
+    proj = demo_project(tmp_path, monkeypatch)
+    patch = _launch_crash_patch(proj)
+    (proj / "recipes" / "demo" / "stack.toml").write_text(
+        f'extends = "demo/fast"\n[patches]\nsglang = ["{patch}"]\n[quality]\nlaunches = 0\n')
+    assert main(["attribute", "demo/stack", "--repeats", "2"]) == 1
+    captured = capsys.readouterr()
+    errors = [line for line in captured.err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, captured.err
+    assert "prefix 2 (+demo/boom.patch) not measured: run " in errors[0], errors[0]
+    assert "failed: server crashed: RuntimeError: boom at launch (log: " in errors[0] and "server.log)" in errors[0]
+    assert "demo/faster-decode.patch" in captured.out  # the patch before it is still attributed
+    assert main(["attribute", "demo/stack", "--repeats", "2", "--json"]) == 1
+    import json
+
+    data = json.loads(capsys.readouterr().out)
+    assert len(data["unmeasured"]) == 1 and "boom at launch" in data["unmeasured"][0]

@@ -21,11 +21,13 @@ def test_a_replay_decides_as_the_first_measurement_did(tmp_path, home, monkeypat
     rc, first = cli_json(capsys, argv)
     store = Store(home / "results.sqlite")
     invalid = [r for r in store.runs(recipe="t/noproof") if r.status == "invalid"]
-    assert rc == 0 and len(invalid) == 1 and invalid[0].missing_evidence  # the whole stack: no evidence
+    # the whole stack: no evidence, so its patch is not attributed: exit 1, the reason in `unmeasured`
+    assert rc == 1 and len(invalid) == 1 and invalid[0].missing_evidence
+    assert len(first["unmeasured"]) == 1 and first["unmeasured"][0].startswith("prefix 1 (+demo/faster-decode.patch)")
     assert first["prefix_values"][0] and len(first["prefix_values"][0]) == 2 and first["prefix_values"][1] is None
     assert first["runs"] == 3  # two of the base, one of the stack (stored invalid: no value, no more runs)
     rc, again = cli_json(capsys, argv)
-    assert rc == 0 and again["prefix_values"] == first["prefix_values"] and again["lines"] == first["lines"]
+    assert rc == 1 and again["prefix_values"] == first["prefix_values"] and again["lines"] == first["lines"]
     assert again["runs"] == 1  # the base's values reused; the stack measured again, invalid again
 
     # with --missing-evidence the invalid runs count in the first measurement and in the replay alike

@@ -133,8 +133,10 @@ def run(args) -> int:
     vouched = VouchedStore(meter.store)  # answers only from bytes with the stored sha256
     answers = quality_runs.meter_verdicts(vouched, meter.log, names)
     gates = quality_runs.meter_gates(vouched, meter.log, names)
+    unmeasured = unmeasured_prefixes(meter, prefix_values, names)
     if args.json:
         print_json({"recipe": recipe.name, "metric": spec.metric, "point": meter.point, "lines": result.lines(),
+                    "unmeasured": unmeasured,
                     "quality": {k: {str(p): q.to_dict() for p, q in per.items()} for k, per in answers.items()},
                     "gate": {k: g.to_dict() for k, g in gates.items()},
                     "prefix_values": prefix_values, "leave_one_out": loo, "skipped": skipped,
@@ -143,7 +145,7 @@ def run(args) -> int:
                     "sequential": steps_json(steps, names), "sequential_legend": step_legend(design),
                     "values_from": [{"label": label, "identity": key, "values": vals, "runs": ids}
                                     for label, key, vals, ids in meter.log]})
-        return 0
+        return 1 if unmeasured else 0
     worst = {int(k.split()[0][1:]): quality_runs.worst(per) for k, per in answers.items()}
     for k, g in gates.items():  # "faster, gate failed" never reads as a plain win either
         if g.verdict != "gate passed":
@@ -167,7 +169,26 @@ def run(args) -> int:
         console.print(f"note: {line}", markup=False, highlight=False)
     print_runs_used(meter)
     console.print(f"{meter.builds} variant(s) prepared, {meter.runs} new run(s); cached values reused per env key")
-    return 0
+    for line in unmeasured:  # a row of dashes is no attribution: say why, and fail
+        err.print(f"error: {line}", markup=False, highlight=False)
+    return 1 if unmeasured else 0
+
+
+def unmeasured_prefixes(meter, prefix_values: list, names: list[str]) -> list[str]:
+    """One line per prefix of the stack that has no values (it did not apply, build or run): the patch
+    it adds, why (the first line of the failure) and the log that says more."""
+    import re
+
+    out = []
+    for k, values in enumerate(prefix_values):
+        if values:
+            continue
+        why = meter.skipped.get(f"prefix{k}", "no values")
+        logs = re.findall(r"\[log(?: kept)?: ([^\]]+)\]", why)
+        first = why.splitlines()[0].rstrip(":; ") if why else "no values"
+        what = "the base (no patch)" if k == 0 else f"prefix {k} (+{names[k - 1]})"
+        out.append(f"{what} not measured: {first}" + (f" (log: {logs[-1]})" if logs and logs[-1] not in first else ""))
+    return out
 
 
 # -- sequential steps (issue 30): each step launched until its verdict is settled ----------------
