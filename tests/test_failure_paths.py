@@ -132,3 +132,23 @@ def test_attribute_with_a_prefix_that_cannot_be_measured_says_why_and_fails(home
 
     data = json.loads(capsys.readouterr().out)
     assert len(data["unmeasured"]) == 1 and "boom at launch" in data["unmeasured"][0]
+
+
+def test_compare_of_a_recipe_whose_runs_failed_says_why_instead_of_run_them_first(home, tmp_path, monkeypatch,
+                                                                                 capsys):
+    proj = demo_project(tmp_path, monkeypatch)
+    patch = _launch_crash_patch(proj)
+    (proj / "recipes" / "demo" / "boom.toml").write_text(
+        f'extends = "demo/baseline"\n[patches]\nsglang = ["{patch}"]\n[quality]\nlaunches = 0\n')
+    (proj / "recipes" / "demo" / "never.toml").write_text('extends = "demo/fast"\n')
+    assert main(["run", "demo/baseline", "--repeats", "1"]) == 0
+    assert main(["run", "demo/boom", "--repeats", "1"]) == 1
+    capsys.readouterr()
+    assert main(["compare", "demo/baseline", "demo/boom"]) == 2
+    line = " ".join(_error(capsys).split())
+    assert "demo/boom: its stored run: 1 failed (newest " in line, line
+    assert "failed: server crashed: RuntimeError: boom at launch)" in line, line
+    assert "run them first" not in line and "`patchbench results demo/boom`" in line, line
+    # a recipe never run is still told to run first
+    assert main(["compare", "demo/baseline", "demo/never"]) == 2
+    assert "run them first" in _error(capsys)

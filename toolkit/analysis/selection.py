@@ -38,6 +38,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
+from toolkit.analysis.missing_results import MissingResults  # noqa: F401 (re-exported)
 from toolkit.errors import BadInput
 from toolkit.results.identity import UNKNOWN, components_of, definition_differences, differences
 from toolkit.results.records import RunRow, SampleRow, comparable_bench_params
@@ -59,17 +60,6 @@ class Criteria:
     mix_envs: bool = False  # every env key of a recipe, not only its newest
     mix_gpus: bool = False  # runs on different GPUs together
     prefer_group: bool = True  # one interleaved sweep when there is one
-
-
-class MissingResults(BadInput):
-    """Some recipes have no usable runs. `recipes` lists them, in the order given."""
-
-    def __init__(self, recipes: Sequence[str], detail: str = "") -> None:
-        self.recipes = list(recipes)
-        names = ", ".join(self.recipes)
-        msg = f"no ok, verified results for recipe{'s' if len(self.recipes) > 1 else ''} {names}"
-        super().__init__(msg + (f" ({detail})" if detail else ""),
-                         hint="run them first, or compare with --run")
 
 
 @dataclass(frozen=True)
@@ -274,11 +264,14 @@ def choose(rows: Iterable[RunRow], recipes: Sequence[str], criteria: Criteria = 
     rows = sorted((r for r in rows if r.recipe in names), key=_when)
     usable: dict[str, list[RunRow]] = {n: [] for n in names}
     reasons: dict[str, set[str]] = defaultdict(set)
+    stopped: dict[str, list[RunRow]] = defaultdict(list)  # failed, interrupted, ...: said when nothing counts
     for run in rows:
         why = _why_not(run, c, measured, metrics)
         if why is None:
             usable[run.recipe].append(run)
-        elif not why.startswith("status"):
+        elif why.startswith("status"):
+            stopped[run.recipe].append(run)
+        else:
             reasons[run.recipe].add(why)
     notes: list[str] = []
     for n in defined:
@@ -287,8 +280,7 @@ def choose(rows: Iterable[RunRow], recipes: Sequence[str], criteria: Criteria = 
         reasons[n].update(left)
     missing = [n for n in names if not usable[n]]
     if missing:
-        detail = "; ".join(f"{n}: {', '.join(sorted(reasons[n]))}" for n in missing if reasons[n])
-        raise MissingResults(missing, detail)
+        raise MissingResults(missing, reasons=reasons, stopped=stopped)
 
     # 3. one (bench key, GPU key) that every recipe has; the newest complete one
     def cohort(r: RunRow) -> tuple:
@@ -394,7 +386,10 @@ def select(store, recipes: Sequence[str], criteria: Criteria = Criteria(), *, cu
     `missing_evidence`; reading them lets a refusal say why), with the metrics each run measured."""
     rows = store.runs(recipe=list(dict.fromkeys(recipes)), status=["ok", "invalid"])
     measured = store.measured_metrics([r.run_id for r in rows])
-    return vouched(store, choose(rows, recipes, criteria, measured=measured, current=current, metrics=metrics))
+    try:
+        return vouched(store, choose(rows, recipes, criteria, measured=measured, current=current, metrics=metrics))
+    except MissingResults as exc:  # runs that stopped (failed, interrupted) say why nothing counts
+        raise exc.with_stopped(store.runs(recipe=exc.recipes, status=["failed", "interrupted", "running"])) from None
 
 
 def vouched(store, sel: Selection) -> Selection:
