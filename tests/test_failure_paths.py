@@ -152,3 +152,43 @@ def test_compare_of_a_recipe_whose_runs_failed_says_why_instead_of_run_them_firs
     # a recipe never run is still told to run first
     assert main(["compare", "demo/baseline", "demo/never"]) == 2
     assert "run them first" in _error(capsys)
+
+
+def test_a_home_the_disk_refuses_is_one_line_naming_the_recipe_step_and_path(tmp_path, monkeypatch, capsys):
+    # a read-only file system (/sys is one), as a shared cache of another user or a read-only mount: the
+    # error was "internal error in patchbench apply: PermissionError ..." (a bug, seemingly)
+    import os
+
+    ro = "/sys/kernel/mm"
+    try:
+        os.mkdir(f"{ro}/.patchbench-probe")
+        os.rmdir(f"{ro}/.patchbench-probe")
+        pytest.skip(f"{ro} is writable here")
+    except OSError:
+        if not os.path.isdir(ro):
+            pytest.skip(f"no {ro} on this machine")
+    demo_project(tmp_path, monkeypatch)
+    monkeypatch.setenv("PATCHBENCH_HOME", ro)
+    for argv, where in ((["apply", "demo/baseline"], "recipe demo/baseline: step apply: "),
+                        (["build", "demo/fast"], "recipe demo/fast: step apply: ")):
+        assert main(argv) == 2
+        line = _error(capsys)
+        assert line.startswith(f"error: {where}") and f"{ro}/trees" in line, line
+        assert "internal error" not in line and "PATCHBENCH_HOME" in line, line
+
+
+def test_a_full_disk_is_said_as_such(tmp_path, monkeypatch, capsys):
+    import errno
+
+    from toolkit.tree import applied
+
+    demo_project(tmp_path, monkeypatch)
+    monkeypatch.setenv("PATCHBENCH_HOME", str(tmp_path / "home"))
+
+    def full(*a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "home" / "trees" / "x"))
+
+    monkeypatch.setattr(applied.tempfile, "mkdtemp", full)
+    assert main(["build", "demo/fast"]) == 1
+    line = _error(capsys)
+    assert line.startswith("error: recipe demo/fast: step apply: No space left on device: ") and "env gc" in line, line

@@ -107,6 +107,13 @@ def main(argv: list[str] | None = None) -> int:
                           f"error: interrupted (runs that finished are stored; {again})", markup=False)
         return 130
     except Exception as exc:  # a bug: one line here, the traceback in a file
+        from toolkit.errors import disk_error
+        from toolkit.workspace import default_home
+
+        refused = disk_error(exc, default_home()) if isinstance(exc, OSError) else None
+        if refused is not None:  # the disk said no (permission, read-only, full): no bug, no traceback file
+            err_console.print(f"error: patchbench {args.verb}: {refused}", markup=False)
+            return refused.exit_code
         import traceback
 
         from toolkit.workspace import default_home

@@ -85,3 +85,34 @@ _PLURALS = {"patch": "patches", "match": "matches", "batch": "batches", "family"
 def plural(n: int, word: str, many: str | None = None) -> str:
     """`1 patch`, `2 patches`, `0 runs`: a count in a message, with its noun in the right number."""
     return f"{n} {word if n == 1 else (many or _PLURALS.get(word) or word + 's')}"
+
+
+def disk_error(exc: OSError, home: Path | None = None) -> PatchbenchError | None:
+    """A file operation the disk refused (no permission, a read-only file system, no space left) as a
+    one-line error naming the path and what to do (exit 2 for a home this user cannot write, 1 for a
+    full disk); None for any other OSError (a bug's, reported as one). `home`: the workspace (a path in it
+    is the home's to fix)."""
+    import errno
+
+    space = exc.errno in (errno.ENOSPC, errno.EDQUOT)
+    if not space and exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return None
+    path = exc.filename
+    where = f"{exc.strerror or exc}: {path}" if path else str(exc.strerror or exc)
+    in_home = path is not None and home is not None and (Path(path) == Path(home) or Path(home) in Path(path).parents)
+    if space:
+        hint = ("free space on that disk (`patchbench env gc` removes unused envs) or point PATCHBENCH_HOME "
+                "(or --home) at another disk")
+        return PatchbenchError(where, hint=hint)
+    hint = ("point PATCHBENCH_HOME (or --home) at a directory this user can write" if in_home or path is None
+            else "this user needs to be able to write it")
+    return BadInput(where, hint=hint)
+
+
+def raise_refused(exc: OSError, *, home: Path | None = None, recipe: str | None = None,
+                  step: str | None = None) -> None:
+    """Raise `disk_error(exc, home)` located at the recipe and step, else `exc` itself (a bug's)."""
+    refused = disk_error(exc, home)
+    if refused is None:
+        raise exc
+    raise refused.located(recipe=recipe, step=step) from None

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.table import Table
 
 from toolkit.commands.common import console, home_of, load, print_json, recipe_arg
-from toolkit.errors import PatchbenchError
+from toolkit.errors import PatchbenchError, raise_refused
 from toolkit.tree.applied import apply_recipe
 
 HELP = "materialise the recipe's sources and apply its patch stacks (one git commit per patch)"
@@ -26,6 +26,8 @@ def run(args) -> int:
         results = apply_recipe(recipe, home, frozen=args.frozen, refresh=args.refresh, offline=args.offline)
     except PatchbenchError as exc:
         raise exc.located(recipe=recipe.name, step="apply")
+    except OSError as exc:  # the disk refused a write (permission, read-only, full)
+        raise_refused(exc, home=home, recipe=recipe.name, step="apply")
     if args.json:
         print_json({"recipe": recipe.name, "trees": [dict(t.to_dict(), reused=r) for t, r in results]})
         return 0

@@ -33,7 +33,7 @@ from toolkit.run.gpustate.owners import patchbench_tree
 from toolkit.run.hoststate import HostSampler
 from toolkit.run.bench.one_batch import find_one_batch_module, one_batch_argv, parse_one_batch_jsonl, run_one_batch
 from toolkit.envs import Env, ensure_env as build_env
-from toolkit.errors import BadInput, NoGPU, PatchbenchError, plural
+from toolkit.errors import BadInput, NoGPU, PatchbenchError, plural, raise_refused
 from toolkit.recipe.load import Recipe
 from toolkit.run.check_cache import cached_check_recipe
 from toolkit.run.launch_env import launch_environ, record as launch_env_record
@@ -376,6 +376,8 @@ def prepare(recipe: Recipe, home: Path, *, until: str = "store", frozen: bool = 
             value = _run_steps((fn,), value, timings)
         except PatchbenchError as exc:
             raise exc.located(recipe=recipe.name, step=fn.step_name)
+        except OSError as exc:  # a write the disk refused: where, and what to do
+            raise_refused(exc, home=home, recipe=recipe.name, step=fn.step_name)
     if isinstance(value, Applied):
         value = Prepared(recipe, value.trees, None, label=label)
     elif isinstance(value, Built):
