@@ -192,3 +192,18 @@ def test_a_full_disk_is_said_as_such(tmp_path, monkeypatch, capsys):
     assert main(["build", "demo/fast"]) == 1
     line = _error(capsys)
     assert line.startswith("error: recipe demo/fast: step apply: No space left on device: ") and "env gc" in line, line
+
+
+def test_run_until_check_of_a_patch_that_does_not_apply_ends_with_its_error(home, tmp_path, monkeypatch, capsys):
+    proj = demo_project(tmp_path, monkeypatch)
+    fast = (proj / "patches" / "demo" / "faster-decode.patch").read_text()
+    (proj / "patches" / "demo" / "stale.patch").write_text(fast.replace("-STEP_BASE_S = 0.012", "-STEP_BASE_S = 0.099"))
+    (proj / "recipes" / "demo" / "stale.toml").write_text(
+        'extends = "demo/baseline"\n[patches]\nsglang = ["demo/stale.patch"]\n')
+    assert main(["run", "demo/stale", "--until", "check"]) == 1
+    err = capsys.readouterr().err
+    last = [line for line in err.splitlines() if line.strip()][-1]
+    assert last.startswith("error: recipe demo/stale: step apply: patch demo/stale.patch does not apply"), err
+    assert "@@ -18,7 +18,7 @@" in last and "as asked" not in err, err
+    assert main(["run", "demo/baseline", "--until", "check"]) == 0
+    assert "stopped after `check` as asked" in capsys.readouterr().err

@@ -82,7 +82,8 @@ def run(args) -> int:
             console.print(f"resolved config, {' vs '.join(names)}: " + ("no key field differs" if not rows else ""))
             for key, values in rows:
                 console.print(f"  {key}: {' | '.join(values)}", markup=False, highlight=False)
-        err.print(f"stopped after `{args.until}` as asked")
+        if not result["failed"]:  # a recipe that failed before it stopped did not stop as asked
+            err.print(f"stopped after `{args.until}` as asked")
     if result.get("bad_input"):  # a recipe refused as bad input (e.g. --strict-check): exit 2, as alone
         return 2
     if result["failed"]:
