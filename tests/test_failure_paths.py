@@ -207,3 +207,21 @@ def test_run_until_check_of_a_patch_that_does_not_apply_ends_with_its_error(home
     assert "@@ -18,7 +18,7 @@" in last and "as asked" not in err, err
     assert main(["run", "demo/baseline", "--until", "check"]) == 0
     assert "stopped after `check` as asked" in capsys.readouterr().err
+
+
+def test_ctrl_c_says_interrupted_in_one_line_and_speaks_of_runs_only_where_runs_are_made(home, tmp_path,
+                                                                                        monkeypatch, capsys):
+    from toolkit import cli
+    from toolkit.commands import apply
+
+    demo_project(tmp_path, monkeypatch)
+
+    def ctrl_c(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(apply, "apply_recipe", ctrl_c)
+    assert main(["apply", "demo/baseline"]) == 130
+    assert _error(capsys) == "error: interrupted"  # `apply` stores no run: no word of runs stored
+    monkeypatch.setattr(cli, "build_parser", ctrl_c)  # Ctrl-C while the verbs' modules load
+    assert main(["results"]) == 130
+    assert _error(capsys) == "error: interrupted"

@@ -82,9 +82,17 @@ def unknown_arguments(parser: argparse.ArgumentParser, verb: str, extra: list[st
     sub.error(f"unrecognized arguments: {' '.join(extra)}" + (f" (did you mean {close[0]}?)" if close else ""))
 
 
+# verbs that launch servers and store runs: an interrupt of one leaves the runs it finished stored
+RUNNING_VERBS = frozenset({"run", "sweep", "attribute", "bisect", "track", "compare", "profile", "kernels"})
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args, extra = parser.parse_known_args(argv)
+    try:  # Ctrl-C while the verbs' modules load: one line too, no traceback
+        parser = build_parser()
+        args, extra = parser.parse_known_args(argv)
+    except KeyboardInterrupt:
+        err_console.print("error: interrupted", markup=False)
+        return 130
     if extra:  # named by the verb that refused them, with the closest option it has
         unknown_arguments(parser, args.verb, extra)
     # `--home` is the workspace for everything the command reaches, including what resolves its
@@ -104,7 +112,8 @@ def main(argv: list[str] | None = None) -> int:
         again = ("a fixed design (--repeats/--fixed) launches all its repeats again: without them the sequential "
                  "design counts the stored runs" if fixed else "the same command again counts them")
         err_console.print(f"error: {exc}" if isinstance(exc, Interrupted) else
-                          f"error: interrupted (runs that finished are stored; {again})", markup=False)
+                          f"error: interrupted (runs that finished are stored; {again})" if args.verb in RUNNING_VERBS
+                          else "error: interrupted", markup=False)
         return 130
     except Exception as exc:  # a bug: one line here, the traceback in a file
         from toolkit.errors import disk_error
