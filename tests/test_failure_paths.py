@@ -225,3 +225,20 @@ def test_ctrl_c_says_interrupted_in_one_line_and_speaks_of_runs_only_where_runs_
     monkeypatch.setattr(cli, "build_parser", ctrl_c)  # Ctrl-C while the verbs' modules load
     assert main(["results"]) == 130
     assert _error(capsys) == "error: interrupted"
+
+
+@pytest.mark.parametrize("text", ["", '[server]\nmodel = "minisglang/tiny"\ngpus = 0\n'])
+def test_a_recipe_without_sources_is_refused_before_an_empty_env_is_built(text, home, tmp_path, monkeypatch,
+                                                                          capsys):
+    # an empty file, or one that forgot its `extends`: `apply` printed an empty table and exited 0, `build`
+    # made an empty env, and `run` failed at the check with "No module named 'sglang'"
+    proj = demo_project(tmp_path, monkeypatch)
+    (proj / "recipes" / "demo" / "mine.toml").write_text(text)
+    for argv, step in ((["apply", "demo/mine"], "apply"), (["build", "demo/mine"], "apply"),
+                       (["run", "demo/mine", "--repeats", "1"], "apply"), (["patches", "edit", "demo/mine"], "patches edit")):
+        assert main(argv) == 2, argv
+        line = _error(capsys)
+        assert line.startswith(f"error: recipe demo/mine: step {step}: no [sources] in ") and "mine.toml" in line, line
+        assert 'extends = "demo/baseline"' in line, line
+    assert not (home / "envs").exists() and _no_runs(home)
+    assert not (proj / "recipes" / "demo" / "mine.lock.json").exists()

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from filelock import FileLock
 
+from toolkit.errors import BadInput
 from toolkit.tree import gitrepo, lock as lockfile, patches as patchmod, sources
 from toolkit.tree.patches import PatchInfo
 from toolkit.recipe.spec import SourceSpec
@@ -249,6 +250,15 @@ def _check_clone(base: AppliedTree, home: Path) -> Path:
     return path
 
 
+def require_sources(recipe) -> None:
+    """BadInput for a recipe without [sources] (an empty file, or one that forgot its `extends`): it has no
+    sglang to apply, build or launch (its env would build empty and fail at the check, "No module named
+    'sglang'")."""
+    if not recipe.sources:
+        raise BadInput(f"no [sources] in {recipe.path}: nothing to apply, build or launch",
+                       hint='did you forget `extends = "demo/baseline"` (or a [sources.sglang] table)?')
+
+
 def apply_recipe(recipe, home: Path, *, frozen: bool = False, refresh: bool = False,
                  overrides: dict | None = None, write_lock: bool = True,
                  offline: bool = False) -> list[tuple[AppliedTree, bool]]:
@@ -257,6 +267,7 @@ def apply_recipe(recipe, home: Path, *, frozen: bool = False, refresh: bool = Fa
     overrides: {source: {"rev": REV, "stack": [patch paths]}} for prefix/upstream variants; a
     variant never writes the recipe's lock.
     """
+    require_sources(recipe)
     overrides = overrides or {}
     lock = lockfile.read_lock(recipe.lock_path)
     plans = []

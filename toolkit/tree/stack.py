@@ -23,7 +23,7 @@ from pathlib import Path
 from toolkit.tree import gitrepo
 from toolkit.errors import BadInput, PatchbenchError
 from toolkit.recipe.load import Recipe, load_recipe
-from toolkit.tree.applied import AppliedTree, apply_recipe
+from toolkit.tree.applied import AppliedTree, apply_recipe, require_sources
 from toolkit.errors import plural
 
 META = "patchbench-work.json"
@@ -60,6 +60,7 @@ class Work:
 
 
 def pick_source(recipe: Recipe, source: str | None) -> str:
+    require_sources(recipe)
     if source:
         if source not in recipe.sources:
             raise BadInput(f"recipe {recipe.name} has no source `{source}`", hint=f"sources: {', '.join(recipe.sources)}")
