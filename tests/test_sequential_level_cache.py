@@ -12,7 +12,7 @@ def test_the_shipped_table_is_this_codes_simulation():
     table = json.loads(cache.SHIPPED.read_text())
     assert table["code"] == cache.code_hash(), (
         "toolkit/data/sequential_levels.json was simulated by other code: "
-        "python -m toolkit.analysis.sequential_level_cache writes it again")
+        "python -m toolkit.analysis.sequential_level writes it again")
     assert set(table["levels"]) == {cache.key(a) for a in cache.shipped_args()}
     # the default design's levels (two-sided and TOST's one-sided), simulated again here
     for args in ((0.05, 2, 8, 0, 0, 0, 2), (0.05, 2, 8, 0, 0, 0, 1)):

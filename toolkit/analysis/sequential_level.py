@@ -124,3 +124,25 @@ def _looks(a: np.ndarray, b: np.ndarray, min_repeats: int, max_repeats: int):
     est = (cb - ca) / k
     t = np.abs(est[:, looks]) / np.sqrt(ss[:, looks] / nu * (2.0 / k[looks]))
     return est, ss, 2.0 * special.stdtr(nu, -t)
+
+
+def write_shipped_levels() -> dict:
+    """Simulate the shipped designs' levels (sequential_level_cache.shipped_args) and write the table the
+    package ships (`python -m toolkit.analysis.sequential_level`; about a minute of CPU)."""
+    import json
+    import sys
+
+    from toolkit.analysis import sequential_level_cache as cache
+
+    levels = {}
+    for args in cache.shipped_args():
+        levels[cache.key(args)] = simulated_level(*args)
+        print(f"{cache.key(args)}: {levels[cache.key(args)]!r}", file=sys.stderr)
+    table = {"code": cache.code_hash(), "note": "written by python -m toolkit.analysis.sequential_level",
+             "levels": levels}
+    cache.SHIPPED.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")
+    return table
+
+
+if __name__ == "__main__":
+    write_shipped_levels()

@@ -6,7 +6,7 @@ the same settings and code. It is kept in two places, each entry keyed by the se
 so a change to either code never reads an old number:
 - the table shipped in the package (`toolkit/data/sequential_levels.json`) for the designs `run`,
   `sweep`, `attribute` and `compare` use by default and with --max-repeats 3..32; written by
-  `python -m toolkit.analysis.sequential_level_cache`, checked by tests/test_sequential.py;
+  `python -m toolkit.analysis.sequential_level`, checked by tests/test_sequential.py;
 - a per-user cache ($XDG_CACHE_HOME/patchbench/sequential-levels/<code hash>/, one small file per
   level, written to a temporary name and renamed: concurrent processes never read half a file) for
   the others (a stored-spread prior's df, stored counts).
@@ -19,7 +19,6 @@ import functools
 import hashlib
 import json
 import os
-import sys
 import tempfile
 from pathlib import Path
 
@@ -32,11 +31,9 @@ SHIPPED_MAX_REPEATS = tuple(range(3, 17)) + (20, 24, 32)  # with min_repeats 2, 
 @functools.lru_cache(maxsize=1)
 def code_hash() -> str:
     """The hash of the code a level is a function of (its simulation and the borrowing test)."""
-    from toolkit.analysis import noise_prior, sequential_level
-
     h = hashlib.sha256()
-    for module in (sequential_level, noise_prior):
-        h.update(Path(module.__file__).read_bytes())
+    for name in ("sequential_level.py", "noise_prior.py"):  # beside this module
+        h.update((Path(__file__).resolve().parent / name).read_bytes())
     return h.hexdigest()[:16]
 
 
@@ -86,21 +83,3 @@ def keep(args: Args, value: float) -> None:
 
 def shipped_args() -> list[Args]:
     return [(0.05, 2, m, 0, 0, 0, sides) for m in SHIPPED_MAX_REPEATS for sides in (2, 1)]
-
-
-def write_shipped(path: Path = SHIPPED) -> dict:
-    """Simulate the shipped designs' levels and write the table (minutes of CPU)."""
-    from toolkit.analysis.sequential_level import simulated_level
-
-    levels = {}
-    for args in shipped_args():
-        levels[key(args)] = simulated_level(*args)
-        print(f"{key(args)}: {levels[key(args)]!r}", file=sys.stderr)
-    table = {"code": code_hash(), "note": "written by python -m toolkit.analysis.sequential_level_cache",
-             "levels": levels}
-    path.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")
-    return table
-
-
-if __name__ == "__main__":
-    write_shipped()

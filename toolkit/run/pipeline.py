@@ -26,6 +26,7 @@ from rich.markup import escape
 
 from toolkit.results import metrics
 from toolkit.run import autotune_record, evidence, jit_check, machine, quality as output_check, reaper, server as srv
+from toolkit.run import serving_step
 from toolkit.run.attempt import Attempt, Prepared, RunInvalid, recorded, log_paths, signals_interrupt, supervise
 from toolkit.run.bench import Sample, point_record
 from toolkit.run.gpustate import record as gpu_record
@@ -228,7 +229,7 @@ def benchmark(verified: Verified) -> Measured:
         if bench.driver == "one-batch":
             samples, errors, points = _one_batch(attempt), [], []
         else:
-            samples, errors, accounts, points = _serving(server.url, bench, attempt.console, attempt.prepared.name,
+            samples, errors, accounts, points = serving_step.measure(server.url, bench, attempt.console, attempt.prepared.name,
                                                  model=attempt.prepared.recipe.server.model,
                                                  env_dir=attempt.prepared.env.path)
             attempt.extra["server_account"] = accounts
@@ -399,29 +400,6 @@ def run_once(p: Prepared, *, home: Path, store: Store, repeat: int, group_id: st
                   answer_launches=answer_launches, answer_rule=answer_rule) as attempt:
         _run_steps(steps_until(until)[1], attempt, attempt.timings)
     return attempt.run_id
-
-
-def _serving(url: str, bench, console: Console, name: str, *,
-             model: str | None = None, env_dir: Path | None = None) -> tuple[list[Sample], list[str], dict, list]:
-    """(samples, errors, the server's own account of each point's window: {concurrency: account},
-    empty without /metrics; its notes printed, the points)."""
-    from toolkit.envs.manifest import jit_file_count
-    from toolkit.run.bench.serving import ServingConfig, run_serving
-    from toolkit.run.bench.workload import model_vocab
-
-    cfg = ServingConfig(input_len=bench.input_len, output_len=bench.output_len,
-                        concurrency=tuple(bench.concurrency), num_prompts=bench.num_prompts, warmup=bench.warmup,
-                        seed=bench.seed, endpoint=bench.endpoint, timeout_s=bench.timeout_s,
-                        vocab_size=model_vocab(model), flush_cache=bench.flush_cache, warmup_fill=bench.warmup_fill)
-    points = run_serving(url, cfg, compiled=(lambda: jit_file_count(env_dir)) if env_dir else None)
-    samples, errors, accounts, notes = point_record.gather(points)
-    for concurrency, note in notes:
-        console.print(f"[yellow]{escape(name)}[/]: concurrency {concurrency}: {escape(note)}")
-    best = max((s.value for s in samples if s.metric == "output_tok_s"), default=0.0)
-    counted = any(pt.server is not None for pt in points)
-    said = "" if counted else " (no server account: the server has no /metrics; pass enable-metrics)"
-    console.print(f"[bold]{escape(name)}[/]: {len(points)} points, best output {best:.1f} tok/s{escape(said)}")
-    return samples, errors, accounts, points
 
 
 def _one_batch(a: Attempt) -> list[Sample]:
