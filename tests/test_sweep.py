@@ -274,6 +274,15 @@ def test_sla_search_finds_the_cost_model_limit(tmp_path, monkeypatch, home, caps
         # one run a point (repeats = 1): no interval, never a zero-width one
         assert at["n"] == 1 and at["ci"] == [None, None] and at["mean"] <= 15
     assert any(p["on_front"] for p in doc["pareto"])
+    # the published site's sweep page draws the same points: an SLA search's runs measured one
+    # concurrency each, and count as the search counted them (not "an older [benchmark]", an empty table)
+    assert main(["publish", "-o", str(proj / "site")]) == 0
+    capsys.readouterr()
+    page = (proj / "site" / "sweeps").glob("*.html")
+    text = " ".join(next(page).read_text().split())
+    assert "older [benchmark]" not in text and "run them first" not in text, text
+    for p in doc["pareto"]:
+        assert f"<td>{p['variant']}</td><td>{p['concurrency']}</td>" in text, (p, text)
 
 
 def test_slurm_chunks_spread_variants_with_the_default_in_each():

@@ -15,6 +15,7 @@ from toolkit.analysis import pareto
 from toolkit.analysis.selection import Criteria, reduce, select
 from toolkit.analysis.launch_cost import gpus_of
 from toolkit.errors import BadInput
+from toolkit.results.records import bench_key
 from toolkit.report.plots import svg, write_png, write_text
 from toolkit.report.site_layout import Site, link, shell
 from toolkit.report.sweep import pareto_figure
@@ -42,18 +43,50 @@ def points(store, variants: list[str], current: dict | None = None,
     """Each variant's (concurrency, output tok/s) as Pareto points, and notes for variants left out."""
     pts, notes = [], []
     for v in variants:
+        found, why = {}, None
         try:
-            sel = select(store, [v], criteria, current=current)
+            found.update(_measured(store, select(store, [v], criteria, current=current)))
         except BadInput as exc:
-            notes.append(f"{v}: {exc.message}")
-            continue
-        runs = sel.runs[v]
-        gpus = _gpus(runs[-1].recipe_resolved or {})
-        for (metric, point, kind), obs in sorted(reduce(store.samples(sel.run_ids(v), metric="output_tok_s"),
-                                                        sel.run_ids(v)).items()):
-            if kind == "concurrency" and obs.values:
-                pts.append(pareto.point(v, point, sum(obs.values) / len(obs.values), gpus))
+            why = f"{v}: {exc.message}"
+        # an SLA search's runs: one concurrency each (toolkit.analysis.sweep.at_concurrency), counted as
+        # that search counts them, the variant as defined now measured at that one point
+        now = (current or {}).get(v)
+        for c in sorted(_single_points(store, v) - set(found)) if now else ():
+            try:
+                found.update(_measured(store, select(store, [v], criteria, current={v: at_point(now, c)})))
+            except BadInput:
+                continue
+        if not found:
+            notes.append(why or f"{v}: no output tok/s at any concurrency")
+        for c, (mean, gpus) in sorted(found.items()):
+            pts.append(pareto.point(v, c, mean, gpus))
     return pts, notes
+
+
+def _measured(store, sel) -> dict[int, tuple[float, int]]:
+    """concurrency -> (mean output tok/s, GPUs) over a selection's runs of its one recipe."""
+    (v,) = sel.recipes
+    ids = sel.run_ids(v)
+    gpus = _gpus(sel.runs[v][-1].recipe_resolved or {})
+    return {point: (sum(obs.values) / len(obs.values), gpus)
+            for (metric, point, kind), obs in reduce(store.samples(ids, metric="output_tok_s"), ids).items()
+            if kind == "concurrency" and obs.values}
+
+
+def _single_points(store, v: str) -> set[int]:
+    """The concurrencies of the variant's runs that measured one concurrency (an SLA search's)."""
+    out = set()
+    for r in store.runs(recipe=[v], status=["ok"]):
+        points = (r.bench_params or {}).get("points") or []
+        if (r.bench_params or {}).get("driver") == "serving" and len(points) == 1:
+            out.add(int(points[0]))
+    return out
+
+
+def at_point(definition: dict, c: int) -> dict:
+    """A recipe definition (toolkit.run.identity.recipe_definition) with its benchmark at one concurrency."""
+    params = {**(definition.get("bench_params") or {}), "points": [c]}
+    return {**definition, "bench_params": params, "bench_key": bench_key(params.get("driver"), params)}
 
 
 def write_page(store, site: Path, base: str, variants: list[str], current: dict | None,
