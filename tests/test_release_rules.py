@@ -62,3 +62,56 @@ def test_flashinfer_attention_on_cpu_is_refused_before_a_launch():
     assert "NameError: BatchPrefillWithRaggedKVCacheWrapper" in line
     assert release_rules({**fields, "attention_backend": "torch_native"}, "0.5.23", Where("x"), "load") == []
     assert release_rules({**fields, "device": "cuda"}, "0.5.23", Where("x"), "load") == []
+
+
+# What sglang 0.5.23's static check resolves for GLM-5-NVFP4 on the SM120 target (`run --until check`):
+# attention `dsa`, an fp8_e4m3 KV cache and both DSA backends flashinfer_sparse_mla.
+GLM5_SM120 = {"attention_backend": "dsa", "kv_cache_dtype": "fp8_e4m3",
+              "dsa_prefill_backend": "flashinfer_sparse_mla", "dsa_decode_backend": "flashinfer_sparse_mla"}
+
+
+def test_sm120_backends_attention_backends_that_cannot_serve_glm5_are_refused_before_a_launch():
+    """sm120-backends swept --attention-backend trtllm_mla and flashmla: the static check passed both, and
+    on SM120 GLM-5 would have failed at model load (dense MLA kernels over the DSA pool, FlashMLA's dense
+    decode SM90-only) after minutes of loading weights."""
+    assert release_rules(GLM5_SM120, "0.5.23", GLM5, "load") == []  # the default serves
+    (line,) = release_rules({**GLM5_SM120, "attention_backend": "flashmla"}, "0.5.23", GLM5, "load")
+    assert "--attention-backend flashmla for a DSA model" in line and "SM90a" in line
+    (line,) = release_rules({**GLM5_SM120, "attention_backend": "trtllm_mla"}, "0.5.23", GLM5, "load")
+    assert "--attention-backend trtllm_mla for a DSA model" in line and "got 576 and 656" in line
+    assert "--dsa-decode-backend" in line  # where the decode kernel of GLM-5 is chosen
+    # the split flag is the one decode reads
+    assert len(release_rules({**GLM5_SM120, "decode_attention_backend": "flashmla"}, "0.5.23", GLM5, "load")) == 1
+    # trtllm_mla's dense path reads raw 576-wide rows when a DSA backend is trtllm (DeepSeek-V3.2's SM12x default)
+    v32 = Where("DeepseekV32ForCausalLM", (12, 0))
+    raw = {**GLM5_SM120, "attention_backend": "trtllm_mla", "dsa_prefill_backend": "trtllm", "dsa_decode_backend": "trtllm"}
+    assert release_rules(raw, "0.5.23", v32, "load") == []
+    # not a DSA model, another GPU, another release: nothing said
+    assert release_rules({**GLM5_SM120, "attention_backend": "flashmla"}, "0.5.23", Where("DeepseekV3ForCausalLM", (12, 0)), "load") == []
+    assert release_rules({**GLM5_SM120, "attention_backend": "flashmla"}, "0.5.23", Where("GlmMoeDsaForCausalLM", (9, 0)), "load") == []
+    assert release_rules({**GLM5_SM120, "attention_backend": "flashmla"}, "0.5.10.post1", GLM5, "load") == []
+
+
+def test_glm5_dsa_backends_sglang_refuses_at_load_on_sm120_are_refused_before_a_launch():
+    """DeepseekSparseAttnBackend's init (flash_mla_sm120.py) accepts only decode flashinfer_sparse_mla (prefill
+    also triton_sparse_mla) for GLM on SM12x with fp8 KV; the parser accepts every choice."""
+    for decode in ("trtllm", "flashmla_kv", "flashmla_sparse", "fa3", "tilelang"):
+        (line,) = release_rules({**GLM5_SM120, "dsa_decode_backend": decode}, "0.5.23", GLM5, "load")
+        assert "flash_mla_sm120.py" in line
+    assert release_rules({**GLM5_SM120, "dsa_prefill_backend": "triton_sparse_mla"}, "0.5.23", GLM5, "load") == []
+    assert len(release_rules({**GLM5_SM120, "dsa_prefill_backend": "flashmla_sparse"}, "0.5.23", GLM5, "load")) == 1
+    bf16 = {**GLM5_SM120, "kv_cache_dtype": "bfloat16"}
+    assert len(release_rules(bf16, "0.5.23", GLM5, "load")) == 1  # flashinfer_sparse_mla wants fp8 KV
+    assert release_rules({**GLM5_SM120, "dsa_decode_backend": "trtllm"}, "0.5.23",
+                         Where("GlmMoeDsaForCausalLM", (10, 0)), "load") == []  # SM100: not this rule's
+    assert release_rules({**GLM5_SM120, "dsa_decode_backend": None}, "0.5.23", GLM5, "load") == []  # unresolved
+
+
+def test_a_dsa_model_on_a_dense_attention_backend_is_said_to_attend_densely():
+    (line,) = release_rules({**GLM5_SM120, "attention_backend": "trtllm_mla", "kv_cache_dtype": "bfloat16"},
+                            "0.5.23", GLM5, "inert")
+    assert "every layer attends densely" in line
+    assert release_rules(GLM5_SM120, "0.5.23", GLM5, "inert") == []
+    assert release_rules({**GLM5_SM120, "attention_backend": "nsa"}, "0.5.23", GLM5, "inert") == []
+    assert release_rules({**GLM5_SM120, "attention_backend": "triton"}, "0.5.23",
+                         Where("Glm4MoeForCausalLM", (12, 0)), "inert") == []

@@ -33,6 +33,9 @@ def project(tmp_path):
     (recipes / "auto-moe.toml").write_text('extends = "baseline"\n[server.args]\nmoe-runner-backend = "auto"\n')
     (recipes / "ep8-deepep.toml").write_text('extends = "ep8"\n[server.args]\nmoe-a2a-backend = "deepep"\n'
                                              '[expect]\nmoe_a2a_backend = "deepep"\n')
+    for name, arg in (("trtllm_mla", 'attention-backend = "trtllm_mla"'), ("flashmla", 'attention-backend = "flashmla"'),
+                      ("dsa-trtllm", 'dsa-decode-backend = "trtllm"')):
+        (recipes / f"attn-{name}.toml").write_text(f'extends = "baseline"\n[server.args]\n{arg}\n')
     (recipes / "ep3.toml").write_text('extends = "ep8"\n[server.args]\nep-size = "3"\n[expect]\nep_size = "3"\n')
     return recipes
 
@@ -128,3 +131,17 @@ def test_deepep_with_the_nvfp4_cutlass_runner_exits_2_before_a_launch(project, c
     out = " ".join(out.split())
     assert rc == 2, out[-1500:]
     assert "requires a fused func for a2a backend" in out, out[-1500:]
+
+
+@pytest.mark.parametrize("name, why", [
+    ("trtllm_mla", "--attention-backend trtllm_mla for a DSA model"),
+    ("flashmla", "--attention-backend flashmla for a DSA model"),
+    ("dsa-trtllm", "flash_mla_sm120.py:694-712"),
+])
+def test_attention_sglang_accepts_for_glm5_but_cannot_run_on_sm120_exits_2_before_a_launch(project, capsys, name, why):
+    """sm120-backends swept --attention-backend trtllm_mla and flashmla: 0.5.23 resolves both for GLM-5 on
+    the SM120 target (and dsa_decode_backend trtllm), the check passed them, and each fails at model load."""
+    rc, out = run_check(project / f"attn-{name}.toml", capsys)
+    out = " ".join(out.split())
+    assert rc == 2, out[-1500:]
+    assert why in out, out[-1500:]

@@ -107,6 +107,81 @@ RULES = RULES + tuple(
 )
 
 
+# DeepSeek Sparse Attention (DSA) models. sglang 0.5.23 sets attention_backend "dsa" for them only when
+# no attention backend is given (arg_groups/model_overrides/deepseek_v2.py:99-104); an explicit one is kept.
+DSA_ARCHS = ("GlmMoeDsaForCausalLM", "DeepseekV32ForCausalLM")
+_DSA_NAMES = ("dsa", "nsa")  # "nsa": 0.5.23's deprecated alias (layers/attention/attention_registry.py:166)
+
+
+def _attn(f: Mapping, phase: str) -> str:
+    """The attention backend 0.5.23 runs for `phase` (prefill/decode): the split flag, else --attention-backend."""
+    return str(f.get(f"{phase}_attention_backend") or f.get("attention_backend"))
+
+
+def _dsa_attention_off(f: Mapping, w: Where) -> bool:
+    return w.architecture in DSA_ARCHS and f.get("attention_backend") is not None and not {_attn(f, "prefill"), _attn(f, "decode")} & set(_DSA_NAMES)
+
+
+def _dsa_scaled_fp8_rows(f: Mapping) -> bool:
+    """The DSA KV pool's fp8 rows carry per-block scales (656 B, not the 576 an MLA kernel reads): 0.5.23's
+    calculate_mla_kv_cache_dim (mem_cache/kv_cache_configurator.py:3413-3475), unless a DSA backend is
+    trtllm or both are tilelang."""
+    dsa = (str(f.get("dsa_prefill_backend")), str(f.get("dsa_decode_backend")))
+    return str(f.get("kv_cache_dtype")) == "fp8_e4m3" and "trtllm" not in dsa and dsa != ("tilelang", "tilelang")
+
+
+def _glm_dsa_sm12x_refused(f: Mapping, w: Where) -> bool:
+    """DeepseekSparseAttnBackend's init (layers/attention/dsa_backend.py:742-752) runs sglang's
+    _validate_flashinfer_sparse_mla_backend (kernels/ops/attention/flash_mla_sm120.py:678-713)."""
+    if w.architecture != "GlmMoeDsaForCausalLM" or not _sm12x(w) or _dsa_attention_off(f, w):
+        return False
+    prefill, decode, kv = (f.get(k) for k in ("dsa_prefill_backend", "dsa_decode_backend", "kv_cache_dtype"))
+    if prefill is None or decode is None or str(kv) in ("None", "auto"):  # not resolved: nothing to read
+        return False
+    if str(kv) != "fp8_e4m3":
+        return "flashinfer_sparse_mla" in (str(prefill), str(decode))
+    return str(decode) != "flashinfer_sparse_mla" or str(prefill) not in ("flashinfer_sparse_mla", "triton_sparse_mla")
+
+
+RULES = RULES + (
+    Rule("0.5.23", "load",
+         lambda f, w: w.architecture in DSA_ARCHS and _sm12x(w) and _attn(f, "decode") == "flashmla",
+         "--attention-backend flashmla for a DSA model (GLM-5, DeepSeek-V3.2) on an SM12x target: sglang 0.5.23 "
+         "keeps the explicit backend (arg_groups/model_overrides/deepseek_v2.py:102), which builds no DSA "
+         "metadata (layers/attention/base_attn_backend.py:407), so the indexer gives no top-k "
+         "(layers/attention/dsa/dsa_indexer.py:1952) and decode takes FlashMLA's dense kernel, which exists "
+         "only in the SM90 build (flash_mla/flash_mla_interface.py:174-186; its _C_legacy extension: 'Dense "
+         "decode MLA is only supported on SM90a architecture'): it fails when the decode graphs are captured at model load (at the "
+         "first decode without graphs). GLM-5's decode "
+         "kernel is --dsa-decode-backend's (on SM120 with fp8 KV: flashinfer_sparse_mla)"),
+    Rule("0.5.23", "load",
+         lambda f, w: w.architecture in DSA_ARCHS and _sm12x(w) and _attn(f, "decode") == "trtllm_mla"
+         and _dsa_scaled_fp8_rows(f),
+         "--attention-backend trtllm_mla for a DSA model (GLM-5, DeepSeek-V3.2) on an SM12x target with fp8 KV: "
+         "sglang 0.5.23 keeps the explicit backend (arg_groups/model_overrides/deepseek_v2.py:102) and accepts "
+         "it on SM12x (arg_groups/overrides.py _mla_kv_cache_dtype_checks), but the model still gets the DSA "
+         "KV pool, whose fp8 rows hold per-block scales (656 B; mem_cache/kv_cache_configurator.py:3413-3475, "
+         "dsa backends not trtllm); FlashInfer 0.7.2 sends SM12x dense MLA decode to XQA (flashinfer/mla/_core.py:4206), "
+         "which raises ValueError ('Expected head dim 576 for query and kv_cache, got 576 and 656', "
+         "flashinfer/mla/_core.py:806) when the decode graphs are captured at model load (at the first decode "
+         "without graphs). GLM-5's decode kernel is "
+         "--dsa-decode-backend's (on SM120 with fp8 KV: flashinfer_sparse_mla)"),
+    Rule("0.5.23", "load", _glm_dsa_sm12x_refused,
+         "--dsa-prefill-backend/--dsa-decode-backend for GLM-5 (GlmMoeDsaForCausalLM) on an SM12x target: "
+         "sglang 0.5.23 parses and resolves any of its choices, then the DSA attention backend refuses at model "
+         "load (kernels/ops/attention/flash_mla_sm120.py:694-712, from layers/attention/dsa_backend.py:746) "
+         "all but decode flashinfer_sparse_mla with prefill flashinfer_sparse_mla or triton_sparse_mla, on an "
+         "fp8_e4m3 KV cache (with any other KV dtype it refuses flashinfer_sparse_mla)"),
+    Rule("0.5.23", "inert", _dsa_attention_off,
+         "a DSA model (GLM-5, DeepSeek-V3.2) with an attention backend other than dsa: sglang 0.5.23 keeps the "
+         "explicit backend (arg_groups/model_overrides/deepseek_v2.py:102), which builds no DSA metadata "
+         "(layers/attention/base_attn_backend.py:407), so the indexer returns no top-k "
+         "(layers/attention/dsa/dsa_indexer.py:1952) and every layer attends densely: /server_info still echoes "
+         "dsa_prefill_backend/dsa_decode_backend, which pick only the KV pool's layout here. This is not the "
+         "model's sparse attention (the same attention only while a context fits in index_topk tokens)"),
+)
+
+
 def release_rules(fields: Mapping, version: str | None, where: Where, kind: str) -> list[str]:
     """The lines of the `kind` rules read against `version` that hold for these resolved fields."""
     return [f"sglang {r.release}: {r.text}" for r in RULES
