@@ -34,6 +34,8 @@ def test_shipped_recipe_passes_static_check(name, capsys):
     said = " ".join((cap.out + cap.err).split())
     if name in GLM5_TP8:  # the MoE runner OEA needs, resolved by sglang for the SM120 target (--quantization)
         assert "moe_runner_backend flashinfer_cutlass" in said, said[-2000:]
+    if name == "sm120-backends":  # GLM-5's attention kernels on SM120: DSA, flashinfer_sparse_mla (fp8 KV)
+        assert "attention_backend dsa" in said and "dsa_decode_backend flashinfer_sparse_mla" in said, said[-2000:]
     # SBO without an all-to-all backend: accepted, echoed by /server_info, inert on decode graphs
     assert ("a decode difference from the baseline is not SBO's" in said) == (name in ("sbo", "full-stack"))
     assert main(["patches", "check", name, "--home", str(SHARED_HOME), "--json"]) == 0

@@ -145,3 +145,15 @@ def test_attention_sglang_accepts_for_glm5_but_cannot_run_on_sm120_exits_2_befor
     out = " ".join(out.split())
     assert rc == 2, out[-1500:]
     assert why in out, out[-1500:]
+
+
+def test_sm120_backends_prefill_axis_is_accepted_and_checked_where_sglang_reads_it(project, capsys):
+    """sm120-backends' attention axis is --dsa-prefill-backend (GLM-5's kernels are the DSA backend's): its
+    second value, triton_sparse_mla, is one the DSA backend accepts for GLM on SM120 with fp8 KV."""
+    (project / "sm120-triton-prefill.toml").write_text('extends = "sm120-backends"\n[server.args]\n'
+                                                      'dsa-prefill-backend = "triton_sparse_mla"\n')
+    rc, out = run_check(project / "sm120-triton-prefill.toml", capsys)
+    out = " ".join(out.split())
+    assert rc == 0, out[-1500:]
+    assert "dsa_prefill_backend triton_sparse_mla" in out and "dsa_decode_backend flashinfer_sparse_mla" in out
+    assert "attends densely" not in out
