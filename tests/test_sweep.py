@@ -291,3 +291,17 @@ def test_slurm_chunks_spread_variants_with_the_default_in_each():
     assert chunks(["d", "a", "b", "c"], 2) == [["d", "a", "c"], ["d", "b"]]
     assert chunks(["d", "a"], 4) == [["d", "a"]]
     assert chunks(["d", "a", "b"], 1) == [["d", "a", "b"]]
+
+
+def test_sm120_backends_measures_its_default_once():
+    """The shipped sweep lists its default's values first on each axis (MoE runner `auto`, DSA prefill
+    flashinfer_sparse_mla): that variant must launch with the default's argv, the run identity the sweep
+    prunes as "the default configuration's own settings" (it had `--moe-runner-backend auto` on its own,
+    so the same launch was measured as the default and again as a variant)."""
+    from conftest import REPO_ROOT
+    from toolkit.run.identity import recipe_definition
+
+    recipe = load_recipe("sm120-backends", REPO_ROOT / "recipes")
+    default = recipe_definition(recipe)["server_argv"]
+    same = [v.name for v in expand_recipe(recipe) if recipe_definition(v)["server_argv"] == default]
+    assert same == ["sm120-backends[moe-runner-backend=auto,dsa-prefill-backend=flashinfer_sparse_mla]"]
