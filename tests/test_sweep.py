@@ -305,3 +305,17 @@ def test_sm120_backends_measures_its_default_once():
     default = recipe_definition(recipe)["server_argv"]
     same = [v.name for v in expand_recipe(recipe) if recipe_definition(v)["server_argv"] == default]
     assert same == ["sm120-backends[moe-runner-backend=auto,dsa-prefill-backend=flashinfer_sparse_mla]"]
+
+
+def test_a_sweep_leaves_the_recipes_lock_to_the_recipe(tmp_path, monkeypatch, home, capsys):
+    """`sweep --until check` prepared every [matrix] variant against the recipe's own lock file: each wrote
+    it with its name and its patch stack, the last one won, and the committed lock then described a
+    variant (`run NAME --frozen` refused the recipe's own stack). A variant never writes the lock."""
+    proj = demo_project(tmp_path, monkeypatch)
+    _write(proj, "demo/pw", 'extends = "demo/baseline"\n[matrix]\n'
+                            'patches.sglang = [[], ["demo/slower-decode.patch"]]\n')
+    assert main(["sweep", "demo/pw", "--until", "check", "--json"]) == 0
+    capsys.readouterr()
+    lock = json.loads((proj / "recipes" / "demo" / "pw.lock.json").read_text())
+    assert lock["recipe"] == "demo/pw" and lock["sources"]["sglang"]["patches"] == []
+    assert main(["run", "demo/pw", "--until", "check", "--frozen"]) == 0

@@ -265,8 +265,11 @@ def apply_recipe(recipe, home: Path, *, frozen: bool = False, refresh: bool = Fa
     """Every source of the recipe as an AppliedTree. Plans (and vets) all sources first.
 
     overrides: {source: {"rev": REV, "stack": [patch paths]}} for prefix/upstream variants; a
-    variant never writes the recipe's lock.
+    variant (these, or a [matrix] variant `NAME[k=v,...]`, which shares NAME's file) never writes
+    the recipe's lock: it describes the recipe's own sources and patch stack.
     """
+    from toolkit.recipe.matrix import split_variant
+
     require_sources(recipe)
     overrides = overrides or {}
     lock = lockfile.read_lock(recipe.lock_path)
@@ -280,7 +283,7 @@ def apply_recipe(recipe, home: Path, *, frozen: bool = False, refresh: bool = Fa
         for name, entry in entries.items():
             lockfile.check_frozen(lock, recipe.lock_path, name, entry)
     results = [materialise(p, home) for p in plans]
-    if write_lock and not overrides and not frozen:
+    if write_lock and not overrides and not frozen and split_variant(recipe.name)[1] is None:
         for tree, _ in results:
             entries[tree.source]["tree_hash"] = tree.tree_hash
         lockfile.write_lock(recipe.lock_path, recipe.name, entries)
