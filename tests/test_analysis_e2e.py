@@ -68,11 +68,17 @@ def _new_file_patch(i: int) -> str:
 
 def _cost_patch(root, old: str, new: str, subject: str, after: tuple = ()) -> str:
     """A real diff of cost.py made with git in a scratch copy (on top of the `after` edits)."""
+    return _edit_patch(root, COST, old, new, subject, after=after)
+
+
+def _edit_patch(root, rel: str, old: str, new: str, subject: str, after: tuple = ()) -> str:
+    """A real diff of `rel` replacing `old` by `new`, made with git in a scratch copy of the miniature on top of
+    the `after` edits ((before, replacement) pairs, committed first)."""
     scratch = root / "scratch"
     if scratch.exists():
         shutil.rmtree(scratch)
     shutil.copytree(root / "mini", scratch)
-    path = scratch / COST
+    path = scratch / rel
     text = path.read_text()
     for a, b in after:
         text = text.replace(a, b)
@@ -273,30 +279,13 @@ LAUNCH = "python/sglang/launch_server.py"
 CRASH = ("    launch_server(server_args)", "    raise SystemExit('planted crash')\n    launch_server(server_args)")
 
 
-def _edit_patch(root, rel: str, old: str, new: str, subject: str, before: str | None = None) -> str:
-    """A real diff of `rel` made with git in a scratch copy whose `rel` first had `before` replaced by `old`."""
-    scratch = root / "scratch"
-    if scratch.exists():
-        shutil.rmtree(scratch)
-    shutil.copytree(root / "mini", scratch)
-    path = scratch / rel
-    text = path.read_text() if before is None else path.read_text().replace(before, old)
-    path.write_text(text)
-    git(scratch, "commit", "-q", "--allow-empty", "-am", "stacked on")
-    assert old in text
-    path.write_text(text.replace(old, new))
-    diff = subprocess.run(["git", "diff"], cwd=scratch, capture_output=True, text=True, check=True).stdout
-    shutil.rmtree(scratch)
-    return f"Subject: {subject}\n\n{diff}"
-
-
 def test_bisect_names_its_skipped_probe_and_links_every_value_to_its_runs(mini, capsys, home):
     """A probe whose server crashes is skipped (git bisect's 125), and the answer says which, why and where its
     log is; every value the verdict used is linked to its runs, in the JSON and the text."""
     (mini / "patches" / "h1.patch").write_text(_new_file_patch(1))
     (mini / "patches" / "crash.patch").write_text(_edit_patch(mini, LAUNCH, *CRASH, "crash the server"))
     (mini / "patches" / "uncrash.patch").write_text(_edit_patch(mini, LAUNCH, CRASH[1], CRASH[0], "fix it",
-                                                                before=CRASH[0]))
+                                                                after=(CRASH,)))
     (mini / "patches" / "slow.patch").write_text(
         _cost_patch(mini, "STEP_BASE_S = 0.012", "STEP_BASE_S = 0.020", "planted: slower step"))
     recipe = _recipe(mini, "crashy", ["h1.patch", "crash.patch", "uncrash.patch", "slow.patch"])
