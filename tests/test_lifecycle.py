@@ -290,3 +290,14 @@ def test_a_damaged_stored_row_is_named_and_a_new_runs_numbers_are_kept(proj, hom
     run = Store(db).get_run(new)
     assert run.status == "failed" and "is not valid JSON" in run.error
     assert any(s.metric == "output_tok_s" for s in Store(db).samples([new]))
+
+
+def test_a_port_taken_reads_as_a_port_in_use_in_pythons_words_and_uvicorns():
+    from toolkit.run.server import in_use_line
+
+    assert in_use_line("Traceback ...\nOSError: [Errno 98] Address already in use\n") == \
+        "OSError: [Errno 98] Address already in use"
+    uvicorn = ("INFO:     Started server process [7]\nERROR:    [Errno 98] error while attempting to bind on address "
+               "('127.0.0.1', 30000): address already in use\nINFO:     Waiting for application shutdown.\n")
+    assert in_use_line(uvicorn).endswith("('127.0.0.1', 30000): address already in use")
+    assert in_use_line("all fine\n") is None

@@ -81,6 +81,12 @@ def check_bindable(host: str, port: int) -> None:
     _bind(host, port)
 
 
+def in_use_line(tail: str) -> str | None:
+    """The log line saying the port was taken: Python's "OSError: [Errno 98] Address already in use" or
+    uvicorn's "[Errno 98] error while attempting to bind on address (...): address already in use"."""
+    return next((ln.strip() for ln in reversed(tail.splitlines()) if "address already in use" in ln.lower()), None)
+
+
 def crash_line(tail: str) -> str | None:
     """The line that says why a server died: the last exception line of a traceback, else the last
     CUDA/NCCL error line, else None."""
@@ -141,8 +147,9 @@ class Server:
         if code is None and not (wait and m):
             return
         line = crash_line(tail)
-        if line and "Address already in use" in line:
-            raise ServerFailed(f"port {self.port} on {self.host} is in use ({line})", log=self.log, tail=tail,
+        in_use = in_use_line(tail)
+        if in_use:
+            raise ServerFailed(f"port {self.port} on {self.host} is in use ({in_use})", log=self.log, tail=tail,
                                kind="exited")
         if m:
             raise ServerFailed(f"server crashed: {line or m.group(0)}", log=self.log, tail=tail, kind="crashed")
