@@ -277,3 +277,13 @@ def test_speedup_bars_are_coloured_by_verdict_not_by_recipe(db):
         assert same and all(to_hex(b.get_facecolor()) in (UNDECIDED, BETTER, WORSE) for b in same)
         assert all(to_hex(b.get_facecolor()) != BETTER for b in same
                    if data.compare_row("same", plot.name.removeprefix("speedup-"), 1).verdict != "faster")
+
+
+def test_the_html_colours_a_verdict_whatever_its_qualifier_says_about_the_rule():
+    from toolkit.report.document import verdict_class
+
+    assert verdict_class(["x", "faster (sequential)"]) == "faster"
+    assert verdict_class(["x", "faster, not informative"]) == "faster"
+    assert verdict_class(["x", "slower (sequential)"]) == "slower"
+    assert verdict_class(["x", "faster, answers changed"]) is None  # a gain with other answers is not green
+    assert verdict_class(["x", "not significant"]) is None and verdict_class(["x", ""]) is None
