@@ -242,3 +242,6 @@ def test_a_recipe_without_sources_is_refused_before_an_empty_env_is_built(text, 
         assert 'extends = "demo/baseline"' in line, line
     assert not (home / "envs").exists() and _no_runs(home)
     assert not (proj / "recipes" / "demo" / "mine.lock.json").exists()
+    if not text:  # `show` of an empty file says what is missing, not an empty table with exit 0
+        assert main(["show", "demo/mine"]) == 2
+        assert "no [sources] in " in _error(capsys)

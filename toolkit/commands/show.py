@@ -66,6 +66,10 @@ def run(args) -> int:
     generated = _generated_description(recipe)
     rows = [(k, v, recipe.path if k == "description" and generated else _origin(k, dict(recipe.origins), recipe.path))
             for k, v in _leaves(dict(recipe.raw))]
+    if not rows:  # an empty file: nothing to show, and nothing apply, build or run could use
+        from toolkit.tree.applied import require_sources
+
+        require_sources(recipe)
     variants = variants_of(recipe)
     if variants:  # every variant is a recipe: a bad [matrix] value is refused here, not at the sweep's launch
         from toolkit.recipe.load import expand_recipe
