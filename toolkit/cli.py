@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
         err_console.print(f"error: {exc}" if isinstance(exc, Interrupted) else
                           f"error: interrupted (runs that finished are stored; {again})" if args.verb in RUNNING_VERBS
                           else "error: interrupted", markup=False)
-        return 130
+        return 143 if exc.args and exc.args[0] == "SIGTERM" else 130  # 128 + the signal, as shells report it
     except Exception as exc:  # a bug: one line here, the traceback in a file
         from toolkit.errors import disk_error
         from toolkit.workspace import default_home
