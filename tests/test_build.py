@@ -466,5 +466,8 @@ def test_a_flashinfer_module_is_judged_as_flashinfer_builds_it(tmp_path, pb_home
     own = built("kernels/mini/csrc/a.o", "sm_120a")
     problems = build.cuda.verify_arches([sm120_only, pinned, own], ["12.0a", "9.0a"], cuobjdump=tool)
     assert problems == [f"{own}: no code for 9.0a (sm_90a); it holds sm_120a"], problems
+    # a module builds every declared arch of a major it supports: 12.0f missing beside 12.0a is a problem
+    (short,) = build.cuda.verify_arches([sm120_only], ["12.0a", "12.0f"], cuobjdump=tool)
+    assert "no code for 12.0f (sm_120f); it holds sm_120a (FlashInfer module gemm_sm120" in short, short
     wrong = build.cuda.verify_arches([sm120_only], ["12.0f"], cuobjdump=tool)
     assert len(wrong) == 1 and "holds sm_120a, not in the recipe's build.arch 12.0f (FlashInfer module gemm_sm120)" in wrong[0]

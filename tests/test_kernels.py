@@ -247,7 +247,8 @@ def test_kernels_cli_compare_export_report_and_no_gpu(tmp_path, monkeypatch, hom
     rows = data["variants"]["demo/torch-zeros"][0]["rows"]
     by_m = {r["dims"]["m"]: r for r in rows}
     assert by_m[8]["verdict"] == by_m[16]["verdict"] == "wrong output"
-    assert by_m[1]["verdict"] != "wrong output" and by_m[1]["speedup_ci"][0] <= by_m[1]["speedup_ci"][1]
+    lo, hi = by_m[1]["speedup_ci"]  # [None, None]: CPU trials too noisy to bound the ratio (stats.ratio_ci)
+    assert by_m[1]["verdict"] != "wrong output" and ((lo is None and hi is None) or lo <= hi)
     assert all(r["baseline"]["efficiency"] > 0 for r in rows)  # the roofline floor of the recipe's GPU
     # flashinfer-bench traces
     out = tmp_path / "fib"

@@ -148,18 +148,30 @@ def verify_arches(paths: Sequence[Path], arches: Sequence[str], *,
 
 
 def _module_problem(path: Path, module: str, wanted: Mapping[str, str], have: set[str]) -> str | None:
-    """The problem of one FlashInfer module's SASS (verify_arches' docstring), or None."""
+    """The problem of one FlashInfer module's SASS (verify_arches' docstring), or None: it follows the arch
+    list for the majors it supports, so it must hold every declared arch of each major it holds code for
+    (12.0a and 12.0f both, in a "12.0a 12.0f" build) and none undeclared; 9.0a may be absent from an SM120 module."""
     if pinned_by(module):
         return None
     extra = sorted(have - set(wanted.values()))
     if extra:
         return (f"{path}: holds {', '.join(extra)}, not in the recipe's build.arch {', '.join(wanted)} "
                 f"(FlashInfer module {module})")
+    holds = ", ".join(sorted(have)) or "no device code"
     if not have & set(wanted.values()):
-        holds = ", ".join(sorted(have)) or "no device code"
         return (f"{path}: no code for any of {', '.join(wanted)}; it holds {holds} "
                 f"(FlashInfer module {module})")
+    majors = {_major(sm) for sm in have}
+    missing = [a for a, sm in wanted.items() if _major(sm) in majors and sm not in have]
+    if missing:
+        return (f"{path}: no code for {', '.join(missing)} ({', '.join(wanted[a] for a in missing)}); it holds "
+                f"{holds} (FlashInfer module {module}: a module builds every declared arch of a major it supports)")
     return None
+
+
+def _major(sm: str) -> int:
+    """sm_120a -> 12, sm_90a -> 9."""
+    return int("".join(ch for ch in sm[3:] if ch.isdigit())) // 10
 
 
 def env_cuda_binaries(root: Path, kernels: Mapping[str, Any] | None = None) -> list[Path]:
