@@ -42,7 +42,8 @@ def _serving_config(recipe: Recipe, concurrency: int, steps: int):
     from toolkit.run.bench.workload import model_vocab
 
     b = recipe.benchmark
-    return ServingConfig(input_len=b.input_len, output_len=max(b.output_len, 2 * steps + 32),
+    # room after the recorded steps for the ITL that tells the profiler's overhead, also on a loaded box
+    return ServingConfig(input_len=b.input_len, output_len=max(b.output_len, 3 * steps + 64),
                          concurrency=(concurrency,), num_prompts=2 * concurrency, warmup=0, seed=b.seed,
                          endpoint=b.endpoint, timeout_s=b.timeout_s, vocab_size=model_vocab(recipe.server.model))
 
