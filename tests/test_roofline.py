@@ -198,12 +198,55 @@ def test_nvfp4_without_fp4_tensor_cores_computes_in_bf16():
     assert row.component("experts").peak_dtype == "fp4"
 
 
-def test_ep_changes_average_bytes_not_and_is_stated():
+# The miniature's torch step (toolkit/data/models/minisglang-torch-step.json), worked by hand: 2 layers,
+# hidden 256, 8 heads = 8 KV heads x 32: attention 2 x 256 x 256 (q, o) + 2 x 256 x 256 (k, v) = 262,144
+# params a layer; E=8, k=2 experts of 3 x 256 x 768 = 589,824 params; lm_head 2048 x 256 = 524,288.
+MINI = "minisglang-torch-step"
+ATTN, EXPERT, HEAD = 262_144, 589_824, 524_288
+
+
+def _row(**kw):
+    return rl.roofline(rl.make_inputs(MINI, "h200", weights="all=bf16", **kw)).rows[0]
+
+
+@pytest.mark.parametrize("kw, attention, experts, lm_head, allreduces, ring_bytes", [
+    # TP2: everything halves; the 2 active experts are read as halves on both GPUs; 2 all-reduces a layer
+    (dict(tp=2), 2 * ATTN / 2, 2 * 2 * EXPERT / 2, HEAD / 2, 4, 4 * 512 * 2 * 1 / 2),
+    # TP8 EP1: 1/8 slices of the 2 active experts
+    (dict(tp=8), 2 * ATTN / 8, 2 * 2 * EXPERT / 8, HEAD / 8, 4, 4 * 512 * 2 * 7 / 8),
+    # TP8 EP8: a GPU holds whole experts; top-2 over 8 ranks: the busiest reads 1 whole expert a layer (4x TP8's)
+    (dict(tp=8, ep=8), 2 * ATTN / 8, 2 * 1 * EXPERT, HEAD / 8, 4, 4 * 512 * 2 * 7 / 8),
+    # TP8 with attention DP8: attention replicated on every GPU, no all-reduce after it; MoE still over TP8
+    (dict(tp=8, attn_dp=8), 2 * ATTN, 2 * 2 * EXPERT / 8, HEAD / 8, 2, 2 * 512 * 2 * 7 / 8),
+    # TP4, attention DP2, EP2: attention over 2 GPUs, experts whole on 2 ranks sliced over 2: 1 expert / 2
+    (dict(tp=4, attn_dp=2, ep=2), 2 * ATTN / 2, 2 * 1 * EXPERT / 2, HEAD / 4, 4,
+     2 * 512 * 2 * 1 / 2 + 2 * 512 * 2 * 3 / 4),
+    # PP2 and DP2 replicas: one sequence's token still reads every layer once on TP2: as TP2
+    (dict(tp=2, pp=2, dp=2), 2 * ATTN / 2, 2 * 2 * EXPERT / 2, HEAD / 2, 4, 4 * 512 * 2 * 1 / 2),
+])
+def test_layout_bytes_per_gpu_worked_by_hand(kw, attention, experts, lm_head, allreduces, ring_bytes):
+    row = _row(**kw)
+    assert row.component("attention").bytes == pytest.approx(2 * attention)  # bf16: 2 B a param
+    assert row.component("experts").bytes == pytest.approx(2 * experts)
+    assert row.component("lm_head").bytes == pytest.approx(2 * lm_head)
+    assert row.allreduce.count == allreduces
+    assert row.allreduce.bytes_per_gpu == pytest.approx(ring_bytes)  # message: hidden 256 x 2 B x b=1 = 512 B
+
+
+def test_layout_changes_the_bound_and_is_stated():
     tp8 = rl.roofline(rl.seed_glm5_inputs(batches=(1, 16)))
     ep8 = rl.roofline(rl.seed_glm5_inputs(batches=(1, 16), ep=8))
-    for a, b in zip(tp8.rows, ep8.rows):
-        assert a.step_s == pytest.approx(b.step_s)
-    assert any("EP=8" in line for line in ep8.assumptions)
+    # GLM-5 (k=8, E=256) at b=1: 8 active experts over 8 ranks, balanced, is one whole expert each = TP8's
+    assert tp8.rows[0].step_s == pytest.approx(ep8.rows[0].step_s)
+    # b=16: ~100.5 distinct experts; the busiest EP rank reads ceil(100.5 / 8) = 13 whole ones, not 12.56
+    d = tp8.rows[1].distinct_experts
+    assert ep8.rows[1].component("experts").bytes == pytest.approx(tp8.rows[1].component("experts").bytes * 13 / (d / 8))
+    assert any("EP=8" in line and "busiest" in line for line in ep8.assumptions)
+    dp = rl.roofline(rl.seed_glm5_inputs(attn_dp=8, pp=2))
+    assert any("attention DP 8 = 1 GPU (its weights replicated" in line for line in dp.assumptions)
+    assert any(line.startswith("PP=2") for line in dp.assumptions)
+    with pytest.raises(BadInput, match="attention DP 3 x CP 1 must divide TP=8"):
+        rl.roofline(rl.seed_glm5_inputs(attn_dp=3))
 
 
 def test_allreduce_latency_override():

@@ -35,6 +35,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--tp", type=int, default=1, help="tensor-parallel size (GPUs), default 1")
     parser.add_argument("--ep", type=int, default=1, help="expert-parallel size, must divide --tp; default 1")
+    parser.add_argument("--attn-dp", type=int, default=1,
+                        help="attention data-parallel size within --tp (sglang's attn_dp_size, or --dp-size with "
+                             "--enable-dp-attention): attention runs over tp/attn-dp GPUs; default 1")
     parser.add_argument("--batch", type=_batches, default=[1, 2, 4, 8, 16, 32, 64], help="batch sizes, e.g. 1,2,4,8")
     parser.add_argument("--context", type=int, default=0, help="tokens in each sequence's KV cache (default 0)")
     parser.add_argument(
@@ -68,7 +71,8 @@ def _gb(nbytes: float) -> str:
 def summary_table(result: rl.RooflineResult) -> Table:
     i = result.inputs
     title = (
-        f"Decode roofline: {i.model.name} on {i.tp}x {i.gpu.key} (TP{i.tp}, EP{i.ep}), context {i.context}, "
+        f"Decode roofline: {i.model.name} on {i.tp}x {i.gpu.key} (TP{i.tp}, EP{i.ep}"
+        + (f", attention DP{i.attn_dp}" if i.attn_dp > 1 else "") + f"), context {i.context}, "
         f"weights {i.weights.spec}, sharding {i.sharding}"
     )
     table = Table(title=title, title_justify="left")
@@ -141,6 +145,7 @@ def run(args: argparse.Namespace) -> int:
         kv_dtype=args.kv_dtype,
         allreduce_latency_us=args.allreduce_latency_us,
         sharding=args.sharding,
+        attn_dp=args.attn_dp,
     )
     result = rl.roofline(inputs)
     if args.json:

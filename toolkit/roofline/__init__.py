@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from toolkit.roofline.assumptions import assumptions
 from toolkit.roofline.configs import (
-    DATA_DIR, GPUS_FILE, MODELS_DIR, GpuSpec, ModelShape, expected_distinct_experts, get_gpu,
+    DATA_DIR, GPUS_FILE, MODELS_DIR, GpuSpec, ModelShape, expected_distinct_experts, experts_on_busiest_gpu, get_gpu,
     known_models, load_gpus, load_model_config, model_shape,
 )
 from toolkit.roofline.formats import (
@@ -72,6 +72,7 @@ __all__ = [
     "WeightFormats",
     "assumptions",
     "expected_distinct_experts",
+    "experts_on_busiest_gpu",
     "get_gpu",
     "known_models",
     "load_gpus",

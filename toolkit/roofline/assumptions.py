@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from toolkit.roofline.configs import experts_on_busiest_gpu
 from toolkit.roofline.formats import BYTES_PER_PARAM, DEFAULT_FORMAT, FORMAT_NOTES, KV_BYTES
 from toolkit.roofline.inputs import ACT_BYTES, RooflineInputs
 
@@ -51,6 +52,7 @@ def assumptions(inputs: RooflineInputs) -> tuple[str, ...]:
     else:
         out.append("Every weight is read once per step (dense model).")
     out.append("Embedding: a lookup reads b rows, not the table; lm_head reads its whole V x hidden matrix.")
+    atp = inputs.attn_tp
     if tp == 1:
         out.append("TP=1: one GPU holds every weight.")
     else:
@@ -61,11 +63,11 @@ def assumptions(inputs: RooflineInputs) -> tuple[str, ...]:
             rep.append("DSA indexer")
         if m.router_params:
             rep.append("router")
-        if m.kv_heads and m.kv_heads < tp:
-            rep.append(f"K/V projections ({m.kv_heads} KV heads < TP={tp}: one head per rank)")
+        if m.kv_heads and m.kv_heads < atp:
+            rep.append(f"K/V projections ({m.kv_heads} KV heads < attention TP={atp}: one head per rank)")
         if inputs.sharding == "even":
             out.append(
-                f"Sharding 'even': every weight byte is split evenly over TP={tp} GPUs (ideal)."
+                "Sharding 'even': every weight byte is split evenly over the GPUs that share it (ideal)."
                 + (
                     f" sglang really replicates the {', '.join(rep)} on every rank: sharding 'sglang' counts that."
                     if rep
@@ -74,14 +76,38 @@ def assumptions(inputs: RooflineInputs) -> tuple[str, ...]:
             )
         else:
             out.append(
-                f"Sharding 'sglang': replicated on every TP rank as sglang does: {', '.join(rep) or 'nothing'}; "
-                f"everything else split over TP={tp}."
+                f"Sharding 'sglang': replicated on every rank as sglang does: {', '.join(rep) or 'nothing'}; "
+                "everything else split over the GPUs that share it."
             )
-    if ep > 1:
+    out.append(
+        f"Layout per GPU (sglang's): attention over attention TP = TP {tp} / attention DP {inputs.attn_dp}"
+        + (f" / attention CP {inputs.attn_cp}" if inputs.attn_cp > 1 else "")
+        + f" = {atp} GPU{'s' if atp > 1 else ''}"
+        + (" (its weights replicated in every attention-DP group)" if inputs.attn_dp > 1 else "")
+        + (f"; dense MLP over {inputs.mlp_tp}" if m.dense_layers else "")
+        + (f"; shared experts over TP {tp}" if m.shared_params else "")
+        + f"; lm_head over {inputs.lm_head_tp}; embedding over TP {tp}."
+    )
+    if m.is_moe:
+        if ep > 1:
+            out.append(
+                f"EP={ep} inside TP={tp}: each GPU holds E/EP={m.n_experts // ep} whole experts, each sliced over "
+                f"TP/EP={inputs.moe_tp}; the busiest GPU reads ceil(distinct/EP) of them per MoE layer (at b=1: "
+                f"ceil({m.top_k}/{ep}) = {experts_on_busiest_gpu(m.top_k, ep):g}), the bound with perfectly balanced "
+                "routing (real routing loads it more; imbalance not modelled)."
+            )
+        else:
+            out.append(f"EP=1: every GPU reads a 1/TP={tp} slice of every active expert.")
+    if inputs.pp > 1:
         out.append(
-            f"EP={ep} inside TP={tp}: each GPU holds E/EP={m.n_experts // ep} experts, each sliced over TP/EP={tp // ep}; "
-            "routed-expert bytes and FLOPs are the average over ranks (in reality the most-loaded rank sets the pace; "
-            "imbalance not modelled), so EP changes no number here."
+            f"PP={inputs.pp}: each stage holds 1/{inputs.pp} of the layers, but a sequence's token passes through "
+            "every stage in turn, so a decode step of one sequence takes as long as on one stage group holding all "
+            "layers (the numbers here; point-to-point sends not counted)."
+        )
+    if inputs.dp > 1:
+        out.append(
+            f"DP={inputs.dp} replicas: a sequence runs on one replica; batch b here is per replica (the whole "
+            f"server's tok/s at b per replica is {inputs.dp}x)."
         )
     kvb = KV_BYTES[inputs.kv_dtype]
     if m.is_mla:
@@ -122,8 +148,9 @@ def assumptions(inputs: RooflineInputs) -> tuple[str, ...]:
         lat = inputs.latency_us
         src = "overridden" if inputs.allreduce_latency_us is not None else f"{g.interconnect} table value"
         out.append(
-            f"All-reduce: 2 per layer (after attention and after MLP/MoE) = {2 * m.layers} per step; message = hidden "
-            f"{m.hidden} x {ACT_BYTES} B (bf16) x b; ring traffic per GPU = 2(N-1)/N = {2 * (tp - 1) / tp:.3g} x message; "
+            "All-reduce: one after attention (over the attention-TP group, none when it is 1 GPU) and one after the "
+            "MLP/MoE (over TP; none for a replicated dense MLP) per layer; message = hidden "
+            f"{m.hidden} x {ACT_BYTES} B (bf16) x b; ring traffic per GPU = 2(N-1)/N x message (N the group's GPUs); "
             f"each costs {lat:g} us latency ({src}) + traffic / {g.link_bw_gbps:g} GB/s link; the embedding all-reduce "
             "and the logits all-gather are not counted."
         )

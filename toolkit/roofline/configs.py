@@ -7,6 +7,7 @@ The only I/O of the roofline: reading ``toolkit/data/gpus.toml`` and ``toolkit/d
 from __future__ import annotations
 
 import json
+import math
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -184,6 +185,19 @@ def expected_distinct_experts(n_experts: int, top_k: int, batch: int) -> float:
     if top_k >= n_experts:
         return float(n_experts)
     return n_experts * (1.0 - (1.0 - top_k / n_experts) ** batch)
+
+
+def experts_on_busiest_gpu(distinct: float, ep: int) -> float:
+    """Whole experts the busiest EP rank reads per MoE layer when `distinct` are active.
+
+    EP 1: every GPU reads a 1/tp slice of every active expert (`distinct` experts' worth, sliced).
+    EP > 1: a rank holds E/ep whole experts, so the busiest reads at least ceil(distinct / ep) of
+    them even with perfectly balanced routing (the bound: real routing loads it more), e.g. top-2
+    over EP8 leaves 6 ranks idle and 2 reading one whole expert each.
+    """
+    if ep <= 1 or distinct <= 0:
+        return distinct
+    return float(math.ceil(distinct / ep - 1e-9))
 
 
 def _get(cfg: Mapping, key: str, default=None, *, required: bool = False):

@@ -1,4 +1,13 @@
-"""What a roofline is computed from: model shape, GPU, weight formats, parallelism, batch sizes."""
+"""What a roofline is computed from: model shape, GPU, weight formats, parallelism, batch sizes.
+
+Parallelism is sglang's (0.5.23 `srt/runtime_context.derive_parallel_widths`): the TP group of `tp`
+GPUs runs attention over attn_tp = tp / attn_dp / attn_cp GPUs (attention weights replicated across
+the attention-DP and -CP groups) and the routed experts over EP: each of the `ep` expert groups holds
+E/ep whole experts, each sliced over moe_tp = tp / ep GPUs. Dense MLP layers are split over
+`dense_tp` (sglang's `moe_dense_tp_size`; None: tp, 1: replicated), the lm_head over tp (or attn_tp
+with `dp_lm_head`, sglang's `enable_dp_lm_head`). `pp` stages and `dp` replicas change no GPU's
+bytes per token of one sequence: they are recorded so the assumptions say so.
+"""
 
 from __future__ import annotations
 
@@ -23,6 +32,31 @@ class RooflineInputs:
     kv_dtype: str = "bf16"
     allreduce_latency_us: float | None = None  # None: the GPU table's value
     sharding: str = "even"  # "even": every weight byte / TP; "sglang": replicate what sglang does
+    attn_dp: int = 1  # attention data-parallel groups within TP (sglang's attn_dp_size)
+    attn_cp: int = 1  # attention context-parallel groups within TP (sglang's attn_cp_size)
+    pp: int = 1  # pipeline stages: a token passes through all of them in turn
+    dp: int = 1  # data-parallel replicas of the whole server: one sequence runs on one
+    dense_tp: int | None = None  # GPUs a dense MLP layer is split over (None: tp; 1: replicated)
+    dp_lm_head: bool = False  # lm_head split over the attention-TP group instead of TP
+
+    @property
+    def attn_tp(self) -> int:
+        """GPUs one attention layer's weights are split over."""
+        return max(self.tp // (self.attn_dp * self.attn_cp), 1)
+
+    @property
+    def moe_tp(self) -> int:
+        """GPUs one routed expert is sliced over (tp / ep)."""
+        return max(self.tp // self.ep, 1)
+
+    @property
+    def mlp_tp(self) -> int:
+        """GPUs a dense MLP layer is split over."""
+        return self.tp if self.dense_tp is None else self.dense_tp
+
+    @property
+    def lm_head_tp(self) -> int:
+        return self.attn_tp if self.dp_lm_head else self.tp
 
     @property
     def latency_us(self) -> float:

@@ -8,7 +8,9 @@ from pathlib import Path
 
 from toolkit.errors import BadInput
 from toolkit.roofline.assumptions import assumptions
-from toolkit.roofline.configs import GpuSpec, ModelShape, expected_distinct_experts, get_gpu, load_model_config, model_shape
+from toolkit.roofline.configs import (
+    GpuSpec, ModelShape, expected_distinct_experts, experts_on_busiest_gpu, get_gpu, load_model_config, model_shape,
+)
 from toolkit.roofline.formats import BYTES_PER_PARAM, KV_BYTES, SEED_GLM5_WEIGHTS, WeightFormats, parse_weights
 from toolkit.roofline.inputs import ACT_BYTES, SHARDINGS, RooflineInputs
 
@@ -43,7 +45,7 @@ class ComponentCost(Bounded):
 class AllReduceCost:
     count: int  # per step
     message_bytes: float  # one all-reduce's payload (hidden * 2 B * b)
-    ring_factor: float  # 2(N-1)/N
+    ring_factor: float  # 2(N-1)/N (N the group's GPUs; the mean over attention and MLP groups)
     bytes_per_gpu: float  # whole step: count * message * ring_factor
     latency_s: float  # whole step: count * per-all-reduce latency
     transfer_s: float  # whole step: bytes_per_gpu / link_bw
@@ -142,6 +144,12 @@ class RooflineResult:
             "gpu_name": i.gpu.name,
             "tp": i.tp,
             "ep": i.ep,
+            "attn_dp": i.attn_dp,
+            "attn_cp": i.attn_cp,
+            "pp": i.pp,
+            "dp": i.dp,
+            "dense_tp": i.mlp_tp,
+            "lm_head_tp": i.lm_head_tp,
             "context": i.context,
             "kv_dtype": i.kv_dtype,
             "weights": dict(i.weights.formats),
@@ -172,6 +180,15 @@ def validate(inputs: RooflineInputs) -> None:
             f"EP={inputs.ep} must divide TP={inputs.tp}",
             hint="sglang runs expert parallelism inside the TP group: use --ep 1 or --ep equal to --tp",
         )
+    for name, value in (("attention DP", inputs.attn_dp), ("attention CP", inputs.attn_cp), ("PP", inputs.pp),
+                        ("DP", inputs.dp)):
+        if value < 1:
+            raise BadInput(f"{name} must be >= 1 (got {value})")
+    if inputs.tp % (inputs.attn_dp * inputs.attn_cp):
+        raise BadInput(f"attention DP {inputs.attn_dp} x CP {inputs.attn_cp} must divide TP={inputs.tp}",
+                       hint="sglang runs attention data/context parallelism inside the TP group")
+    if inputs.dense_tp is not None and (inputs.dense_tp < 1 or inputs.tp % inputs.dense_tp):
+        raise BadInput(f"dense-MLP TP {inputs.dense_tp} must divide TP={inputs.tp}")
     if inputs.ep > 1 and not inputs.model.is_moe:
         raise BadInput(f"EP={inputs.ep} on a dense model", hint="use --ep 1 for dense models")
     if inputs.model.is_moe and inputs.model.n_experts % inputs.ep:
@@ -190,8 +207,27 @@ def validate(inputs: RooflineInputs) -> None:
         raise BadInput("all-reduce latency must be >= 0", hint="e.g. --allreduce-latency-us 10")
 
 
+def _allreduce(inputs: RooflineInputs, b: int) -> AllReduceCost:
+    """One all-reduce after attention (over the attention-TP group) and one after the MLP/MoE (over
+    TP; none for a dense layer that is replicated) in every layer."""
+    m, g = inputs.model, inputs.gpu
+    groups = [(m.layers, inputs.attn_tp), (m.moe_layers, inputs.tp), (m.dense_layers, inputs.mlp_tp)]
+    groups = [(n, size) for n, size in groups if n and size > 1]
+    count = sum(n for n, _ in groups)
+    message = m.hidden * ACT_BYTES * b
+    ar_bytes = sum(n * message * 2 * (size - 1) / size for n, size in groups)
+    return AllReduceCost(
+        count=count,
+        message_bytes=float(message),
+        ring_factor=ar_bytes / (count * message) if count else 0.0,
+        bytes_per_gpu=ar_bytes,
+        latency_s=count * inputs.latency_us * 1e-6,
+        transfer_s=ar_bytes / (g.link_bw_gbps * 1e9) if count else 0.0,
+    )
+
+
 def _batch(inputs: RooflineInputs, b: int) -> BatchResult:
-    m, g, w, tp = inputs.model, inputs.gpu, inputs.weights, inputs.tp
+    m, g, w, tp, atp = inputs.model, inputs.gpu, inputs.weights, inputs.tp, inputs.attn_tp
     sglang = inputs.sharding == "sglang"
     bw = g.mem_bw_gbps * 1e9
     out: list[ComponentCost] = []
@@ -203,37 +239,41 @@ def _batch(inputs: RooflineInputs, b: int) -> BatchResult:
         peak = g.peak(dtype) or g.peak("bf16")
         out.append(ComponentCost(name, fmt, nbytes, flops, dtype, nbytes / bw, flops / peak if peak else 0.0))
 
-    # Attention projections. "even": all / TP. "sglang": MLA q_a/kv_a replicated; GQA K/V split by
-    # KV head with at least one head per rank (QKVParallelLinear replicates when kv_heads < TP).
+    # Attention projections, split over the attention-TP group (tp / attention DP / CP). "even": all
+    # / attn_tp. "sglang": MLA q_a/kv_a replicated; GQA K/V split by KV head with at least one head
+    # per rank (QKVParallelLinear replicates when kv_heads < attn_tp).
     if sglang:
-        kv_share = max(m.kv_heads / tp, 1.0) / m.kv_heads if m.kv_heads else 0.0
-        attn = m.layers * (m.attn_sharded / tp + m.attn_replicated + m.attn_kv * kv_share)
+        kv_share = max(m.kv_heads / atp, 1.0) / m.kv_heads if m.kv_heads else 0.0
+        attn = m.layers * (m.attn_sharded / atp + m.attn_replicated + m.attn_kv * kv_share)
     else:
-        attn = m.layers * (m.attn_sharded + m.attn_replicated + m.attn_kv) / tp
+        attn = m.layers * (m.attn_sharded + m.attn_replicated + m.attn_kv) / atp
     add("attention", attn, 2 * b * attn)
     if m.indexer_params:
-        idx = m.layers * m.indexer_params * (1 if sglang else 1 / tp)
+        idx = m.layers * m.indexer_params * (1 if sglang else 1 / atp)
         add("indexer", idx, 2 * b * idx)
     if m.dense_layers:
-        dense = m.dense_layers * m.dense_mlp_params / tp
+        dense = m.dense_layers * m.dense_mlp_params / inputs.mlp_tp
         add("dense_mlp", dense, 2 * b * dense)
     distinct = 0.0
     if m.is_moe:
         distinct = expected_distinct_experts(m.n_experts, m.top_k, b)
-        # Each GPU holds E/EP experts, each sliced over TP/EP: on average distinct/EP experts of
-        # size expert/(TP/EP) per rank = distinct * expert / TP, whatever EP is.
-        routed = m.moe_layers * distinct * m.expert_params / tp
-        add("experts", routed, 2 * b * m.top_k * m.moe_layers * m.expert_params / tp)
+        # The busiest GPU: EP 1 reads a 1/tp slice of every active expert; EP > 1 reads the whole
+        # experts its rank holds that are active (at least ceil(distinct / ep)), each sliced over tp/ep.
+        busiest = experts_on_busiest_gpu(distinct, inputs.ep)
+        routed = m.moe_layers * busiest * m.expert_params / inputs.moe_tp
+        even_share = m.moe_layers * distinct * m.expert_params / tp
+        flops = 2 * b * m.top_k * m.moe_layers * m.expert_params / tp
+        add("experts", routed, flops * (routed / even_share if even_share else 1.0))
         if m.shared_params:
             shared = m.moe_layers * m.shared_params / tp
             add("shared_experts", shared, 2 * b * shared)
         router = m.moe_layers * m.router_params * (1 if sglang else 1 / tp)
         add("router", router, 2 * b * router)
     add("embed", b * m.hidden / tp, 0.0)  # lookup of b rows
-    head = m.vocab * m.hidden / tp
+    head = m.vocab * m.hidden / inputs.lm_head_tp
     add("lm_head", head, 2 * b * head)
 
-    # KV cache: bytes read and the attention score/context FLOPs.
+    # KV cache: bytes read and the attention score/context FLOPs (heads split over attention TP).
     kvb = KV_BYTES[inputs.kv_dtype]
     ctx = inputs.context
     if m.is_mla:
@@ -241,32 +281,18 @@ def _batch(inputs: RooflineInputs, b: int) -> BatchResult:
         kv_bytes = b * m.layers * attn_tokens * m.kv_elems_per_token * kvb  # latent replicated per rank
         if m.index_topk:
             kv_bytes += b * m.layers * ctx * (m.index_head_dim + 4)  # fp8 index keys + fp32 scale
-            idx_flops = 2 * b * m.layers * ctx * m.index_heads * m.index_head_dim * (1 if sglang else 1 / tp)
+            idx_flops = 2 * b * m.layers * ctx * m.index_heads * m.index_head_dim * (1 if sglang else 1 / atp)
         else:
             idx_flops = 0.0
-        core = 2 * b * m.layers * (m.heads / tp) * attn_tokens * (m.attn_score_dim + m.attn_value_dim)
+        core = 2 * b * m.layers * (m.heads / atp) * attn_tokens * (m.attn_score_dim + m.attn_value_dim)
         kv_flops = core + idx_flops
     else:
-        heads_per_gpu = max(m.kv_heads / tp, 1.0)
+        heads_per_gpu = max(m.kv_heads / atp, 1.0)
         kv_bytes = b * m.layers * ctx * 2 * heads_per_gpu * m.head_dim * kvb
-        kv_flops = 2 * b * m.layers * (m.heads / tp) * ctx * (m.attn_score_dim + m.attn_value_dim)
+        kv_flops = 2 * b * m.layers * (m.heads / atp) * ctx * (m.attn_score_dim + m.attn_value_dim)
     peak = g.peak("bf16")
     out.append(ComponentCost("kv_cache", inputs.kv_dtype, kv_bytes, kv_flops, "bf16", kv_bytes / bw, kv_flops / peak))
-
-    # All-reduce: one after attention and one after the MLP/MoE in every layer (TP > 1).
-    count = 2 * m.layers if tp > 1 else 0
-    message = m.hidden * ACT_BYTES * b
-    ring = 2 * (tp - 1) / tp
-    ar_bytes = count * message * ring
-    ar = AllReduceCost(
-        count=count,
-        message_bytes=float(message),
-        ring_factor=ring,
-        bytes_per_gpu=ar_bytes,
-        latency_s=count * inputs.latency_us * 1e-6,
-        transfer_s=ar_bytes / (g.link_bw_gbps * 1e9) if count else 0.0,
-    )
-    return BatchResult(batch=b, distinct_experts=distinct, components=tuple(out), allreduce=ar)
+    return BatchResult(batch=b, distinct_experts=distinct, components=tuple(out), allreduce=_allreduce(inputs, b))
 
 
 def roofline(inputs: RooflineInputs) -> RooflineResult:
@@ -288,8 +314,10 @@ def make_inputs(
     kv_dtype: str = "bf16",
     allreduce_latency_us: float | None = None,
     sharding: str = "even",
+    **parallel,
 ) -> RooflineInputs:
-    """Build inputs from names: a model NAME/path/config dict, a GPU name, a weight spec."""
+    """Build inputs from names: a model NAME/path/config dict, a GPU name, a weight spec; `parallel`:
+    RooflineInputs' attn_dp, attn_cp, pp, dp, dense_tp, dp_lm_head."""
     if isinstance(model, ModelShape):
         shape = model
     elif isinstance(model, Mapping):
@@ -308,6 +336,7 @@ def make_inputs(
         kv_dtype=kv_dtype,
         allreduce_latency_us=allreduce_latency_us,
         sharding=sharding,
+        **parallel,
     )
 
 
@@ -319,10 +348,11 @@ def theoretical_tok_s(
     batch: int,
     context: int,
     weights: str,
+    **parallel,
 ) -> float:
-    """Theoretical decode tok/s (even sharding, bf16 KV cache, the table's all-reduce latency):
-    the denominator of efficiency = measured / theoretical."""
-    inputs = make_inputs(model, gpu, tp=tp, ep=ep, batches=(batch,), context=context, weights=weights)
+    """Theoretical decode tok/s (even sharding, bf16 KV cache, the table's all-reduce latency) for the
+    layout `tp`, `ep` and `parallel` (make_inputs): the denominator of efficiency = measured / theoretical."""
+    inputs = make_inputs(model, gpu, tp=tp, ep=ep, batches=(batch,), context=context, weights=weights, **parallel)
     return roofline(inputs).rows[0].tok_s
 
 
