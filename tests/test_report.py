@@ -43,7 +43,7 @@ def fill(store: Store, recipes=RECIPES, repeats: int = 4, seed: int = 3, rooflin
                 machine={"gpu_key": "none"}, repeat=rep, sglang_version="0.5.10",
                 flashinfer_version="0.4.1", tree_hashes={"sglang": f"{name:0<8}deadbeefcafe"},
                 server_argv=["python", "-m", "sglang.launch_server"] + (["--enable-fast"] if name == "fast" else []),
-                extra={"patches": patches},
+                extra={"patches": patches}, server_info={"tp_size": 1, "ep_size": 1, "dp_size": 1, "pp_size": 1},
                 recipe_resolved={"name": name, "server": {"args": {"tp-size": 1}}, "roofline": roofline}),
                 samples)
 
@@ -229,7 +229,9 @@ def test_efficiency_shared_with_results(tmp_path):
     fill(s, {"a": RECIPES["base"]}, repeats=1)
     run = s.runs()[0]
     eff = efficiency(run, s.samples([run.run_id]))
-    assert isinstance(eff, Efficiency) and eff.metric == "output_tok_s" and 0 < eff.fraction < 1
+    # decode-only: the fill stores no TPOT, so 1000 / median ITL at c=1 (serving output_tok_s shown beside)
+    assert isinstance(eff, Efficiency) and eff.metric == "itl_ms_median" and 0 < eff.fraction < 1
+    assert "1000/median ITL at c=1" in eff.text() and "serving" in eff.text()
     from toolkit.commands.results import _efficiency
 
     assert _efficiency(run, s.samples([run.run_id])) == eff.text()

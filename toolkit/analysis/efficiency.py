@@ -1,78 +1,156 @@
-"""Measured decode throughput against the theoretical roofline of a recipe's model on its GPU.
+"""Measured decode throughput against the theoretical decode roofline of a recipe's model on its GPU.
 
-`efficiency(run, samples)` is the one implementation (report, results, compare): the first headline
-throughput (`toolkit.results.metrics.throughput_headline`) measured at batch/concurrency 1, reduced as
-every table reduces repeats (`selection.reduce`: one value per run, then their mean), over
-`toolkit.roofline.theoretical_tok_s` for the `[roofline]` model and GPU the run's recipe names
-(tp/ep from its server args). None when the recipe names no model and GPU, or nothing was measured
-at point 1. Above 100% (beyond toolkit.roofline.beyond's tolerance) the figure is not printed:
-`text()` says the roofline inputs do not describe the run.
+`efficiency(run, samples)` is the one implementation (report, results, compare). Like with like:
+
+- The numerator is **decode-only** tok/s of one sequence at batch/concurrency 1, the first of
+  `DECODE_BASES` measured there: a static batch's `decode_tok_s` at b=1, else 1000 / mean TPOT at
+  c=1 (each request's decode span: (e2e - TTFT) / (tokens - 1); at c=1 with equal output lengths this
+  is the output tok/s over the decode span), else 1000 / median ITL at c=1. Each run's value is
+  converted, then the runs' values are averaged (as `selection.reduce` reduces repeats). Serving
+  `output_tok_s` at c=1 includes TTFT/prefill and client gaps, so it understates decode: it is shown
+  beside, labelled as serving, and never divided by the decode roofline.
+- The denominator is `toolkit.roofline.theoretical_tok_s` for the `[roofline]` model, GPU and weights
+  at the layout sglang itself resolved (the run's stored `/server_info`: tp_size, ep_size,
+  attn_dp_size or dp_size with enable_dp_attention, attn_cp_size, pp_size, moe_dense_tp_size,
+  enable_dp_lm_head), never the recipe's flags. Without a stored resolved config the figure says so.
+
+None when the recipe names no model and GPU, or nothing was measured at point 1. Above 100% (beyond
+toolkit.roofline.beyond's tolerance) the figure is not printed: `text()` says the roofline inputs do
+not describe the run.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable, Mapping
 
+from toolkit.errors import PatchbenchError
 from toolkit.roofline.beyond import INPUTS_WRONG, beyond_roofline
-from toolkit.results import metrics
 from toolkit.analysis.selection import reduce
+from toolkit.run.parallel_layout import enabled, flag, layout
+
+# (metric at point 1, per-run value -> decode tok/s of one sequence, label)
+DECODE_BASES: tuple[tuple[str, Callable[[float], float], str], ...] = (
+    ("decode_tok_s", lambda v: v, "decode_tok_s at b=1"),
+    ("tpot_ms_mean", lambda ms: 1e3 / ms, "1000/TPOT at c=1"),
+    ("itl_ms_median", lambda ms: 1e3 / ms, "1000/median ITL at c=1"),
+)
+SERVING = "output_tok_s"
+NO_CONFIG = "no resolved server config stored (/server_info), so the GPUs sharing the weights are unknown"
 
 
 @dataclass(frozen=True)
 class Efficiency:
-    """Measured `metric` at point 1 (mean of the per-run values) against the theoretical roofline."""
+    """Decode-only tok/s at point 1 (mean of the per-run values) against the decode roofline."""
 
-    metric: str
-    measured: float
-    theoretical: float
+    metric: str  # the stored metric the decode rate came from (DECODE_BASES)
+    measured: float  # decode tok/s of one sequence
+    theoretical: float | None  # None: no roofline figure (`reason` says why)
     model: str
     gpu: str
     n: int = 1  # runs
+    basis: str = ""  # how `measured` was derived, e.g. "1000/TPOT at c=1"
+    layout: str = ""  # the parallel layout the roofline used, e.g. "TP8 EP8 from /server_info"
+    serving: float | None = None  # serving output_tok_s at c=1 (with TTFT), shown, never compared
+    reason: str = ""  # why there is no roofline figure
 
     @property
     def fraction(self) -> float:
         return self.measured / self.theoretical if self.theoretical else float("nan")
 
     @property
+    def judged(self) -> bool:
+        """A figure exists (a roofline for the run's resolved layout)."""
+        return self.theoretical is not None
+
+    @property
     def beyond(self) -> bool:
         """Faster than the roofline: its inputs (model, GPU, weights) are not this run's."""
-        return beyond_roofline(self.fraction)
+        return self.judged and beyond_roofline(self.fraction)
+
+    def _serving(self) -> str:
+        return "" if self.serving is None else f"; serving {self.serving:.2f} tok/s (includes prefill/TTFT, not compared)"
 
     def text(self) -> str:
+        if not self.judged and self.metric == SERVING:
+            return f"serving {self.measured:.2f} tok/s at c=1; no roofline figure: {self.reason}"
+        if not self.judged:
+            return f"decode {self.measured:.2f} tok/s ({self.basis}); no roofline figure: {self.reason}{self._serving()}"
         if self.beyond:
-            return (f"{INPUTS_WRONG}: {self.measured:.2f} tok/s measured, above the {self.theoretical:.0f} tok/s "
-                    f"roofline of {self.model} on {self.gpu}")
-        # the roofline's even sharding (every weight byte split over TP): sglang replicates some per rank (for
-        # GLM-5 at TP8 ~29% lower: `patchbench roofline --sharding sglang`), so this is the ideal's fraction
-        return f"{self.measured:.2f} of {self.theoretical:.0f} tok/s ({100 * self.fraction:.1f}% of the even-sharding bound)"
+            return (f"{INPUTS_WRONG}: decode {self.measured:.2f} tok/s ({self.basis}) measured, above the "
+                    f"{self.theoretical:.0f} tok/s roofline of {self.model} on {self.gpu} at {self.layout}")
+        # the roofline's even sharding (every weight byte split over the GPUs sharing it): sglang replicates
+        # some per rank (for GLM-5 at TP8 ~29% lower: `patchbench roofline --sharding sglang`), so this is the
+        # ideal's fraction
+        return (f"decode {self.measured:.2f} of {self.theoretical:.0f} tok/s ({100 * self.fraction:.1f}% of the "
+                f"even-sharding bound; {self.basis}; {self.layout}){self._serving()}")
+
+
+def roofline_layout(info: Mapping[str, Any] | None) -> tuple[dict, str] | str:
+    """The roofline's parallel arguments and their text from a resolved sglang config (/server_info),
+    or the reason there are none."""
+    if not info or info.get("tp_size") is None:
+        return NO_CONFIG
+    try:
+        lay = layout(info)
+        cp = int(flag(info, "attn_cp_size") or 1)
+        moe_dp = int(flag(info, "moe_dp_size") or 1)
+        dense = flag(info, "moe_dense_tp_size")
+        dense_tp = int(dense) if dense not in (None, "") else None
+    except (PatchbenchError, TypeError, ValueError) as exc:
+        return f"the stored /server_info has an unreadable parallel field ({exc})"
+    if moe_dp > 1:
+        return f"moe_dp_size {moe_dp} (MoE data parallelism) is not modelled by the roofline"
+    kw = {"tp": lay["tp_size"], "ep": lay["ep_size"], "attn_dp": lay["attn_dp_size"], "attn_cp": cp,
+          "pp": lay["pp_size"], "dp": 1 if lay["dp_attention"] else lay["dp_size"], "dense_tp": dense_tp,
+          "dp_lm_head": enabled(flag(info, "enable_dp_lm_head"))}
+    parts = [f"TP{kw['tp']}"] + [f"{name}{kw[key]}" for key, name in
+                                 (("ep", "EP"), ("attn_dp", "attn-DP"), ("attn_cp", "attn-CP"), ("pp", "PP"),
+                                  ("dp", "DP")) if kw[key] > 1]
+    return kw, " ".join(parts) + " from /server_info"
+
+
+def _decode_rate(obs: Mapping[str, Any]) -> tuple[str, float, int, str] | None:
+    for metric, convert, label in DECODE_BASES:
+        values = [convert(v) for v in (obs[metric].values if metric in obs else ()) if v > 0]
+        if values:
+            return metric, sum(values) / len(values), len(values), label
+    return None
 
 
 def efficiency(run: Any, samples: Iterable[Any]) -> Efficiency | None:
-    """See the module docstring; `run` gives the recipe (its newest selected run), `samples` the
-    selected runs' samples."""
+    """See the module docstring; `run` gives the recipe and the resolved config (its newest selected
+    run), `samples` the selected runs' samples."""
     resolved = getattr(run, "recipe_resolved", None) or {}
     roof = resolved.get("roofline") or {}
     if not roof.get("model") or not roof.get("gpu"):
         return None
     obs = {m: o for (m, p, _), o in reduce(samples).items() if p == 1}
-    metric = next((m for m in metrics.throughput_headline() if m in obs and obs[m].values), None)
-    if metric is None:
-        return None
-    server = resolved.get("server") or {}
-    args = dict(server.get("args") or {}) if isinstance(server, dict) else {}
+    serving = [v for v in (obs[SERVING].values if SERVING in obs else ()) if v > 0]
+    serving_mean = sum(serving) / len(serving) if serving else None
+    rate = _decode_rate(obs)
+    if rate is None:
+        if serving_mean is None:
+            return None
+        return Efficiency(SERVING, serving_mean, None, str(roof["model"]), str(roof["gpu"]), len(serving),
+                          "serving output_tok_s at c=1", reason="no decode-only measure (TPOT, ITL or "
+                          "decode_tok_s) at point 1, and serving tok/s includes prefill/TTFT")
+    metric, measured, n, basis = rate
+    base = dict(metric=metric, measured=measured, model=str(roof["model"]), gpu=str(roof["gpu"]), n=n,
+                basis=basis, serving=serving_mean)
+    lay = roofline_layout(getattr(run, "server_info", None))
+    if isinstance(lay, str):
+        return Efficiency(theoretical=None, reason=lay, **base)
+    kw, layout_text = lay
     try:
-        tp = int(args.get("tp-size", args.get("tp", 1)))
-        ep = int(args.get("ep-size", args.get("ep", 1)))
         from toolkit.roofline import theoretical_tok_s
 
-        theo = theoretical_tok_s(roof["model"], roof["gpu"], tp=tp, ep=ep, batch=1,
-                                 context=int(roof.get("context", 0)), weights=roof.get("weights"))
-    except Exception:  # noqa: BLE001 - efficiency is a courtesy figure
-        return None
+        theo = theoretical_tok_s(roof["model"], roof["gpu"], batch=1, context=int(roof.get("context", 0)),
+                                 weights=roof.get("weights"), **kw)
+    except PatchbenchError as exc:
+        return Efficiency(theoretical=None, reason=f"roofline inputs refused: {exc.message}", layout=layout_text,
+                          **base)
     if not theo or not math.isfinite(theo):
         return None
-    vals = obs[metric].values
-    return Efficiency(metric, sum(vals) / len(vals), float(theo), str(roof["model"]), str(roof["gpu"]),
-                      len(vals))
+    return Efficiency(theoretical=float(theo), layout=layout_text, **base)

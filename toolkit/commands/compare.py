@@ -71,7 +71,8 @@ def tactic_lines(sel) -> list[str]:
 
 
 def efficiency_lines(store, sel) -> list[str]:
-    """Measured tok/s at point 1 over the theoretical roofline, for recipes naming model and GPU."""
+    """Decode-only tok/s at point 1 over the decode roofline (toolkit.analysis.efficiency), for recipes
+    naming model and GPU."""
     from toolkit.analysis.efficiency import efficiency
 
     lines = []

@@ -51,7 +51,7 @@ def _headline(samples) -> str:
 
 
 def _efficiency(run, samples) -> str:
-    """Measured tok/s at batch/concurrency 1 over the recipe's theoretical roofline, when named."""
+    """Decode-only tok/s at batch/concurrency 1 over the decode roofline, when the recipe names one."""
     eff = efficiency(run, samples)
     return eff.text() if eff else ""
 

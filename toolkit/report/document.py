@@ -323,8 +323,8 @@ def results_table(data: ReportData) -> tuple[list[str], list[list[str]]]:
 # -- Markdown -----------------------------------------------------------------------------------------
 
 def efficiency_lines(data: ReportData) -> list[str]:
-    return [f"{r.name}: {r.efficiency.text()} ({r.efficiency.metric} at point 1 vs roofline of "
-            f"{r.efficiency.model} on {r.efficiency.gpu})" for r in data.recipes if r.efficiency]
+    return [f"{r.name}: {r.efficiency.text()} (vs the decode roofline of {r.efficiency.model} on {r.efficiency.gpu})"
+            for r in data.recipes if r.efficiency]
 
 
 def render_markdown(data: ReportData, images: Sequence[tuple[str, str]] = ()) -> str:

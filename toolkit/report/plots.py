@@ -227,10 +227,10 @@ def plots(data) -> list[Plot]:
                      "red slower)")
             out.append(Plot(f"speedup-{metric}", title, bar_plot(
                 title, kind, "speedup (> 1: better)", [_point_label(kind, p) for p in pts_all], series, ref=1.0)))
-    effs = [r for r in data.recipes if r.efficiency and not r.efficiency.beyond]  # beyond: inputs wrong
+    effs = [r for r in data.recipes if r.efficiency and r.efficiency.judged and not r.efficiency.beyond]  # beyond: inputs wrong
     if effs:
         series = [Series(r.name, color[r.name], ((0, 100 * r.efficiency.fraction, None, None),)) for r in effs]
-        title = "efficiency vs decode roofline at point 1"
+        title = "efficiency vs decode roofline at point 1 (decode-only tok/s: 1000/TPOT, 1000/ITL or decode_tok_s)"
         top = max(100 * r.efficiency.fraction for r in effs)
         out.append(Plot("efficiency", title, bar_plot(title, "recipes at batch/concurrency 1",
                                                       "% of theoretical tok/s", [""], series,

@@ -1,0 +1,102 @@
+"""Roofline efficiency compares like with like, on a real miniature run: decode-only tok/s (1000 / mean
+TPOT at c=1, not the serving tok/s that includes prefill) over the decode roofline at the parallel
+layout sglang resolved (/server_info: `--dp-size 2 --enable-dp-attention` is attention DP 2 inside
+TP 2), with the basis and layout printed; a run without a stored resolved config says so."""
+
+from __future__ import annotations
+
+import json
+
+from conftest import demo_project
+from toolkit.cli import main
+from toolkit.roofline import theoretical_tok_s
+
+# A prefill cost large enough that serving tok/s at c=1 is well below the decode rate.
+RECIPE = """extends = "demo/baseline"
+[benchmark]
+concurrency = [1]
+repeats = 1
+num_prompts = 4
+output_len = 16
+[server.args]
+tp-size = 2
+dp-size = 2
+enable-dp-attention = true
+mini-prefill-base-ms = 60
+[expect]
+tp_size = 2
+[roofline]
+model = "qwen3-30b-a3b"
+gpu = "h200"
+weights = "all=bf16"
+"""
+
+
+def _export(tmp_path, capsys, *store) -> dict:
+    out = tmp_path / "export.json"
+    assert main(["results", "t/eff", "--export", "json", "-o", str(out), *store]) == 0
+    capsys.readouterr()
+    return json.loads(out.read_text())
+
+
+def test_efficiency_is_decode_only_at_the_resolved_layout(tmp_path, home, monkeypatch, capsys):
+    proj = demo_project(tmp_path, monkeypatch)
+    (proj / "recipes/t").mkdir()
+    (proj / "recipes/t/eff.toml").write_text(RECIPE)
+    assert main(["run", "t/eff", "--fixed"]) == 0
+    capsys.readouterr()
+    data = _export(tmp_path, capsys)
+    [run] = data["runs"]
+    # sglang's resolution (the miniature's, as 0.5.23): attention DP 2 within TP 2, one replica
+    assert (run["server_info"]["attn_dp_size"], run["server_info"]["dp_size"]) == (2, 1)
+    at1 = {s["metric"]: s["value"] for s in run["samples"] if s["point"] == 1}
+    decode, serving = 1e3 / at1["tpot_ms_mean"], at1["output_tok_s"]
+    assert serving < 0.9 * decode  # the prefill is in the serving rate, not in the decode rate
+    theo = theoretical_tok_s("qwen3-30b-a3b", "h200", tp=2, ep=1, batch=1, context=0, weights="all=bf16", attn_dp=2)
+    assert round(theo) != round(theoretical_tok_s("qwen3-30b-a3b", "h200", tp=2, ep=1, batch=1, context=0,
+                                                  weights="all=bf16"))  # the layout changes the bound
+    want = (f"decode {decode:.2f} of {theo:.0f} tok/s ({100 * decode / theo:.1f}% of the even-sharding bound; "
+            f"1000/TPOT at c=1; TP2 attn-DP2 from /server_info); serving {serving:.2f} tok/s (includes "
+            "prefill/TTFT, not compared)")
+
+    assert main(["results", "t/eff"]) == 0
+    assert _column(capsys.readouterr().out, "vs roofline") == want
+    out = tmp_path / "report"
+    assert main(["report", "t/eff", "-o", str(out)]) == 0
+    capsys.readouterr()
+    assert f"t/eff: {want} (vs the decode roofline of qwen3-30b-a3b on h200)" in (out / "report.md").read_text()
+
+    # A run whose resolved config was not stored (an export of an older store): no guess at the layout.
+    run["server_info"] = {}
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps(data))
+    other = ["--store", str(tmp_path / "other.sqlite")]
+    assert main(["import", str(old), *other]) == 0
+    capsys.readouterr()
+    assert main(["results", "t/eff", *other]) == 0
+    text = _column(capsys.readouterr().out, "vs roofline")
+    assert (f"decode {decode:.2f} tok/s (1000/TPOT at c=1); no roofline figure: no resolved server config stored "
+            "(/server_info), so the GPUs sharing the weights are unknown") in text
+    assert "% of the even-sharding bound" not in text
+
+
+def _column(table: str, name: str) -> str:
+    """One column of a rich table, its folded lines joined."""
+    lines = table.splitlines()
+    head = next(line for line in lines if name in line and "┃" in line)
+    idx = [cell.strip() for cell in head.split("┃")].index(name)
+    cells = [line.split("│")[idx].strip() for line in lines if line.startswith("│")]
+    return " ".join(c for c in cells if c)
+
+
+def test_readme_example_is_what_the_tool_prints():
+    from pathlib import Path
+
+    from toolkit.analysis.efficiency import Efficiency
+
+    theo = theoretical_tok_s("glm-5", "rtx-pro-6000", tp=8, ep=1, batch=1, context=0,
+                             weights="experts=nvfp4,rest=bf16")
+    text = Efficiency("tpot_ms_mean", 1e3 / 91.7, theo, "glm-5", "rtx-pro-6000", basis="1000/TPOT at c=1",
+                      layout="TP8 from /server_info", serving=10.36).text()
+    for doc in ("README.md", "docs/CAMPAIGN.md"):
+        assert text in " ".join((Path(__file__).parents[1] / doc).read_text().split()), doc
