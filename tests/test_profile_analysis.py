@@ -216,6 +216,23 @@ def test_floors_from_the_roofline(tmp_path):
     moe = next(r for r in rows if r["family"] == "moe_gemm")
     assert moe["pct_of_floor"] == pytest.approx(100 * moe["floor_ms"] / moe["ms"])
     assert floor_spec({"roofline": {}}, 1) is None
+    assert spec.text().startswith("glm-5 on rtx-pro-6000, TP8 from the recipe's flags,")  # no run yet
+
+
+def test_floors_use_the_layout_sglang_resolved():
+    """The recipe says `--dp-size 8 --enable-dp-attention` beside tp 8; sglang 0.5.23 resolves it to
+    attention DP 8 (attn_dp_size 8, dp_size 1): attention is replicated on every GPU, so its floor is 8x
+    the TP8 one, and no all-reduce follows it."""
+    recipe = {"roofline": {"model": "glm-5", "gpu": "rtx-pro-6000", "weights": "all=nvfp4"},
+              "server": {"args": {"tp-size": 8, "dp-size": 8, "enable-dp-attention": True}},
+              "benchmark": {"input_len": 1024, "output_len": 256}}
+    info = {"tp_size": 8, "dp_size": 1, "attn_dp_size": 8, "enable_dp_attention": True, "ep_size": 1, "pp_size": 1}
+    resolved = floor_spec(recipe, 1, info)
+    tp8 = floor_spec({**recipe, "server": {"args": {"tp-size": 8}}}, 1, {"tp_size": 8})
+    assert resolved.text().startswith("glm-5 on rtx-pro-6000, TP8 attn-DP8 from /server_info,")
+    a, b = component_floors_ms(resolved), component_floors_ms(tp8)
+    assert a["attention"] == pytest.approx(8 * b["attention"])
+    assert a["allreduce"] == pytest.approx(b["allreduce"] / 2)  # only the MoE/MLP all-reduce is left
 
 
 def _profile(**per_family_steps):

@@ -25,7 +25,8 @@ def test_profile_checks_evidence_and_the_demo_floors_are_below_the_measurement(t
     out = capsys.readouterr().out
     pcts = [float(x) for x in re.findall(r"vs floor [\d.]+ ms: ([\d.]+)%", out)]
     assert pcts and all(0 < p < 100 for p in pcts), out
-    assert "inputs do not describe" not in out and "minisglang-torch-step-small-experts on cpu-2core" in out
+    assert "inputs do not describe" not in out
+    assert "minisglang-torch-step-small-experts on cpu-2core, TP1 from /server_info" in out  # the resolved layout
 
     assert main(["profile", "mine/wrong-proof", "--steps", "10"]) == 1
     assert "stored INVALID" in capsys.readouterr().err

@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterable, Mapping
 from toolkit.errors import PatchbenchError
 from toolkit.roofline.beyond import INPUTS_WRONG, beyond_roofline
 from toolkit.analysis.selection import reduce
-from toolkit.run.parallel_layout import enabled, flag, layout
+from toolkit.run.parallel_layout import roofline_layout
 
 # (metric at point 1, per-run value -> decode tok/s of one sequence, label)
 DECODE_BASES: tuple[tuple[str, Callable[[float], float], str], ...] = (
@@ -37,7 +37,6 @@ DECODE_BASES: tuple[tuple[str, Callable[[float], float], str], ...] = (
     ("itl_ms_median", lambda ms: 1e3 / ms, "1000/median ITL at c=1"),
 )
 SERVING = "output_tok_s"
-NO_CONFIG = "no resolved server config stored (/server_info), so the GPUs sharing the weights are unknown"
 
 
 @dataclass(frozen=True)
@@ -85,30 +84,6 @@ class Efficiency:
         # ideal's fraction
         return (f"decode {self.measured:.2f} of {self.theoretical:.0f} tok/s ({100 * self.fraction:.1f}% of the "
                 f"even-sharding bound; {self.basis}; {self.layout}){self._serving()}")
-
-
-def roofline_layout(info: Mapping[str, Any] | None) -> tuple[dict, str] | str:
-    """The roofline's parallel arguments and their text from a resolved sglang config (/server_info),
-    or the reason there are none."""
-    if not info or info.get("tp_size") is None:
-        return NO_CONFIG
-    try:
-        lay = layout(info)
-        cp = int(flag(info, "attn_cp_size") or 1)
-        moe_dp = int(flag(info, "moe_dp_size") or 1)
-        dense = flag(info, "moe_dense_tp_size")
-        dense_tp = int(dense) if dense not in (None, "") else None
-    except (PatchbenchError, TypeError, ValueError) as exc:
-        return f"the stored /server_info has an unreadable parallel field ({exc})"
-    if moe_dp > 1:
-        return f"moe_dp_size {moe_dp} (MoE data parallelism) is not modelled by the roofline"
-    kw = {"tp": lay["tp_size"], "ep": lay["ep_size"], "attn_dp": lay["attn_dp_size"], "attn_cp": cp,
-          "pp": lay["pp_size"], "dp": 1 if lay["dp_attention"] else lay["dp_size"], "dense_tp": dense_tp,
-          "dp_lm_head": enabled(flag(info, "enable_dp_lm_head"))}
-    parts = [f"TP{kw['tp']}"] + [f"{name}{kw[key]}" for key, name in
-                                 (("ep", "EP"), ("attn_dp", "attn-DP"), ("attn_cp", "attn-CP"), ("pp", "PP"),
-                                  ("dp", "DP")) if kw[key] > 1]
-    return kw, " ".join(parts) + " from /server_info"
 
 
 def _decode_rate(obs: Mapping[str, Any]) -> tuple[str, float, int, str] | None:

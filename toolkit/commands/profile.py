@@ -49,7 +49,8 @@ def run(args) -> int:
     result = profile_recipe(recipe, home=home_of(args), store=store_of(args), concurrency=args.concurrency,
                             steps=args.steps, families_file=args.families, frozen=args.frozen, console=err,
                             strict=args.strict_check)
-    spec = floor_spec(recipe.to_dict(), args.concurrency)
+    stored = store_of(args).get_run(result.run_id)
+    spec = floor_spec(recipe.to_dict(), args.concurrency, stored.server_info)  # the layout sglang resolved
     if args.json:
         print_json({"run_id": result.run_id, "status": result.status, "error": result.error, **result.summary})
         return 0 if result.status == "ok" else 1

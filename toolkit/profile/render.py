@@ -166,7 +166,8 @@ def bar_data(store, recipes: list[str], families) -> tuple[dict, dict]:
         ranks = [r.extra["profile"]["ranks"][0] for r in runs]
         fams = {f for rk in ranks for f in rk["family_ms"]}
         bars[name] = {f: sum(rk["family_ms"].get(f, 0.0) for rk in ranks) / len(ranks) for f in fams}
-        spec = floor_spec(runs[-1].recipe_resolved, int(runs[-1].extra["profile"].get("concurrency", 1)))
+        spec = floor_spec(runs[-1].recipe_resolved, int(runs[-1].extra["profile"].get("concurrency", 1)),
+                          runs[-1].server_info)
         if spec is not None:
             per_family = family_floors_ms(families, component_floors_ms(spec), fams)
             floors[name] = sum(v for v in per_family.values() if v)

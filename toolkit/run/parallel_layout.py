@@ -10,6 +10,9 @@ enable_dp_attention set whenever attention DP runs. So the width is read from re
 (`attn-dp-size`, or `dp-size` with `enable-dp-attention`), from 0.5.23's resolved fields (attn_dp_size
 with dp_size 1) and from older releases' fields (dp_size with enable_dp_attention) alike.
 
+`roofline_layout(info)`: the decode roofline's parallel arguments (toolkit.roofline.make_inputs) from a
+run's stored /server_info (sglang's resolved config), or why there are none.
+
 With attention DP, 0.5.23 divides the chunked prefill size among the attention-DP ranks
 (_handle_data_parallelism: chunked_prefill_size // attn_dp_size): `per_rank_chunk` is that value.
 """
@@ -18,7 +21,9 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from toolkit.errors import BadInput
+from toolkit.errors import BadInput, PatchbenchError
+
+NO_CONFIG = "no resolved server config stored (/server_info), so the GPUs sharing the weights are unknown"
 
 
 _ALIASES = {"tp_size": ("tp_size", "tp", "tensor_parallel_size"), "dp_size": ("dp_size", "dp", "data_parallel_size"),
@@ -91,3 +96,27 @@ def gpu_count(args: Mapping) -> int:
     """The GPUs one launch of the server holds: tp x pp, times dp replicas (attention DP is within tp)."""
     lay = layout(args)
     return lay["tp_size"] * lay["pp_size"] * (1 if lay["dp_attention"] else lay["dp_size"])
+
+
+def roofline_layout(info: Mapping[str, Any] | None, source: str = "/server_info") -> tuple[dict, str] | str:
+    """The roofline's parallel arguments and their text ("TP8 EP8 from /server_info") from a resolved
+    sglang config (ServerArgs fields; `source` names where they came from), or the reason there are none."""
+    if not info or info.get("tp_size") is None:
+        return NO_CONFIG
+    try:
+        lay = layout(info)
+        cp = int(flag(info, "attn_cp_size") or 1)
+        moe_dp = int(flag(info, "moe_dp_size") or 1)
+        dense = flag(info, "moe_dense_tp_size")
+        dense_tp = int(dense) if dense not in (None, "") else None
+    except (PatchbenchError, TypeError, ValueError) as exc:
+        return f"{source} has an unreadable parallel field ({exc})"
+    if moe_dp > 1:
+        return f"moe_dp_size {moe_dp} (MoE data parallelism) is not modelled by the roofline"
+    kw = {"tp": lay["tp_size"], "ep": lay["ep_size"], "attn_dp": lay["attn_dp_size"], "attn_cp": cp,
+          "pp": lay["pp_size"], "dp": 1 if lay["dp_attention"] else lay["dp_size"], "dense_tp": dense_tp,
+          "dp_lm_head": enabled(flag(info, "enable_dp_lm_head"))}
+    parts = [f"TP{kw['tp']}"] + [f"{name}{kw[key]}" for key, name in
+                                 (("ep", "EP"), ("attn_dp", "attn-DP"), ("attn_cp", "attn-CP"), ("pp", "PP"),
+                                  ("dp", "DP")) if kw[key] > 1]
+    return kw, " ".join(parts) + f" from {source}"
