@@ -52,11 +52,14 @@ def test_efficiency_is_decode_only_at_the_resolved_layout(tmp_path, home, monkey
     at1 = {s["metric"]: s["value"] for s in run["samples"] if s["point"] == 1}
     decode, serving = 1e3 / at1["tpot_ms_mean"], at1["output_tok_s"]
     assert serving < 0.9 * decode  # the prefill is in the serving rate, not in the decode rate
-    theo = theoretical_tok_s("qwen3-30b-a3b", "h200", tp=2, ep=1, batch=1, context=0, weights="all=bf16", attn_dp=2)
-    assert round(theo) != round(theoretical_tok_s("qwen3-30b-a3b", "h200", tp=2, ep=1, batch=1, context=0,
+    # the decode steps read the KV cache of a decoding sequence: input 64 + output 16 / 2 = 72 tokens
+    theo = theoretical_tok_s("qwen3-30b-a3b", "h200", tp=2, ep=1, batch=1, context=72, weights="all=bf16", attn_dp=2)
+    assert round(theo) != round(theoretical_tok_s("qwen3-30b-a3b", "h200", tp=2, ep=1, batch=1, context=72,
                                                   weights="all=bf16"))  # the layout changes the bound
+    assert round(theo) != round(theoretical_tok_s("qwen3-30b-a3b", "h200", tp=2, ep=1, batch=1, context=0,
+                                                  weights="all=bf16", attn_dp=2))  # and so does the context
     want = (f"decode {decode:.2f} of {theo:.0f} tok/s ({100 * decode / theo:.1f}% of the even-sharding bound; "
-            f"1000/TPOT at c=1; TP2 attn-DP2 from /server_info); serving {serving:.2f} tok/s (includes "
+            f"1000/TPOT at c=1; TP2 attn-DP2 from /server_info, context 72); serving {serving:.2f} tok/s (includes "
             "prefill/TTFT, not compared)")
 
     assert main(["results", "t/eff"]) == 0
@@ -94,9 +97,9 @@ def test_readme_example_is_what_the_tool_prints():
 
     from toolkit.analysis.efficiency import Efficiency
 
-    theo = theoretical_tok_s("glm-5", "rtx-pro-6000", tp=8, ep=1, batch=1, context=0,
-                             weights="experts=nvfp4,rest=bf16")
+    theo = theoretical_tok_s("glm-5", "rtx-pro-6000", tp=8, ep=1, batch=1, context=1024 + 256 // 2,
+                             weights="experts=nvfp4,rest=bf16")  # recipes/baseline.toml's benchmark
     text = Efficiency("tpot_ms_mean", 1e3 / 91.7, theo, "glm-5", "rtx-pro-6000", basis="1000/TPOT at c=1",
-                      layout="TP8 from /server_info", serving=10.36).text()
+                      layout="TP8 from /server_info, context 1152", serving=10.36).text()
     for doc in ("README.md", "docs/CAMPAIGN.md"):
         assert text in " ".join((Path(__file__).parents[1] / doc).read_text().split()), doc

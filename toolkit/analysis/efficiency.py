@@ -13,6 +13,9 @@
   at the layout sglang itself resolved (the run's stored `/server_info`: tp_size, ep_size,
   attn_dp_size or dp_size with enable_dp_attention, attn_cp_size, pp_size, moe_dense_tp_size,
   enable_dp_lm_head), never the recipe's flags. Without a stored resolved config the figure says so.
+  Its context is `[roofline] context`, else the mean context of a decoding sequence of the run's
+  benchmark (input_len + output_len / 2, as the profile floors take it): each decode step at c=1
+  reads that much KV cache too.
 
 None when the recipe names no model and GPU, or nothing was measured at point 1. Above 100% (beyond
 toolkit.roofline.beyond's tolerance) the figure is not printed: `text()` says the roofline inputs do
@@ -94,6 +97,15 @@ def _decode_rate(obs: Mapping[str, Any]) -> tuple[str, float, int, str] | None:
     return None
 
 
+def _context(roof: Mapping, run: Any, resolved: Mapping) -> int:
+    """Tokens in a decoding sequence's KV cache: `[roofline] context`, else input_len + output_len / 2 of
+    the benchmark that ran."""
+    if roof.get("context") is not None:
+        return int(roof["context"])
+    bench = getattr(run, "bench_params", None) or resolved.get("benchmark") or {}
+    return int(bench.get("input_len") or 0) + int(bench.get("output_len") or 0) // 2
+
+
 def efficiency(run: Any, samples: Iterable[Any]) -> Efficiency | None:
     """See the module docstring; `run` gives the recipe and the resolved config (its newest selected
     run), `samples` the selected runs' samples."""
@@ -118,10 +130,12 @@ def efficiency(run: Any, samples: Iterable[Any]) -> Efficiency | None:
     if isinstance(lay, str):
         return Efficiency(theoretical=None, reason=lay, **base)
     kw, layout_text = lay
+    context = _context(roof, run, resolved)
+    layout_text += f", context {context}"
     try:
         from toolkit.roofline import theoretical_tok_s
 
-        theo = theoretical_tok_s(roof["model"], roof["gpu"], batch=1, context=int(roof.get("context", 0)),
+        theo = theoretical_tok_s(roof["model"], roof["gpu"], batch=1, context=context,
                                  weights=roof.get("weights"), **kw)
     except PatchbenchError as exc:
         return Efficiency(theoretical=None, reason=f"roofline inputs refused: {exc.message}", layout=layout_text,
