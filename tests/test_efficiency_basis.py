@@ -69,8 +69,8 @@ def test_efficiency_is_decode_only_at_the_resolved_layout(tmp_path, home, monkey
     capsys.readouterr()
     assert f"t/eff: {want} (vs the decode roofline of qwen3-30b-a3b on h200)" in (out / "report.md").read_text()
 
-    # A run whose resolved config was not stored (an export of an older store): no guess at the layout.
-    run["server_info"] = {}
+    # A run whose resolved config was not stored, live or static (an export of an older store): no guess.
+    run["server_info"], run["extra"]["resolved_config"] = {}, {}
     old = tmp_path / "old.json"
     old.write_text(json.dumps(data))
     other = ["--store", str(tmp_path / "other.sqlite")]
@@ -103,3 +103,24 @@ def test_readme_example_is_what_the_tool_prints():
                       layout="TP8 from /server_info, context 1152", serving=10.36).text()
     for doc in ("README.md", "docs/CAMPAIGN.md"):
         assert text in " ".join((Path(__file__).parents[1] / doc).read_text().split()), doc
+
+
+ONE_BATCH = RECIPE.replace("[benchmark]\nconcurrency = [1]\nrepeats = 1\nnum_prompts = 4\noutput_len = 16\n",
+                           '[benchmark]\ndriver = "one-batch"\nbatch_sizes = [1]\ninput_len = 8\noutput_len = 8\n'
+                           "repeats = 1\n")
+
+
+def test_one_batch_runs_no_server_so_sglangs_static_resolution_gives_the_layout(tmp_path, home, monkeypatch, capsys):
+    proj = demo_project(tmp_path, monkeypatch)
+    (proj / "recipes/t").mkdir()
+    (proj / "recipes/t/eff.toml").write_text(ONE_BATCH)
+    assert main(["run", "t/eff", "--fixed"]) == 0
+    capsys.readouterr()
+    [run] = _export(tmp_path, capsys)["runs"]
+    assert run["server_info"] == {} and run["extra"]["resolved_config"]["attn_dp_size"] == 2
+    decode = next(s["value"] for s in run["samples"] if s["metric"] == "decode_tok_s" and s["point"] == 1)
+    theo = theoretical_tok_s("qwen3-30b-a3b", "h200", tp=2, ep=1, batch=1, context=12, weights="all=bf16", attn_dp=2)
+    assert main(["results", "t/eff"]) == 0
+    assert _column(capsys.readouterr().out, "vs roofline") == (
+        f"decode {decode:.2f} of {theo:.0f} tok/s ({100 * decode / theo:.1f}% of the even-sharding bound; "
+        "decode_tok_s at b=1; TP2 attn-DP2 from sglang's static resolution, context 12)")
