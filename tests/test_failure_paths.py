@@ -245,3 +245,20 @@ def test_a_recipe_without_sources_is_refused_before_an_empty_env_is_built(text, 
     if not text:  # `show` of an empty file says what is missing, not an empty table with exit 0
         assert main(["show", "demo/mine"]) == 2
         assert "no [sources] in " in _error(capsys)
+
+
+@pytest.mark.parametrize("design", [["--repeats", "2"], []])  # the fixed design and the sequential default
+def test_run_of_several_recipes_launches_nothing_when_one_fails_to_prepare(design, home, tmp_path, monkeypatch,
+                                                                           capsys):
+    # demo/stale's patch does not apply: a comparison with it cannot be made, so demo/baseline (prepared first,
+    # and fine) is not launched for its repeats either; the failure names the recipe and the step
+    proj = demo_project(tmp_path, monkeypatch)
+    fast = (proj / "patches" / "demo" / "faster-decode.patch").read_text()
+    (proj / "patches" / "demo" / "stale.patch").write_text(fast.replace("-STEP_BASE_S = 0.012", "-STEP_BASE_S = 0.099"))
+    (proj / "recipes" / "demo" / "stale.toml").write_text(
+        'extends = "demo/baseline"\n[patches]\nsglang = ["demo/stale.patch"]\n')
+    assert main(["run", "demo/baseline", "demo/stale", *design]) == 1
+    err = " ".join(capsys.readouterr().err.split())
+    assert "error: recipe demo/stale: step apply: patch demo/stale.patch does not apply" in err, err
+    assert "nothing launched: demo/stale failed to prepare, so demo/baseline was not launched either" in err, err
+    assert "server ready" not in err and _no_runs(home), err

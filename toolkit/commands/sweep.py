@@ -98,7 +98,8 @@ def _runner(args, home, store):
 
         return slurm_runner(cluster_config(args, home), home=home, store=store, jobs=args.slurm_jobs,
                             frozen=args.frozen, console=err)
-    return lambda recipes: run_sweep(recipes, home=home, store=store, frozen=args.frozen, console=err)
+    return lambda recipes: run_sweep(recipes, home=home, store=store, frozen=args.frozen, console=err,
+                                     keep_going=True)  # a variant that fails to build leaves the others measurable
 
 
 def run(args) -> int:
@@ -214,7 +215,7 @@ def _measure_sequential(store, kept, home, args, design):
 
     recipes = [o.recipe for o in kept]
     result = run_sweep(recipes, home=home, store=store, frozen=args.frozen, console=err,
-                       measure=sequential_measure(design))
+                       measure=sequential_measure(design), keep_going=True)
     if "sequential" in result:
         print_sequential(result, design, store, recipes, quiet=args.json, to=err)
     failed = {}

@@ -89,6 +89,7 @@ class SweepJob:
     node_home: str
     strict: bool = False  # `--strict-check`: an unresolved static check refuses the recipe (exit 2)
     store_url: str | None = None  # the submitting side's PostgreSQL store: the node writes into it
+    keep_going: bool = False  # a sweep's variants: one that fails to prepare leaves the others launched
 
 
 def _stop(signum, frame):
@@ -189,7 +190,8 @@ def run_sweep_job(job: SweepJob) -> dict:
     with node_work(job_id, store, console):
         try:
             result = run_sweep(job.recipes, home=node_home, store=store, repeats=job.repeats, until=job.until,
-                               frozen=job.frozen, console=console, strict=job.strict)
+                               frozen=job.frozen, console=console, strict=job.strict,
+                               keep_going=job.keep_going)
         except PatchbenchError as exc:  # refused before any launch (bad recipe, no GPU): say so, exit 0
             console.print(f"error: {exc}", markup=False)
             result = {"group_id": None, "runs": [], "failed": [(r.name, str(exc)) for r in job.recipes],

@@ -36,7 +36,7 @@ def slurm_runner(cfg: ClusterConfig, *, home: Path, store: Store, jobs: int, fro
         for chunk in chunks(list(recipes), jobs):
             c = for_recipes(cfg, chunk)
             job = SweepJob(recipes=chunk, repeats=None, until="store", frozen=frozen, node_home=c.node_home,
-                           store_url=direct_store(store))
+                           store_url=direct_store(store), keep_going=True)
             recs.append(submit(run_sweep_job, job, names=[r.name for r in chunk], home=home, cfg=c,
                                command="sweep", console=console))
         return collect(wait(recs, home=home, store=store, cfg=cfg, console=console), store=store, console=console)

@@ -420,13 +420,16 @@ def _one_batch(a: Attempt) -> list[Sample]:
 
 def run_sweep(recipes: list[Recipe], *, home: Path, store: Store, repeats: int | None = None, until: str = "store",
               frozen: bool = False, console: Console | None = None, strict: bool = False,
-              measure: Callable | None = None) -> dict:
+              measure: Callable | None = None, keep_going: bool = False) -> dict:
     """Reap what dead patchbench processes left, prepare every recipe, then measure them with
     interleaved repeats (A B A B ...), or with `measure(prepared, home=, store=, group_id=,
     console=, result=)` when given (`run` without `--repeats`: toolkit.analysis.sequential_runs).
 
-    A recipe that fails to prepare is reported and skipped; a run that fails is stored and the
-    sweep goes on. Returns {"group_id", "runs": [(recipe, run_id)], "failed": [(recipe, message)]}.
+    Every recipe is prepared (applied, built, checked) before the first launch. When one fails to
+    prepare, nothing is launched (the others' launches would measure half of what was asked: a
+    comparison with a side missing), unless `keep_going` (a sweep's independent variants): then it
+    is reported and skipped. A run that fails is stored and the sweep goes on. Returns {"group_id",
+    "runs": [(recipe, run_id)], "failed": [(recipe, message)], "not_launched": [recipe]}.
     """
     console = console or Console(stderr=True)
     for line in reaper.reap(home, store):
@@ -449,6 +452,12 @@ def run_sweep(recipes: list[Recipe], *, home: Path, store: Store, repeats: int |
     result = {"group_id": group_id, "runs": [], "failed": failed, "bad_input": bad_input,
               "resolved": {p.name: p.check.resolved_config for p in prepared if p.check}}
     if until in ("apply", "build", "check"):
+        return result
+    if failed and prepared and not keep_going:  # launch nothing: every failure is said above, with its step
+        result["not_launched"] = [p.name for p in prepared]
+        console.print(f"[red]nothing launched[/]: {escape(', '.join(n for n, _ in failed))} failed to prepare, so "
+                      f"{escape(', '.join(result['not_launched']))} {'was' if len(prepared) == 1 else 'were'} not "
+                      "launched either (fix the recipe and run again; prepared envs are reused)")
         return result
     gpu_needed = [p.name for p in prepared if needs_gpu(p.recipe)]
     if gpu_needed and not machine.has_cuda_gpu():
