@@ -248,11 +248,14 @@ class Store:
             self._insert_run(conn, row)
         return row["run_id"]
 
-    def add_samples(self, run_id: str, samples: Iterable[Any], *, repeat: int | None = None) -> int:
+    def add_samples(self, run_id: str, samples: Iterable[Any], *, repeat: int | None = None, **fields_: Any) -> int:
         """Add samples to a run in one transaction; `repeat` defaults to the run's repeat index
-        (a sample object with its own `repeat` attribute keeps it). Returns how many were added."""
-        samples = list(samples)
+        (a sample object with its own `repeat` attribute keeps it), with `fields_` (extra, log_paths,
+        ...) set in the same transaction, the status unchanged. Returns how many were added."""
+        samples, values = list(samples), {c: self._encode(c, v) for c, v in fields_.items() if c in RUN_FIELDS}
         with self._tx() as conn:
+            if values:
+                conn.execute(T.runs.update().where(T.runs.c.run_id == run_id).values(**values))
             return self._insert_samples(conn, run_id, samples, repeat)
 
     def finish_run(self, run_id: str, status: str, error: str | None = None,
@@ -306,7 +309,9 @@ class Store:
         """Finish a run still `running` as `interrupted` with `reason` (the reaper, after its
         patchbench died). Returns False if the run had already finished."""
         r = T.runs.c
-        with self._tx() as conn:
+        with self._tx() as conn:  # a run killed after its benchmark (extra.incomplete) says what it kept
+            extra = json.loads(conn.execute(sa.select(r.extra).where(r.run_id == run_id)).scalar() or "null") or {}
+            reason += f"; {extra['incomplete']}" if isinstance(extra, dict) and extra.get("incomplete") else ""
             res = conn.execute(T.runs.update().where(r.run_id == run_id, r.status == "running")
                                .values(status="interrupted", error=reason, finished_at=_now()))
             return res.rowcount > 0
@@ -329,8 +334,8 @@ class Store:
         stored is not inserted: the id of the run stored before is returned (checked inside the
         same transaction, so two imports of one file at once store it once; on PostgreSQL the
         transaction holds an advisory lock on those hashes). `complete`: a stored row of the same run id
-        that never finished with samples (running/interrupted, none stored: the database went away
-        mid-run) is replaced by this record (the one kept on the measuring disk)."""
+        that never finished with samples (running/interrupted, none stored or only the benchmark's kept
+        early, `extra.incomplete`: the database went away mid-run) is replaced by this record (the one kept on the measuring disk)."""
         row = self._run_values(dict(fields_), status_default="ok")
         samples = list(samples)
         imported = (row.get("extra") or {}).get("imported") or {}
@@ -344,10 +349,11 @@ class Store:
                                       .order_by(T.runs.c.started_at, T.runs.c.seq).limit(1)).scalar()
                 if before:
                     return before
-            found = conn.execute(sa.select(T.runs.c.status).where(T.runs.c.run_id == row["run_id"])).first()
-            if found and complete and found[0] in ("running", "interrupted") and samples and not conn.execute(
-                    sa.select(T.samples.c.run_id).where(T.samples.c.run_id == row["run_id"]).limit(1)).first():
-                for t in (T.artifacts, T.runs):
+            found = conn.execute(sa.select(T.runs.c.status, T.runs.c.extra).where(T.runs.c.run_id == row["run_id"])).first()
+            if found and complete and found[0] in ("running", "interrupted") and samples and (
+                    (json.loads(found[1] or "{}") or {}).get("incomplete") or not conn.execute(  # only the benchmark's kept so far
+                    sa.select(T.samples.c.run_id).where(T.samples.c.run_id == row["run_id"]).limit(1)).first()):
+                for t in (T.artifacts, T.samples, T.runs):
                     conn.execute(t.delete().where(t.c.run_id == row["run_id"]))
             elif found:
                 raise RunExists(f"results store: run {row['run_id']} already exists")

@@ -92,6 +92,7 @@ class Attempt:
     # the benchmark's samples once it measured: a run that fails or is interrupted in a later step (the output
     # check, the evidence) is stored with them (not counted: only ok runs are), so no measured number is lost
     measured: list | None = None
+    kept: list = field(default_factory=list)  # samples already in the store (keep_measured): not stored twice
     started: float = field(default_factory=time.time)  # wall clock at its start: what this launch wrote
 
     @property
@@ -125,20 +126,45 @@ def recorded(p: Prepared, *, home: Path, store: Store, repeat: int, group_id: st
     except KeyboardInterrupt as exc:
         if not attempt.finished:
             finish(attempt, "interrupted", f"interrupted ({exc.args[0] if exc.args else 'Ctrl-C'})",
-                   samples=attempt.measured)
+                   samples=unkept(attempt, attempt.measured))
         raise
     except RunInvalid as exc:
         finish(attempt, "invalid", exc.message, verification=exc.problems, config_verified=exc.config_verified,
-               samples=exc.samples or None)
+               samples=unkept(attempt, exc.samples) or None)
     except Exception as exc:  # noqa: BLE001 - every failure of a step is a failed run, not a lost one
         if attempt.finished:  # stored already; ending its processes failed
             console.print(f"[red]{escape(attempt.title)}[/]: teardown: {escape(_reason(exc, attempt))}")
         else:
-            finish(attempt, "failed", _reason(exc, attempt), tail=getattr(exc, "tail", None), samples=attempt.measured)
+            finish(attempt, "failed", _reason(exc, attempt), tail=getattr(exc, "tail", None),
+                   samples=unkept(attempt, attempt.measured))
     else:
         if not attempt.finished:
             finish(attempt, "failed", "the run ended without storing a result")
     keep_files(attempt)
+
+
+INCOMPLETE = ("benchmark measured and kept; the steps after it (answers check, jit-arch, evidence) never "
+              "finished: not a verified run")
+
+
+def keep_measured(a: Attempt) -> None:
+    """Store the benchmark's samples as soon as they are measured, the run still `running` and marked
+    `extra.incomplete`: should patchbench be killed (SIGKILL, the machine dying) in a later step, the
+    numbers are in the store, and the reaper ends the run `interrupted` saying so (counted nowhere:
+    only `ok` runs are). The run's final status, after its last step, drops the mark."""
+    new = unkept(a, a.measured)
+    try:
+        a.store.add_samples(a.run_id, new, extra={**a.extra, "incomplete": INCOMPLETE}, log_paths=log_paths(a),
+                            timings=a.timings)
+    except StoreUnavailable:  # the database went away: the run goes on, its end keeps it on this disk (finish)
+        return
+    a.kept.extend(new)
+
+
+def unkept(a: Attempt, samples: list | None) -> list:
+    """`samples` less those keep_measured stored already (the same objects)."""
+    kept = {id(s) for s in a.kept}
+    return [s for s in samples or [] if id(s) not in kept]
 
 
 def keep_files(a: Attempt) -> None:
@@ -235,7 +261,7 @@ def keep_locally(a: Attempt, error: str, tail: str | None, fields: dict, *, stat
 
     samples = [{"metric": s.metric, "value": s.value, "unit": s.unit, "point": s.point, "point_kind": s.point_kind,
                 "repeat": getattr(s, "repeat", None) if getattr(s, "repeat", None) is not None else a.repeat}
-               for s in fields.get("samples") or []]
+               for s in [*a.kept, *(fields.get("samples") or [])]]  # the whole run: import replaces the kept part
     run = {k: v for k, v in fields.items() if k in RUN_FIELDS}
     run.update(run_id=a.run_id, recipe=a.prepared.name, status="ok" if status == "ok" else "interrupted",
                error=error if status != "ok" else None, log_tail=tail,

@@ -27,7 +27,8 @@ from rich.markup import escape
 from toolkit.results import metrics
 from toolkit.run import autotune_record, evidence, jit_check, machine, quality as output_check, reaper, server as srv
 from toolkit.run import serving_step
-from toolkit.run.attempt import Attempt, Prepared, RunInvalid, recorded, log_paths, signals_interrupt, supervise
+from toolkit.run.attempt import (Attempt, Prepared, RunInvalid, keep_measured, log_paths, recorded, signals_interrupt,
+                                 supervise, unkept)
 from toolkit.run.bench import Sample, point_record
 from toolkit.run.gpustate import record as gpu_record
 from toolkit.run.gpustate.owners import patchbench_tree
@@ -243,7 +244,8 @@ def benchmark(verified: Verified) -> Measured:
             kept, exc.message = point_record.before_crash(samples, points, exc.message)
             attempt.measured = [*kept, *box]
             raise
-    attempt.measured = [*samples, *box]  # kept with the run should a later step fail
+    attempt.measured = [*samples, *box]  # kept with the run should a later step fail, or patchbench die
+    keep_measured(attempt)
     gpu_record.enforce(attempt, [*samples, *box])
     return Measured(verified, [*samples, *box], errors)
 
@@ -316,7 +318,7 @@ def store(value: Verified | Measured) -> str:
         attempt.console.print(f"[bold]{escape(attempt.title)}[/]: effective config verified; stopping as asked")
     errors = measured.errors if measured else []
     attempt.store.finish_run(attempt.run_id, "invalid" if errors else "ok",
-                             samples=measured.samples if measured else None, server_info=attempt.info,
+                             samples=unkept(attempt, measured.samples) if measured else None, server_info=attempt.info,
                              config_verified=True, verification=notes + errors, timings=attempt.timings,
                              log_paths=log_paths(attempt), extra=attempt.extra,
                              error="; ".join(errors[:3]) if errors else None)

@@ -1,0 +1,59 @@
+"""patchbench itself killed (SIGKILL, the machine dying) mid-run, on the miniature: what it measured
+before the kill is in the store, marked for what it is, and counted nowhere."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+
+from conftest import REPO_ROOT, demo_project
+from toolkit.cli import main
+from toolkit.results.store import Store
+
+
+def test_a_sigkill_during_the_answers_check_keeps_the_benchmark_marked_incomplete(home, tmp_path, monkeypatch,
+                                                                                 capsys):
+    proj = demo_project(tmp_path, monkeypatch)
+    # 16 prompts x 64 tokens greedy at c=1 and c=16: the answers check takes seconds after the benchmark
+    (proj / "recipes" / "demo" / "longcheck.toml").write_text(
+        'extends = "demo/baseline"\n[quality]\nmax_tokens = 64\nlaunches = 1\n')
+    log = tmp_path / "run.log"
+    with log.open("w") as out:
+        cli = subprocess.Popen([sys.executable, "-m", "toolkit", "run", "demo/longcheck", "--repeats", "1"],
+                               cwd=proj, env={**os.environ, "PATCHBENCH_HOME": str(home), "PYTHONPATH": str(REPO_ROOT)},
+                               stdout=subprocess.DEVNULL, stderr=out)
+    store, measured, deadline = Store(home / "results.sqlite"), False, time.monotonic() + 240
+    try:
+        while not measured and time.monotonic() < deadline and cli.poll() is None:
+            time.sleep(0.05)  # polling the store, as a dashboard would
+            if (home / "results.sqlite").exists():
+                measured = any(store.samples([r.run_id]) for r in store.runs(recipe="demo/longcheck"))
+        if measured:
+            os.kill(cli.pid, signal.SIGKILL)  # the benchmark is stored: patchbench dies in the answers check
+    finally:
+        if cli.poll() is None:
+            os.kill(cli.pid, signal.SIGKILL)
+        cli.wait()
+    assert "output check" not in log.read_text(), log.read_text()  # killed before the answers check ended
+    [run] = store.runs(recipe="demo/longcheck")
+    assert run.status == "running" and "quality" not in run.extra  # as the kill left it
+    tok = {s.point: s.value for s in store.samples([run.run_id]) if s.metric == "output_tok_s"}
+    assert set(tok) == {1, 4, 16} and all(v > 0 for v in tok.values()), tok  # the numbers survived the kill
+    assert "answers check" in run.extra["incomplete"]
+
+    # the next run reaps it: interrupted, saying what it kept; its server group ended
+    assert main(["run", "demo/baseline", "--until", "check"]) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"run {run.run_id[:8]} marked interrupted" in err, err
+    assert not [p for p in psutil.process_iter(["cmdline"]) if str(home / "envs") in " ".join(p.info["cmdline"] or [])]
+    run = store.get_run(run.run_id)
+    assert run.status == "interrupted" and "benchmark measured and kept" in run.error, run.error
+    assert len(store.samples([run.run_id])) == len(tok) * len({s.metric for s in store.samples([run.run_id])})
+    # not a verified run: compare counts none of it
+    assert main(["compare", "demo/baseline", "demo/longcheck"]) == 2
+    assert "interrupted" in capsys.readouterr().err
