@@ -57,3 +57,35 @@ def test_a_sigkill_during_the_answers_check_keeps_the_benchmark_marked_incomplet
     # not a verified run: compare counts none of it
     assert main(["compare", "demo/baseline", "demo/longcheck"]) == 2
     assert "interrupted" in capsys.readouterr().err
+
+
+def test_a_launch_interrupted_mid_benchmark_costs_the_seconds_it_spent(home, tmp_path, monkeypatch, capsys):
+    proj = demo_project(tmp_path, monkeypatch)
+    # 256 tokens at 12 ms a step: the benchmark at c=1 alone takes seconds
+    (proj / "recipes" / "demo" / "long.toml").write_text(
+        'extends = "demo/baseline"\n[benchmark]\noutput_len = 256\n[quality]\nlaunches = 0\n')
+    log = tmp_path / "run.log"
+    with log.open("w") as out:
+        cli = subprocess.Popen([sys.executable, "-m", "toolkit", "run", "demo/long", "--repeats", "1"], cwd=proj,
+                               env={**os.environ, "PATCHBENCH_HOME": str(home), "PYTHONPATH": str(REPO_ROOT)},
+                               stdout=subprocess.DEVNULL, stderr=out)
+    deadline = time.monotonic() + 240
+    try:
+        while "server ready" not in log.read_text() and time.monotonic() < deadline and cli.poll() is None:
+            time.sleep(0.05)
+        assert "server ready" in log.read_text(), log.read_text()
+        time.sleep(3)  # the benchmark measures meanwhile
+        cli.send_signal(signal.SIGINT)  # Ctrl-C mid-benchmark
+        assert cli.wait(timeout=120) == 130, log.read_text()
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+            cli.wait()
+    [run] = Store(home / "results.sqlite").runs(recipe="demo/long")
+    assert run.status == "interrupted" and run.timings["benchmark"] >= 2.5, run.timings  # the seconds it spent
+    assert main(["results", "demo/long"]) == 0
+    cost = [line for line in capsys.readouterr().out.splitlines() if line.startswith("cost: demo/long")]
+    assert cost and cost[0].startswith("cost: demo/long: 1 launches (1 stopped before the end: interrupted or "
+                                       "failed), "), cost
+    seconds = float(cost[0].split("), ")[1].split(" s,")[0])
+    assert seconds >= 3, cost  # not "1 launches, 0 s"

@@ -11,7 +11,8 @@ from toolkit.recipe.load import Recipe
 from toolkit.results.records import RunRow
 from toolkit.run.parallel_layout import gpu_count
 
-MEASURE_STEPS = ("launch", "verify", "benchmark", "quality", "check_evidence")  # a launch's time on the GPUs
+# a launch's time on the GPUs: the pipeline's measure steps (toolkit/run/pipeline.py STEPS, by step_name)
+MEASURE_STEPS = ("launch", "verify", "benchmark", "quality", "jit-arch", "evidence")
 
 
 def gpus_of(args: Mapping) -> int:

@@ -40,16 +40,19 @@ class Spend:
     launches: int
     seconds: float
     gpu_minutes: float
+    stopped: int = 0  # of the launches, those interrupted or failed: their seconds up to the stop are counted
 
     def text(self) -> str:
         gpu = f"{self.gpu_minutes:.2f} GPU-min" if self.gpu_minutes else ("no GPU" if self.seconds else "no time recorded")
         held = f"{self.seconds:.0f} s" if self.seconds < 60 else f"{self.seconds / 60:.1f} min"
-        return f"{self.launches} launches, {held}, {gpu}"
+        stopped = f" ({self.stopped} stopped before the end: interrupted or failed)" if self.stopped else ""
+        return f"{self.launches} launches{stopped}, {held}, {gpu}"
 
 
 def spend(runs: Sequence[RunRow]) -> Spend:
     return Spend(len(runs), sum(launch_seconds(r) for r in runs),
-                 sum(launch_seconds(r) * run_gpus(r) for r in runs) / 60.0)
+                 sum(launch_seconds(r) * run_gpus(r) for r in runs) / 60.0,
+                 sum(r.status in ("interrupted", "failed") for r in runs))
 
 
 def fixed_spend(runs: Sequence[RunRow]) -> Spend:

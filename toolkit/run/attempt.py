@@ -92,6 +92,7 @@ class Attempt:
     # the benchmark's samples once it measured: a run that fails or is interrupted in a later step (the output
     # check, the evidence) is stored with them (not counted: only ok runs are), so no measured number is lost
     measured: list | None = None
+    current: tuple | None = None  # (step name, its monotonic start) while a step runs
     kept: list = field(default_factory=list)  # samples already in the store (keep_measured): not stored twice
     started: float = field(default_factory=time.time)  # wall clock at its start: what this launch wrote
 
@@ -153,9 +154,13 @@ def keep_measured(a: Attempt) -> None:
     numbers are in the store, and the reaper ends the run `interrupted` saying so (counted nowhere:
     only `ok` runs are). The run's final status, after its last step, drops the mark."""
     new = unkept(a, a.measured)
+    timings = dict(a.timings)
+    if a.current:  # the step in progress (the benchmark) so far: a run killed after it cost that much too
+        name, t0 = a.current
+        timings[name] = round(timings.get(name, 0.0) + time.monotonic() - t0, 3)
     try:
         a.store.add_samples(a.run_id, new, extra={**a.extra, "incomplete": INCOMPLETE}, log_paths=log_paths(a),
-                            timings=a.timings)
+                            timings=timings)
     except StoreUnavailable:  # the database went away: the run goes on, its end keeps it on this disk (finish)
         return
     a.kept.extend(new)

@@ -344,11 +344,15 @@ def steps_until(until: str) -> tuple[tuple, tuple]:
     return PREPARE_STEPS[:names.index(until) + 1], ()
 
 
-def _run_steps(steps: tuple, value, timings: dict):
+def _run_steps(steps: tuple, value, timings: dict, attempt: Attempt | None = None):
     for fn in steps:
         t0 = time.monotonic()
-        value = fn(value)
-        timings[fn.step_name] = round(timings.get(fn.step_name, 0.0) + time.monotonic() - t0, 3)
+        if attempt is not None:  # the step in progress, for what a run killed in it had spent (keep_measured)
+            attempt.current = (fn.step_name, t0)
+        try:
+            value = fn(value)
+        finally:  # a step that failed or was interrupted spent its time too: the launch's cost counts it
+            timings[fn.step_name] = round(timings.get(fn.step_name, 0.0) + time.monotonic() - t0, 3)
     return value
 
 
@@ -400,7 +404,7 @@ def run_once(p: Prepared, *, home: Path, store: Store, repeat: int, group_id: st
     with recorded(p, home=home, store=store, repeat=repeat, group_id=group_id, console=console,
                   host=host, kind="verify" if until == "verify" else "benchmark",
                   answer_launches=answer_launches, answer_rule=answer_rule) as attempt:
-        _run_steps(steps_until(until)[1], attempt, attempt.timings)
+        _run_steps(steps_until(until)[1], attempt, attempt.timings, attempt)
     return attempt.run_id
 
 
