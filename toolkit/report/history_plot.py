@@ -10,7 +10,7 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
-from toolkit.report.plots import BETTER, WORSE, FIGSIZE, PALETTE, svg, write_png
+from toolkit.report.plots import BETTER, WORSE, FIGSIZE, PALETTE, svg, write_png, write_text
 
 
 def history_figure(title: str, ylabel: str, labels: list[str], values: list[float | None],
@@ -57,9 +57,9 @@ def write_history_plot(fig: Figure, out_dir: Path, stem: str, title: str, lines:
     png = write_png(fig, out_dir / f"{stem}.png")
     svg_path = out_dir / f"{stem}.svg"
     svg_text = svg(fig, title)
-    svg_path.write_text(svg_text)
+    write_text(svg_path, svg_text)
     page = out_dir / f"{stem}.html"
     items = "".join(f"<li>{html.escape(ln)}</li>" for ln in lines) or "<li>no change points</li>"
-    page.write_text(f"<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>{html.escape(title)}</title></head>"
+    write_text(page, f"<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>{html.escape(title)}</title></head>"
                     f"<body><h1>{html.escape(title)}</h1>{svg_text}<ul>{items}</ul></body></html>\n")
     return {"png": str(png), "svg": str(svg_path), "html": str(page)}

@@ -9,13 +9,14 @@ carries no date and a fixed id salt, so the same data gives the same page.
 
 from __future__ import annotations
 
+import contextlib
 import html
 import io
 import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import matplotlib
 from matplotlib.figure import Figure
@@ -138,11 +139,31 @@ def svg(fig: Figure, title: str = "") -> str:
     return text
 
 
+_RECORDERS: list[set] = []  # the sets `recording` collects written paths into (publish's manifest)
+
+
+@contextlib.contextmanager
+def recording() -> Iterator[set]:
+    """The set of every file write_text / write_png write while inside (resolved paths)."""
+    written: set = set()
+    _RECORDERS.append(written)
+    try:
+        yield written
+    finally:
+        _RECORDERS.remove(written)
+
+
+def _wrote(path: Path) -> None:
+    for written in _RECORDERS:
+        written.add(Path(path).resolve())
+
+
 def write_text(path: Path, text: str) -> None:
     """Write a report file atomically (a reader never sees half a file)."""
     tmp = path.with_name(path.name + f".tmp{os.getpid()}")
     tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)
+    _wrote(path)
 
 
 def write_png(fig: Figure, path: Path) -> Path:
@@ -150,6 +171,7 @@ def write_png(fig: Figure, path: Path) -> Path:
     tmp = path.with_name(path.name + f".tmp{os.getpid()}")
     fig.savefig(tmp, format="png", dpi=110, metadata={"Software": None})
     os.replace(tmp, path)
+    _wrote(path)
     return path
 
 

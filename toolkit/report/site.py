@@ -15,7 +15,8 @@ Runs are chosen as `compare` and `report` choose them (toolkit/analysis/selectio
 criteria; `current`: the recipes' definitions from their files where readable). A page that cannot be
 computed (a pair whose benchmarks differ, a recipe with no usable run) says why instead. Effects:
 reads the store and HOME (kernels, history verdicts), writes under the output directory (each file
-atomically; files of an earlier publish that this one does not write are left as they are).
+atomically; the files of an earlier publish that this one does not write are removed, as its manifest
+`.patchbench-site` names them, where unchanged since: toolkit/report/site_manifest.py; nothing else is).
 """
 
 from __future__ import annotations
@@ -27,9 +28,9 @@ from pathlib import Path
 
 from toolkit.analysis.selection import Criteria
 from toolkit.errors import BadInput
-from toolkit.report import site_history, site_sweep
+from toolkit.report import site_history, site_manifest, site_sweep
 from toolkit.report.document import collect, render_html
-from toolkit.report.plots import plots, write_text
+from toolkit.report.plots import plots, recording, write_text
 from toolkit.report.quality_section import combined, verdict_at
 from toolkit.report.site_layout import Site, link, nav, shell
 from toolkit.report.tables import esc, html_table
@@ -113,9 +114,21 @@ def publish(store, out: Path, *, home: Path, current: dict | None = None, stacks
     try:
         for d in ("", "recipes", "compare", "history", "sweeps"):
             (out / d).mkdir(parents=True, exist_ok=True)
-        write_text(out / ".patchbench-site", "written by patchbench publish\n")
+        before = site_manifest.save(out, site_manifest.read(out))  # the last publish's, until this one ends
     except OSError as exc:
         raise BadInput(f"cannot write the site to {out}: {exc.strerror or exc}") from None
+    with recording() as written:
+        pub = _publish(store, out, names, home=home, current=current, stacks=stacks, console=console,
+                       criteria=criteria, imported=imported)
+    removed = site_manifest.remove_stale(out, before, site_manifest.save(out, site_manifest.files_of(out, written)))
+    if removed:
+        pub.notes.append(f"removed {len(removed)} file(s) an earlier publish wrote for what the store no longer "
+                         f"has: {', '.join(removed[:6])}{', ...' if len(removed) > 6 else ''}")
+    return pub
+
+
+def _publish(store, out: Path, names: list, *, home: Path, current, stacks, console, criteria,
+             imported: bool) -> Published:
     current, stacks = current or {}, stacks or {}
     pub = Published(out)
     runs = {n: store.runs(recipe=n) for n in names}
