@@ -122,6 +122,58 @@ def test_a_module_older_than_the_env_is_a_stale_cache_one_this_launch_never_ran_
                                   "FlashInfer JIT cache")
 
 
+@needs_nvcc
+def test_a_module_replaced_while_the_server_maps_it_is_judged_as_the_file_that_ran(tmp_path, home, monkeypatch):
+    """The server dlopened a module built for sm_120a (FlashInfer imported after the reset, in a 12.0f recipe);
+    while it serves, the .so at that path is replaced by one built for sm_120f (another launch of the env
+    rebuilding it). /proc/<pid>/maps says "(deleted)": the step reads the file the server mapped, through
+    /proc/<pid>/map_files, and refuses the run; the file now at the path is not what ran."""
+    import signal
+    import sys
+    import time
+
+    from conftest import REPO_ROOT
+
+    proj = demo_project(tmp_path, monkeypatch)
+    (proj / "recipes/t").mkdir()
+    (proj / "k.cu").write_text(KERNEL)
+    _recipe(proj, "f-reset", arch="12.0f", capability="12.0", late=True)
+    path = proj / "recipes/t/f-reset.toml"  # 4 prompts x 256 tokens at 12 ms a step: seconds of serving
+    path.write_text(path.read_text().replace("output_len = 8", "output_len = 256"))
+    good = tmp_path / "good.so"  # what the same module holds built for the recipe's 12.0f
+    subprocess.run([str(find_nvcc()), "-shared", "-Xcompiler", "-fPIC", "-gencode=arch=compute_120f,code=sm_120f",
+                    str(proj / "k.cu"), "-o", str(good)], check=True)
+    log = tmp_path / "run.log"
+    with log.open("w") as out:
+        cli = subprocess.Popen([sys.executable, "-m", "toolkit", "run", "t/f-reset", "--fixed"], cwd=proj,
+                               env={**os.environ, "PATCHBENCH_HOME": str(home), "PYTHONPATH": str(REPO_ROOT)},
+                               stdout=subprocess.DEVNULL, stderr=out)
+    try:
+        deadline = time.monotonic() + 300
+        while "server ready" not in log.read_text() and time.monotonic() < deadline and cli.poll() is None:
+            time.sleep(0.05)
+        assert "server ready" in log.read_text(), log.read_text()
+        [so] = (home / "envs").glob("*/jit/.cache/flashinfer/0.7.2/120a/cached_ops/mini_k/mini_k.so")
+        tmp = so.with_name("mini_k.so.new")
+        tmp.write_bytes(good.read_bytes())
+        os.replace(tmp, so)  # mid-benchmark: the path now holds sm_120f, the server still runs sm_120a
+        assert cli.wait(timeout=300) == 1, log.read_text()
+    finally:
+        if cli.poll() is None:
+            cli.send_signal(signal.SIGINT)
+            cli.wait(timeout=60)
+    run = _runs(home)["t/f-reset"]
+    assert run.status == "invalid", (run.status, run.error)
+    assert run.error.startswith(f"step jit-arch: {so} (replaced since the server mapped it: its mapped file, "
+                                "/proc/"), run.error
+    assert "holds SASS sm_120a: sm_120a not in the recipe's build.arch 12.0f" in run.error
+    mods = run.extra["flashinfer_jit"]["modules"]
+    ran = [m for m in mods if m.get("replaced")]
+    assert [m["sass"] for m in ran] == [["sm_120a"]] and ran[0]["loaded"] is True
+    now = [m for m in mods if not m.get("replaced")]  # the file at the path now: recorded, not what ran
+    assert [(m["sass"], m["loaded"]) for m in now] == [(["sm_120f"], False)]
+
+
 @pytest.mark.slow
 @needs_nvcc
 def test_a_profile_run_is_checked_the_same_way(tmp_path, home, monkeypatch, capsys):

@@ -9,12 +9,16 @@ toolkit.envs.manifest.JIT_CACHES, unless the recipe's `[server.env]` sets it), t
 jit/core.py). Every module there is one this env's servers (this launch or an earlier one) built or
 may load; each is said with whether this launch wrote it and whether the server's processes have it
 mapped now (/proc/<pid>/maps of the server's tree: FlashInfer dlopens a module, tvm_ffi.load_module,
-and never unloads it; None where the server is gone, as after one-batch).
+and never unloads it; None where the server is gone, as after one-batch). A module replaced at its path
+while mapped (maps says "(deleted)") is judged as the file the server ran, read through
+/proc/<pid>/map_files/<range>, not the file now at the path; where that cannot be read, the run is
+refused (its arches unknown).
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Iterable
@@ -53,18 +57,52 @@ def _cuobjdump(env: Env, home: Path) -> Path | None:
     return find_cuobjdump(home, toolchain.get("cuda_home"))
 
 
-def mapped(pids: Iterable[int]) -> set[str] | None:
-    """The .so files the processes `pids` have mapped (resolved paths); None when none could be read."""
-    out: set[str] | None = None
+DELETED = " (deleted)"  # how /proc/<pid>/maps names a mapped file since removed or replaced at its path
+
+
+@dataclass(frozen=True)
+class Mapping:
+    """A .so mapped by a server process: the path the kernel names, where its mapped file is read
+    (/proc/<pid>/map_files/<range>: that file, even when the path now holds another), and whether the
+    path was removed or replaced since it was mapped."""
+
+    path: str
+    pid: int
+    read_from: str
+    inode: str
+    replaced: bool
+
+
+def mapped(pids: Iterable[int]) -> dict[str, list[Mapping]] | None:
+    """The .so files the processes `pids` have mapped, path -> its mappings; None when no maps could be read."""
+    out: dict[str, list[Mapping]] | None = None
     for pid in pids:
         try:
             text = Path(f"/proc/{pid}/maps").read_text()
         except OSError:
             continue
-        out = out or set()
-        out |= {line.split(maxsplit=5)[5] for line in text.splitlines()
-                if len(line.split(maxsplit=5)) == 6 and ".so" in line.rsplit("/", 1)[-1]}
+        out = {} if out is None else out
+        for line in text.splitlines():
+            parts = line.split(maxsplit=5)
+            if len(parts) != 6:
+                continue
+            path, replaced = parts[5], parts[5].endswith(DELETED)
+            path = path[:-len(DELETED)] if replaced else path
+            if ".so" in path.rsplit("/", 1)[-1]:
+                out.setdefault(path, []).append(Mapping(path, pid, f"/proc/{pid}/map_files/{parts[0]}", parts[4],
+                                                        replaced))
     return out
+
+
+def _replaced(maps: dict[str, list[Mapping]] | None, root: Path) -> list[Mapping]:
+    """One mapping per file the server ran from under `root` that is no longer at its path."""
+    under = str(root.resolve()) + os.sep
+    seen: dict[tuple[str, str], Mapping] = {}
+    for path, ms in (maps or {}).items():
+        for m in ms:
+            if m.replaced and path.startswith(under):
+                seen.setdefault((path, m.inode), m)
+    return list(seen.values())
 
 
 def inspect(recipe: Recipe, env: Env, home: Path, run_dir: Path, started: float,
@@ -78,7 +116,9 @@ def inspect(recipe: Recipe, env: Env, home: Path, run_dir: Path, started: float,
     paths = sorted(root.glob("*/*/cached_ops/*/*.so")) if root.is_dir() else []
     declared = list(recipe.build.arch)
     record: dict = {"cache": str(root), "declared": declared, "modules": [], "problems": []}
-    if not paths:
+    maps = mapped(server_pids)
+    ran = _replaced(maps, root)  # modules replaced (or removed) at their path while the server mapped them
+    if not paths and not ran:
         return record
     log = run_dir / LOG
     record["log"] = str(log)
@@ -88,23 +128,34 @@ def inspect(recipe: Recipe, env: Env, home: Path, run_dir: Path, started: float,
                               "read their arches (install the CUDA toolkit or PyPI nvidia-cuda-cuobjdump)"]
         return record
     modules, text, unreadable = [], [], []
-    maps = mapped(server_pids)
-    for so in paths:
-        mtime = so.stat().st_mtime
-        loaded = None if maps is None else os.path.realpath(so) in maps
-        used = loaded is not False or mtime >= started
+    # (the path as shown, the file cuobjdump reads, loaded, the mapping when the server ran another file)
+    targets = [(so, so, None if maps is None else any(not m.replaced for m in maps.get(os.path.realpath(so), ())),
+                None) for so in paths]
+    targets += [(Path(m.path), Path(m.read_from), True, m) for m in ran]
+    for so, source, loaded, gone in targets:
+        shown = f"{so} (replaced since the server mapped it: its mapped file, {source})" if gone else str(so)
         try:
-            lines, held = read_holds(so, tool)
-        except PatchbenchError as exc:  # half-written by a concurrent launch of this env, or not a module
-            text += [f"{so}:", f"    {exc.message}"]
-            if used:
-                unreadable.append(f"{so}: cuobjdump cannot read it ({exc.message[-200:]})")
+            mtime = source.stat().st_mtime
+            lines, held = read_holds(source, tool)
+        except OSError as exc:  # /proc/<pid>/map_files refused (no ptrace access), or the server just ended
+            text += [f"{shown}:", f"    cannot read it: {exc.strerror or exc}"]
+            if gone or loaded is not False:
+                unreadable.append(f"{shown}: cannot read the module the server ran ({exc.strerror or exc}), so "
+                                  "its arches are unknown; launch again without replacing FlashInfer's JIT cache "
+                                  "under it")
             continue
-        modules.append(Module(str(so), so.parent.name, held, mtime, used=used))
-        record["modules"].append({"path": so.relative_to(root).as_posix(), "sass": sorted(held.sass),
-                                  "ptx": sorted(held.ptx), "this_launch": mtime >= started, "loaded": loaded,
-                                  "pinned": pinned_by(so.parent.name)})
-        text += [f"{so}:", *(f"    {ln}" for ln in lines or ["(no device code)"]),
+        except PatchbenchError as exc:  # half-written by a concurrent launch of this env, or not a module
+            text += [f"{shown}:", f"    {exc.message}"]
+            if gone or loaded is not False or mtime >= started:
+                unreadable.append(f"{shown}: cuobjdump cannot read it ({exc.message[-200:]})")
+            continue
+        used = loaded is not False or mtime >= started
+        modules.append(Module(shown, so.parent.name, held, mtime, used=used))
+        entry = {"path": so.relative_to(root).as_posix() if so.is_relative_to(root) else str(so),
+                 "sass": sorted(held.sass), "ptx": sorted(held.ptx), "this_launch": mtime >= started,
+                 "loaded": loaded, "pinned": pinned_by(so.parent.name)}
+        record["modules"].append({**entry, "replaced": True, "read_from": str(source)} if gone else entry)
+        text += [f"{shown}:", *(f"    {ln}" for ln in lines or ["(no device code)"]),
                  f"    holds: SASS {', '.join(sorted(held.sass)) or '-'}; PTX {', '.join(sorted(held.ptx)) or '-'}"]
     problems = unreadable + verdict(modules, declared, env_built(env.manifest))
     log.write_text("\n".join([f"declared build.arch: {', '.join(declared) or '(none)'}", *text,
