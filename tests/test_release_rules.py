@@ -115,3 +115,29 @@ def test_a_dsa_model_on_a_dense_attention_backend_is_said_to_attend_densely():
     assert release_rules({**GLM5_SM120, "attention_backend": "nsa"}, "0.5.23", GLM5, "inert") == []
     assert release_rules({**GLM5_SM120, "attention_backend": "triton"}, "0.5.23",
                          Where("Glm4MoeForCausalLM", (12, 0)), "inert") == []
+
+
+def test_dsa_trtllm_backends_on_sm12x_are_refused_before_a_launch():
+    """sglang 0.5.23 takes --dsa-*-backend trtllm for DeepSeek-V3.2 on SM12x (and resolves it as the default
+    there: `major >= 10`), then runs trtllm-gen sparse MLA, which FlashInfer 0.7.2's runner refuses off
+    SM100/103/107: the launch would fail at model load after minutes of loading weights."""
+    v32 = Where("DeepseekV32ForCausalLM", (12, 0))
+    fp8 = {"attention_backend": "dsa", "kv_cache_dtype": "fp8_e4m3", "dsa_prefill_backend": "trtllm",
+           "dsa_decode_backend": "trtllm"}  # what 0.5.23 resolves for DeepSeek-V3.2 on SM120 by default
+    (line,) = release_rules(fp8, "0.5.23", v32, "load")
+    assert "--dsa-prefill-backend/--dsa-decode-backend trtllm for a DSA model" in line
+    assert "fmhaRunner.cuh:37" in line and "arg_groups/overrides.py:716" in line
+    for one in ({**fp8, "dsa_prefill_backend": "tilelang"}, {**fp8, "dsa_decode_backend": "flashmla_kv"},
+                {**fp8, "kv_cache_dtype": "bfloat16", "dsa_prefill_backend": "flashmla_sparse"}):
+        assert len(release_rules(one, "0.5.23", v32, "load")) == 1  # either phase on trtllm
+    assert release_rules({**fp8, "dsa_prefill_backend": "tilelang", "dsa_decode_backend": "tilelang"}, "0.5.23",
+                         v32, "load") == []
+    # GLM-5: bf16 KV with trtllm is this rule's; its fp8 refusal is said once, by its own rule
+    (line,) = release_rules({**fp8, "kv_cache_dtype": "bfloat16"}, "0.5.23", GLM5, "load")
+    assert "fmhaRunner.cuh:37" in line
+    (line,) = release_rules({**GLM5_SM120, "dsa_decode_backend": "trtllm"}, "0.5.23", GLM5, "load")
+    assert "flash_mla_sm120.py" in line
+    # SM100 (trtllm-gen's own), a dense attention backend (no DSA kernel runs), another release: nothing
+    assert release_rules(fp8, "0.5.23", Where("DeepseekV32ForCausalLM", (10, 0)), "load") == []
+    assert len(release_rules({**fp8, "attention_backend": "flashinfer"}, "0.5.23", v32, "load")) == 0
+    assert release_rules(fp8, "0.5.10.post1", v32, "load") == []

@@ -34,7 +34,7 @@ def project(tmp_path):
     (recipes / "ep8-deepep.toml").write_text('extends = "ep8"\n[server.args]\nmoe-a2a-backend = "deepep"\n'
                                              '[expect]\nmoe_a2a_backend = "deepep"\n')
     for name, arg in (("trtllm_mla", 'attention-backend = "trtllm_mla"'), ("flashmla", 'attention-backend = "flashmla"'),
-                      ("dsa-trtllm", 'dsa-decode-backend = "trtllm"')):
+                      ("dsa-trtllm", 'dsa-decode-backend = "trtllm"'), ("bf16-kv", 'kv-cache-dtype = "bfloat16"')):
         (recipes / f"attn-{name}.toml").write_text(f'extends = "baseline"\n[server.args]\n{arg}\n')
     (recipes / "ep3.toml").write_text('extends = "ep8"\n[server.args]\nep-size = "3"\n[expect]\nep_size = "3"\n')
     return recipes
@@ -137,6 +137,9 @@ def test_deepep_with_the_nvfp4_cutlass_runner_exits_2_before_a_launch(project, c
     ("trtllm_mla", "--attention-backend trtllm_mla for a DSA model"),
     ("flashmla", "--attention-backend flashmla for a DSA model"),
     ("dsa-trtllm", "flash_mla_sm120.py:694-712"),
+    # bf16 KV: 0.5.23 resolves GLM-5's DSA decode backend to trtllm on SM12x (`major >= 10`), whose
+    # trtllm-gen kernels FlashInfer 0.7.2 runs on SM100/103/107 only
+    ("bf16-kv", "fmhaRunner.cuh:37"),
 ])
 def test_attention_sglang_accepts_for_glm5_but_cannot_run_on_sm120_exits_2_before_a_launch(project, capsys, name, why):
     """sm120-backends swept --attention-backend trtllm_mla and flashmla: 0.5.23 resolves both for GLM-5 on

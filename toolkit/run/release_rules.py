@@ -143,7 +143,26 @@ def _glm_dsa_sm12x_refused(f: Mapping, w: Where) -> bool:
     return str(decode) != "flashinfer_sparse_mla" or str(prefill) not in ("flashinfer_sparse_mla", "triton_sparse_mla")
 
 
+def _dsa_trtllm_sm12x(f: Mapping, w: Where) -> bool:
+    """A DSA backend is trtllm (set, or 0.5.23's default from SM10 up: arg_groups/overrides.py:714-725,
+    or --dcp-size > 1's, arg_groups/model_overrides/deepseek_v2.py:27-31) while the DSA attention runs, on
+    SM12x; GLM-5's fp8 refusal (_glm_dsa_sm12x_refused) comes earlier and says it."""
+    if w.architecture not in DSA_ARCHS or not _sm12x(w) or _dsa_attention_off(f, w) or _glm_dsa_sm12x_refused(f, w):
+        return False
+    return "trtllm" in (str(f.get("dsa_prefill_backend")), str(f.get("dsa_decode_backend")))
+
+
 RULES = RULES + (
+    Rule("0.5.23", "load", _dsa_trtllm_sm12x,
+         "--dsa-prefill-backend/--dsa-decode-backend trtllm for a DSA model (DeepSeek-V3.2, GLM-5) on an SM12x "
+         "target: sglang 0.5.23 accepts it (arg_groups/fields/exec_.py:299-360; _check_dsa_backend_constraints, "
+         "arg_groups/overrides.py:550-585, checks only triton and tilelang) and even resolves it as the default "
+         "from SM10 up (arg_groups/overrides.py:716 and :724, where major >= 10 takes SM12x too); its DSA backend then runs "
+         "trtllm-gen sparse MLA (layers/attention/dsa_backend.py:2210, 2567 -> _forward_trtllm, "
+         "backend='trtllm-gen' at :3982), and FlashInfer 0.7.2's TllmGenFmhaRunner accepts SM100/103/107 "
+         "only (include/flashinfer/trtllm/fmha/fmhaRunner.cuh:37: 'Unsupported architecture'): it fails when "
+         "the decode graphs are captured at model load (at the first forward without graphs). Name SM12x "
+         "kernels explicitly for both phases (e.g. tilelang for both with fp8 KV: not verified on SM12x here)"),
     Rule("0.5.23", "load",
          lambda f, w: w.architecture in DSA_ARCHS and _sm12x(w) and _attn(f, "decode") == "flashmla",
          "--attention-backend flashmla for a DSA model (GLM-5, DeepSeek-V3.2) on an SM12x target: sglang 0.5.23 "
