@@ -319,3 +319,30 @@ def test_a_sweep_leaves_the_recipes_lock_to_the_recipe(tmp_path, monkeypatch, ho
     lock = json.loads((proj / "recipes" / "demo" / "pw.lock.json").read_text())
     assert lock["recipe"] == "demo/pw" and lock["sources"]["sglang"]["patches"] == []
     assert main(["run", "demo/pw", "--until", "check", "--frozen"]) == 0
+
+
+def test_sweep_frozen_holds_a_patch_axis_to_the_lock(tmp_path, monkeypatch, home, capsys):
+    """`sweep --frozen` over a `patches.SOURCE` axis: the lock recorded the default's stack only, so every
+    variant adding a patch was "pruned" with "--frozen: patch stack has 1 patch, the lock 0" beside
+    sglang's refusals, and the sweep measured the default alone, exit 0. The lock now records the
+    [matrix] patches: a frozen sweep measures the variant, and an edited one stops the sweep (exit 2,
+    naming the variant and the patch), never a pruned variant."""
+    proj = demo_project(tmp_path, monkeypatch)
+    _write(proj, "demo/pw", 'extends = "demo/baseline"\n[benchmark]\nconcurrency = [2]\nnum_prompts = 4\n'
+                            'input_len = 8\noutput_len = 8\nwarmup = 1\n[quality]\nlaunches = 0\n[matrix]\n'
+                            'patches.sglang = [[], ["demo/slower-decode.patch"]]\n')
+    assert main(["sweep", "demo/pw", "--until", "check"]) == 0  # writes the lock
+    capsys.readouterr()
+    lock = json.loads((proj / "recipes" / "demo" / "pw.lock.json").read_text())
+    assert [p["name"] for p in lock["sources"]["sglang"]["matrix_patches"]] == ["demo/slower-decode.patch"]
+    assert main(["sweep", "demo/pw", "--frozen", "--fixed", "--repeats", "1", "--json", "-o", str(proj / "o")]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    by = {v["variant"]: v for v in doc["variants"]}
+    assert by["demo/pw[sglang=slower-decode]"]["runs"] and not by["demo/pw[sglang=slower-decode]"]["pruned"]
+    patch = proj / "patches" / "demo" / "slower-decode.patch"
+    patch.write_text(patch.read_text() + "\n")  # edited since the lock
+    launches = len(Store(home / "results.sqlite").runs())
+    assert main(["sweep", "demo/pw", "--frozen", "--fixed", "--repeats", "1", "-o", str(proj / "o")]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "demo/pw[sglang=slower-decode]" in err and "--frozen: patch demo/slower-decode.patch changed" in err, err
+    assert len(Store(home / "results.sqlite").runs()) == launches  # stopped before any launch

@@ -82,6 +82,7 @@ def static_checks(recipes: Sequence[Recipe], *, home: Path, console: Console,
                   frozen: bool = False) -> list[Outcome]:
     """Check every recipe statically; refused ones come back with `pruned` set."""
     from toolkit.run.pipeline import prepare
+    from toolkit.tree.lock import FrozenDrift
 
     out = []
     for r in recipes:
@@ -89,6 +90,8 @@ def static_checks(recipes: Sequence[Recipe], *, home: Path, console: Console,
         try:
             p = prepare(r, home, until="check", frozen=frozen, console=console)
             o.env_key = p.env.key if p.env else None
+        except FrozenDrift:  # not a configuration sglang refused: the sweep stops, naming the variant
+            raise
         except BadInput as exc:
             o.pruned = exc.message + (f" ({exc.hint})" if exc.hint else "")
             console.print(f"[yellow]pruned[/] {escape(r.name)}: {escape(o.pruned)}", highlight=False)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from filelock import FileLock
 
+from toolkit.digest import sha256_file
 from toolkit.errors import BadInput
 from toolkit.tree import gitrepo, lock as lockfile, patches as patchmod, sources
 from toolkit.tree.patches import PatchInfo
@@ -259,6 +260,22 @@ def require_sources(recipe) -> None:
                        hint='did you forget `extends = "demo/baseline"` (or a [sources.sglang] table)?')
 
 
+def matrix_patches(recipe) -> dict[str, list[dict]]:
+    """source -> the patches its [matrix] `patches.SOURCE` axes add to the recipe's own stack, with their
+    sha256: the lock records them, so `sweep --frozen` can hold each variant's stack to the lock."""
+    from toolkit.recipe.load import expand_recipe
+    from toolkit.recipe.values import rel_name
+
+    out: dict[str, dict[str, str]] = {}
+    for v in expand_recipe(recipe) if recipe.raw.get("matrix") else ():
+        for src, paths in v.patches.items():
+            own = set(recipe.patches.get(src, ()))
+            for path in paths:
+                if path not in own and path.is_file():
+                    out.setdefault(src, {})[rel_name(path, recipe.patches_dir)] = sha256_file(path)
+    return {src: [{"name": n, "sha256": h} for n, h in sorted(found.items())] for src, found in out.items()}
+
+
 def apply_recipe(recipe, home: Path, *, frozen: bool = False, refresh: bool = False,
                  overrides: dict | None = None, write_lock: bool = True,
                  offline: bool = False) -> list[tuple[AppliedTree, bool]]:
@@ -279,12 +296,18 @@ def apply_recipe(recipe, home: Path, *, frozen: bool = False, refresh: bool = Fa
         plans.append(plan_source(recipe, name, home, refresh=refresh, lock=lock, rev=o.get("rev"),
                                  stack=o.get("stack"), offline=offline))
     entries = {p.source: lockfile.source_entry(p.base, list(p.patches), None) for p in plans}
-    if frozen:
+    if frozen:  # a [matrix] variant (its patch sets appended to the recipe's stack): patches the lock records
+        variant = split_variant(recipe.name)[1] is not None
         for name, entry in entries.items():
-            lockfile.check_frozen(lock, recipe.lock_path, name, entry)
+            if variant:
+                lockfile.check_frozen_variant(lock, recipe.lock_path, name, entry, recipe.name)
+            else:
+                lockfile.check_frozen(lock, recipe.lock_path, name, entry)
     results = [materialise(p, home) for p in plans]
     if write_lock and not overrides and not frozen and split_variant(recipe.name)[1] is None:
         for tree, _ in results:
             entries[tree.source]["tree_hash"] = tree.tree_hash
+        for name, extra in matrix_patches(recipe).items():  # what `sweep --frozen` holds [matrix] variants to
+            entries[name]["matrix_patches"] = extra
         lockfile.write_lock(recipe.lock_path, recipe.name, entries)
     return results

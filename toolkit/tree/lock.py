@@ -23,6 +23,11 @@ from toolkit.errors import plural
 LOCK_VERSION = 1
 
 
+class FrozenDrift(BadInput):
+    """`--frozen` refused: the sources or patches differ from the lock (never a configuration sglang
+    refused: a sweep stops on it instead of pruning the variant)."""
+
+
 def read_lock(path: Path) -> dict | None:
     try:
         data = json.loads(path.read_text())
@@ -73,33 +78,56 @@ def source_entry(base, patches: list, tree_hash: str | None) -> dict:
 
 def check_frozen(lock: dict | None, lock_path: Path, source: str, entry: dict) -> None:
     """Raise BadInput naming the first difference between the lock and a fresh resolution."""
-    if lock is None:
-        raise BadInput(f"--frozen: no lock file {lock_path}", hint="run once without --frozen to create it")
-    old = lock.get("sources", {}).get(source)
-    if old is None:
-        raise BadInput(f"--frozen: source {source} is not in {lock_path}")
-    now = portable_location(lock_path, entry["kind"], entry["location"])
-    then = portable_location(lock_path, old.get("kind", ""), old.get("location", ""))
-    if then != now or old.get("kind") != entry["kind"]:
-        raise BadInput(f"--frozen: source {source} now comes from {now}, the lock says {then}")
-    if old.get("resolved") != entry["resolved"]:
-        what = {"git": f"rev `{entry['rev']}` moved", "path": "local tree changed",
-                "pypi": "artifact changed"}[entry["kind"]]
-        raise BadInput(
-            f"--frozen: source {source}: {what}: locked {old.get('resolved', '')[:12]}, "
-            f"now {entry['resolved'][:12]}"
-        )
+    old = _locked_base(lock, lock_path, source, entry)
     old_p = [(p["name"], p["sha256"]) for p in old.get("patches", [])]
     new_p = [(p["name"], p["sha256"]) for p in entry["patches"]]
     for (on, osha), (nn, nsha) in zip(old_p, new_p):
         if on != nn:
-            raise BadInput(f"--frozen: source {source}: patch stack changed ({on} -> {nn})")
+            raise FrozenDrift(f"--frozen: source {source}: patch stack changed ({on} -> {nn})")
         if osha != nsha:
-            raise BadInput(
+            raise FrozenDrift(
                 f"--frozen: patch {nn} changed since the lock (sha256 {osha[:12]} -> {nsha[:12]})"
             )
     if len(old_p) != len(new_p):
-        raise BadInput(f"--frozen: source {source}: patch stack has {plural(len(new_p), 'patch')}, the lock {len(old_p)}")
+        raise FrozenDrift(f"--frozen: source {source}: patch stack has {plural(len(new_p), 'patch')}, the lock {len(old_p)}")
+
+
+def check_frozen_variant(lock: dict | None, lock_path: Path, source: str, entry: dict, variant: str) -> None:
+    """`--frozen` for a [matrix] variant (a `patches.SOURCE` axis adds patches to the recipe's stack):
+    its source must be the locked one and each of its patches one the lock records, the recipe's own
+    stack or its [matrix] patches (`matrix_patches`, written with the recipe's lock), with the sha256
+    recorded; a patch the lock never recorded has no content to hold it to: refused, naming it."""
+    old = _locked_base(lock, lock_path, source, entry)
+    locked = {p["name"]: p["sha256"] for p in [*old.get("patches", []), *old.get("matrix_patches", [])]}
+    for p in entry["patches"]:
+        if p["name"] not in locked:
+            raise FrozenDrift(f"--frozen: [matrix] variant {variant} applies {p['name']} to {source}, a patch "
+                              f"{lock_path.name} does not record (it records {', '.join(locked) or 'no patches'})",
+                              hint="run the recipe once without --frozen: its lock records its [matrix] patches")
+        if locked[p["name"]] != p["sha256"]:
+            raise FrozenDrift(f"--frozen: patch {p['name']} changed since the lock "
+                              f"(sha256 {locked[p['name']][:12]} -> {p['sha256'][:12]})")
+
+
+def _locked_base(lock: dict | None, lock_path: Path, source: str, entry: dict) -> dict:
+    """The lock's entry of `source`, after checking the source itself (location, kind, resolution)."""
+    if lock is None:
+        raise FrozenDrift(f"--frozen: no lock file {lock_path}", hint="run once without --frozen to create it")
+    old = lock.get("sources", {}).get(source)
+    if old is None:
+        raise FrozenDrift(f"--frozen: source {source} is not in {lock_path}")
+    now = portable_location(lock_path, entry["kind"], entry["location"])
+    then = portable_location(lock_path, old.get("kind", ""), old.get("location", ""))
+    if then != now or old.get("kind") != entry["kind"]:
+        raise FrozenDrift(f"--frozen: source {source} now comes from {now}, the lock says {then}")
+    if old.get("resolved") != entry["resolved"]:
+        what = {"git": f"rev `{entry['rev']}` moved", "path": "local tree changed",
+                "pypi": "artifact changed"}[entry["kind"]]
+        raise FrozenDrift(
+            f"--frozen: source {source}: {what}: locked {old.get('resolved', '')[:12]}, "
+            f"now {entry['resolved'][:12]}"
+        )
+    return old
 
 
 def write_lock(path: Path, recipe: str, sources: dict[str, dict]) -> bool:
