@@ -110,9 +110,11 @@ def start_times(store: Store, run_ids: list[str]) -> list[str | None]:
 
 
 def measure_until_settled(prepared: list[Prepared], *, home, store: Store, group_id: str, console: Console,
-                          design: seq.Design, result: dict) -> list[PairVerdict]:
+                          design: seq.Design, result: dict, same_server=None) -> list[PairVerdict]:
     """Launch rounds until every pair is settled or at max_repeats; appends each run to
-    result["runs"] and each run that could not begin to result["failed"]; returns the verdicts."""
+    result["runs"] and each run that could not begin to result["failed"]; returns the verdicts.
+    `same_server` (toolkit.run.same_server.Guard, a sweep's): a recipe whose launch is an earlier
+    one's server leaves the rounds after that launch (named in the guard's `same`)."""
     import contextlib
     import dataclasses
 
@@ -153,11 +155,12 @@ def measure_until_settled(prepared: list[Prepared], *, home, store: Store, group
         if group_id != resumed:
             leases.enter_context(store.lease(f"group-{group_id}"))
         return _launch_rounds(prepared, runs, keys, home=home, store=store, group_id=group_id, console=console,
-                              design=design, result=result)
+                              design=design, result=result, same_server=same_server)
 
 
 def _launch_rounds(prepared: list[Prepared], runs: dict[str, list[str]], keys: dict[str, str], *, home, store: Store,
-                   group_id: str, console: Console, design: seq.Design, result: dict) -> list[PairVerdict]:
+                   group_id: str, console: Console, design: seq.Design, result: dict,
+                   same_server=None) -> list[PairVerdict]:
     """measure_until_settled's rounds, in the sweep `group_id` this process holds."""
     from toolkit.run.pipeline import run_once
 
@@ -165,6 +168,8 @@ def _launch_rounds(prepared: list[Prepared], runs: dict[str, list[str]], keys: d
     reused = {name: len(ids) for name, ids in runs.items()}
     attempts = {p.name: 0 for p in prepared}
     failures = {p.name: 0 for p in prepared}  # launches that gave no value
+    if same_server is not None:  # known from their stored launches to be an earlier recipe's server
+        prepared = [p for p in prepared if p.name not in same_server.same]
     ref = prepared[0]
     rnd = 0
     answer_rules = answer_rules_of(store, prepared, keys)
@@ -186,13 +191,16 @@ def _launch_rounds(prepared: list[Prepared], runs: dict[str, list[str]], keys: d
             attempts[p.name] += 1
             try:
                 rid = run_once(p, home=home, store=store, repeat=len(runs[p.name]), group_id=group_id, console=console,
-                               answer_rule=answer_rules.get(p.name))
+                               answer_rule=answer_rules.get(p.name), same_server=same_server)
             except PatchbenchError as exc:  # the run could not even be begun in the store
                 failures[p.name] += 1
                 result["failed"].append((p.name, str(exc.located(recipe=p.name))))
                 console.print(f"[red]error[/]: {escape(str(exc))}")
                 continue
             result["runs"].append((p.name, rid))
+            if same_server is not None and p.name in same_server.same:  # another's server: out of the rounds
+                prepared = [q for q in prepared if q.name != p.name]
+                continue
             if store.get_run(rid).status == "ok" and values_at(store.samples([rid], metric=metric), metric,
                                                                 points_of(p)[0], [rid]):
                 runs[p.name].append(rid)

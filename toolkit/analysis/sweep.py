@@ -51,6 +51,7 @@ class Outcome:
     at_best: dict = field(default_factory=dict)  # metric -> {"mean", "ci": [lo, hi], "n"}
     breaks: list[str] = field(default_factory=list)  # where a bound's metric moved against its direction
     points: dict = field(default_factory=dict)  # concurrency -> [run ids] (SLA search)
+    same_as: str | None = None  # the configuration whose server its launch was (toolkit.run.same_server)
 
 
 def plan(recipe: Recipe) -> list[Recipe]:
@@ -136,9 +137,10 @@ def at_concurrency(recipe: Recipe, c: int) -> Recipe:
 
 
 def measure(store: Store, recipes: Sequence[Recipe], repeats: int | None, runner: Runner,
-            console: Console, env_keys: dict | None = None) -> tuple[dict[str, list[str]], dict[str, str], dict[str, int]]:
+            console: Console, env_keys: dict | None = None) -> tuple[dict, dict, dict, dict]:
     """Bring every recipe to `repeats` ok runs (default: its own), reusing stored ones. Returns
-    (name -> ok run ids, name -> failure, name -> how many were reused)."""
+    (name -> ok run ids, name -> failure, name -> how many were reused, name -> the configuration
+    whose server its launch was: not measured, toolkit.run.same_server)."""
     todo, have, reused = [], {}, {}
     for r in recipes:
         want = repeats or r.benchmark.repeats
@@ -147,16 +149,18 @@ def measure(store: Store, recipes: Sequence[Recipe], repeats: int | None, runner
         if len(have[r.name]) < want:
             todo.append(_with_repeats(r, want - len(have[r.name])))
     failed: dict[str, str] = {}
+    same: dict[str, str] = {}
     if reused and any(reused.values()):
         console.print(escape("reused: " + ", ".join(f"{n} ({k} run(s))" for n, k in reused.items() if k)), highlight=False)
     if todo:
         result = runner(todo)
+        same.update(result.get("same_server") or {})
         for name, msg in result.get("failed", []):
             failed.setdefault(name, msg)
         for name, rid in result.get("runs", []):
             if store.get_run(rid).status == "ok":
                 have[name].append(rid)
-    return have, failed, reused
+    return have, failed, reused, same
 
 
 def values(store: Store, run_ids: Sequence[str], metric: str, point: int) -> list[float]:
@@ -190,14 +194,18 @@ def sla_search(store: Store, outcomes: Sequence[Outcome], bounds: Sequence[Bound
         o.search = Search(lo, hi, tuple(bounds))
     rnd = 0
     while True:
-        asks = [(o, c) for o in active if o.search and not o.failed and (c := o.search.next_point()) is not None]
+        asks = [(o, c) for o in active if o.search and not o.failed and not o.same_as
+                and (c := o.search.next_point()) is not None]
         if not asks:
             break
         rnd += 1
         console.print(escape(f"SLA round {rnd}: " + ", ".join(f"{o.name} @ {c}" for o, c in asks)), highlight=False)
-        have, failed, reused = measure(store, [at_concurrency(o.recipe, c) for o, c in asks], repeats, runner, console,
-                                       {o.name: o.env_key for o, _ in asks})
+        have, failed, reused, same = measure(store, [at_concurrency(o.recipe, c) for o, c in asks], repeats, runner,
+                                             console, {o.name: o.env_key for o, _ in asks})
         for o, c in asks:
+            if o.name in same:  # another variant's server: its search is that one's
+                o.same_as, o.search = same[o.name], None
+                continue
             runs = have.get(o.name, [])
             o.reused += reused.get(o.name, 0)
             o.points[c] = runs

@@ -11,6 +11,9 @@ against the default's at the default's. Each bound's verdict there states the ru
 ("passes", "at the bound", sla.judge). Verdicts: toolkit/analysis/stats.py; "-" where the default
 has no runs to compare. Beside the speed, as in compare: the answers' verdict and, for variants that
 ran the gate tier, the gate's against the default's evaluation (a failed gate is said in the row).
+A variant whose launch was another configuration's server (toolkit.run.same_server: sglang resolved
+both to one configuration) is not measured: its row, beside that one's, shows that one's numbers and
+reads "same server as NAME".
 """
 
 from __future__ import annotations
@@ -83,7 +86,7 @@ def rows(store: Store, outcomes: Sequence[Outcome], metric: str, *, sla: Sequenc
     out = []
     ref = None  # the default's answered launches, read once (when the first variant needs them)
     for o in outcomes:
-        if o.pruned or o.failed or (sla and (o.search is None or o.search.best is None)):
+        if o.pruned or o.failed or o.same_as or (sla and (o.search is None or o.search.best is None)):
             continue
         at = o.search.best if sla else point
         runs = _runs_at(o, at)
@@ -122,7 +125,10 @@ def rows(store: Store, outcomes: Sequence[Outcome], metric: str, *, sla: Sequenc
         elif o is default:
             verdict = "default"
         out.append(Row(o.name, at, m, (lo, hi), len(xs), verdict, change))
-    sign = -1 if hib is not False else 1
+    measured = {r.name: r for r in out}
+    out += [Row(o.name, r.point, r.mean, r.ci, r.n, f"same server as {o.same_as}", None)
+            for o in outcomes if o.same_as and (r := measured.get(o.same_as)) is not None]
+    sign = -1 if hib is not False else 1  # (a stable sort: a "same server" row stays after its server's)
     if sla:
         up = -1 if not floors_only(sla) else 1  # the highest concurrency first, with floors only the lowest
         out.sort(key=lambda r: (math.isnan(r.mean), up * (r.point or 0), sign * (r.mean if not math.isnan(r.mean) else 0)))
@@ -182,6 +188,7 @@ def render(table_rows: Sequence[Row], metric: str, outcomes: Sequence[Outcome], 
         name = f"[dim]{escape(r.name)} (dominated)[/]" if r.name in dominated else escape(r.name)
         if sla:
             o = by_name[r.name]
+            o = by_name.get(o.same_as, o)  # the server it was: that one's search
             s = o.search
             there = [v.text for v in s.verdicts.get(r.point, ())]
             t.add_row(str(i), name, limit_cell(o), f"{len(s.measured)}/{s.max_points}", *there, cell, verdict)
@@ -219,7 +226,7 @@ def document(table_rows: Sequence[Row], outcomes: Sequence[Outcome], points: Seq
                     "verdict": r.verdict, "change_pct": r.change_pct} for r in table_rows],
         "variants": [{
             "variant": o.name, "pruned": o.pruned, "failed": o.failed, "runs": o.runs, "reused": o.reused,
-            "sla": None if o.search is None else _sla_doc(o),
+            "same_server_as": o.same_as, "sla": None if o.search is None else _sla_doc(o),
         } for o in outcomes],
         "pareto": [{"variant": p.variant, "concurrency": p.concurrency, "tok_s_per_user": p.per_user,
                     "tok_s_per_gpu": p.per_gpu, "on_front": (p.variant, p.concurrency) in front} for p in points],

@@ -89,7 +89,7 @@ def _ranking(spec, recipes) -> tuple[str, int]:
     return spec.metric, spec.point
 
 
-def _runner(args, home, store):
+def _runner(args, home, store, guard):
     from toolkit.run.pipeline import run_sweep
 
     if args.executor == "slurm":
@@ -99,7 +99,8 @@ def _runner(args, home, store):
         return slurm_runner(cluster_config(args, home), home=home, store=store, jobs=args.slurm_jobs,
                             frozen=args.frozen, console=err)
     return lambda recipes: run_sweep(recipes, home=home, store=store, frozen=args.frozen, console=err,
-                                     keep_going=True)  # a variant that fails to build leaves the others measurable
+                                     keep_going=True,  # a variant that fails to build leaves the others measurable
+                                     same_server=guard)
 
 
 def run(args) -> int:
@@ -136,20 +137,25 @@ def run(args) -> int:
             console.print(f"{'pruned' if o.pruned else 'failed' if o.failed else 'ok'}  {o.name}"
                           + (f": {o.pruned or o.failed}" if o.pruned or o.failed else ""), markup=False)
         return 0
-    runner = _runner(args, home, store)
+    from toolkit.run.same_server import Guard
+
+    guard = Guard()  # which variants sglang resolves to one server: their stored launches first, in sweep order
+    guard.seed(store, [(o.name, o.recipe, o.env_key) for o in kept])
+    runner = _runner(args, home, store, guard)
     cost = None
     if bounds:
         sw.sla_search(store, outcomes, bounds, lo=lo, hi=hi, repeats=args.repeats, runner=runner, console=err)
     else:
         design = _design(args, recipe, kept, recipes)
         if design is not None:  # sequential: launched until every variant's verdict is settled
-            have, failed, reused, cost = _measure_sequential(store, kept, home, args, design)
+            have, failed, reused, same, cost = _measure_sequential(store, kept, home, args, design, guard)
         else:
-            have, failed, reused = sw.measure(store, [o.recipe for o in kept], args.repeats, runner, err,
-                                              {o.name: o.env_key for o in kept})
+            have, failed, reused, same = sw.measure(store, [o.recipe for o in kept], args.repeats, runner, err,
+                                                    {o.name: o.env_key for o in kept})
         for o in kept:
-            o.runs, o.reused = have.get(o.name, []), reused.get(o.name, 0)
-            o.failed = None if o.runs else failed.get(o.name, "no ok run")
+            o.same_as = {**same, **guard.same}.get(o.name)  # another variant's server: that one's numbers stand
+            o.runs, o.reused = ([], 0) if o.same_as else (have.get(o.name, []), reused.get(o.name, 0))
+            o.failed = None if o.runs or o.same_as else failed.get(o.name, "no ok run")
             bench = o.recipe.benchmark
             o.points = {c: o.runs for c in (bench.concurrency if bench.driver == "serving" else bench.batch_sizes)}
     from toolkit.results.artifacts import VouchedStore
@@ -205,17 +211,17 @@ def _design(args, recipe, kept, recipes):
     return designs.for_bench(recipe.benchmark, max_repeats=args.max_repeats)
 
 
-def _measure_sequential(store, kept, home, args, design):
+def _measure_sequential(store, kept, home, args, design, guard):
     """Every kept configuration launched in rounds until its verdict against the default's is
     settled (toolkit.analysis.sequential_runs; stored runs of the same identity count, so a killed
-    sweep resumes where it stopped). Returns (name -> ok run ids, name -> failure, name -> reused, what
-    the launches cost: toolkit.analysis.launch_cost.cost)."""
+    sweep resumes where it stopped). Returns (name -> ok run ids, name -> failure, name -> reused, name ->
+    the configuration whose server it was, what the launches cost: toolkit.analysis.launch_cost.cost)."""
     from toolkit.commands.run import print_sequential, sequential_measure
     from toolkit.run.pipeline import run_sweep
 
     recipes = [o.recipe for o in kept]
     result = run_sweep(recipes, home=home, store=store, frozen=args.frozen, console=err,
-                       measure=sequential_measure(design), keep_going=True)
+                       measure=sequential_measure(design), keep_going=True, same_server=guard)
     if "sequential" in result:
         print_sequential(result, design, store, recipes, quiet=args.json, to=err)
     failed = {}
@@ -223,4 +229,4 @@ def _measure_sequential(store, kept, home, args, design):
         failed.setdefault(name, msg)
     used = result.get("used", {})
     return ({o.name: list(used.get(o.name, [])) for o in kept}, failed, dict(result.get("reused", {})),
-            result.get("cost"))
+            dict(result.get("same_server") or {}), result.get("cost"))

@@ -57,10 +57,21 @@ def points(store, variants: list[str], current: dict | None = None,
             except BadInput:
                 continue
         if not found:
-            notes.append(why or f"{v}: no output tok/s at any concurrency")
+            notes.append(_same_server(store, v) or why or f"{v}: no output tok/s at any concurrency")
         for c, (mean, gpus) in sorted(found.items()):
             pts.append(pareto.point(v, c, mean, gpus))
     return pts, notes
+
+
+def _same_server(store, v: str) -> str | None:
+    """Why a variant has no points when a sweep found its launch to be another configuration's server
+    (toolkit.run.same_server: its newest such verify run), else None."""
+    for r in store.runs(recipe=[v], status=["ok"], newest_first=True):
+        other = (r.extra or {}).get("same_server_as")
+        if other:
+            return (f"{v}: same server as {other} (sglang resolved its launch to that configuration: measured "
+                    f"once, as {other})")
+    return None
 
 
 def _measured(store, sel) -> dict[int, tuple[float, int]]:

@@ -53,6 +53,7 @@ def pareto_figure(points: list[dict], title: str) -> Figure:
 
 def _table(doc: dict) -> tuple[list[str], list[list[str]]]:
     sla = {v["variant"]: v["sla"] for v in doc["variants"] if v["sla"]}
+    same = {v["variant"]: v.get("same_server_as") for v in doc["variants"]}
     kind = next(iter(sla.values()))["kind"] if sla else None
     head = ["#", "variant", {"ceiling": "max concurrency", "floor": "min concurrency", "both": "concurrencies",
                              None: "at"}[kind], *[f"{b} there" for b in doc["sla"]], f"{doc['metric']} [95% CI]",
@@ -61,7 +62,7 @@ def _table(doc: dict) -> tuple[list[str], list[list[str]]]:
     for i, r in enumerate(doc["ranked"], 1):
         ci = stats.format_mean_ci(r["mean"], *(math.nan if x is None else x for x in r["ci"]), r["n"])
         verdict = r["verdict"] + (f" ({r['change_pct']:+.1f}%)" if r["change_pct"] is not None else "")
-        s = sla.get(r["variant"]) or {}
+        s = sla.get(r["variant"]) or sla.get(same.get(r["variant"])) or {}
         at = f"{s['passing'][0]}..{s['passing'][1]}" if kind == "both" and s.get("passing") else str(r["point"])
         rows.append([str(i), r["variant"], at, *[v["text"] for v in s.get("verdicts", [])], ci, verdict])
     return head, rows
@@ -74,6 +75,10 @@ def notes(doc: dict) -> list[str]:
             out.append(f"pruned {v['variant']}: {v['pruned']}")
         elif v["failed"]:
             out.append(f"failed {v['variant']}: {v['failed']}")
+        elif v.get("same_server_as"):
+            out.append(f"same server as {v['same_server_as']}: {v['variant']} (sglang resolved its launch to that "
+                       "configuration: /server_info, env and benchmark alike; measured once, its row shows "
+                       f"{v['same_server_as']}'s numbers)")
         elif v["sla"] and v["sla"]["none"]:
             out.append(f"{v['variant']}: {v['sla']['none']}")
         for line in (v["sla"] or {}).get("breaks", []):

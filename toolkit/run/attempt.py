@@ -31,6 +31,7 @@ from toolkit.envs.manifest import env_record
 from toolkit.errors import PatchbenchError
 from toolkit.recipe.load import Recipe
 from toolkit.run.identity import model_config_sha256
+from toolkit.run.same_server import SameServer
 from toolkit.run.sglang_args import StaticCheck, launch_argv
 from toolkit.results.store import Store, StoreUnavailable
 from toolkit.tree.applied import AppliedTree
@@ -95,6 +96,9 @@ class Attempt:
     current: tuple | None = None  # (step name, its monotonic start) while a step runs
     kept: list = field(default_factory=list)  # samples already in the store (keep_measured): not stored twice
     started: float = field(default_factory=time.time)  # wall clock at its start: what this launch wrote
+    # toolkit.run.same_server.Guard: the verify step's check that no earlier configuration of the sweep
+    # launched this server (SameServer: stored as a verify run, not benchmarked)
+    same_server: Callable | None = None
 
     @property
     def title(self) -> str:
@@ -104,7 +108,7 @@ class Attempt:
 @contextlib.contextmanager
 def recorded(p: Prepared, *, home: Path, store: Store, repeat: int, group_id: str, console: Console,
              host: str | None = None, kind: str = "benchmark", answer_launches: int | None = None,
-             answer_rule=None) -> Iterator[Attempt]:
+             answer_rule=None, same_server=None) -> Iterator[Attempt]:
     """Begin a run in the store and finish it whatever happens: the one place a run ends.
 
     RunInvalid -> `invalid`; any other exception (a step's, a timeout, the store's) -> `failed`
@@ -113,13 +117,15 @@ def recorded(p: Prepared, *, home: Path, store: Store, repeat: int, group_id: st
     for ("benchmark", "verify": a launch and a verdict only, "profile"); only benchmark runs count in
     tables (toolkit.analysis.selection). `answer_launches`: how many launches of the configuration
     answer, instead of the recipe's rule (toolkit.analysis.variants: the base of a stack, a quality metric);
-    `answer_rule` (toolkit.run.quality.AnswerRule): whether this launch answers, instead of both."""
+    `answer_rule` (toolkit.run.quality.AnswerRule): whether this launch answers, instead of both.
+    `same_server` (toolkit.run.same_server.Guard): a launch it finds to be another configuration's server
+    is stored `ok` as a verify run naming that configuration (`extra.same_server_as`)."""
     run_id = uuid.uuid4().hex
     run_dir = home / "runs" / run_id
     run_dir.mkdir(parents=True, exist_ok=True)
     attempt = Attempt(p, run_id, run_dir, repeat, home, store, console, host or p.recipe.server.host,
                       contextlib.ExitStack(), timings=dict(p.timings), extra={"kind": kind},
-                      answer_launches=answer_launches, answer_rule=answer_rule)
+                      answer_launches=answer_launches, answer_rule=answer_rule, same_server=same_server)
     begin(attempt, group_id)
     try:
         with attempt.cleanup:
@@ -129,6 +135,13 @@ def recorded(p: Prepared, *, home: Path, store: Store, repeat: int, group_id: st
             finish(attempt, "interrupted", f"interrupted ({exc.args[0] if exc.args else 'Ctrl-C'})",
                    samples=unkept(attempt, attempt.measured))
         raise
+    except SameServer as exc:  # verified, and another configuration's server: nothing to measure again
+        attempt.extra.update(kind="verify", same_server_as=exc.other)
+        console.print(f"[yellow]{escape(attempt.title)}[/]: {escape(exc.message)}", highlight=False)
+        store.finish_run(run_id, "ok", server_info=attempt.info, config_verified=True, timings=attempt.timings,
+                         verification=["/server_info matches expectations", exc.message],
+                         log_paths=log_paths(attempt), extra=attempt.extra)
+        attempt.finished = True
     except RunInvalid as exc:
         finish(attempt, "invalid", exc.message, verification=exc.problems, config_verified=exc.config_verified,
                samples=unkept(attempt, exc.samples) or None)

@@ -39,6 +39,7 @@ from toolkit.errors import BadInput, NoGPU, PatchbenchError, plural, raise_refus
 from toolkit.recipe.load import Recipe
 from toolkit.run.check_cache import cached_check_recipe
 from toolkit.run.launch_env import launch_environ, record as launch_env_record
+from toolkit.run.same_server import Guard as SameServerGuard
 from toolkit.run.sglang_args import check_record, check_summary, launch_argv, recipe_args, server_info_problems
 from toolkit.results.store import Store, StoreUnavailable
 from toolkit.tree.applied import AppliedTree, apply_recipe
@@ -211,6 +212,8 @@ def verify(launched: Launched) -> Verified:
     problems = server_info_problems(p.check, dict(p.recipe.expect), attempt.info)
     if problems:
         raise RunInvalid("effective config differs: " + "; ".join(problems), problems=problems)
+    if attempt.same_server is not None:  # a sweep: SameServer when an earlier configuration launched this server
+        attempt.same_server(p, attempt.info)
     return Verified(launched, ["/server_info matches expectations"])
 
 
@@ -395,15 +398,16 @@ def prepare(recipe: Recipe, home: Path, *, until: str = "store", frozen: bool = 
 
 def run_once(p: Prepared, *, home: Path, store: Store, repeat: int, group_id: str, console: Console,
              host: str | None = None, until: str = "store", answer_launches: int | None = None,
-             answer_rule=None) -> str:
+             answer_rule=None, same_server=None) -> str:
     """One independent measurement of a prepared recipe: launch -> verify -> benchmark ->
     quality -> check_evidence -> store, inside `recorded`. Every outcome is stored (ok, invalid,
     failed, interrupted); returns the run id. Raises only for Ctrl-C/SIGTERM (after storing).
     `answer_launches`: launches of the configuration that answer, instead of the recipe's rule;
-    `answer_rule` (toolkit.run.quality.AnswerRule): whether this launch answers, instead of both."""
+    `answer_rule` (toolkit.run.quality.AnswerRule): whether this launch answers, instead of both;
+    `same_server`: toolkit.run.same_server.Guard, checked at the verify step."""
     with recorded(p, home=home, store=store, repeat=repeat, group_id=group_id, console=console,
                   host=host, kind="verify" if until == "verify" else "benchmark",
-                  answer_launches=answer_launches, answer_rule=answer_rule) as attempt:
+                  answer_launches=answer_launches, answer_rule=answer_rule, same_server=same_server) as attempt:
         _run_steps(steps_until(until)[1], attempt, attempt.timings, attempt)
     return attempt.run_id
 
@@ -426,7 +430,8 @@ def _one_batch(a: Attempt) -> list[Sample]:
 
 def run_sweep(recipes: list[Recipe], *, home: Path, store: Store, repeats: int | None = None, until: str = "store",
               frozen: bool = False, console: Console | None = None, strict: bool = False,
-              measure: Callable | None = None, keep_going: bool = False) -> dict:
+              measure: Callable | None = None, keep_going: bool = False,
+              same_server: SameServerGuard | None = None) -> dict:
     """Reap what dead patchbench processes left, prepare every recipe, then measure them with
     interleaved repeats (A B A B ...), or with `measure(prepared, home=, store=, group_id=,
     console=, result=)` when given (`run` without `--repeats`: toolkit.analysis.sequential_runs).
@@ -436,6 +441,8 @@ def run_sweep(recipes: list[Recipe], *, home: Path, store: Store, repeats: int |
     comparison with a side missing), unless `keep_going` (a sweep's independent variants): then it
     is reported and skipped. A run that fails is stored and the sweep goes on. Returns {"group_id",
     "runs": [(recipe, run_id)], "failed": [(recipe, message)], "not_launched": [recipe]}.
+    `same_server` (a sweep's toolkit.run.same_server.Guard): a configuration whose launch /server_info
+    shows to be an earlier one's server is not benchmarked, named in result["same_server"].
     """
     console = console or Console(stderr=True)
     for line in reaper.reap(home, store):
@@ -473,9 +480,14 @@ def run_sweep(recipes: list[Recipe], *, home: Path, store: Store, repeats: int |
             "or through nox `nox -s recipe-NAME -- --until check`; or `--executor slurm` to run on a GPU node)",
             step="launch",
         )
+    guard = same_server if until == "store" else None
+    if guard:  # configurations whose stored launches were an earlier one's server: not launched at all
+        guard.seed(store, [(p.name, p.recipe, p.env.key if p.env else None) for p in prepared])
+        result["same_server"] = guard.same
     if measure is not None and until == "store":
         with signals_interrupt():
-            measure(prepared, home=home, store=store, group_id=group_id, console=console, result=result)
+            measure(prepared, home=home, store=store, group_id=group_id, console=console, result=result,
+                    **({"same_server": guard} if guard else {}))
         return result
 
     def wanted(p: Prepared) -> int:  # a verification needs one launch, a measurement the recipe's repeats
@@ -485,10 +497,10 @@ def run_sweep(recipes: list[Recipe], *, home: Path, store: Store, repeats: int |
     with signals_interrupt():
         for rep in range(n):
             for p in prepared:
-                if rep < wanted(p):
+                if rep < wanted(p) and p.name not in (guard.same if guard else ()):
                     try:
                         rid = run_once(p, home=home, store=store, repeat=rep, group_id=group_id,
-                                       console=console, until=until)
+                                       console=console, until=until, same_server=guard or None)
                     except StoreUnavailable:  # the database went away: nothing more can be stored
                         raise
                     except PatchbenchError as exc:  # the run could not even be begun in the store

@@ -1,0 +1,120 @@
+"""A sweep's variants that sglang resolves to one server (a flag given its default value, `auto`
+resolved to a backend) are launched once, recognised at the verify step from /server_info, and
+reported as "same server as NAME" with that one's numbers: never benchmarked twice, never two rows
+that are one server. On the miniature (its `--attention-backend` resolves to flashinfer when not
+given, as sglang resolves backends) and, slow, on real sglang 0.5.23 (`--stream-interval 1`, its
+default)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from conftest import REPO_ROOT, demo_project
+from toolkit.cli import main
+from toolkit.results.store import Store
+from toolkit.run.same_server import resolved
+
+SAME = """
+description = "same-server test"
+[sources.sglang]
+path = "../../upstream/minisglang"
+package_dir = "python"
+[build]
+mode = "full"
+[server]
+model = "minisglang/tiny"
+gpus = 0
+timeout_s = 60
+[server.args]                           # no --random-seed: the miniature picks one per launch, as sglang does
+mini-step-base-ms = 3
+mini-step-per-seq-us = 500
+[benchmark]
+input_len = 8
+output_len = 8
+concurrency = [2]
+num_prompts = 4
+warmup = 1
+repeats = 2
+[matrix]
+server.args.attention-backend = ["flashinfer", "triton"]
+benchmark.input_len = [8, 12]           # input_len 12: the default's server under another benchmark
+"""
+FI = "demo/same[attention-backend=flashinfer,input_len=8]"
+
+
+@pytest.mark.parametrize("design", [["--fixed"], []], ids=["fixed", "sequential"])
+def test_a_variant_sglang_resolves_to_the_default_is_launched_once_and_reported_as_it(
+        tmp_path, monkeypatch, home, capsys, design):
+    proj = demo_project(tmp_path, monkeypatch)
+    (proj / "recipes" / "demo" / "same.toml").write_text(SAME)
+    assert main(["sweep", "demo/same", "--json", "-o", str(proj / "out"), *design]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    store = Store(home / "results.sqlite")
+    runs = store.runs()
+    # one launch of the flashinfer variant, stopped at the verify step: no samples, named as the default's server
+    (fi,) = [r for r in runs if r.recipe == FI]
+    assert fi.status == "ok" and fi.extra["kind"] == "verify" and fi.extra["same_server_as"] == "demo/same"
+    assert not store.samples([fi.run_id])
+    default = [r for r in runs if r.recipe == "demo/same"]
+    # what it rests on: sglang's resolution of both launches is one configuration (the seeds it picked aside)
+    assert fi.server_info["attention_backend"] == default[0].server_info["attention_backend"] == "flashinfer"
+    assert fi.server_info["random_seed"] != default[0].server_info["random_seed"]
+    assert resolved(fi.server_info, seed_given=False) == resolved(default[0].server_info, seed_given=False)
+    # the variants that differ elsewhere are measured: another backend, the same server under another benchmark
+    measured = {r.recipe for r in runs if store.samples([r.run_id])}
+    assert measured == {"demo/same", "demo/same[attention-backend=flashinfer,input_len=12]",
+                        "demo/same[attention-backend=triton,input_len=8]",
+                        "demo/same[attention-backend=triton,input_len=12]"}, measured
+    ranked = {r["variant"]: r for r in doc["ranked"]}
+    assert ranked[FI]["verdict"] == "same server as demo/same"
+    assert (ranked[FI]["mean"], ranked[FI]["n"]) == (ranked["demo/same"]["mean"], ranked["demo/same"]["n"])
+    order = [r["variant"] for r in doc["ranked"]]
+    assert order.index(FI) == order.index("demo/same") + 1  # beside the server it was
+    by = {v["variant"]: v for v in doc["variants"]}
+    assert by[FI]["same_server_as"] == "demo/same" and not by[FI]["failed"] and not by[FI]["runs"]
+    assert f"| {FI} | 2 |" in (proj / "out" / "sweep.md").read_text()
+    assert f"same server as demo/same: {FI}" in (proj / "out" / "sweep.md").read_text()
+    # resumed: the stored launches say it is the default's server; it is not launched again
+    launches = len(store.runs())
+    assert main(["sweep", "demo/same", "--json", "-o", str(proj / "out"), *design]) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert [r.recipe for r in store.runs()[launches:] if r.recipe == FI] == []
+    assert {r["variant"]: r["verdict"] for r in again["ranked"]}[FI] == "same server as demo/same"
+    # the published site says why the variant has no points of its own
+    assert main(["publish", "-o", str(proj / "site")]) == 0
+    capsys.readouterr()
+    page = " ".join((proj / "site" / "sweeps").glob("*.html").__next__().read_text().split())
+    assert f"{FI}: same server as demo/same" in page, page[-2000:]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(3600)
+def test_real_sglang_a_flag_at_its_default_is_the_same_server(tmp_path, capsys):
+    """Real sglang 0.5.23 on this CPU (recipes/cpu/baseline, ~1.5-4 min a launch): the variant that
+    passes `--stream-interval 1`, 0.5.23's default, launches a server whose /get_server_info is the
+    default's but for per-launch fields (its launch_command holds the extra flag): one launch, no
+    benchmark, reported as the default's server."""
+    from sglang_server import SHARED_HOME
+
+    base = os.path.relpath(REPO_ROOT / "recipes" / "cpu" / "baseline.toml", tmp_path)
+    (tmp_path / "si.toml").write_text(f'extends = "{base}"\n[quality]\nlaunches = 0\n'
+                                      '[matrix]\nserver.args.stream-interval = [1]\n')
+    store_path = tmp_path / "results.sqlite"
+    rc = main(["sweep", str(tmp_path / "si.toml"), "--fixed", "--repeats", "1", "--json", "-o", str(tmp_path / "o"),
+               "--home", str(SHARED_HOME), "--store", str(store_path)])
+    out = capsys.readouterr()
+    assert rc == 0, out.err[-3000:]
+    doc = json.loads(out.out)
+    runs = Store(store_path).runs()
+    assert len(runs) == 2, [(r.recipe, r.status, r.error) for r in runs]
+    default, variant = runs
+    assert default.status == "ok" and Store(store_path).samples([default.run_id])
+    assert variant.status == "ok" and variant.extra["same_server_as"] == default.recipe, (variant.status, variant.error)
+    assert "--stream-interval 1" in variant.server_info["launch_command"]
+    assert "--stream-interval" not in default.server_info["launch_command"]
+    assert resolved(variant.server_info, seed_given=True) == resolved(default.server_info, seed_given=True)
+    (row,) = [r for r in doc["ranked"] if r["variant"] == variant.recipe]
+    assert row["verdict"] == f"same server as {default.recipe}"
