@@ -118,3 +118,20 @@ def test_real_sglang_a_flag_at_its_default_is_the_same_server(tmp_path, capsys):
     assert resolved(variant.server_info, seed_given=True) == resolved(default.server_info, seed_given=True)
     (row,) = [r for r in doc["ranked"] if r["variant"] == variant.recipe]
     assert row["verdict"] == f"same server as {default.recipe}"
+
+
+def test_an_sla_search_does_not_search_the_defaults_server_twice(tmp_path, monkeypatch, home, capsys):
+    """--sla: both start at the same concurrency; the flashinfer variant's first launch is the default's
+    server, so it leaves the search and its row reads the default's limit and numbers."""
+    proj = demo_project(tmp_path, monkeypatch)
+    (proj / "recipes" / "demo" / "same.toml").write_text(
+        SAME.replace("concurrency = [2]", "concurrency = [1, 8]").replace("benchmark.input_len = [8, 12]", ""))
+    fi = "demo/same[attention-backend=flashinfer]"
+    assert main(["sweep", "demo/same", "--sla", "itl_ms_median<=8", "--repeats", "1", "--json",
+                 "-o", str(proj / "out")]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [r.recipe for r in Store(home / "results.sqlite").runs()].count(fi) == 1
+    ranked = {r["variant"]: r for r in doc["ranked"]}
+    assert ranked[fi]["verdict"] == "same server as demo/same"
+    assert (ranked[fi]["point"], ranked[fi]["mean"]) == (ranked["demo/same"]["point"], ranked["demo/same"]["mean"])
+    assert {v["variant"]: v["same_server_as"] for v in doc["variants"]}[fi] == "demo/same"
