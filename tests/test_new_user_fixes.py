@@ -62,3 +62,18 @@ def test_a_nox_recipe_session_stopped_before_store_skips_the_compare():
     nf = _noxfile(REPO_ROOT)
     assert nf._stops_before_store(["--until", "check"]) and nf._stops_before_store(["--until=verify"])
     assert not nf._stops_before_store(["--until", "store"]) and not nf._stops_before_store(["--repeats", "2"])
+
+
+def test_false_unsets_an_inherited_valued_flag(tmp_path, monkeypatch, home, capsys):
+    """`random-seed = false` drops demo/baseline's `--random-seed 0` (false omits a flag): the check expected
+    the field to read False and refused the recipe ("random_seed: expected False, ... parser says 593683230");
+    sglang's default is what it gets, and the launch verifies. A boolean flag set false is still expected False."""
+    proj = demo_project(tmp_path, monkeypatch)
+    (proj / "recipes" / "demo" / "seed.toml").write_text(
+        'extends = "demo/baseline"\n[server.args]\nrandom-seed = false\nenable-metrics = false\n')
+    assert main(["run", "demo/seed", "--until", "verify"]) == 0, capsys.readouterr().err[-1500:]
+    from toolkit.results.store import Store
+
+    (run,) = Store(home / "results.sqlite").runs()
+    assert run.status == "ok" and run.config_verified and run.server_info["enable_metrics"] is False
+    assert "--random-seed" not in " ".join(run.server_argv)

@@ -61,15 +61,19 @@ def _same(expected, actual) -> bool:
     return str(expected) == str(actual)
 
 
-def implied_expectations(server, dests: dict[str, str]) -> dict[str, object]:
+def implied_expectations(server, dests: dict[str, str], fields: dict | None = None) -> dict[str, object]:
     """What the arguments imply about the parsed fields: `--ep-size 8` -> ep_size == 8. `auto` implies
     nothing: it asks sglang to choose (0.5.23 rewrites `--moe-runner-backend auto` to flashinfer_cutlass
     for modelopt_fp4 on SM110/SM120, srt/arg_groups/overrides.py); the choice is the resolved value,
-    recorded and checked against /server_info."""
+    recorded and checked against /server_info. `false` omits the flag: it implies False of a boolean
+    field (`fields`: the parsed ones), and of a valued one (`random-seed = false` unsetting an inherited
+    seed) sglang's default, nothing to expect."""
     implied = {}
     for flag, value in server.args:
         dest = dests.get(f"--{flag}")
         if dest is None or value is None or (isinstance(value, str) and value.lower() == "auto"):
+            continue
+        if value is False and fields is not None and not isinstance(fields.get(dest), bool):
             continue
         implied[dest] = list(value) if isinstance(value, (list, tuple)) else value
     return implied
@@ -178,7 +182,8 @@ def static_check(python: Path, server, expect: dict, *, environ: dict | None = N
                        hint="this is sglang's own validation" + (f" for {target['count']} x {target['name']}"
                                                                   if target else ""))
     fields = report["fields"]
-    implied, moved = follow_moves(implied_expectations(server, report["dests"]), report["fields"], version)
+    implied, moved = follow_moves(implied_expectations(server, report["dests"], report["fields"]), report["fields"],
+                                    version)
     expected = {**implied, **expect}
     problems = compare_fields(expected, fields, source=f"sglang {version} parser")
     # the recipe against itself: an [expect] (often inherited) that its own flags contradict
