@@ -353,3 +353,24 @@ def test_with_a_postgresql_store_the_node_writes_its_runs_directly(slurm, shared
     # looking at the jobs again adds nothing
     assert patchbench(shared_home, "results", "--jobs", "--store", pg_url).returncode == 0
     assert len(Store(pg_url).runs()) == 2
+
+
+def test_a_sweep_through_slurm_launches_the_defaults_server_once(slurm, shared_home, tmp_path):
+    """`sweep --executor slurm`: each job holds the default configuration; a variant whose launch is the
+    default's server (the miniature resolves an absent --attention-backend to flashinfer) is launched
+    once in its job, not benchmarked, and the sweep reports it as the default's server."""
+    from conftest import REPO_ROOT
+    from test_same_server import SAME
+
+    recipe = tmp_path / "same.toml"
+    recipe.write_text(SAME.replace('"../../upstream/minisglang"', json.dumps(str(REPO_ROOT / "upstream" / "minisglang")))
+                      .replace("benchmark.input_len = [8, 12]", ""))
+    store = shared_home / "same.sqlite"
+    out = patchbench(shared_home, "sweep", str(recipe), "--fixed", "--repeats", "1", "--json", "-o", str(tmp_path / "o"),
+                     "--store", str(store), *slurm_args(shared_home))
+    assert out.returncode == 0, out.stderr[-3000:]
+    doc = json.loads(out.stdout)
+    (fi,) = [v for v in doc["variants"] if v["variant"].endswith("[attention-backend=flashinfer]")]
+    assert fi["same_server_as"] == doc["variants"][0]["variant"] and not fi["failed"], fi
+    runs = [r for r in Store(store).runs() if r.recipe == fi["variant"]]
+    assert len(runs) == 1 and runs[0].extra["same_server_as"] and not Store(store).samples([runs[0].run_id])

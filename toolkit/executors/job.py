@@ -90,6 +90,7 @@ class SweepJob:
     strict: bool = False  # `--strict-check`: an unresolved static check refuses the recipe (exit 2)
     store_url: str | None = None  # the submitting side's PostgreSQL store: the node writes into it
     keep_going: bool = False  # a sweep's variants: one that fails to prepare leaves the others launched
+    same_server: bool = False  # a sweep's chunk: a variant whose launch is an earlier one's server is not benchmarked
 
 
 def _stop(signum, frame):
@@ -185,17 +186,18 @@ def run_sweep_job(job: SweepJob) -> dict:
     """The function submitit runs on the node. Returns the sweep's summary (also in done.json)."""
     from toolkit.errors import BadInput, PatchbenchError
     from toolkit.run.pipeline import run_sweep
+    from toolkit.run.same_server import Guard
 
     job_id, folder, node_home, store, console = node_context(job.node_home, job.store_url)
     with node_work(job_id, store, console):
         try:
             result = run_sweep(job.recipes, home=node_home, store=store, repeats=job.repeats, until=job.until,
                                frozen=job.frozen, console=console, strict=job.strict,
-                               keep_going=job.keep_going)
+                               keep_going=job.keep_going, same_server=Guard() if job.same_server else None)
         except PatchbenchError as exc:  # refused before any launch (bad recipe, no GPU): say so, exit 0
             console.print(f"error: {exc}", markup=False)
             result = {"group_id": None, "runs": [], "failed": [(r.name, str(exc)) for r in job.recipes],
                       "bad_input": [r.name for r in job.recipes] if isinstance(exc, BadInput) else []}
     return write_done(folder, {"job_id": job_id, "node": socket.gethostname(), "group_id": result["group_id"],
                                 "runs": result["runs"], "failed": result["failed"],
-                                "bad_input": result.get("bad_input", [])})
+                                "bad_input": result.get("bad_input", []), "same_server": result.get("same_server", {})})

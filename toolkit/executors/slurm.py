@@ -107,19 +107,20 @@ def collect(recs: list[jobs.JobRecord], *, store: Store, console: Console) -> di
     imported from them, the recipes that failed (each failure printed here, as the node printed it in
     the job's log) or were refused as bad input, read from each job's done.json; a job that ended
     without one fails each of its recipes with its final state and log."""
-    runs, failed, bad_input, summary = [], [], [], {}
+    runs, failed, bad_input, summary, same = [], [], [], {}, {}
     for rec in recs:
         done = Path(rec.folder) / jobs.DONE_NAME
         summary = read_json(done)
         failed += [tuple(f) for f in summary.get("failed", [])]
         bad_input += list(summary.get("bad_input", []))
+        same.update(summary.get("same_server") or {})  # a sweep's variants that were another one's server
         for name, why in summary.get("failed", []):
             console.print(f"[red]error[/] (slurm job {rec.job_id}): {escape(why)}")
         runs += [(r.recipe, r.run_id) for r in store.runs(run_ids=jobs.run_ids(rec))]
         if not done.is_file():
             failed += [(n, f"slurm job {rec.job_id} ended {rec.state} [log: {rec.log}]") for n in rec.recipes]
     return {"group_id": summary.get("group_id"), "runs": runs, "failed": failed, "bad_input": bad_input,
-            "jobs": [r.job_id for r in recs]}
+            "jobs": [r.job_id for r in recs], "same_server": same}
 
 
 def read_json(path: Path) -> dict:

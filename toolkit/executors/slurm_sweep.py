@@ -4,7 +4,9 @@ The recipes of one measuring round are dealt round-robin into at most `jobs` chu
 configuration (the first recipe) goes with every chunk, so each job's verdicts compare runs on one
 machine. Each chunk is one interleaved `run_sweep` job (toolkit/executors/job.py); the jobs run in
 parallel, are watched together and their runs imported into the store, their failures collected
-(toolkit/executors/slurm.py `collect`, as for `run --executor slurm`).
+(toolkit/executors/slurm.py `collect`, as for `run --executor slurm`). Each job launches a variant
+that is an earlier one's server (toolkit.run.same_server) once and names it in its done.json; two such
+variants dealt to different chunks are each measured (each chunk knows its own launches only).
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ def slurm_runner(cfg: ClusterConfig, *, home: Path, store: Store, jobs: int, fro
         for chunk in chunks(list(recipes), jobs):
             c = for_recipes(cfg, chunk)
             job = SweepJob(recipes=chunk, repeats=None, until="store", frozen=frozen, node_home=c.node_home,
-                           store_url=direct_store(store), keep_going=True)
+                           store_url=direct_store(store), keep_going=True, same_server=True)
             recs.append(submit(run_sweep_job, job, names=[r.name for r in chunk], home=home, cfg=c,
                                command="sweep", console=console))
         return collect(wait(recs, home=home, store=store, cfg=cfg, console=console), store=store, console=console)
