@@ -135,3 +135,19 @@ def test_an_sla_search_does_not_search_the_defaults_server_twice(tmp_path, monke
     assert ranked[fi]["verdict"] == "same server as demo/same"
     assert (ranked[fi]["point"], ranked[fi]["mean"]) == (ranked["demo/same"]["point"], ranked["demo/same"]["mean"])
     assert {v["variant"]: v["same_server_as"] for v in doc["variants"]}[fi] == "demo/same"
+
+
+def test_a_variant_measured_before_the_default_does_not_make_the_default_its_copy(tmp_path, monkeypatch, home, capsys):
+    """The flashinfer variant run on its own first (`run NAME[...]`): the sweep still measures the default,
+    and the variant, whose stored launches are the default's server, is the copy."""
+    proj = demo_project(tmp_path, monkeypatch)
+    (proj / "recipes" / "demo" / "same.toml").write_text(SAME.replace("benchmark.input_len = [8, 12]", ""))
+    fi = "demo/same[attention-backend=flashinfer]"
+    assert main(["run", fi, "--repeats", "1"]) == 0
+    capsys.readouterr()
+    assert main(["sweep", "demo/same", "--fixed", "--repeats", "1", "--json", "-o", str(proj / "out")]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    by = {v["variant"]: v for v in doc["variants"]}
+    assert by[fi]["same_server_as"] == "demo/same" and by["demo/same"]["same_server_as"] is None
+    assert by["demo/same"]["runs"], by["demo/same"]
+    assert {r["variant"]: r["verdict"] for r in doc["ranked"]}[fi] == "same server as demo/same"

@@ -188,6 +188,8 @@ def _launch_rounds(prepared: list[Prepared], runs: dict[str, list[str]], keys: d
             break
         order = [p for p in prepared if p.name in chosen]
         for p in order if rnd % 2 == 0 else order[::-1]:  # A B, B A, A B ...
+            if same_server is not None and p.name in same_server.same:  # found a copy earlier in this round
+                continue
             attempts[p.name] += 1
             try:
                 rid = run_once(p, home=home, store=store, repeat=len(runs[p.name]), group_id=group_id, console=console,
@@ -198,9 +200,10 @@ def _launch_rounds(prepared: list[Prepared], runs: dict[str, list[str]], keys: d
                 console.print(f"[red]error[/]: {escape(str(exc))}")
                 continue
             result["runs"].append((p.name, rid))
-            if same_server is not None and p.name in same_server.same:  # another's server: out of the rounds
-                prepared = [q for q in prepared if q.name != p.name]
-                continue
+            if same_server is not None and same_server.same:  # another's server (this one, or one it copies)
+                prepared = [q for q in prepared if q.name not in same_server.same]
+                if p.name in same_server.same:
+                    continue
             if store.get_run(rid).status == "ok" and values_at(store.samples([rid], metric=metric), metric,
                                                                 points_of(p)[0], [rid]):
                 runs[p.name].append(rid)

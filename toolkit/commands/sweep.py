@@ -139,7 +139,7 @@ def run(args) -> int:
         return 0
     from toolkit.run.same_server import Guard
 
-    guard = Guard()  # which variants sglang resolves to one server: their stored launches first, in sweep order
+    guard = Guard([o.name for o in outcomes])  # which variants sglang resolves to one server: stored launches first
     guard.seed(store, [(o.name, o.recipe, o.env_key) for o in kept])
     runner = _runner(args, home, store, guard)
     cost = None

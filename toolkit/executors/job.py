@@ -193,7 +193,8 @@ def run_sweep_job(job: SweepJob) -> dict:
         try:
             result = run_sweep(job.recipes, home=node_home, store=store, repeats=job.repeats, until=job.until,
                                frozen=job.frozen, console=console, strict=job.strict,
-                               keep_going=job.keep_going, same_server=Guard() if job.same_server else None)
+                               keep_going=job.keep_going,
+                               same_server=Guard([r.name for r in job.recipes]) if job.same_server else None)
         except PatchbenchError as exc:  # refused before any launch (bad recipe, no GPU): say so, exit 0
             console.print(f"error: {exc}", markup=False)
             result = {"group_id": None, "runs": [], "failed": [(r.name, str(exc)) for r in job.recipes],

@@ -73,18 +73,29 @@ def server_key(recipe, env_key: str | None, info: dict) -> str:
 
 
 class Guard:
-    """The server keys a sweep's configurations launched with, first come first: `same` holds each
-    configuration found to be an earlier one's server (name -> that one). One guard serves a whole
-    sweep (every runner call, every SLA round)."""
+    """The server keys a sweep's configurations launched with: `same` holds each configuration found to
+    be another's server (name -> that one). Of configurations found to be one server, the first in
+    `order` (the sweep's: the default first) is the one measured, whichever launched first (a variant's
+    stored launches do not make the default its copy). One guard serves a whole sweep (every runner
+    call, every SLA round)."""
 
-    def __init__(self) -> None:
+    def __init__(self, order: list[str] | None = None) -> None:
+        self.order = {name: i for i, name in enumerate(order or [])}
         self.first: dict[str, str] = {}
         self.same: dict[str, str] = {}
 
     def known(self, name: str, recipe, env_key: str | None, info: dict) -> str | None:
-        """The earlier configuration whose server this is, else None (and `name` holds the key from now)."""
-        first = self.first.setdefault(server_key(recipe, env_key, info), name)
+        """The configuration measured for this server when it is not `name`, else None (and `name` holds
+        the key from now, the one it held before becoming a copy of `name`)."""
+        key = server_key(recipe, env_key, info)
+        first = self.first.setdefault(key, name)
         if first == name:
+            return None
+        rank = lambda n: self.order.get(n, len(self.order))  # noqa: E731
+        if rank(name) < rank(first):  # `name` comes first in the sweep: the other is its copy from now
+            self.first[key] = name
+            self.same[first] = name
+            self.same.update({n: name for n, o in self.same.items() if o == first})
             return None
         self.same[name] = first
         return first
