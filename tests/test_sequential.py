@@ -257,10 +257,10 @@ def test_a_run_killed_before_each_recipe_launched_is_resumed_into_its_sweep(tmp_
 
 def test_compare_judges_a_sequential_pair_as_run_did_across_sweeps(tmp_path, home, monkeypatch, capsys):
     """A second campaign against a stored reference: `run demo/baseline demo/quick2 --min-repeats 3`
-    counts the baseline's 2 stored launches (an earlier sweep) and launches its third beside
-    quick2's 3 in a new sweep. compare and the report read the sequences run judged (3 baseline runs,
-    not the 1 of the newest sweep) with the design the runs recorded (min 3, not the recipe's 2), so
-    they print run's verdicts word for word."""
+    leaves the baseline's 2 stored launches (an earlier sweep, another campaign) out of its looks and
+    names them, and launches the baseline again beside quick2, interleaved, in a new sweep. compare and
+    the report read the launches run judged (this campaign's) with the design the runs recorded (min 3,
+    not the recipe's 2), so they print run's verdicts word for word."""
     import json
 
     from conftest import demo_project
@@ -287,13 +287,15 @@ def test_compare_judges_a_sequential_pair_as_run_did_across_sweeps(tmp_path, hom
     out = json.loads(capsys.readouterr().out)
     (pair,) = out["sequential"]
     n = pair["launches_each"]
-    assert n >= 3 and out["used"]["demo/baseline"][:len(stored)] == stored  # the stored launches counted
+    assert n >= 3 and out["used"]["demo/baseline"][:len(stored)] == stored  # the stored launches read (named)
+    again_here = [rid for name, rid in out["runs"] if name == "demo/baseline"]
+    assert len(again_here) >= n and "demo/baseline: 2 stored run(s) from another campaign" in pair["text"]
     groups = {r.group_id for r in Store(home / "results.sqlite").runs(run_ids=out["used"]["demo/baseline"])}
     assert len(groups) == 2  # the reference's sequence spans two sweeps
     assert main(["compare", "demo/baseline", "demo/quick2", "--metric", "output_tok_s", "--json"]) == 0
     (row,) = json.loads(capsys.readouterr().out)["rows"]
     assert row["sequential"] == pair["text"] and row["verdict"] == pair["verdict"], (row, pair)
-    assert list(row["base_runs"]) == out["used"]["demo/baseline"]
+    assert list(row["base_runs"]) == again_here[:n]  # this campaign's launches, as run judged
     assert row["launched_under"]["min_repeats"] == 3
     assert main(["report", "demo/baseline", "demo/quick2", "--output", str(tmp_path / "rep")]) == 0
     capsys.readouterr()

@@ -133,9 +133,11 @@ def test_attribute_steps_against_a_stored_base_pool_its_spread():
 
 def test_a_second_campaign_against_a_stored_reference_pools_its_spread(tmp_path, home, monkeypatch, capsys):
     """`run demo/baseline --repeats 6` stores six launches of the reference; `run demo/baseline
-    demo/quick` then launches only the new recipe, and its looks pool the stored reference launches
-    they do not use (4 at the look at 2 each: 3 df, unless the borrowing test refuses them); the JSON
-    says how many degrees of freedom, the text says so, the legend has the rule."""
+    demo/quick` is another campaign: the reference launches again, interleaved with the new recipe
+    (the stored six are not judged against launches made since: toolkit.analysis.campaigns), and the
+    looks pool the stored six launches' spread around their own mean as a prior (5 df, unless the
+    borrowing test refuses them); the JSON says how many degrees of freedom, the text says so, the
+    legend has the rule."""
     import json
 
     from conftest import demo_project
@@ -151,32 +153,30 @@ def test_a_second_campaign_against_a_stored_reference_pools_its_spread(tmp_path,
                     + SMALL.replace("concurrency = [1, 4]", "concurrency = [1]") + rest[rest.index("\n[", 1):])
     (root / "recipes" / "demo" / "quick.toml").write_text('extends = "demo/baseline"\n[server.args]\n'
                                                           'mini-step-base-ms = 4\n')
-    assert main(["run", "demo/baseline", "--repeats", "6"]) == 0
-    capsys.readouterr()
+    assert main(["run", "demo/baseline", "--repeats", "6", "--json"]) == 0
+    stored = [rid for _, rid in json.loads(capsys.readouterr().out)["runs"]]
     assert main(["run", "demo/baseline", "demo/quick", "--max-repeats", "4", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     (row,) = out["sequential"]
     n = row["launches_each"]
     assert row["verdict"] == "faster" and 2 <= n <= 4, row
-    assert [name for name, _ in out["runs"]] == ["demo/quick"] * n  # the reference was stored
+    new = {name: [rid for nm, rid in out["runs"] if nm == name] for name in ("demo/baseline", "demo/quick")}
+    assert len(new["demo/baseline"]) == len(new["demo/quick"]) == n  # the reference launched again, A B B A
     store = Store(home / "results.sqlite")
-    a, b = ([float(x) for x in values_at(store.samples(out["used"][name], metric="output_tok_s"), "output_tok_s", 1,
-                                         out["used"][name])] for name in ("demo/baseline", "demo/quick"))
+    a, b, old = ([float(x) for x in values_at(store.samples(ids, metric="output_tok_s"), "output_tok_s", 1, ids)]
+                 for ids in (new["demo/baseline"], new["demo/quick"], stored))
     design = seq.Design(max_repeats=4, pool_stored=True)
-    stored = seq.Stored(0, 6, 0)
-    # the run stopped at the first look the pure verdict settles (a loaded box can spread the
-    # variant's launches so that 2 each do not settle even with the reference's spread pooled)
-    at2 = seq.look(a[:2], b[:2], higher_is_better=True, design=design,
-                   prior=seq.look_prior(a, b, 2, None, stored, design), stored=stored)
-    assert at2.settled == (n == 2), (row, a, b)
-    expected = seq.pooled(a[:n], b[:n], design, seq.look_prior(a, b, n, None, stored, design))[2]
-    assert len(a) == 6 and row["prior_dof"] == expected and expected in (0, 6 - n - 1), (row, a, b)
-    assert (f"spread pooled with {expected} df of stored launches" in row["text"]) == (expected > 0)
+    prior = noise_prior.from_history({"demo/baseline": old, "demo/quick": []})
+    assert prior.dof == 5
+    v = seq.verdict(a, b, higher_is_better=True, design=design, prior=prior)
+    assert (v.verdict, v.n, v.prior_dof) == (row["verdict"], n, row["prior_dof"]) and row["prior_dof"] in (0, 5), row
+    assert (f"spread pooled with {row['prior_dof']} df of stored launches" in row["text"]) == (row["prior_dof"] > 0)
+    assert "demo/baseline: 6 stored run(s) from another campaign" in row["reused"][0]
     assert "its stored launches (same run identity)" in out["sequential_legend"]
     # plan: the recipe pools, so the plan simulates the rule with its stored launches' df
     assert main(["plan", "demo/baseline", "--json"]) == 0
     (plan,) = json.loads(capsys.readouterr().out)["plans"]
-    assert plan["runs"] == 6 and plan["prior_dof"] == 5, plan
+    assert plan["runs"] == 6 + n and plan["prior_dof"] == 6 + n - 1, plan
 
 
 def test_what_was_stored_before_a_pair_began_is_counted_from_the_runs_start_times():

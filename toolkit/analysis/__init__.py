@@ -10,6 +10,7 @@
     stats       Mann-Whitney U, CIs of ratios, verdicts, the verdict legend (pure)
     sequential  verdicts valid under repeated looks (repeated confidence intervals of the ratio; pure)
     spread_flag a configuration whose launch-to-launch spread is far larger than its peers' (pure)
+    campaigns        which launches of a pair were made together (a sweep of both sides); pure
     sequential_runs  `run` (the default for several recipes) and `sweep`: launch rounds until every
                 pair's verdict is settled
     sequential_steps  attribute's steps measured until settled (through a measure callback; pure)

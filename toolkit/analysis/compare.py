@@ -104,6 +104,9 @@ def compare_selection(store: Store, sel: Selection, *, metrics: Sequence[str | M
     for variant in sel.recipes[1:]:  # each pair within one sweep where one measured both
         ids_a, ids_b = sel.pair(base, variant)
         launched = sel.launched_under(base, variant)
+        apart, left = None, ""  # a launched pair whose sides share no campaign; runs left out: toolkit.analysis.campaigns
+        if launched is not None:
+            ids_a, ids_b, apart, left = launched_together(store, base, variant, ids_a, ids_b)
         if launched is not None and zone is not None:
             launched = dataclasses.replace(launched, min_effect=zone)
         design = launched if launched is not None else sequential
@@ -123,9 +126,11 @@ def compare_selection(store: Store, sel: Selection, *, metrics: Sequence[str | M
             if (c.verdict == stats.TOO_FEW or launched is not None) and design is not None:
                 settled = sequential_row(a.values, b.values, hib, design, stored_counts(store, a.runs, b.runs),
                                          launched=launched is not None)
+                if settled is not None and apart:  # never a faster/slower from a shift between campaigns
+                    settled = dataclasses.replace(settled, verdict=seq.UNSETTLED, futile=True)
                 if settled is not None:  # the row shows the values, interval and verdict of the rule that decided it
-                    verdict, text = seq.verdict_word(settled), settled.text
-                    seq_text, each = settled.text, settled.n
+                    verdict, text = seq.verdict_word(settled), settled.text + (f" ({apart})" if apart else left)
+                    seq_text, each = text, settled.n
                     ci, p = (settled.low, settled.high), math.nan
                     # the launches its look used (the first n each, oldest first; later ones are another
                     # point's or a later campaign's), and its estimate, which its interval holds
@@ -154,6 +159,23 @@ def _first(obs, n: int):
     import dataclasses
 
     return dataclasses.replace(obs, values=tuple(obs.values[:n]), runs=tuple(obs.runs[:n]))
+
+
+def launched_together(store: Store, base: str, variant: str, ids_a, ids_b):
+    """(base runs, variant runs, None, what the text adds): the runs of a launched pair made in a campaign
+    of both sides, as `run` judged them (toolkit.analysis.campaigns), and the others named; when the sides
+    share no campaign, all of them and a qualifier naming the campaigns, with which the row claims no
+    faster/slower."""
+    from toolkit.analysis import campaigns
+
+    sp = campaigns.split_ids(store, ids_a, ids_b)
+    rows = {r.run_id: r for r in store.runs(run_ids=[*ids_a, *ids_b])} if ids_a or ids_b else {}
+    if sp.a and sp.b:
+        return list(sp.a), list(sp.b), None, campaigns.qualifier(campaigns.left_out(base, variant, sp, rows))
+    sides = [campaigns.describe(name, [rows[i] for i in ids if i in rows], [])
+             for name, ids in ((base, ids_a), (variant, ids_b)) if ids]
+    return list(ids_a), list(ids_b), ("not launched together, no faster/slower across campaigns: " + "; ".join(
+        x.replace(" not judged against launches made since", "") for x in sides)), ""
 
 
 def sequential_row(a: Sequence[float], b: Sequence[float], hib: bool | None, design, stored=(0, 0), *,

@@ -357,9 +357,10 @@ def choose(rows: Iterable[RunRow], recipes: Sequence[str], criteria: Criteria = 
             if not any(launched_sequentially(r) for rs in in_group.values() for r in rs):
                 chosen = in_group
             elif any(len(in_group[n]) < len(chosen[n]) for n in names):  # its launching counted them: they count
-                notes.append(f"sweep {group[:12]} was launched by a sequential run: each recipe's stored runs of the "
-                             "same configuration from other sweeps count too, oldest first (its verdicts read the first "
-                             "launches, as its launching did)")
+                notes.append(f"sweep {group[:12]} was launched by a sequential run: a pair's verdicts read the launches "
+                             "of each side made in a sweep that launched both sides, oldest first, as its launching did; "
+                             "stored runs of one side from another campaign are left out of them "
+                             "(toolkit.analysis.campaigns)")
         else:
             base = names[0]
             base_groups = {r.group_id for r in chosen[base] if r.group_id}

@@ -8,9 +8,13 @@ alternately, the recipes still needed: a variant while its pair is unsettled at 
 below `max_repeats` launches, the reference while any variant is (the side not ahead launches:
 `toolkit.analysis.sequential_steps.wanted`, the steps' rule too). Stored runs of the same run
 identity (toolkit/results/identity.py) count, oldest first, as in `toolkit.analysis.variants`: a
-killed run resumes from the store, and one already settled launches nothing; those stored runs that
-a look does not use lend it their spread (`seq.verdict(stored=...)`, toolkit.analysis.noise_prior),
-so a second campaign against a stored reference settles sooner. A recipe gets at
+killed run resumes from the store (its sweep: the same campaign), and one already settled launches
+nothing. A pair judges only the launches made in a campaign of both sides (toolkit.analysis.campaigns):
+a side's stored runs from another campaign (a reference another call measured, before the box
+changed) are not in its looks, and that side launches again here, interleaved, until both have their
+launches; with `[benchmark] pool_stored_spread` their spread (around their own mean) is pooled as the
+looks' prior (`seq.verdict(prior=...)`), so a second campaign against a stored reference still settles
+sooner without judging the box's drift between campaigns. A recipe gets at
 most `max_repeats` attempts in one call, and none after `min_repeats` launches that gave no value
 (a failing recipe does not loop; a failing reference stops the round).
 
@@ -40,13 +44,21 @@ class PairVerdict:
     metric: str
     point: int
     verdict: seq.Sequential
+    counted: tuple[int, int] = (0, 0)  # runs of (reference, recipe) launched in a campaign of both
+    reused: tuple[str, ...] = ()  # toolkit.analysis.campaigns.describe of the runs left out
+
+    @property
+    def text(self) -> str:
+        from toolkit.analysis.campaigns import qualifier
+
+        return self.verdict.text + qualifier(self.reused)
 
     def to_dict(self) -> dict:
         v = self.verdict
         return {"reference": self.reference, "recipe": self.recipe, "metric": self.metric, "point": self.point,
                 "verdict": v.verdict, "settled": v.settled, "launches_each": v.n, "ratio": v.ratio,
                 "low": v.low, "high": v.high, "speedup": v.speedup, "noisy": v.noisy, "spread": v.spread,
-                "prior_dof": v.prior_dof, "text": v.text}
+                "prior_dof": v.prior_dof, "reused": list(self.reused), "text": self.text}
 
 
 def metric_of(p: Prepared) -> str:
@@ -72,31 +84,44 @@ def stored_runs(store: Store, p: Prepared, identity: str, metric: str) -> list[s
     return sel.run_ids(p.name)
 
 
-def verdicts(store: Store, prepared: list[Prepared], runs: dict[str, list[str]], design: seq.Design) -> list[PairVerdict]:
-    """Every pair's verdict (reference = prepared[0]) at every common point, from `runs`. The runs
-    of one side that started before the other side's first launch were stored before the pair's
-    launching began (toolkit.analysis.noise_prior.stored_before): a look pools the spread of those
-    it does not use; a recipe flagged far noisier than its peers at a point (spread_flag) pools
-    none there."""
-    from toolkit.analysis import noise_prior, spread_flag
+def verdicts(store: Store, prepared: list[Prepared], runs: dict[str, list[str]], design: seq.Design,
+             here: str | None = None) -> list[PairVerdict]:
+    """Every pair's verdict (reference = prepared[0]) at every common point, from the runs of `runs`
+    each pair launched in a campaign of both sides or in `here`, the sweep launching now
+    (toolkit.analysis.campaigns); the others are named in the verdict and, where the design pools
+    stored spread, lend their spread as a prior. Of the counted runs, those of one side that started
+    before the other side's first launch were stored before the pair's launching began
+    (toolkit.analysis.noise_prior.stored_before): a look pools the spread of those it does not use;
+    a recipe flagged far noisier than its peers at a point (spread_flag) pools none there."""
+    from toolkit.analysis import campaigns, noise_prior, spread_flag
 
     ref, out = prepared[0], []
     metric = metric_of(ref)
     hib = registry.higher_is_better(metric)
     samples = {p.name: store.samples(runs[p.name], metric=metric) for p in prepared}
-    starts = {p.name: start_times(store, runs[p.name]) for p in prepared}
+    ids = [rid for p in prepared for rid in runs[p.name]]
+    rows = {r.run_id: r for r in store.runs(run_ids=ids)} if ids else {}
+    rows_of = {p.name: [rows[rid] for rid in runs[p.name] if rid in rows] for p in prepared}
+    splits = {p.name: campaigns.split(rows_of[ref.name], rows_of[p.name], here) for p in prepared[1:]}
+    reused = {p.name: campaigns.left_out(ref.name, p.name, splits[p.name], rows) for p in prepared[1:]}
     for point in [x for x in points_of(ref) if any(x in points_of(p) for p in prepared[1:])]:
-        here = [p for p in prepared if point in points_of(p)]
-        values = {p.name: values_at(samples[p.name], metric, point, runs[p.name]) for p in here}
+        here_ = [p for p in prepared if point in points_of(p)]
+        values = {p.name: values_at(samples[p.name], metric, point, runs[p.name]) for p in here_}
         noisy = {f.name for f in spread_flag.flags(values)}
-        a = values[ref.name]
-        for p in here[1:]:
-            sa, sb = noise_prior.stored_before(starts[ref.name], starts[p.name])
-            counts = (0, 0) if noisy & {ref.name, p.name} else (
-                len(values_at(samples[ref.name], metric, point, runs[ref.name][:sa])),
-                len(values_at(samples[p.name], metric, point, runs[p.name][:sb])))
+        for p in here_[1:]:
+            sp = splits[p.name]
+            a, b = (values_at(samples[n], metric, point, list(i)) for n, i in ((ref.name, sp.a), (p.name, sp.b)))
+            sa, sb = noise_prior.stored_before([rows[r].started_at for r in sp.a], [rows[r].started_at for r in sp.b])
+            calm = not noisy & {ref.name, p.name}
+            counts = (len(values_at(samples[ref.name], metric, point, list(sp.a[:sa]))),
+                      len(values_at(samples[p.name], metric, point, list(sp.b[:sb])))) if calm else (0, 0)
+            prior = noise_prior.from_history({
+                ref.name: values_at(samples[ref.name], metric, point, list(sp.reused_a)),
+                p.name: values_at(samples[p.name], metric, point, list(sp.reused_b))}) \
+                if calm and sp.reused and design.pool_stored else None
             out.append(PairVerdict(ref.name, p.name, metric, point,
-                                   seq.verdict(a, values[p.name], higher_is_better=hib, design=design, stored=counts)))
+                                   seq.verdict(a, b, higher_is_better=hib, design=design, stored=counts, prior=prior),
+                                   (len(sp.a), len(sp.b)), reused[p.name]))
     order = {p.name: i for i, p in enumerate(prepared)}
     return sorted(out, key=lambda v: order[v.recipe])
 
@@ -175,15 +200,17 @@ def _launch_rounds(prepared: list[Prepared], runs: dict[str, list[str]], keys: d
     answer_rules = answer_rules_of(store, prepared, keys)
 
     def launchable(p: Prepared) -> bool:
-        return (attempts[p.name] < design.max_repeats and len(runs[p.name]) < design.max_repeats
-                and failures[p.name] < design.min_repeats)
+        return attempts[p.name] < design.max_repeats and failures[p.name] < design.min_repeats
 
     while True:
-        current = verdicts(store, prepared, runs, design)
-        open_pairs = list(dict.fromkeys((ref.name, v.recipe) for v in current if seq.more_needed(v.verdict)))
-        # a side launches while it is not ahead (the verdicts look at equal-sized prefixes): settle_pairs' rule
-        chosen = wanted(open_pairs, {name: len(ids) for name, ids in runs.items()},
-                        {p.name for p in prepared if not launchable(p)})
+        current = verdicts(store, prepared, runs, design, here=group_id)
+        # a side launches while it is not ahead (the verdicts look at equal-sized prefixes of the launches
+        # each pair made together in a campaign: a reused side launches again here): settle_pairs' rule
+        dry = {p.name for p in prepared if not launchable(p)}
+        chosen: set[str] = set()
+        for v in current:
+            if seq.more_needed(v.verdict):
+                chosen |= wanted([(ref.name, v.recipe)], {ref.name: v.counted[0], v.recipe: v.counted[1]}, dry)
         if not chosen:
             break
         order = [p for p in prepared if p.name in chosen]

@@ -9,11 +9,15 @@ that changes a constant here changes the measured speed for real:
 
 Read the constants through the functions below (they look the module attributes up at call time).
 The --mini-step-base-ms / --mini-step-per-seq-us / --mini-prefill-base-ms /
---mini-prefill-per-token-us server flags override them, for tests only.
+--mini-prefill-per-token-us server flags override them, for tests only. The environment variable
+SGLANG_MINI_BOX_SLOWDOWN (a factor, default 1) multiplies every effective cost: a loaded box, for
+tests only. It is inherited from the calling shell, not set by a recipe, so it is no part of a run's
+configuration (two campaigns of the same recipe, one on a "loaded box").
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Optional
 
@@ -57,15 +61,26 @@ def cost_model(
     prefill_base_ms: Optional[float] = None,
     prefill_per_token_us: Optional[float] = None,
 ) -> CostModel:
-    """The effective cost model: each override (None = keep the module constant)."""
+    """The effective cost model: each override (None = keep the module constant), times the
+    box's slowdown (SGLANG_MINI_BOX_SLOWDOWN)."""
+    box = box_slowdown()
     return CostModel(
-        step_base_s=STEP_BASE_S if step_base_ms is None else step_base_ms / 1e3,
-        step_per_seq_s=STEP_PER_SEQ_S if step_per_seq_us is None else step_per_seq_us / 1e6,
-        prefill_base_s=PREFILL_BASE_S if prefill_base_ms is None else prefill_base_ms / 1e3,
-        prefill_per_token_s=(
+        step_base_s=box * (STEP_BASE_S if step_base_ms is None else step_base_ms / 1e3),
+        step_per_seq_s=box * (STEP_PER_SEQ_S if step_per_seq_us is None else step_per_seq_us / 1e6),
+        prefill_base_s=box * (PREFILL_BASE_S if prefill_base_ms is None else prefill_base_ms / 1e3),
+        prefill_per_token_s=box * (
             PREFILL_PER_TOKEN_S if prefill_per_token_us is None else prefill_per_token_us / 1e6
         ),
     )
+
+
+def box_slowdown() -> float:
+    """SGLANG_MINI_BOX_SLOWDOWN as a factor (unset, empty or not a positive number: 1)."""
+    try:
+        factor = float(os.environ.get("SGLANG_MINI_BOX_SLOWDOWN") or 1.0)
+    except ValueError:
+        return 1.0
+    return factor if factor > 0 else 1.0
 
 
 def from_server_args(server_args) -> CostModel:

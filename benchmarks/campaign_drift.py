@@ -1,0 +1,132 @@
+"""A box that changed between two campaigns: how often does a sequential verdict call it an effect?
+
+Simulated A/A pairs (seeded; the true ratio is 1): the reference has `--stored` launches from an
+earlier campaign; then the box's mean shifts by `--shift` (3-8%: a box loaded since, a clock or
+thermal state changed) and a harmless variant is measured against it, per-launch noise uniformly
+1-5% (log-normal), half the pairs with slow-launch outliers (5% of launches 10-20% slow), as in
+benchmarks/sequential_launches.py. Two rules, both `toolkit.analysis.sequential_steps.settle_pairs`
+(`run`'s and the steps' scheduling, the default design: 2..8 launches each):
+
+- before (until 2026-12-06): the reference's stored launches are its first values, the variant's
+  launches made on the changed box are judged against them (the stored ones a look does not use pooled,
+  `stored=(H, 0)`, where the design pools);
+- after (toolkit.analysis.campaigns): stored launches of another campaign are not in the looks; both
+  sides launch in this campaign, interleaved (their spread around their own mean may be the looks'
+  prior where the design pools: a mean shift never enters it).
+
+Printed per shift: the false faster/slower rate with its 95% CI (stated: <= alpha = 5%), and the mean
+new launches a pair took. Exit status 0 when the after rule keeps alpha at every shift.
+
+    python benchmarks/campaign_drift.py [--pairs 2000] [--stored 4] [--shift 0 0.03 0.05 0.08] [--pool] [--json]
+
+Measured (2000 pairs a shift, seed 20261206, --stored 4, 2026-12-06), false faster/slower [95% CI]:
+  shift   before                    after
+  0%      3.75% [2.96-4.68]         3.60% [2.83-4.51]
+  3%     18.65% [16.96-20.43]       3.00% [2.30-3.84]
+  5%     37.75% [35.62-39.92]       3.10% [2.38-3.96]
+  8%     59.05% [56.86-61.22]       3.65% [2.87-4.57]
+  new launches a pair: 3.3-4.0 before (the reference reused), 6.5 after (it launches again).
+  --pool (pool_stored_spread): before 3.35 / 16.60 / 37.30 / 60.40%, after 1.85 / 2.25 / 2.00 / 1.50%
+  (6.4 launches: the stored spread as a prior around its own mean).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from toolkit.analysis import noise_prior, sequential as seq  # noqa: E402
+from toolkit.analysis.sequential_steps import settle_pairs  # noqa: E402
+
+
+def launches(rng: np.random.Generator, n: int, noise: float, outliers: bool, level: float) -> list[float]:
+    x = level * np.exp(noise * rng.standard_normal(n))
+    if outliers:
+        slow = rng.random(n) < 0.05
+        x = np.where(slow, x / rng.uniform(1.10, 1.20, n), x)
+    return [float(v) for v in x]
+
+
+def one_pair(rng: np.random.Generator, design: seq.Design, stored: int, shift: float, after: bool) -> tuple[str, int]:
+    """(verdict, new launches) of one A/A pair whose reference has `stored` launches from before the shift."""
+    noise, outliers = rng.uniform(0.01, 0.05), bool(rng.random() < 0.5)
+    old = launches(rng, stored, noise, outliers, 100.0)
+    now = 100.0 / (1.0 + shift)  # the box is slower now, for both sides
+    handed = {"A": 0, "B": 0}
+    new = {"A": 0, "B": 0}
+    source = {"A": [] if after else list(old), "B": []}
+
+    def measure(label: str, k: int):
+        while len(source[label]) < handed[label] + k:
+            source[label] += launches(rng, 1, noise, outliers, now)
+            new[label] += 1
+        got = source[label][handed[label]:handed[label] + k]
+        handed[label] += k
+        return got
+
+    if after:
+        prior = noise_prior.from_history({"A": old}) if design.pool_stored else None
+        values = {"A": measure("A", design.min_repeats), "B": measure("B", design.min_repeats)}
+        while True:
+            v = seq.verdict(values["A"], values["B"], higher_is_better=True, design=design, prior=prior)
+            if not seq.more_needed(v):
+                break
+            for label in ("A", "B"):
+                values[label] += measure(label, 1)
+    else:
+        _, verdicts = settle_pairs(measure, ["A", "B"], [("A", "B")], design, True, stored={"A": stored})
+        v = verdicts[("A", "B")]
+    return v.verdict, new["A"] + new["B"]
+
+
+def ci(k: int, n: int) -> list[float]:
+    from scipy.stats import beta
+
+    lo = beta.ppf(0.025, k, n - k + 1) if k else 0.0
+    hi = beta.ppf(0.975, k + 1, n - k) if k < n else 1.0
+    return [round(100 * float(lo), 2), round(100 * float(hi), 2)]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--pairs", type=int, default=2000)
+    ap.add_argument("--seed", type=int, default=20261206)
+    ap.add_argument("--stored", type=int, default=4, help="the reference's launches from the earlier campaign")
+    ap.add_argument("--shift", type=float, nargs="+", default=[0.0, 0.03, 0.05, 0.08])
+    ap.add_argument("--pool", action="store_true", help="the design pools stored spread (pool_stored_spread)")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    if args.pairs < 1 or args.stored < 0 or any(s < 0 for s in args.shift):
+        ap.error("--pairs must be >= 1, --stored and --shift >= 0")
+    design = seq.Design(pool_stored=args.pool)
+    out = []
+    for shift in args.shift:
+        row = {"shift": shift}
+        for rule in ("before", "after"):
+            rng = np.random.default_rng([args.seed, int(round(shift * 1e4))])
+            got = [one_pair(rng, design, args.stored, shift, rule == "after") for _ in range(args.pairs)]
+            false = sum(v in (seq.FASTER, seq.SLOWER) for v, _ in got)
+            row[rule] = {"false_pct": round(100 * false / args.pairs, 2), "ci": ci(false, args.pairs),
+                         "new_launches": round(float(np.mean([n for _, n in got])), 2)}
+        out.append(row)
+    ok = all(r["after"]["false_pct"] <= 100 * design.alpha for r in out)
+    if args.json:
+        print(json.dumps({"pairs": args.pairs, "stored": args.stored, "pool": args.pool, "rows": out, "ok": ok}))
+    else:
+        print(f"A/A pairs, the reference's {args.stored} launches from before the shift, {args.pairs} a shift; "
+              f"false faster/slower (stated <= {100 * design.alpha:g}%) and new launches a pair:")
+        for r in out:
+            b, a = r["before"], r["after"]
+            print(f"  shift {100 * r['shift']:.0f}%: before {b['false_pct']:.2f}% {b['ci']} ({b['new_launches']:.2f} "
+                  f"launches), after {a['false_pct']:.2f}% {a['ci']} ({a['new_launches']:.2f} launches)")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
