@@ -155,6 +155,40 @@ def test_attribute_two_patches_and_compare_identical(mini, capsys):
     assert rows and all(r["verdict"] == "not significant" for r in rows), rows
 
 
+def test_attribute_launches_a_base_stored_before_the_box_slowed_again_and_judges_only_this_campaign(
+        mini, capsys, monkeypatch):
+    """The audit's case: the base (prefix 0) was stored by an earlier campaign; the box then slowed every
+    step by 15% (the miniature's SGLANG_MINI_BOX_SLOWDOWN, no part of the configuration) and `attribute`
+    of a harmless patch (a comment) launched only the patched prefix against the stored base: "1.07x
+    slower [1.01, 1.13]". Now the base launches again in this campaign, the step and the table read only
+    the launches made together, and the step names the four stored runs it left out."""
+    (mini / "patches" / "comment.patch").write_text(_cost_patch(
+        mini, "# Fixed cost of one prefill (extend) step.", "# Fixed cost of one prefill (extend) step (a note).",
+        "a comment"))
+    base = _recipe(mini, "base", [])
+    recipe = _recipe(mini, "comment", ["comment.patch"])
+    assert main(["run", base, "--repeats", "4", "--json"]) == 0
+    first = json.loads(capsys.readouterr().out)
+    stored = {rid for _, rid in first["runs"]}
+    monkeypatch.setenv("SGLANG_MINI_BOX_SLOWDOWN", "1.15")
+    assert main(["attribute", recipe, "--metric", "output_tok_s@1", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    (step,) = out["sequential"]
+    assert step["left_out"] and step["left_out"][0].startswith("prefix0: 4 stored run(s) from another campaign")
+    assert first["group_id"][:12] in step["left_out"][0] and "left out" in step["text"]
+    probes = {p["label"]: p for p in out["values_from"]}
+    again = [rid for rid in probes["prefix0"]["runs"] if rid not in stored]
+    assert len(again) >= step["launches_each"] >= 2, probes  # the base launched again, beside the patch
+    # the verdict is the pure rule over the launches made together (the stored four would read the box's 15%)
+    from toolkit.analysis import sequential as seq
+
+    a = [v for rid, v in zip(probes["prefix0"]["runs"], probes["prefix0"]["values"]) if rid not in stored]
+    v = seq.verdict(a, probes["prefix1"]["values"], higher_is_better=True, design=seq.Design())
+    assert step["text"].startswith(v.text), (step, v.text)
+    if v.settled:  # the table reads the same launches
+        assert seq.verdict_word(v) in out["lines"][0], out["lines"]
+
+
 def test_upstream_bisect_skips_conflicting_commit(mini, capsys):
     up = mini / "mini"
     cost = up / COST

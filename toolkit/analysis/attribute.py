@@ -93,7 +93,7 @@ def attribute(prefix_values: Sequence[Sequence[float] | None], *, higher_is_bett
               stat: str = "mean", min_repeats: int = stats.DEFAULT_MIN_REPEATS,
               alpha: float = stats.DEFAULT_ALPHA,
               min_effect: float = stats.DEFAULT_MIN_EFFECT, sequential=None,
-              stored: Mapping[str, int] | None = None) -> Attribution:
+              stored: Mapping[str, int] | None = None, together=None) -> Attribution:
     """Per-patch effects (see the module docstring). `prefix_values` has n+1 entries for n patches
     (an entry may be None or empty: that prefix was not measured); `names[i-1]` names patch i;
     `leave_one_out` maps a 1-based patch index to the values of the stack without it, `skipped`
@@ -101,7 +101,8 @@ def attribute(prefix_values: Sequence[Sequence[float] | None], *, higher_is_bett
     `toolkit.analysis.sequential.Design`): the values were launched until settled under it, so every
     comparison takes the sequential verdict (`sequential.settle(launched=True)`); `stored` ("prefix{k}" / "without{i}" ->
     how many of its first values were stored before launching: their spread is pooled as in
-    `sequential.verdict`)."""
+    `sequential.verdict`). `together` ((A label, B label) -> keep-masks over their values, the sequential
+    steps' `together`): a sequential comparison reads only the values launched in a campaign of both."""
     n = len(prefix_values) - 1
     if n < 1:
         raise ValueError("attribute needs the base and at least one prefix")
@@ -114,9 +115,19 @@ def attribute(prefix_values: Sequence[Sequence[float] | None], *, higher_is_bett
 
     counts = dict(stored or {})
 
-    def cmp(a: Sequence[float] | None, b: Sequence[float] | None, labels=("", "")) -> stats.Comparison | None:
+    def cmp(a: Sequence[float] | None, b: Sequence[float] | None, labels=("", ""),
+            pair: tuple[str, str] | None = None) -> stats.Comparison | None:
         if not a or not b:
             return None
+        if sequential is not None and together is not None:  # the values launched together only
+            from toolkit.analysis.sequential_steps import sides
+
+            pair = pair or labels
+            (a, left_a), (b, left_b) = sides({pair[0]: a, pair[1]: b}, pair[0], pair[1], together)
+            if left_a or left_b:
+                labels = ("", "")  # no stored leading values in the looks: nothing to pool by position
+            if not a or not b:
+                return None
         c = stats.compare_values(list(a), list(b), higher_is_better=higher_is_better, unit=unit,
                                  stat=stat, min_repeats=min_repeats, alpha=alpha,
                                  min_effect=min_effect)
@@ -126,7 +137,7 @@ def attribute(prefix_values: Sequence[Sequence[float] | None], *, higher_is_bett
                           launched=True)
 
     base, full = prefix_values[0], prefix_values[n]
-    total = cmp(base, full)
+    total = cmp(base, full, pair=("prefix0", f"prefix{n}"))
     log_total = math.log(total.speedup) if total and total.speedup > 0 else 0.0
     effects = []
     for i in range(1, n + 1):
@@ -136,7 +147,7 @@ def attribute(prefix_values: Sequence[Sequence[float] | None], *, higher_is_bett
             share = math.log(inc.speedup) / log_total
         effects.append(PatchEffect(
             index=i, name=names[i - 1] if names is not None else f"patch {i}", incremental=inc,
-            cumulative=cmp(base, prefix_values[i]),
+            cumulative=cmp(base, prefix_values[i], pair=("prefix0", f"prefix{i}")),
             leave_one_out=cmp(loo.get(i), full, (f"without{i}", f"prefix{n}")) if i in loo else None, share=share,
             loo_skipped=(skipped or {}).get(i)))
     return Attribution(total, tuple(effects), higher_is_better, unit)

@@ -11,7 +11,11 @@ attribute resumes from the store and decides as it did). `stored` (label -> how 
 values were stored before the loop launched anything, or a callable giving it once the label has
 been measured; those are asked for at once, they cost no launch): a look pools the spread of the
 stored values it does not use, for a pair with one side stored (`seq.verdict(stored=...)`,
-toolkit.analysis.noise_prior.fresh_pair). `wanted` is the scheduling rule, shared with `run`'s
+toolkit.analysis.noise_prior.fresh_pair). `together` ((A, B) -> a keep-mask over each side's values:
+which were launched in a campaign of both sides, toolkit.analysis.campaigns): a pair's looks read only
+those; the others (a side's stored values from another campaign) are not judged against values launched
+since, lend their spread as a prior where the design pools, and the side launches again until the pair
+has its values together. `wanted` is the scheduling rule, shared with `run`'s
 rounds (toolkit.analysis.sequential_runs). Effects: only through `measure`.
 """
 
@@ -25,8 +29,8 @@ Measure = Callable[[str, int], "list[float] | None"]
 
 
 def settle_pairs(measure: Measure, labels: Sequence[str], pairs: Sequence[tuple[str, str]], design: seq.Design,
-                 higher_is_better: bool | None,
-                 stored=None) -> tuple[dict[str, list[float] | None], dict[tuple[str, str], seq.Sequential]]:
+                 higher_is_better: bool | None, stored=None,
+                 together=None) -> tuple[dict[str, list[float] | None], dict[tuple[str, str], seq.Sequential]]:
     """(values per label (None: it gave none), the verdict of every pair whose sides both have values)."""
     values: dict[str, list[float] | None] = {}
     for label in labels:
@@ -41,9 +45,12 @@ def settle_pairs(measure: Measure, labels: Sequence[str], pairs: Sequence[tuple[
         counts[label] = min(counts[label], len(values[label] or []))
     dry: set[str] = set()  # labels that could not give another value
     while True:
-        verdicts = judge(values, pairs, design, higher_is_better, counts)
-        open_pairs = [pair for pair, v in verdicts.items() if seq.more_needed(v)]
-        want = wanted(open_pairs, {x: len(v or []) for x, v in values.items()}, dry)
+        verdicts = judge(values, pairs, design, higher_is_better, counts, together)
+        want: set[str] = set()
+        for (a, b), v in verdicts.items():
+            if seq.more_needed(v):
+                ka, kb = (kept for kept, _ in sides(values, a, b, together))
+                want |= wanted([(a, b)], {a: len(ka), b: len(kb)}, dry)
         todo = [x for x in labels if x in want]
         if not todo:
             return values, verdicts
@@ -68,11 +75,34 @@ def wanted(open_pairs: Sequence[tuple[str, str]], sizes: dict[str, int], dry: se
     return out
 
 
+def sides(values: dict, a: str, b: str, together=None) -> tuple[tuple[list, list], tuple[list, list]]:
+    """((A's values launched together with B, A's others), (B's, B's others)): `together(a, b)`'s masks."""
+    va, vb = list(values.get(a) or []), list(values.get(b) or [])
+    if together is None or not va or not vb:
+        return (va, []), (vb, [])
+    ma, mb = together(a, b)
+    if len(ma) != len(va) or len(mb) != len(vb):  # values that cannot be told apart: all of them, as before
+        return (va, []), (vb, [])
+    return tuple(([x for x, k in zip(v, m) if k], [x for x, k in zip(v, m) if not k])
+                 for v, m in ((va, ma), (vb, mb)))
+
+
 def judge(values: dict, pairs: Sequence[tuple[str, str]], design: seq.Design,
-          higher_is_better: bool | None, stored: dict | None = None) -> dict[tuple[str, str], seq.Sequential]:
+          higher_is_better: bool | None, stored: dict | None = None,
+          together=None) -> dict[tuple[str, str], seq.Sequential]:
+    from toolkit.analysis import noise_prior
     from toolkit.analysis.noise_prior import fresh_pair
 
     stored = stored or {}
-    return {(a, b): seq.verdict(values[a], values[b], higher_is_better=higher_is_better, design=design,
-                                stored=fresh_pair(stored.get(a, 0), stored.get(b, 0)))
-            for a, b in pairs if values.get(a) and values.get(b) and min(*values[a], *values[b]) > 0}
+    out = {}
+    for a, b in pairs:
+        if not (values.get(a) and values.get(b) and min(*values[a], *values[b]) > 0):
+            continue
+        (ka, da), (kb, db) = sides(values, a, b, together)
+        # the stored leading values still in the looks (all of them when nothing was left out)
+        sa = stored.get(a, 0) if not da else 0
+        sb = stored.get(b, 0) if not db else 0
+        prior = noise_prior.from_history({a: da, b: db}) if (da or db) and design.pool_stored else None
+        out[(a, b)] = seq.verdict(ka, kb, higher_is_better=higher_is_better, design=design,
+                                  stored=fresh_pair(sa, sb), prior=prior)
+    return out

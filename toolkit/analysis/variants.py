@@ -232,6 +232,34 @@ class VariantMeter:
                            for lab, key, vals, ids in self.log],
                 "skipped": dict(self.skipped)}
 
+    def _ids(self, label: str) -> list[str]:
+        """The run ids of the values handed out for `label`, in order."""
+        return [rid for lab, _, _, ids in self.log if lab == label for rid in ids]
+
+    def _split(self, a: str, b: str):
+        from toolkit.analysis import campaigns
+
+        ids_a, ids_b = self._ids(a), self._ids(b)
+        rows = {r.run_id: r for r in self.store.runs(run_ids=[*ids_a, *ids_b])} if ids_a or ids_b else {}
+        return campaigns.split([rows[i] for i in ids_a if i in rows], [rows[i] for i in ids_b if i in rows],
+                               here=self.group_id or None), ids_a, ids_b, rows
+
+    def together(self, a: str, b: str) -> tuple[list[bool], list[bool]]:
+        """Masks over the values handed out for `a` and for `b`: launched in a campaign of both (a sweep
+        that holds runs of both, or this meter's), toolkit.analysis.campaigns; the sequential steps judge
+        only those."""
+        sp, ids_a, ids_b, _ = self._split(a, b)
+        return [i in set(sp.a) for i in ids_a], [i in set(sp.b) for i in ids_b]
+
+    def left_out(self, a: str, b: str, names: tuple[str, str] | None = None) -> tuple[str, ...]:
+        """What the pair's verdict left out (toolkit.analysis.campaigns.describe of each side's runs from
+        another campaign), under `names` (default: the labels)."""
+        from toolkit.analysis import campaigns
+
+        sp, _, _, rows = self._split(a, b)
+        na, nb = names or (a, b)
+        return campaigns.left_out(na, nb, sp, rows)
+
     def record(self, label: str, key: str, values: list[float], ids: list[str]) -> None:
         """Log the values a measure call handed out; a later call for the same variant (more
         values: bisect's and the sequential steps' top-ups) extends its entry."""

@@ -125,7 +125,8 @@ def run(args) -> int:
     info = spec.info
     result = attribute(prefix_values, higher_is_better=info.higher_is_better, names=names,
                        leave_one_out=loo or None, unit=info.unit, skipped=skipped or None,
-                       min_effect=min_effect, sequential=design, stored=meter.stored if design else None)
+                       min_effect=min_effect, sequential=design, stored=meter.stored if design else None,
+                       together=meter.together if design else None)
     from toolkit.analysis import quality_runs
 
     from toolkit.results.artifacts import VouchedStore
@@ -142,7 +143,7 @@ def run(args) -> int:
                     "prefix_values": prefix_values, "leave_one_out": loo, "skipped": skipped,
                     "builds": meter.builds, "runs": meter.runs, "min_effect": min_effect,
                     "notes": vouched.notes,
-                    "sequential": steps_json(steps, names), "sequential_legend": step_legend(design),
+                    "sequential": steps_json(steps, names, meter), "sequential_legend": step_legend(design),
                     "values_from": [{"label": label, "identity": key, "values": vals, "runs": ids}
                                     for label, key, vals, ids in meter.log]})
         return 1 if unmeasured else 0
@@ -158,7 +159,7 @@ def run(args) -> int:
     else:
         console.print("[dim]every row: the sequential verdict of the values launched until settled (p column "
                       "\"seq.\", its interval; the rule below)[/]")
-    print_steps(steps, names, design)
+    print_steps(steps, names, design, meter)
     for line in quality_runs.lines(answers):
         console.print(f"answers: {line}", markup=False, highlight=False)
     if answers:
@@ -229,7 +230,8 @@ def measure_steps(meter, recipe, stack, names, design, hib, leave_one_out: bool)
     err.print(f"sequential: {len(over)} variant(s), each step launched until settled "
               f"({design.min_repeats}..{design.max_repeats} each)")
     values, verdicts = settle_pairs(lambda label, k: meter.measure(label, over[label], k), list(over), pairs,
-                                    design, hib, stored=lambda label: meter.stored.get(label, 0))
+                                    design, hib, stored=lambda label: meter.stored.get(label, 0),
+                                    together=meter.together)
     loo = {i: values[f"without{i}"] for i in range(1, n + 1) if leave_one_out and values.get(f"without{i}")}
     skipped = {i: meter.skipped.get(f"without{i}", "no values") for i in range(1, n + 1)
                if leave_one_out and not values.get(f"without{i}")}
@@ -242,13 +244,24 @@ def _step_name(a: str, b: str, names) -> str:
     return f"+{b[len('prefix'):]} {names[int(b[len('prefix'):]) - 1]}"
 
 
-def steps_json(steps, names):
+def steps_json(steps, names, meter=None):
     if steps is None:
         return None
     return [{"a": a, "b": b, "step": _step_name(a, b, names), "verdict": v.verdict, "settled": v.settled,
              "noisy": v.noisy, "launches_each": v.n, "ratio": v.ratio, "low": v.low, "high": v.high,
-             "prior_dof": v.prior_dof, "text": v.text}
+             "prior_dof": v.prior_dof, "left_out": list(_left_out(meter, a, b)), "text": _step_text(v, meter, a, b)}
             for (a, b), v in steps.items()]
+
+
+def _left_out(meter, a: str, b: str) -> tuple[str, ...]:
+    """The step's runs from another campaign, left out of its verdict (toolkit.analysis.campaigns)."""
+    return meter.left_out(a, b) if meter is not None and hasattr(meter, "left_out") else ()
+
+
+def _step_text(v, meter, a: str, b: str) -> str:
+    from toolkit.analysis.campaigns import qualifier
+
+    return v.text + qualifier(_left_out(meter, a, b))
 
 
 def step_legend(design):
@@ -257,9 +270,10 @@ def step_legend(design):
     return seq.legend(design) if design is not None else None
 
 
-def print_steps(steps, names, design) -> None:
+def print_steps(steps, names, design, meter=None) -> None:
     if steps is None:
         return
     for (a, b), v in steps.items():
-        console.print(f"sequential: {_step_name(a, b, names)}: {v.text}", markup=False, highlight=False)
+        console.print(f"sequential: {_step_name(a, b, names)}: {_step_text(v, meter, a, b)}", markup=False,
+                      highlight=False)
     console.print(f"[dim]{escape(step_legend(design))}[/]")
