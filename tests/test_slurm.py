@@ -374,3 +374,44 @@ def test_a_sweep_through_slurm_launches_the_defaults_server_once(slurm, shared_h
     assert fi["same_server_as"] == doc["variants"][0]["variant"] and not fi["failed"], fi
     runs = [r for r in Store(store).runs() if r.recipe == fi["variant"]]
     assert len(runs) == 1 and runs[0].extra["same_server_as"] and not Store(store).samples([runs[0].run_id])
+
+
+def test_a_point_a_killed_track_left_short_gets_only_the_runs_it_lacks_through_slurm(slurm, home, monkeypatch,
+                                                                                     four_releases):  # noqa: F811
+    """`track --repeats 2` killed between its passes leaves a point with one run of the two asked; the next
+    track through Slurm gives that point the one run it lacks (was: its job launched 2 more, 3 in all, and
+    the series mixed 2- and 3-run points), and the point is done."""
+    import signal
+
+    _env(monkeypatch, four_releases)
+    (home / "config.toml").write_text(f'[cluster]\npoll_s = 0.5\nnode_home = "{home}"\n')
+    argv = ["track", "demo/update", "--source", "sglang", "--releases", "--limit", "2", "--repeats", "2"]
+    store = Store(home / "results.sqlite")
+
+    def ok_runs() -> dict:
+        out: dict = {}
+        for r in store.tracked_runs("demo/update") if (home / "results.sqlite").exists() else []:
+            if r.status == "ok":
+                pid = r.extra["track"]["point"]["id"]
+                out[pid] = out.get(pid, 0) + 1
+        return out
+
+    env = {**os.environ, "PATCHBENCH_HOME": str(home)}
+    proc = subprocess.Popen([sys.executable, "-m", "toolkit", *argv], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 180
+    try:  # the second pass has begun: one point has both runs, the other one
+        while time.monotonic() < deadline and proc.poll() is None and sum(ok_runs().values()) < 3:
+            time.sleep(0.1)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    before = ok_runs()
+    short = sorted(p for p, n in before.items() if n < 2)
+    assert short and len(before) == 2, before
+    out = patchbench(home, *argv, "--json", "--executor", "slurm")
+    assert out.returncode == 0, out.stderr[-2000:]
+    after = ok_runs()
+    assert all(after[p] == 2 for p in before), (before, after)  # the one run each short point lacked
+    again = patchbench(home, *argv, "--json", "--executor", "slurm")
+    assert again.returncode == 0 and set(before) <= set(json.loads(again.stdout)["already_measured"])

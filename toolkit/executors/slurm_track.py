@@ -10,7 +10,8 @@ imported runs: a job that ended without its runs (cancelled, timed out) leaves i
 the next `track` measures it again.
 
 With `--repeats N` a point's N runs are consecutive on its node (no passes over every point: the
-points run on different nodes; pin the hardware with `--slurm-arg constraint=...`).
+points run on different nodes; pin the hardware with `--slurm-arg constraint=...`); a point a killed
+track left short of its N runs gets the runs it lacks, as in the local loop.
 """
 
 from __future__ import annotations
@@ -37,15 +38,16 @@ class TrackPointJob:
     source: str
     point: object  # toolkit.history.points.Point
     stack: str  # the stack digest the submitting side computed (the point's identity in the store)
-    repeats: int
+    repeats: int  # the runs the track asks of a point (recorded with each run)
     group_id: str
     node_home: str
     store_url: str | None = None  # as SweepJob's (toolkit/executors/job.py)
+    launches: int | None = None  # the runs this job launches (a point left short: the ones it lacks); None: repeats
 
 
 def run_track_point_job(job: TrackPointJob) -> dict:
     """On the node: prepare the recipe at the point (recording a stack that does not apply or an env
-    that does not build), then `repeats` runs. The point's outcome in done.json."""
+    that does not build), then `launches` runs (default `repeats`). The point's outcome in done.json."""
     from toolkit.history.points import variant_for
     from toolkit.history.track import measure_once, prepare_point
 
@@ -58,7 +60,7 @@ def run_track_point_job(job: TrackPointJob) -> dict:
                                  lambda p: variant_for(job.recipe, job.source, p, home), res, home=home,
                                  store=store, console=console, group_id=job.group_id,
                                  repeats=job.repeats)
-        for r in range(job.repeats if prepared is not None else 0):
+        for r in range((job.repeats if job.launches is None else job.launches) if prepared is not None else 0):
             measure_once(pt, prepared, r, res, home=home, store=store, console=console, group_id=job.group_id)
     return write_done(folder, {"job_id": job_id, "node": socket.gethostname(), "point": pt.label,
                                 "run_ids": res.run_ids, "ok": sorted(res.ok), "failed": res.failed,
@@ -70,14 +72,16 @@ def slurm_points(recipe, source: str, *, cfg: ClusterConfig, home: Path, store: 
     """The `elsewhere` of `toolkit.history.track.track`: every point to measure as its own job, all
     submitted at once; returns when every job is over and its runs are in `store`."""
 
-    def measure(todo: list, stack: str, res: TrackResult) -> None:
+    def measure(todo: list, stack: str, res: TrackResult, left: dict | None = None) -> None:
+        """`left`: point id -> the runs it lacks (default: `repeats` each)."""
         c = for_recipes(cfg, [recipe])
         submitted = []
         try:
             for n, pt in enumerate(todo, 1):
                 announce(console, n, len(todo), source, pt)
                 job = TrackPointJob(recipe=recipe, source=source, point=pt, stack=stack, repeats=repeats,
-                                    group_id=group_id, node_home=c.node_home, store_url=direct_store(store))
+                                    group_id=group_id, node_home=c.node_home, store_url=direct_store(store),
+                                    launches=(left or {}).get(pt.id, repeats))
                 submitted.append(submit(run_track_point_job, job, names=[f"{recipe.name}@{pt.label}"],
                                         home=home, cfg=c, command="track", console=console))
         finally:  # a refused submission still waits for, and imports, the jobs already submitted

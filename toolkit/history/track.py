@@ -135,8 +135,9 @@ def track(recipe: Recipe, source: str, points: list[Point], variant: Callable[[P
           home: Path, store: Store, console: Console, repeats: int = 1, group_id: str = "",
           limit: int | None = None, elsewhere: Callable | None = None, settle=None) -> TrackResult:
     """Measure each point of `points` not done yet (see the module doc); `limit`: at most that many
-    new points this time. `elsewhere(todo, stack, res)`: measures the points not done elsewhere (Slurm
-    jobs, toolkit/executors/slurm_track.py), their runs in `store` and `res` filled when it returns.
+    new points this time. `elsewhere(todo, stack, res, left)`: measures the points not done elsewhere (Slurm
+    jobs, toolkit/executors/slurm_track.py; `left`: point id -> the runs it lacks), their runs in `store` and
+    `res` filled when it returns.
     `settle`: a sequential design: the steps among the points measured now that look like a change
     launch until settled (toolkit/history/settle.py). Raises TrackBusy when another track holds the workspace."""
     lock = workspace_lock(home)
@@ -173,7 +174,7 @@ def _track(recipe, source, points, variant, *, home, store, console, repeats, gr
         todo = todo[:limit]
     res.again = {p.label: older[p.id] for p in todo if p.id in older}
     if elsewhere is not None:
-        elsewhere(todo, stack, res)
+        elsewhere(todo, stack, res, {p.id: left[p.id] for p in todo})  # each point the runs it lacks
         res.measured = [pt.label for pt in todo if pt.label in res.ok]
         return res
     ready = []
