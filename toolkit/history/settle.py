@@ -12,7 +12,10 @@ made of. A flagged step launches both of its points in rounds (toolkit.analysis.
 min_repeats .. max_repeats each) until `toolkit.analysis.sequential` settles it (faster, slower, or
 equal within min_effect: a one-run fluke is then shown to be no change) or it is futile; a step that
 does not look like a change costs nothing more. A point shared by two flagged steps is launched once
-per round. The verdicts are per step, each false with probability <= alpha (not corrected jointly
+per round. A step judges only the launches of its two points made together (toolkit.analysis.campaigns:
+in a track that launched both, or in this one): a point's stored runs from an earlier track (another
+day, another load on the box) are left out of its looks and named in the step, and the point launches
+again here. The verdicts are per step, each false with probability <= alpha (not corrected jointly
 over the steps). Effects: launches through `measure_once`, store writes.
 """
 
@@ -52,6 +55,7 @@ def settle_steps(recipe, entries, res, design: seq.Design, *, measure_once, prep
     whose step was not settled by then): its stored runs are handed out first, so a settled step
     costs nothing and an unsettled one goes on where it stopped. `prepare(point)` builds a point
     measured before when its step needs a launch (None: it cannot be launched)."""
+    from toolkit.analysis import campaigns
     from toolkit.analysis.selection import values_at
 
     if len(entries) < 2:
@@ -96,8 +100,31 @@ def settle_steps(recipe, entries, res, design: seq.Design, *, measure_once, prep
         handed[label] += len(got)
         return got or None
 
+    def handed_rows(label: str) -> list:
+        """The stored rows of the runs whose values were handed out for `label`, in order."""
+        ids = [rid for rid in runs[label] if values_at(store.samples([rid], metric=metric), metric, point, [rid])]
+        ids = ids[:handed[label]]
+        rows = {r.run_id: r for r in store.runs(run_ids=ids)} if ids else {}
+        return [rows[rid] for rid in ids if rid in rows]
+
+    def split(a: str, b: str):
+        return campaigns.split(handed_rows(a), handed_rows(b), here=kw.get("group_id") or None)
+
+    def together(a: str, b: str):
+        sp = split(a, b)
+        return ([r.run_id in sp.a for r in handed_rows(a)], [r.run_id in sp.b for r in handed_rows(b)])
+
+    def left_out(a: str, b: str) -> tuple[str, ...]:
+        sp = split(a, b)
+        rows = {r.run_id: r for r in handed_rows(a) + handed_rows(b)}
+        return campaigns.left_out(a, b, sp, rows)
+
     labels = list(dict.fromkeys(x for pair in pairs for x in pair))
-    _, verdicts = settle_pairs(measure, labels, pairs, design, hib)
-    return [{"before": a, "after": b, "metric": metric, "point": point, "verdict": v.verdict, "settled": v.settled,
-             "launches_each": v.n, "ratio": v.ratio, "low": v.low, "high": v.high, "text": v.text}
-            for (a, b), v in verdicts.items()]
+    _, verdicts = settle_pairs(measure, labels, pairs, design, hib, together=together)
+    out = []
+    for (a, b), v in verdicts.items():
+        left = left_out(a, b)
+        out.append({"before": a, "after": b, "metric": metric, "point": point, "verdict": v.verdict,
+                    "settled": v.settled, "launches_each": v.n, "ratio": v.ratio, "low": v.low, "high": v.high,
+                    "left_out": list(left), "text": v.text + campaigns.qualifier(left)})
+    return out
