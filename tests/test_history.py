@@ -200,6 +200,33 @@ def test_a_track_killed_between_its_passes_gives_the_short_points_their_runs(hom
     assert set(before) <= set(again["already_measured"]) and not set(before) & set(again["measured"])
 
 
+def test_a_point_that_failed_to_build_is_built_again_once_its_build_table_is_edited(home, monkeypatch, capsys,
+                                                                                   tmp_path, four_releases):
+    """A point whose env did not build (here: a [build] package no index has) is recorded `build-failed`
+    and not tried again while nothing changed; once [build] is edited (the package dropped) the next
+    track builds and measures it, and says why (was: recorded done for good, whatever the recipe became)."""
+    import shutil
+
+    _env(monkeypatch, four_releases)
+    recipes = tmp_path / "recipes"
+    shutil.copytree(REPO_ROOT / "recipes" / "demo", recipes / "demo")
+    toml = recipes / "demo" / "update.toml"
+    good = toml.read_text()
+    assert '[build]\nmode = "full"\n' in good
+    toml.write_text(good.replace('[build]\nmode = "full"\n',
+                                 '[build]\nmode = "full"\npackages = ["patchbench-no-such-package==0.0.1"]\n'))
+    monkeypatch.setenv("PATCHBENCH_RECIPES", str(recipes))
+    argv = ["track", "demo/update", "--source", "sglang", "--releases", "--limit", "1"]
+    rc, out = cli_json(capsys, argv)
+    assert out["not_measured"]["0.1.0"]["outcome"] == "build-failed", out
+    rc, again = cli_json(capsys, argv)  # nothing changed: not built again
+    assert "0.1.0" in again["already_measured"] and "0.1.0" not in again["measured"], again
+    toml.write_text(good)  # [build] edited: the package dropped
+    rc, fixed = cli_json(capsys, argv)
+    assert rc == 0 and fixed["measured"] == ["0.1.0"], fixed
+    assert "[build] edited since it failed to build" in json.dumps(fixed), fixed
+
+
 def patched_recipes(tmp_path: Path, releases: dict) -> Path:
     """A recipes folder with `patched`: demo/update plus a patch that applies up to 0.1.1 only."""
     proj = tmp_path / "proj"

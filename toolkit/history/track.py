@@ -5,7 +5,10 @@ Every outcome is a run in the store carrying `extra.track` = {recipe, source, st
 kind, date, tag), outcome}: `measured` runs are the pipeline's own (ok, or failed/invalid with their
 reason); a point whose patch stack does not apply (`does-not-apply`) or whose env does not build
 (`build-failed`) is recorded as a failed run without samples, so the history shows it and the next
-`track` does not try again. A point counts as done when it has an ok run of the recipe's current
+`track` does not try again while nothing it was built from changed: a `build-failed` record holds the
+digest of the recipe's [build] table it failed with, and an edit of [build] (arch, packages, overrides,
+env, ...) builds the point again (`TrackResult.again` says so; records made before 2026-12-06 hold no
+digest and still count). A point counts as done when it has an ok run of the recipe's current
 definition (toolkit/history/definition.py) or one of those records, for the same stack (the digest of
 the patch files): a killed or failed point is measured again next time (one left short of the runs its
 track asked, `extra.track.repeats`, gets the ones it lacks), a changed stack measures every
@@ -84,14 +87,32 @@ def ok_counts(runs: Iterable[RunRow], now: dict | None = None) -> tuple[dict[str
     return have, asked
 
 
-def done_points(runs: Iterable[RunRow], now: dict | None = None) -> set[str]:
+def done_points(runs: Iterable[RunRow], now: dict | None = None, build: str | None = None) -> set[str]:
     """Point ids with as many ok runs (of the definition `now`, when given) as the track that launched
     them asked for (a track killed between its passes left points short: they are not done), or a
-    does-not-apply/build-failed record."""
+    does-not-apply record, or a build-failed one of the [build] digest `build` (when given; a record
+    without a digest counts)."""
     runs = list(runs)
     have, asked = ok_counts(runs, now)
     return ({pid for pid, n in have.items() if n >= asked[pid]}
-            | {point_of(r).get("id") for r in runs if (r.extra.get("track") or {}).get("outcome") in RECORDS})
+            | {point_of(r).get("id") for r in runs if (r.extra.get("track") or {}).get("outcome") in RECORDS
+               and not rebuilt(r, build)})
+
+
+def build_digest(recipe: Recipe) -> str:
+    """The digest of the recipe's [build] table (what an env is built from; `jobs` left out)."""
+    import dataclasses
+    import json
+
+    table = {k: v for k, v in dataclasses.asdict(recipe.build).items() if k != "jobs"}
+    return hashlib.sha256(json.dumps(table, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def rebuilt(record: RunRow, build: str | None) -> bool:
+    """Whether a build-failed `record` is of another [build] than `build` (the point builds again)."""
+    info = record.extra.get("track") or {}
+    return (build is not None and info.get("outcome") == BUILD_FAILED and info.get("build") is not None
+            and info["build"] != build)
 
 
 def older_points(runs: Iterable[RunRow], now: dict) -> dict[str, list[str]]:
@@ -163,7 +184,12 @@ def _track(recipe, source, points, variant, *, home, store, console, repeats, gr
         console.print(f"[yellow]reaped[/]: {line}")
     stack = stack_digest(recipe)
     runs, now = tracked(store, recipe.name, source, stack), definition.current(recipe)
-    done, older = done_points(runs, now), older_points(runs, now)
+    build = build_digest(recipe)
+    done, older = done_points(runs, now, build), older_points(runs, now)
+    for r in runs:  # a point that failed to build, with the [build] edited since: built again
+        pid = point_of(r).get("id")
+        if rebuilt(r, build) and pid not in done:
+            older.setdefault(pid, ["[build] edited since it failed to build"])
     have, _ = ok_counts(runs, now)
     res = TrackResult()
     todo = [p for p in points if p.id not in done]
@@ -239,8 +265,9 @@ def prepare_point(recipe: Recipe, source: str, stack: str, pt: Point, variant: C
     except PatchbenchError as exc:
         outcome = NO_APPLY if exc.step == "apply" and "does not apply" in str(exc) else BUILD_FAILED
         console.print(f"[yellow]{pt.label}: {outcome}[/]: {escape(str(exc))}")
+        built = {"build": build_digest(recipe)} if outcome == BUILD_FAILED else {}
         store.record_run({"recipe": f"{recipe.name}@{pt.label}", "status": "failed", "error": str(exc)[:2000],
-                          "group_id": group_id, "extra": {"track": {**info, "outcome": outcome}}})
+                          "group_id": group_id, "extra": {"track": {**info, "outcome": outcome, **built}}})
         res.recorded[pt.label] = (outcome, str(exc))
         return None
     prepared.extra["track"] = {**info, "outcome": MEASURED}
