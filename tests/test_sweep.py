@@ -346,3 +346,32 @@ def test_sweep_frozen_holds_a_patch_axis_to_the_lock(tmp_path, monkeypatch, home
     err = " ".join(capsys.readouterr().err.split())
     assert "demo/pw[sglang=slower-decode]" in err and "--frozen: patch demo/slower-decode.patch changed" in err, err
     assert len(Store(home / "results.sqlite").runs()) == launches  # stopped before any launch
+
+
+def test_a_sweep_against_a_default_stored_before_the_box_slowed_reads_only_this_campaign(tmp_path, monkeypatch,
+                                                                                          home, capsys):
+    """The sweep's default was stored by an earlier campaign; the box then slowed every step by 15% (the
+    miniature's SGLANG_MINI_BOX_SLOWDOWN, no part of the configuration) and a plain sweep measures a
+    harmless variant (another random seed). The default launches again beside it, and the ranked
+    table's verdict is the one the launching judged, over this campaign's launches only (was: its
+    stored runs against the variant's new ones, the box's 15% read as the variant's)."""
+    proj = demo_project(tmp_path, monkeypatch)
+    _write(proj, "demo/sd", SWEEP.format(prompts=4, repeats=4).replace("concurrency = [1, 8]", "concurrency = [1]")
+           .split("[matrix]")[0] + "[matrix]\nserver.args.random-seed = [1]\n")
+    assert main(["run", "demo/sd", "--repeats", "4", "--json"]) == 0
+    stored = {rid for _, rid in json.loads(capsys.readouterr().out)["runs"]}
+    monkeypatch.setenv("SGLANG_MINI_BOX_SLOWDOWN", "1.15")
+    assert main(["sweep", "demo/sd", "--json", "-o", str(proj / "out")]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    runs = {v["variant"]: v["runs"] for v in doc["variants"]}
+    here = [rid for rid in runs["demo/sd"] if rid not in stored]
+    assert len(here) >= 2 and len(runs["demo/sd"]) == 4 + len(here), runs  # the default launched again, here
+    from toolkit.analysis import sequential as seq
+    from toolkit.analysis.selection import values_at
+
+    store = Store(home / "results.sqlite")
+    a, b = (values_at(store.samples(ids, metric="output_tok_s"), "output_tok_s", 1, ids)
+            for ids in (here, runs["demo/sd[random-seed=1]"]))
+    v = seq.verdict(a, b, higher_is_better=True, design=seq.Design())  # the launches made together only
+    (row,) = [r for r in doc["ranked"] if r["variant"] == "demo/sd[random-seed=1]"]
+    assert row["verdict"].startswith(seq.verdict_word(v)), (row, v.text)

@@ -109,13 +109,22 @@ def rows(store: Store, outcomes: Sequence[Outcome], metric: str, *, sla: Sequenc
             if sequential is not None:  # launched until settled: 2 launches each can be a verdict
                 from toolkit.analysis import sequential as seq
 
+                from toolkit.analysis import campaigns
                 from toolkit.analysis.compare import stored_counts
 
                 base_runs = _runs_at(default, base_at)
-                sa, sb = stored_counts(store, base_runs, runs)  # runs -> their values, as `run` counts them
-                c = seq.settle(c, base, xs, sequential, (len(values(store, base_runs[:sa], metric, base_at)) if sa else 0,
-                                                         len(values(store, runs[:sb], metric, at)) if sb else 0),
-                              launched=True)
+                sp = campaigns.split_ids(store, base_runs, runs)  # the launches made together, as `run` judged
+                if sp.a and sp.b:
+                    base_runs, runs_here = list(sp.a), list(sp.b)
+                    base, ys = values(store, base_runs, metric, base_at), values(store, runs_here, metric, at)
+                else:
+                    runs_here, ys = runs, xs
+                sa, sb = stored_counts(store, base_runs, runs_here)  # runs -> their values, as `run` counts them
+                c = seq.settle(stats.compare_values(base, ys, higher_is_better=hib, unit=metrics.unit_of(metric)),
+                               base, ys, sequential,
+                               (len(values(store, base_runs[:sa], metric, base_at)) if sa else 0,
+                                len(values(store, runs_here[:sb], metric, at)) if sb else 0),
+                               launched=True)
             verdict, change = c.verdict, c.change_pct
         if answers:  # "faster, answers changed" never reads as a plain win
             verdict = f"{verdict}, {answers}"
