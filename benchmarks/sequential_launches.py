@@ -30,7 +30,11 @@ the box is D times noisier now than then), whose spread is the verdict's prior
 launches only), and one more line gives the fixed design pooling the same prior. `--stored H`: the
 reference's first H launches are stored (reused, no launch) and the variant is new, judged with the
 current launches only and with the stored launches a look does not use pooled (`seq.verdict(stored=
-(H, 0))`, what `run`, `sweep` and `attribute` do); launches counted are the new ones.
+(H, 0))`); launches counted are the new ones. That is what `run`, `sweep` and `attribute` did until
+2026-12-06. They now leave a side's runs from another campaign out of the looks and launch that side
+again, interleaved (a box that drifted between campaigns made a stored reference read as an effect:
+benchmarks/campaign_drift.py), so this mode measures a reuse the tool no longer makes, on an
+unchanged box only.
 
 Goal: the sequential mean launches <= 0.5x the fixed design's at equal or better error rates, and
 the false faster/slower rate at zero effect within alpha. Exit status 0 when both hold.
