@@ -187,6 +187,20 @@ def project(tmp_path, home):
     return Project(tmp_path / "proj")
 
 
+# The miniature as a demo project's sglang source, served on the CPU (a recipe written under the
+# `demo_project` fixture's recipes/<dir>/): tests add [server.args], [benchmark], [matrix].
+MINI_SERVED = """[sources.sglang]
+path = "../../upstream/minisglang"
+package_dir = "python"
+[build]
+mode = "full"
+[server]
+model = "minisglang/tiny"
+gpus = 0
+timeout_s = 60
+"""
+
+
 # A recipe over the `project` fixture's upstream (@UPSTREAM@ is its path): tests append tables.
 MINI_RECIPE = """
 description = "base"

@@ -8,21 +8,12 @@ import json
 import re
 import sys
 
-from conftest import demo_project
+from conftest import MINI_SERVED, demo_project
 from nvml_double import FakeNvml, gpu
 from toolkit.cli import main
 
 RECIPE = """description = "{name}"
-[sources.sglang]
-path = "../../upstream/minisglang"
-package_dir = "python"
-[build]
-mode = "full"
-[server]
-model = "minisglang/tiny"
-gpus = 0
-timeout_s = 60
-[server.args]
+""" + MINI_SERVED + """[server.args]
 tp-size = 1
 [benchmark]
 driver = "serving"

@@ -162,6 +162,31 @@ def test_track_resumes_after_a_kill_and_holds_one_lock(home, monkeypatch, capsys
     assert "they have: " in capsys.readouterr().err
 
 
+def tracked_ok_runs(home: Path, recipe: str = "demo/update") -> dict:
+    """The ok runs a track stored, per point id."""
+    out: dict = {}
+    for r in Store(home / "results.sqlite").tracked_runs(recipe) if (home / "results.sqlite").exists() else []:
+        if r.status == "ok":
+            out[r.extra["track"]["point"]["id"]] = out.get(r.extra["track"]["point"]["id"], 0) + 1
+    return out
+
+
+def kill_track_in_second_pass(home: Path, argv: list[str], *, launched: int) -> dict:
+    """Start `patchbench track ...` (argv) in its own process group and SIGKILL it once `launched` ok runs are
+    stored (its second pass begun); the ok runs per point it left."""
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "PATCHBENCH_HOME": str(home)}
+    proc = subprocess.Popen([sys.executable, "-m", "toolkit", *argv], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 180
+    try:
+        while time.monotonic() < deadline and proc.poll() is None and sum(tracked_ok_runs(home).values()) < launched:
+            time.sleep(0.1)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    return tracked_ok_runs(home)
+
+
 def test_a_track_killed_between_its_passes_gives_the_short_points_their_runs(home, monkeypatch, capsys,
                                                                                 four_releases):
     """`track --repeats 2` measures every point once, then once more in reverse order; killed in the second
@@ -169,32 +194,13 @@ def test_a_track_killed_between_its_passes_gives_the_short_points_their_runs(hom
     lack (not counted as done, and not launched twice more), then goes on: every point ends with 2."""
     _env(monkeypatch, four_releases)
     argv = ["track", "demo/update", "--source", "sglang", "--releases", "--limit", "3", "--repeats", "2"]
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
-    proc = subprocess.Popen([sys.executable, "-m", "toolkit", *argv], env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
-    store = Store(home / "results.sqlite")
-
-    def ok_runs() -> dict:
-        out: dict = {}
-        for r in store.tracked_runs("demo/update") if (home / "results.sqlite").exists() else []:
-            if r.status == "ok":
-                out[r.extra["track"]["point"]["id"]] = out.get(r.extra["track"]["point"]["id"], 0) + 1
-        return out
-
-    deadline = time.monotonic() + 180
-    try:  # the second pass has begun (its first point, the newest, has both runs)
-        while time.monotonic() < deadline and proc.poll() is None and sum(ok_runs().values()) < 4:
-            time.sleep(0.1)
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-    before = ok_runs()
+    before = kill_track_in_second_pass(home, argv, launched=4)  # its first point, the newest, has both runs
     short = sorted(p for p, n in before.items() if n < 2)
     assert short and len(before) == 3, before  # killed between the passes: some points have one run
     rc, out = cli_json(capsys, argv)
     assert rc == 0 and set(short) <= set(out["measured"]), (before, out)
     assert not set(short) & set(out["already_measured"])
-    after = ok_runs()
+    after = tracked_ok_runs(home)
     assert all(after[p] == 2 for p in before), (before, after)  # each short point got the one run it lacked
     rc, again = cli_json(capsys, argv)  # and they are done now
     assert set(before) <= set(again["already_measured"]) and not set(before) & set(again["measured"])

@@ -12,23 +12,14 @@ import os
 
 import pytest
 
-from conftest import REPO_ROOT, demo_project
+from conftest import MINI_SERVED, REPO_ROOT, demo_project
 from toolkit.cli import main
 from toolkit.results.store import Store
 from toolkit.run.same_server import resolved
 
 SAME = """
 description = "same-server test"
-[sources.sglang]
-path = "../../upstream/minisglang"
-package_dir = "python"
-[build]
-mode = "full"
-[server]
-model = "minisglang/tiny"
-gpus = 0
-timeout_s = 60
-[server.args]                           # no --random-seed: the miniature picks one per launch, as sglang does
+""" + MINI_SERVED + """[server.args]                           # no --random-seed: the miniature picks one per launch, as sglang does
 mini-step-base-ms = 3
 mini-step-per-seq-us = 500
 [benchmark]

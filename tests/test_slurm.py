@@ -16,7 +16,7 @@ import pytest
 
 from slurm_cluster import SlurmCluster, unavailable
 from test_analysis_e2e import mini  # noqa: F401  (fixture: a git copy of the miniature upstream)
-from test_history import _env, four_releases, patched_recipes  # noqa: F401  (four_releases: a fixture)
+from test_history import _env, four_releases, kill_track_in_second_pass, patched_recipes, tracked_ok_runs  # noqa: F401  (four_releases: a fixture)
 from toolkit.results.store import Store
 
 # One Slurm cluster (a session fixture) for all of them: on one pytest-xdist worker.
@@ -381,37 +381,15 @@ def test_a_point_a_killed_track_left_short_gets_only_the_runs_it_lacks_through_s
     """`track --repeats 2` killed between its passes leaves a point with one run of the two asked; the next
     track through Slurm gives that point the one run it lacks (was: its job launched 2 more, 3 in all, and
     the series mixed 2- and 3-run points), and the point is done."""
-    import signal
-
     _env(monkeypatch, four_releases)
     (home / "config.toml").write_text(f'[cluster]\npoll_s = 0.5\nnode_home = "{home}"\n')
     argv = ["track", "demo/update", "--source", "sglang", "--releases", "--limit", "2", "--repeats", "2"]
-    store = Store(home / "results.sqlite")
-
-    def ok_runs() -> dict:
-        out: dict = {}
-        for r in store.tracked_runs("demo/update") if (home / "results.sqlite").exists() else []:
-            if r.status == "ok":
-                pid = r.extra["track"]["point"]["id"]
-                out[pid] = out.get(pid, 0) + 1
-        return out
-
-    env = {**os.environ, "PATCHBENCH_HOME": str(home)}
-    proc = subprocess.Popen([sys.executable, "-m", "toolkit", *argv], env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
-    deadline = time.monotonic() + 180
-    try:  # the second pass has begun: one point has both runs, the other one
-        while time.monotonic() < deadline and proc.poll() is None and sum(ok_runs().values()) < 3:
-            time.sleep(0.1)
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-    before = ok_runs()
+    before = kill_track_in_second_pass(home, argv, launched=3)  # one point has both runs, the other one
     short = sorted(p for p, n in before.items() if n < 2)
     assert short and len(before) == 2, before
     out = patchbench(home, *argv, "--json", "--executor", "slurm")
     assert out.returncode == 0, out.stderr[-2000:]
-    after = ok_runs()
+    after = tracked_ok_runs(home)
     assert all(after[p] == 2 for p in before), (before, after)  # the one run each short point lacked
     again = patchbench(home, *argv, "--json", "--executor", "slurm")
     assert again.returncode == 0 and set(before) <= set(json.loads(again.stdout)["already_measured"])

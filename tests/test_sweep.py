@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from conftest import MINI_RECIPE, demo_project
+from conftest import MINI_RECIPE, MINI_SERVED, demo_project
 from toolkit.analysis.pareto import Point, dominated_variants, front
 from toolkit.analysis.sla import Bisection, max_points, parse_bound, search
 from toolkit.cli import main
@@ -171,16 +171,7 @@ def test_pareto_front_membership():
 
 SWEEP = """
 description = "sweep test"
-[sources.sglang]
-path = "../../upstream/minisglang"
-package_dir = "python"
-[build]
-mode = "full"
-[server]
-model = "minisglang/tiny"
-gpus = 0
-timeout_s = 60
-[server.args]
+""" + MINI_SERVED + """[server.args]
 tp-size = 1
 random-seed = 0
 mini-step-base-ms = 4
