@@ -26,14 +26,13 @@ from rich.markup import escape
 
 from toolkit.results import metrics
 from toolkit.run import autotune_record, evidence, jit_check, machine, quality as output_check, reaper, server as srv
-from toolkit.run import serving_step
+from toolkit.run import one_batch_step, serving_step
 from toolkit.run.attempt import (Attempt, Prepared, RunInvalid, keep_measured, log_paths, recorded, signals_interrupt,
                                  supervise, unkept)
 from toolkit.run.bench import Sample, point_record
 from toolkit.run.gpustate import record as gpu_record
 from toolkit.run.gpustate.owners import patchbench_tree
 from toolkit.run.hoststate import HostSampler
-from toolkit.run.bench.one_batch import find_one_batch_module, one_batch_argv, parse_one_batch_jsonl, run_one_batch
 from toolkit.envs import Env, ensure_env as build_env
 from toolkit.errors import BadInput, NoGPU, PatchbenchError, plural, raise_refused
 from toolkit.recipe.load import Recipe
@@ -231,7 +230,7 @@ def benchmark(verified: Verified) -> Measured:
     host = HostSampler(lambda: patchbench_tree(server_pid)).start()  # who else used the CPUs
     try:
         if bench.driver == "one-batch":
-            samples, errors, points = _one_batch(attempt), [], []
+            samples, errors, points = one_batch_step.measure(attempt), [], []
         else:
             samples, errors, accounts, points = serving_step.measure(server.url, bench, attempt.console, attempt.prepared.name,
                                                  model=attempt.prepared.recipe.server.model,
@@ -410,22 +409,6 @@ def run_once(p: Prepared, *, home: Path, store: Store, repeat: int, group_id: st
                   answer_launches=answer_launches, answer_rule=answer_rule, same_server=same_server) as attempt:
         _run_steps(steps_until(until)[1], attempt, attempt.timings, attempt)
     return attempt.run_id
-
-
-def _one_batch(a: Attempt) -> list[Sample]:
-    p, bench = a.prepared, a.prepared.recipe.benchmark
-    environ = launch_environ(p.env.run_environ(), p.recipe.server.env, a.run_dir)
-    a.extra["launch_env"] = launch_env_record(environ, p.recipe.server.env)
-    out = a.run_dir / "one_batch.jsonl"
-    log = a.logs["one-batch"] = a.run_dir / "one_batch.log"
-    argv = one_batch_argv(python=str(p.env.python), module=find_one_batch_module(p.env.python, environ),
-                          model_path=p.recipe.server.model, batch_sizes=bench.batch_sizes,
-                          input_len=bench.input_len, output_len=bench.output_len, result_filename=str(out),
-                          server_argv=recipe_args(p.recipe.server))
-    a.logs["result"] = out
-    run_one_batch(argv, log=log, environ=environ, timeout_s=bench.timeout_s,
-                  started=lambda proc: supervise(a, proc, "one-batch", stop=lambda: None))
-    return parse_one_batch_jsonl(out, input_len=bench.input_len, output_len=bench.output_len)
 
 
 def run_sweep(recipes: list[Recipe], *, home: Path, store: Store, repeats: int | None = None, until: str = "store",
