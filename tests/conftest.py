@@ -91,10 +91,29 @@ def git(cwd, *args) -> str:
     return proc.stdout.strip()
 
 
+def run_dir(tmp_path_factory) -> Path:
+    """The test run's own temp directory, shared by its pytest-xdist workers (pytest-N, removed with
+    pytest's old runs); the worker's basetemp without xdist."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+@pytest.fixture(scope="session")
+def run_ccache(tmp_path_factory) -> Path:
+    """One compiler cache for every `home` of the test run, as one PATCHBENCH_HOME shares it across
+    envs: the miniature's two CUDA files cost ~1 CPU-s of nvcc each, paid once per run instead of in
+    every test that builds an env (a hit: 0.07 s). ccache is safe for concurrent builds; a test that
+    counts hits and misses keeps a cache of its own (test_build's `pb_home`)."""
+    d = run_dir(tmp_path_factory) / "ccache"
+    d.mkdir(exist_ok=True)
+    return d
+
+
 @pytest.fixture
-def home(tmp_path, monkeypatch):
+def home(tmp_path, monkeypatch, run_ccache):
     h = tmp_path / "home"
     h.mkdir()
+    (h / "ccache").symlink_to(run_ccache, target_is_directory=True)
     monkeypatch.setenv("PATCHBENCH_HOME", str(h))
     return h
 
@@ -314,9 +333,7 @@ def once_per_run(tmp_path_factory, name: str, produce):
     """`produce()` (a JSON value) computed once per test run however many pytest-xdist workers ask:
     the first computes it under a FileLock in the run's own temp directory (shared by its workers),
     the others read it. Nothing outlives the run: every run computes it afresh."""
-    base = tmp_path_factory.getbasetemp()
-    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # workers: pytest-N/popen-gwK
-    path = root / f"once-{name}.json"
+    path = run_dir(tmp_path_factory) / f"once-{name}.json"  # workers: pytest-N/popen-gwK
     with FileLock(str(path) + ".lock"):
         if path.is_file():
             return json.loads(path.read_text())

@@ -236,6 +236,14 @@ def test_nvcc_launcher_makes_flashinfer_style_commands_cacheable(tmp_path, pb_ho
     assert cache.stats(pb_home) == {"hits": 1, "misses": 1}
 
 
+def test_every_home_of_a_test_run_shares_one_compiler_cache(home, run_ccache, tmp_path):
+    """The `home` fixture's compiler cache is where patchbench puts a home's cache, and it is the test
+    run's one (conftest.run_ccache): the miniature's CUDA files are compiled once per run, not by every
+    test that builds an env. Counting tests (above) keep their own in `pb_home`."""
+    env = build.CompilerCache("ccache", Path("/usr/bin/ccache"), None).environ(home, tmp_path)
+    assert Path(env["CCACHE_DIR"]).resolve() == run_ccache.resolve()
+
+
 # --------------------------------------------------------------------------------------------
 # toolchain dir, FlashInfer environment, sgl-kernel
 # --------------------------------------------------------------------------------------------
