@@ -29,6 +29,10 @@ MM = get_op("flashinfer.mm_fp4")
 MOE = get_op("flashinfer.cutlass_fused_moe")
 TEST = get_op("test.matmul")
 
+# `measured` (two torch probes in a torch venv) built by one worker, not by each one that
+# --dist loadgroup hands one of the tests asking for it
+pytestmark = pytest.mark.xdist_group("kernels-measured")
+
 
 # ---------------------------------------------------------------------------------------- shapes
 

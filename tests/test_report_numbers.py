@@ -14,6 +14,10 @@ import pytest
 
 from toolkit.cli import main
 
+# one worker builds the module's campaign (under --dist loadgroup its tests would otherwise go to
+# several workers, each launching the whole campaign again: ~7 CPU-s each)
+pytestmark = pytest.mark.xdist_group("report-numbers")
+
 
 @pytest.fixture(scope="module")
 def measured(tmp_path_factory):
