@@ -23,10 +23,15 @@ def test_a_level_outside_the_table_is_simulated_once_and_kept(tmp_path, monkeypa
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     args = (0.05, 2, 4, 6, 0, 0, 2)  # a stored-spread prior of 6 df: not shipped
     assert cache.lookup(args) is None
+    simulated = []  # what each simulation nominal_level ran returned (a simulation is ~1 CPU-s here)
+    simulate = level.simulated_level
+    monkeypatch.setattr(level, "simulated_level", lambda *a: simulated.append(simulate(*a)) or simulated[-1])
     value = level.nominal_level.__wrapped__(*args)
-    assert value == level.simulated_level(*args)
+    assert simulated == [value]  # the simulation's own number, simulated once
     kept = tmp_path / "patchbench" / "sequential-levels" / cache.code_hash() / cache.key(args)
     assert kept.is_file() and cache.lookup(args) == value
+    assert level.nominal_level.__wrapped__(*args) == value and len(simulated) == 1  # kept: read, not simulated
     kept.write_text("half a numb")  # damaged: simulated again, never read as a level
     assert cache.lookup(args) is None
     assert level.nominal_level.__wrapped__(*args) == value and cache.lookup(args) == value
+    assert simulated == [value, value]
