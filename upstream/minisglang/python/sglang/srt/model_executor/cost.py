@@ -9,15 +9,11 @@ that changes a constant here changes the measured speed for real:
 
 Read the constants through the functions below (they look the module attributes up at call time).
 The --mini-step-base-ms / --mini-step-per-seq-us / --mini-prefill-base-ms /
---mini-prefill-per-token-us server flags override them, for tests only. The environment variable
-SGLANG_MINI_BOX_SLOWDOWN (a factor, default 1) multiplies every effective cost: a loaded box, for
-tests only. It is inherited from the calling shell, not set by a recipe, so it is no part of a run's
-configuration (two campaigns of the same recipe, one on a "loaded box").
+--mini-prefill-per-token-us server flags override them, for tests only.
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Optional
 
@@ -75,7 +71,12 @@ def cost_model(
 
 
 def box_slowdown() -> float:
-    """SGLANG_MINI_BOX_SLOWDOWN as a factor (unset, empty or not a positive number: 1)."""
+    """SGLANG_MINI_BOX_SLOWDOWN as a factor (unset, empty or not a positive number: 1). It multiplies
+    every effective cost: a loaded box, for tests only. It is inherited from the calling shell, not set
+    by a recipe, so it is no part of a run's configuration (two campaigns of the same recipe, one on a
+    "loaded box"). Kept below the constants, so the demo patches' line numbers hold."""
+    import os
+
     try:
         factor = float(os.environ.get("SGLANG_MINI_BOX_SLOWDOWN") or 1.0)
     except ValueError:
