@@ -142,3 +142,31 @@ def test_a_variant_measured_before_the_default_does_not_make_the_default_its_cop
     assert by[fi]["same_server_as"] == "demo/same" and by["demo/same"]["same_server_as"] is None
     assert by["demo/same"]["runs"], by["demo/same"]
     assert {r["variant"]: r["verdict"] for r in doc["ranked"]}[fi] == "same server as demo/same"
+
+
+def test_compare_and_report_of_a_variant_that_is_the_defaults_server_say_so(tmp_path, monkeypatch, home, capsys):
+    """`compare V DEFAULT` of a variant the sweep found to be the default's server: no verdict of a server
+    against itself (exit 2, as a recipe compared with itself), and the message names the configuration and
+    the launch that showed it, not "no ok, verified results"; against another variant, and in `report`, it
+    names the configuration whose numbers stand for it."""
+    proj = demo_project(tmp_path, monkeypatch)
+    (proj / "recipes" / "demo" / "same.toml").write_text(
+        SAME.replace("benchmark.input_len = [8, 12]", "").replace("repeats = 2", "repeats = 1"))
+    fi, tr = "demo/same[attention-backend=flashinfer]", "demo/same[attention-backend=triton]"
+    assert main(["sweep", "demo/same", "--fixed", "-o", str(proj / "out")]) == 0
+    capsys.readouterr()
+    (verify,) = [r for r in Store(home / "results.sqlite").runs() if r.recipe == fi]
+    said = f"{fi} is the same server as demo/same (sglang resolved both to one configuration: run {verify.run_id})"
+    for order in ([fi, "demo/same"], ["demo/same", fi]):
+        assert main(["compare", *order]) == 2
+        out = capsys.readouterr()
+        assert said in out.err and "no ok, verified results" not in out.err, out.err
+        assert "no verdict" in out.err and not out.out
+    assert main(["compare", "demo/same", fi, tr]) == 2
+    assert f"`patchbench compare demo/same {tr}`" in capsys.readouterr().err
+    assert main(["compare", tr, fi]) == 2
+    err = capsys.readouterr().err
+    assert said in err and f"`patchbench compare {tr} demo/same`" in err, err
+    assert main(["report", fi, "-o", str(proj / "rep")]) == 2
+    err = capsys.readouterr().err
+    assert said in err and "`patchbench report demo/same`" in err, err

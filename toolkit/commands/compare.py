@@ -134,6 +134,11 @@ def run(args) -> int:
         sel = select(store, args.recipes, criteria, current=definitions(args.recipes),
                      metrics=sorted({s.metric for s in specs}) if specs else None)
     except MissingResults as exc:
+        from toolkit.analysis.same_server_runs import refusal
+
+        same = refusal(store, list(args.recipes), exc.recipes, definitions(args.recipes))
+        if same is not None:  # a sweep found it to be another configuration's server: no runs of its own
+            raise same from None
         elsewhere = {n: same_configuration_labels(store, n) for n in exc.recipes}
         named = "; ".join(f"{n}'s configuration is stored as {', '.join(o)}" for n, o in elsewhere.items() if o)
         if named:

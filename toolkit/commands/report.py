@@ -74,10 +74,15 @@ def run(args) -> int:
         data = collect(store, args.recipes, args.metric, title=args.title,
                        criteria=criteria_from_args(args), min_effect=args.min_effect,
                        current=definitions(args.recipes))
-    except BadInput:  # no stored runs: a report of the kernel tables alone, when there are some
+    except BadInput as exc:  # no stored runs: a report of the kernel tables alone, when there are some
+        from toolkit.analysis.same_server_runs import refusal
         from toolkit.kernels import records
 
         if not records.latest(home_of(args), args.recipes[0]):
+            same = refusal(store, list(args.recipes), getattr(exc, "recipes", []), definitions(args.recipes),
+                           verb="report")
+            if same is not None:  # a sweep found it to be another configuration's server
+                raise same from None
             raise
         return _kernels_only(args, out)
     figures = plots(data)
