@@ -85,12 +85,12 @@ def run(args) -> int:
     from toolkit.kernels.measure import Settings
     from toolkit.kernels.shapes import resolve_shapes
 
-    shapes = resolve_shapes(args.shapes, recipe, op, args.m)
+    shapes = resolve_shapes(args.shapes, recipe, op, args.m)  # a bad --shapes fails before anything is built
     settings = Settings(warmup=args.warmup, iters=args.iters, trials=args.trials, flush_mb=args.flush_mb,
                         device=args.device, autotune=not args.no_autotune, cuda_graph=not args.no_cuda_graph)
     result = run_kernels(recipe, op, shapes, home=home, shapes_from=args.shapes, backends=args.backend,
                          settings=settings, frozen=args.frozen, console=err,
-                         follow_server=not (args.autotune or args.no_autotune))
+                         follow_server=not (args.autotune or args.no_autotune), ms=args.m)
     _show(result.records, args.json)
     bad = [r for rec in result.records for r in rows(rec) if r.verdict != "ok"]
     for r in bad:
@@ -104,9 +104,12 @@ def _show(recs: list[dict], as_json: bool) -> None:
     if as_json:
         print_json({"tables": [{"recipe": r["recipe"], "op": r["op"], "backend": r.get("backend"),
                                 "env_key": r.get("env_key"), "path": r.get("_path"), "probe": r.get("probe"),
+                                "shapes_from": r.get("shapes_from"), "shapes_basis": r.get("shapes_basis"),
                                 "rows": [x.to_dict() for x in rows(r)]} for r in recs]})
         return
     for rec in recs:
         console.print(render_rows(rec))
+        if rec.get("shapes_basis"):
+            console.print(f"model shapes at {rec['shapes_basis']}", markup=False, highlight=False)
         console.print(f"[dim]stored: {rec.get('_path')}; efficiency = roofline floor (max(bytes / memory "
                       "bandwidth, FLOPs / peak), toolkit/data/gpus.toml) / measured median[/]")

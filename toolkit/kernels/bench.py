@@ -82,10 +82,13 @@ def server_kernel_config(args: dict, environ: dict) -> dict:
 
 def run_kernels(recipe, op: OpSpec, shapes: list[Shape], *, home: Path, shapes_from: str,
                 backends: list[str] | None = None, settings: Settings = Settings(), frozen: bool = False,
-                console: Console | None = None, follow_server: bool = False) -> KernelRun:
+                console: Console | None = None, follow_server: bool = False,
+                ms: tuple[int, ...] | None = None) -> KernelRun:
     """`follow_server`: tune FlashInfer's tactics where the recipe's sglang tunes them, not where it
     does not (toolkit.kernels.server_tuning), whatever `settings.autotune` says; either way the
-    table's notes say what the server does."""
+    table's notes say what the server does. `shapes_from` "model": the shapes are derived again at the
+    layout sglang's static resolution gives (toolkit.kernels.static_layout; `ms` narrows them), and the
+    record's `shapes_basis` says which layout."""
     from dataclasses import replace
 
     from toolkit.kernels.server_tuning import server_autotunes
@@ -94,6 +97,13 @@ def run_kernels(recipe, op: OpSpec, shapes: list[Shape], *, home: Path, shapes_f
     console = console or Console(stderr=True)
     p = prepare(recipe, home, until="build", frozen=frozen, console=console)
     environ = _environ(p)
+    basis = None
+    if shapes_from == "model":
+        from toolkit.kernels.shapes import layout_of, resolve_shapes
+        from toolkit.kernels.static_layout import static_resolution
+
+        lay = layout_of(recipe, *static_resolution(p, home))
+        shapes, basis = resolve_shapes("model", recipe, op, ms, layout=lay), lay.basis
     server = server_kernel_config(dict(recipe.server.args), environ)
     log = Path(home) / "kernels" / "logs" / f"{recipe.name.replace('/', '__')}.log"
     info = check_op(p.env.python, op, environ, log=log, server=server)
@@ -109,6 +119,7 @@ def run_kernels(recipe, op: OpSpec, shapes: list[Shape], *, home: Path, shapes_f
     console.print(f"[bold]{recipe.name}[/]: env {p.env.key[:12]} has {op.name} ({versions}); "
                   f"backends offered: {', '.join(offered) or 'none'}"
                   + "".join(f"\n  not offered: {why}" for why in left_out.values())
+                  + (f"\n  model shapes at {basis}" if basis else "")
                   + "".join(f"\n  note: {n}" for n in server["notes"]))
     want = list(backends or offered)
     unknown = [b for b in want if b not in offered]
@@ -131,6 +142,7 @@ def run_kernels(recipe, op: OpSpec, shapes: list[Shape], *, home: Path, shapes_f
             "recipe": recipe.name, "recipe_resolved": recipe.to_dict(), "env_key": p.env.key,
             "tree_hashes": {t.source: t.tree_hash for t in p.trees}, "arch_list": list(recipe.build.arch),
             "op": op.name, "backend": backend, "settings": settings.to_dict(), "shapes_from": shapes_from,
+            "shapes_basis": basis,
             "machine": machine.provenance(),
             "probe": {k: result.get(k) for k in ("versions", "device", "gpu", "capability", "flush_bytes", "python")},
             "configuration": {**(result.get("configuration") or {}), "server_notes": server["notes"]},

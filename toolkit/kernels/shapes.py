@@ -61,6 +61,7 @@ class Layout:
     tp: int
     ep: int
     points: tuple[int, ...]
+    basis: str = ""  # where TP/EP came from ("TP8 EP8 from sglang's static resolution")
 
     @property
     def slice(self) -> int:
@@ -86,8 +87,11 @@ class Layout:
         return max(1, round(b * m.top_k / expected_distinct_experts(m.n_experts, m.top_k, b)))
 
 
-def layout_of(recipe) -> Layout:
-    """The recipe's `[roofline]` model, its server's TP/EP and its benchmark points."""
+def layout_of(recipe, resolved: dict | None = None, why_not: str | None = None) -> Layout:
+    """The recipe's `[roofline]` model, its server's TP/EP and its benchmark points. TP/EP are sglang's
+    static resolution of the recipe's arguments (`resolved`: its resolved config; sglang sets EP to TP for
+    the DeepEP/Mooncake all-to-all backends whatever --ep-size says) when there is one, else the recipe's
+    flags, the basis saying which (`why_not`: why there is no resolution)."""
     roof = dict(recipe.roofline or {})
     if not roof.get("model"):
         raise BadInput(f"recipe {recipe.name} names no [roofline] model",
@@ -97,13 +101,18 @@ def layout_of(recipe) -> Layout:
     if not shape.is_moe:
         raise BadInput(f"model {name} has no routed experts: `--shapes model` derives expert shapes",
                        hint="give --shapes FILE")
-    lay = parallel_layout.layout(recipe.server.args or {})
+    if resolved and resolved.get("tp_size") is not None:
+        lay, source = parallel_layout.layout(resolved), "sglang's static resolution"
+    else:
+        lay = parallel_layout.layout(recipe.server.args or {})
+        source = "the recipe's flags" + (f" ({why_not})" if why_not else "")
     tp, ep = lay["tp_size"], lay["ep_size"]
+    basis = f"TP{tp} EP{ep} from {source}"
     if tp % ep or shape.n_experts % ep or (shape.expert_params // (3 * shape.hidden)) % (tp // ep):
         raise BadInput(f"TP={tp}, EP={ep} does not split {name}'s {shape.n_experts} experts evenly")
     b = recipe.benchmark
     points = tuple(b.concurrency if b.driver == "serving" else b.batch_sizes)
-    return Layout(shape, tp, ep, points)
+    return Layout(shape, tp, ep, points, basis)
 
 
 def model_shapes(layout: Layout, op: OpSpec) -> list[Shape]:
@@ -205,11 +214,12 @@ def _from_definitions(defs: list[dict], op: OpSpec, ms: tuple[int, ...], where: 
     return shapes
 
 
-def resolve_shapes(spec: str, recipe, op: OpSpec, ms: tuple[int, ...] | None = None) -> list[Shape]:
+def resolve_shapes(spec: str, recipe, op: OpSpec, ms: tuple[int, ...] | None = None,
+                   layout: Layout | None = None) -> list[Shape]:
     """`model` or a FILE (see the module docstring); `ms` narrows model shapes to those M values
-    and gives the M values of a trace dump."""
+    and gives the M values of a trace dump; `layout`: the model layout (default: from the recipe's flags)."""
     if spec == "model":
-        shapes = model_shapes(layout_of(recipe), op)
+        shapes = model_shapes(layout or layout_of(recipe), op)
         if ms and op.kind == "gemm":
             shapes = [s for s in shapes if s.dims["m"] in ms]
         if not shapes:

@@ -136,6 +136,10 @@ class ServerArgs:
                 raise ValueError("tp_size must be divisible by attn_dp_size")
             self.chunked_prefill_size //= self.attn_dp_size
         self.enable_dp_attention = self.attn_dp_size > 1
+        # As sglang 0.5.23's _handle_a2a_moe: an all-to-all MoE backend runs whole experts per rank,
+        # so the expert-parallel size is set to the tensor-parallel size whatever --ep-size said.
+        if self.moe_a2a_backend in ("deepep", "mooncake", "ascend_fuseep"):
+            self.ep_size = self.tp_size
         if self.cuda_graph_max_bs is None:
             self.cuda_graph_max_bs = 0 if self.disable_cuda_graph else 256
         if self.random_seed is None:
