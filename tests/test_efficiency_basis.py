@@ -9,6 +9,7 @@ import json
 
 from conftest import demo_project
 from toolkit.cli import main
+from toolkit.results.store import Store
 from toolkit.roofline import theoretical_tok_s
 
 # A prefill cost large enough that serving tok/s at c=1 is well below the decode rate.
@@ -81,6 +82,35 @@ def test_efficiency_is_decode_only_at_the_resolved_layout(tmp_path, home, monkey
     assert (f"decode {decode:.2f} tok/s (1000/TPOT at c=1); no roofline figure: no resolved server config stored "
             "(/server_info), so the GPUs sharing the weights are unknown") in text
     assert "% of the even-sharding bound" not in text
+
+
+def test_a_narrow_terminal_still_shows_the_efficiency(tmp_path, home, monkeypatch, capsys):
+    """`results` in a 100-column terminal (under 140 the table keeps one line per run and drops the
+    "vs roofline" column): the efficiency follows the table, one line per run, word for word what the
+    wide column says."""
+    import os
+    import subprocess
+    import sys
+
+    from conftest import REPO_ROOT
+
+    proj = demo_project(tmp_path, monkeypatch)
+    (proj / "recipes/t").mkdir()
+    (proj / "recipes/t/eff.toml").write_text(RECIPE)
+    assert main(["run", "t/eff", "--fixed", "--repeats", "1"]) == 0
+    capsys.readouterr()
+    assert main(["results", "t/eff"]) == 0  # the wide table (the tests' COLUMNS=200)
+    wide = _column(capsys.readouterr().out, "vs roofline")
+    assert "% of the even-sharding bound" in wide
+    env = {**os.environ, "COLUMNS": "100", "PATCHBENCH_HOME": str(home), "PYTHONPATH": str(REPO_ROOT)}
+    for argv in (["results", "t/eff"], ["results", "--selected", "t/eff"]):
+        out = subprocess.run([sys.executable, "-m", "toolkit", *argv], cwd=proj, env=env, capture_output=True,
+                             text=True, timeout=300)
+        assert out.returncode == 0, out.stderr
+        assert max(len(line) for line in out.stdout.splitlines()) <= 100
+        run_id = Store(home / "results.sqlite").runs()[0].run_id
+        said = " ".join(out.stdout.split())
+        assert f"vs roofline: {run_id[:8]} t/eff: {wide}" in said, out.stdout
 
 
 def _column(table: str, name: str) -> str:

@@ -94,18 +94,21 @@ def box_cell(run, flags: list[str], wide: bool = False) -> str:
 WIDE = 140  # below this many columns the table drops group/env/gpu and keeps one line per run
 
 
-def render_runs(store, runs, width: int | None = None) -> Table:
+def render_runs(store, runs, width: int | None = None):
     """One row per run. Narrow terminals get the columns that identify and judge a run, one line
-    each: identifiers are never cut, the box flags, headline and error are shortened at their end."""
+    each: identifiers are never cut, the box flags, headline and error are shortened at their end;
+    the efficiency against the roofline, too long for a cell there, follows the table as one
+    "vs roofline: RUN RECIPE: ..." line per run that has one (a Group of both)."""
     width = width or console.width
     wide = width >= WIDE
     table = Table(title="results", title_justify="left", box=box.HEAVY_HEAD if wide else box.SIMPLE_HEAD)
     cols = ["run", "group", "recipe", "rep", "status", "evidence", "box", "env", "gpu", "headline (point:value)",
             "vs roofline", "error"] if wide else ["run", "recipe", "status", "evidence", "box", "headline", "error"]
-    rows = []
+    rows, effs = [], []
     flags = box_flags(runs)
     for run in runs:
         samples = store.samples([run.run_id])
+        effs.append((run, _efficiency(run, samples)))
         status = run.display_status()
         style = {"ok": "green", "invalid": "yellow"}.get(status, "red")
         if run.kind != "benchmark":  # a verification or a profile: shown, never counted in tables
@@ -114,7 +117,7 @@ def render_runs(store, runs, width: int | None = None) -> Table:
                "status": f"[{style}]{status}[/]", "evidence": evidence_flag(run),
                "box": box_cell(run, flags[run.run_id], wide), "env": (run.env_key or "")[:10],
                "gpu": run.gpu_key, "headline (point:value)": _headline(samples), "headline": _headline(samples).split(": ", 1)[-1],
-               "vs roofline": _efficiency(run, samples), "error": escape((run.error or "")[:120])}
+               "vs roofline": effs[-1][1], "error": escape((run.error or "")[:120])}
         rows.append([row[c] for c in cols])
     if wide:
         for c in cols:
@@ -131,7 +134,12 @@ def render_runs(store, runs, width: int | None = None) -> Table:
             table.add_column(c, width=sizes[c], no_wrap=True, overflow="ellipsis")
     for r in rows:
         table.add_row(*r)
-    return table
+    if wide:
+        return table
+    from rich.console import Group
+
+    below = [Text(f"vs roofline: {run.run_id[:8]} {run.recipe}: {text}") for run, text in effs if text]
+    return Group(table, *below) if below else table
 
 
 def _check_artifacts(store, runs) -> int:
