@@ -162,6 +162,9 @@ def test_compare_and_report_of_a_variant_that_is_the_defaults_server_say_so(tmp_
         out = capsys.readouterr()
         assert said in out.err and "no ok, verified results" not in out.err, out.err
         assert "no verdict" in out.err and not out.out
+    launches = len(Store(home / "results.sqlite").runs())
+    assert main(["compare", "--run", fi, "demo/same"]) == 2  # not launched again to be compared with itself
+    assert said in capsys.readouterr().err and len(Store(home / "results.sqlite").runs()) == launches
     assert main(["compare", "demo/same", fi, tr]) == 2
     assert f"`patchbench compare demo/same {tr}`" in capsys.readouterr().err
     assert main(["compare", tr, fi]) == 2

@@ -125,7 +125,12 @@ def run(args) -> int:
     if args.run:
         missing = missing_recipes(store, args.recipes, criteria, current=definitions(args.recipes))
         if missing:
+            from toolkit.analysis.same_server_runs import refusal
             from toolkit.run.pipeline import run_sweep
+
+            same = refusal(store, list(args.recipes), missing, definitions(args.recipes))
+            if same is not None:  # measuring it would launch the other's server again, under its name
+                raise same
 
             err.print(f"measuring {', '.join(missing)} first")
             run_sweep([load(r) for r in missing], home=home_of(args), store=store, repeats=args.repeats,
