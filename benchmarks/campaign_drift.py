@@ -17,7 +17,16 @@ benchmarks/sequential_launches.py. Two rules, both `toolkit.analysis.sequential_
 Printed per shift: the false faster/slower rate with its 95% CI (stated: <= alpha = 5%), and the mean
 new launches a pair took. Exit status 0 when the after rule keeps alpha at every shift.
 
+`--bisect N`: the same question for `bisect` (`toolkit.analysis.bisect.bisect_stack`, the CLI's rule:
+sequential, 2..8 values a probe, one more a side a look, threshold 5%, reference the neighbour) over a
+stack of N harmless patches whose base has `--stored` launches from before the shift (a `run` of the
+base yesterday): before (until 2026-12-06) the meter handed the stored values out first; after
+(toolkit.analysis.search_campaign) the base launches again in the bisect. Printed: how often a culprit
+is named (every one false; stated: a decided step calls a harmless item bad <= 2.5%) and the launches a
+bisect took. Exit status 0 when the after rule names a false culprit in <= 5% at every shift.
+
     python benchmarks/campaign_drift.py [--pairs 2000] [--stored 4] [--shift 0 0.03 0.05 0.08] [--pool] [--json]
+    python benchmarks/campaign_drift.py --bisect 7 [--pairs 1000] [--json]
 
 Measured (2000 pairs a shift, seed 20261206, --stored 4, 2026-12-06), false faster/slower [95% CI]:
   shift   before                    after
@@ -85,6 +94,56 @@ def one_pair(rng: np.random.Generator, design: seq.Design, stored: int, shift: f
     return v.verdict, new["A"] + new["B"]
 
 
+def one_bisect(rng: np.random.Generator, n: int, stored: int, shift: float, after: bool) -> tuple[bool, int]:
+    """(a culprit was named, new launches) of one bisect of `n` harmless patches whose base has `stored`
+    launches from before the shift."""
+    from toolkit.analysis.bisect import bisect_stack
+
+    noise, outliers = rng.uniform(0.01, 0.05), bool(rng.random() < 0.5)
+    now = 100.0 / (1.0 + shift)
+    source = {0: [] if after else launches(rng, stored, noise, outliers, 100.0)}
+    handed: dict[int, int] = {}
+    new = [0]
+
+    def measure(p: int, k: int):
+        have = source.setdefault(p, [])
+        while len(have) < handed.get(p, 0) + k:
+            have += launches(rng, 1, noise, outliers, now)
+            new[0] += 1
+        got = have[handed.get(p, 0):handed.get(p, 0) + k]
+        handed[p] = handed.get(p, 0) + k
+        return got
+
+    result = bisect_stack(n, measure, threshold_pct=5.0, initial_repeats=2, max_repeats=8, repeat_step=1,
+                          sequential=True)
+    return result.culprit is not None, new[0]
+
+
+def bisect_main(args) -> int:
+    out = []
+    for shift in args.shift:
+        row = {"shift": shift}
+        for rule in ("before", "after"):
+            rng = np.random.default_rng([args.seed, int(round(shift * 1e4)), args.bisect])
+            got = [one_bisect(rng, args.bisect, args.stored, shift, rule == "after") for _ in range(args.pairs)]
+            false = sum(named for named, _ in got)
+            row[rule] = {"false_culprit_pct": round(100 * false / args.pairs, 2), "ci": ci(false, args.pairs),
+                         "new_launches": round(float(np.mean([k for _, k in got])), 2)}
+        out.append(row)
+    ok = all(r["after"]["false_culprit_pct"] <= 5.0 for r in out)
+    if args.json:
+        print(json.dumps({"bisects": args.pairs, "patches": args.bisect, "stored": args.stored, "rows": out, "ok": ok}))
+    else:
+        print(f"bisects of {args.bisect} harmless patches, the base's {args.stored} launches from before the shift, "
+              f"{args.pairs} a shift; a culprit named (every one false) and new launches a bisect:")
+        for r in out:
+            b, a = r["before"], r["after"]
+            print(f"  shift {100 * r['shift']:.0f}%: before {b['false_culprit_pct']:.2f}% {b['ci']} "
+                  f"({b['new_launches']:.2f} launches), after {a['false_culprit_pct']:.2f}% {a['ci']} "
+                  f"({a['new_launches']:.2f} launches)")
+    return 0 if ok else 1
+
+
 def ci(k: int, n: int) -> list[float]:
     from scipy.stats import beta
 
@@ -100,10 +159,14 @@ def main() -> int:
     ap.add_argument("--stored", type=int, default=4, help="the reference's launches from the earlier campaign")
     ap.add_argument("--shift", type=float, nargs="+", default=[0.0, 0.03, 0.05, 0.08])
     ap.add_argument("--pool", action="store_true", help="the design pools stored spread (pool_stored_spread)")
+    ap.add_argument("--bisect", type=int, default=0, metavar="N",
+                    help="bisects of a stack of N harmless patches instead of pairs (--pairs of them a shift)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    if args.pairs < 1 or args.stored < 0 or any(s < 0 for s in args.shift):
-        ap.error("--pairs must be >= 1, --stored and --shift >= 0")
+    if args.pairs < 1 or args.stored < 0 or any(s < 0 for s in args.shift) or args.bisect < 0:
+        ap.error("--pairs must be >= 1, --stored, --shift and --bisect >= 0")
+    if args.bisect:
+        return bisect_main(args)
     design = seq.Design(pool_stored=args.pool)
     out = []
     for shift in args.shift:

@@ -11,6 +11,7 @@
     sequential  verdicts valid under repeated looks (repeated confidence intervals of the ratio; pure)
     spread_flag a configuration whose launch-to-launch spread is far larger than its peers' (pure)
     campaigns        which launches of a pair were made together (a sweep of both sides); pure
+    search_campaign  which stored runs a bisect's looks read: its own campaign's (a resumed one's); pure
     sequential_runs  `run` (the default for several recipes) and `sweep`: launch rounds until every
                 pair's verdict is settled
     sequential_steps  attribute's steps measured until settled (through a measure callback; pure)

@@ -12,7 +12,9 @@ the same rule (`VariantMeter.rule`), so a replay decides as the first measuremen
 `invalid` for missing activation evidence counts in neither (in both with `missing_evidence`); one
 stored `invalid` for broken output counts in both, its answers verdict ("broken output") printed
 beside its value by attribute and bisect. A variant that is the whole
-stack is the recipe itself: its runs are stored under the recipe's own name.
+stack is the recipe itself: its runs are stored under the recipe's own name. A meter with a `search`
+key (a bisect's) hands out only the stored runs of its own campaign (toolkit.analysis.search_campaign):
+a probe's runs from another campaign are named in `reused`, and the probe launches again.
 """
 
 from __future__ import annotations
@@ -100,6 +102,12 @@ class VariantMeter:
     # toolkit.analysis.sequential.Design the variants are launched under (attribute's steps, track --settle):
     # each run records it (`extra["sequential"]`), so compare and the report judge its pairs as it did
     design: object | None = None
+    # a bisect's key (toolkit.analysis.search_campaign): its looks read only its own campaign's runs (this
+    # sweep, or that of a killed or earlier call of the same search, which it continues); a probe's other
+    # stored runs are left out (`reused`) and the probe launches again
+    search: str = ""
+    reused: dict = field(default_factory=dict)  # label -> stored run ids of another campaign, not values here
+    joined: bool = False  # the sweep to continue was looked for (at the first measure)
 
     @property
     def point(self) -> int:
@@ -116,7 +124,14 @@ class VariantMeter:
             try:  # the whole stack is the recipe itself: its runs are the recipe's own
                 p = prepare(recipe or self.recipe, self.home, overrides=overrides or None,
                             label=None if whole else f"{self.recipe.name}@{label}", console=self.console, until=until)
-                self._prepared[label] = designs.launched_under(p, self.design)
+                p = designs.launched_under(p, self.design)
+                if self.search:  # each run names the search that launched it: a later call of it continues it
+                    import dataclasses
+
+                    from toolkit.analysis.search_campaign import TAG
+
+                    p = dataclasses.replace(p, extra={**p.extra, TAG: self.search})
+                self._prepared[label] = p
                 self.builds += 1
             except PatchbenchError as exc:
                 self.console.print(f"[yellow]skip[/] {label}: {exc}")
@@ -195,6 +210,8 @@ class VariantMeter:
         used = self._used.setdefault(key, set())
         # oldest first: a replay hands out the same values in the same order, so it decides the same
         cached = [r for r in self.cached(key) if r not in used]
+        if self.search:
+            cached = self._own(label, cached)
         if label not in self.stored:  # the sequential steps pool the spread of the stored ones a look does not use
             self.stored[label] = len(self._values(cached)) if cached else 0
         take = cached[:repeats]
@@ -224,13 +241,55 @@ class VariantMeter:
         self.record(label, key, values, ids)
         return values
 
+    def _own(self, label: str, cached: list[str]) -> list[str]:
+        """Of the stored runs `cached`, those of this search's campaign (toolkit.analysis.search_campaign);
+        the others are named in `reused`. The first call continues the newest sweep of the same search."""
+        from rich.markup import escape
+
+        from toolkit.analysis import search_campaign
+
+        rows = [r for r in self.store.runs(run_ids=cached) if r.run_id in set(cached)] if cached else []
+        order = {rid: i for i, rid in enumerate(cached)}
+        rows.sort(key=lambda r: order[r.run_id])
+        if not self.joined:
+            self.joined = True
+            group = search_campaign.resumed(rows, self.search)
+            if group and group != self.group_id:
+                self.group_id = group
+                self.console.print(f"[dim]resuming sweep {escape(group)} of this search: its stored runs count, new "
+                                   f"launches join it[/]")
+        mine, other = search_campaign.split(rows, self.group_id)
+        left = self.reused.setdefault(label, [])
+        left.extend(r for r in other if r not in left)
+        if not left:
+            del self.reused[label]
+        return mine
+
+    def left_out_lines(self) -> dict[str, str]:
+        """label -> what its looks left out (toolkit.analysis.campaigns.describe of its stored runs from
+        another campaign, beside the runs handed out)."""
+        from toolkit.analysis import campaigns
+
+        out = {}
+        for label, ids in self.reused.items():
+            counted = self._ids(label)
+            rows = {r.run_id: r for r in self.store.runs(run_ids=[*ids, *counted])}
+            out[label] = campaigns.describe(label, [rows[i] for i in ids if i in rows],
+                                            [rows[i] for i in counted if i in rows])
+        return out
+
     def evidence(self) -> dict:
         """What each variant's values came from, as JSON: `probes` (label, run identity, values, run ids,
         in the order first measured) and `skipped` (label -> why it has no values: the apply or build
         error, or the failed run with its log)."""
-        return {"probes": [{"label": lab, "identity": key, "values": list(vals), "run_ids": list(ids)}
-                           for lab, key, vals, ids in self.log],
-                "skipped": dict(self.skipped)}
+        out = {"probes": [{"label": lab, "identity": key, "values": list(vals), "run_ids": list(ids)}
+                          for lab, key, vals, ids in self.log],
+               "skipped": dict(self.skipped)}
+        if self.search:  # a bisect's probes: the stored runs of another campaign its looks left out
+            for probe in out["probes"]:
+                probe["reused"] = list(self.reused.get(probe["label"], ()))
+            out["left_out"] = self.left_out_lines()
+        return out
 
     def _ids(self, label: str) -> list[str]:
         """The run ids of the values handed out for `label`, in order."""

@@ -102,7 +102,7 @@ def run(args) -> int:
                        f"cannot get {args.direction} by {args.threshold:g}% or more (it would fall to zero or below)")
     home = home_of(args)
     meter = VariantMeter(recipe, home, store_of(args), spec, err, group_id=uuid.uuid4().hex[:12],
-                         missing_evidence=args.missing_evidence)
+                         missing_evidence=args.missing_evidence, search=_search_key(recipe, args))
     if args.executor == "slurm":  # each probe one Slurm job
         meter = _slurm_meter(recipe, home, meter, spec, args)
     initial = args.repeats or (3 if args.fixed else 2)
@@ -200,7 +200,8 @@ def run(args) -> int:
                   + ("" if commit_direction == args.direction else
                      f" in upstream order: which made {newer} {commit_direction} than {older}"))
         commit_meter = VariantMeter(base, home, meter.store, spec, err, group_id=meter.group_id,
-                                    missing_evidence=args.missing_evidence, design=meter.design)
+                                    missing_evidence=args.missing_evidence, design=meter.design,
+                                    search=meter.search, joined=True)  # the same campaign as the releases
         if args.executor == "slurm":
             commit_meter = _slurm_meter(base, home, commit_meter, spec, args)
         commit_result = _bisect_commits(commit_meter, base, args.source, commits, f"{good_tag}..{bad_tag}", kw)
@@ -235,15 +236,34 @@ def run(args) -> int:
         console.print(f"note: {line}", markup=False, highlight=False)
     console.print(rule, markup=False, highlight=False, style="dim")
     print_runs_used(meter)
+    _print_left_out(meter)
     _print_skipped(meter)
     if commit_result is not None:
         console.print("[bold]commits[/] between the neighbouring releases:")
         _print_result(commit_result, stats, commit_direction)
         print_runs_used(commit_meter)
+        _print_left_out(commit_meter)
         _print_skipped(commit_meter)
     console.print(f"{meter.builds} variant(s) prepared, {meter.runs} new run(s); cached values reused per env key")
     console.print(f"reproduce: {shlex.join(repro)}", markup=False)
     return _exit_code(result)
+
+
+def _search_key(recipe, args) -> str:
+    """What this bisect asks (toolkit.analysis.search_campaign): a later call asking the same continues
+    its campaign (a killed bisect resumed); its probes' runs of any other campaign are left out."""
+    from toolkit.analysis.search_campaign import key
+
+    return key("bisect", recipe.name, args.metric, args.threshold, args.direction, args.reference,
+               "fixed" if args.fixed else "sequential", args.repeats, args.max_repeats,
+               "missing-evidence" if args.missing_evidence else "", args.source, args.good, args.bad,
+               args.versions, args.git, args.tag_format if args.git else "")
+
+
+def _print_left_out(meter) -> None:
+    """One line per probe whose stored runs from another campaign its looks left out (it launched again)."""
+    for line in meter.left_out_lines().values():
+        console.print(f"left out: {line}; launched again in this bisect", markup=False, highlight=False)
 
 
 def _upstream_order(pair: tuple[str, str]) -> tuple[str, str]:

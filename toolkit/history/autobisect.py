@@ -23,6 +23,7 @@ from rich.console import Console
 
 from toolkit.analysis.bisect import BaseNotMeasured, bisect_items, legend, step_design
 from toolkit.analysis.releases import git_variant, tag_for
+from toolkit.analysis import search_campaign
 from toolkit.analysis.variants import VariantMeter, upstream_commits
 from toolkit.errors import PatchbenchError
 from toolkit.history.points import Point, variant_for
@@ -85,7 +86,12 @@ def bisect_change(recipe: Recipe, source: str, before: Entry, after: Entry, *, d
                   f"({good_rev}..{bad_rev}), threshold {thr:.1f}%")
     initial = max(2, repeats)
     # the probes' runs record the design they were launched under (`extra["sequential"]`), as `run`'s do
-    meter = VariantMeter(base, home, store, spec, console, group_id=group_id,
+    # its looks read only this bisect's launches (toolkit.analysis.search_campaign): the two points' runs
+    # an earlier `track` measured are left out (named in "left_out") and launched again here; a killed
+    # bisect of the same change continues its own sweep
+    search = search_campaign.key("history --bisect", recipe.name, key_of(before, after, str(spec), direction), thr,
+                                 initial, max_repeats)
+    meter = VariantMeter(base, home, store, spec, console, group_id=group_id, search=search,
                          design=step_design(threshold_pct=thr, initial_repeats=initial, max_repeats=max_repeats))
 
     def measure(k: int, r: int):

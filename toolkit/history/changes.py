@@ -73,4 +73,6 @@ def line(r: dict) -> str:
     b = r["bisect"]
     if b:
         text += f"; bisect: {b.get('culprit') or 'no single commit'} ({b.get('message', '')})"
+        if b.get("left_out"):  # probes whose stored runs (the track's) its looks did not read: launched again
+            text += f"; left out: {'; '.join(b['left_out'].values())}"
     return text

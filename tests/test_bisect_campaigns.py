@@ -1,0 +1,95 @@
+"""A bisect reads only its own campaign's launches (toolkit.analysis.search_campaign): a probe's stored
+runs from another campaign (a `run` of the base before the box slowed) are left out of its looks and
+named, the probe launches again here; a killed bisect asked again continues its own campaign."""
+
+from __future__ import annotations
+
+import json
+
+from conftest import cli_json, demo_project
+from toolkit.results.store import Store
+
+BENCH = ('[benchmark]\nconcurrency = [1]\ninput_len = 16\noutput_len = 16\nnum_prompts = 8\nwarmup = 1\n'
+         'repeats = 4\n[quality]\nlaunches = 0\n')
+
+
+def _harmless_stack(root, n: int = 3) -> None:
+    """t/base (demo/baseline, a small benchmark) and t/stack: it with `n` patches that change nothing
+    the server runs (each adds a module nothing imports)."""
+    (root / "patches" / "t").mkdir(parents=True)
+    for i in range(1, n + 1):
+        (root / "patches" / "t" / f"note{i}.patch").write_text(
+            f"Subject: t: harmless note {i}\n\ndiff --git a/python/sglang/note{i}.py b/python/sglang/note{i}.py\n"
+            f"new file mode 100644\nindex 0000000..1111111\n--- /dev/null\n+++ b/python/sglang/note{i}.py\n"
+            f"@@ -0,0 +1 @@\n+NOTE = {i}\n")
+    (root / "recipes" / "t").mkdir()
+    (root / "recipes" / "t" / "base.toml").write_text('extends = "demo/baseline"\n' + BENCH)
+    patches = ", ".join(f'"t/note{i}.patch"' for i in range(1, n + 1))
+    (root / "recipes" / "t" / "stack.toml").write_text(f'extends = "demo/baseline"\n[patches]\nsglang = [{patches}]\n'
+                                                       + BENCH)
+
+
+BISECT = ["bisect", "t/stack", "--metric", "output_tok_s@1"]
+
+
+def test_a_base_stored_before_the_box_slowed_is_launched_again_not_a_false_culprit(tmp_path, home, monkeypatch,
+                                                                                   capsys):
+    """`run t/base` stores four launches; the box then slows every step by 15%. Bisecting the stack of
+    harmless patches read the stored base against today's probes and named the first patch the culprit
+    ("1.08x slower" at an 8% shift); now the base launches again in the bisect, no culprit is named,
+    and the JSON and text name the four runs left out with their sweep."""
+    root = demo_project(tmp_path, monkeypatch)
+    _harmless_stack(root)
+    rc, first = cli_json(capsys, ["run", "t/base", "--repeats", "4"])
+    assert rc == 0
+    stored = [rid for _, rid in first["runs"]]
+    monkeypatch.setenv("SGLANG_MINI_BOX_SLOWDOWN", "1.15")
+    rc, out = cli_json(capsys, BISECT)
+    assert rc == 0 and out["culprit"] is None, out["message"]
+    assert out["message"].startswith("no item makes the metric worse")
+    base = next(p for p in out["probes"] if p["label"] == "prefix0")
+    assert not set(base["run_ids"]) & set(stored) and len(base["run_ids"]) >= 2  # launched again, here
+    assert base["reused"] == stored
+    line = out["left_out"]["prefix0"]
+    assert line.startswith("prefix0: 4 stored run(s) from another campaign") and first["group_id"][:12] in line
+    store = Store(home / "results.sqlite")
+    groups = {r.group_id for p in out["probes"] for r in store.runs(run_ids=p["run_ids"])}
+    assert len(groups) == 1 and first["group_id"][:12] not in groups  # every value from this bisect's sweep
+    from toolkit.cli import main
+
+    assert main(BISECT) == 0  # the text says it too
+    text = capsys.readouterr().out
+    assert "left out: prefix0: 4 stored run(s) from another campaign" in text.replace("\n", " ")
+
+
+def test_a_killed_bisect_asked_again_continues_its_own_campaign(tmp_path, home, monkeypatch, capsys):
+    """The bisect is killed after its third launch; asked again, it continues that sweep (its runs are
+    values, nothing is left out, no launch is repeated), while a different search (another threshold)
+    is another campaign and launches its probes again."""
+    import toolkit.run.pipeline as pipeline
+    from toolkit.cli import main
+
+    root = demo_project(tmp_path, monkeypatch)
+    _harmless_stack(root)
+    real, launched = pipeline.run_once, []
+
+    def dies_after_three(*a, **kw):
+        if len(launched) == 3:
+            raise KeyboardInterrupt
+        launched.append(real(*a, **kw))
+        return launched[-1]
+
+    monkeypatch.setattr(pipeline, "run_once", dies_after_three)
+    assert main([*BISECT, "--json"]) != 0
+    capsys.readouterr()
+    monkeypatch.setattr(pipeline, "run_once", real)
+    rc, out = cli_json(capsys, BISECT)
+    assert rc == 0 and out["culprit"] is None and not out["left_out"], out
+    used = [rid for p in out["probes"] for rid in p["run_ids"]]
+    assert set(launched) <= set(used) and out["runs"] == len(used) - 3
+    store = Store(home / "results.sqlite")
+    assert len({r.group_id for r in store.runs(run_ids=used)}) == 1  # one sweep: the killed call's
+    rc, other = cli_json(capsys, [*BISECT, "--threshold", "10"])
+    assert rc == 0 and other["left_out"]["prefix0"].startswith("prefix0: ")
+    assert not {rid for p in other["probes"] for rid in p["run_ids"]} & set(used)
+    json.dumps(other)
