@@ -71,3 +71,41 @@ def test_a_stored_reference_from_before_the_box_slowed_is_launched_again_not_jud
     assert main(["compare", "demo/baseline", "demo/same", "--json"]) == 0
     rows = [r for r in json.loads(capsys.readouterr().out)["rows"] if r["metric"] == "output_tok_s"]
     assert rows and not set(rows[0]["base_runs"]) & set(stored), rows[0]
+
+
+def test_the_spread_flag_and_the_runs_used_are_the_launches_judged_not_a_stored_reference(tmp_path, home,
+                                                                                          monkeypatch, capsys):
+    """Four launches of demo/baseline are stored; the box then slows 15% and `run demo/baseline demo/same
+    demo/same2` (two harmless changes) launches the reference again. Its stored four and its new launches
+    lie 15% apart: read as one configuration's spread they flagged the reference "noisy: launch-to-launch
+    spread 6.6% against its peers' 1.4%" (the box's change, not its noise), and `used` listed the stored
+    four as judged. Now `used` holds the launches the verdicts judged, `reused_runs` the stored four, and
+    the flag reads the judged ones only."""
+    from conftest import demo_project
+    from test_sequential import SMALL
+    from toolkit.analysis import spread_flag
+    from toolkit.analysis.selection import values_at
+    from toolkit.cli import main
+    from toolkit.results.store import Store
+
+    root = demo_project(tmp_path, monkeypatch)
+    base = root / "recipes" / "demo" / "baseline.toml"
+    head, rest = base.read_text().split("[benchmark]", 1)
+    base.write_text(head + "[benchmark]\n" + SMALL.replace("concurrency = [1, 4]", "concurrency = [1]")
+                    + rest[rest.index("\n[", 1):])
+    for name, seed in (("same", 1), ("same2", 2)):
+        (root / "recipes" / "demo" / f"{name}.toml").write_text(
+            f'extends = "demo/baseline"\n[server.args]\nrandom-seed = {seed}\n')
+    assert main(["run", "demo/baseline", "--repeats", "4", "--json"]) == 0
+    stored = [rid for _, rid in json.loads(capsys.readouterr().out)["runs"]]
+    monkeypatch.setenv("SGLANG_MINI_BOX_SLOWDOWN", "1.15")
+    assert main(["run", "demo/baseline", "demo/same", "demo/same2", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    new = {name: [rid for n, rid in out["runs"] if n == name] for name in out["used"]}
+    assert out["used"] == new, out["used"]  # the launches judged: this campaign's
+    assert out["reused_runs"] == {"demo/baseline": stored}
+    store = Store(home / "results.sqlite")
+    values = {n: values_at(store.samples(ids, metric="output_tok_s"), "output_tok_s", 1, ids) for n, ids in new.items()}
+    assert out["spread_flags"] == [{**f.to_dict(), "metric": "output_tok_s", "point": 1}
+                                   for f in spread_flag.flags(values)]
+    assert not any(f["name"] == "demo/baseline" for f in out["spread_flags"]), out["spread_flags"]

@@ -74,4 +74,9 @@ def test_a_killed_run_resumed_is_one_sweep_for_compare(tmp_path, home, monkeypat
     assert main(["compare", "mine/a", "mine/b", "--min-effect", "0.001", "--json"]) == 0
     cmp = json.loads(capsys.readouterr().out)
     assert sorted(cmp["runs"]["mine/b"]) == sorted(used["mine/b"])
-    assert set(cmp["runs"]["mine/a"]) <= set(used["mine/a"]) and len(cmp["runs"]["mine/a"]) >= 2
+    # compare selects the reference's runs of both sweeps; the run's own JSON lists the earlier sweep's
+    # (the reference alone: another campaign) apart, as reused, and its verdict rows read the judged ones
+    reused = set(out.get("reused_runs", {}).get("mine/a", []))
+    assert set(cmp["runs"]["mine/a"]) <= set(used["mine/a"]) | reused and len(cmp["runs"]["mine/a"]) >= 2
+    assert not reused & set(used["mine/a"])
+    assert all(set(r["base_runs"]) <= set(used["mine/a"]) for r in cmp["rows"]), cmp["rows"]

@@ -287,11 +287,13 @@ def test_compare_judges_a_sequential_pair_as_run_did_across_sweeps(tmp_path, hom
     out = json.loads(capsys.readouterr().out)
     (pair,) = out["sequential"]
     n = pair["launches_each"]
-    assert n >= 3 and out["used"]["demo/baseline"][:len(stored)] == stored  # the stored launches read (named)
+    # the stored launches are named apart, as reused; `used` holds the launches judged (this campaign's)
+    assert n >= 3 and out["reused_runs"]["demo/baseline"] == stored
     again_here = [rid for name, rid in out["runs"] if name == "demo/baseline"]
     assert len(again_here) >= n and "demo/baseline: 2 stored run(s) from another campaign" in pair["text"]
+    assert out["used"]["demo/baseline"] == again_here
     groups = {r.group_id for r in Store(home / "results.sqlite").runs(run_ids=out["used"]["demo/baseline"])}
-    assert len(groups) == 2  # the reference's sequence spans two sweeps
+    assert groups == {out["group_id"]}  # the judged sequence is one sweep's
     assert main(["compare", "demo/baseline", "demo/quick2", "--metric", "output_tok_s", "--json"]) == 0
     (row,) = json.loads(capsys.readouterr().out)["rows"]
     assert row["sequential"] == pair["text"] and row["verdict"] == pair["verdict"], (row, pair)
@@ -301,7 +303,8 @@ def test_compare_judges_a_sequential_pair_as_run_did_across_sweeps(tmp_path, hom
     capsys.readouterr()
     md = (tmp_path / "rep" / "report.md").read_text()
     assert "3..4 launches each" in md
-    assert f"demo/baseline: {len(out['used']['demo/baseline'])} run(s)" in md  # the runs it judged, both sweeps'
+    # the report's runs of the reference: both sweeps' (those judged and the stored two left out)
+    assert f"demo/baseline: {len(out['used']['demo/baseline']) + len(stored)} run(s)" in md
     # a third campaign that needs no launch of the reference: its stored runs are the design, not a crossing to fix
     (root / "recipes" / "demo" / "quick3.toml").write_text('extends = "demo/baseline"\n[server.args]\n'
                                                            'mini-step-base-ms = 3\n')

@@ -345,7 +345,8 @@ def test_a_sweep_against_a_default_stored_before_the_box_slowed_reads_only_this_
     miniature's SGLANG_MINI_BOX_SLOWDOWN, no part of the configuration) and a plain sweep measures a
     harmless variant (another random seed). The default launches again beside it, and the ranked
     table's verdict is the one the launching judged, over this campaign's launches only (was: its
-    stored runs against the variant's new ones, the box's 15% read as the variant's)."""
+    stored runs against the variant's new ones, the box's 15% read as the variant's); the default's
+    `runs` are those launches, its stored four listed apart as `reused_runs` (were in `runs`)."""
     proj = demo_project(tmp_path, monkeypatch)
     _write(proj, "demo/sd", SWEEP.format(prompts=4, repeats=4).replace("concurrency = [1, 8]", "concurrency = [1]")
            .split("[matrix]")[0] + "[matrix]\nserver.args.random-seed = [1]\n")
@@ -355,8 +356,11 @@ def test_a_sweep_against_a_default_stored_before_the_box_slowed_reads_only_this_
     assert main(["sweep", "demo/sd", "--json", "-o", str(proj / "out")]) == 0
     doc = json.loads(capsys.readouterr().out)
     runs = {v["variant"]: v["runs"] for v in doc["variants"]}
-    here = [rid for rid in runs["demo/sd"] if rid not in stored]
-    assert len(here) >= 2 and len(runs["demo/sd"]) == 4 + len(here), runs  # the default launched again, here
+    here = runs["demo/sd"]
+    # the default launched again, here: its runs are the ones judged; the stored four are listed apart
+    assert len(here) >= 2 and not set(here) & stored, runs
+    assert {v["variant"]: set(v["reused_runs"]) for v in doc["variants"]} == {"demo/sd": stored,
+                                                                            "demo/sd[random-seed=1]": set()}
     from toolkit.analysis import sequential as seq
     from toolkit.analysis.selection import values_at
 

@@ -104,9 +104,11 @@ def verdicts(store: Store, prepared: list[Prepared], runs: dict[str, list[str]],
     rows_of = {p.name: [rows[rid] for rid in runs[p.name] if rid in rows] for p in prepared}
     splits = {p.name: campaigns.split(rows_of[ref.name], rows_of[p.name], here) for p in prepared[1:]}
     reused = {p.name: campaigns.left_out(ref.name, p.name, splits[p.name], rows) for p in prepared[1:]}
+    judged, _ = judged_of(ref.name, splits, runs)
     for point in [x for x in points_of(ref) if any(x in points_of(p) for p in prepared[1:])]:
         here_ = [p for p in prepared if point in points_of(p)]
-        values = {p.name: values_at(samples[p.name], metric, point, runs[p.name]) for p in here_}
+        # the spread flag reads the launches judged: a stored run from before the box changed is no spread
+        values = {p.name: values_at(samples[p.name], metric, point, judged[p.name]) for p in here_}
         noisy = {f.name for f in spread_flag.flags(values)}
         for p in here_[1:]:
             sp = splits[p.name]
@@ -124,6 +126,33 @@ def verdicts(store: Store, prepared: list[Prepared], runs: dict[str, list[str]],
                                    (len(sp.a), len(sp.b)), reused[p.name]))
     order = {p.name: i for i, p in enumerate(prepared)}
     return sorted(out, key=lambda v: order[v.recipe])
+
+
+def judged_of(ref: str, splits: dict, runs: dict[str, list[str]]) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+    """(name -> the runs its verdicts judge, name -> its runs reused from another campaign, not judged),
+    order kept, from each pair's `campaigns.split` against the reference `ref` (`splits`: name -> Split):
+    the reference's judged runs are those any pair judged. A name in no pair keeps all its runs."""
+    kept = {ref: set()} if splits else {}
+    for name, sp in splits.items():
+        kept[ref] |= set(sp.a)
+        kept[name] = set(sp.b)
+    judged = {n: [r for r in ids if n not in kept or r in kept[n]] for n, ids in runs.items()}
+    reused = {n: [r for r in ids if n in kept and r not in kept[n]] for n, ids in runs.items()}
+    return judged, {n: ids for n, ids in reused.items() if ids}
+
+
+def judged_runs(store: Store, prepared: list[Prepared], runs: dict[str, list[str]],
+                here: str | None = None) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+    """`judged_of` over the stored runs: which of `runs` the verdicts of `prepared` judge (launched in a
+    campaign of both sides of a pair, or in `here`), and which they leave out (toolkit.analysis.campaigns)."""
+    from toolkit.analysis import campaigns
+
+    ref = prepared[0]
+    ids = [rid for p in prepared for rid in runs.get(p.name, ())]
+    rows = {r.run_id: r for r in store.runs(run_ids=ids)} if ids else {}
+    rows_of = {p.name: [rows[rid] for rid in runs.get(p.name, ()) if rid in rows] for p in prepared}
+    splits = {p.name: campaigns.split(rows_of[ref.name], rows_of[p.name], here) for p in prepared[1:]}
+    return judged_of(ref.name, splits, runs)
 
 
 def start_times(store: Store, run_ids: list[str]) -> list[str | None]:
@@ -238,8 +267,12 @@ def _launch_rounds(prepared: list[Prepared], runs: dict[str, list[str]], keys: d
                 failures[p.name] += 1
         rnd += 1
     result["reused"] = reused
-    result["used"] = {name: list(ids) for name, ids in runs.items()}
-    result["spread_flags"] = spread_flags(store, prepared, runs)
+    # the runs the verdicts judged, and apart the stored runs of another campaign they left out; the spread
+    # flag reads the judged ones (a box that changed between campaigns is no launch-to-launch spread)
+    judged, left = judged_runs(store, prepared, runs, here=group_id)
+    result["used"] = judged
+    result["reused_runs"] = left
+    result["spread_flags"] = spread_flags(store, prepared, judged)
     return current
 
 

@@ -45,8 +45,10 @@ class Outcome:
     env_key: str | None = None  # the env the static check ran in (reuse needs the same)
     pruned: str | None = None  # the refusal's message
     failed: str | None = None
-    runs: list[str] = field(default_factory=list)  # ok runs that count (reused + new)
+    runs: list[str] = field(default_factory=list)  # ok runs that count (reused + new; a sequential sweep: judged)
     reused: int = 0
+    # a sequential sweep: stored runs of another campaign its verdict left out (it launched again here)
+    reused_runs: list[str] = field(default_factory=list)
     search: Search | None = None
     at_best: dict = field(default_factory=dict)  # metric -> {"mean", "ci": [lo, hi], "n"}
     breaks: list[str] = field(default_factory=list)  # where a bound's metric moved against its direction

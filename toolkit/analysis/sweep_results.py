@@ -235,6 +235,7 @@ def document(table_rows: Sequence[Row], outcomes: Sequence[Outcome], points: Seq
                     "verdict": r.verdict, "change_pct": r.change_pct} for r in table_rows],
         "variants": [{
             "variant": o.name, "pruned": o.pruned, "failed": o.failed, "runs": o.runs, "reused": o.reused,
+            "reused_runs": o.reused_runs,
             "same_server_as": o.same_as, "sla": None if o.search is None else _sla_doc(o),
         } for o in outcomes],
         "pareto": [{"variant": p.variant, "concurrency": p.concurrency, "tok_s_per_user": p.per_user,

@@ -142,19 +142,20 @@ def run(args) -> int:
     guard = Guard([o.name for o in outcomes])  # which variants sglang resolves to one server: stored launches first
     guard.seed(store, [(o.name, o.recipe, o.env_key) for o in kept])
     runner = _runner(args, home, store, guard)
-    cost = None
+    cost, left = None, {}
     if bounds:
         sw.sla_search(store, outcomes, bounds, lo=lo, hi=hi, repeats=args.repeats, runner=runner, console=err)
     else:
         design = _design(args, recipe, kept, recipes)
         if design is not None:  # sequential: launched until every variant's verdict is settled
-            have, failed, reused, same, cost = _measure_sequential(store, kept, home, args, design, guard)
+            have, failed, reused, same, cost, left = _measure_sequential(store, kept, home, args, design, guard)
         else:
             have, failed, reused, same = sw.measure(store, [o.recipe for o in kept], args.repeats, runner, err,
                                                     {o.name: o.env_key for o in kept})
         for o in kept:
             o.same_as = {**same, **guard.same}.get(o.name)  # another variant's server: that one's numbers stand
             o.runs, o.reused = ([], 0) if o.same_as else (have.get(o.name, []), reused.get(o.name, 0))
+            o.reused_runs = [] if o.same_as else list(left.get(o.name, []))
             o.failed = None if o.runs or o.same_as else failed.get(o.name, "no ok run")
             bench = o.recipe.benchmark
             o.points = {c: o.runs for c in (bench.concurrency if bench.driver == "serving" else bench.batch_sizes)}
@@ -214,8 +215,9 @@ def _design(args, recipe, kept, recipes):
 def _measure_sequential(store, kept, home, args, design, guard):
     """Every kept configuration launched in rounds until its verdict against the default's is
     settled (toolkit.analysis.sequential_runs; stored runs of the same identity count, so a killed
-    sweep resumes where it stopped). Returns (name -> ok run ids, name -> failure, name -> reused, name ->
-    the configuration whose server it was, what the launches cost: toolkit.analysis.launch_cost.cost)."""
+    sweep resumes where it stopped). Returns (name -> the ok run ids its verdict judged, name -> failure,
+    name -> reused, name -> the configuration whose server it was, what the launches cost:
+    toolkit.analysis.launch_cost.cost, name -> its stored runs of another campaign, left out of the verdict)."""
     from toolkit.commands.run import print_sequential, sequential_measure
     from toolkit.run.pipeline import run_sweep
 
@@ -229,4 +231,4 @@ def _measure_sequential(store, kept, home, args, design, guard):
         failed.setdefault(name, msg)
     used = result.get("used", {})
     return ({o.name: list(used.get(o.name, [])) for o in kept}, failed, dict(result.get("reused", {})),
-            dict(result.get("same_server") or {}), result.get("cost"))
+            dict(result.get("same_server") or {}), result.get("cost"), dict(result.get("reused_runs") or {}))
