@@ -378,6 +378,13 @@ def test_track_a_branch_every_n_commits_and_bisect_between_them(home, monkeypatc
         if b.get("builds"):
             assert b["probes"] and all(len(p["run_ids"]) == len(p["values"]) > 0 for p in b["probes"]), b
             assert "<= 0.025" in b["rule"], b
+            # its looks read only its own launches: the good end's runs the track measured are left out,
+            # named, and it launched again in the bisect (one sweep)
+            base = b["probes"][0]
+            assert base["reused"] and not set(base["reused"]) & set(base["run_ids"]), b
+            assert b["left_out"][base["label"]].startswith(f"{base['label']}: {len(base['reused'])} stored run(s) "
+                                                          "from another campaign"), b
+            assert len({r.group_id for r in runs if r.run_id in {i for p in b["probes"] for i in p["run_ids"]}}) == 1
 
 
 # -- the demo: both planted changes found and their commits named ----------------------------------

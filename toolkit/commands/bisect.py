@@ -9,7 +9,8 @@ nearest item before it found good (`--reference neighbour`, default) or the base
             dependency pins; with `--git URL|PATH` the search continues into the commits between the
             two neighbouring releases' tags (`--tag-format`, default v{version})
 - commits:  `--source S --good REV --bad REV` on a git source
-Noise-aware (more repeats where a step is undecided), results cached per env key (resumable),
+Noise-aware (more repeats where a step is undecided), results cached per env key within this search's own
+campaign (a killed bisect asked again resumes; stored runs of other campaigns are left out and named),
 apply/build failures skipped. `--until check` validates, lists the probes and builds the first
 probe's env without a GPU."""
 
@@ -244,7 +245,8 @@ def run(args) -> int:
         print_runs_used(commit_meter)
         _print_left_out(commit_meter)
         _print_skipped(commit_meter)
-    console.print(f"{meter.builds} variant(s) prepared, {meter.runs} new run(s); cached values reused per env key")
+    console.print(f"{meter.builds} variant(s) prepared, {meter.runs} new run(s); stored values of this "
+                  "bisect's own campaign reused per env key")
     console.print(f"reproduce: {shlex.join(repro)}", markup=False)
     return _exit_code(result)
 
