@@ -54,7 +54,8 @@ def test_attribute_and_bisect_give_each_prefix_its_gate(home, tmp_path, monkeypa
     assert "gate failed" in row, out  # the table's verdict cell: never a plain "faster"
     assert "gate: fails when the 95% Wilson lower bound of its accuracy is under 0.5" in out
 
-    # bisect measures the same prefixes (runs reused by identity): the same verdict, JSON and text
+    # bisect launches the prefixes again for its speed looks (its own campaign); their answers and gate read
+    # the attribute runs of the same identity too (answers are no speed): the same verdict, JSON and text
     assert main(["bisect", "demo/gfast", *BISECT, "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["culprit"] == 1 and list(data["gate"]) == [key]

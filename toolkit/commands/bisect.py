@@ -298,8 +298,11 @@ def _quality(meter, names):
     if names is None:
         return {}, {}, []
     vouched = VouchedStore(meter.store)  # answers only from bytes with the stored sha256
-    return (quality_runs.meter_verdicts(vouched, meter.log, names),
-            quality_runs.meter_gates(vouched, meter.log, names), vouched.notes)
+    # answers are no speed: a probe's stored runs of another campaign, left out of the speed looks, still
+    # answered (a probe's launches here ask only while its answers verdict, over every stored run, is unsettled)
+    log = [(label, key, values, [*ids, *meter.reused.get(label, ())]) for label, key, values, ids in meter.log]
+    return (quality_runs.meter_verdicts(vouched, log, names),
+            quality_runs.meter_gates(vouched, log, names), vouched.notes)
 
 
 def _slurm_meter(recipe, home, meter, spec, args):
