@@ -120,16 +120,9 @@ def one_bisect(rng: np.random.Generator, n: int, stored: int, shift: float, afte
 
 
 def bisect_main(args) -> int:
-    out = []
-    for shift in args.shift:
-        row = {"shift": shift}
-        for rule in ("before", "after"):
-            rng = np.random.default_rng([args.seed, int(round(shift * 1e4)), args.bisect])
-            got = [one_bisect(rng, args.bisect, args.stored, shift, rule == "after") for _ in range(args.pairs)]
-            false = sum(named for named, _ in got)
-            row[rule] = {"false_culprit_pct": round(100 * false / args.pairs, 2), "ci": ci(false, args.pairs),
-                         "new_launches": round(float(np.mean([k for _, k in got])), 2)}
-        out.append(row)
+    out = per_shift(args, "false_culprit_pct", [args.bisect],
+                    lambda rng, shift, after: one_bisect(rng, args.bisect, args.stored, shift, after),
+                    lambda named: bool(named))
     ok = all(r["after"]["false_culprit_pct"] <= 5.0 for r in out)
     if args.json:
         print(json.dumps({"bisects": args.pairs, "patches": args.bisect, "stored": args.stored, "rows": out, "ok": ok}))
@@ -142,6 +135,22 @@ def bisect_main(args) -> int:
                   f"({b['new_launches']:.2f} launches), after {a['false_culprit_pct']:.2f}% {a['ci']} "
                   f"({a['new_launches']:.2f} launches)")
     return 0 if ok else 1
+
+
+def per_shift(args, key: str, seed_extra: list[int], trial, false_of) -> list[dict]:
+    """Each shift's row: `args.pairs` seeded trials (outcome, new launches) under the before and the after
+    rule, the false rate under `key` with its CI, and the mean new launches."""
+    out = []
+    for shift in args.shift:
+        row = {"shift": shift}
+        for rule in ("before", "after"):
+            rng = np.random.default_rng([args.seed, int(round(shift * 1e4)), *seed_extra])
+            got = [trial(rng, shift, rule == "after") for _ in range(args.pairs)]
+            false = sum(bool(false_of(outcome)) for outcome, _ in got)
+            row[rule] = {key: round(100 * false / args.pairs, 2), "ci": ci(false, args.pairs),
+                         "new_launches": round(float(np.mean([n for _, n in got])), 2)}
+        out.append(row)
+    return out
 
 
 def ci(k: int, n: int) -> list[float]:
@@ -168,16 +177,8 @@ def main() -> int:
     if args.bisect:
         return bisect_main(args)
     design = seq.Design(pool_stored=args.pool)
-    out = []
-    for shift in args.shift:
-        row = {"shift": shift}
-        for rule in ("before", "after"):
-            rng = np.random.default_rng([args.seed, int(round(shift * 1e4))])
-            got = [one_pair(rng, design, args.stored, shift, rule == "after") for _ in range(args.pairs)]
-            false = sum(v in (seq.FASTER, seq.SLOWER) for v, _ in got)
-            row[rule] = {"false_pct": round(100 * false / args.pairs, 2), "ci": ci(false, args.pairs),
-                         "new_launches": round(float(np.mean([n for _, n in got])), 2)}
-        out.append(row)
+    out = per_shift(args, "false_pct", [], lambda rng, shift, after: one_pair(rng, design, args.stored, shift, after),
+                    lambda v: v in (seq.FASTER, seq.SLOWER))
     ok = all(r["after"]["false_pct"] <= 100 * design.alpha for r in out)
     if args.json:
         print(json.dumps({"pairs": args.pairs, "stored": args.stored, "pool": args.pool, "rows": out, "ok": ok}))

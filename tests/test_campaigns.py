@@ -37,18 +37,13 @@ def test_a_stored_reference_from_before_the_box_slowed_is_launched_again_not_jud
     reference, the pair read "1.15x slower"; now the reference launches again, interleaved, the verdict
     reads only this campaign's launches, and it names the four left out with their sweep;
     `compare` reads the same launches."""
-    from conftest import demo_project
-    from test_sequential import SMALL
+    from test_sequential import small_demo
     from toolkit.analysis import sequential as seq
     from toolkit.analysis.selection import values_at
     from toolkit.cli import main
     from toolkit.results.store import Store
 
-    root = demo_project(tmp_path, monkeypatch)
-    base = root / "recipes" / "demo" / "baseline.toml"
-    head, rest = base.read_text().split("[benchmark]", 1)
-    base.write_text(head + "[benchmark]\n" + SMALL.replace("concurrency = [1, 4]", "concurrency = [1]")
-                    + rest[rest.index("\n[", 1):])
+    root = small_demo(tmp_path, monkeypatch, concurrency="[1]")
     (root / "recipes" / "demo" / "same.toml").write_text('extends = "demo/baseline"\n[server.args]\nrandom-seed = 1\n')
     assert main(["run", "demo/baseline", "--repeats", "4", "--json"]) == 0
     first = json.loads(capsys.readouterr().out)
@@ -81,18 +76,13 @@ def test_the_spread_flag_and_the_runs_used_are_the_launches_judged_not_a_stored_
     spread 6.6% against its peers' 1.4%" (the box's change, not its noise), and `used` listed the stored
     four as judged. Now `used` holds the launches the verdicts judged, `reused_runs` the stored four, and
     the flag reads the judged ones only."""
-    from conftest import demo_project
-    from test_sequential import SMALL
+    from test_sequential import small_demo
     from toolkit.analysis import spread_flag
     from toolkit.analysis.selection import values_at
     from toolkit.cli import main
     from toolkit.results.store import Store
 
-    root = demo_project(tmp_path, monkeypatch)
-    base = root / "recipes" / "demo" / "baseline.toml"
-    head, rest = base.read_text().split("[benchmark]", 1)
-    base.write_text(head + "[benchmark]\n" + SMALL.replace("concurrency = [1, 4]", "concurrency = [1]")
-                    + rest[rest.index("\n[", 1):])
+    root = small_demo(tmp_path, monkeypatch, concurrency="[1]")
     for name, seed in (("same", 1), ("same2", 2)):
         (root / "recipes" / "demo" / f"{name}.toml").write_text(
             f'extends = "demo/baseline"\n[server.args]\nrandom-seed = {seed}\n')

@@ -105,15 +105,23 @@ SMALL = ('driver = "serving"\ninput_len = 16\noutput_len = 16\nconcurrency = [1,
          'repeats = 4\nmax_repeats = 4\n')
 
 
-def quick_pair(tmp_path, monkeypatch):
-    """The demo project with demo/baseline's benchmark made SMALL and demo/quick (a 4 ms decode step
-    against 12 ms: 3x); its root."""
+def small_demo(tmp_path, monkeypatch, *, concurrency: str = "[1, 4]", extra: str = ""):
+    """The demo project with demo/baseline's [benchmark] made SMALL (at `concurrency`, `extra` lines
+    first); its root."""
     from conftest import demo_project
 
     root = demo_project(tmp_path, monkeypatch)
     base = root / "recipes" / "demo" / "baseline.toml"
     head, rest = base.read_text().split("[benchmark]", 1)
-    base.write_text(head + "[benchmark]\n" + SMALL + rest[rest.index("\n[", 1):])
+    base.write_text(head + "[benchmark]\n" + extra + SMALL.replace("concurrency = [1, 4]", f"concurrency = {concurrency}")
+                    + rest[rest.index("\n[", 1):])
+    return root
+
+
+def quick_pair(tmp_path, monkeypatch):
+    """The demo project with demo/baseline's benchmark made SMALL and demo/quick (a 4 ms decode step
+    against 12 ms: 3x); its root."""
+    root = small_demo(tmp_path, monkeypatch)
     (root / "recipes" / "demo" / "quick.toml").write_text('extends = "demo/baseline"\n[server.args]\n'
                                                           'mini-step-base-ms = 4\n')
     return root
@@ -263,15 +271,10 @@ def test_compare_judges_a_sequential_pair_as_run_did_across_sweeps(tmp_path, hom
     not the recipe's 2), so they print run's verdicts word for word."""
     import json
 
-    from conftest import demo_project
     from toolkit.cli import main
     from toolkit.results.store import Store
 
-    root = demo_project(tmp_path, monkeypatch)
-    base = root / "recipes" / "demo" / "baseline.toml"
-    head, rest = base.read_text().split("[benchmark]", 1)
-    base.write_text(head + "[benchmark]\n" + SMALL.replace("concurrency = [1, 4]", "concurrency = [1]")
-                    + rest[rest.index("\n[", 1):])
+    root = small_demo(tmp_path, monkeypatch, concurrency="[1]")
     for name, ms in (("quick", 4), ("quick2", 6)):
         (root / "recipes" / "demo" / f"{name}.toml").write_text(
             f'extends = "demo/baseline"\n[server.args]\nmini-step-base-ms = {ms}\n')
@@ -346,14 +349,9 @@ def test_attribute_launches_each_step_until_settled(tmp_path, home, monkeypatch,
     the verdict, not "too few repeats"; again, the stored runs decide it as before, no launch."""
     import json
 
-    from conftest import demo_project
     from toolkit.cli import main
 
-    root = demo_project(tmp_path, monkeypatch)
-    base = root / "recipes" / "demo" / "baseline.toml"
-    head, rest = base.read_text().split("[benchmark]", 1)
-    base.write_text(head + "[benchmark]\n" + SMALL.replace("concurrency = [1, 4]", "concurrency = [1]")
-                    + rest[rest.index("\n[", 1):])
+    small_demo(tmp_path, monkeypatch, concurrency="[1]")
     # up to 6 each: at 4 a busy 2-core box can leave a 1.5x step futile at 3 (too wide to settle by 4)
     argv = ["attribute", "demo/fast", "--metric", "output_tok_s@1", "--max-repeats", "6", "--json"]
     assert main(argv) == 0

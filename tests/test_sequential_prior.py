@@ -140,17 +140,12 @@ def test_a_second_campaign_against_a_stored_reference_pools_its_spread(tmp_path,
     legend has the rule."""
     import json
 
-    from conftest import demo_project
-    from test_sequential import SMALL
+    from test_sequential import small_demo
     from toolkit.analysis.selection import values_at
     from toolkit.cli import main
     from toolkit.results.store import Store
 
-    root = demo_project(tmp_path, monkeypatch)
-    base = root / "recipes" / "demo" / "baseline.toml"
-    head, rest = base.read_text().split("[benchmark]", 1)
-    base.write_text(head + "[benchmark]\npool_stored_spread = true\n"
-                    + SMALL.replace("concurrency = [1, 4]", "concurrency = [1]") + rest[rest.index("\n[", 1):])
+    root = small_demo(tmp_path, monkeypatch, concurrency="[1]", extra="pool_stored_spread = true\n")
     (root / "recipes" / "demo" / "quick.toml").write_text('extends = "demo/baseline"\n[server.args]\n'
                                                           'mini-step-base-ms = 4\n')
     assert main(["run", "demo/baseline", "--repeats", "6", "--json"]) == 0
