@@ -124,16 +124,9 @@ def bisect_main(args) -> int:
                     lambda rng, shift, after: one_bisect(rng, args.bisect, args.stored, shift, after),
                     lambda named: bool(named))
     ok = all(r["after"]["false_culprit_pct"] <= 5.0 for r in out)
-    if args.json:
-        print(json.dumps({"bisects": args.pairs, "patches": args.bisect, "stored": args.stored, "rows": out, "ok": ok}))
-    else:
-        print(f"bisects of {args.bisect} harmless patches, the base's {args.stored} launches from before the shift, "
-              f"{args.pairs} a shift; a culprit named (every one false) and new launches a bisect:")
-        for r in out:
-            b, a = r["before"], r["after"]
-            print(f"  shift {100 * r['shift']:.0f}%: before {b['false_culprit_pct']:.2f}% {b['ci']} "
-                  f"({b['new_launches']:.2f} launches), after {a['false_culprit_pct']:.2f}% {a['ci']} "
-                  f"({a['new_launches']:.2f} launches)")
+    say(args, out, "false_culprit_pct", {"bisects": args.pairs, "patches": args.bisect, "stored": args.stored, "ok": ok},
+        f"bisects of {args.bisect} harmless patches, the base's {args.stored} launches from before the shift, "
+        f"{args.pairs} a shift; a culprit named (every one false) and new launches a bisect:")
     return 0 if ok else 1
 
 
@@ -151,6 +144,18 @@ def per_shift(args, key: str, seed_extra: list[int], trial, false_of) -> list[di
                          "new_launches": round(float(np.mean([n for _, n in got])), 2)}
         out.append(row)
     return out
+
+
+def say(args, out: list[dict], key: str, doc: dict, head: str) -> None:
+    """The rows as JSON (`doc` with them) or as a line a shift under `head`."""
+    if args.json:
+        print(json.dumps({**doc, "rows": out}))
+        return
+    print(head)
+    for r in out:
+        b, a = r["before"], r["after"]
+        print(f"  shift {100 * r['shift']:.0f}%: before {b[key]:.2f}% {b['ci']} ({b['new_launches']:.2f} launches), "
+              f"after {a[key]:.2f}% {a['ci']} ({a['new_launches']:.2f} launches)")
 
 
 def ci(k: int, n: int) -> list[float]:
@@ -180,15 +185,9 @@ def main() -> int:
     out = per_shift(args, "false_pct", [], lambda rng, shift, after: one_pair(rng, design, args.stored, shift, after),
                     lambda v: v in (seq.FASTER, seq.SLOWER))
     ok = all(r["after"]["false_pct"] <= 100 * design.alpha for r in out)
-    if args.json:
-        print(json.dumps({"pairs": args.pairs, "stored": args.stored, "pool": args.pool, "rows": out, "ok": ok}))
-    else:
-        print(f"A/A pairs, the reference's {args.stored} launches from before the shift, {args.pairs} a shift; "
-              f"false faster/slower (stated <= {100 * design.alpha:g}%) and new launches a pair:")
-        for r in out:
-            b, a = r["before"], r["after"]
-            print(f"  shift {100 * r['shift']:.0f}%: before {b['false_pct']:.2f}% {b['ci']} ({b['new_launches']:.2f} "
-                  f"launches), after {a['false_pct']:.2f}% {a['ci']} ({a['new_launches']:.2f} launches)")
+    say(args, out, "false_pct", {"pairs": args.pairs, "stored": args.stored, "pool": args.pool, "ok": ok},
+        f"A/A pairs, the reference's {args.stored} launches from before the shift, {args.pairs} a shift; "
+        f"false faster/slower (stated <= {100 * design.alpha:g}%) and new launches a pair:")
     return 0 if ok else 1
 
 
