@@ -45,7 +45,7 @@ def refusal(store, names: Sequence[str], missing: Sequence[str], current: Mappin
     said = f"{name} is the same server as {other} (sglang resolved both to one configuration: run {run_id})"
     rest = [other if n == name else n for n in names]
     if other in names:
-        others = [n for n in dict.fromkeys(rest)]
+        others = list(dict.fromkeys(rest))
         hint = ("a server compared with itself has no verdict; its run-to-run spread is in "
                 f"`patchbench report {other}`")
         if len(others) > 1:

@@ -99,10 +99,7 @@ def verdicts(store: Store, prepared: list[Prepared], runs: dict[str, list[str]],
     metric = metric_of(ref)
     hib = registry.higher_is_better(metric)
     samples = {p.name: store.samples(runs[p.name], metric=metric) for p in prepared}
-    ids = [rid for p in prepared for rid in runs[p.name]]
-    rows = {r.run_id: r for r in store.runs(run_ids=ids)} if ids else {}
-    rows_of = {p.name: [rows[rid] for rid in runs[p.name] if rid in rows] for p in prepared}
-    splits = {p.name: campaigns.split(rows_of[ref.name], rows_of[p.name], here) for p in prepared[1:]}
+    rows, splits = _splits(store, prepared, runs, here)
     reused = {p.name: campaigns.left_out(ref.name, p.name, splits[p.name], rows) for p in prepared[1:]}
     judged, _ = judged_of(ref.name, splits, runs)
     for point in [x for x in points_of(ref) if any(x in points_of(p) for p in prepared[1:])]:
@@ -145,22 +142,18 @@ def judged_runs(store: Store, prepared: list[Prepared], runs: dict[str, list[str
                 here: str | None = None) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
     """`judged_of` over the stored runs: which of `runs` the verdicts of `prepared` judge (launched in a
     campaign of both sides of a pair, or in `here`), and which they leave out (toolkit.analysis.campaigns)."""
+    return judged_of(prepared[0].name, _splits(store, prepared, runs, here)[1], runs)
+
+
+def _splits(store: Store, prepared: list[Prepared], runs: dict[str, list[str]], here: str | None) -> tuple[dict, dict]:
+    """(run id -> stored row, name -> campaigns.Split of its runs against the reference prepared[0]'s)."""
     from toolkit.analysis import campaigns
 
     ref = prepared[0]
     ids = [rid for p in prepared for rid in runs.get(p.name, ())]
     rows = {r.run_id: r for r in store.runs(run_ids=ids)} if ids else {}
     rows_of = {p.name: [rows[rid] for rid in runs.get(p.name, ()) if rid in rows] for p in prepared}
-    splits = {p.name: campaigns.split(rows_of[ref.name], rows_of[p.name], here) for p in prepared[1:]}
-    return judged_of(ref.name, splits, runs)
-
-
-def start_times(store: Store, run_ids: list[str]) -> list[str | None]:
-    """The runs' start times (ISO, UTC), in the order of `run_ids`."""
-    if not run_ids:
-        return []
-    at = {r.run_id: r.started_at for r in store.runs(run_ids=run_ids)}
-    return [at.get(rid) for rid in run_ids]
+    return rows, {p.name: campaigns.split(rows_of[ref.name], rows_of[p.name], here) for p in prepared[1:]}
 
 
 def measure_until_settled(prepared: list[Prepared], *, home, store: Store, group_id: str, console: Console,
