@@ -44,3 +44,16 @@ def test_chunked_arrivals_count_each_token_and_no_step_after_the_trace_is_said()
     assert got.after_ms is None and got.overhead is None
     assert "no step after the trace" in itl_window_line(12.0, got.to_dict())
     assert itl_window_line(12.0, None) is None
+
+
+def test_recorded_steps_read_in_bursts_give_no_step_check_and_no_error():
+    # a lagging client (a busy host) reads several steps' tokens in one chunk: the same arrival time,
+    # so most recorded gaps are 0 and the median says nothing of the step (was: ZeroDivisionError)
+    t, req = 0.0, [(0.0, 1)]
+    for i in range(12):
+        t += 0.0 if i % 3 else 0.03
+        req.append((t, 1))
+    got = window.split([req], started=0.001, steps=10)
+    assert got.profiled_ms == 0.0
+    line = itl_window_line(10.0, got.to_dict())
+    assert "median 0 ms" in line and "no step-time check" in line

@@ -45,6 +45,11 @@ def itl_window_line(step_ms: float, split: dict | None) -> str | None:
     if not split or split.get("itl_profiled_ms") is None:
         return None
     inside = split["itl_profiled_ms"]
+    if inside <= 0:
+        # most of the recorded steps' tokens came in one read with an earlier step's: the client lagged
+        # the server (a busy host), so their gaps are 0 and say nothing of the step
+        return (f"ITL of the recorded steps: median 0 ms over {split['profiled_tokens']} tokens (the load "
+                f"generator read most of them in bursts: a busy host); no step-time check against it")
     line = (f"ITL of the recorded steps {inside:.2f} ms (median of {split['profiled_tokens']} tokens): trace step "
             f"{100 * (step_ms / inside - 1):+.1f}% vs it")
     if split.get("itl_after_ms"):
