@@ -46,14 +46,18 @@ def test_chunked_arrivals_count_each_token_and_no_step_after_the_trace_is_said()
     assert itl_window_line(12.0, None) is None
 
 
-def test_recorded_steps_read_in_bursts_give_no_step_check_and_no_error():
-    # a lagging client (a busy host) reads several steps' tokens in one chunk: the same arrival time,
-    # so most recorded gaps are 0 and the median says nothing of the step (was: ZeroDivisionError)
+def test_steps_read_in_bursts_share_the_gap_and_keep_their_step_numbers():
+    # a lagging client (a busy host) reads three steps' events in one chunk every 30 ms: the same
+    # arrival time; each still numbers a step, and their tokens share the 30 ms (was: gaps of 0 ms,
+    # a median of 0 and ZeroDivisionError in the step check)
     t, req = 0.0, [(0.0, 1)]
-    for i in range(12):
+    for i in range(24):
         t += 0.0 if i % 3 else 0.03
         req.append((t, 1))
-    got = window.split([req], started=0.001, steps=10)
-    assert got.profiled_ms == 0.0
-    line = itl_window_line(10.0, got.to_dict())
-    assert "median 0 ms" in line and "no step-time check" in line
+    got = window.split([req], started=0.001, steps=12)
+    assert got.profiled_ms == pytest.approx(10.0) and got.after_ms == pytest.approx(10.0)
+    assert got.profiled_tokens == 11 and got.after_tokens == 10  # arrivals 2..12 and 15..24
+    assert "trace step +0.0% vs it" in itl_window_line(10.0, got.to_dict())
+    # a median of 0 (no read apart at all) says so instead of dividing by it
+    zero = {"itl_profiled_ms": 0.0, "profiled_tokens": 9, "itl_after_ms": None}
+    assert "no step-time check" in itl_window_line(10.0, zero)

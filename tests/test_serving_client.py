@@ -426,3 +426,50 @@ def test_files_the_servers_jit_caches_gained_during_a_window_are_counted(launch,
     one, two = run_serving(url, ServingConfig(input_len=16, output_len=8, concurrency=(1, 2), num_prompts=4,
                                               warmup=1), compiled=compiled)
     assert (one.compiled_files, two.compiled_files) == (1, 0) and len(reads) == 4
+
+
+def test_events_one_read_delivers_share_the_gap_a_lagging_client_saw():
+    """A client that lags the server (a busy host; many streams on one event loop) reads several steps'
+    events in one chunk. Their tokens arrived together and share the gap since the last read; timed
+    apart, the first took the whole gap and the others 0 ms (median ITL 0, p99 a multiple of it)."""
+    import asyncio
+
+    import aiohttp
+    from aiohttp import web
+
+    from toolkit.run.bench.serving import _timed
+
+    def event(n: int) -> bytes:
+        return b"data: " + json.dumps({"text": "x", "meta_info": {"completion_tokens": n, "prompt_tokens": 4}}).encode() + b"\n\n"
+
+    async def generate(request):
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        await resp.write(event(1))
+        for n in range(2, 13, 3):  # three steps' events per write, 30 ms apart: 10 ms a token
+            await asyncio.sleep(0.03)  # the server's pacing between writes (what a lagging client sees)
+            await resp.write(b"".join(event(m) for m in range(n, n + 3)))
+        await resp.write(b"data: [DONE]\n\n")
+        return resp
+
+    async def main():
+        app = web.Application()
+        app.router.add_post("/generate", generate)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]
+        try:
+            async with aiohttp.ClientSession() as session:
+                cfg = ServingConfig(input_len=4, output_len=13, concurrency=(1,), warmup=0)
+                return await _timed(session, f"http://127.0.0.1:{port}/generate", b"{}", cfg, 4, 13,
+                                    aiohttp.ClientTimeout(total=30), None)
+        finally:
+            await runner.cleanup()
+
+    res = asyncio.run(main())
+    assert res.ok, res.error
+    assert len(res.itl) == 12  # every token after the first
+    # about 10 ms each (a busy host may shift a read), none 0
+    assert min(res.itl) > 0 and sorted(res.itl)[6] == pytest.approx(0.01, rel=0.5)

@@ -17,7 +17,9 @@ start with a prefill and are left out) the arrivals after the answer are numbere
 2 .. steps close the gaps of recorded steps ("profiled"; the last recorded step's gap is left out, it
 may hold the trace export), arrivals steps + 1 and steps + 2 are left out (the export, either
 scheduler), and arrivals from steps + 3 on are steps with the profiler off ("after"). A gap of k tokens in one
-arrival counts k times at 1/k of its length (as the serving benchmark's ITL does).
+arrival counts k times at 1/k of its length (as the serving benchmark's ITL does); arrivals at the same
+time are events one read of the stream delivered (a client lagging the server): each still numbers a
+step, and their tokens share the gap since the read before.
 
 The step-time check then reads: trace step vs the profiled ITL (does the trace cover the step?),
 and profiled vs after ITL (what the profiler costs a step).
@@ -58,16 +60,21 @@ def split(arrivals: Sequence[Sequence[tuple[float, int]]], started: float, steps
     for request in arrivals:
         if not request or request[0][0] > started:  # not decoding when recording began
             continue
-        prev, j = None, 0
-        for t, k in request:
-            if t > started:
-                j += 1
-            if prev is not None and k > 0:
-                gap = [1000.0 * (t - prev) / k] * k
-                if 2 <= j <= steps:
-                    inside += gap
-                elif j >= steps + 3:
-                    after += gap
+        prev, j, i = None, 0, 0
+        while i < len(request):
+            t, group = request[i][0], []
+            while i < len(request) and request[i][0] == t:  # events one read delivered (see the docstring)
+                j += request[i][0] > started
+                group.append((j, request[i][1]))
+                i += 1
+            tokens = sum(k for _, k in group if k > 0)
+            if prev is not None and tokens:
+                gap = 1000.0 * (t - prev) / tokens
+                for at, k in group:
+                    if k > 0 and 2 <= at <= steps:
+                        inside += [gap] * k
+                    elif k > 0 and at >= steps + 3:
+                        after += [gap] * k
             prev = t
     return ItlSplit(statistics.median(inside) if inside else None, statistics.median(after) if after else None,
                     len(inside), len(after))
