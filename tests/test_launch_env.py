@@ -39,9 +39,16 @@ def test_the_server_of_a_run_is_launched_with_them(tmp_path, monkeypatch, home):
         return real(*args, environ=environ, **kwargs)
 
     monkeypatch.setattr(srv, "launch_ready", launch_ready)
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")  # a shell that writes no bytecode (this CI box's)
     demo_project(tmp_path, monkeypatch)
     assert main(["run", "demo/baseline", "--repeats", "2"]) == 0
     assert len(seen) == 2
+    # the env's processes keep their bytecode in the env's own pycache/ (its tree stays as published):
+    # the first launch compiled what the server imports, the second read it
+    env = Path(seen[0]["VIRTUAL_ENV"])
+    assert all(e["PYTHONPYCACHEPREFIX"] == str(env / "pycache") and e["PYTHONDONTWRITEBYTECODE"] == "" for e in seen)
+    compiled = list((env / "pycache").rglob("sglang/srt/*.pyc"))
+    assert compiled and not list((env / "lib").rglob("__pycache__/*.pyc"))
     dirs = {e["FLASHINFER_AUTOTUNE_DIR"] for e in seen}
     assert len(dirs) == 2 and all(Path(d).parent.parent.name == "runs" for d in dirs)
     assert all(e["SGLANG_FLASHINFER_AUTOTUNE_CACHE"] == "0" for e in seen)
