@@ -72,6 +72,17 @@ def test_glm5_shapes_agree_with_the_roofline(name, tp, ep, monkeypatch):
     assert [s.dims["tokens"] for s in moe] == sorted(recipe.benchmark.concurrency)
 
 
+def test_moe_dp_slices_each_expert_over_tp_ep_moe_dp(monkeypatch):
+    """sglang 0.5.23: moe_tp_size = tp // ep // moe_dp (runtime_context.derive_parallel_widths): at TP8
+    attn-CP2 MoE-DP2 one GPU holds a quarter of every expert (1,536 columns), not an eighth."""
+    monkeypatch.delenv("PATCHBENCH_GPUS", raising=False)
+    resolved = {"tp_size": 8, "ep_size": 1, "attn_cp_size": 2, "moe_dp_size": 2, "pp_size": 1, "dp_size": 1}
+    lay = layout_of(load_recipe("baseline"), resolved)
+    assert lay.slice == 4 and lay.basis == "TP8 EP1 MoE-DP2 from sglang's static resolution"
+    dims = {s.label: s.dims for s in model_shapes(lay, MM)}
+    assert (dims["experts.gate_up"]["n"], dims["experts.down"]["k"]) == (1024, 512)
+
+
 def test_shapes_from_jsonl_and_a_flashinfer_trace_dump(tmp_path):
     jsonl = tmp_path / "shapes.jsonl"
     jsonl.write_text('{"m": 1, "n": 768, "k": 6144}\n\n{"m": 16, "n": 768, "k": 6144, "label": "x"}\n')

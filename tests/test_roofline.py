@@ -388,3 +388,54 @@ def test_the_demo_roofline_describes_the_miniature():
     # 2 layers x E(1-(1-k/E)^4) = 5.47 of 8 experts x 3 x 256 x 768 params x 4 B
     assert experts.bytes == pytest.approx(2 * 8 * (1 - 0.75 ** 4) * 3 * 256 * 768 * 4, rel=1e-6)
     assert 0.5 < row.step_s * 1e3 < 12.0  # the miniature paces a decode step at >= 12 ms
+
+
+# sglang 0.5.23's moe_dp_size (runtime_context.derive_parallel_widths: moe_tp = tp / ep / moe_dp; allowed
+# > 1 only equal to attn_cp_size, parallel_hook.py): each MoE-DP group of tp / moe_dp GPUs holds every
+# expert and runs its own tokens. The miniature by hand (as above), TP8 attn-CP2:
+@pytest.mark.parametrize("kw, batch, experts, ring_bytes", [
+    # MoE DP2: the 2 active experts sliced over 4 GPUs, not 8 (twice TP8's bytes); the MoE output is
+    # reduced over the group's 4 GPUs like attention over attention TP 4
+    (dict(moe_dp=2), 1, 2 * 2 * EXPERT / 4, 4 * 512 * 2 * 3 / 4),
+    # EP4 x MoE DP2 = TP8: whole experts; top-2 over 4 ranks of the group: the busiest reads 1 whole one
+    (dict(moe_dp=2, ep=4), 1, 2 * 1 * EXPERT, 4 * 512 * 2 * 3 / 4),
+    # b=2: each group takes one token (2 experts of 8), not both (~3.75 distinct over the 2 tokens)
+    (dict(moe_dp=2), 2, 2 * 2 * EXPERT / 4, 4 * 1024 * 2 * 3 / 4),
+])
+def test_moe_data_parallelism_worked_by_hand(kw, batch, experts, ring_bytes):
+    row = rl.roofline(rl.make_inputs(MINI, "h200", weights="all=bf16", tp=8, attn_cp=2, batches=(batch,),
+                                     **kw)).rows[0]
+    assert row.component("experts").bytes == pytest.approx(2 * experts)
+    assert row.distinct_experts == pytest.approx(2)
+    assert row.allreduce.bytes_per_gpu == pytest.approx(ring_bytes)
+
+
+def test_a_server_with_moe_dp_gets_a_roofline_figure_and_sglangs_own_refusals():
+    from toolkit.run.parallel_layout import roofline_layout
+
+    # the fields 0.5.23's /server_info reports (ServerArgs.resolved_dict(), flat)
+    info = {"tp_size": 8, "ep_size": 1, "attn_dp_size": 1, "dp_size": 1, "attn_cp_size": 2, "moe_dp_size": 2,
+            "pp_size": 1, "moe_dense_tp_size": None, "enable_dp_lm_head": False, "enable_dp_attention": False}
+    kw, text = roofline_layout(info)
+    assert text == "TP8 attn-CP2 MoE-DP2 from /server_info" and kw["moe_dp"] == 2
+    moe_dp = rl.theoretical_tok_s("glm-5", "rtx-pro-6000", batch=1, context=0, weights="experts=nvfp4,rest=bf16", **kw)
+    cp = rl.theoretical_tok_s("glm-5", "rtx-pro-6000", batch=1, context=0, weights="experts=nvfp4,rest=bf16",
+                              **{**kw, "moe_dp": 1})
+    assert moe_dp < cp  # each GPU reads its experts' 1/4 slices instead of 1/8
+    result = rl.roofline(rl.seed_glm5_inputs(attn_cp=2, moe_dp=2))
+    assert any(line.startswith("MoE DP=2 (sglang's moe_dp_size)") for line in result.assumptions)
+    with pytest.raises(BadInput, match="MoE DP 2 must equal attention CP 1"):
+        rl.roofline(rl.seed_glm5_inputs(moe_dp=2))
+    with pytest.raises(BadInput, match="EP=2 x MoE DP 2 must equal TP=8"):
+        rl.roofline(rl.seed_glm5_inputs(attn_cp=2, moe_dp=2, ep=2))
+
+
+def test_cli_roofline_takes_moe_dp(capsys):
+    from toolkit.cli import main
+
+    assert main(["roofline", "--model", "glm-5", "--gpu", "rtx-pro-6000", "--tp", "8", "--attn-cp", "2",
+                 "--moe-dp", "2", "--batch", "1", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["moe_dp"] == 2 and out["attn_cp"] == 2
+    assert main(["roofline", "--model", "glm-5", "--gpu", "rtx-pro-6000", "--tp", "8", "--moe-dp", "2"]) != 0
+    assert "MoE DP 2 must equal attention CP 1" in capsys.readouterr().err

@@ -11,7 +11,7 @@
   beside, labelled as serving, and never divided by the decode roofline.
 - The denominator is `toolkit.roofline.theoretical_tok_s` for the `[roofline]` model, GPU and weights
   at the layout sglang itself resolved (the run's stored `/server_info`: tp_size, ep_size,
-  attn_dp_size or dp_size with enable_dp_attention, attn_cp_size, pp_size, moe_dense_tp_size,
+  attn_dp_size or dp_size with enable_dp_attention, attn_cp_size, moe_dp_size, pp_size, moe_dense_tp_size,
   enable_dp_lm_head), never the recipe's flags; a run with no server (the one-batch driver) uses sglang's
   static resolution of its arguments (`extra.resolved_config`). Without either the figure says so.
   Its context is `[roofline] context`, else the mean context of a decoding sequence of the run's

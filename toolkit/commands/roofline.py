@@ -38,6 +38,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--attn-dp", type=int, default=1,
                         help="attention data-parallel size within --tp (sglang's attn_dp_size, or --dp-size with "
                              "--enable-dp-attention): attention runs over tp/attn-dp GPUs; default 1")
+    parser.add_argument("--attn-cp", type=int, default=1,
+                        help="attention context-parallel size within --tp (sglang's attn_cp_size); default 1")
+    parser.add_argument("--moe-dp", type=int, default=1,
+                        help="MoE data-parallel size within --tp (sglang's moe_dp_size, equal to --attn-cp when > 1): "
+                             "each group of tp/moe-dp GPUs holds every expert and runs its own tokens; default 1")
     parser.add_argument("--batch", type=_batches, default=[1, 2, 4, 8, 16, 32, 64], help="batch sizes, e.g. 1,2,4,8")
     parser.add_argument("--context", type=int, default=0, help="tokens in each sequence's KV cache (default 0)")
     parser.add_argument(
@@ -72,7 +77,8 @@ def summary_table(result: rl.RooflineResult) -> Table:
     i = result.inputs
     title = (
         f"Decode roofline: {i.model.name} on {i.tp}x {i.gpu.key} (TP{i.tp}, EP{i.ep}"
-        + (f", attention DP{i.attn_dp}" if i.attn_dp > 1 else "") + f"), context {i.context}, "
+        + (f", attention DP{i.attn_dp}" if i.attn_dp > 1 else "") + (f", attention CP{i.attn_cp}" if i.attn_cp > 1 else "")
+        + (f", MoE DP{i.moe_dp}" if i.moe_dp > 1 else "") + f"), context {i.context}, "
         f"weights {i.weights.spec}, sharding {i.sharding}"
     )
     table = Table(title=title, title_justify="left")
@@ -146,6 +152,8 @@ def run(args: argparse.Namespace) -> int:
         allreduce_latency_us=args.allreduce_latency_us,
         sharding=args.sharding,
         attn_dp=args.attn_dp,
+        attn_cp=args.attn_cp,
+        moe_dp=args.moe_dp,
     )
     result = rl.roofline(inputs)
     if args.json:

@@ -4,7 +4,8 @@
 table) for the decode shapes of the routed experts at every benchmark concurrency of the recipe:
 
 - each routed expert is a gated MLP of `expert_params = 3 * hidden * I` weights (the roofline's
-  count); under TP with EP inside it each GPU holds E/EP experts, each sliced over TP/EP, so one
+  count); under TP with EP inside it each GPU holds E/EP experts, each sliced over TP/EP (TP/EP/MoE-DP
+  under sglang's moe_dp_size), so one
   GPU's slice has I_s = I / (TP/EP) columns: two GEMMs, gate+up (N = 2 I_s, K = hidden) and down
   (N = hidden, K = I_s). Their weights add up to expert_params / (TP/EP) (at TP8, EP1 for GLM-5:
   2 x 256 + 256 = 768 columns of 6144);
@@ -62,11 +63,12 @@ class Layout:
     ep: int
     points: tuple[int, ...]
     basis: str = ""  # where TP/EP came from ("TP8 EP8 from sglang's static resolution")
+    moe_dp: int = 1  # sglang's moe_dp_size: moe_tp_size = tp // ep // moe_dp (0.5.23 runtime_context.py)
 
     @property
     def slice(self) -> int:
-        """Each expert is sliced over TP/EP GPUs."""
-        return self.tp // self.ep
+        """Each expert is sliced over TP/EP/MoE-DP GPUs (sglang's moe_tp_size)."""
+        return self.tp // self.ep // self.moe_dp
 
     @property
     def inter(self) -> int:
@@ -106,13 +108,15 @@ def layout_of(recipe, resolved: dict | None = None, why_not: str | None = None) 
     else:
         lay = parallel_layout.layout(recipe.server.args or {})
         source = "the recipe's flags" + (f" ({why_not})" if why_not else "")
-    tp, ep = lay["tp_size"], lay["ep_size"]
-    basis = f"TP{tp} EP{ep} from {source}"
-    if tp % ep or shape.n_experts % ep or (shape.expert_params // (3 * shape.hidden)) % (tp // ep):
-        raise BadInput(f"TP={tp}, EP={ep} does not split {name}'s {shape.n_experts} experts evenly")
+    tp, ep, moe_dp = lay["tp_size"], lay["ep_size"], lay["moe_dp_size"]
+    basis = f"TP{tp} EP{ep}" + (f" MoE-DP{moe_dp}" if moe_dp > 1 else "") + f" from {source}"
+    if (tp % (ep * moe_dp) or shape.n_experts % ep
+            or (shape.expert_params // (3 * shape.hidden)) % (tp // ep // moe_dp)):
+        raise BadInput(f"TP={tp}, EP={ep}" + (f", MoE DP={moe_dp}" if moe_dp > 1 else "")
+                       + f" does not split {name}'s {shape.n_experts} experts evenly")
     b = recipe.benchmark
     points = tuple(b.concurrency if b.driver == "serving" else b.batch_sizes)
-    return Layout(shape, tp, ep, points, basis)
+    return Layout(shape, tp, ep, points, basis, moe_dp)
 
 
 def model_shapes(layout: Layout, op: OpSpec) -> list[Shape]:

@@ -97,7 +97,14 @@ def assumptions(inputs: RooflineInputs) -> tuple[str, ...]:
                 "routing (real routing loads it more; imbalance not modelled)."
             )
         else:
-            out.append(f"EP=1: every GPU reads a 1/TP={tp} slice of every active expert.")
+            out.append(f"EP=1: every GPU reads a 1/{inputs.moe_tp} slice of every active expert"
+                       + (f" (TP {tp} / MoE DP {inputs.moe_dp})." if inputs.moe_dp > 1 else f" (1/TP={tp})."))
+        if inputs.moe_dp > 1:
+            out.append(
+                f"MoE DP={inputs.moe_dp} (sglang's moe_dp_size): {inputs.moe_dp} groups of TP/MoE-DP={inputs.moe_group} "
+                f"GPUs each hold every expert (sliced over TP/EP/MoE-DP={inputs.moe_tp}) and run the MoE for their "
+                "own tokens only (their attention-CP rank's): the busiest group takes ceil(b / MoE DP) of the b "
+                "tokens; its MoE output is all-reduced over its own GPUs.")
     if inputs.pp > 1:
         out.append(
             f"PP={inputs.pp}: each stage holds 1/{inputs.pp} of the layers, but a sequence's token passes through "

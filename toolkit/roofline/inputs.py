@@ -7,6 +7,12 @@ E/ep whole experts, each sliced over moe_tp = tp / ep GPUs. Dense MLP layers are
 `dense_tp` (sglang's `moe_dense_tp_size`; None: tp, 1: replicated), the lm_head over tp (or attn_tp
 with `dp_lm_head`, sglang's `enable_dp_lm_head`). `pp` stages and `dp` replicas change no GPU's
 bytes per token of one sequence: they are recorded so the assumptions say so.
+
+MoE data parallelism (sglang's `moe_dp_size`, 0.5.23 srt/runtime_context.py derive_parallel_widths:
+moe_tp_size = tp_size // moe_ep_size // moe_dp_size) splits the TP group into `moe_dp` groups of
+tp / moe_dp GPUs; each holds every expert (E/ep per EP rank, sliced over moe_tp = tp / ep / moe_dp) and
+runs the MoE for its own tokens only (its attention-CP rank's: srt/arg_groups/parallel_hook.py allows
+moe_dp > 1 only with moe_dp == attn_cp_size; srt/distributed/parallel_state.py builds the MoE-DP group).
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ class RooflineInputs:
     dp: int = 1  # data-parallel replicas of the whole server: one sequence runs on one
     dense_tp: int | None = None  # GPUs a dense MLP layer is split over (None: tp; 1: replicated)
     dp_lm_head: bool = False  # lm_head split over the attention-TP group instead of TP
+    moe_dp: int = 1  # MoE data-parallel groups within TP (sglang's moe_dp_size): each holds all experts
 
     @property
     def attn_tp(self) -> int:
@@ -46,8 +53,17 @@ class RooflineInputs:
 
     @property
     def moe_tp(self) -> int:
-        """GPUs one routed expert is sliced over (tp / ep)."""
-        return max(self.tp // self.ep, 1)
+        """GPUs one routed expert is sliced over (tp / ep / moe_dp)."""
+        return max(self.tp // self.ep // self.moe_dp, 1)
+
+    @property
+    def moe_group(self) -> int:
+        """GPUs one MoE-DP group holds every expert over (tp / moe_dp): its MoE output is reduced there."""
+        return max(self.tp // self.moe_dp, 1)
+
+    def moe_tokens(self, b: int) -> int:
+        """Tokens the busiest MoE-DP group's experts see at batch b (its share of the b, at least 1)."""
+        return -(-b // self.moe_dp) if self.moe_dp > 1 else b
 
     @property
     def mlp_tp(self) -> int:

@@ -149,6 +149,7 @@ class RooflineResult:
             "pp": i.pp,
             "dp": i.dp,
             "dense_tp": i.mlp_tp,
+            "moe_dp": i.moe_dp,
             "lm_head_tp": i.lm_head_tp,
             "context": i.context,
             "kv_dtype": i.kv_dtype,
@@ -180,6 +181,7 @@ def validate(inputs: RooflineInputs) -> None:
             f"EP={inputs.ep} must divide TP={inputs.tp}",
             hint="sglang runs expert parallelism inside the TP group: use --ep 1 or --ep equal to --tp",
         )
+    _validate_moe_dp(inputs)
     for name, value in (("attention DP", inputs.attn_dp), ("attention CP", inputs.attn_cp), ("PP", inputs.pp),
                         ("DP", inputs.dp)):
         if value < 1:
@@ -207,11 +209,30 @@ def validate(inputs: RooflineInputs) -> None:
         raise BadInput("all-reduce latency must be >= 0", hint="e.g. --allreduce-latency-us 10")
 
 
+def _validate_moe_dp(inputs: RooflineInputs) -> None:
+    """sglang 0.5.23's own checks of moe_dp_size (srt/arg_groups/parallel_hook.py, handle_context_parallelism
+    and after): tp divisible by it, ep x moe_dp <= tp (== tp when ep > 1), and moe_dp > 1 only equal to the
+    attention-CP size."""
+    tp, ep, moe_dp = inputs.tp, inputs.ep, inputs.moe_dp
+    if moe_dp < 1:
+        raise BadInput(f"MoE DP must be >= 1 (got {moe_dp})")
+    if moe_dp == 1:
+        return
+    if tp % moe_dp:
+        raise BadInput(f"MoE DP {moe_dp} must divide TP={tp}", hint="sglang: tp_size must be divisible by moe_dp_size")
+    if ep * moe_dp > tp or (ep > 1 and ep * moe_dp != tp):
+        raise BadInput(f"EP={ep} x MoE DP {moe_dp} must equal TP={tp} (or EP 1 with MoE DP dividing TP)",
+                       hint="sglang: ep_size * moe_dp_size must be equal to tp_size")
+    if moe_dp != inputs.attn_cp:
+        raise BadInput(f"MoE DP {moe_dp} must equal attention CP {inputs.attn_cp}",
+                       hint="sglang: attn_cp_size != moe_dp_size is only supported when moe_dp_size == 1")
+
+
 def _allreduce(inputs: RooflineInputs, b: int) -> AllReduceCost:
     """One all-reduce after attention (over the attention-TP group) and one after the MLP/MoE (over
-    TP; none for a dense layer that is replicated) in every layer."""
+    TP, or the MoE-DP group's tp / moe_dp GPUs; none for a dense layer that is replicated) in every layer."""
     m, g = inputs.model, inputs.gpu
-    groups = [(m.layers, inputs.attn_tp), (m.moe_layers, inputs.tp), (m.dense_layers, inputs.mlp_tp)]
+    groups = [(m.layers, inputs.attn_tp), (m.moe_layers, inputs.moe_group), (m.dense_layers, inputs.mlp_tp)]
     groups = [(n, size) for n, size in groups if n and size > 1]
     count = sum(n for n, _ in groups)
     message = m.hidden * ACT_BYTES * b
@@ -256,13 +277,15 @@ def _batch(inputs: RooflineInputs, b: int) -> BatchResult:
         add("dense_mlp", dense, 2 * b * dense)
     distinct = 0.0
     if m.is_moe:
-        distinct = expected_distinct_experts(m.n_experts, m.top_k, b)
-        # The busiest GPU: EP 1 reads a 1/tp slice of every active expert; EP > 1 reads the whole
-        # experts its rank holds that are active (at least ceil(distinct / ep)), each sliced over tp/ep.
+        # MoE DP: the busiest MoE-DP group runs its share of the b tokens over all experts on tp / moe_dp GPUs.
+        tokens, group = inputs.moe_tokens(b), inputs.moe_group
+        distinct = expected_distinct_experts(m.n_experts, m.top_k, tokens)
+        # The busiest GPU: EP 1 reads a 1/moe_tp slice of every active expert; EP > 1 reads the whole
+        # experts its rank holds that are active (at least ceil(distinct / ep)), each sliced over moe_tp.
         busiest = experts_on_busiest_gpu(distinct, inputs.ep)
         routed = m.moe_layers * busiest * m.expert_params / inputs.moe_tp
-        even_share = m.moe_layers * distinct * m.expert_params / tp
-        flops = 2 * b * m.top_k * m.moe_layers * m.expert_params / tp
+        even_share = m.moe_layers * distinct * m.expert_params / group
+        flops = 2 * tokens * m.top_k * m.moe_layers * m.expert_params / group
         add("experts", routed, flops * (routed / even_share if even_share else 1.0))
         if m.shared_params:
             shared = m.moe_layers * m.shared_params / tp
@@ -317,7 +340,7 @@ def make_inputs(
     **parallel,
 ) -> RooflineInputs:
     """Build inputs from names: a model NAME/path/config dict, a GPU name, a weight spec; `parallel`:
-    RooflineInputs' attn_dp, attn_cp, pp, dp, dense_tp, dp_lm_head."""
+    RooflineInputs' attn_dp, attn_cp, pp, dp, dense_tp, dp_lm_head, moe_dp."""
     if isinstance(model, ModelShape):
         shape = model
     elif isinstance(model, Mapping):

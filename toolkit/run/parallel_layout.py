@@ -10,7 +10,8 @@ enable_dp_attention set whenever attention DP runs. So the width is read from re
 (`attn-dp-size`, or `dp-size` with `enable-dp-attention`), from 0.5.23's resolved fields (attn_dp_size
 with dp_size 1) and from older releases' fields (dp_size with enable_dp_attention) alike.
 
-`roofline_layout(info)`: the decode roofline's parallel arguments (toolkit.roofline.make_inputs) from a
+`roofline_layout(info)`: the decode roofline's parallel arguments (toolkit.roofline.make_inputs; moe_dp_size
+included, sglang 0.5.23 srt/runtime_context.py derive_parallel_widths) from a
 run's stored /server_info (sglang's resolved config), or why there are none.
 
 With attention DP, 0.5.23 divides the chunked prefill size among the attention-DP ranks
@@ -28,12 +29,13 @@ NO_CONFIG = "no resolved server config stored (/server_info), so the GPUs sharin
 
 _ALIASES = {"tp_size": ("tp_size", "tp", "tensor_parallel_size"), "dp_size": ("dp_size", "dp", "data_parallel_size"),
             "pp_size": ("pp_size", "pp", "pipeline_parallel_size"), "attn_dp_size": ("attn_dp_size",),
-            "ep_size": ("ep_size", "ep", "expert_parallel_size"),
+            "ep_size": ("ep_size", "ep", "expert_parallel_size"), "moe_dp_size": ("moe_dp_size", "moe_data_parallel_size"),
             "base_gpu_id": ("base_gpu_id",), "gpu_id_step": ("gpu_id_step",), "nnodes": ("nnodes",),
             "enable_dp_attention": ("enable_dp_attention",)}
-_DEFAULTS = {"tp_size": 1, "dp_size": 1, "pp_size": 1, "attn_dp_size": 1, "ep_size": 1, "base_gpu_id": 0,
+_DEFAULTS = {"tp_size": 1, "dp_size": 1, "pp_size": 1, "attn_dp_size": 1, "ep_size": 1, "moe_dp_size": 1, "base_gpu_id": 0,
              "gpu_id_step": 1, "nnodes": 1}
-_INTS = ("tp_size", "dp_size", "pp_size", "ep_size", "base_gpu_id", "gpu_id_step", "nnodes", "attn_dp_size")
+_INTS = ("tp_size", "dp_size", "pp_size", "ep_size", "moe_dp_size", "base_gpu_id", "gpu_id_step", "nnodes",
+         "attn_dp_size")
 
 
 def _norm(args) -> dict[str, Any]:
@@ -83,7 +85,7 @@ def per_rank_chunk(chunk: int, attn_dp: int) -> int:
 
 
 def layout(args: Mapping) -> dict:
-    """tp_size, dp_size, pp_size, ep_size, base_gpu_id, gpu_id_step, nnodes, attn_dp_size and dp_attention
+    """tp_size, dp_size, pp_size, ep_size, moe_dp_size, base_gpu_id, gpu_id_step, nnodes, attn_dp_size and dp_attention
     (attention DP on) from ServerArgs fields or flags; BadInput on a value that is no integer or out of range."""
     norm = _norm(args)
     out: dict[str, Any] = {key: _int(norm, key) for key in _INTS}
@@ -106,17 +108,15 @@ def roofline_layout(info: Mapping[str, Any] | None, source: str = "/server_info"
     try:
         lay = layout(info)
         cp = int(flag(info, "attn_cp_size") or 1)
-        moe_dp = int(flag(info, "moe_dp_size") or 1)
+        moe_dp = lay["moe_dp_size"]
         dense = flag(info, "moe_dense_tp_size")
         dense_tp = int(dense) if dense not in (None, "") else None
     except (PatchbenchError, TypeError, ValueError) as exc:
         return f"{source} has an unreadable parallel field ({exc})"
-    if moe_dp > 1:
-        return f"moe_dp_size {moe_dp} (MoE data parallelism) is not modelled by the roofline"
     kw = {"tp": lay["tp_size"], "ep": lay["ep_size"], "attn_dp": lay["attn_dp_size"], "attn_cp": cp,
           "pp": lay["pp_size"], "dp": 1 if lay["dp_attention"] else lay["dp_size"], "dense_tp": dense_tp,
-          "dp_lm_head": enabled(flag(info, "enable_dp_lm_head"))}
+          "dp_lm_head": enabled(flag(info, "enable_dp_lm_head")), "moe_dp": moe_dp}
     parts = [f"TP{kw['tp']}"] + [f"{name}{kw[key]}" for key, name in
-                                 (("ep", "EP"), ("attn_dp", "attn-DP"), ("attn_cp", "attn-CP"), ("pp", "PP"),
-                                  ("dp", "DP")) if kw[key] > 1]
+                                 (("ep", "EP"), ("attn_dp", "attn-DP"), ("attn_cp", "attn-CP"), ("moe_dp", "MoE-DP"),
+                                  ("pp", "PP"), ("dp", "DP")) if kw[key] > 1]
     return kw, " ".join(parts) + f" from {source}"
