@@ -439,3 +439,39 @@ def test_cli_roofline_takes_moe_dp(capsys):
     assert out["moe_dp"] == 2 and out["attn_cp"] == 2
     assert main(["roofline", "--model", "glm-5", "--gpu", "rtx-pro-6000", "--tp", "8", "--moe-dp", "2"]) != 0
     assert "MoE DP 2 must equal attention CP 1" in capsys.readouterr().err
+
+
+# sglang 0.5.23 builds DeepSeek/GLM-5 shared experts replicated (TP1) under an all-to-all MoE backend, the
+# FlashInfer cutlass FP4 all-gather, or SGLANG_SHARED_EXPERT_TP1 (models/deepseek_v2.py DeepseekV2MoE)
+_ATTN_DP8 = {"tp_size": 8, "ep_size": 8, "attn_dp_size": 8, "dp_size": 1, "enable_dp_attention": True,
+             "moe_a2a_backend": "none", "moe_runner_backend": "flashinfer_cutlass", "quantization": "modelopt_fp4",
+             "disable_flashinfer_cutlass_moe_fp4_allgather": False, "shared_experts_tp_size": None}
+
+
+@pytest.mark.parametrize("info, environ, shared_tp, said", [
+    ({**_ATTN_DP8, "moe_a2a_backend": "deepep"}, {}, 1, "shared experts replicated (moe_a2a_backend deepep)"),
+    ({**_ATTN_DP8, "moe_a2a_backend": "mooncake"}, {}, 1, "(moe_a2a_backend mooncake)"),
+    (_ATTN_DP8, {}, 1, "shared experts replicated (the FlashInfer cutlass FP4 all-gather)"),
+    ({**_ATTN_DP8, "disable_flashinfer_cutlass_moe_fp4_allgather": True}, {}, None, ""),
+    ({**_ATTN_DP8, "ep_size": 1}, {}, None, ""),  # the all-gather needs ep_size == attn_dp_size
+    ({**_ATTN_DP8, "moe_runner_backend": "cutlass"}, {}, None, ""),
+    ({"tp_size": 8}, {"SGLANG_SHARED_EXPERT_TP1": "1"}, 1, "(SGLANG_SHARED_EXPERT_TP1)"),
+    ({"tp_size": 8}, {}, None, ""),
+    ({**_ATTN_DP8, "moe_a2a_backend": "deepep", "shared_experts_tp_size": 2}, {}, 2, "shared experts TP2"),
+])
+def test_shared_experts_sharding_is_read_from_the_resolved_config(info, environ, shared_tp, said):
+    from toolkit.run.parallel_layout import roofline_layout
+
+    kw, text = roofline_layout(info, environ=environ)
+    assert kw["shared_tp"] == shared_tp
+    assert said in text if said else "shared experts" not in text
+
+
+def test_replicated_shared_experts_are_read_whole_on_every_gpu():
+    tp8 = rl.roofline(rl.seed_glm5_inputs(rl.GLM5_CHECKPOINT_WEIGHTS, ep=8, attn_dp=8)).rows[0]
+    tp1 = rl.roofline(rl.seed_glm5_inputs(rl.GLM5_CHECKPOINT_WEIGHTS, ep=8, attn_dp=8, shared_tp=1))
+    assert tp1.rows[0].component("shared_experts").bytes == pytest.approx(8 * tp8.component("shared_experts").bytes)
+    assert tp1.rows[0].tok_s < 0.9 * tp8.tok_s  # GLM-5 on 8x RTX PRO 6000: ~57 -> ~49 tok/s
+    assert any("shared experts replicated on every GPU" in line for line in tp1.assumptions)
+    with pytest.raises(BadInput, match="shared-expert TP 3 must divide TP=8"):
+        rl.roofline(rl.seed_glm5_inputs(shared_tp=3))

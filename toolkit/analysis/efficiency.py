@@ -12,8 +12,9 @@
 - The denominator is `toolkit.roofline.theoretical_tok_s` for the `[roofline]` model, GPU and weights
   at the layout sglang itself resolved (the run's stored `/server_info`: tp_size, ep_size,
   attn_dp_size or dp_size with enable_dp_attention, attn_cp_size, moe_dp_size, pp_size, moe_dense_tp_size,
-  enable_dp_lm_head), never the recipe's flags; a run with no server (the one-batch driver) uses sglang's
-  static resolution of its arguments (`extra.resolved_config`). Without either the figure says so.
+  enable_dp_lm_head, and the shared experts' sharding: toolkit.run.parallel_layout.shared_experts_tp),
+  never the recipe's flags; a run with no server (the one-batch driver) uses sglang's static resolution
+  of its arguments (`extra.resolved_config`). Without either the figure says so.
   Its context is `[roofline] context`, else the mean context of a decoding sequence of the run's
   benchmark (input_len + output_len / 2, as the profile floors take it): each decode step at c=1
   reads that much KV cache too.
@@ -98,14 +99,15 @@ def _decode_rate(obs: Mapping[str, Any]) -> tuple[str, float, int, str] | None:
     return None
 
 
-def _resolved_layout(run: Any) -> tuple[dict, str] | str:
+def _resolved_layout(run: Any, environ: Mapping | None = None) -> tuple[dict, str] | str:
     """The layout from the live server's /server_info; for a run with no server (the one-batch driver)
-    from sglang's own static resolution of the same arguments (the run's `resolved_config`); else why not."""
-    lay = roofline_layout(getattr(run, "server_info", None))
+    from sglang's own static resolution of the same arguments (the run's `resolved_config`); else why not.
+    `environ`: the server's [server.env] (SGLANG_SHARED_EXPERT_TP1 replicates the shared experts)."""
+    lay = roofline_layout(getattr(run, "server_info", None), environ=environ)
     if isinstance(lay, str):
         static = (getattr(run, "extra", None) or {}).get("resolved_config")
         if static:
-            return roofline_layout(static, source="sglang's static resolution")
+            return roofline_layout(static, source="sglang's static resolution", environ=environ)
     return lay
 
 
@@ -138,7 +140,7 @@ def efficiency(run: Any, samples: Iterable[Any]) -> Efficiency | None:
     metric, measured, n, basis = rate
     base = dict(metric=metric, measured=measured, model=str(roof["model"]), gpu=str(roof["gpu"]), n=n,
                 basis=basis, serving=serving_mean)
-    lay = _resolved_layout(run)
+    lay = _resolved_layout(run, (resolved.get("server") or {}).get("env"))
     if isinstance(lay, str):
         return Efficiency(theoretical=None, reason=lay, **base)
     kw, layout_text = lay

@@ -43,6 +43,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--moe-dp", type=int, default=1,
                         help="MoE data-parallel size within --tp (sglang's moe_dp_size, equal to --attn-cp when > 1): "
                              "each group of tp/moe-dp GPUs holds every expert and runs its own tokens; default 1")
+    parser.add_argument("--shared-experts-tp", type=int, default=None, dest="shared_tp",
+                        help="GPUs a shared expert is split over (default: --tp; 1: replicated on every GPU, as "
+                             "sglang builds them under --moe-a2a-backend deepep/mooncake/... or the FP4 all-gather)")
     parser.add_argument("--batch", type=_batches, default=[1, 2, 4, 8, 16, 32, 64], help="batch sizes, e.g. 1,2,4,8")
     parser.add_argument("--context", type=int, default=0, help="tokens in each sequence's KV cache (default 0)")
     parser.add_argument(
@@ -154,6 +157,7 @@ def run(args: argparse.Namespace) -> int:
         attn_dp=args.attn_dp,
         attn_cp=args.attn_cp,
         moe_dp=args.moe_dp,
+        shared_tp=args.shared_tp,
     )
     result = rl.roofline(inputs)
     if args.json:

@@ -45,9 +45,11 @@ def floor_spec(resolved: dict, batch: int, server_info: Mapping | None = None) -
         return None
     bench = resolved.get("benchmark") or {}
     context = int(roof.get("context") or (int(bench.get("input_len", 0)) + int(bench.get("output_len", 0)) // 2))
-    lay = roofline_layout(server_info)
+    environ = (resolved.get("server") or {}).get("env")
+    lay = roofline_layout(server_info, environ=environ)
     if isinstance(lay, str):  # before the run (no server yet) or an older store: the recipe's flags
-        lay = roofline_layout({**_fields((resolved.get("server") or {}).get("args") or {})}, source="the recipe's flags")
+        lay = roofline_layout({**_fields((resolved.get("server") or {}).get("args") or {})}, source="the recipe's flags",
+                              environ=environ)
         if isinstance(lay, str):
             return None
     kw, text = lay

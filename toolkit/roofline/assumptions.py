@@ -11,6 +11,12 @@ def _fmt_gb(x: float) -> str:
     return f"{x / 1e9:.3g} GB"
 
 
+def _shared(inputs: RooflineInputs) -> str:
+    if inputs.shared_experts_tp == 1 and inputs.tp > 1:
+        return "replicated on every GPU (sglang's TP1 shared experts: each GPU reads them whole)"
+    return f"over {'TP ' if inputs.shared_tp is None else ''}{inputs.shared_experts_tp}"
+
+
 def assumptions(inputs: RooflineInputs) -> tuple[str, ...]:
     """Every assumption behind the numbers, as sentences to print next to them."""
     m, g, w, tp, ep = inputs.model, inputs.gpu, inputs.weights, inputs.tp, inputs.ep
@@ -85,7 +91,7 @@ def assumptions(inputs: RooflineInputs) -> tuple[str, ...]:
         + f" = {atp} GPU{'s' if atp > 1 else ''}"
         + (" (its weights replicated in every attention-DP group)" if inputs.attn_dp > 1 else "")
         + (f"; dense MLP over {inputs.mlp_tp}" if m.dense_layers else "")
-        + (f"; shared experts over TP {tp}" if m.shared_params else "")
+        + (f"; shared experts {_shared(inputs)}" if m.shared_params else "")
         + f"; lm_head over {inputs.lm_head_tp}; embedding over TP {tp}."
     )
     if m.is_moe:

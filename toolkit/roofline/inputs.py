@@ -13,6 +13,9 @@ moe_tp_size = tp_size // moe_ep_size // moe_dp_size) splits the TP group into `m
 tp / moe_dp GPUs; each holds every expert (E/ep per EP rank, sliced over moe_tp = tp / ep / moe_dp) and
 runs the MoE for its own tokens only (its attention-CP rank's: srt/arg_groups/parallel_hook.py allows
 moe_dp > 1 only with moe_dp == attn_cp_size; srt/distributed/parallel_state.py builds the MoE-DP group).
+The shared experts of a DeepSeek-style MoE are split over `shared_tp` GPUs (None: tp; 1: replicated on every
+rank, as sglang 0.5.23 builds them under an all-to-all MoE backend or the FlashInfer FP4 all-gather:
+models/deepseek_v2.py DeepseekV2MoE, `parallel_group="replicated"`; toolkit.run.parallel_layout reads which).
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ class RooflineInputs:
     dense_tp: int | None = None  # GPUs a dense MLP layer is split over (None: tp; 1: replicated)
     dp_lm_head: bool = False  # lm_head split over the attention-TP group instead of TP
     moe_dp: int = 1  # MoE data-parallel groups within TP (sglang's moe_dp_size): each holds all experts
+    shared_tp: int | None = None  # GPUs a shared expert is split over (None: tp; 1: replicated)
 
     @property
     def attn_tp(self) -> int:
@@ -60,6 +64,11 @@ class RooflineInputs:
     def moe_group(self) -> int:
         """GPUs one MoE-DP group holds every expert over (tp / moe_dp): its MoE output is reduced there."""
         return max(self.tp // self.moe_dp, 1)
+
+    @property
+    def shared_experts_tp(self) -> int:
+        """GPUs a shared expert is split over."""
+        return self.tp if self.shared_tp is None else self.shared_tp
 
     def moe_tokens(self, b: int) -> int:
         """Tokens the busiest MoE-DP group's experts see at batch b (its share of the b, at least 1)."""

@@ -150,6 +150,7 @@ class RooflineResult:
             "dp": i.dp,
             "dense_tp": i.mlp_tp,
             "moe_dp": i.moe_dp,
+            "shared_tp": i.shared_experts_tp,
             "lm_head_tp": i.lm_head_tp,
             "context": i.context,
             "kv_dtype": i.kv_dtype,
@@ -191,6 +192,8 @@ def validate(inputs: RooflineInputs) -> None:
                        hint="sglang runs attention data/context parallelism inside the TP group")
     if inputs.dense_tp is not None and (inputs.dense_tp < 1 or inputs.tp % inputs.dense_tp):
         raise BadInput(f"dense-MLP TP {inputs.dense_tp} must divide TP={inputs.tp}")
+    if inputs.shared_tp is not None and (inputs.shared_tp < 1 or inputs.tp % inputs.shared_tp):
+        raise BadInput(f"shared-expert TP {inputs.shared_tp} must divide TP={inputs.tp}")
     if inputs.ep > 1 and not inputs.model.is_moe:
         raise BadInput(f"EP={inputs.ep} on a dense model", hint="use --ep 1 for dense models")
     if inputs.model.is_moe and inputs.model.n_experts % inputs.ep:
@@ -288,7 +291,7 @@ def _batch(inputs: RooflineInputs, b: int) -> BatchResult:
         flops = 2 * tokens * m.top_k * m.moe_layers * m.expert_params / group
         add("experts", routed, flops * (routed / even_share if even_share else 1.0))
         if m.shared_params:
-            shared = m.moe_layers * m.shared_params / tp
+            shared = m.moe_layers * m.shared_params / inputs.shared_experts_tp
             add("shared_experts", shared, 2 * b * shared)
         router = m.moe_layers * m.router_params * (1 if sglang else 1 / tp)
         add("router", router, 2 * b * router)
@@ -340,7 +343,7 @@ def make_inputs(
     **parallel,
 ) -> RooflineInputs:
     """Build inputs from names: a model NAME/path/config dict, a GPU name, a weight spec; `parallel`:
-    RooflineInputs' attn_dp, attn_cp, pp, dp, dense_tp, dp_lm_head, moe_dp."""
+    RooflineInputs' attn_dp, attn_cp, pp, dp, dense_tp, dp_lm_head, moe_dp, shared_tp."""
     if isinstance(model, ModelShape):
         shape = model
     elif isinstance(model, Mapping):

@@ -100,9 +100,40 @@ def gpu_count(args: Mapping) -> int:
     return lay["tp_size"] * lay["pp_size"] * (1 if lay["dp_attention"] else lay["dp_size"])
 
 
-def roofline_layout(info: Mapping[str, Any] | None, source: str = "/server_info") -> tuple[dict, str] | str:
+# sglang 0.5.23 models/deepseek_v2.py DeepseekV2MoE.__init__ (the `_shared_expert_use_tp1` test): the
+# all-to-all backends under which the shared experts are built "replicated" (TP1) on every rank
+SHARED_TP1_A2A = ("deepep", "pplx", "mooncake", "nixl", "mori", "ascend_fuseep", "flashinfer", "megamoe",
+                  "flashinfer_megamoe", "deepep_v2")
+
+
+def shared_experts_tp(info: Mapping, lay: Mapping, environ: Mapping | None = None) -> tuple[int | None, str]:
+    """(GPUs a DeepSeek-style shared expert is split over: None for TP, 1 replicated; why), as sglang 0.5.23
+    builds it from the resolved config: `shared_experts_tp_size` when set (Kimi-K3's flag,
+    arg_groups/parallel_hook.py handle_shared_experts_tp), else replicated under an all-to-all MoE backend
+    (SHARED_TP1_A2A), under the FlashInfer cutlass FP4 all-gather (layers/moe/utils.py
+    should_use_flashinfer_cutlass_moe_fp4_allgather: no a2a backend, moe_runner_backend flashinfer_cutlass,
+    attention DP, modelopt_fp4, ep_size == attn_dp_size, not disable_flashinfer_cutlass_moe_fp4_allgather),
+    or with SGLANG_SHARED_EXPERT_TP1 in the server's environment; else over TP."""
+    size = flag(info, "shared_experts_tp_size")
+    if size not in (None, ""):
+        return int(size), f"shared_experts_tp_size {size}"
+    a2a = str(flag(info, "moe_a2a_backend") or "none")
+    if a2a in SHARED_TP1_A2A:
+        return 1, f"moe_a2a_backend {a2a}"
+    if (a2a == "none" and not enabled(flag(info, "disable_flashinfer_cutlass_moe_fp4_allgather"))
+            and flag(info, "moe_runner_backend") == "flashinfer_cutlass" and lay["attn_dp_size"] > 1
+            and flag(info, "quantization") == "modelopt_fp4" and lay["ep_size"] == lay["attn_dp_size"]):
+        return 1, "the FlashInfer cutlass FP4 all-gather"
+    if enabled((environ or {}).get("SGLANG_SHARED_EXPERT_TP1", "false")):
+        return 1, "SGLANG_SHARED_EXPERT_TP1"
+    return None, ""
+
+
+def roofline_layout(info: Mapping[str, Any] | None, source: str = "/server_info",
+                    environ: Mapping | None = None) -> tuple[dict, str] | str:
     """The roofline's parallel arguments and their text ("TP8 EP8 from /server_info") from a resolved
-    sglang config (ServerArgs fields; `source` names where they came from), or the reason there are none."""
+    sglang config (ServerArgs fields; `source` names where they came from) and the server's environment
+    variables (`environ`: the recipe's [server.env]), or the reason there are none."""
     if not info or info.get("tp_size") is None:
         return NO_CONFIG
     try:
@@ -111,12 +142,15 @@ def roofline_layout(info: Mapping[str, Any] | None, source: str = "/server_info"
         moe_dp = lay["moe_dp_size"]
         dense = flag(info, "moe_dense_tp_size")
         dense_tp = int(dense) if dense not in (None, "") else None
+        shared_tp, shared_why = shared_experts_tp(info, lay, environ)
     except (PatchbenchError, TypeError, ValueError) as exc:
         return f"{source} has an unreadable parallel field ({exc})"
     kw = {"tp": lay["tp_size"], "ep": lay["ep_size"], "attn_dp": lay["attn_dp_size"], "attn_cp": cp,
           "pp": lay["pp_size"], "dp": 1 if lay["dp_attention"] else lay["dp_size"], "dense_tp": dense_tp,
-          "dp_lm_head": enabled(flag(info, "enable_dp_lm_head")), "moe_dp": moe_dp}
+          "dp_lm_head": enabled(flag(info, "enable_dp_lm_head")), "moe_dp": moe_dp, "shared_tp": shared_tp}
     parts = [f"TP{kw['tp']}"] + [f"{name}{kw[key]}" for key, name in
                                  (("ep", "EP"), ("attn_dp", "attn-DP"), ("attn_cp", "attn-CP"), ("moe_dp", "MoE-DP"),
                                   ("pp", "PP"), ("dp", "DP")) if kw[key] > 1]
+    if shared_tp is not None:
+        parts.append(f"shared experts {'replicated' if shared_tp == 1 else f'TP{shared_tp}'} ({shared_why})")
     return kw, " ".join(parts) + f" from {source}"
