@@ -54,6 +54,48 @@ def test_an_assumed_tune_range_is_said_and_a_bad_flag_refused():
         server_kernel_config({}, {"SGLANG_FLASHINFER_MOE_FUSED_FINALIZE": "maybe"})
 
 
+def _resolved(args: dict) -> dict:
+    """sglang's own resolution of `args` (the miniature's ServerArgs, as sglang 0.5.23 resolves these fields)
+    presented as 8x RTX PRO 6000: what `patchbench kernels` reads through kernels/static_layout.py."""
+    import os
+    from pathlib import Path
+
+    from toolkit.recipe.spec import ServerSpec, TargetSpec
+    from toolkit.recipe.target import target_facts
+    from toolkit.run.sglang_args import static_check
+
+    mini = Path(__file__).resolve().parent.parent / "upstream" / "minisglang" / "python"
+    c = static_check(Path(sys.executable), ServerSpec(model="minisglang/tiny", args=tuple(args.items())), {},
+                     environ={**os.environ, "PYTHONPATH": str(mini)}, device="cuda",
+                     target=target_facts(TargetSpec("rtx-pro-6000", 8)))
+    assert c.ok and c.resolved_config
+    return c.resolved_config
+
+
+def test_the_call_is_configured_at_the_layout_sglang_resolves_not_the_flags():
+    # --moe-a2a-backend deepep: sglang runs EP = TP (8) whatever the flags say; the flags read EP 1
+    flags = {"tp-size": 8, "moe-a2a-backend": "deepep", "chunked-prefill-size": 4096}
+    resolved = _resolved(flags)
+    assert resolved["ep_size"] == 8
+    assert not any(n.startswith("EP ") for n in server_kernel_config(flags, {})["notes"])
+    got = server_kernel_config(flags, {}, resolved)
+    assert any(n.startswith("EP 8: the MoE probe times one rank's share") for n in got["notes"])
+    # no chunk in the flags: sglang sizes one (the miniature: 8192, divided per attention-DP rank, 2048);
+    # the runner multiplies the per-rank chunk back: 8192, not the resolved chunk divided a second time
+    flags = {"tp-size": 8, "attn-dp-size": 4}
+    resolved = _resolved(flags)
+    assert (resolved["chunked_prefill_size"], resolved["attn_dp_size"]) == (2048, 4)
+    got = server_kernel_config(flags, {}, resolved)
+    assert got["tune_max_num_tokens"] == 8192 and not any("sets no chunked" in n for n in got["notes"])
+    got = server_kernel_config({"tp-size": 8, "attn-dp-size": 4, "chunked-prefill-size": 1024}, {},
+                               _resolved({"tp-size": 8, "attn-dp-size": 4, "chunked-prefill-size": 1024}))
+    assert got["tune_max_num_tokens"] == 1024
+    # no resolution (an env without sglang): the flags, and why
+    got = server_kernel_config(flags, {}, {}, "no static resolution: no sglang in the env")
+    assert got["notes"][0] == ("EP, attention DP and the prefill chunk read from the recipe's flags "
+                               "(no static resolution: no sglang in the env)")
+
+
 def test_the_job_carries_the_server_config_and_how_to_time():
     job = job_of(get_op("flashinfer.cutlass_fused_moe"), [Shape({"tokens": 8, "experts": 32, "top_k": 8,
                                                                  "hidden": 256, "inter": 128}, "x")],
@@ -167,6 +209,9 @@ def test_the_record_keeps_the_configuration_and_what_was_left_out(tmp_path, monk
                              build=SimpleNamespace(arch=[]), to_dict=lambda: {})
     monkeypatch.setattr("toolkit.run.pipeline.prepare", lambda *a, **k: SimpleNamespace(env=env, trees=[], recipe=recipe))
     monkeypatch.setattr(bench, "check_op", lambda *a, **k: info)
+    # sglang's static resolution of the recipe's flags (the env's sglang probe; kernels/static_layout.py)
+    monkeypatch.setattr("toolkit.kernels.static_layout.static_resolution",
+                        lambda *a, **k: ({"tp_size": 1, "chunked_prefill_size": 2048}, None))
     sent = {}
 
     def measure(python, op, shapes, **kw):

@@ -6,7 +6,9 @@ env whether it has the op and which backends it offers (the probe, no kernel run
 GPU, stop there with NoGPU (exit 3) for a GPU op -> per backend, measure every shape -> one record
 per backend under $PATCHBENCH_HOME/kernels (toolkit.kernels.records). The probe runs with the env's
 run environment plus the recipe's `[server.env]`, as the server would, and calls the op as sglang
-0.5.23's runner does (`server_kernel_config`); each record keeps that `configuration`, the backends
+0.5.23's runner does (`server_kernel_config`) at the layout sglang's static resolution of the recipe's
+arguments gives (toolkit.kernels.static_layout: EP, attention DP, the chunk; the flags where there is none,
+said in the notes); each record keeps that `configuration`, the backends
 left out for the probe's call (`not_offered`) and how the calls were timed.
 """
 
@@ -41,17 +43,28 @@ def _environ(prepared) -> dict:
     return {**prepared.env.run_environ(), **dict(prepared.recipe.server.env)}
 
 
-def server_kernel_config(args: dict, environ: dict) -> dict:
+def server_kernel_config(args: dict, environ: dict, resolved: dict | None = None, why_not: str | None = None) -> dict:
     """How sglang 0.5.23's flashinfer_cutlass MoE runner calls cutlass_fused_moe for this server:
     use_fused_finalize from SGLANG_FLASHINFER_MOE_FUSED_FINALIZE (default False), and
     tune_max_num_tokens = min(each rank's prefill chunk x attention-DP size, 8192) (0.5.23 divides the
     chunk among the attention-DP ranks first; toolkit.run.parallel_layout), or the next power of two of each
-    call's tokens on a PD decode server ("per-call"); "notes" say what was assumed."""
+    call's tokens on a PD decode server ("per-call"); "notes" say what was assumed.
+
+    `resolved`: sglang's resolved config for the recipe's arguments (its static resolution or a stored
+    /server_info): EP, attention DP and the chunk are read there, not from the flags (sglang sets ep_size
+    to tp_size for the DeepEP/Mooncake/... all-to-all backends, sizes an unset chunked_prefill_size by GPU
+    memory, and reports the chunk already divided per attention-DP rank: arg_groups/parallel_hook.py
+    _handle_data_parallelism); without one the flags are read and `why_not` is said."""
     raw = str(environ.get("SGLANG_FLASHINFER_MOE_FUSED_FINALIZE", "false")).strip().lower()
     if raw not in _TRUE + _FALSE:
         raise BadInput(f"SGLANG_FLASHINFER_MOE_FUSED_FINALIZE={raw!r} is not a boolean sglang reads",
                        hint="use true/false, 1/0, yes/no")
     out: dict = {"use_fused_finalize": raw in _TRUE, "notes": []}
+    from_resolution = bool(resolved) and resolved.get("tp_size") is not None
+    if from_resolution:
+        args = resolved
+    elif why_not:
+        out["notes"].append(f"EP, attention DP and the prefill chunk read from the recipe's flags ({why_not})")
     ep = layout(args)["ep_size"]
     if ep > 1:
         out["notes"].append(
@@ -74,7 +87,7 @@ def server_kernel_config(args: dict, environ: dict) -> dict:
         out["notes"].append("the recipe sets no chunked-prefill-size (sglang sizes it by GPU memory): "
                             f"tune_max_num_tokens taken as the {FLASHINFER_TUNE_CAP} cap")
     else:
-        rank_chunk = per_rank_chunk(chunk, dp)
+        rank_chunk = chunk if from_resolution else per_rank_chunk(chunk, dp)  # resolved: already per rank
         prefill = rank_chunk if rank_chunk > 0 else most
         out["tune_max_num_tokens"] = min(prefill * dp, FLASHINFER_TUNE_CAP)
     return out
@@ -96,15 +109,17 @@ def run_kernels(recipe, op: OpSpec, shapes: list[Shape], *, home: Path, shapes_f
 
     console = console or Console(stderr=True)
     p = prepare(recipe, home, until="build", frozen=frozen, console=console)
+    from toolkit.kernels.static_layout import static_resolution
+
     environ = _environ(p)
     basis = None
+    resolved, why_not = static_resolution(p, home)  # the layout sglang resolves, for the shapes and the call
     if shapes_from == "model":
         from toolkit.kernels.shapes import layout_of, resolve_shapes
-        from toolkit.kernels.static_layout import static_resolution
 
-        lay = layout_of(recipe, *static_resolution(p, home))
+        lay = layout_of(recipe, resolved, why_not)
         shapes, basis = resolve_shapes("model", recipe, op, ms, layout=lay), lay.basis
-    server = server_kernel_config(dict(recipe.server.args), environ)
+    server = server_kernel_config(dict(recipe.server.args), environ, resolved, why_not)
     log = Path(home) / "kernels" / "logs" / f"{recipe.name.replace('/', '__')}.log"
     info = check_op(p.env.python, op, environ, log=log, server=server)
     tunes, why = server_autotunes((info.get("versions") or {}).get("sglang"), dict(recipe.server.args))

@@ -1,4 +1,5 @@
-"""The parallel layout `kernels --shapes model` derives expert shapes at: sglang's static resolution of
+"""The parallel layout `kernels` configures the timed call at (bench.server_kernel_config) and
+`kernels --shapes model` derives expert shapes at: sglang's static resolution of
 the recipe's arguments in the recipe's env, as a one-batch run takes it (no server is launched, so no
 /server_info; toolkit.run.check_cache, the `check` step's cached outcome). sglang resolves layout
 fields the flags do not say: 0.5.23 sets ep_size to tp_size for the DeepEP, Mooncake, NIXL, FlashInfer
