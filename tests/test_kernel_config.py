@@ -283,5 +283,9 @@ def test_the_table_tunes_where_the_recipes_sglang_tunes():
     assert server_autotunes("0.5.10.post1", {"moe_runner_backend": "flashinfer_trtllm"})[0] is True
     assert server_autotunes("0.5.10.post1", {})[0] is False  # auto is not in 0.5.10's list
     assert server_autotunes("0.5.23", {**cutlass, "disable-flashinfer-autotune": True})[0] is False
+    # 0.5.23 skips the tuning under deterministic inference and KV cache sharding, whatever the runner
+    tunes, why = server_autotunes("0.5.23", {**cutlass, "enable-deterministic-inference": True})
+    assert tunes is False and "--enable-deterministic-inference" in why
+    assert server_autotunes("0.5.23", {**cutlass, "enable_kv_cache_sharding": True})[0] is False
     tunes, why = server_autotunes(None, cutlass)
     assert tunes is True and "not read" in why

@@ -8,7 +8,9 @@ first (default) tactic where it does not. Read against the releases patchbench p
   flashinfer_mxfp4, flashinfer_cutedsl, flashinfer_cutlass, flashinfer_megamoe, or an NVFP4 model's
   dense FP4 GEMM runs on flashinfer_cutlass/cutedsl: so for the two ops patchbench times (the
   flashinfer_cutlass runner's cutlass_fused_moe, NVFP4 mm_fp4) it tunes; `--disable-flashinfer-autotune`
-  turns it off.
+  turns it off, and so do `--enable-deterministic-inference` ("tuned configs are per problem shape, so the
+  reduction order would follow the batch shape") and `--enable-kv-cache-sharding` (both checked before the
+  runner, flashinfer_autotune.py:84-94).
 - sglang 0.5.10 (model_executor/model_runner.py, _should_run_flashinfer_autotune): it tunes only when
   `--moe-runner-backend` is flashinfer_trtllm or flashinfer_mxfp4 (flashinfer_cutlass is commented out
   there, "will cause some flashinfer compilation errors"), so a flashinfer_cutlass server runs
@@ -40,6 +42,12 @@ def server_autotunes(sglang_version: str | None, args: Mapping) -> tuple[bool, s
                        f"flashinfer_cutlass is left out there), not {runner}: the server runs FlashInfer's "
                        "default tactics, and so does this table")
     if version.startswith("0.5.23"):
+        for name, what in (("enable-deterministic-inference", "deterministic inference"),
+                           ("enable-kv-cache-sharding", "KV cache sharding")):
+            if enabled(flag(args, name)):
+                return False, (f"sglang {version} does not tune FlashInfer with {what} (--{name}; "
+                               "runner/flashinfer_autotune.py should_run_flashinfer_autotune): the server runs "
+                               "FlashInfer's default tactics")
         return True, f"sglang {version} tunes FlashInfer before serving (runner/flashinfer_autotune.py)"
     return True, (f"sglang {version or '(unknown)'}: whether it tunes FlashInfer was not read for this release; "
                   "tuned as sglang 0.5.23 does")
