@@ -79,3 +79,33 @@ def test_gqa_kv_heads(load=load_model_config):
     _, qwen = load("qwen3-30b-a3b")  # 32 heads, 4 KV heads, 128 experts
     assert check_model_shape(qwen, {"tp_size": 8, "ep_size": 8}).ok  # KV heads replicated over 8
     assert rules(check_model_shape(qwen, {"tp_size": 8, "ep_size": 3})) == ["ep-divides-experts", "ep-divides-tp"]
+
+
+def test_weights_fit_counts_what_sglang_replicates_or_shards_by_the_resolved_layout(glm5):
+    """sglang 0.5.23 builds GLM-5's shared experts replicated under an all-to-all MoE backend or the
+    FlashInfer cutlass FP4 all-gather (models/deepseek_v2.py DeepseekV2MoE), the dense MLP replicated with
+    moe_dense_tp_size 1, and each expert over tp / moe_dp_size: one GPU holds that much more."""
+    base = {"tp_size": 8, "ep_size": 8, "attn_dp_size": 8, "dp_size": 1, "mem_fraction_static": 0.8,
+            "moe_runner_backend": "flashinfer_cutlass", "quantization": "modelopt_fp4"}
+
+    def gb(args, environ=None):
+        return check_model_shape(glm5, args, weights=WEIGHTS, memory_bytes=RTX_PRO_6000, gpu_count=8,
+                                 environ=environ)
+
+    plain = gb({**base, "disable_flashinfer_cutlass_moe_fp4_allgather": True})
+    assert plain.ok
+    # GLM-5's shared experts: 75 MoE layers x 3 x 6144 x 2048 bf16 = 5.66 GB, whole instead of an eighth
+    shared = 75 * 3 * 6144 * 2048 * 2 / 1e9
+    assert gb({**base, "moe_a2a_backend": "deepep"}).weights_per_gpu_gb == pytest.approx(
+        plain.weights_per_gpu_gb + shared * 7 / 8)
+    tp8 = {"tp_size": 8, "mem_fraction_static": 0.8}
+    assert gb(tp8, {"SGLANG_SHARED_EXPERT_TP1": "1"}).weights_per_gpu_gb == pytest.approx(
+        gb(tp8).weights_per_gpu_gb + shared * 7 / 8)
+    fp4_gather = gb(base)  # ~84.7 GB a GPU, over 97,887 MiB x 0.8 = 82.1 GB (it read 79.8 GB: fits)
+    assert fp4_gather.weights_per_gpu_gb == pytest.approx(plain.weights_per_gpu_gb + shared * 7 / 8)
+    assert rules(fp4_gather) == ["weights-fit"]
+    dense = gb({**base, "disable_flashinfer_cutlass_moe_fp4_allgather": True, "moe_dense_tp_size": 1})
+    assert dense.weights_per_gpu_gb == pytest.approx(plain.weights_per_gpu_gb + 3 * 3 * 6144 * 12288 * 2 / 1e9 * 7 / 8)
+    moe_dp = gb({"tp_size": 8, "ep_size": 4, "attn_cp_size": 2, "moe_dp_size": 2, "mem_fraction_static": 0.8})
+    assert moe_dp.weights_per_gpu_gb > 2 * 45  # every expert over 4 GPUs, not 8: ~100 GB of NVFP4 experts
+    assert rules(moe_dp) == ["weights-fit"]

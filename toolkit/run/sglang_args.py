@@ -354,7 +354,7 @@ def check_recipe(python: Path, recipe, workdir: Path, *, environ: dict | None = 
     check.warnings.extend(release_rules(args, check.version, where, "inert"))
     shape = check_model_shape(config, args, weights=recipe.roofline.get("weights"),
                               memory_bytes=facts["memory_mib"] * (1 << 20) if facts else None,
-                              gpu_count=facts["count"] if facts else None)
+                              gpu_count=facts["count"] if facts else None, environ=dict(recipe.server.env))
     check.shape = {"weights_per_gpu_gb": shape.weights_per_gpu_gb, "budget_gb": shape.budget_gb,
                    "notes": list(shape.notes)}
     if not shape.ok:
