@@ -237,6 +237,15 @@ def test_the_record_keeps_the_configuration_and_what_was_left_out(tmp_path, monk
     (rec,) = bench.run_kernels(recipe, op, [], home=tmp_path, shapes_from="t", follow_server=True).records
     assert sent["settings"].autotune is False and rec["settings"]["autotune"] is False
     assert any("default tactics" in n for n in rec["configuration"]["server_notes"])
+    # sglang resolved the runner the flags leave at auto: the table follows what it resolved
+    recipe.server.args["moe-runner-backend"] = "auto"
+    monkeypatch.setattr("toolkit.kernels.static_layout.static_resolution",
+                        lambda *a, **k: ({"tp_size": 1, "chunked_prefill_size": 2048,
+                                          "moe_runner_backend": "flashinfer_trtllm"}, None))
+    (rec,) = bench.run_kernels(recipe, op, [], home=tmp_path, shapes_from="t", follow_server=True).records
+    assert sent["settings"].autotune is True
+    assert any("tunes FlashInfer for --moe-runner-backend flashinfer_trtllm" in n
+               for n in rec["configuration"]["server_notes"])
 
 
 def test_the_probe_says_how_it_timed_on_cpu():

@@ -122,7 +122,11 @@ def run_kernels(recipe, op: OpSpec, shapes: list[Shape], *, home: Path, shapes_f
     server = server_kernel_config(dict(recipe.server.args), environ, resolved, why_not)
     log = Path(home) / "kernels" / "logs" / f"{recipe.name.replace('/', '__')}.log"
     info = check_op(p.env.python, op, environ, log=log, server=server)
-    tunes, why = server_autotunes((info.get("versions") or {}).get("sglang"), dict(recipe.server.args))
+    # the runner sglang resolved (0.5.10 turns `auto` into flashinfer_trtllm for an fp8/NVFP4 DeepSeek-style
+    # model, server_args.py _handle_model_specific_adjustments; that runner tunes), over the recipe's flags
+    tunes, why = server_autotunes((info.get("versions") or {}).get("sglang"),
+                                  {**{str(k).replace("-", "_"): v for k, v in dict(recipe.server.args).items()},
+                                   **resolved})
     if follow_server:
         settings = replace(settings, autotune=tunes)
     elif settings.autotune != tunes:
