@@ -89,3 +89,38 @@ def test_a_launch_interrupted_mid_benchmark_costs_the_seconds_it_spent(home, tmp
                                        "failed), "), cost
     seconds = float(cost[0].split("), ")[1].split(" s,")[0])
     assert seconds >= 3, cost  # not "1 launches, 0 s"
+
+
+def test_a_sigkill_during_the_launch_costs_the_seconds_the_launch_held(home, tmp_path, monkeypatch, capsys):
+    proj = demo_project(tmp_path, monkeypatch)
+    # the miniature takes 30 s to become ready: patchbench is killed while it waits for the server
+    (proj / "recipes" / "demo" / "slowstart.toml").write_text(
+        'extends = "demo/baseline"\n[server.args]\nmini-startup-s = 30\n[quality]\nlaunches = 0\n')
+    log = tmp_path / "run.log"
+    with log.open("w") as out:
+        cli = subprocess.Popen([sys.executable, "-m", "toolkit", "run", "demo/slowstart", "--repeats", "1"], cwd=proj,
+                               env={**os.environ, "PATCHBENCH_HOME": str(home), "PYTHONPATH": str(REPO_ROOT)},
+                               stdout=subprocess.DEVNULL, stderr=out)
+    store, deadline, launching = Store(home / "results.sqlite"), time.monotonic() + 240, None
+    try:
+        while launching is None and time.monotonic() < deadline and cli.poll() is None:
+            time.sleep(0.05)  # polling the store, as a dashboard would
+            if (home / "results.sqlite").exists():
+                launching = next((r for r in store.runs(recipe="demo/slowstart")
+                                  if (r.extra.get("in_step") or {}).get("step") == "launch"), None)
+        assert launching is not None, log.read_text()
+        time.sleep(4)  # the server starts meanwhile, holding what it holds
+        os.kill(cli.pid, signal.SIGKILL)
+    finally:
+        if cli.poll() is None:
+            os.kill(cli.pid, signal.SIGKILL)
+        cli.wait()
+    assert "server ready" not in log.read_text()  # killed before the benchmark
+    assert main(["run", "demo/baseline", "--until", "check"]) == 0  # the next run reaps it
+    assert f"run {launching.run_id[:8]} marked interrupted" in capsys.readouterr().err
+    run = store.get_run(launching.run_id)
+    assert run.status == "interrupted" and "killed in its launch step" in run.error, run.error
+    assert 3.5 <= run.timings["launch"] < 30, run.timings  # the seconds up to the kill, not 0, not to the reap
+    assert main(["results", "demo/slowstart"]) == 0
+    cost = [line for line in capsys.readouterr().out.splitlines() if line.startswith("cost: demo/slowstart")]
+    assert cost and float(cost[0].split("), ")[1].split(" s,")[0]) >= 3.5, cost  # was "1 launches (...), 0 s"

@@ -179,6 +179,22 @@ def keep_measured(a: Attempt) -> None:
     a.kept.extend(new)
 
 
+IN_STEP = "in_step"  # extra key while a measure step runs: {"step", "since" (epoch s)}; finish drops it
+
+
+def mark_step(a: Attempt, name: str) -> None:
+    """Store the seconds of the steps finished so far and the step now starting with its wall-clock start
+    (`extra.in_step`), the run still `running`: should patchbench be killed (SIGKILL) in this step, the
+    reaper counts its seconds up to when it ended the server's group, or the last write in the run's
+    directory (toolkit/run/reaper.py), so a launch killed before its benchmark still costs what it held."""
+    try:
+        a.store.add_samples(a.run_id, [], timings=dict(a.timings), log_paths=log_paths(a),
+                            extra={**a.extra, **({"incomplete": INCOMPLETE} if a.kept else {}),  # keep_measured's mark
+                                   IN_STEP: {"step": name, "since": round(time.time(), 3)}})
+    except StoreUnavailable:  # the database went away: the run goes on, its end keeps it on this disk (finish)
+        pass
+
+
 def unkept(a: Attempt, samples: list | None) -> list:
     """`samples` less those keep_measured stored already (the same objects)."""
     kept = {id(s) for s in a.kept}

@@ -27,8 +27,8 @@ from rich.markup import escape
 from toolkit.results import metrics
 from toolkit.run import autotune_record, evidence, jit_check, machine, quality as output_check, reaper, server as srv
 from toolkit.run import one_batch_step, serving_step
-from toolkit.run.attempt import (Attempt, Prepared, RunInvalid, keep_measured, log_paths, recorded, signals_interrupt,
-                                 supervise, unkept)
+from toolkit.run.attempt import (Attempt, Prepared, RunInvalid, keep_measured, log_paths, mark_step, recorded,
+                                 signals_interrupt, supervise, unkept)
 from toolkit.run.bench import Sample, point_record
 from toolkit.run.gpustate import record as gpu_record
 from toolkit.run.gpustate.owners import patchbench_tree
@@ -351,6 +351,7 @@ def _run_steps(steps: tuple, value, timings: dict, attempt: Attempt | None = Non
         t0 = time.monotonic()
         if attempt is not None:  # the step in progress, for what a run killed in it had spent (keep_measured)
             attempt.current = (fn.step_name, t0)
+            mark_step(attempt, fn.step_name)  # and in the store, for a SIGKILL (the reaper counts it)
         try:
             value = fn(value)
         finally:  # a step that failed or was interrupted spent its time too: the launch's cost counts it

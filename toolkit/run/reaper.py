@@ -22,6 +22,7 @@ from pathlib import Path
 import psutil
 from filelock import FileLock
 
+from toolkit.errors import PatchbenchError
 from toolkit.run import supervisor
 from toolkit.results.store import Store, process_alive
 
@@ -124,15 +125,59 @@ def reap(home: Path, store: Store | None = None) -> list[str]:
         for path, rec in records:
             if rec.owner_alive():
                 continue
-            n = end_group(rec)
+            store_of = Store(rec.store)
+            n = end_group(rec)  # a group still alive held its GPUs until now: its step counts to now
+            spent = _spent(store_of, rec.run_id, until=time.time() if n else None)
             if n:
                 done.append(f"ended {n} process(es) of the {rec.what} of run {rec.run_id[:8]} "
                             f"(patchbench pid {rec.owner_pid} is gone)")
-            if Store(rec.store).mark_interrupted(rec.run_id, REASON.format(pid=rec.owner_pid)):
+            if _interrupt(store_of, rec.run_id, rec.owner_pid, spent):
                 done.append(f"run {rec.run_id[:8]} marked interrupted")
             path.unlink(missing_ok=True)
     if store is not None:
         for run in store.runs(status="running"):
-            if run.is_interrupted() and store.mark_interrupted(run.run_id, REASON.format(pid=run.pid)):
+            if run.is_interrupted() and _interrupt(store, run.run_id, run.pid, _spent(store, run.run_id)):
                 done.append(f"run {run.run_id[:8]} marked interrupted")
     return done
+
+
+def _spent(store: Store, run_id: str, until: float | None = None) -> tuple[dict, str] | None:
+    """(timings, note) of a `running` run killed in a step (`extra.in_step`, toolkit/run/attempt.mark_step):
+    that step counted up to `until` (the reaper ended its group, alive till then), else to the last write in
+    the run's directory (the server's log: its supervisor ends the group as patchbench dies, saying so), so
+    the launch's cost keeps the seconds it held; None without a step."""
+    try:
+        run = store.get_run(run_id)
+    except PatchbenchError:
+        return None
+    step = (run.extra or {}).get("in_step") if isinstance(run.extra, dict) else None
+    if run.status != "running" or not isinstance(step, dict) or not step.get("step"):
+        return None
+    end = until if until is not None else _last_write(run)
+    seconds = max(0.0, end - float(step.get("since") or 0.0)) if step.get("since") else 0.0
+    timings = {**(run.timings or {})}
+    timings[step["step"]] = round(float(timings.get(step["step"], 0.0) or 0.0) + seconds, 3)
+    to = "when this reaper ended its processes" if until is not None else "the last write in its run directory"
+    return timings, f"killed in its {step['step']} step: {seconds:.1f} s counted, to {to}"
+
+
+def _interrupt(store: Store, run_id: str, pid: int | None, spent: tuple[dict, str] | None) -> bool:
+    """Mark a dead process's run `interrupted`, with the seconds of the step it was killed in (`_spent`)."""
+    reason = REASON.format(pid=pid)
+    if spent is not None and store.get_run(run_id).status == "running":
+        store.add_samples(run_id, [], timings=spent[0])
+        reason += "; " + spent[1]
+    return store.mark_interrupted(run_id, reason)
+
+
+def _last_write(run) -> float:
+    """The newest modification time of a file in the run's directory (0 when there is none)."""
+    run_dir = (run.log_paths or {}).get("run_dir")
+    newest = 0.0
+    if run_dir and Path(run_dir).is_dir():
+        for f in Path(run_dir).rglob("*"):
+            try:
+                newest = max(newest, f.stat().st_mtime)
+            except OSError:
+                pass
+    return min(newest, time.time())

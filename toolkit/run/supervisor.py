@@ -93,7 +93,9 @@ def main(argv: list[str]) -> int:
                     signal.signal(-code, signal.SIG_DFL)
                 os.kill(os.getpid(), -code)
             return code
-        if _stop or os.getppid() != parent:
+        if _stop or os.getppid() != parent:  # said in the log: its last write marks when the launch ended
+            gone = "asked to stop" if os.getppid() == parent else f"patchbench (pid {parent}) is gone"
+            print(f"[supervisor] {time.strftime('%Y-%m-%d %H:%M:%S')} {gone}: ending the group", flush=True)
             _end_group(child, seen)
         for p in _descendants():
             seen.setdefault(p.pid, p)
