@@ -105,9 +105,10 @@ def test_a_release_or_a_git_repository_that_is_not_there_is_refused_before_any_b
 @pytest.mark.slow
 def test_a_bisect_walking_back_from_a_newer_good_release_names_the_commit_in_upstream_order(
         home, monkeypatch, capsys, gain_releases):
-    """--good 0.1.6 --bad 0.1.4: which release, walking back, loses the gain. The release phase names 0.1.4
-    (worse than 0.1.5); the commit phase bisects v0.1.4..v0.1.5 in upstream order for the opposite change
-    (was: "no commits between v0.1.5 and v0.1.4", exit 2 after every release was measured, nothing printed)."""
+    """--good 0.1.6 --bad 0.1.4: the releases are bisected in upstream order for the opposite change, so the
+    release named is the one that changed the metric, 0.1.5 (its gain), and the commit phase bisects
+    v0.1.4..v0.1.5 for it (was: "culprit: 0.1.4 ... 1.92x slower against 0.1.5": the older release,
+    which changed nothing, named for a slowdown it never brought)."""
     monkeypatch.setenv("PATCHBENCH_MINI_INDEX", gain_releases["index"])
     monkeypatch.setenv("PATCHBENCH_RECIPES", str(REPO_ROOT / "recipes"))
     capsys.readouterr()
@@ -115,6 +116,26 @@ def test_a_bisect_walking_back_from_a_newer_good_release_names_the_commit_in_ups
                "--metric", "output_tok_s@1", "--git", gain_releases["repo"], "--json"])
     out = json.loads(capsys.readouterr().out)
     assert rc == 0, out
-    assert out["culprit_label"] == "0.1.4", out
+    assert out["culprit_label"] == "0.1.5" and out["direction"] == "better", out
     assert out["commit"]["direction"] == "better", out["commit"]
     assert out["commit"]["culprit_label"] == gain_releases["planted_commit"][:12], out["commit"]
+
+
+def test_a_release_range_given_newest_first_is_bisected_in_upstream_order(home, monkeypatch, capsys, gain_releases):
+    """--good newer than --bad (or --versions newest first): the dry run lists the releases oldest first, says the
+    good end is newer and which change is looked for; a --versions list in no release order is refused."""
+    monkeypatch.setenv("PATCHBENCH_MINI_INDEX", gain_releases["index"])
+    monkeypatch.setenv("PATCHBENCH_RECIPES", str(REPO_ROOT / "recipes"))
+    capsys.readouterr()
+    common = ["bisect", "demo/update", "--source", "sglang", "--metric", "output_tok_s@1"]
+    assert main([*common, "--good", "0.1.6", "--bad", "0.1.4", "--until", "check", "--json"]) == 0
+    cap = capsys.readouterr()
+    out = json.loads(cap.out)
+    assert out["releases"] == ["0.1.4", "0.1.5", "0.1.6"] and out["newest_first"] and out["first_probe"] == "0.1.4"
+    err = " ".join(cap.err.split())
+    assert "the good end 0.1.6 is newer than the bad end 0.1.4: bisecting the releases in upstream order for the " \
+           "one that made output_tok_s@1 better" in err, err
+    assert main([*common, "--versions", "0.1.6,0.1.5,0.1.4", "--until", "check", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["releases"] == ["0.1.4", "0.1.5", "0.1.6"]
+    assert main([*common, "--versions", "0.1.0,0.1.5,0.1.2"]) == 2  # before anything is built
+    assert "error: --versions 0.1.0,0.1.5,0.1.2: not in release order" in capsys.readouterr().err

@@ -68,7 +68,10 @@ def add_arguments(parser) -> None:
     add_executor_arguments(parser)
 
 
-def _releases(recipe, args, spec) -> list[str]:
+def _releases(recipe, args, spec) -> tuple[list[str], bool]:
+    """(the releases to bisect, oldest first; whether they were given newest first: a newer good end)."""
+    from packaging.version import Version
+
     from toolkit.analysis.releases import project_name
     from toolkit.errors import BadInput
     from toolkit.tree.package_index import check_releases, releases_between
@@ -77,10 +80,21 @@ def _releases(recipe, args, spec) -> list[str]:
         versions = [v.strip() for v in args.versions.split(",") if v.strip()]
         if len(versions) < 2:
             raise BadInput("--versions needs at least two releases (the first is taken as good)")
-        return check_releases(project_name(spec), versions, spec.index)
-    if not (args.good and args.bad):
-        raise BadInput("--source needs --good and --bad (or --versions)")
-    return releases_between(project_name(spec), args.good, args.bad, spec.index)
+        versions = check_releases(project_name(spec), versions, spec.index)
+        order = [Version(v) for v in versions]
+        if sorted(order) != order and sorted(order, reverse=True) != order:
+            raise BadInput(f"--versions {args.versions}: not in release order",
+                           hint="list them oldest first (the first is taken as good), or newest first from a newer good one")
+    else:
+        if not (args.good and args.bad):
+            raise BadInput("--source needs --good and --bad (or --versions)")
+        versions = releases_between(project_name(spec), args.good, args.bad, spec.index)
+    newest_first = Version(versions[0]) > Version(versions[-1])
+    return (versions[::-1] if newest_first else versions), newest_first
+
+
+def _opposite(direction: str) -> str:
+    return "better" if direction == "worse" else "worse"
 
 
 def run(args) -> int:
@@ -134,6 +148,7 @@ def run(args) -> int:
     if args.max_repeats != MAX_REPEATS:  # the cap decides how far a step is topped up: the same search needs the same one
         repro += ["--max-repeats", str(args.max_repeats)]
     commit_phase = None
+    direction = args.direction  # the change searched for in upstream order (a newer good release flips it)
     names = None  # the patches of a stack bisect (a bisect of releases or commits has no prefixes)
     if args.source:
         source = recipe.sources.get(args.source)
@@ -141,7 +156,12 @@ def run(args) -> int:
             raise BadInput(f"recipe {recipe.name} has no source `{args.source}`",
                            hint=f"sources: {', '.join(recipe.sources)}")
         if source.kind == "pypi":
-            versions = _releases(recipe, args, source)
+            versions, newest_first = _releases(recipe, args, source)
+            if newest_first:  # good newer than bad: the release that changed it, found in upstream order
+                direction = kw["direction"] = _opposite(args.direction)
+                err.print(f"the good end {versions[-1]} is newer than the bad end {versions[0]}: bisecting the releases "
+                          f"in upstream order for the one that made {args.metric} {direction} (what is "
+                          f"{args.direction} walking back)", markup=False)
             if args.git and "://" not in args.git and "@" not in args.git \
                     and not Path(args.git).expanduser().is_dir():  # the commit phase needs it: checked before the releases
                 raise BadInput(f"--git {args.git}: no such repository (a local path or a URL of the source's git)")
@@ -149,7 +169,7 @@ def run(args) -> int:
             err.print(f"bisecting {len(versions) - 1} releases of {args.source} after {versions[0]}: "
                       + ", ".join(versions[1:]))
             if args.until == "check":
-                return _dry_run(meter, variants, versions, args)
+                return _dry_run(meter, variants, versions, args, newest_first)
             require_gpu_if_needed(recipe, args)
 
             def measure(k: int, r: int):
@@ -187,19 +207,13 @@ def run(args) -> int:
         result = _measured(meter, "prefix0", recipe, lambda: bisect_stack(len(stack), measure, labels=names, **kw))
     commit_result = commit_meter = None
     first_builds = meter.builds
-    commit_direction = args.direction
-    if commit_phase:
-        older, newer = _upstream_order(commit_phase)
-        if older != commit_phase[0]:  # a bisect walking back from a newer good release: the commits that made
-            # the newer one differ are bisected in upstream order, for the opposite change
-            commit_direction = "better" if args.direction == "worse" else "worse"
-            kw = {**kw, "direction": commit_direction}
+    commit_direction = direction
+    if commit_phase:  # two neighbouring releases in upstream order (a newer good end was ordered above)
+        older, newer = commit_phase
         good_tag, bad_tag = (tag_for(v, args.tag_format) for v in (older, newer))
         base = git_variant(recipe, args.source, args.git, good_tag, home)
         commits = upstream_commits(base, args.source, good_tag, bad_tag, home)
-        err.print(f"release {commit_phase[1]} named; bisecting the {len(commits) - 1} commits {good_tag}..{bad_tag}"
-                  + ("" if commit_direction == args.direction else
-                     f" in upstream order: which made {newer} {commit_direction} than {older}"))
+        err.print(f"release {newer} named; bisecting the {len(commits) - 1} commits {good_tag}..{bad_tag}")
         commit_meter = VariantMeter(base, home, meter.store, spec, err, group_id=meter.group_id,
                                     missing_evidence=args.missing_evidence, design=meter.design,
                                     search=meter.search, joined=True)  # the same campaign as the releases
@@ -212,10 +226,10 @@ def run(args) -> int:
     answers, gates, notes = _quality(meter, names)
     from toolkit.analysis.bisect import legend
 
-    rule = legend(threshold_pct=args.threshold, direction=args.direction, reference=args.reference,
+    rule = legend(threshold_pct=args.threshold, direction=direction, reference=args.reference,
                   sequential=not args.fixed, max_repeats=args.max_repeats)
     if args.json:
-        out = {"recipe": recipe.name, "metric": spec.metric, "point": meter.point, "direction": args.direction,
+        out = {"recipe": recipe.name, "metric": spec.metric, "point": meter.point, "direction": direction,
                "reference": args.reference, "threshold_pct": args.threshold,
                **_result_json(result), **meter.evidence(), "builds": meter.builds, "first_phase_builds": first_builds,
                "runs": meter.runs, "legend": rule, "reproduce": shlex.join(repro)}
@@ -227,7 +241,7 @@ def run(args) -> int:
             out["notes"] = notes
         print_json(out)
         return _exit_code(result)
-    _print_result(result, stats, args.direction)
+    _print_result(result, stats, direction)
     from toolkit.analysis import quality_runs
 
     for line in quality_runs.lines(answers):  # each measured prefix against the base, beside the speed
@@ -266,13 +280,6 @@ def _print_left_out(meter) -> None:
     """One line per probe whose stored runs from another campaign its looks left out (it launched again)."""
     for line in meter.left_out_lines().values():
         console.print(f"left out: {line}; launched again in this bisect", markup=False, highlight=False)
-
-
-def _upstream_order(pair: tuple[str, str]) -> tuple[str, str]:
-    """Two neighbouring releases, older first (a release bisect may walk back from a newer good one)."""
-    from packaging.version import Version
-
-    return (pair[0], pair[1]) if Version(pair[0]) < Version(pair[1]) else (pair[1], pair[0])
 
 
 def _print_skipped(meter) -> None:
@@ -358,18 +365,19 @@ def _print_result(result, stats, direction: str = "worse") -> None:
             console.print(f"  {stats.format_comparison(result.conviction)}", markup=False)
 
 
-def _dry_run(meter, variants, versions, args) -> int:
+def _dry_run(meter, variants, versions, args, newest_first: bool = False) -> int:
     """Validate, list the probes, build the first probe's env and run its static check (no GPU)."""
     from toolkit.analysis.bisect import max_builds_bound
 
     n = len(versions) - 1
     p = meter._prepare(versions[0], {}, variants[0], until="check")
     if args.json:
-        print_json({"releases": versions, "max_builds": max_builds_bound(n),
+        print_json({"releases": versions, "newest_first": newest_first, "max_builds": max_builds_bound(n),
                     "first_probe": versions[0], "first_env": p.env.key if p else None})
     else:
         console.print(f"{n} releases after {versions[0]}: {', '.join(versions[1:])}")
-        console.print(f"at most {max_builds_bound(n)} builds; first probe: {versions[0]} (the known-good end)")
+        end = "the known-bad end: the good end is newer" if newest_first else "the known-good end"
+        console.print(f"at most {max_builds_bound(n)} builds; first probe: {versions[0]} ({end})")
         if p is not None:
             console.print(f"first probe {versions[0]}: env {p.env.key[:16]} built and statically checked")
     return 0 if p is not None else 1
