@@ -231,6 +231,7 @@ def test_doctor_command_with_the_double(monkeypatch, home, capsys):
     quiet_host = {"available": True, "window_s": 1.0, "cpus": 2, "busy_cores": 0.1, "own_cores": 0.1,
                   "foreign_cores": 0.0, "steal_share": 0.0, "foreign_top": []}
     monkeypatch.setattr("toolkit.run.gpustate.facts.host_sample", lambda: quiet_host)
+    monkeypatch.setattr("toolkit.run.gpustate.owners.patchbench_jobs", lambda home=None: [])  # other tests' servers
     assert main(["doctor", "--json"]) == 1
     out = json.loads(capsys.readouterr().out)
     assert out["schema_version"] == 1 and out["ok"] is False
@@ -278,3 +279,59 @@ def test_doctor_reads_the_recipe_gpus_and_mem_fraction(tmp_path, monkeypatch, ho
     assert "warn processes: 1 other process(es) on the GPUs: pid 9999992 on GPU 2 (49000 MiB)" in out
     assert "ok   power limit: 600 W on every GPU" in out  # GPU 0 (300 W) is not the recipe's
     assert "warn cupti" in out and "fix: options nvidia NVreg_RestrictProfilingToAdminUsers=0" in out
+
+
+def test_doctor_names_another_campaigns_server_and_never_says_kill_it(monkeypatch, home, tmp_path, capsys):
+    """A second `patchbench run` on the box (the miniature, 30 s to ready): the doctor names its patchbench
+    and run, and where its server holds a GPU (the NVML double) or the CPU, says wait for it, not kill it
+    (was: "other process(es) on the GPUs: pid N ... fix: stop them before the campaign (kill N)")."""
+    import signal
+    import subprocess
+
+    import psutil
+
+    from conftest import REPO_ROOT, demo_project
+    from toolkit.cli import main
+
+    proj = demo_project(tmp_path, monkeypatch)
+    (proj / "recipes" / "demo" / "slowstart.toml").write_text(
+        'extends = "demo/baseline"\n[server.args]\nmini-startup-s = 30\n[quality]\nlaunches = 0\n')
+    # started by a launcher that exits at once: the sibling is no child of this process (nor of the doctor)
+    launcher = subprocess.run(
+        [sys.executable, "-c", "import subprocess, sys; print(subprocess.Popen(sys.argv[1:], stdout=subprocess.DEVNULL, "
+         "stderr=subprocess.DEVNULL, start_new_session=True).pid)", sys.executable, "-m", "toolkit", "run",
+         "demo/slowstart", "--repeats", "1"], cwd=proj, capture_output=True, text=True, check=True,
+        env={**os.environ, "PATCHBENCH_HOME": str(home), "PYTHONPATH": str(REPO_ROOT)})
+    sibling = psutil.Process(int(launcher.stdout))
+    try:
+        deadline, live = time.monotonic() + 180, []
+        while not live and time.monotonic() < deadline and sibling.is_running():
+            time.sleep(0.1)
+            live = list((home / "live").glob("*.json")) if (home / "live").is_dir() else []
+        assert live, "the sibling's server never started"
+        record = json.loads(live[0].read_text())
+        server = record["pgid"]
+        monkeypatch.setitem(sys.modules, "pynvml", FakeNvml({"gpus": [gpu(0)]}, processes=[(0, server, 900)]))
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+        monkeypatch.setattr("toolkit.run.gpustate.owners.pid_namespace_nested", lambda: False)
+        assert main(["doctor", "--json"]) == 0  # warnings only
+        out = json.loads(capsys.readouterr().out)
+        checks = {c["name"]: c for c in out["checks"]}
+        job = next(j for j in out["facts"]["jobs"] if j["owner"] == sibling.pid)
+        assert job["alive"] and job["pgid"] == server and job["run_id"] == record["run_id"], job
+        jobs = checks["patchbench jobs"]
+        assert jobs["status"] == "warn" and f"patchbench pid {sibling.pid} (run {record['run_id'][:8]}) runs a server" \
+            in jobs["message"], jobs
+        procs = checks["processes"]
+        assert f"pid {server} on GPU 0 (900 MiB) [patchbench pid {sibling.pid} run {record['run_id'][:8]}: another " \
+               "campaign running]" in procs["message"], procs
+        assert "kill" not in procs["fix"].replace("do not kill", "") and f"wait for patchbench pid {sibling.pid}" \
+            in procs["fix"], procs
+        import re
+
+        killed = {int(n) for c in out["checks"] for part in re.findall(r"kill ([\d ]+)", c["fix"]) for n in part.split()}
+        assert not killed & set(job["pids"]), out["checks"]  # no fix line hands the sibling's processes to kill
+    finally:
+        if sibling.is_running():
+            sibling.send_signal(signal.SIGINT)
+            psutil.wait_procs([sibling], timeout=60)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from rich.markup import escape
 
-from toolkit.commands.common import console, load, print_json, store_of
+from toolkit.commands.common import console, home_of, load, print_json, store_of
 
 HELP = ("check the box before a campaign: persistence, power limits, clocks, ECC, processes, memory, P2P, CUPTI, CUDA, "
         "PCIe, host CPU")
@@ -26,7 +26,7 @@ def run(args) -> int:
 
     recipe = load(args.recipe) if args.recipe else None
     runs = store_of(args).runs(recipe=recipe.name) if recipe is not None else []
-    facts = gather(recipe, runs)
+    facts = gather(recipe, runs, home=home_of(args))
     checks = run_rules(facts)
     code = exit_code(checks)
     if args.json:

@@ -7,7 +7,9 @@ at the default); application clocks; locked clocks (NVML has no getter: said, or
 holding the clocks); ECC; other processes (foreign compute, graphics apart, unmatchable pids said); free memory against `mem-fraction-static`; P2P and topology;
 CUPTI access for `profile`; the driver's CUDA against the env's torch / sgl-kernel builds; PCIe
 generation and width; the host's CPU (other processes' CPU time and the hypervisor's steal over a
-second, judged by the run's own host flags, toolkit.results.box_flags). `RULES` is the order they print in; `exit_code(checks)` is 1 when one fails.
+second, judged by the run's own host flags, toolkit.results.box_flags); other patchbench campaigns on the
+box and stray servers dead ones left (facts "jobs": a pid of theirs is named as such, and never given to
+`kill` while its campaign runs). `RULES` is the order they print in; `exit_code(checks)` is 1 when one fails.
 """
 
 from __future__ import annotations
@@ -164,6 +166,50 @@ def _plist(pairs: list) -> str:
                      for i, p in pairs[:5])
 
 
+def _job_of(pid: int, f: dict) -> dict | None:
+    """The patchbench job (facts "jobs": another campaign's, or a stray group a dead one left) `pid` is of."""
+    return next((j for j in f.get("jobs") or [] if pid in j.get("pids", ())), None)
+
+
+def _whose(pid: int, f: dict) -> str:
+    job = _job_of(pid, f)
+    if job is None:
+        return ""
+    run = f" run {job['run_id'][:8]}" if job.get("run_id") else ""
+    return (f" [patchbench pid {job['owner']}{run}: another campaign running]" if job["alive"]
+            else f" [a stray of patchbench pid {job['owner']}{run}, gone]")
+
+
+def _stop_them(pids: list[int], f: dict) -> str:
+    """The fix for busy pids: kill the strangers and the strays' groups, wait for other campaigns (killing
+    their server fails their run)."""
+    jobs = [_job_of(p, f) for p in pids]
+    strangers = [str(p) for p, j in zip(pids, jobs) if j is None]
+    strays = sorted({j["pgid"] for j in jobs if j is not None and not j["alive"]})
+    live = sorted({j["owner"] for j in jobs if j is not None and j["alive"]})
+    parts = ([f"kill {' '.join(strangers)}"] if strangers else []) + \
+        [f"kill -- -{g} (a server whose patchbench died; `patchbench run` on its home reaps it)" for g in strays] + \
+        ([f"wait for patchbench pid {', '.join(map(str, live))}: another campaign on this box (do not kill its "
+          "server: its run would fail)"] if live else [])
+    return "; ".join(parts)
+
+
+def patchbench_jobs(f: dict) -> Check:
+    """Other patchbench campaigns on this box, and groups dead ones left (facts "jobs")."""
+    jobs = f.get("jobs") or []
+    live = [j for j in jobs if j["alive"]]
+    strays = [j for j in jobs if not j["alive"]]
+    if not jobs:
+        return Check("patchbench jobs", OK, "no other patchbench campaign or stray server on this box")
+    said = [f"patchbench pid {j['owner']}" + (f" (run {j['run_id'][:8]})" if j.get("run_id") else "")
+            + f" runs a server (process group {j['pgid']})" for j in live] + \
+        [f"process group {j['pgid']} was launched by patchbench pid {j['owner']}, which is gone: a stray" for j in strays]
+    fix = ("wait for the other campaign: its launches and yours would share the box (measured: run's box column "
+           "flags it)" if live else "") + ("; " if live and strays else "") + \
+        ("kill -- -PGID for each stray, or run `patchbench run` on its home (it reaps them)" if strays else "")
+    return Check("patchbench jobs", WARN, "; ".join(said), fix)
+
+
 def processes(f: dict) -> Check:
     busy = [(g["index"], p) for g in _gpus(f) for p in g.get("processes") or []]
     graphics = [(g["index"], p) for g in _gpus(f) for p in g.get("graphics") or []]
@@ -171,8 +217,10 @@ def processes(f: dict) -> Check:
     refused = [(g["index"], why) for g in _gpus(f) for why in (g.get("processes_unread") or [])[:1]]
     also = f"; graphics (not counted): {_plist(graphics)}" if graphics else ""
     if busy:
-        return Check("processes", WARN, f"{len(busy)} other process(es) on the GPUs: {_plist(busy)}{also}",
-                     "stop them before the campaign (kill " + " ".join(str(p["pid"]) for _, p in busy[:5]) + ")")
+        named = ", ".join(f"pid {p['pid']} on GPU {i}" + (f" ({p['used_mib']} MiB)" if p.get("used_mib") else "")
+                          + _whose(p["pid"], f) for i, p in busy[:5])
+        return Check("processes", WARN, f"{len(busy)} other process(es) on the GPUs: {named}{also}",
+                     "stop them before the campaign: " + _stop_them([p["pid"] for _, p in busy[:5]], f))
     if unmatched:
         return Check("processes", WARN, f"{len(unmatched)} compute process(es) on the GPUs ({_plist(unmatched)}) whose "
                                         f"pids cannot be matched: {(f.get('nvml') or {}).get('pid_match')}{also}",
@@ -273,16 +321,17 @@ def host_cpu(f: dict) -> Check:
         return Check("host cpu", SKIP, h.get("reason") or "the host's CPU times were not read")
     flags = host_flags(h)
     if flags:
-        pids = " ".join(str(p["pid"]) for p in h.get("foreign_top") or [])
-        return Check("host cpu", WARN, "; ".join(flags),
+        pids = [p["pid"] for p in h.get("foreign_top") or []]
+        named = [f"pid {p}{_whose(p, f)}" for p in pids if _job_of(p, f)]
+        return Check("host cpu", WARN, "; ".join([*flags, *named]),
                      "wait for the other jobs or stop them before the campaign: sglang's scheduler and the benchmark "
-                     "client need their CPUs" + (f" (kill {pids})" if pids else ""))
+                     "client need their CPUs" + (f" ({_stop_them(pids, f)})" if pids else ""))
     return Check("host cpu", OK, f"other processes used {h['foreign_cores']:.2f} of {h['cpus']} CPUs over "
                                  f"{h['window_s']:.0f} s; steal {100 * h['steal_share']:.1f}%")
 
 
 RULES = (gpus_present, readings, persistence, power_limits, clocks, locked_clocks, ecc, processes, free_memory, p2p,
-         cupti, cuda_builds, pcie, host_cpu)
+         cupti, cuda_builds, pcie, host_cpu, patchbench_jobs)
 _NAMES = {"power_limits": "power limit", "free_memory": "free memory", "locked_clocks": "locked clocks",
           "host_cpu": "host cpu"}
 GPU_RULES = {readings, persistence, power_limits, clocks, locked_clocks, ecc, processes, free_memory, p2p, pcie}

@@ -122,12 +122,13 @@ def gpu_facts(module: Any = None, environ: dict | None = None, positions: list[i
         nv.close()
 
 
-def gather(recipe: Any = None, runs: list | None = None, *, module: Any = None) -> dict:
-    """Every fact the doctor's rules read (see the module doc)."""
+def gather(recipe: Any = None, runs: list | None = None, *, module: Any = None, home: Any = None) -> dict:
+    """Every fact the doctor's rules read (see the module doc); "jobs": the process groups other patchbench
+    processes launched on this box (owners.patchbench_jobs; run ids where `home` recorded them)."""
     rf = recipe_facts(recipe)
     environ = {**os.environ, **(rf.get("env") or {})}
     return {"nvml": gpu_facts(module, environ, rf.get("positions")), "cupti": cupti_access(), "recipe": rf,
-            "env_cuda": env_cuda(runs or []), "host": host_sample()}
+            "env_cuda": env_cuda(runs or []), "host": host_sample(), "jobs": owners.patchbench_jobs(home)}
 
 
 def host_sample(seconds: float = 1.0) -> dict:

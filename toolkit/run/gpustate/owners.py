@@ -6,7 +6,9 @@ container without the host PID namespace (`pid_namespace_nested()`: this process
 not the kernel's initial one) those
 pids mean nothing here, so `classify` matches none of them and says so: nothing is called foreign
 or own by guess. Graphics processes (Xorg, a desktop on a workstation card) are reported apart,
-never as foreign compute jobs. Effects: reads /proc and psutil; `classify` is pure.
+never as foreign compute jobs. `patchbench_jobs`: the process groups other patchbench processes launched
+(their supervisors), running campaigns' and strays alike. Effects: reads /proc, psutil and
+HOME/live records; `classify` is pure.
 """
 
 from __future__ import annotations
@@ -83,3 +85,48 @@ def classify(processes: list[dict], own: set[int], *, matchable: bool = True) ->
         else:
             out["foreign"].append(p)
     return out
+
+
+def _supervisor_owner(cmdline: list[str]) -> int | None:
+    """The patchbench pid a toolkit/run/supervisor.py command line names (`supervisor.py PARENT -- ARGV`)."""
+    for i, arg in enumerate(cmdline[:-1]):
+        p = Path(arg)
+        if p.name == "supervisor.py" and p.parent.name == "run" and cmdline[i + 1].isdigit():
+            return int(cmdline[i + 1])
+    return None
+
+
+def patchbench_jobs(home: Path | None = None) -> list[dict]:
+    """Every process group a patchbench launched on this box (its server, or a one-batch benchmark: the
+    group of a toolkit/run/supervisor.py), whichever PATCHBENCH_HOME: {"pgid", "owner" (the patchbench
+    pid), "alive" (that patchbench still runs: another campaign; else the group is a stray it left),
+    "pids" (the group's and, while it runs, the owner's tree: its benchmark client), "run_id" (from
+    HOME/live/<pgid>.json when `home` recorded it, else None)}. Groups this process launched are left out."""
+    import json
+
+    import psutil
+
+    jobs = []
+    for p in psutil.process_iter(["pid", "cmdline", "create_time"]):
+        owner = _supervisor_owner(p.info.get("cmdline") or [])
+        if owner is None or owner == os.getpid():
+            continue
+        try:
+            alive = psutil.Process(owner).create_time() <= p.info["create_time"]  # not a reused pid
+        except psutil.Error:
+            alive = False
+        pids = {p.info["pid"]} | tree_of(p.info["pid"]) | (tree_of(owner) if alive else set())
+        for q in psutil.process_iter(["pid"]):
+            try:
+                if os.getpgid(q.info["pid"]) == p.info["pid"]:
+                    pids.add(q.info["pid"])
+            except OSError:
+                pass
+        run_id = None
+        if home is not None:
+            try:
+                run_id = json.loads((Path(home) / "live" / f"{p.info['pid']}.json").read_text()).get("run_id")
+            except (OSError, ValueError, AttributeError):
+                pass
+        jobs.append({"pgid": p.info["pid"], "owner": owner, "alive": alive, "pids": sorted(pids), "run_id": run_id})
+    return jobs
