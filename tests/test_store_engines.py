@@ -335,3 +335,32 @@ def _pull_the_plug_mid_run(pg_server, pg_url: str) -> None:
     (stored,) = [r for r in Store(pg_url).runs() if r.run_id not in before]
     assert stored.run_id == run["run_id"] and stored.status == "running" and stored.is_interrupted()
     assert f"`patchbench import {kept}` stores it" in last  # how to get it back, once the database is up
+
+
+def test_a_sqlite_history_moved_into_postgresql_with_own_counts_as_the_teams_runs(demo, home, pg_url, tmp_path,  # noqa: F811
+                                                                                     capsys):
+    """A user's SQLite store moved into the team's PostgreSQL (`results --export json`, then `import`): by
+    default its runs are 'measured elsewhere' and the import says how to count them; `import --own` counts
+    them as runs stored directly, also after a first import without it (was: every verdict of the moved
+    history 'imported (use --imported)', forever: no command could lift the mark)."""
+    assert main(["run", "demo/baseline", "demo/fast", "--fixed"]) == 0  # into the default SQLite store
+    moved = tmp_path / "mine.json"
+    assert main(["results", "--export", "json", "-o", str(moved)]) == 0
+    capsys.readouterr()
+    assert main(["import", str(moved), "--store", pg_url]) == 0
+    said = " ".join(capsys.readouterr().out.split())
+    assert "imported 4 runs" in said and "count them only with --imported" in said and "import --own" in said, said
+    assert main(COMPARE[:-1] + ["--store", pg_url]) == 2
+    assert "imported (use --imported)" in capsys.readouterr().err
+    assert main(["import", str(moved), "--own", "--store", pg_url]) == 0  # the same file again, as the team's own
+    assert "imported 4 runs from" in capsys.readouterr().out
+    pg, lite = Store(pg_url), Store(home / "results.sqlite")
+    assert all(not r.imported and r.extra["moved_from"]["from"] == str(moved) for r in pg.runs())
+    assert json.loads(_out(capsys, COMPARE, pg)) == json.loads(_out(capsys, COMPARE, lite))  # the same verdicts
+    assert main(["import", str(moved), "--own", "--store", pg_url]) == 0  # once is enough
+    assert "imported 0 runs" in capsys.readouterr().out and len(pg.runs()) == 4
+    # JSONL from sglang's own bench was measured outside patchbench: --own is refused for it
+    jsonl = tmp_path / "bench.jsonl"
+    jsonl.write_text('{"output_throughput": 100.0, "max_concurrency": 1}\n')
+    assert main(["import", str(jsonl), "--recipe", "x", "--own", "--store", pg_url]) == 2
+    assert "--own is for a patchbench export" in capsys.readouterr().err

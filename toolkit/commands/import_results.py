@@ -15,6 +15,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("--recipe", help="recipe name to file the results under (JSONL only)")
     parser.add_argument("--format", choices=["auto", "bench-serving", "one-batch", "patchbench"], default="auto")
     parser.add_argument("--gpu", default="unknown", help="GPU description of the machine that produced them")
+    parser.add_argument("--own", action="store_true",
+                        help="a patchbench export of this team's own runs (a SQLite store moved into the team's "
+                             "PostgreSQL): counted as runs stored directly, not as imported (measured elsewhere); "
+                             "runs an earlier import of the file marked imported lose the mark")
 
 
 def _detect(path: Path, rows: list) -> str:
@@ -56,9 +60,19 @@ def run(args) -> int:
         raise BadInput(f"{path} is a directory: give the results file" if path.is_dir() else f"{path} does not exist")
     store = store_of(args)
     if args.format == "patchbench" or (args.format == "auto" and path.suffix == ".json"):
-        n = import_export(store, path)
-        console.print(f"imported {n} runs from {path}" + ("" if n else " (it holds no run this store does not have)"))
+        n = import_export(store, path, measured_here=args.own)
+        if args.own:
+            console.print(f"imported {n} runs from {path} as this store's own (counted as runs stored directly)"
+                          + ("" if n else " (it holds no run this store does not have)"))
+        else:
+            console.print(f"imported {n} runs from {path}" + (
+                " as measured elsewhere: compare, history and report count them only with --imported (this "
+                "team's own runs moved from another store: `import --own` counts them as stored directly)" if n
+                else " (it holds no run this store does not have)"))
         return 0
+    if args.own:
+        raise BadInput(f"{path}: --own is for a patchbench export (`results --export json`), not sglang JSONL",
+                       hint="JSONL was measured outside patchbench: its config was never verified")
     _not_an_export(path)
     rows = read_jsonl(path)
     fmt = _detect(path, rows) if args.format == "auto" else args.format

@@ -161,7 +161,9 @@ def check_export_runs(runs, src) -> None:
 def import_export(store: Store, src: Path | str | IO[str], *, measured_here: bool = False) -> int:
     """Record the runs of a JSON export that `store` does not have yet (by run id), each in its own
     transaction, marked as imported. Returns the number imported. `measured_here`: the runs are this
-    campaign's own (a Slurm job's export), not another machine's numbers: not marked imported."""
+    campaign's own (a Slurm job's export, a SQLite store moved into the team's: `import --own`), not
+    another machine's numbers: not marked imported, and a run an earlier import of the file marked imported
+    loses the mark (kept as `extra.moved_from`; counted in the number returned)."""
     try:
         if isinstance(src, (str, Path)):
             doc = json.loads(Path(src).read_text(encoding="utf-8"))
@@ -182,6 +184,7 @@ def import_export(store: Store, src: Path | str | IO[str], *, measured_here: boo
         # decides inside its transaction; any other stored run is RunExists, skipped below)
         complete = r["run_id"] in have
         if complete and have[r["run_id"]].status not in ("running", "interrupted"):
+            n += measured_here and _own(store, have[r["run_id"]], r)
             continue
         samples = [SampleRow(run_id=r["run_id"], **s) for s in r.get("samples", [])]
         fields_ = {k: v for k, v in r.items() if k in RUN_FIELDS}
@@ -196,3 +199,15 @@ def import_export(store: Store, src: Path | str | IO[str], *, measured_here: boo
             continue
         n += 1
     return n
+
+
+def _own(store: Store, stored, record: dict) -> bool:
+    """A run an earlier import of this export marked imported (measured elsewhere), now imported as this
+    store's own (`measured_here`): the mark becomes `moved_from`, so it counts as a run stored directly.
+    A run that was imported already where it was exported (its own record says so) stays imported."""
+    mark = (stored.extra or {}).get("imported")
+    if not mark or (record.get("extra") or {}).get("imported") or (stored.machine or {}).get("imported_from"):
+        return False
+    extra = {k: v for k, v in stored.extra.items() if k != "imported"}
+    store.add_samples(stored.run_id, [], extra={**extra, "moved_from": mark})
+    return True
