@@ -173,3 +173,25 @@ def test_compare_and_report_of_a_variant_that_is_the_defaults_server_say_so(tmp_
     assert main(["report", fi, "-o", str(proj / "rep")]) == 2
     err = capsys.readouterr().err
     assert said in err and "`patchbench report demo/same`" in err, err
+
+
+def test_the_dry_run_says_which_variants_no_launch_has_shown_to_be_one_server(tmp_path, monkeypatch, home, capsys):
+    """`sweep --until check` cannot launch: it says that which variants sglang resolves to one server is known
+    only from a launch, and names those the store's launches already showed to be another's server (was:
+    "ok" for each, "4 to measure", as if each would be measured)."""
+    proj = demo_project(tmp_path, monkeypatch)
+    (proj / "recipes" / "demo" / "same.toml").write_text(SAME)
+    capsys.readouterr()
+    assert main(["sweep", "demo/same", "--until", "check"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert f"ok {FI}" in text and "known only from a launch" in text, text
+    assert main(["sweep", "demo/same", "--json", "--fixed", "-o", str(proj / "out")]) == 0  # FI: the default's server
+    capsys.readouterr()
+    assert main(["sweep", "demo/same", "--until", "check", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    by = {v["variant"]: v for v in doc["variants"]}
+    assert by[FI]["same_server_as"] == "demo/same" and by["demo/same"]["same_server_as"] is None, by
+    assert "known only from a launch" in doc["same_server"]  # the others: still no launch of theirs says
+    assert main(["sweep", "demo/same", "--until", "check"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert f"same {FI}: same server as demo/same (its stored launches): not launched" in text, text

@@ -58,6 +58,36 @@ def _range(text: str | None, recipe) -> tuple[int, int]:
     return int(m.group(1)), int(m.group(2))
 
 
+UNKNOWN_SAME_SERVER = ("whether sglang resolves two of these configurations to one server is known only from a "
+                       "launch (its /server_info): a sweep launches such a variant once, finds it another's server "
+                       "and measures it no further (same server as ...)")
+
+
+def _dry_run(args, recipe, outcomes, kept, bounds, store) -> int:
+    """`--until check`: each configuration's static verdict; those the store's launches already showed to be
+    another's server (the same-server guard seeded as the sweep would); and what no launch decided yet."""
+    from toolkit.analysis import sweep_results as res
+    from toolkit.run.same_server import Guard
+
+    guard = Guard([o.name for o in outcomes])
+    guard.seed(store, [(o.name, o.recipe, o.env_key) for o in kept])
+    for o in kept:
+        o.same_as = guard.same.get(o.name)
+    unknown = len(kept) - len(guard.same)
+    note = (f"{unknown} configuration(s) to launch; " + UNKNOWN_SAME_SERVER) if unknown > 1 else None
+    if args.json:
+        print_json({**res.document([], outcomes, [], recipe=recipe.name, metric="", sla=bounds), "same_server": note})
+        return 0
+    for o in outcomes:
+        status = "pruned" if o.pruned else "failed" if o.failed else "same" if o.same_as else "ok"
+        why = o.pruned or o.failed or (f"same server as {o.same_as} (its stored launches): not launched, "
+                                       f"{o.same_as}'s numbers stand for it" if o.same_as else "")
+        console.print(f"{status}  {o.name}" + (f": {why}" if why else ""), markup=False)
+    if note:
+        console.print(f"note: {note}", markup=False)
+    return 0
+
+
 def _ranking(spec, recipes) -> tuple[str, int]:
     """The metric and point a plain sweep ranks by, checked before anything is measured: a metric
     measured at each point of the recipe's benchmark, at a point every configuration measures."""
@@ -128,16 +158,10 @@ def run(args) -> int:
     kept = [o for o in outcomes if not o.pruned and not o.failed]
     err.print(f"static check: {len(kept)} to measure, {sum(bool(o.pruned) for o in outcomes)} pruned, "
               f"{sum(bool(o.failed) for o in outcomes)} failed", highlight=False)
-    if args.until == "check":
-        doc = res.document([], outcomes, [], recipe=recipe.name, metric="", sla=bounds)
-        if args.json:
-            print_json(doc)
-            return 0
-        for o in outcomes:
-            console.print(f"{'pruned' if o.pruned else 'failed' if o.failed else 'ok'}  {o.name}"
-                          + (f": {o.pruned or o.failed}" if o.pruned or o.failed else ""), markup=False)
-        return 0
     from toolkit.run.same_server import Guard
+
+    if args.until == "check":
+        return _dry_run(args, recipe, outcomes, kept, bounds, store)
 
     guard = Guard([o.name for o in outcomes])  # which variants sglang resolves to one server: stored launches first
     guard.seed(store, [(o.name, o.recipe, o.env_key) for o in kept])
