@@ -364,3 +364,25 @@ def test_a_sqlite_history_moved_into_postgresql_with_own_counts_as_the_teams_run
     jsonl.write_text('{"output_throughput": 100.0, "max_concurrency": 1}\n')
     assert main(["import", str(jsonl), "--recipe", "x", "--own", "--store", pg_url]) == 2
     assert "--own is for a patchbench export" in capsys.readouterr().err
+
+
+def test_imported_runs_of_an_earlier_env_are_not_mixed_into_the_recipes_runs(demo, home, tmp_path, capsys):  # noqa: F811
+    """`compare --imported` over a moved history: the recipe's imported runs of its earlier patch (another env
+    key) are left out and named, as stored runs of it are; only the newest configuration counts (was: both
+    envs' runs in one verdict, demo/mine '1.5x faster' from the imported runs of the patch it no longer has)."""
+    mine = demo / "recipes" / "demo" / "mine.toml"
+    mine.write_text('extends = "demo/baseline"\n[patches]\nsglang = ["demo/faster-decode.patch"]\n')
+    assert main(["run", "demo/baseline", "demo/mine", "--fixed"]) == 0
+    moved, team = tmp_path / "mine.json", str(tmp_path / "team.sqlite")
+    assert main(["results", "--export", "json", "-o", str(moved)]) == 0
+    assert main(["import", str(moved), "--store", team]) == 0  # measured elsewhere: counted with --imported
+    mine.write_text(mine.read_text().replace("faster-decode", "slower-decode"))
+    assert main(["run", "demo/mine", "--fixed", "--store", team]) == 0
+    store = Store(team)
+    now = [r.run_id for r in store.runs(recipe="demo/mine") if not r.imported]
+    capsys.readouterr()
+    assert main([*COMPARE[:2], "demo/mine", "--metric", "output_tok_s", "--json", "--imported", "--store", team]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["runs"]["demo/mine"] == now and len(now) == 2, doc["runs"]
+    assert any(n.startswith("demo/mine: 2 run(s) of another configuration left out (env key:") for n in doc["notes"])
+    assert "imported runs used on request: demo/baseline" in doc["notes"]

@@ -20,7 +20,8 @@ each missing or altered one, altered answers not used). The rule, in order:
    the one whose last complete set is newest (`mix_gpus` drops the GPU from the pair).
 4. **One run identity per recipe** (toolkit/results/identity.py): the newest counts; runs of
    another identity are left out and the note says what differed (unless `mix_envs`, which pools
-   identities that differ only in their env key).
+   identities that differ only in their env key). Imported runs too (with `imported`), unless they
+   carry no env key (measured outside patchbench: sglang's JSONL), which no identity can match.
 5. **One interleaved sweep** when there is one: the newest group (`group_id`) holding runs of every
    recipe; otherwise every run left, pooled, and a note says the comparison crosses sweeps. A sweep
    launched until settled (a sequential `run`/`sweep`, which records its design in each run) keeps
@@ -323,7 +324,9 @@ def choose(rows: Iterable[RunRow], recipes: Sequence[str], criteria: Criteria = 
         ident = components_of(newest)
         keep, other = [], defaultdict(list)
         for r in chosen[n]:
-            if r.identity == newest.identity or r.imported:
+            # an imported run patchbench measured (an env key: a moved store, another site's export) is held to
+            # the identity as any run; only one measured outside patchbench (sglang's JSONL) cannot be matched
+            if r.identity == newest.identity or (r.imported and not r.env_key):
                 keep.append(r)
                 continue
             diffs = differences(components_of(r), ident)
