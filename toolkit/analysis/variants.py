@@ -310,6 +310,34 @@ class VariantMeter:
         sp, ids_a, ids_b, _ = self._split(a, b)
         return [i in set(sp.a) for i in ids_a], [i in set(sp.b) for i in ids_b]
 
+    def judged(self, pairs) -> dict[str, tuple[list[str], list[str]]]:
+        """label -> (the run ids of its values that a pair's verdict judged: launched in a campaign of both
+        sides, toolkit.analysis.campaigns; those that none of its `pairs` judged), in order. A label in no
+        pair keeps every run (nothing judged it against another campaign)."""
+        keep: dict[str, set] = {}
+        for a, b in pairs:
+            sp, _, _, _ = self._split(a, b)
+            keep.setdefault(a, set()).update(sp.a)
+            keep.setdefault(b, set()).update(sp.b)
+        out = {}
+        for label, _, _, ids in self.log:
+            kept = keep.get(label)
+            out[label] = (list(ids), []) if kept is None else ([i for i in ids if i in kept],
+                                                               [i for i in ids if i not in kept])
+        return out
+
+    def judged_lines(self, judged: dict) -> dict[str, str]:
+        """label -> what no verdict of it judged (campaigns.describe of those runs beside the judged ones)."""
+        from toolkit.analysis import campaigns
+
+        out = {}
+        for label, (kept, left) in judged.items():
+            if left:
+                rows = {r.run_id: r for r in self.store.runs(run_ids=[*kept, *left])}
+                out[label] = campaigns.describe(label, [rows[i] for i in left if i in rows],
+                                                [rows[i] for i in kept if i in rows])
+        return out
+
     def left_out(self, a: str, b: str, names: tuple[str, str] | None = None) -> tuple[str, ...]:
         """What the pair's verdict left out (toolkit.analysis.campaigns.describe of each side's runs from
         another campaign), under `names` (default: the labels)."""

@@ -57,13 +57,30 @@ def print_gates(gates: dict) -> None:
         console.print(f"[dim]{escape(rule)}[/]")
 
 
-def print_runs_used(meter) -> None:
-    """One line per measured variant: its env key, the runs its values came from, and when."""
+def print_runs_used(meter, judged: dict | None = None) -> None:
+    """One line per measured variant: its env key, the runs its values came from, and when. `judged`
+    (VariantMeter.judged): only the runs its verdicts judged, then a line naming the others."""
     for label, key, _, ids in meter.log:
-        dates = sorted(r.started_at or "" for r in meter.store.runs(run_ids=ids))
+        ids = judged[label][0] if judged and label in judged else ids
+        dates = sorted(r.started_at or "" for r in meter.store.runs(run_ids=ids)) if ids else []
         when = f"{dates[0][:16]} .. {dates[-1][:16]}".replace("T", " ") if dates else "?"
         console.print(f"[dim]runs used:[/] {escape(label)} (identity {(key or '-')[:10]}): {len(ids)} run(s) "
                       f"{', '.join(i[:8] for i in ids)}, {when}", highlight=False)
+    for line in (meter.judged_lines(judged) if judged else {}).values():
+        console.print(f"left out: {line}", markup=False, highlight=False)
+
+
+def values_from(meter, judged: dict | None = None) -> list[dict]:
+    """Each measured variant's values and their runs as its verdicts judged them (`judged`:
+    VariantMeter.judged; None: all), its stored runs of another campaign apart (`left_out`, described)."""
+    lines = meter.judged_lines(judged) if judged else {}
+    out = []
+    for label, key, vals, ids in meter.log:
+        kept = set(judged[label][0]) if judged and label in judged else set(ids)
+        out.append({"label": label, "identity": key, "values": [v for v, i in zip(vals, ids) if i in kept],
+                    "runs": [i for i in ids if i in kept], "left_out": [i for i in ids if i not in kept],
+                    "left_out_text": lines.get(label)})
+    return out
 
 
 def run(args) -> int:
@@ -135,6 +152,7 @@ def run(args) -> int:
     answers = quality_runs.meter_verdicts(vouched, meter.log, names)
     gates = quality_runs.meter_gates(vouched, meter.log, names)
     unmeasured = unmeasured_prefixes(meter, prefix_values, names)
+    judged = meter.judged(list(steps)) if steps else None  # the runs the sequential steps judged, per variant
     if args.json:
         print_json({"recipe": recipe.name, "metric": spec.metric, "point": meter.point, "lines": result.lines(),
                     "unmeasured": unmeasured,
@@ -144,8 +162,7 @@ def run(args) -> int:
                     "builds": meter.builds, "runs": meter.runs, "min_effect": min_effect,
                     "notes": vouched.notes,
                     "sequential": steps_json(steps, names, meter), "sequential_legend": step_legend(design),
-                    "values_from": [{"label": label, "identity": key, "values": vals, "runs": ids}
-                                    for label, key, vals, ids in meter.log]})
+                    "values_from": values_from(meter, judged)})
         return 1 if unmeasured else 0
     worst = {int(k.split()[0][1:]): quality_runs.worst(per) for k, per in answers.items()}
     for k, g in gates.items():  # "faster, gate failed" never reads as a plain win either
@@ -168,7 +185,7 @@ def run(args) -> int:
     print_gates(gates)
     for line in vouched.notes:
         console.print(f"note: {line}", markup=False, highlight=False)
-    print_runs_used(meter)
+    print_runs_used(meter, judged)
     console.print(f"{meter.builds} variant(s) prepared, {meter.runs} new run(s); cached values reused per env key")
     for line in unmeasured:  # a row of dashes is no attribution: say why, and fail
         err.print(f"error: {line}", markup=False, highlight=False)
