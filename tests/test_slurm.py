@@ -55,8 +55,9 @@ def shared_home(tmp_path_factory):
     return tmp_path_factory.mktemp("pbhome")
 
 
-def patchbench(home: Path, *argv: str, timeout: float = 600, **popen) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PATCHBENCH_HOME": str(home), "PATCHBENCH_STORE": ""}
+def patchbench(home: Path, *argv: str, timeout: float = 600, env_extra: dict | None = None,
+               **popen) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PATCHBENCH_HOME": str(home), "PATCHBENCH_STORE": "", **(env_extra or {})}
     env.pop("PATCHBENCH_STORE")
     return subprocess.run([sys.executable, "-m", "toolkit", *argv], capture_output=True, text=True, env=env,
                           timeout=timeout, **popen)
@@ -393,3 +394,40 @@ def test_a_point_a_killed_track_left_short_gets_only_the_runs_it_lacks_through_s
     assert all(after[p] == 2 for p in before), (before, after)  # the one run each short point lacked
     again = patchbench(home, *argv, "--json", "--executor", "slurm")
     assert again.returncode == 0 and set(before) <= set(json.loads(again.stdout)["already_measured"])
+
+
+@pytest.mark.slow  # the Slurm tests run one after another on one worker: this one keeps `nox -s tests` short
+def test_a_slurm_bisect_reads_only_its_own_campaign_and_never_a_run_twice(slurm, home, pg_url, tmp_path):
+    """With a PostgreSQL store each probe's job sees every stored run: its fresh meter (no campaign key, no
+    record of what the bisect had read) took a `run` of the base stored before the box slowed 15% as the
+    probe's values, and each top-up job handed out the same stored runs again (one launch read twice), with
+    no run ids sent back. Now a job reads only this bisect's sweep and never a run the bisect already
+    holds: every value is one run of its own, launched in the bisect's sweep; the stored base is named
+    as left out, as a local bisect names it."""
+    from test_bisect_campaigns import _harmless_stack
+
+    root = tmp_path / "proj"
+    root.mkdir()
+    for part in ("recipes/demo", "patches/demo", "upstream/minisglang"):
+        import shutil
+
+        shutil.copytree(Path(__file__).resolve().parents[1] / part, root / part,
+                        ignore=shutil.ignore_patterns("*.lock.json", "__pycache__"))
+    _harmless_stack(root, 1)
+    (home / "config.toml").write_text(f'[cluster]\npoll_s = 0.5\nnode_home = "{home}"\n')
+    here = {"PYTHONPATH": str(Path(__file__).resolve().parents[1])}  # this checkout's toolkit, here and in the jobs
+    first = patchbench(home, "run", "t/base", "--repeats", "2", "--store", pg_url, "--json", cwd=root, env_extra=here)
+    assert first.returncode == 0, first.stderr[-2000:]
+    stored = [rid for _, rid in json.loads(first.stdout)["runs"]]
+    out = patchbench(home, "bisect", "t/stack", "--metric", "output_tok_s@1", "--threshold", "30", "--max-repeats",
+                     "3", "--store", pg_url, "--json", "--executor", "slurm", cwd=root,
+                     env_extra={**here, "SGLANG_MINI_BOX_SLOWDOWN": "1.15"})
+    assert out.returncode == 0, out.stderr[-3000:]
+    res = json.loads(out.stdout)
+    ids = [rid for p in res["probes"] for rid in p["run_ids"]]
+    assert all(len(p["run_ids"]) == len(p["values"]) >= 2 for p in res["probes"]), res["probes"]
+    assert len(ids) == len(set(ids)) and not set(ids) & set(stored), res["probes"]  # each value one run, launched here
+    runs = Store(pg_url).runs(run_ids=ids)
+    assert len(runs) == len(ids) and len({r.group_id for r in runs}) == 1, [r.group_id for r in runs]
+    base = next(p for p in res["probes"] if p["label"] == "prefix0")
+    assert base["reused"] == stored and res["left_out"]["prefix0"].startswith("prefix0: 2 stored run(s) from another")

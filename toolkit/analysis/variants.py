@@ -108,6 +108,9 @@ class VariantMeter:
     search: str = ""
     reused: dict = field(default_factory=dict)  # label -> stored run ids of another campaign, not values here
     joined: bool = False  # the sweep to continue was looked for (at the first measure)
+    # run ids handed out already by the meter this one measures for (a Slurm node's job: the submitting
+    # side's meter): a top-up never hands one out again
+    handed: frozenset = frozenset()
 
     @property
     def point(self) -> int:
@@ -207,9 +210,10 @@ class VariantMeter:
         if p is None:
             return None
         key = expected_identity(p.recipe, p.env.key, self.gpu_key)
-        used = self._used.setdefault(key, set())
+        stored = self.cached(key)
+        used = self._used.setdefault(key, set(stored) & self.handed)
         # oldest first: a replay hands out the same values in the same order, so it decides the same
-        cached = [r for r in self.cached(key) if r not in used]
+        cached = [r for r in stored if r not in used]
         if self.search:
             cached = self._own(label, cached)
         if label not in self.stored:  # the sequential steps pool the spread of the stored ones a look does not use

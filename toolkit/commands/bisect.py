@@ -317,7 +317,7 @@ def _slurm_meter(recipe, home, meter, spec, args):
     from toolkit.executors.slurm_variants import SlurmVariantMeter
 
     return SlurmVariantMeter(recipe, home, meter.store, spec, err, group_id=meter.group_id,
-                             missing_evidence=meter.missing_evidence, design=meter.design,
+                             missing_evidence=meter.missing_evidence, design=meter.design, search=meter.search,
                              cfg=cluster_config(args, home), command="bisect")
 
 

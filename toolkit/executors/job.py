@@ -111,6 +111,10 @@ class VariantJob:
     missing_evidence: bool = False  # the meter's rule (toolkit.analysis.variants.VariantMeter.rule)
     store_url: str | None = None  # as SweepJob's
     design: object | None = None  # toolkit.analysis.sequential.Design the runs are launched under (recorded)
+    # a bisect's key (toolkit.analysis.search_campaign): the node hands out only stored runs of this search's
+    # sweep (`group_id`), names the others (`reused`) and tags its runs with it
+    search: str = ""
+    handed: tuple = ()  # run ids the submitting meter has handed out already: never a value twice (top-ups)
 
 
 def direct_store(store: Store) -> str | None:
@@ -174,12 +178,15 @@ def run_variant_job(job: VariantJob) -> dict:
     from toolkit.analysis.variants import VariantMeter
 
     job_id, folder, home, store, console = node_context(job.node_home, job.store_url)
+    # joined: the campaign is the submitting side's sweep (`group_id`), never another one the node finds
     meter = VariantMeter(job.recipe, home, store, job.spec, console, group_id=job.group_id,
-                         missing_evidence=job.missing_evidence, design=job.design)
+                         missing_evidence=job.missing_evidence, design=job.design, search=job.search, joined=True,
+                         handed=frozenset(job.handed))
     with node_work(job_id, store, console):
         values = meter.measure(job.label, job.overrides, job.repeats)
     return write_done(folder, {"job_id": job_id, "label": job.label, "values": values, "builds": meter.builds,
-                                "runs": meter.runs})
+                                "runs": meter.runs, "run_ids": meter._ids(job.label) if values else [],
+                                "reused": list(meter.reused.get(job.label, ()))})
 
 
 def run_sweep_job(job: SweepJob) -> dict:

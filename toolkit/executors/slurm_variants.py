@@ -29,7 +29,8 @@ class SlurmVariantMeter(VariantMeter):
         job = VariantJob(recipe=recipe or self.recipe, spec=self.spec, label=label, overrides=overrides, repeats=repeats,
                          group_id=self.group_id, node_home=self.cfg.node_home,
                          missing_evidence=self.missing_evidence, store_url=direct_store(self.store),
-                         design=self.design)
+                         design=self.design, search=self.search,
+                         handed=tuple(rid for _, _, _, ids in self.log for rid in ids))
         return submit(run_variant_job, job, names=[f"{self.recipe.name}@{label}"], home=self.home,
                       cfg=for_recipes(self.cfg, [self.recipe]), command=self.command, console=self.console)
 
@@ -49,5 +50,9 @@ class SlurmVariantMeter(VariantMeter):
         if values is None:
             self.console.print(f"[yellow]skip[/] {label}: slurm job {rec.job_id} ended {rec.state} without values")
             return None
-        self.log.append((label, None, list(values), list(done.get("run_ids") or [])))
+        self.record(label, None, list(values), list(done.get("run_ids") or []))  # a top-up extends its probe's entry
+        left = self.reused.setdefault(label, [])  # its stored runs of another campaign, named as a local bisect names them
+        left.extend(r for r in done.get("reused") or () if r not in left)
+        if not left:
+            del self.reused[label]
         return list(values)
