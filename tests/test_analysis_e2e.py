@@ -339,8 +339,10 @@ def test_bisect_names_its_skipped_probe_and_links_every_value_to_its_runs(mini, 
     # the text says the same: the skipped probe with its log, and the runs of every value used
     assert main(argv) == 0
     text = capsys.readouterr().out
-    # (a replay launches the crashing probe again: a crash may be the box's, not the probe's)
+    # (the replay of the finished bisect meets the crash its sweep recorded, launching nothing; `--fresh` launches
+    # the crashing probe again: a crash may be the box's, not the probe's)
     assert "skipped: prefix2: run " in text and "server exited with code 1 (log: " in text, text
+    assert "0 new run(s)" in text, text
     assert "runs used: prefix3" in text and probes["prefix3"]["run_ids"][0][:8] in text, text
 
 

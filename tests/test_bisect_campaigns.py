@@ -93,3 +93,75 @@ def test_a_killed_bisect_asked_again_continues_its_own_campaign(tmp_path, home, 
     assert rc == 0 and other["left_out"]["prefix0"].startswith("prefix0: ")
     assert not {rid for p in other["probes"] for rid in p["run_ids"]} & set(used)
     json.dumps(other)
+
+
+ONE = ["bisect", "t/stack", "--metric", "output_tok_s@1", "--max-repeats", "3"]
+
+
+def test_a_finished_bisect_asked_again_replays_its_sweep_and_never_launches_into_it(tmp_path, home, monkeypatch,
+                                                                                    capsys):
+    """A finished bisect asked again joined its sweep for good: after its patch was edited (another
+    harmless note) and the box slowed 15%, only the edited probe launched, read against the base the
+    first call measured, and the harmless patch was "the culprit, 1.13x slower". Now a finished sweep is
+    replayed (nothing launched, it says so and offers --fresh); one that cannot answer without a launch
+    is measured again in a new campaign, the base with it (as `--fresh` asks)."""
+    from toolkit.cli import main
+
+    root = demo_project(tmp_path, monkeypatch)
+    _harmless_stack(root, 1)
+    rc, first = cli_json(capsys, ONE)
+    assert rc == 0 and first["replayed"] is None and first["runs"] >= 4, first
+    ids = {p["label"]: p["run_ids"] for p in first["probes"]}
+    assert main([*ONE, "--json"]) == 0  # asked again: the same answer from the same runs, nothing launched
+    cap = capsys.readouterr()
+    again = json.loads(cap.out)
+    assert again["runs"] == 0 and again["sweep"] == first["sweep"] and again["replayed"], again
+    assert {p["label"]: p["run_ids"] for p in again["probes"]} == ids and again["steps"] == first["steps"]
+    assert f"replaying sweep {first['sweep']} of this search, finished" in cap.err and "--fresh" in cap.err
+    patch = root / "patches" / "t" / "note1.patch"
+    patch.write_text(patch.read_text().replace("+NOTE = 1", "+NOTE = 11"))
+    monkeypatch.setenv("SGLANG_MINI_BOX_SLOWDOWN", "1.15")
+    assert main([*ONE, "--json"]) == 0
+    cap = capsys.readouterr()
+    edited = json.loads(cap.out)
+    assert f"sweep {first['sweep']} of this search (finished " in cap.err and "measuring again in a new campaign" in cap.err
+    assert edited["sweep"] != first["sweep"] and edited["replayed"] is None
+    store = Store(home / "results.sqlite")
+    probes = {p["label"]: p for p in edited["probes"]}
+    assert {r.group_id for p in probes.values() for r in store.runs(run_ids=p["run_ids"])} == {edited["sweep"]}
+    assert probes["prefix0"]["reused"] == ids["prefix0"] and len(probes["prefix0"]["run_ids"]) >= 2  # base again
+    # (`--fresh` is this new campaign asked for: the same call, `fresh=True`, without a replay first)
+
+
+def test_a_killed_bisect_another_process_is_continuing_is_not_launched_into_twice(tmp_path, home, monkeypatch,
+                                                                                   capsys):
+    """Two calls of the same killed bisect both continued its sweep, with no lease (`run` takes one), so
+    both could launch the same probe into it. Now a call continues a sweep only under its lease: while
+    another process holds it, this call measures in a new sweep and says so."""
+    import toolkit.run.pipeline as pipeline
+    from toolkit.cli import main
+
+    root = demo_project(tmp_path, monkeypatch)
+    _harmless_stack(root, 1)
+    real, launched = pipeline.run_once, []
+
+    def dies_after_one(*a, **kw):
+        if launched:
+            raise KeyboardInterrupt
+        launched.append(real(*a, **kw))
+        return launched[-1]
+
+    monkeypatch.setattr(pipeline, "run_once", dies_after_one)
+    assert main([*ONE, "--json"]) != 0
+    capsys.readouterr()
+    monkeypatch.setattr(pipeline, "run_once", real)
+    store = Store(home / "results.sqlite")
+    killed = store.get_run(launched[0]).group_id
+    with store.lease(f"group-{killed}") as held:  # another process continuing it now
+        assert held
+        assert main([*ONE, "--json"]) == 0
+    cap = capsys.readouterr()
+    out = json.loads(cap.out)
+    assert f"sweep {killed} of this search is being measured by another process now" in cap.err
+    assert out["sweep"] != killed and out["left_out"]["prefix0"].startswith("prefix0: 1 stored run(s)"), out
+    assert launched[0] not in {rid for p in out["probes"] for rid in p["run_ids"]}

@@ -14,6 +14,15 @@ campaign:
 - every other stored run of a probe is *reused from another campaign*: not a value of the looks (a
   bisect has no noise prior), and the probe launches again here; the result names what was left out
   (`campaigns.describe`).
+
+Only an unfinished sweep is continued with launches (a killed call). A search that finished writes
+`DONE` (when) into its sweep's runs; asked again, its sweep is *replayed*: the same values in the same
+order, nothing launched (it says so, and `--fresh` measures again in a new campaign). A finished sweep
+never takes new launches: one that cannot answer without a launch (a probe's configuration changed since,
+a run was deleted) is no answer (`NotReplayable`), and the search measures again in a new campaign:
+new launches of one probe read against another probe's launches of weeks ago would judge the box's
+change as much as the patch's (a harmless patch edited after a finished bisect, the box 15% slower
+since: "culprit, 1.13x slower").
 """
 
 from __future__ import annotations
@@ -21,6 +30,11 @@ from __future__ import annotations
 from typing import Any, Iterable, Sequence
 
 TAG = "search"  # the run's extra field that names the search it was launched by
+DONE = "search_finished"  # the run's extra field: when the search that launched it finished (its sweep is done)
+
+
+class NotReplayable(Exception):
+    """A finished search's sweep holds no value a look needs: it is measured again in a new campaign."""
 
 
 def key(*parts: Any) -> str:
@@ -42,3 +56,10 @@ def split(rows: Sequence[Any], group_id: str) -> tuple[list[str], list[str]]:
     """(run ids of this campaign's sweep, run ids reused from another campaign), order kept."""
     mine = [r.run_id for r in rows if group_id and r.group_id == group_id]
     return mine, [r.run_id for r in rows if not (group_id and r.group_id == group_id)]
+
+
+def finished(rows: Iterable[Any], group_id: str) -> str | None:
+    """When the search whose sweep is `group_id` finished (the latest `DONE` among its runs); None: it
+    did not (a killed call: it may be continued)."""
+    at = [str((r.extra or {}).get(DONE)) for r in rows if r.group_id == group_id and (r.extra or {}).get(DONE)]
+    return max(at) if at else None

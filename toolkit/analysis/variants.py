@@ -111,6 +111,11 @@ class VariantMeter:
     # run ids handed out already by the meter this one measures for (a Slurm node's job: the submitting
     # side's meter): a top-up never hands one out again
     handed: frozenset = frozenset()
+    fresh: bool = False  # a search that continues no earlier sweep of itself (`bisect --fresh`)
+    replay_of: str | None = None  # when the finished sweep this search replays finished (no launch in it)
+    # a contextlib.ExitStack the sweep's lease is held on (as `run` holds its sweep's): one process at a time
+    # launches into a sweep; None: none taken
+    leases: object | None = None
 
     @property
     def point(self) -> int:
@@ -223,10 +228,13 @@ class VariantMeter:
         used.update(take)
         ids = list(take)
         while len(values) < repeats:
-            run_id = run_once(p, home=self.home, store=self.store, repeat=len(used), group_id=self.group_id,
-                              console=self.console, answer_launches=self._answer_launches(label),
-                              answer_rule=self._answer_rule(label, p, key))
-            self.runs += 1
+            if self.replay_of is not None:  # a finished sweep takes no launch: its failed launch fails again
+                run_id = self._replayed_failure(label, key, used, len(values), repeats)
+            else:
+                run_id = run_once(p, home=self.home, store=self.store, repeat=len(used), group_id=self.group_id,
+                                  console=self.console, answer_launches=self._answer_launches(label),
+                                  answer_rule=self._answer_rule(label, p, key))
+                self.runs += 1
             used.add(run_id)
             ids.append(run_id)
             got = self._values(self.counting([self.store.get_run(run_id)], key))
@@ -245,11 +253,21 @@ class VariantMeter:
         self.record(label, key, values, ids)
         return values
 
+    def _replayed_failure(self, label: str, key: str, used: set, have: int, want: int) -> str:
+        """In the replay of a finished sweep, the next launch of this identity in it that gave no value (the
+        crash the first call met, met again); none: search_campaign.NotReplayable."""
+        from toolkit.analysis.search_campaign import NotReplayable
+
+        for r in self.store.runs(identity=key, group_id=self.group_id):
+            if r.run_id not in used:
+                return r.run_id
+        raise NotReplayable(f"sweep {self.group_id} of this search (finished {self.replay_of[:16]}) holds {have} of "
+                            f"the {want} value(s) {label} needs now (its configuration changed since, or its runs "
+                            "are gone)")
+
     def _own(self, label: str, cached: list[str]) -> list[str]:
         """Of the stored runs `cached`, those of this search's campaign (toolkit.analysis.search_campaign);
-        the others are named in `reused`. The first call continues the newest sweep of the same search."""
-        from rich.markup import escape
-
+        the others are named in `reused`. The first call decides the sweep (`_join`)."""
         from toolkit.analysis import search_campaign
 
         rows = [r for r in self.store.runs(run_ids=cached) if r.run_id in set(cached)] if cached else []
@@ -257,17 +275,54 @@ class VariantMeter:
         rows.sort(key=lambda r: order[r.run_id])
         if not self.joined:
             self.joined = True
-            group = search_campaign.resumed(rows, self.search)
-            if group and group != self.group_id:
-                self.group_id = group
-                self.console.print(f"[dim]resuming sweep {escape(group)} of this search: its stored runs count, new "
-                                   f"launches join it[/]")
+            self._join(rows)
         mine, other = search_campaign.split(rows, self.group_id)
         left = self.reused.setdefault(label, [])
         left.extend(r for r in other if r not in left)
         if not left:
             del self.reused[label]
         return mine
+
+    def _join(self, rows: list) -> None:
+        """Which sweep this search measures in (toolkit.analysis.search_campaign), from the first probe's
+        stored runs `rows`: the newest sweep of the same search replayed when it finished, continued under
+        its lease when it did not (a killed call; another process measuring it now: a new sweep), else
+        this meter's own new sweep, under its lease."""
+        from rich.markup import escape
+
+        from toolkit.analysis import search_campaign
+
+        group = None if self.fresh else search_campaign.resumed(rows, self.search)
+        if group and group != self.group_id:
+            done = search_campaign.finished(self.store.runs(group_id=group), group)
+            if done is not None:
+                self.group_id, self.replay_of = group, done
+                self.console.print(f"[dim]replaying sweep {escape(group)} of this search, finished {escape(done[:16])}: "
+                                   "its stored runs answer, nothing is launched (`--fresh` measures again in a new "
+                                   "campaign)[/]")
+                return
+            if self.leases is None or self.leases.enter_context(self.store.lease(f"group-{group}")):
+                self.group_id = group
+                self.console.print(f"[dim]resuming sweep {escape(group)} of this search (not finished): its stored "
+                                   f"runs count, new launches join it[/]")
+                return
+            self.console.print(f"[yellow]note[/]: sweep {escape(group)} of this search is being measured by another "
+                               f"process now: this call measures in a new sweep {escape(self.group_id)}")
+        if self.leases is not None:
+            self.leases.enter_context(self.store.lease(f"group-{self.group_id}"))
+
+    def finish(self) -> None:
+        """The search is answered: its sweep is marked finished (search_campaign.DONE on its runs), so a
+        later call of it replays the sweep and never launches into it."""
+        from toolkit.analysis.search_campaign import DONE, TAG
+        from toolkit.results.records import _now
+
+        if not self.search or self.replay_of is not None:
+            return
+        at = _now()
+        for r in self.store.runs(group_id=self.group_id):
+            if (r.extra or {}).get(TAG) == self.search:
+                self.store.add_samples(r.run_id, [], extra={**r.extra, DONE: at})
 
     def left_out_lines(self) -> dict[str, str]:
         """label -> what its looks left out (toolkit.analysis.campaigns.describe of its stored runs from
@@ -293,6 +348,8 @@ class VariantMeter:
             for probe in out["probes"]:
                 probe["reused"] = list(self.reused.get(probe["label"], ()))
             out["left_out"] = self.left_out_lines()
+            out["sweep"] = self.group_id
+            out["replayed"] = self.replay_of  # when the finished sweep it replayed finished (None: measured now)
         return out
 
     def _ids(self, label: str) -> list[str]:

@@ -10,7 +10,8 @@ nearest item before it found good (`--reference neighbour`, default) or the base
             two neighbouring releases' tags (`--tag-format`, default v{version})
 - commits:  `--source S --good REV --bad REV` on a git source
 Noise-aware (more repeats where a step is undecided), results cached per env key within this search's own
-campaign (a killed bisect asked again resumes; stored runs of other campaigns are left out and named),
+campaign (a killed bisect asked again resumes its sweep; a finished one replays it, launching nothing, or with
+`--fresh` measures again in a new campaign; stored runs of other campaigns are left out and named),
 apply/build failures skipped. `--until check` validates, lists the probes and builds the first
 probe's env without a GPU."""
 
@@ -64,6 +65,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--missing-evidence", action="store_true",
                         help="also count runs stored invalid because a patch's activation evidence was missing "
                              "(in the first measurement and in every replay alike)")
+    parser.add_argument("--fresh", action="store_true",
+                        help="measure again in a new campaign: a finished bisect asked again otherwise replays its "
+                             "own sweep's stored runs, launching nothing (a killed one continues its sweep)")
     parser.add_argument("--json", action="store_true")
     add_executor_arguments(parser)
 
@@ -98,6 +102,23 @@ def _opposite(direction: str) -> str:
 
 
 def run(args) -> int:
+    """The bisect in its campaign (toolkit.analysis.search_campaign): a finished sweep of the same search
+    that cannot answer without a launch is not launched into: the bisect measures again in a new one."""
+    import contextlib
+
+    from toolkit.analysis.search_campaign import NotReplayable
+
+    try:
+        with contextlib.ExitStack() as leases:  # the sweep's lease, held while this call measures in it
+            return _run(args, leases, fresh=args.fresh)
+    except NotReplayable as exc:
+        err.print(f"note: {exc}: measuring again in a new campaign (its runs are left out and named)", markup=False,
+                  highlight=False)
+    with contextlib.ExitStack() as leases:
+        return _run(args, leases, fresh=True)
+
+
+def _run(args, leases, *, fresh: bool) -> int:
     from toolkit.results import metrics
     from toolkit.analysis import stats
     from toolkit.analysis.bisect import bisect_items, bisect_stack
@@ -117,7 +138,8 @@ def run(args) -> int:
                        f"cannot get {args.direction} by {args.threshold:g}% or more (it would fall to zero or below)")
     home = home_of(args)
     meter = VariantMeter(recipe, home, store_of(args), spec, err, group_id=uuid.uuid4().hex[:12],
-                         missing_evidence=args.missing_evidence, search=_search_key(recipe, args))
+                         missing_evidence=args.missing_evidence, search=_search_key(recipe, args),
+                         fresh=fresh, leases=leases)
     if args.executor == "slurm":  # each probe one Slurm job
         meter = _slurm_meter(recipe, home, meter, spec, args)
     initial = args.repeats or (3 if args.fixed else 2)
@@ -216,13 +238,15 @@ def run(args) -> int:
         err.print(f"release {newer} named; bisecting the {len(commits) - 1} commits {good_tag}..{bad_tag}")
         commit_meter = VariantMeter(base, home, meter.store, spec, err, group_id=meter.group_id,
                                     missing_evidence=args.missing_evidence, design=meter.design,
-                                    search=meter.search, joined=True)  # the same campaign as the releases
+                                    search=meter.search, joined=True,  # the same campaign as the releases
+                                    replay_of=meter.replay_of)
         if args.executor == "slurm":
             commit_meter = _slurm_meter(base, home, commit_meter, spec, args)
         commit_result = _bisect_commits(commit_meter, base, args.source, commits, f"{good_tag}..{bad_tag}", kw)
         meter.builds += commit_meter.builds
         meter.runs += commit_meter.runs
         repro += ["--git", args.git, "--tag-format", args.tag_format]
+    meter.finish()  # answered: a later call of this search replays this sweep, never launches into it
     answers, gates, notes = _quality(meter, names)
     from toolkit.analysis.bisect import legend
 
