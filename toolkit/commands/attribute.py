@@ -152,7 +152,8 @@ def run(args) -> int:
     answers = quality_runs.meter_verdicts(vouched, meter.log, names)
     gates = quality_runs.meter_gates(vouched, meter.log, names)
     unmeasured = unmeasured_prefixes(meter, prefix_values, names)
-    judged = meter.judged(list(steps)) if steps else None  # the runs the sequential steps judged, per variant
+    # the runs a verdict judged, per variant: the steps' and the table's cumulative rows' (base against each prefix)
+    judged = meter.judged([*steps, *(("prefix0", f"prefix{k}") for k in range(2, len(stack) + 1))]) if steps else None
     if args.json:
         print_json({"recipe": recipe.name, "metric": spec.metric, "point": meter.point, "lines": result.lines(),
                     "unmeasured": unmeasured,
