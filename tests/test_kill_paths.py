@@ -16,6 +16,14 @@ from toolkit.cli import main
 from toolkit.results.store import Store
 
 
+def _start_run(proj, home, recipe: str, log):
+    """`patchbench run RECIPE --repeats 1` in its own process (the one the test kills), stderr to `log`."""
+    with log.open("w") as out:
+        return subprocess.Popen([sys.executable, "-m", "toolkit", "run", recipe, "--repeats", "1"], cwd=proj,
+                                env={**os.environ, "PATCHBENCH_HOME": str(home), "PYTHONPATH": str(REPO_ROOT)},
+                                stdout=subprocess.DEVNULL, stderr=out)
+
+
 def test_a_sigkill_during_the_answers_check_keeps_the_benchmark_marked_incomplete(home, tmp_path, monkeypatch,
                                                                                  capsys):
     proj = demo_project(tmp_path, monkeypatch)
@@ -23,10 +31,7 @@ def test_a_sigkill_during_the_answers_check_keeps_the_benchmark_marked_incomplet
     (proj / "recipes" / "demo" / "longcheck.toml").write_text(
         'extends = "demo/baseline"\n[quality]\nmax_tokens = 64\nlaunches = 1\n')
     log = tmp_path / "run.log"
-    with log.open("w") as out:
-        cli = subprocess.Popen([sys.executable, "-m", "toolkit", "run", "demo/longcheck", "--repeats", "1"],
-                               cwd=proj, env={**os.environ, "PATCHBENCH_HOME": str(home), "PYTHONPATH": str(REPO_ROOT)},
-                               stdout=subprocess.DEVNULL, stderr=out)
+    cli = _start_run(proj, home, "demo/longcheck", log)
     store, measured, deadline = Store(home / "results.sqlite"), False, time.monotonic() + 240
     try:
         while not measured and time.monotonic() < deadline and cli.poll() is None:
@@ -65,10 +70,7 @@ def test_a_launch_interrupted_mid_benchmark_costs_the_seconds_it_spent(home, tmp
     (proj / "recipes" / "demo" / "long.toml").write_text(
         'extends = "demo/baseline"\n[benchmark]\noutput_len = 256\n[quality]\nlaunches = 0\n')
     log = tmp_path / "run.log"
-    with log.open("w") as out:
-        cli = subprocess.Popen([sys.executable, "-m", "toolkit", "run", "demo/long", "--repeats", "1"], cwd=proj,
-                               env={**os.environ, "PATCHBENCH_HOME": str(home), "PYTHONPATH": str(REPO_ROOT)},
-                               stdout=subprocess.DEVNULL, stderr=out)
+    cli = _start_run(proj, home, "demo/long", log)
     deadline = time.monotonic() + 240
     try:
         while "server ready" not in log.read_text() and time.monotonic() < deadline and cli.poll() is None:
@@ -97,10 +99,7 @@ def test_a_sigkill_during_the_launch_costs_the_seconds_the_launch_held(home, tmp
     (proj / "recipes" / "demo" / "slowstart.toml").write_text(
         'extends = "demo/baseline"\n[server.args]\nmini-startup-s = 30\n[quality]\nlaunches = 0\n')
     log = tmp_path / "run.log"
-    with log.open("w") as out:
-        cli = subprocess.Popen([sys.executable, "-m", "toolkit", "run", "demo/slowstart", "--repeats", "1"], cwd=proj,
-                               env={**os.environ, "PATCHBENCH_HOME": str(home), "PYTHONPATH": str(REPO_ROOT)},
-                               stdout=subprocess.DEVNULL, stderr=out)
+    cli = _start_run(proj, home, "demo/slowstart", log)
     store, deadline, launching = Store(home / "results.sqlite"), time.monotonic() + 240, None
     try:
         while launching is None and time.monotonic() < deadline and cli.poll() is None:
