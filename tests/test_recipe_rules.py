@@ -156,6 +156,29 @@ server_info = { enable_sbo = true }
     assert v.metrics["distinct_experts"] == 32.0
     assert metrics_source(v, [])["distinct_experts"] == ("from 2 log line(s) of device counts over the decode steps "
                                                         "(CUDA-graph replays included)")
+def test_a_metric_from_a_server_without_decode_graphs_is_said_to_cover_every_step():
+    """Real sglang 0.5.23 on CPU reports `cuda_graph_config.decode.backend = "disabled"` (and
+    `disable_cuda_graph` False) at /server_info: a patch's log-line metric then came from every decode
+    step, not from "eager calls, outside CUDA graphs" (which tells a reader the timed steps were not
+    seen). Without /server_info, 0.5.23's own spelling `--cuda-graph-backend-decode disabled` counts as
+    the deprecated `--disable-cuda-graph` does."""
+    from toolkit.recipe.spec import EvidenceSpec
+    from toolkit.run.evidence import metrics_source
+
+    real = json.loads((REPO / "tests/data/sglang-0.5.23-cpu-server-info.json").read_text())["server_info"]
+    assert real["cuda_graph_config"]["decode"]["backend"] == "disabled" and real["disable_cuda_graph"] is False
+    spec = {"p": EvidenceSpec(patch="p", log=r"fp32 GEMM rows=(?P<rows>\d+)", min_count=1)}
+    v = check_evidence(["p"], spec, "fp32 GEMM rows=8\nfp32 GEMM rows=8\n", real)
+    argv = ["--device", "cpu", "--attention-backend", "torch_native"]
+    assert metrics_source(v, argv, real) == {"rows": "from 2 calls (CUDA graphs disabled: every step eager)"}
+    graphs_on = {**real, "cuda_graph_config": {**real["cuda_graph_config"],
+                                               "decode": {**real["cuda_graph_config"]["decode"], "backend": "full"}}}
+    assert metrics_source(v, argv, graphs_on) == {"rows": "from 2 eager calls, outside CUDA graphs"}
+    for flags in (["--cuda-graph-backend-decode", "disabled"], ["--cuda-graph-backend-decode=disabled"]):
+        assert metrics_source(v, flags)["rows"].startswith("from 2 calls (CUDA graphs disabled")
+    assert metrics_source(v, ["--tp-size", "8"])["rows"] == "from 2 eager calls, outside CUDA graphs"
+
+
 def test_shipped_patches_all_declare_evidence():
     for f in sorted((REPO / "recipes").rglob("*.toml")):
         recipe = load_recipe(f, REPO / "recipes")

@@ -161,7 +161,7 @@ def profile_recipe(recipe: Recipe, *, home: Path, store, concurrency: int, steps
     status, error = capture_status(bool(cap.traces), short, cap.errors, trace_dir)
     verdict = evidence.check_evidence([n for t in p.trees for n in t.patches], recipe.evidence,
                                       server_log.read_text(errors="replace") if server_log.exists() else "", info)
-    extra.update(profile=summary, **evidence.run_extra(verdict, argv))
+    extra.update(profile=summary, **evidence.run_extra(verdict, argv, info))
     verification = ["/server_info matches expectations"]
     if status == "ok" and not verdict.ok:
         status, error = "invalid", "activation evidence missing: " + "; ".join(verdict.problems)

@@ -84,11 +84,35 @@ def _group_values(matches: list[re.Match]) -> dict[str, list[float]]:
     return {name: vals for name, vals in values.items() if vals}
 
 
-def metrics_source(verdict: EvidenceVerdict, server_argv: Iterable[str]) -> dict[str, str]:
-    """metric -> where it was measured, e.g. "from 12 eager calls, outside CUDA graphs" (stored in
-    the run's extra["evidence_metrics_source"]; compare and report print it beside the value)."""
+def decode_graphs(server_argv: Iterable[str], server_info: Mapping[str, Any] | None = None) -> bool:
+    """Did the server replay decode steps from CUDA graphs? What it reports decides: sglang 0.5.23's
+    /server_info `cuda_graph_config.decode.backend` ("disabled" on CPU, or with
+    `--cuda-graph-backend-decode disabled`, 0.5.23's spelling of the deprecated `--disable-cuda-graph`),
+    else its `disable_cuda_graph`; without /server_info, the flags of either spelling."""
+    info = server_info or {}
+    cfg = info.get("cuda_graph_config")
+    decode = cfg.get("decode") if isinstance(cfg, Mapping) else None
+    if isinstance(decode, Mapping) and decode.get("backend") is not None:
+        return str(decode["backend"]).lower() != "disabled"
+    if info.get("disable_cuda_graph") is True:
+        return False
     argv = list(server_argv)
-    graphs = "--disable-cuda-graph" not in argv and "--disable-decode-cuda-graph" not in argv
+    if "--disable-cuda-graph" in argv or "--disable-decode-cuda-graph" in argv:
+        return False
+    for i, arg in enumerate(argv):
+        if arg == "--cuda-graph-backend-decode" and i + 1 < len(argv) and argv[i + 1].lower() == "disabled":
+            return False
+        if arg.lower() == "--cuda-graph-backend-decode=disabled":
+            return False
+    return True
+
+
+def metrics_source(verdict: EvidenceVerdict, server_argv: Iterable[str],
+                   server_info: Mapping[str, Any] | None = None) -> dict[str, str]:
+    """metric -> where it was measured, e.g. "from 12 eager calls, outside CUDA graphs" (stored in
+    the run's extra["evidence_metrics_source"]; compare and report print it beside the value).
+    `server_info`: the live server's /server_info, which says whether decode ran in graphs at all."""
+    graphs = decode_graphs(server_argv, server_info)
     where = "eager calls, outside CUDA graphs" if graphs else "calls (CUDA graphs disabled: every step eager)"
     out = {}
     for m in verdict.metrics:
@@ -98,12 +122,14 @@ def metrics_source(verdict: EvidenceVerdict, server_argv: Iterable[str]) -> dict
     return out
 
 
-def run_extra(verdict: EvidenceVerdict, server_argv: Iterable[str]) -> dict:
+def run_extra(verdict: EvidenceVerdict, server_argv: Iterable[str],
+              server_info: Mapping[str, Any] | None = None) -> dict:
     """What a run keeps of its evidence verdict in its `extra`: each patch's status, the metrics
     its log lines gave, and where those were measured."""
     out: dict = {"evidence": verdict.status}
     if verdict.metrics:
-        out.update(evidence_metrics=verdict.metrics, evidence_metrics_source=metrics_source(verdict, server_argv))
+        out.update(evidence_metrics=verdict.metrics,
+                   evidence_metrics_source=metrics_source(verdict, server_argv, server_info))
     return out
 
 

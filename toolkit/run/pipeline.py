@@ -291,7 +291,9 @@ def check_evidence(measured: Measured) -> Measured:
     log = attempt.logs.get("server") or attempt.logs.get("one-batch")  # where the patched code logs
     text = Path(log).read_text(errors="replace") if log and Path(log).exists() else ""
     verdict = evidence.check_evidence(patches, recipe.evidence, text, attempt.info)
-    attempt.extra.update(evidence.run_extra(verdict, recipe_args(recipe.server)))
+    check = attempt.prepared.check  # one-batch runs no server: sglang's static resolution of the same args
+    config = attempt.info if attempt.info is not None else (check.resolved_config if check else None)
+    attempt.extra.update(evidence.run_extra(verdict, recipe_args(recipe.server), config))
     tuned = autotune_record.collect(text, attempt.run_dir)  # which kernels the autotuner chose (GPU boxes)
     if tuned is not None:
         attempt.extra["autotune"] = tuned
