@@ -116,6 +116,32 @@ def test_a_flag_sglang_moves_to_another_field_is_expected_there():
     assert compare_fields(dropped, {"dp_size": 1}, source="/server_info")
 
 
+def test_the_negative_half_of_a_boolean_flag_pair_expects_its_field_false():
+    """sglang 0.5.23 declares 13 flags as argparse BooleanOptionalAction pairs: `--no-dllm-fdfo` writes
+    dllm_fdfo = False (its parser's dests map both spellings to the field, as the probe reports them).
+    A recipe's `no-dllm-fdfo = true` was expected to give dllm_fdfo == True, so the static check
+    refused a flag sglang accepts ("expected True, sglang 0.5.23 parser says False", seen with
+    `no-enable-fused-qk-norm-rope`); now it expects False, and a server still at the default (True, as
+    the real /server_info below) is the mismatch."""
+    import json
+
+    from toolkit.run.sglang_args import compare_fields, implied_expectations
+
+    dests = {"--dllm-fdfo": "dllm_fdfo", "--no-dllm-fdfo": "dllm_fdfo",  # sglang 0.5.23's parser
+             "--enable-tf32-matmul": "enable_tf32_matmul", "--no-enable-tf32-matmul": "enable_tf32_matmul",
+             "--no-ops": "no_ops", "--disable-radix-cache": "disable_radix_cache"}
+    real = json.loads((Path(__file__).parent / "data/sglang-0.5.23-cpu-server-info.json").read_text())["server_info"]
+    assert real["dllm_fdfo"] is True  # its default
+    server = ServerSpec(args=(("no-dllm-fdfo", True), ("no-enable-tf32-matmul", False), ("no-ops", True),
+                              ("disable-radix-cache", True)))
+    implied = implied_expectations(server, dests, {"dllm_fdfo": False, "enable_tf32_matmul": None})
+    # `no-enable-tf32-matmul = false` omits the flag: nothing said; `--no-ops` has no positive twin: a plain flag
+    assert implied == {"dllm_fdfo": False, "no_ops": True, "disable_radix_cache": True}
+    assert compare_fields({"dllm_fdfo": False}, {"dllm_fdfo": False}, source="sglang 0.5.23 parser") == []
+    assert compare_fields({"dllm_fdfo": False}, real, source="/server_info") == [
+        "dllm_fdfo: expected False, /server_info says True"]
+
+
 @pytest.mark.parametrize("args", [{"tp-size": 8, "dp-size": 8, "enable-dp-attention": True, "chunked-prefill-size": 4096},
                                   {"tp-size": 8, "attn-dp-size": 8, "chunked-prefill-size": 4096}])
 def test_attention_dp_resolves_in_the_miniature_as_in_sglang_0_5_23(args):

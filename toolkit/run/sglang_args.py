@@ -67,7 +67,9 @@ def implied_expectations(server, dests: dict[str, str], fields: dict | None = No
     for modelopt_fp4 on SM110/SM120, srt/arg_groups/overrides.py); the choice is the resolved value,
     recorded and checked against /server_info. `false` omits the flag: it implies False of a boolean
     field (`fields`: the parsed ones), and of a valued one (`random-seed = false` unsetting an inherited
-    seed) sglang's default, nothing to expect."""
+    seed) sglang's default, nothing to expect. The negative spelling of an argparse
+    BooleanOptionalAction (`--no-X`, whose field is X's: sglang 0.5.23 has 13, e.g.
+    `--no-enable-tf32-matmul`, `--no-dllm-fdfo`) implies the field False."""
     implied = {}
     for flag, value in server.args:
         dest = dests.get(f"--{flag}")
@@ -75,8 +77,18 @@ def implied_expectations(server, dests: dict[str, str], fields: dict | None = No
             continue
         if value is False and fields is not None and not isinstance(fields.get(dest), bool):
             continue
+        if negated(flag, dests):
+            if value is False:  # the flag omitted: nothing said about the field
+                continue
+            value = not value if isinstance(value, bool) else value
         implied[dest] = list(value) if isinstance(value, (list, tuple)) else value
     return implied
+
+
+def negated(flag: str, dests: dict[str, str]) -> bool:
+    """`no-X` is the negative half of a boolean pair: `--X` exists and writes the same field."""
+    return flag.startswith("no-") and dests.get(f"--{flag[3:]}") is not None \
+        and dests.get(f"--{flag[3:]}") == dests.get(f"--{flag}")
 
 
 # sglang's own renames of a deprecated spelling (a flag's value moved to another field, not dropped):
