@@ -332,6 +332,15 @@ def test_bad_input_exits_2_with_what_is_known(home, monkeypatch, capsys, tmp_pat
     assert out["points"] and all(p["date"] >= "2026-01-01T09:00:00" for p in out["points"])
     orders = [p["order"] for p in out["points"]]
     assert orders == sorted(orders)
+    # the next command it suggests reads a point the recipe measures (it said output_tok_s@1 to a
+    # recipe measuring concurrency 8 only, e.g. recipes/cpu/baseline, and decode_tok_s recipes)
+    recipes = Path(os.environ["PATCHBENCH_RECIPES"])
+    text = (recipes / "gitsrc.toml").read_text()
+    assert "concurrency = [1]" in text
+    (recipes / "gitsrc8.toml").write_text(text.replace("concurrency = [1]", "concurrency = [8]"))
+    assert main(["track", "gitsrc8", "--source", "sglang", "--branch", "main", "--since",
+                 "2026-01-01T09:00:00+00:00", "--limit", "0"]) == 0
+    assert "next: patchbench history gitsrc8 --source sglang --metric output_tok_s@8" in capsys.readouterr().out
 
 
 def _busy(runs) -> list[str]:

@@ -115,5 +115,9 @@ def run(args) -> int:
         for st in res.steps:
             console.print(f"  step {st['before']} -> {st['after']}, {st['metric']} @ {st['point']}: {st['text']}",
                           markup=False)
-        console.print(f"next: patchbench history {recipe.name} --source {args.source} --metric output_tok_s@1")
+        from toolkit.history.settle import headline
+
+        metric, point = headline(recipe)  # a metric and point this recipe's benchmark measures
+        console.print(f"next: patchbench history {recipe.name} --source {args.source} --metric {metric}@{point}",
+                      markup=False)
     return 0 if not res.failed else 1
