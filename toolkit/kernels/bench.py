@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 
 from toolkit.errors import BadInput, NoGPU
 from toolkit.kernels import records
@@ -135,7 +136,7 @@ def run_kernels(recipe, op: OpSpec, shapes: list[Shape], *, home: Path, shapes_f
     offered = list(info.get("backends") or [])
     left_out = dict(info.get("not_offered") or {})
     versions = ", ".join(f"{k} {v}" for k, v in sorted((info.get("versions") or {}).items()))
-    console.print(f"[bold]{recipe.name}[/]: env {p.env.key[:12]} has {op.name} ({versions}); "
+    console.print(f"[bold]{escape(recipe.name)}[/]: env {p.env.key[:12]} has {op.name} ({versions}); "
                   f"backends offered: {', '.join(offered) or 'none'}"
                   + "".join(f"\n  not offered: {why}" for why in left_out.values())
                   + (f"\n  model shapes at {basis}" if basis else "")

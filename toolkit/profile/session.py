@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 
 from toolkit.run import evidence, jit_check, machine, server as srv
 from toolkit.run.gpustate.owners import tree_of
@@ -124,7 +125,7 @@ def profile_recipe(recipe: Recipe, *, home: Path, store, concurrency: int, steps
     info: dict = {}
     try:
         def again(exc: srv.PortTaken) -> None:
-            console.print(f"[yellow]{recipe.name}: {exc.message}; launching again on another port[/]")
+            console.print(f"[yellow]{escape(recipe.name)}: {escape(exc.message)}; launching again on another port[/]")
 
         server = srv.launch_ready(p.env.python, lambda port: launch_argv(recipe.server, host=host, port=port),
                                   host=host, port=recipe.server.port, log=server_log, environ=environ,
@@ -140,7 +141,7 @@ def profile_recipe(recipe: Recipe, *, home: Path, store, concurrency: int, steps
                                  server_argv=["-m", "sglang.launch_server", *argv],
                                  verification=problems, timings=timings, extra=extra)
                 return ProfileRun(run_id, "invalid", {}, error)
-            console.print(f"[bold]{recipe.name}[/]: server ready in {timings['launch']:.1f} s; "
+            console.print(f"[bold]{escape(recipe.name)}[/]: server ready in {timings['launch']:.1f} s; "
                           f"/start_profile fields from {source}")
             t0 = time.monotonic()
             cap = capture(server.url, cfg, body, steps, trace_dir, timeout=recipe.benchmark.timeout_s,

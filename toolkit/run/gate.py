@@ -23,6 +23,8 @@ import re
 import subprocess
 from pathlib import Path
 
+from rich.markup import escape
+
 from toolkit.errors import BadInput, PatchbenchError
 from toolkit.recipe.spec import QualitySpec
 from toolkit.run import supervisor
@@ -164,8 +166,8 @@ def run(attempt, host: str, port: int) -> list[Sample]:
                                          workdir=workdir, log=log, host=host, port=port, timeout_s=timeout_s)
     except (PatchbenchError, OSError, subprocess.TimeoutExpired) as exc:
         record.update(status="failed", reason=str(exc))
-        attempt.console.print(f"[yellow]{attempt.title}[/]: evaluation {spec.eval} failed: {exc} (speed numbers kept)")
+        attempt.console.print(f"[yellow]{escape(attempt.title)}[/]: evaluation {spec.eval} failed: {escape(str(exc))} (speed numbers kept)")
         return []
     record.update(module=module, accuracy=accuracy, correct=correct, dataset=str(data))
-    attempt.console.print(f"[bold]{attempt.title}[/]: {spec.eval} accuracy {accuracy:.3f} ({module})")
+    attempt.console.print(f"[bold]{escape(attempt.title)}[/]: {spec.eval} accuracy {accuracy:.3f} ({module})")
     return [Sample("eval_accuracy", accuracy, "share", 0, "concurrency")]

@@ -240,7 +240,7 @@ def check(attempt, url: str) -> tuple[list[Sample], list[str]]:
         got = ask(url, spec, pts, prompts, recipe.benchmark.timeout_s)
     except QualityFailed as exc:
         summary.update(status="failed", reason=str(exc))
-        attempt.console.print(f"[yellow]{attempt.title}[/]: output check failed: {exc} (speed numbers kept)")
+        attempt.console.print(f"[yellow]{escape(attempt.title)}[/]: output check failed: {escape(str(exc))} (speed numbers kept)")
         return [], []
     path = attempt.run_dir / ARTIFACT
     art = {"prompts": str(spec.prompts), "prompts_digest": digest(prompts), "max_tokens": spec.max_tokens,
@@ -275,7 +275,7 @@ def check(attempt, url: str) -> tuple[list[Sample], list[str]]:
                    seconds=round(time.monotonic() - t0, 3))
     if problems:
         summary.update(status="broken", reason="; ".join(problems))
-    attempt.console.print(f"[bold]{attempt.title}[/]: output check of {len(prompts)} prompts at "
+    attempt.console.print(f"[bold]{escape(attempt.title)}[/]: output check of {len(prompts)} prompts at "
                           f"c={','.join(map(str, pts))}: {summary['status']}"
                           + ("" if ok else " (not informative: text from a hash of the prompt)"))
     return samples, problems
