@@ -312,19 +312,27 @@ def test_a_sweep_leaves_the_recipes_lock_to_the_recipe(tmp_path, monkeypatch, ho
     assert main(["run", "demo/pw", "--until", "check", "--frozen"]) == 0
 
 
-def test_a_variants_progress_lines_name_the_variant(tmp_path, monkeypatch, home, capsys):
+def test_a_variant_is_named_in_its_progress_lines_and_its_running_limit_said(tmp_path, monkeypatch, home, capsys):
     """A variant's name holds `[k=v]`, which rich read as a markup tag and dropped: the sweep printed
     "sweep repeat 0: output check of 16 prompts" for the default and then again for the variant (seen
-    on real sglang 0.5.23, `sweep` over `max-running-requests = [4]`), so the lines could not be told apart."""
+    on real sglang 0.5.23, `sweep` over `max-running-requests = [4]` at concurrency 8), so the lines
+    could not be told apart. And that sweep ranked the variant "-54%" without saying what `compare` does:
+    concurrency 8 ran as a batch of 4 (the server's limit, from its /server_info), the rest queued."""
     proj = demo_project(tmp_path, monkeypatch)
     _write(proj, "demo/q", 'extends = "demo/baseline"\n[benchmark]\ninput_len = 8\noutput_len = 4\n'
-                           'concurrency = [1]\nnum_prompts = 2\nwarmup = 1\nrepeats = 1\n'
+                           'concurrency = [2]\nnum_prompts = 2\nwarmup = 1\nrepeats = 1\n'
                            '[quality]\ncount = 2\nmax_tokens = 2\nconcurrency = [1]\n'
-                           '[matrix]\nserver.args.mini-step-base-ms = [2]\n')
+                           '[matrix]\nserver.args.max-running-requests = [1]\n')
     assert main(["sweep", "demo/q", "--fixed", "-o", str(proj / "out")]) == 0
-    err = " ".join(capsys.readouterr().err.split())
+    cap = capsys.readouterr()
+    err, out = " ".join(cap.err.split()), " ".join(cap.out.split())
     assert "demo/q repeat 0: output check of 2 prompts" in err, err[-2000:]
-    assert "demo/q[mini-step-base-ms=2] repeat 0: output check of 2 prompts" in err, err[-2000:]
+    assert "demo/q[max-running-requests=1] repeat 0: output check of 2 prompts" in err, err[-2000:]
+    limit = ("server: demo/q[max-running-requests=1]: concurrency 2 above the 1 requests the server runs at once: "
+             "the rest queue")
+    assert limit in out, out[-2000:]
+    assert limit in " ".join((proj / "out" / "sweep.md").read_text().split())
+    assert "server: demo/q:" not in out  # the default has no limit below its concurrency
 
 
 def test_sweep_frozen_holds_a_patch_axis_to_the_lock(tmp_path, monkeypatch, home, capsys):

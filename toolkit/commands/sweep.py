@@ -196,6 +196,7 @@ def run(args) -> int:
     if cost is not None:  # what the sequential launches cost, and the fixed design would have
         doc["cost"] = cost
     doc["notes"] = vouched.notes
+    doc["server"] = _server_lines(store, outcomes)
     from toolkit.report.sweep import write_sweep_report
 
     paths = write_sweep_report(doc, Path(args.output).expanduser())
@@ -218,6 +219,16 @@ def run(args) -> int:
         for p in paths:
             console.print(str(p), markup=False)
     return 1 if any(o.failed for o in outcomes) or not ranked else 0
+
+
+def _server_lines(store, outcomes) -> list[str]:
+    """What the measured servers could hold, as `compare` says it (toolkit.results.capacity): a
+    concurrency above a variant's running-request limit (the rest queue: the point measures a batch of
+    the limit), launches of one variant that sglang sized apart."""
+    from toolkit.results import capacity
+
+    ids = {rid for o in outcomes for rid in [*(o.runs or []), *(r for rs in (o.points or {}).values() for r in rs)]}
+    return capacity.lines(store.runs(run_ids=sorted(ids))) if ids else []
 
 
 def _design(args, recipe, kept, recipes):

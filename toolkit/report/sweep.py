@@ -89,6 +89,7 @@ def notes(doc: dict) -> list[str]:
     out += [f"gate: {v}: {g['text']}" for v, g in gate.items()]
     out += list(dict.fromkeys(g["rule"] for g in gate.values() if g.get("rule")))
     out += [f"note: {line}" for line in doc.get("notes", [])]
+    out += [f"server: {line}" for line in doc.get("server", [])]
     if doc.get("sla_legend"):
         out.append(doc["sla_legend"])
     return out
