@@ -335,6 +335,29 @@ def test_a_variant_is_named_in_its_progress_lines_and_its_running_limit_said(tmp
     assert "server: demo/q:" not in out  # the default has no limit below its concurrency
 
 
+def test_the_default_configuration_answers_as_the_reference_of_its_variants(tmp_path, monkeypatch, home, capsys):
+    """A sweep judges every variant's answers against the default configuration, whose own two launches
+    are the floor. A sweep recipe that extends a baseline inherits its `compare_to`, so its default was
+    taken for a candidate and answered once: on real sglang 0.5.23 (a sweep of recipes/cpu/baseline over
+    max-running-requests) the variant's answers verdict then read "too few launches: the reference's own
+    variation needs 2 launches with answers, it has 1" however long the sweep ran."""
+    proj = demo_project(tmp_path, monkeypatch)
+    _write(proj, "demo/q2", 'extends = "demo/baseline"\n[benchmark]\ninput_len = 8\noutput_len = 4\n'
+                            'concurrency = [1]\nnum_prompts = 2\nwarmup = 1\nrepeats = 2\n'
+                            '[quality]\ncount = 2\nmax_tokens = 2\nconcurrency = [1]\n'
+                            '[matrix]\nserver.args.mini-step-base-ms = [2]\n')
+    assert main(["sweep", "demo/q2", "--fixed", "-o", str(proj / "out")]) == 0
+    capsys.readouterr()
+    asked = {}
+    for run in Store(home / "results.sqlite").runs():
+        asked.setdefault(run.recipe, []).append(((run.extra or {}).get("quality") or {}).get("status"))
+    assert asked["demo/q2"] == ["ok", "ok"], asked  # the reference: both launches answer
+    assert sorted(asked["demo/q2[mini-step-base-ms=2]"]) == ["ok", "skipped"], asked  # a candidate: one
+    rc = main(["compare", "demo/q2", "demo/q2[mini-step-base-ms=2]", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0 and "too few launches" not in json.dumps(out["quality"]), out["quality"]
+
+
 def test_sweep_frozen_holds_a_patch_axis_to_the_lock(tmp_path, monkeypatch, home, capsys):
     """`sweep --frozen` over a `patches.SOURCE` axis: the lock recorded the default's stack only, so every
     variant adding a patch was "pruned" with "--frozen: patch stack has 1 patch, the lock 0" beside

@@ -25,8 +25,8 @@ a launch skips the check (`skipped`, naming those runs; `answers_from` lists the
 [run id, artifact, started_at]: a selection of only this launch still carries its configuration's
 answers). What was asked (prompts, tokens, points, logprobs, the gate's settings) is `extra.quality.key`;
 a launch whose gate did not run ok does not answer for another. The default is 2 for a reference (a recipe
-that is its own `compare_to`, or one another recipe compares against: its run-to-run variation is
-the floor) and 1 for a candidate. A broken
+that is its own `compare_to`, one another recipe compares against, or a sweep's default configuration:
+its run-to-run variation is the floor) and 1 for a candidate. A broken
 or failed check is asked again in the next launch. Speed repeats therefore cost no answers, and
 re-running a recipe costs none at all; `launches = 0` turns an inherited check off; a quality metric measured by attribute/bisect asks in every
 launch (`Attempt.answer_launches`, EVERY_LAUNCH), and the base of a stack in two. With sequential
@@ -159,13 +159,16 @@ def read_artifact(path) -> dict | None:
 
 def launches_needed(recipe) -> int:
     """Launches of one configuration that answer: `[quality] launches`, else 2 for a reference (a
-    recipe that is its own compare_to or that another recipe of the project compares against: its own
-    variation is the floor), 1 for a candidate."""
+    recipe that is its own compare_to, that another recipe of the project compares against, or that
+    has a `[matrix]`: a sweep judges every variant against it, whatever compare_to it inherited; its
+    own variation is the floor), 1 for a candidate."""
     from toolkit.recipe.load import compared_against
+    from toolkit.recipe.matrix import variants_of
 
     if recipe.quality.launches is not None:
         return recipe.quality.launches
-    reference = recipe.compare_to in (None, recipe.name) or recipe.name in compared_against(recipe)
+    reference = (recipe.compare_to in (None, recipe.name) or recipe.name in compared_against(recipe)
+                 or bool(variants_of(recipe)))
     return 2 if reference else 1
 
 
