@@ -142,6 +142,52 @@ def test_breakdown_sums_to_the_step_per_rank(tmp_path):
         assert abs(check["sum_vs_step"]) < 1e-9 and check["step_vs_itl"] == pytest.approx(1 / 1.05 - 1)
 
 
+# Real sglang 0.5.23 on CPU (`patchbench profile` of recipes/cpu/baseline, 8 steps at batch 8, an idle
+# 2-core box, 2026-12-06): the first recorded decode step and its aten::linear time, then the next seven
+REAL_CPU_STEPS_MS = [(100.6, 77.9), (16.7, 3.5), (9.6, 2.3), (9.3, 2.6), (11.4, 4.5), (8.5, 2.0), (11.0, 2.2), (19.5, 6.1)]
+
+
+def test_the_first_recorded_step_the_profilers_start_up_is_left_out(tmp_path):
+    """torch's profiler pays its start-up in the first step it traces: on real sglang 0.5.23 that step
+    took 100.6 ms against 8.5-19.5 ms for the next seven, so the mean over the 8 gave 23.3 ms a step and
+    GEMMs 12.6 ms a step (3.3 over the seven), and `profile` said "trace step +93% vs" the ITL of the
+    recorded steps (12.1 ms). `profile` now records one step more and the breakdown leaves the first out,
+    saying so; the ITL window leaves its arrival out too."""
+    from toolkit.profile import window
+    from toolkit.profile.render import render
+    from toolkit.profile.session import WARMUP_STEPS, summarize
+
+    events, ts = [], 0.0
+    for step_ms, gemm_ms in REAL_CPU_STEPS_MS:
+        dur = step_ms * 1e3
+        events.append({"ph": "X", "cat": "user_annotation", "name": "step[DECODE bs=8]", "ts": ts, "dur": dur,
+                       "pid": 0, "tid": 1})
+        events.append({"ph": "X", "cat": "cpu_op", "name": "aten::linear", "ts": ts + 10, "dur": gemm_ms * 1e3,
+                       "pid": 0, "tid": 1})
+        ts += dur + 2000.0
+    path = tmp_path / "patchbench-x-TP-0.trace.json.gz"
+    with gzip.open(path, "wt") as fh:
+        json.dump({"schemaVersion": 1, "traceEvents": events}, fh)
+    assert WARMUP_STEPS == 1
+    summary = summarize([path], load_families(), 12.1)
+    (rank,) = summary["ranks"]
+    kept = REAL_CPU_STEPS_MS[1:]
+    assert rank["steps"] == 7 and rank["warmup_ms"] == pytest.approx([100.6])
+    assert rank["step_ms"] == pytest.approx(sum(s for s, _ in kept) / 7)  # 12.29 ms, not 23.3
+    assert rank["family_ms"]["gemm_bf16"] == pytest.approx(sum(g for _, g in kept) / 7)
+    lines = [x for x in render("cpu/baseline", load_families(), summary, None) if isinstance(x, str)]
+    assert "first recorded step left out (the profiler's start-up): 100.60 ms, against 12.29 ms a step over the 7 kept" \
+        in lines
+    # the ITL window: arrival 1 is the step in flight, 2 the start-up step's, 3.. the kept steps'
+    gaps = [12.0] * 3 + [100.0] + [12.0] * 7 + [300.0] + [12.0] * 4
+    t, arrivals = 0.0, []
+    for g in gaps:
+        t += g / 1e3
+        arrivals.append((t, 1))
+    got = window.split([arrivals], started=(sum(gaps[:3]) - 6.0) / 1e3, steps=8, warmup=1)
+    assert got.profiled_ms == pytest.approx(12.0) and got.profiled_tokens == 6
+
+
 def test_speculative_and_idle_ranks_are_read_as_what_they_ran(tmp_path):
     """A speculative server's target steps are `step[VERIFY ...]`: they are its decode steps. A DP
     attention rank with no request runs only `step[IDLE ...]`: not a short trace, nothing to show."""

@@ -78,6 +78,8 @@ def test_profile_then_kernel_compare(home, capsys):
     assert "step[DECODE bs=4]" in names and "mini::fused_moe_experts" in names
     prof = run.extra["profile"]
     assert prof["ranks"][0]["steps"] >= 15 and prof["itl_ms_median"] > 0
+    # one step more recorded than asked: the first, the profiler's start-up, is left out of the breakdown
+    assert run.extra["profile_request"]["num_steps"] == 21 and len(prof["ranks"][0]["warmup_ms"]) == 1
     # its launch tuned afresh in its own directory, as a run's does (toolkit.run.launch_env)
     assert run.extra["launch_env"]["FLASHINFER_AUTOTUNE_DIR"] == str(home / "runs" / run.run_id / "flashinfer-autotune")
     assert {"output_dir", "num_steps", "record_shapes"} <= set(run.extra["profile_request"])

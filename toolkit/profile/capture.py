@@ -194,7 +194,7 @@ async def _stop(session, base: str, watch: TraceWatch, cap: Capture, timeout: fl
 
 
 async def _capture(base: str, cfg, body: dict, steps: int, ranks: int, out_dir: Path, timeout: float,
-                   log: Path | None, console) -> Capture:
+                   log: Path | None, console, warmup: int = 0) -> Capture:
     import aiohttp
 
     from toolkit.run.bench.inflight import InFlight
@@ -240,7 +240,7 @@ async def _capture(base: str, cfg, body: dict, steps: int, ranks: int, out_dir: 
                                       f"after /stop_profile")
     cap.points = await load
     if cap.steady_after_s is not None and "num_steps" in body and not cap.errors:
-        cap.itl_split = window.split(inflight.arrivals, started, steps).to_dict()
+        cap.itl_split = window.split(inflight.arrivals, started, steps, warmup).to_dict()
     cap.traces = watch.complete()
     cap.seconds = time.monotonic() - t0
     for pt in cap.points:  # failed requests: the ITL beside the trace is not the load's
@@ -249,12 +249,14 @@ async def _capture(base: str, cfg, body: dict, steps: int, ranks: int, out_dir: 
 
 
 def capture(base_url: str, cfg, body: dict, steps: int, out_dir: Path, *, timeout: float, console,
-            ranks: int = 1, log: Path | None = None) -> Capture:
+            ranks: int = 1, log: Path | None = None, warmup: int = 0) -> Capture:
     """Drive `cfg`'s load at one concurrency and record `steps` steps into `out_dir` (see module doc);
-    `ranks` traces (one per TP rank) are expected."""
+    `ranks` traces (one per TP rank) are expected; the first `warmup` of the steps are the profiler's
+    start-up, left out of the ITL of the recorded steps as of the breakdown."""
     out_dir.mkdir(parents=True, exist_ok=True)
     try:
-        return asyncio.run(_capture(base_url.rstrip("/"), cfg, body, steps, ranks, out_dir, timeout, log, console))
+        return asyncio.run(_capture(base_url.rstrip("/"), cfg, body, steps, ranks, out_dir, timeout, log, console,
+                                    warmup))
     except OSError as exc:
         raise PatchbenchError(f"profiling failed: {exc}") from None
 

@@ -107,6 +107,10 @@ def render(recipe: str, families, summary: dict, spec: FloorSpec | None) -> list
             line += (f"; benchmark ITL (median, same load) {c['itl_ms_median']:.2f} ms: trace step "
                      f"{100 * c['step_vs_itl']:+.1f}% vs ITL")
         out.append(line)
+        if rank.get("warmup_ms"):
+            out.append(f"first recorded step left out (the profiler's start-up): "
+                       f"{', '.join(f'{ms:.2f}' for ms in rank['warmup_ms'])} ms, against {c['trace_step_ms']:.2f} ms "
+                       f"a step over the {rank['steps']} kept")
         window_line = itl_window_line(c["trace_step_ms"], summary.get("itl_split"))
         if window_line:
             out.append(window_line)

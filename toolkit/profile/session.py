@@ -38,6 +38,11 @@ class ProfileRun:
     error: str | None = None  # why the run is not ok (invalid: a check failed)
 
 
+# recorded before the steps asked and left out of the breakdown: torch's profiler pays its start-up in the
+# first step it traces (toolkit.profile.breakdown)
+WARMUP_STEPS = 1
+
+
 def _serving_config(recipe: Recipe, concurrency: int, steps: int):
     from toolkit.run.bench.serving import ServingConfig
     from toolkit.run.bench.workload import model_vocab
@@ -71,12 +76,13 @@ def _tp_ranks(info: dict, recipe: Recipe) -> int:
         return 1
 
 
-def summarize(traces: list[Path], families, itl_ms: float | None) -> dict:
-    """Per-rank breakdowns of the traces, as stored in the run's extra["profile"]."""
+def summarize(traces: list[Path], families, itl_ms: float | None, warmup: int = WARMUP_STEPS) -> dict:
+    """Per-rank breakdowns of the traces, as stored in the run's extra["profile"] (the first `warmup`
+    recorded steps of each rank left out: the profiler's start-up, toolkit.profile.breakdown)."""
     ranks = []
     for p in traces:
         trace = load_trace(p)
-        rank = breakdown(trace, families, decode_stage(trace)).to_dict()
+        rank = breakdown(trace, families, decode_stage(trace), warmup=warmup).to_dict()
         rank["idle_only"] = idle_only(trace)
         ranks.append(rank)
     return {"ranks": sorted(ranks, key=lambda r: r["rank"]), "itl_ms_median": itl_ms}
@@ -105,8 +111,9 @@ def profile_recipe(recipe: Recipe, *, home: Path, store, concurrency: int, steps
     server_log = run_dir / "server.log"
     host = recipe.server.host
     argv = launch_argv(recipe.server, host=host, port=recipe.server.port or 0)  # 0: picked at launch (launch_ready)
-    cfg = _serving_config(recipe, concurrency, steps)
-    body = profile_body(accepted, output_dir=str(trace_dir), num_steps=steps, profile_id=run_id[:12], gpu=gpu)
+    recorded = steps + WARMUP_STEPS  # the first is the profiler's start-up, left out of the breakdown
+    cfg = _serving_config(recipe, concurrency, recorded)
+    body = profile_body(accepted, output_dir=str(trace_dir), num_steps=recorded, profile_id=run_id[:12], gpu=gpu)
     extra = {"kind": KIND, "profile_request": body, "profile_fields_from": source,
              "patches": {t.source: list(t.patches) for t in p.trees},
              "target": p.check.target if p.check else None, "launch_env": launch_env_record(environ, recipe.server.env),
@@ -144,8 +151,8 @@ def profile_recipe(recipe: Recipe, *, home: Path, store, concurrency: int, steps
             console.print(f"[bold]{escape(recipe.name)}[/]: server ready in {timings['launch']:.1f} s; "
                           f"/start_profile fields from {source}")
             t0 = time.monotonic()
-            cap = capture(server.url, cfg, body, steps, trace_dir, timeout=recipe.benchmark.timeout_s,
-                          console=console, ranks=_tp_ranks(info, recipe), log=server_log)
+            cap = capture(server.url, cfg, body, recorded, trace_dir, timeout=recipe.benchmark.timeout_s,
+                          console=console, ranks=_tp_ranks(info, recipe), log=server_log, warmup=WARMUP_STEPS)
             timings["profile"] = time.monotonic() - t0
             server.check_alive()
             jit = jit_check.inspect(recipe, p.env, home, run_dir, started, tree_of(server.proc.pid))  # as declared?

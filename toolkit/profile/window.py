@@ -52,9 +52,10 @@ class ItlSplit:
                 "profiler_overhead": self.overhead}
 
 
-def split(arrivals: Sequence[Sequence[tuple[float, int]]], started: float, steps: int) -> ItlSplit:
+def split(arrivals: Sequence[Sequence[tuple[float, int]]], started: float, steps: int, warmup: int = 0) -> ItlSplit:
     """`arrivals`: per request, (time in s, tokens) of each arrival, oldest first; `started`: when
-    /start_profile was answered (same clock); `steps`: the num_steps asked."""
+    /start_profile was answered (same clock); `steps`: the num_steps asked; `warmup`: the first recorded
+    steps the breakdown leaves out (toolkit.profile.breakdown), left out here too."""
     inside: list[float] = []
     after: list[float] = []
     for request in arrivals:
@@ -71,7 +72,7 @@ def split(arrivals: Sequence[Sequence[tuple[float, int]]], started: float, steps
             if prev is not None and tokens:
                 gap = 1000.0 * (t - prev) / tokens
                 for at, k in group:
-                    if k > 0 and 2 <= at <= steps:
+                    if k > 0 and 2 + warmup <= at <= steps:
                         inside += [gap] * k
                     elif k > 0 and at >= steps + 3:
                         after += [gap] * k
