@@ -61,3 +61,9 @@ def test_steps_read_in_bursts_share_the_gap_and_keep_their_step_numbers():
     # a median of 0 (no read apart at all) says so instead of dividing by it
     zero = {"itl_profiled_ms": 0.0, "profiled_tokens": 9, "itl_after_ms": None}
     assert "no step-time check" in itl_window_line(10.0, zero)
+
+
+def test_recorded_steps_faster_than_the_later_ones_are_not_called_a_negative_cost():
+    got = window.ItlSplit(profiled_ms=10.0, after_ms=15.0, profiled_tokens=9, after_tokens=9)
+    line = itl_window_line(10.0, got.to_dict())
+    assert "the recorded steps were 33.3% faster than the later ones" in line and "slower" not in line

@@ -53,8 +53,11 @@ def itl_window_line(step_ms: float, split: dict | None) -> str | None:
     line = (f"ITL of the recorded steps {inside:.2f} ms (median of {split['profiled_tokens']} tokens): trace step "
             f"{100 * (step_ms / inside - 1):+.1f}% vs it")
     if split.get("itl_after_ms"):
-        line += (f"; after the trace {split['itl_after_ms']:.2f} ms ({split['after_tokens']} tokens): the profiler "
-                 f"made a step {100 * split['profiler_overhead']:+.1f}% slower")
+        over = split["profiler_overhead"]
+        line += f"; after the trace {split['itl_after_ms']:.2f} ms ({split['after_tokens']} tokens): "
+        line += (f"the profiler made a step {100 * over:+.1f}% slower" if over >= 0 else
+                 f"the recorded steps were {100 * -over:.1f}% faster than the later ones (no profiler cost "
+                 f"seen: the load or the host changed between them)")
     else:
         line += "; no step after the trace to tell the profiler's overhead (raise the load's output length)"
     return line
