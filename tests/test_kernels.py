@@ -83,6 +83,27 @@ def test_moe_dp_slices_each_expert_over_tp_ep_moe_dp(monkeypatch):
     assert (dims["experts.gate_up"]["n"], dims["experts.down"]["k"]) == (1024, 512)
 
 
+def test_moe_dp_divides_the_decode_tokens_among_the_groups_as_the_roofline_does(monkeypatch):
+    """Each MoE-DP group runs its experts on its own share of the batch (ceil(b / moe_dp)): the kernel
+    shapes must take M from that share, as the roofline's experts row does, not from the whole batch."""
+    monkeypatch.delenv("PATCHBENCH_GPUS", raising=False)
+    resolved = {"tp_size": 8, "ep_size": 1, "attn_cp_size": 2, "moe_dp_size": 2, "pp_size": 1, "dp_size": 1}
+    recipe = load_recipe("baseline")
+    lay = layout_of(recipe, resolved)
+    roof = make_inputs("glm-5", "rtx-pro-6000", tp=8, attn_cp=2, moe_dp=2)
+    model = roof.model
+    for s in model_shapes(lay, MM):
+        for b in s.points:
+            t = roof.moe_tokens(b)
+            assert s.dims["m"] == max(1, round(t * model.top_k / expected_distinct_experts(model.n_experts,
+                                                                                           model.top_k, t)))
+    by_b = {b: s.dims["m"] for s in model_shapes(lay, MM) if s.label == "experts.down" for b in s.points}
+    whole = layout_of(recipe, {**resolved, "moe_dp_size": 1, "attn_cp_size": 1})
+    assert by_b[1024] == whole.tokens_per_expert(512) == 16 != whole.tokens_per_expert(1024)
+    moe = {b: s.dims["tokens"] for s in model_shapes(lay, MOE) for b in s.points}
+    assert moe[1024] == 512 and moe[1] == 1 and moe[2] == 1  # b = 1 and 2 give one shape, both points kept
+
+
 def test_shapes_from_jsonl_and_a_flashinfer_trace_dump(tmp_path):
     jsonl = tmp_path / "shapes.jsonl"
     jsonl.write_text('{"m": 1, "n": 768, "k": 6144}\n\n{"m": 16, "n": 768, "k": 6144, "label": "x"}\n')

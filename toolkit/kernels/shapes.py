@@ -12,9 +12,11 @@ table) for the decode shapes of the routed experts at every benchmark concurrenc
 - at decode concurrency b, b tokens pick top-k experts each and a layer touches
   E * (1 - (1 - k/E)^b) distinct experts (the roofline's expected count), so an active expert sees
   M = round(b * k / distinct) tokens on average (at least 1): M = 1 up to b ~ E/k, then it grows
-  (GLM-5: M = 1, 2, 4, 8, 16, 32 at b = 1, 32, 128, 256, 512, 1024).
+  (GLM-5: M = 1, 2, 4, 8, 16, 32 at b = 1, 32, 128, 256, 512, 1024). Under MoE DP each of the
+  moe_dp groups runs its experts on its own share of the tokens, b' = ceil(b / moe_dp) (the roofline's
+  RooflineInputs.moe_tokens), so b' replaces b here.
 
-For the MoE op a shape is one GPU's grouped problem: tokens b, experts E/EP, top-k (k/EP of each
+For the MoE op a shape is one GPU's grouped problem: tokens b (b' under MoE DP), experts E/EP, top-k (k/EP of each
 token's experts land on one rank under EP: at least 1), hidden, I_s.
 
 `--shapes FILE`: a JSONL (or JSON list) of objects with the op's dimensions ({"m","n","k"} for a
@@ -83,10 +85,17 @@ class Layout:
     def experts_per_gpu(self) -> int:
         return self.model.n_experts // self.ep
 
+    def moe_tokens(self, b: int) -> int:
+        """The decode tokens one MoE-DP group's experts see at concurrency b: its share, ceil(b / moe_dp),
+        as the roofline counts them (RooflineInputs.moe_tokens: each group runs the MoE for its own
+        attention-CP rank's tokens only)."""
+        return -(-b // self.moe_dp)
+
     def tokens_per_expert(self, b: int) -> int:
-        """The mean tokens an active expert sees at decode concurrency b, rounded (at least 1)."""
-        m = self.model
-        return max(1, round(b * m.top_k / expected_distinct_experts(m.n_experts, m.top_k, b)))
+        """The mean tokens an active expert sees at decode concurrency b (its MoE-DP group's share), rounded
+        (at least 1)."""
+        m, t = self.model, self.moe_tokens(b)
+        return max(1, round(t * m.top_k / expected_distinct_experts(m.n_experts, m.top_k, t)))
 
 
 def layout_of(recipe, resolved: dict | None = None, why_not: str | None = None) -> Layout:
@@ -133,9 +142,11 @@ def model_shapes(layout: Layout, op: OpSpec) -> list[Shape]:
                 out[key] = Shape(dims, label, (prev.points if prev else ()) + (b,))
         else:
             top_k = max(1, m.top_k // lay.ep)
-            dims = {"tokens": b, "experts": lay.experts_per_gpu, "top_k": top_k, "hidden": m.hidden,
+            dims = {"tokens": lay.moe_tokens(b), "experts": lay.experts_per_gpu, "top_k": top_k, "hidden": m.hidden,
                     "inter": lay.inter_slice}
-            out[tuple(dims.values())] = Shape(dims, "experts.moe", (b,))
+            key = tuple(dims.values())
+            prev = out.get(key)
+            out[key] = Shape(dims, "experts.moe", (prev.points if prev else ()) + (b,))
     return sorted(out.values(), key=lambda s: (s.label, tuple(s.dims.values())))
 
 
