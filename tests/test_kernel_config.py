@@ -228,7 +228,8 @@ def test_the_record_keeps_the_configuration_and_what_was_left_out(tmp_path, monk
     (rec,) = run.records
     assert rec["not_offered"] == {"cake": "cake: per-row alpha only"}
     assert rec["configuration"]["autotune"] == "on"
-    assert [n for n in rec["configuration"]["server_notes"] if "not read for this release" not in n] == []
+    assert [n for n in rec["configuration"]["server_notes"] if "not read for this release" not in n] == [
+        "the server's FP4 GEMM backend: unknown (auto is decided by the GPU, and the recipe names no target GPU)"]
     assert sent["server"]["tune_max_num_tokens"] == 2048 and sent["server"]["use_fused_finalize"] is False
     assert sent["settings"].autotune is True
     # a recipe pinned to sglang 0.5.10 with the flashinfer_cutlass runner: its server never tunes, the table neither

@@ -46,6 +46,9 @@ def add_arguments(parser) -> None:
                       help="tune FlashInfer's tactics even where the recipe's sglang would not")
     parser.add_argument("--no-cuda-graph", action="store_true",
                         help="time eager calls (the Python wrapper's dispatch included) instead of graph replays")
+    parser.add_argument("--other-runner", action="store_true",
+                        help="time a MoE op even when the recipe's server runs another MoE runner (labelled so); "
+                             "default: refused")
     parser.add_argument("--frozen", action="store_true", help="refuse drift from the recipe's lock file")
     parser.add_argument("--list", action="store_true", help="show the stored tables of the recipe, measure nothing")
     parser.add_argument("--export", metavar="DIR", default=None,
@@ -90,7 +93,8 @@ def run(args) -> int:
                         device=args.device, autotune=not args.no_autotune, cuda_graph=not args.no_cuda_graph)
     result = run_kernels(recipe, op, shapes, home=home, shapes_from=args.shapes, backends=args.backend,
                          settings=settings, frozen=args.frozen, console=err,
-                         follow_server=not (args.autotune or args.no_autotune), ms=args.m)
+                         follow_server=not (args.autotune or args.no_autotune), ms=args.m,
+                         other_runner=args.other_runner)
     _show(result.records, args.json)
     bad = [r for rec in result.records for r in rows(rec) if r.verdict != "ok"]
     for r in bad:
@@ -105,6 +109,7 @@ def _show(recs: list[dict], as_json: bool) -> None:
         print_json({"tables": [{"recipe": r["recipe"], "op": r["op"], "backend": r.get("backend"),
                                 "env_key": r.get("env_key"), "path": r.get("_path"), "probe": r.get("probe"),
                                 "shapes_from": r.get("shapes_from"), "shapes_basis": r.get("shapes_basis"),
+                                "server_runner": r.get("server_runner"),
                                 "rows": [x.to_dict() for x in rows(r)]} for r in recs]})
         return
     for rec in recs:

@@ -24,6 +24,7 @@ from toolkit.errors import BadInput, NoGPU
 from toolkit.kernels import records
 from toolkit.kernels.measure import Settings, check_op, measure
 from toolkit.kernels.registry import OpSpec
+from toolkit.kernels.server_runner import describe, op_mismatch, server_runner
 from toolkit.kernels.shapes import Shape
 from toolkit.run import machine
 from toolkit.run.parallel_layout import attention_dp_size, flag, layout, per_rank_chunk
@@ -94,15 +95,29 @@ def server_kernel_config(args: dict, environ: dict, resolved: dict | None = None
     return out
 
 
+def _server_runner(recipe, resolved: dict, why_not: str | None):
+    """The MoE runner / FP4 GEMM backend the recipe's server runs on its [target] GPU."""
+    capability = None
+    if getattr(recipe, "target", None) is not None:
+        from toolkit.recipe.target import target_facts
+
+        capability = tuple(target_facts(recipe.target)["capability"])
+    source = ("sglang's static resolution" if resolved and resolved.get("tp_size") is not None
+              else "the recipe's flags" + (f" ({why_not})" if why_not else ""))
+    return server_runner(resolved, dict(recipe.server.args or {}), capability, source)
+
+
 def run_kernels(recipe, op: OpSpec, shapes: list[Shape], *, home: Path, shapes_from: str,
                 backends: list[str] | None = None, settings: Settings = Settings(), frozen: bool = False,
                 console: Console | None = None, follow_server: bool = False,
-                ms: tuple[int, ...] | None = None) -> KernelRun:
+                ms: tuple[int, ...] | None = None, other_runner: bool = False) -> KernelRun:
     """`follow_server`: tune FlashInfer's tactics where the recipe's sglang tunes them, not where it
     does not (toolkit.kernels.server_tuning), whatever `settings.autotune` says; either way the
     table's notes say what the server does. `shapes_from` "model": the shapes are derived again at the
     layout sglang's static resolution gives (toolkit.kernels.static_layout; `ms` narrows them), and the
-    record's `shapes_basis` says which layout."""
+    record's `shapes_basis` says which layout. An op that is not the kernel of the MoE runner the server
+    resolves (toolkit.kernels.server_runner) is refused unless `other_runner`, which labels the record
+    (`server_runner.times_servers_kernel` false, a note first in the table)."""
     from dataclasses import replace
 
     from toolkit.kernels.server_tuning import server_autotunes
@@ -120,7 +135,18 @@ def run_kernels(recipe, op: OpSpec, shapes: list[Shape], *, home: Path, shapes_f
 
         lay = layout_of(recipe, resolved, why_not)
         shapes, basis = resolve_shapes("model", recipe, op, ms, layout=lay), lay.basis
+    runner = _server_runner(recipe, resolved, why_not)
+    mismatch = op_mismatch(op.name, runner)
+    if mismatch and not other_runner:
+        raise BadInput(mismatch,
+                       hint="time the server's own kernel, or set [server.args] moe-runner-backend = "
+                            "\"flashinfer_cutlass\" (with quantization = \"modelopt_fp4\" on SM120); "
+                            "--other-runner times it anyway, labelled as not the server's kernel",
+                       recipe=recipe.name, step="kernels")
     server = server_kernel_config(dict(recipe.server.args), environ, resolved, why_not)
+    server["notes"].extend(describe(op.name, runner))
+    if mismatch:
+        server["notes"].insert(0, f"NOT THE SERVER'S KERNEL (--other-runner): {mismatch}")
     log = Path(home) / "kernels" / "logs" / f"{recipe.name.replace('/', '__')}.log"
     info = check_op(p.env.python, op, environ, log=log, server=server)
     # the runner sglang resolved (0.5.10 turns `auto` into flashinfer_trtllm for an fp8/NVFP4 DeepSeek-style
@@ -166,6 +192,8 @@ def run_kernels(recipe, op: OpSpec, shapes: list[Shape], *, home: Path, shapes_f
             "machine": machine.provenance(),
             "probe": {k: result.get(k) for k in ("versions", "device", "gpu", "capability", "flush_bytes", "python")},
             "configuration": {**(result.get("configuration") or {}), "server_notes": server["notes"]},
+            "server_runner": {"moe": runner.moe, "moe_configured": runner.configured, "fp4_gemm": runner.fp4_gemm,
+                              "source": runner.source, "times_servers_kernel": not mismatch},
             "not_offered": left_out,
             "results": result["results"],
         }

@@ -137,10 +137,13 @@ def _f(x, fmt: str) -> str:
 
 
 def render_rows(record: dict) -> Table:
+    from toolkit.kernels.server_runner import not_the_servers
+
     op = record["op"]
     dims = " x ".join(OPS[op].dims) if op in OPS else "dims"
     t = Table(title=f"{record['recipe']}: {op} ({record.get('backend')}) on "
-                    f"{(record.get('probe') or {}).get('gpu') or (record.get('probe') or {}).get('device', '?')}",
+                    f"{(record.get('probe') or {}).get('gpu') or (record.get('probe') or {}).get('device', '?')}"
+                    + (f" - {other.upper()}" if (other := not_the_servers(record)) else ""),
               title_justify="left")
     for h in ("shape", dims, "points", "median us", "TFLOPS", "floor us", "efficiency", "max rel err", "in tol",
               "check"):

@@ -64,6 +64,9 @@ def _tables(home: Path, names: list[str]) -> list[tuple[str, list[str], list[lis
                 row += [_f(c.cand.median_ms * 1e3, ".1f"),
                         f"{_f(c.speedup, '.3f')} [{_f(lo, '.3f')}, {_f(hi, '.3f')}]", c.verdict]
             body.append(row)
+        from toolkit.kernels.server_runner import not_the_servers
+
+        notes.extend(f"{r['recipe']}: {x}" for r in [base] + [c for _, c in cands] if (x := not_the_servers(r)))
         title = f"{base['op']} ({base.get('backend')}) on {(base.get('probe') or {}).get('gpu') or (base.get('probe') or {}).get('device')}"
         out.append((title, head, body, [base] + [r for _, r in cands], notes))
     return out
