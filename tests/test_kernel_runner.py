@@ -11,6 +11,7 @@ import pytest
 
 from toolkit.cli import main
 from toolkit.kernels.server_runner import op_mismatch, server_runner
+from toolkit.kernels.server_tuning import server_autotunes
 
 SM120, SM100, SM90 = (12, 0), (10, 0), (9, 0)
 # the fields of a 0.5.23 resolved config (ServerArgs) these decisions read, as the static check reports them
@@ -106,3 +107,26 @@ def test_the_runner_an_auto_config_becomes_per_gpu():
                           SM120, "the recipe's flags")
     assert (flags.moe, flags.fp4_gemm) == ("flashinfer_cutlass", "flashinfer_cudnn")
     assert server_runner(RESOLVED, {}, SM100, "x").fp4_gemm == "flashinfer_cutedsl"
+
+
+@pytest.mark.parametrize("resolved, capability, want, said", [
+    (RESOLVED, SM120, True, "MoE runner flashinfer_cutlass"),
+    # runner not in 0.5.23's list, but the NVFP4 model's dense GEMMs run on flashinfer_cutlass (auto on SM120)
+    ({**RESOLVED, "moe_runner_backend": "auto"}, SM120, True, "dense FP4 GEMMs run on flashinfer_cutlass"),
+    # ... and not when the FP4 GEMM backend is cuDNN: nothing asks for tuning
+    ({**RESOLVED, "moe_runner_backend": "auto", "fp4_gemm_runner_backend": "flashinfer_cudnn"}, SM120, False,
+     "none of its runner, FP4-GEMM or FP8-GEMM conditions hold"),
+    # a bf16 model on the triton runner never tunes FlashInfer
+    ({**RESOLVED, "moe_runner_backend": "triton", "quantization": None, "fp4_gemm_runner_backend": "marlin"},
+     SM120, False, "does not tune FlashInfer for MoE runner triton"),
+    # flashinfer_cutedsl under the deepep all-to-all is skipped before the runner list (flashinfer_autotune.py:112)
+    ({**RESOLVED, "moe_runner_backend": "flashinfer_cutedsl", "moe_a2a_backend": "deepep"}, SM100, False,
+     "under --moe-a2a-backend deepep"),
+    # below compute capability 9 nothing tunes
+    (RESOLVED, (8, 9), False, "capability >= 9 only"),
+])
+def test_0523_tunes_by_runner_fp4_backend_and_gpu(resolved, capability, want, said):
+    fp4 = server_runner(resolved, {}, capability, "x").fp4_gemm
+    tunes, why = server_autotunes("0.5.23", resolved, fp4_gemm=fp4, capability=capability)
+    assert tunes is want and said in why, why
+    assert ("default tactics" in why) is (not want)

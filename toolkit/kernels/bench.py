@@ -153,7 +153,7 @@ def run_kernels(recipe, op: OpSpec, shapes: list[Shape], *, home: Path, shapes_f
     # model, server_args.py _handle_model_specific_adjustments; that runner tunes), over the recipe's flags
     tunes, why = server_autotunes((info.get("versions") or {}).get("sglang"),
                                   {**{str(k).replace("-", "_"): v for k, v in dict(recipe.server.args).items()},
-                                   **resolved})
+                                   **resolved}, fp4_gemm=runner.fp4_gemm, capability=runner.capability)
     if follow_server:
         settings = replace(settings, autotune=tunes)
     elif settings.autotune != tunes:
