@@ -441,6 +441,38 @@ def test_cli_roofline_takes_moe_dp(capsys):
     assert "MoE DP 2 must equal attention CP 1" in capsys.readouterr().err
 
 
+def test_a_server_with_decode_context_parallelism_gets_its_kv_split(capsys):
+    """sglang 0.5.23's dcp_size splits every sequence's KV tokens over the DCP ranks inside attention TP
+    (heads over attn_tp / dcp groups, configs/model_config.py get_num_kv_heads): a /server_info with
+    dcp_size 2 must get a roofline whose KV reads are those of 1/2 the tokens, said in the layout."""
+    from toolkit.cli import main
+    from toolkit.run.parallel_layout import roofline_layout
+
+    info = {"tp_size": 8, "ep_size": 1, "attn_dp_size": 1, "dp_size": 1, "attn_cp_size": 1, "moe_dp_size": 1,
+            "dcp_size": 2, "pp_size": 1, "moe_dense_tp_size": None, "enable_dp_lm_head": False,
+            "enable_dp_attention": False}
+    kw, text = roofline_layout(info)
+    assert text == "TP8 DCP2 from /server_info" and kw["dcp"] == 2
+    w = "experts=nvfp4,rest=bf16"
+    dcp = rl.roofline(rl.make_inputs("glm-5", "rtx-pro-6000", batches=(8,), context=65536, weights=w, **kw)).rows[0]
+    flat = rl.roofline(rl.make_inputs("glm-5", "rtx-pro-6000", batches=(8,), context=65536, weights=w,
+                                      **{**kw, "dcp": 1})).rows[0]
+    assert dcp.kv_bytes == pytest.approx(flat.kv_bytes / 2) and dcp.weight_bytes == flat.weight_bytes
+    assert rl.theoretical_tok_s("glm-5", "rtx-pro-6000", batch=8, context=65536, weights=w, **kw) > \
+        rl.theoretical_tok_s("glm-5", "rtx-pro-6000", batch=8, context=65536, weights=w, **{**kw, "dcp": 1})
+    # GQA (Llama-3.1-8B, 8 KV heads): at TP8 each GPU holds 1 head, with DCP2 2 heads of half the tokens (the
+    # same bytes); at TP16 one head is held twice without DCP, and DCP2 keeps it once, each rank half the tokens
+    def gqa(tp, d):
+        return rl.roofline(rl.make_inputs("llama-3.1-8b", "rtx-pro-6000", tp=tp, context=4096, dcp=d)).rows[0].kv_bytes
+    assert gqa(8, 2) == gqa(8, 1) and gqa(16, 2) == pytest.approx(gqa(16, 1) / 2) == gqa(16, 4)
+    assert main(["roofline", "--model", "glm-5", "--gpu", "rtx-pro-6000", "--tp", "8", "--dcp", "2",
+                 "--context", "4096", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["dcp"] == 2 and any(a.startswith("DCP=2 (sglang's dcp_size)") for a in out["assumptions"])
+    assert main(["roofline", "--model", "glm-5", "--gpu", "rtx-pro-6000", "--tp", "8", "--dcp", "3"]) == 2
+    assert "decode context parallel size 3 must divide attention TP=8" in capsys.readouterr().err
+
+
 # sglang 0.5.23 builds DeepSeek/GLM-5 shared experts replicated (TP1) under an all-to-all MoE backend, the
 # FlashInfer cutlass FP4 all-gather, or SGLANG_SHARED_EXPERT_TP1 (models/deepseek_v2.py DeepseekV2MoE)
 _ATTN_DP8 = {"tp_size": 8, "ep_size": 8, "attn_dp_size": 8, "dp_size": 1, "enable_dp_attention": True,

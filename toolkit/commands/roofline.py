@@ -43,6 +43,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--moe-dp", type=int, default=1,
                         help="MoE data-parallel size within --tp (sglang's moe_dp_size, equal to --attn-cp when > 1): "
                              "each group of tp/moe-dp GPUs holds every expert and runs its own tokens; default 1")
+    parser.add_argument("--dcp", type=int, default=1,
+                        help="decode context-parallel size within the attention TP (sglang's dcp_size): each GPU "
+                             "holds 1/dcp of every sequence's KV cache; default 1")
     parser.add_argument("--shared-experts-tp", type=int, default=None, dest="shared_tp",
                         help="GPUs a shared expert is split over (default: --tp; 1: replicated on every GPU, as "
                              "sglang builds them under --moe-a2a-backend deepep/mooncake/... or the FP4 all-gather)")
@@ -81,7 +84,7 @@ def summary_table(result: rl.RooflineResult) -> Table:
     title = (
         f"Decode roofline: {i.model.name} on {i.tp}x {i.gpu.key} (TP{i.tp}, EP{i.ep}"
         + (f", attention DP{i.attn_dp}" if i.attn_dp > 1 else "") + (f", attention CP{i.attn_cp}" if i.attn_cp > 1 else "")
-        + (f", MoE DP{i.moe_dp}" if i.moe_dp > 1 else "") + f"), context {i.context}, "
+        + (f", MoE DP{i.moe_dp}" if i.moe_dp > 1 else "") + (f", DCP{i.dcp}" if i.dcp > 1 else "") + f"), context {i.context}, "
         f"weights {i.weights.spec}, sharding {i.sharding}"
     )
     table = Table(title=title, title_justify="left")
@@ -158,6 +161,7 @@ def run(args: argparse.Namespace) -> int:
         attn_cp=args.attn_cp,
         moe_dp=args.moe_dp,
         shared_tp=args.shared_tp,
+        dcp=args.dcp,
     )
     result = rl.roofline(inputs)
     if args.json:

@@ -140,6 +140,10 @@ def assumptions(inputs: RooflineInputs) -> tuple[str, ...]:
             f"{m.kv_heads} KV heads x head_dim {m.head_dim} x 2 (K,V) per token per layer, KV heads split over TP "
             "(at least one per GPU)."
         )
+    if inputs.dcp > 1:
+        out.append(f"DCP={inputs.dcp} (sglang's dcp_size) inside attention TP: each GPU holds 1/{inputs.dcp} of every "
+                   f"sequence's KV tokens, KV heads split over attention TP / DCP = {inputs.kv_tp}; the DCP "
+                   "attention reduction (partial outputs and LSEs exchanged in the group) is not counted.")
     if inputs.context == 0:
         out.append("Context 0: KV cache reads and attention-core FLOPs are left out (the single-token limit).")
     out.append(

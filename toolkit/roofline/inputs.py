@@ -13,6 +13,12 @@ moe_tp_size = tp_size // moe_ep_size // moe_dp_size) splits the TP group into `m
 tp / moe_dp GPUs; each holds every expert (E/ep per EP rank, sliced over moe_tp = tp / ep / moe_dp) and
 runs the MoE for its own tokens only (its attention-CP rank's: srt/arg_groups/parallel_hook.py allows
 moe_dp > 1 only with moe_dp == attn_cp_size; srt/distributed/parallel_state.py builds the MoE-DP group).
+Decode context parallelism (sglang's `dcp_size`, 0.5.23 runtime_context.py: attn_dcp_size, inside the
+attention-TP group) leaves every weight where it was and splits each sequence's KV cache: a DCP group's
+`dcp` ranks hold the same KV heads (heads split over attn_tp / dcp groups: configs/model_config.py
+get_num_kv_heads) and each stores 1/dcp of the tokens (pages interleaved across the group; DSA's top-k
+reads are localised per rank: layers/attention/dsa/dsa_dcp.py). The attention FLOPs per GPU stay the
+same (all the group's query heads over 1/dcp of the tokens).
 The shared experts of a DeepSeek-style MoE are split over `shared_tp` GPUs (None: tp; 1: replicated on every
 rank, as sglang 0.5.23 builds them under an all-to-all MoE backend or the FlashInfer FP4 all-gather:
 models/deepseek_v2.py DeepseekV2MoE, `parallel_group="replicated"`; toolkit.run.parallel_layout reads which).
@@ -49,6 +55,7 @@ class RooflineInputs:
     dp_lm_head: bool = False  # lm_head split over the attention-TP group instead of TP
     moe_dp: int = 1  # MoE data-parallel groups within TP (sglang's moe_dp_size): each holds all experts
     shared_tp: int | None = None  # GPUs a shared expert is split over (None: tp; 1: replicated)
+    dcp: int = 1  # decode context parallelism inside attention TP (sglang's dcp_size): KV tokens split dcp ways
 
     @property
     def attn_tp(self) -> int:
@@ -73,6 +80,12 @@ class RooflineInputs:
     def moe_tokens(self, b: int) -> int:
         """Tokens the busiest MoE-DP group's experts see at batch b (its share of the b, at least 1)."""
         return -(-b // self.moe_dp) if self.moe_dp > 1 else b
+
+    @property
+    def kv_tp(self) -> int:
+        """Groups a layer's KV heads are split over: attention TP / DCP (the DCP ranks of a group hold the
+        same heads, each 1/dcp of the tokens; 0.5.23 configs/model_config.py get_num_kv_heads)."""
+        return max(self.attn_tp // self.dcp, 1)
 
     @property
     def mlp_tp(self) -> int:

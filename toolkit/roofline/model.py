@@ -151,6 +151,7 @@ class RooflineResult:
             "dense_tp": i.mlp_tp,
             "moe_dp": i.moe_dp,
             "shared_tp": i.shared_experts_tp,
+            "dcp": i.dcp,
             "lm_head_tp": i.lm_head_tp,
             "context": i.context,
             "kv_dtype": i.kv_dtype,
@@ -190,6 +191,9 @@ def validate(inputs: RooflineInputs) -> None:
     if inputs.tp % (inputs.attn_dp * inputs.attn_cp):
         raise BadInput(f"attention DP {inputs.attn_dp} x CP {inputs.attn_cp} must divide TP={inputs.tp}",
                        hint="sglang runs attention data/context parallelism inside the TP group")
+    if inputs.dcp < 1 or inputs.attn_tp % inputs.dcp:
+        raise BadInput(f"decode context parallel size {inputs.dcp} must divide attention TP={inputs.attn_tp}",
+                       hint="sglang runs DCP inside the attention-TP group (--dcp-size)")
     if inputs.dense_tp is not None and (inputs.dense_tp < 1 or inputs.tp % inputs.dense_tp):
         raise BadInput(f"dense-MLP TP {inputs.dense_tp} must divide TP={inputs.tp}")
     if inputs.shared_tp is not None and (inputs.shared_tp < 1 or inputs.tp % inputs.shared_tp):
@@ -300,21 +304,23 @@ def _batch(inputs: RooflineInputs, b: int) -> BatchResult:
     add("lm_head", head, 2 * b * head)
 
     # KV cache: bytes read and the attention score/context FLOPs (heads split over attention TP).
+    # DCP: each rank of a DCP group holds 1/dcp of every sequence's KV tokens (the index keys too).
     kvb = KV_BYTES[inputs.kv_dtype]
-    ctx = inputs.context
+    ctx, dcp = inputs.context, inputs.dcp
     if m.is_mla:
         attn_tokens = min(ctx, m.index_topk) if m.index_topk else ctx
-        kv_bytes = b * m.layers * attn_tokens * m.kv_elems_per_token * kvb  # latent replicated per rank
+        kv_bytes = b * m.layers * attn_tokens / dcp * m.kv_elems_per_token * kvb  # latent replicated per rank
         if m.index_topk:
-            kv_bytes += b * m.layers * ctx * (m.index_head_dim + 4)  # fp8 index keys + fp32 scale
-            idx_flops = 2 * b * m.layers * ctx * m.index_heads * m.index_head_dim * (1 if sglang else 1 / atp)
+            kv_bytes += b * m.layers * ctx / dcp * (m.index_head_dim + 4)  # fp8 index keys + fp32 scale
+            idx_flops = (2 * b * m.layers * ctx / dcp * m.index_heads * m.index_head_dim
+                         * (1 if sglang else 1 / atp))
         else:
             idx_flops = 0.0
         core = 2 * b * m.layers * (m.heads / atp) * attn_tokens * (m.attn_score_dim + m.attn_value_dim)
         kv_flops = core + idx_flops
     else:
-        heads_per_gpu = max(m.kv_heads / atp, 1.0)
-        kv_bytes = b * m.layers * ctx * 2 * heads_per_gpu * m.head_dim * kvb
+        heads_per_gpu = max(m.kv_heads / inputs.kv_tp, 1.0)
+        kv_bytes = b * m.layers * ctx / dcp * 2 * heads_per_gpu * m.head_dim * kvb
         kv_flops = 2 * b * m.layers * (m.heads / atp) * ctx * (m.attn_score_dim + m.attn_value_dim)
     peak = g.peak("bf16")
     out.append(ComponentCost("kv_cache", inputs.kv_dtype, kv_bytes, kv_flops, "bf16", kv_bytes / bw, kv_flops / peak))
@@ -343,7 +349,7 @@ def make_inputs(
     **parallel,
 ) -> RooflineInputs:
     """Build inputs from names: a model NAME/path/config dict, a GPU name, a weight spec; `parallel`:
-    RooflineInputs' attn_dp, attn_cp, pp, dp, dense_tp, dp_lm_head, moe_dp, shared_tp."""
+    RooflineInputs' attn_dp, attn_cp, pp, dp, dense_tp, dp_lm_head, moe_dp, shared_tp, dcp."""
     if isinstance(model, ModelShape):
         shape = model
     elif isinstance(model, Mapping):

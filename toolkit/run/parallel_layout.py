@@ -11,7 +11,7 @@ enable_dp_attention set whenever attention DP runs. So the width is read from re
 with dp_size 1) and from older releases' fields (dp_size with enable_dp_attention) alike.
 
 `roofline_layout(info)`: the decode roofline's parallel arguments (toolkit.roofline.make_inputs; moe_dp_size
-included, sglang 0.5.23 srt/runtime_context.py derive_parallel_widths) from a
+and dcp_size (decode context parallelism: the KV cache split) included, sglang 0.5.23 srt/runtime_context.py derive_parallel_widths) from a
 run's stored /server_info (sglang's resolved config), or why there are none.
 
 With attention DP, 0.5.23 divides the chunked prefill size among the attention-DP ranks
@@ -139,6 +139,7 @@ def roofline_layout(info: Mapping[str, Any] | None, source: str = "/server_info"
     try:
         lay = layout(info)
         cp = int(flag(info, "attn_cp_size") or 1)
+        dcp = int(flag(info, "dcp_size") or 1)
         moe_dp = lay["moe_dp_size"]
         dense = flag(info, "moe_dense_tp_size")
         dense_tp = int(dense) if dense not in (None, "") else None
@@ -147,10 +148,10 @@ def roofline_layout(info: Mapping[str, Any] | None, source: str = "/server_info"
         return f"{source} has an unreadable parallel field ({exc})"
     kw = {"tp": lay["tp_size"], "ep": lay["ep_size"], "attn_dp": lay["attn_dp_size"], "attn_cp": cp,
           "pp": lay["pp_size"], "dp": 1 if lay["dp_attention"] else lay["dp_size"], "dense_tp": dense_tp,
-          "dp_lm_head": enabled(flag(info, "enable_dp_lm_head")), "moe_dp": moe_dp, "shared_tp": shared_tp}
+          "dp_lm_head": enabled(flag(info, "enable_dp_lm_head")), "moe_dp": moe_dp, "shared_tp": shared_tp, "dcp": dcp}
     parts = [f"TP{kw['tp']}"] + [f"{name}{kw[key]}" for key, name in
                                  (("ep", "EP"), ("attn_dp", "attn-DP"), ("attn_cp", "attn-CP"), ("moe_dp", "MoE-DP"),
-                                  ("pp", "PP"), ("dp", "DP")) if kw[key] > 1]
+                                  ("dcp", "DCP"), ("pp", "PP"), ("dp", "DP")) if kw[key] > 1]
     if shared_tp is not None:
         parts.append(f"shared experts {'replicated' if shared_tp == 1 else f'TP{shared_tp}'} ({shared_why})")
     return kw, " ".join(parts) + f" from {source}"
