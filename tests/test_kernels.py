@@ -239,7 +239,12 @@ def test_tables_of_two_gpu_keys_or_trial_settings_are_not_compared(measured, tmp
     records.save(home, {**on("1x NVIDIA H200", measured["base"]), "recipe": "a"})
     records.save(home, {**on("1x NVIDIA B200", measured["base"]), "recipe": "b"})
     records.save(home, {**on("1x NVIDIA H200", measured["base"], trials=6), "recipe": "c"})
-    for cand, differs in (("b", "GPU key 1x NVIDIA H200 vs 1x NVIDIA B200"), ("c", "trials 4 vs 6")):
+    # tuned against FlashInfer's default tactics (--no-autotune, or a server that does not tune), graph
+    # replays against eager calls (--no-cuda-graph: Python dispatch timed): the method, not the build, differs
+    records.save(home, {**on("1x NVIDIA H200", measured["base"], autotune=False), "recipe": "e"})
+    records.save(home, {**on("1x NVIDIA H200", measured["base"], cuda_graph=False), "recipe": "f"})
+    for cand, differs in (("b", "GPU key 1x NVIDIA H200 vs 1x NVIDIA B200"), ("c", "trials 4 vs 6"),
+                          ("e", "autotune True vs False"), ("f", "cuda_graph True vs False")):
         with pytest.raises(BadInput, match=differs):
             compare_recipes(home, ["a", cand])
         md = "\n".join(kernel_section(home, ["a", cand], tmp_path).markdown)

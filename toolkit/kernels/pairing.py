@@ -2,7 +2,7 @@
 
 A per-shape speedup says something about two builds only when both tables were timed under the same
 conditions: on the same GPUs (the GPU key the record's machine stored) and with the same trial
-settings (warmup, iterations, trials, L2 flush, seed, device). Each recipe is represented by its
+settings (warmup, iterations, trials, L2 flush, seed, device, FlashInfer autotuning, CUDA-graph replay). Each recipe is represented by its
 current build as far as the records know: the env key of its newest record of that op and backend
 (an older env key is a build the recipe no longer has). Between the baseline and a candidate the env
 keys differ by design: that is what is compared.
@@ -17,7 +17,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-SETTINGS = ("warmup", "iters", "trials", "flush_mb", "seed", "device")
+# how a record was timed: a tuned table against an untuned one, or graph replays against eager calls (whose
+# Python dispatch is in the timed region), would give a speedup that is the timing method's, not the build's
+SETTINGS = ("warmup", "iters", "trials", "flush_mb", "seed", "device", "autotune", "cuda_graph")
 
 
 def gpu_key(record: dict) -> str:
