@@ -107,6 +107,9 @@ def test_the_runner_an_auto_config_becomes_per_gpu():
                           SM120, "the recipe's flags")
     assert (flags.moe, flags.fp4_gemm) == ("flashinfer_cutlass", "flashinfer_cudnn")
     assert server_runner(RESOLVED, {}, SM100, "x").fp4_gemm == "flashinfer_cutedsl"
+    # MegaMoE all-to-all: FusedMoE.forward never runs, so cutlass_fused_moe is not the server's kernel
+    mega = server_runner({**RESOLVED, "moe_a2a_backend": "megamoe"}, {}, SM100, "x")
+    assert mega.moe == "megamoe" and "megamoe" in op_mismatch("flashinfer.cutlass_fused_moe", mega)
 
 
 @pytest.mark.parametrize("resolved, capability, want, said", [

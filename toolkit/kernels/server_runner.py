@@ -7,7 +7,8 @@ A value left at `auto` is decided again when an NVFP4 MoE builds its runner
 (layers/quantization/modelopt_quant.py:3117-3124, ModelOptNvFp4FusedMoEMethod.create_moe_runner):
 marlin on SM80-SM9x, else flashinfer_trtllm. Of these only flashinfer_cutlass calls FlashInfer's
 `cutlass_fused_moe` (layers/moe/moe_runner/flashinfer_cutlass.py); flashinfer_trtllm calls the
-trtllm-gen block-scale MoE, triton / deep_gemm / marlin / cutedsl are other kernels altogether.
+trtllm-gen block-scale MoE, triton / deep_gemm / marlin / cutedsl are other kernels altogether; under
+`--moe-a2a-backend megamoe` no runner is built at all (modelopt_quant.py:3127).
 
 The dense NVFP4 GEMMs follow `fp4_gemm_runner_backend` (`--fp4-gemm-backend`), whose `auto` is decided
 at scheduler start (layers/quantization/fp4_utils.py:149-162, initialize_fp4_gemm_config):
@@ -75,6 +76,11 @@ def server_runner(resolved: Mapping | None, args: Mapping, capability: tuple[int
             fp4 = "marlin"
         else:
             fp4 = "flashinfer_cutlass"
+    a2a = _value(resolved, args, "moe_a2a_backend")
+    if a2a == "megamoe":
+        notes.append(f"moe_a2a_backend megamoe: the NVFP4 MoE builds no runner and its FusedMoE.forward is never "
+                     f"reached (modelopt_quant.py:3127), whatever moe_runner_backend ({configured}) says")
+        moe = "megamoe"
     return ServerRunner(moe, configured, fp4, fp4_configured, source,
                         tuple(capability) if capability else None, tuple(notes))
 
