@@ -37,7 +37,7 @@ def test_the_window_splits_the_machines_cpu_time_into_own_foreign_and_steal():
     assert host["foreign_cores"] == 0.55 and host["steal_share"] == round(1 / 20, 4)
     assert [p["name"] for p in host["foreign_top"]] == ["yes", "new-with-old-pid"]
     flags = box_flags.host_flags(host)
-    assert flags[0].startswith("other processes used 0.6 of 2 CPUs over the window (pid 7 yes 4 s")
+    assert flags[0].startswith("other processes used 0.6 of 2 CPUs over the window (pid 7 yes 4.00 s")
     assert flags[1] == "the hypervisor gave 5% of the CPU time to other guests (steal)"
     quiet = summarize(cpu0, {**cpu0, "user": 110.0, "idle": 510.0}, before, {**before, 2: _proc("s", 2.0, 60.0)},
                       own={1, 2}, window_s=10.0, cpus=2)
@@ -88,6 +88,28 @@ def test_a_cpu_burner_beside_a_run_is_foreign_and_flagged(tmp_path, home, monkey
     out = json.loads(capsys.readouterr().out)
     assert not all(v["settled"] for v in out["sequential"]), out["sequential"]  # 3 points: one A/A false call at most
     assert any(": other processes used" in line for line in out["box"]), out["box"]
+
+
+def test_doctor_names_every_busy_process_and_their_fractions_of_a_second(home, monkeypatch, capsys):
+    """Five CPU burners beside `patchbench doctor` (its host check samples 1 s): it named only the top 3
+    and printed each burner's ~0.4 s as "0 s". Now every burner is named with its seconds to the
+    hundredth (the rest of the foreign load counted apart), and the fix line kills all five."""
+    from toolkit.cli import main
+
+    monkeypatch.setattr("toolkit.run.gpustate.owners.patchbench_jobs", lambda home=None: [])  # other tests' servers
+    with contextlib.ExitStack() as stack:
+        burners = [stack.enter_context(foreign_burner()) for _ in range(5)]
+        time.sleep(0.3)
+        main(["doctor", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    check = next(c for c in out["checks"] if c["name"] == "host cpu")
+    assert check["status"] == "warn", check
+    top = {p["pid"]: p for p in out["facts"]["host"]["foreign_top"]}
+    for b in burners:
+        assert b.pid in top, check["message"]
+        assert f"pid {b.pid} {top[b.pid]['name']} {top[b.pid]['cpu_s']:.2f} s" in check["message"]
+        assert str(b.pid) in check["fix"]
+    assert " 0 s" not in check["message"] and "foreign_rest" in out["facts"]["host"]
 
 
 @contextlib.contextmanager

@@ -47,6 +47,11 @@ def host_of(run: Any) -> dict:
     return (getattr(run, "extra", None) or {}).get("host_state") or {"available": False}
 
 
+def cpu_seconds(s: float) -> str:
+    """CPU seconds as read: "0.38 s" under 10 s (a 1 s doctor window), "12 s" above."""
+    return f"{s:.2f} s" if s < 10 else f"{s:.0f} s"
+
+
 def host_flags(host: dict) -> list[str]:
     """Flags the host's CPU state earns a run: other processes' CPU time, the hypervisor's steal."""
     if not host.get("available"):
@@ -54,7 +59,12 @@ def host_flags(host: dict) -> list[str]:
     out = []
     cpus, foreign = host.get("cpus") or 1, host.get("foreign_cores") or 0.0
     if foreign > HOST_FOREIGN_SHARE * cpus:
-        top = ", ".join(f"pid {p['pid']} {p['name']} {p['cpu_s']:.0f} s" for p in host.get("foreign_top") or [])
+        named = [f"pid {p['pid']} {p['name']} {cpu_seconds(p['cpu_s'])}" for p in host.get("foreign_top") or []]
+        rest = host.get("foreign_rest") or {}
+        if rest.get("processes"):
+            named.append(f"{rest['processes']} other process{'es' if rest['processes'] > 1 else ''} "
+                         f"{cpu_seconds(rest['cpu_s'])} together")
+        top = ", ".join(named)
         out.append(f"other processes used {foreign:.1f} of {cpus} CPUs over the window" + (f" ({top})" if top else ""))
     steal = host.get("steal_share") or 0.0
     if steal > HOST_STEAL_SHARE:

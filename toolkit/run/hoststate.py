@@ -7,14 +7,17 @@ device. `HostSampler(own_tree).start()` snapshots the machine's CPU times (psuti
 every process's; `stop()` snapshots again and returns the window's record:
 
     {"available": True, "window_s", "cpus", "busy_cores", "own_cores", "foreign_cores",
-     "steal_share", "foreign_top": [{"pid", "name", "cpu_s"}, ...]}
+     "steal_share", "foreign_top": [{"pid", "name", "cpu_s"}, ...], "foreign_rest": {"processes", "cpu_s"}}
 
 busy_cores: the machine's CPU time in user/nice/system/irq/softirq over the window, in cores;
 own_cores: that of patchbench's process tree and the server's (`own_tree()` at the stop; a process
 reaped during the window counts through its parent's children times); foreign_cores: busy minus
 own (everything else on the box, kernel work included; processes that came and went during the
 window too); steal_share: the share of the CPU time the hypervisor gave to other guests;
-foreign_top: up to 3 foreign processes with the most CPU in the window. `summarize` is pure.
+foreign_top: up to `top` (3 for a run's record; the doctor names more) foreign processes with the most
+CPU in the window (each at least 1% of it); foreign_rest: the other foreign processes that used CPU in
+the window, how many and their CPU seconds together, so the named ones never read as all of the
+foreign load. `summarize` is pure.
 Effects: reads /proc through psutil; nothing written.
 """
 
@@ -60,7 +63,7 @@ def _delta(pid: int, before: Mapping[int, dict], after: Mapping[int, dict], key:
 
 
 def summarize(cpu_before: Mapping[str, float], cpu_after: Mapping[str, float], procs_before: Mapping[int, dict],
-              procs_after: Mapping[int, dict], own: Iterable[int], window_s: float, cpus: int) -> dict:
+              procs_after: Mapping[int, dict], own: Iterable[int], window_s: float, cpus: int, top: int = TOP) -> dict:
     """The window's record (see the module doc) from two snapshots and the own process tree."""
     own = set(own)
     d = {k: max(0.0, cpu_after.get(k, 0.0) - cpu_before.get(k, 0.0)) for k in cpu_after}
@@ -71,21 +74,23 @@ def summarize(cpu_before: Mapping[str, float], cpu_after: Mapping[str, float], p
     window = max(window_s, 1e-9)
     foreign = sorted(((p, _delta(p, procs_before, procs_after, "cpu")) for p in procs_after if p not in own),
                      key=lambda x: -x[1])
-    top = [{"pid": p, "name": procs_after[p]["name"], "cpu_s": round(s, 2)}
-           for p, s in foreign[:TOP] if s >= 0.01 * window]
+    named = [(p, s) for p, s in foreign[:top] if s >= 0.01 * window]
+    rest = [s for _, s in foreign[len(named):] if s > 0]
+    top_rows = [{"pid": p, "name": procs_after[p]["name"], "cpu_s": round(s, 2)} for p, s in named]
     return {"available": True, "window_s": round(window_s, 3), "cpus": cpus,
             "busy_cores": round(busy / window, 3), "own_cores": round(own_s / window, 3),
             "foreign_cores": round(max(0.0, busy - own_s) / window, 3),
             "steal_share": round(d.get("steal", 0.0) / total, 4) if total > 0 else 0.0,
-            "foreign_top": top}
+            "foreign_top": top_rows, "foreign_rest": {"processes": len(rest), "cpu_s": round(sum(rest), 2)}}
 
 
 class HostSampler:
     """`start()` then `stop()` around the benchmark; `stop()` returns the record, or
     {"available": False, "reason"} when the host cannot be read (psutil missing or refused)."""
 
-    def __init__(self, own_tree: Callable[[], set[int]]):
+    def __init__(self, own_tree: Callable[[], set[int]], top: int = TOP):
         self.own_tree = own_tree
+        self.top = top
         self._start = None
 
     def start(self) -> "HostSampler":
@@ -105,6 +110,7 @@ class HostSampler:
 
             own = self.own_tree()
             cpu1, procs1 = cpu_snapshot(), process_snapshot()
-            return summarize(cpu0, cpu1, procs0, procs1, own, time.monotonic() - t0, psutil.cpu_count() or 1)
+            return summarize(cpu0, cpu1, procs0, procs1, own, time.monotonic() - t0, psutil.cpu_count() or 1,
+                             top=self.top)
         except Exception as exc:  # noqa: BLE001
             return {"available": False, "reason": f"host CPU times unreadable: {exc}"}

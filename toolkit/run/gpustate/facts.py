@@ -131,12 +131,16 @@ def gather(recipe: Any = None, runs: list | None = None, *, module: Any = None, 
             "env_cuda": env_cuda(runs or []), "host": host_sample(), "jobs": owners.patchbench_jobs(home)}
 
 
+DOCTOR_TOP = 10  # the doctor names this many of the busiest other processes (a run's record keeps 3)
+
+
 def host_sample(seconds: float = 1.0) -> dict:
-    """The host's CPU over `seconds` now (toolkit.run.hoststate; this process's tree is its own)."""
+    """The host's CPU over `seconds` now (toolkit.run.hoststate; this process's tree is its own): the
+    DOCTOR_TOP busiest other processes named, the rest counted."""
     import time
 
     from toolkit.run.hoststate import HostSampler
 
-    sampler = HostSampler(owners.patchbench_tree).start()
+    sampler = HostSampler(owners.patchbench_tree, top=DOCTOR_TOP).start()
     time.sleep(seconds)
     return sampler.stop()
