@@ -10,8 +10,13 @@ by `launch_cost.gpus_of`), so a table of stored runs needs no recipe file. A pai
     fixed        every run of both sides
 
 and the fixed design would have launched each side's `[benchmark] repeats` (as stored with its
-runs), at the mean launch time of that side's runs. `results` and `report` print these lines;
-`run` prints what its own launches cost (`launch_cost.cost`).
+runs), at the mean launch time of that side's runs. A recipe's line (`recipe_cost`) counts every
+launch of the configuration the verdicts read (its run identity) and of the sweeps they came from,
+said apart: used (in the selection's campaign), reused (used, from another campaign), left out
+(stored, not used), failed, interrupted, running; `results` (no verdict: stored, failed,
+interrupted), `results --selected`, `compare` and `report` print these same lines (`of_selection`;
+`launches_of` is this module's one store read); `run` prints what its own launches cost
+(`launch_cost.cost`).
 """
 
 from __future__ import annotations
@@ -42,9 +47,12 @@ class Spend:
     gpu_minutes: float
     stopped: int = 0  # of the launches, those interrupted or failed: their seconds up to the stop are counted
 
+    def held(self) -> str:
+        return f"{self.seconds:.0f} s" if self.seconds < 60 else f"{self.seconds / 60:.1f} min"
+
     def text(self) -> str:
         gpu = f"{self.gpu_minutes:.2f} GPU-min" if self.gpu_minutes else ("no GPU" if self.seconds else "no time recorded")
-        held = f"{self.seconds:.0f} s" if self.seconds < 60 else f"{self.seconds / 60:.1f} min"
+        held = self.held()
         stopped = f" ({self.stopped} stopped before the end: interrupted or failed)" if self.stopped else ""
         return f"{self.launches} launches{stopped}, {held}, {gpu}"
 
@@ -112,9 +120,76 @@ def pair_costs(rows: Sequence, runs: Mapping[str, RunRow], headline: Sequence[st
     return out
 
 
-def recipe_lines(runs_by_recipe: Mapping[str, Sequence[RunRow]]) -> list[str]:
-    """"demo/baseline: 4 launches, 1.2 min, no GPU" per recipe (the runs given)."""
-    return [f"{name}: {spend(list(rs)).text()}" for name, rs in runs_by_recipe.items() if rs]
+KINDS = ("used", "reused", "left out", "stored", "failed", "interrupted", "running")
+
+
+def kind_of(run: RunRow, used: set | None = None, campaign: str | None = None) -> str:
+    """What a launch was to the verdicts: failed, interrupted or running (its display status) whatever they
+    read; else, with `used` (the run ids they read), used (of `campaign`, the selection's sweep, or any when
+    None), reused (used, from another sweep) or left out; without (`results`: no verdict), stored."""
+    status = run.display_status()
+    if status in ("failed", "interrupted"):
+        return status
+    if status.startswith("running"):
+        return "running"
+    if used is None:
+        return "stored"
+    if run.run_id not in used:
+        return "left out"
+    return "used" if campaign is None or run.group_id == campaign else "reused"
+
+
+@dataclass(frozen=True)
+class RecipeCost:
+    """Every launch of one recipe counted, and its parts by kind (KINDS order)."""
+
+    recipe: str
+    total: Spend
+    parts: tuple[tuple[str, Spend], ...]
+
+    def text(self) -> str:
+        """"demo/baseline: 3 launches, 22 s, no GPU: used 2 (19 s), failed 1 (3 s)"."""
+        parts = ", ".join(f"{k} {s.launches} ({s.held()}" + (f", {s.gpu_minutes:.2f} GPU-min" if s.gpu_minutes else "")
+                          + ")" for k, s in self.parts)
+        return f"{self.recipe}: {self.total.text()}" + (f": {parts}" if parts else "")
+
+    def to_dict(self) -> dict:
+        def one(s: Spend) -> dict:
+            return {"launches": s.launches, "seconds": round(s.seconds, 1), "gpu_minutes": round(s.gpu_minutes, 3)}
+
+        return {**one(self.total), **{k: one(s) for k, s in self.parts}}
+
+
+def recipe_cost(name: str, runs: Sequence[RunRow], used: set | None = None, campaign: str | None = None) -> RecipeCost:
+    """Every launch in `runs` of recipe `name`, by kind (kind_of)."""
+    by_kind: dict[str, list[RunRow]] = {}
+    for r in runs:
+        by_kind.setdefault(kind_of(r, used, campaign), []).append(r)
+    total = spend(list(runs))
+    return RecipeCost(name, Spend(total.launches, total.seconds, total.gpu_minutes),
+                      tuple((k, spend(by_kind[k])) for k in KINDS if k in by_kind))
+
+
+def recipe_lines(runs_by_recipe: Mapping[str, Sequence[RunRow]], used: set | None = None,
+                 campaign: str | None = None) -> list[str]:
+    """One RecipeCost line per recipe of the runs given (used/campaign: kind_of)."""
+    return [recipe_cost(name, list(rs), used, campaign).text() for name, rs in runs_by_recipe.items() if rs]
+
+
+def launches_of(store, sel) -> dict[str, list[RunRow]]:
+    """recipe -> every stored launch, any status, oldest first, of the run identity the selection `sel` reads
+    for it and of the sweeps its runs came from: its failed and interrupted launches, and the stored runs
+    the verdicts left out, beside those they used."""
+    out = {}
+    for name in sel.recipes:
+        mine = [*sel.runs[name], *sel.sequences.get(name, ())]
+        idents = sorted({r.identity for r in mine if r.identity})
+        groups = {r.group_id for r in mine if r.group_id}
+        rows = {r.run_id: r for r in store.runs(recipe=name, identity=idents, limit=None)} if idents else {}
+        rows.update({r.run_id: r for r in store.runs(recipe=name, limit=None) if r.group_id in groups})
+        rows.update({r.run_id: r for r in mine})
+        out[name] = sorted(rows.values(), key=lambda r: (r.started_at or "", r.run_id))
+    return out
 
 
 def title(runs: Sequence[RunRow]) -> str:
@@ -126,12 +201,23 @@ LEGEND = ("cost: launch to ready + benchmark (and the checks in the same launch)
           "(tp x pp x dp; none for [server] gpus = 0), from each run's stored timings")
 
 
-def of_selection(sel, rows: Sequence) -> tuple[list[str], list[PairCost]]:
-    """(one line per recipe of the runs `sel` lists, each pair's PairCost) for a selection
-    (`toolkit.analysis.selection.Selection`) and its compare rows."""
+def of_selection(store, sel, rows: Sequence) -> tuple[list[RecipeCost], list[PairCost]]:
+    """(each recipe's RecipeCost over every launch of its configuration and sweeps, `launches_of`, said
+    apart by what the verdicts made of it; each pair's PairCost) for a selection
+    (`toolkit.analysis.selection.Selection`) and its compare rows: the cost lines of `results --selected`,
+    `compare` and `report` alike."""
     from toolkit.results.metrics import throughput_headline
 
     by_id = {r.run_id: r for rs in [*sel.runs.values(), *sel.sequences.values()] for r in rs}
-    used = {name: list(sel.runs[name]) for name in sel.recipes}  # the runs the selection lists ("runs used")
     pairs = {(r.baseline, r.recipe): sel.pair(r.baseline, r.recipe) for r in rows}
-    return recipe_lines(used), pair_costs(rows, by_id, throughput_headline(), pairs)
+    used = {r.run_id for name in sel.recipes for r in sel.runs[name]}  # the runs the selection lists ("runs used")
+    used |= {i for ids in pairs.values() for side in ids for i in side}
+    launched = launches_of(store, sel)
+    return ([recipe_cost(name, launched[name], used, sel.group_id) for name in sel.recipes],
+            pair_costs(rows, by_id, throughput_headline(), pairs))
+
+
+def lines_of(store, sel, rows: Sequence) -> list[str]:
+    """The cost lines of a selection (of_selection): one per recipe, one per pair."""
+    per_recipe, pairs = of_selection(store, sel, rows)
+    return [*(c.text() for c in per_recipe), *(p.text() for p in pairs)]

@@ -178,9 +178,15 @@ def run(args) -> int:
     from toolkit.analysis.compare import spread_flags_of
 
     noisy = spread_flags_of(store, rows)  # a configuration far noisier than its peers, as run flags it
+    from toolkit.analysis import verdict_cost
+
+    # what every launch of these configurations cost, said apart, and each verdict's: the lines results and report print
+    recipe_costs, pair_costs = verdict_cost.of_selection(store, sel, rows)
     if args.json:
         print_json({"rows": [r.__dict__ for r in rows], "differences": diffs, "legend": legend,
                     "spread_flags": noisy,
+                    "cost": {"recipes": {c.recipe: c.to_dict() for c in recipe_costs},
+                             "pairs": [p.to_dict() for p in pair_costs]},
                     "quality": {v: {str(p): q.to_dict() for p, q in per.items()} for v, per in answers.items()},
                     "quality_floor": {v: {str(p): q.to_dict() for p, q in per.items()} for v, per in floor.items()},
                     "gate": {v: g.to_dict() for v, g in quality_runs.gate_verdicts(sel).items()},
@@ -228,4 +234,7 @@ def run(args) -> int:
         console.print(f"[dim]tactics:[/] {escape(line)}", highlight=False)
     for line in efficiency_lines(store, sel):
         console.print(f"[dim]vs roofline:[/] {escape(line)}")
+    for line in [*(c.text() for c in recipe_costs), *(p.text() for p in pair_costs)]:
+        console.print(f"cost: {line}", markup=False, highlight=False)
+    console.print(f"[dim]{escape(verdict_cost.LEGEND)}[/]")
     return 0

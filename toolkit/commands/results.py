@@ -157,16 +157,16 @@ def _check_artifacts(store, runs) -> int:
 
 
 def print_cost(store, sel) -> None:
-    """The selected runs' GPU minutes per recipe and, with a baseline and variants, per verdict of the
-    headline throughput against the fixed design's (toolkit.analysis.verdict_cost)."""
+    """Every launch's GPU minutes per recipe, said apart (used, reused, left out, failed, interrupted) and,
+    with a baseline and variants, per verdict of the headline throughput against the fixed design's
+    (toolkit.analysis.verdict_cost: the lines compare and report print)."""
     from toolkit.analysis import verdict_cost
     from toolkit.analysis.compare import compare_selection
     from toolkit.analysis.sequential_design import for_ref
 
     rows = compare_selection(store, sel, metrics=metrics.throughput_headline(), sequential=for_ref(sel.recipes[0])) \
         if len(sel.recipes) > 1 else []
-    per_recipe, pairs = verdict_cost.of_selection(sel, rows)
-    for line in [*per_recipe, *(p.text() for p in pairs)]:
+    for line in verdict_cost.lines_of(store, sel, rows):
         console.print(f"cost: {line}", markup=False, highlight=False)
     console.print(f"[dim]{escape(verdict_cost.LEGEND)}[/]")
 

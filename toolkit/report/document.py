@@ -191,7 +191,7 @@ def collect(store: Any, recipes: Sequence[str], metrics_: Sequence[str] | None =
         for n in names[1:]:
             base, var = sel.newest(names[0]), sel.newest(n)
             differences[n] = diff_provenance(base, var) + run_env_differences(base, var)
-    cost = cost_lines(sel, rows)
+    cost = cost_lines(store, sel, rows)
     from toolkit.analysis.verdict_cost import title as cost_title
     return ReportData(
         title=title or ("patchbench: " + " vs ".join(names)),
@@ -207,12 +207,12 @@ def collect(store: Any, recipes: Sequence[str], metrics_: Sequence[str] | None =
         cost_title=cost_title([r for n in names for r in sel.runs[n]]))
 
 
-def cost_lines(sel, rows) -> list[str]:
-    """What the runs used cost per recipe, and per verdict against the fixed design (toolkit.analysis.verdict_cost)."""
+def cost_lines(store, sel, rows) -> list[str]:
+    """What every launch of the recipes cost, said apart (used, reused, left out, failed, interrupted), and
+    per verdict against the fixed design (toolkit.analysis.verdict_cost: the lines compare and results print)."""
     from toolkit.analysis import verdict_cost
 
-    per_recipe, pairs = verdict_cost.of_selection(sel, rows)
-    return [*per_recipe, *(p.text() for p in pairs), verdict_cost.LEGEND]
+    return [*verdict_cost.lines_of(store, sel, rows), verdict_cost.LEGEND]
 
 # -- table contents shared by both renderers --------------------------------------------------------
 
