@@ -11,9 +11,9 @@ from test_bisect_campaigns import _harmless_stack
 def test_values_from_and_runs_used_list_the_judged_launches_and_name_the_stored_base_apart(tmp_path, home,
                                                                                            monkeypatch, capsys):
     """`run t/base` stores two launches; the box then slows 15% and `attribute` of one harmless patch
-    launches the base again (its step leaves the stored two out). `values_from` and "runs used" listed
-    the stored two among prefix0's values, as if judged; now they list this campaign's launches only,
-    and name the stored two as left out, with their sweep."""
+    launches the base again (its step leaves the stored two out). `values_from`, `prefix_values` and
+    "runs used" listed the stored two among prefix0's values, as if judged; now they list this campaign's
+    launches only, and name the stored two as left out, with their sweep."""
     from toolkit.cli import main
 
     root = demo_project(tmp_path, monkeypatch)
@@ -34,6 +34,9 @@ def test_values_from_and_runs_used_list_the_judged_launches_and_name_the_stored_
     assert first["group_id"][:12] in base["left_out_text"]
     patched = next(p for p in out["values_from"] if p["label"] == "prefix1")
     assert patched["left_out"] == [] and len(patched["runs"]) >= 2
+    # prefix_values (the values each prefix's rows read) are the judged ones too: the stored base's slower
+    # values of the other campaign were listed among prefix0's
+    assert out["prefix_values"] == [base["values"], patched["values"]], (out["prefix_values"], base, patched)
     capsys.readouterr()
     assert main(argv) == 0  # the text (a replay: nothing launched) says the same
     text = capsys.readouterr().out

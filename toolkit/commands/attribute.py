@@ -70,6 +70,15 @@ def print_runs_used(meter, judged: dict | None = None) -> None:
         console.print(f"left out: {line}", markup=False, highlight=False)
 
 
+def judged_values(meter, judged: dict | None, label: str, values: list | None) -> list | None:
+    """`label`'s values as its verdicts judged them (`judged`: VariantMeter.judged; None, or a label no
+    verdict judged: all `values`): its stored runs of another campaign left out, as in `values_from`."""
+    if values is None or not judged or label not in judged:
+        return values
+    kept = set(judged[label][0])
+    return [v for lab, _, vals, ids in meter.log if lab == label for v, i in zip(vals, ids) if i in kept]
+
+
 def values_from(meter, judged: dict | None = None) -> list[dict]:
     """Each measured variant's values and their runs as its verdicts judged them (`judged`:
     VariantMeter.judged; None: all), its stored runs of another campaign apart (`left_out`, described)."""
@@ -159,7 +168,10 @@ def run(args) -> int:
                     "unmeasured": unmeasured,
                     "quality": {k: {str(p): q.to_dict() for p, q in per.items()} for k, per in answers.items()},
                     "gate": {k: g.to_dict() for k, g in gates.items()},
-                    "prefix_values": prefix_values, "leave_one_out": loo, "skipped": skipped,
+                    # the values the verdicts judged (values_from's), never a stored run of another campaign
+                    "prefix_values": [judged_values(meter, judged, f"prefix{k}", v) for k, v in enumerate(prefix_values)],
+                    "leave_one_out": {i: judged_values(meter, judged, f"without{i}", v) for i, v in loo.items()},
+                    "skipped": skipped,
                     "builds": meter.builds, "runs": meter.runs, "min_effect": min_effect,
                     "notes": vouched.notes,
                     "sequential": steps_json(steps, names, meter), "sequential_legend": step_legend(design),
