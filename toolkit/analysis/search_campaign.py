@@ -58,8 +58,10 @@ def split(rows: Sequence[Any], group_id: str) -> tuple[list[str], list[str]]:
     return mine, [r.run_id for r in rows if not (group_id and r.group_id == group_id)]
 
 
-def finished(rows: Iterable[Any], group_id: str) -> str | None:
-    """When the search whose sweep is `group_id` finished (the latest `DONE` among its runs); None: it
-    did not (a killed call: it may be continued)."""
-    at = [str((r.extra or {}).get(DONE)) for r in rows if r.group_id == group_id and (r.extra or {}).get(DONE)]
+def finished(rows: Iterable[Any], group_id: str, search: str | None = None) -> str | None:
+    """When the search whose sweep is `group_id` finished (the latest `DONE` among its runs; with `search`,
+    among the runs that search launched: `history --bisect` bisects each change point of one call in one
+    sweep, and one finished must not close another's); None: it did not (a killed call: it may be continued)."""
+    at = [str((r.extra or {}).get(DONE)) for r in rows if r.group_id == group_id and (r.extra or {}).get(DONE)
+          and (search is None or (r.extra or {}).get(TAG) == search)]
     return max(at) if at else None

@@ -294,7 +294,7 @@ class VariantMeter:
 
         group = None if self.fresh else search_campaign.resumed(rows, self.search)
         if group and group != self.group_id:
-            done = search_campaign.finished(self.store.runs(group_id=group), group)
+            done = search_campaign.finished(self.store.runs(group_id=group), group, self.search)
             if done is not None:
                 self.group_id, self.replay_of = group, done
                 self.console.print(f"[dim]replaying sweep {escape(group)} of this search, finished {escape(done[:16])}: "

@@ -14,12 +14,15 @@ or not) is not bisected again; one whose bisect failed is tried again next time.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import time
+import uuid
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 
 from toolkit.analysis.bisect import BaseNotMeasured, bisect_items, legend, step_design
 from toolkit.analysis.releases import git_variant, tag_for
@@ -88,10 +91,30 @@ def bisect_change(recipe: Recipe, source: str, before: Entry, after: Entry, *, d
     # the probes' runs record the design they were launched under (`extra["sequential"]`), as `run`'s do
     # its looks read only this bisect's launches (toolkit.analysis.search_campaign): the two points' runs
     # an earlier `track` measured are left out (named in "left_out") and launched again here; a killed
-    # bisect of the same change continues its own sweep
+    # bisect of the same change continues its own sweep under its lease (another process continuing it: a
+    # new sweep), a finished one is replayed, nothing launched, as `patchbench bisect` does
     search = search_campaign.key("history --bisect", recipe.name, key_of(before, after, str(spec), direction), thr,
                                  initial, max_repeats)
-    meter = VariantMeter(base, home, store, spec, console, group_id=group_id, search=search,
+    common = dict(recipe=recipe, source=source, commits=commits, spec=spec, thr=thr, initial=initial,
+                  max_repeats=max_repeats, direction=direction, verdict=verdict, home=home, store=store,
+                  console=console, base=base, search=search)
+    try:
+        with contextlib.ExitStack() as leases:  # the sweep's lease, held while this bisect measures in it
+            return _measure(**common, group_id=group_id, leases=leases, fresh=False)
+    except search_campaign.NotReplayable as exc:  # a finished sweep that cannot answer: never launched into
+        console.print(f"note: {escape(str(exc))}: measuring again in a new campaign (its runs are left out and named)",
+                      highlight=False)
+    with contextlib.ExitStack() as leases:
+        return _measure(**common, group_id=uuid.uuid4().hex[:12], leases=leases, fresh=True)
+
+
+def _measure(*, recipe: Recipe, source: str, commits: list[str], spec: MetricSpec, thr: float, initial: int,
+             max_repeats: int, direction: str, verdict: dict, home: Path, store: Store, console: Console, base: Recipe,
+             search: str, group_id: str, leases, fresh: bool) -> dict:
+    """The bisect of `commits` in its campaign (toolkit.analysis.search_campaign); its sweep marked finished
+    once answered."""
+    meter = VariantMeter(base, home, store, spec, console, group_id=group_id, search=search, fresh=fresh,
+                         leases=leases,
                          design=step_design(threshold_pct=thr, initial_repeats=initial, max_repeats=max_repeats))
 
     def measure(k: int, r: int):
@@ -106,6 +129,7 @@ def bisect_change(recipe: Recipe, source: str, before: Entry, after: Entry, *, d
                               sequential=True, repeat_step=1)
     except BaseNotMeasured as exc:
         raise exc.because(meter.skipped.get(commits[0][:12]), recipe=recipe.name) from None
+    meter.finish()  # answered: asked again (its verdict file lost), it replays this sweep, never launches into it
     rule = legend(threshold_pct=thr, direction=direction, max_repeats=max_repeats)
     out = {**verdict, "rule": rule, "culprit": result.culprit_label, "culprit_kind": "commit", "confirmed": result.confirmed,
            "candidates": result.candidates, "builds": meter.builds, "runs": meter.runs, "message": result.message,
