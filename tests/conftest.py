@@ -109,11 +109,34 @@ def run_ccache(tmp_path_factory) -> Path:
     return d
 
 
+@pytest.fixture(scope="session")
+def run_wheels(tmp_path_factory) -> Path:
+    """One wheel cache (PATCHBENCH_HOME/wheels) for every `home` of the test run, as one
+    PATCHBENCH_HOME shares it across envs: a wheel is keyed by all that built it (tree hash, build
+    settings, interpreter, uv, sources; toolkit/envs/steps/wheel_cache.py), so the miniature's wheel
+    is built once per run, not by every test that builds its env (`uv build` in an isolated build env:
+    ~1 CPU-s and 4-8 s each on a 2-core box; a hit: nothing). A failed build is never cached; a test
+    that asserts a build or a cache hit keeps a home of its own (test_envs' `pb_home`)."""
+    d = run_dir(tmp_path_factory) / "wheels"
+    d.mkdir(exist_ok=True)
+    return d
+
+
+@pytest.fixture(scope="session")
+def run_toolchain(tmp_path_factory) -> Path:
+    """One PATCHBENCH_HOME/toolchain (cuobjdump from PyPI, set up under its own lock) for every `home`
+    of the test run: installed once per run instead of once per test that builds an env."""
+    d = run_dir(tmp_path_factory) / "toolchain"
+    d.mkdir(exist_ok=True)
+    return d
+
+
 @pytest.fixture
-def home(tmp_path, monkeypatch, run_ccache):
+def home(tmp_path, monkeypatch, run_ccache, run_wheels, run_toolchain):
     h = tmp_path / "home"
     h.mkdir()
-    (h / "ccache").symlink_to(run_ccache, target_is_directory=True)
+    for name, shared in (("ccache", run_ccache), ("wheels", run_wheels), ("toolchain", run_toolchain)):
+        (h / name).symlink_to(shared, target_is_directory=True)
     monkeypatch.setenv("PATCHBENCH_HOME", str(h))
     return h
 

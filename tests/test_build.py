@@ -244,6 +244,31 @@ def test_every_home_of_a_test_run_shares_one_compiler_cache(home, run_ccache, tm
     assert Path(env["CCACHE_DIR"]).resolve() == run_ccache.resolve()
 
 
+@needs_nvcc
+def test_every_home_of_a_test_run_shares_one_wheel_cache_and_toolchain(home, run_wheels, run_toolchain,
+                                                                         upstream, tmp_path):
+    """The `home` fixture's wheel cache and toolchain dir are the test run's (conftest.run_wheels,
+    run_toolchain): a tree's wheel is built (`uv build`) once per run and installed from the cache by
+    every other test's env of that tree, cuobjdump set up once (a miss and a hit here: the tree is
+    this test's own). Tests that count builds keep their own home (`pb_home`)."""
+    upstream.write("minipkg/__init__.py", f"VALUE = {tmp_path.name!r}\ndef hello():\n    print(VALUE)\n")
+    upstream.commit()
+    spec = BuildSpec(arch=("12.0a",), cuda=(("mini", ("csrc/*.cu",)),))  # cuobjdump checks the kernels
+    first = ensure_env([upstream.tree()], spec, home, console=quiet())
+    (wheel,) = first.manifest["installed"]
+    assert wheel["cached"] is False
+    assert [p.name for p in run_wheels.glob("*/*.whl")].count("minipkg-0.1.0-py3-none-any.whl") >= 1
+    if first.manifest["toolchain"]["tools"]["cuobjdump"].startswith(str(home / "toolchain")):  # not the CUDA kit's
+        assert list(run_toolchain.glob("py/nvidia/**/bin/cuobjdump"))
+    other = tmp_path / "other-home"  # another test's home of the same run
+    other.mkdir()
+    for name, shared in (("ccache", home / "ccache"), ("wheels", run_wheels), ("toolchain", run_toolchain)):
+        (other / name).symlink_to(shared, target_is_directory=True)
+    second = ensure_env([upstream.tree()], spec, other, console=quiet())
+    assert second.manifest["installed"][0]["cached"] is True
+    assert second.manifest["installed"][0]["sha256"] == wheel["sha256"]
+
+
 # --------------------------------------------------------------------------------------------
 # toolchain dir, FlashInfer environment, sgl-kernel
 # --------------------------------------------------------------------------------------------
