@@ -451,6 +451,36 @@ def _fake_dist(site: Path, name: str, version: str) -> None:
     (info / "RECORD").write_text("")
 
 
+def test_a_base_interpreter_is_probed_once_until_its_packages_change(upstream, tmp_path, pb_home, monkeypatch):
+    """ensure_env probes the interpreter an env is built on; within one process (a sweep, bisect or
+    attribute asks once per env) the probe is run again only when what it read changed: an env
+    reused on an unchanged base starts no Python, a package installed into the base since is seen
+    (a new env key, built), not a stale package set."""
+    from toolkit.envs.steps import probe
+
+    base = tmp_path / "base"
+    subprocess.run([envs.uv_bin(), "venv", "-q", "--no-config", "--python", sys.executable, str(base)], check=True)
+    (site,) = base.glob("lib/python*/site-packages")
+    probes = []
+    real_run = subprocess.run
+
+    def counting_run(argv, *a, **k):
+        if str(probe.PROBE) in map(str, argv):
+            probes.append(argv[0])
+        return real_run(argv, *a, **k)
+
+    monkeypatch.setattr(probe.subprocess, "run", counting_run)
+    spec = BuildSpec(mode="overlay", base_python=str(base / "bin" / "python"))
+    first = ensure_env([upstream.tree()], spec, pb_home, console=quiet())
+    again = ensure_env([upstream.tree()], spec, pb_home, console=quiet())
+    assert again.reused and again.key == first.key
+    assert probes == [str(base / "bin" / "python")]
+    _fake_dist(site, "extra-pkg", "1.0")  # installed into the base meanwhile
+    changed = ensure_env([upstream.tree()], spec, pb_home, console=quiet())
+    assert len(probes) == 2 and not changed.reused and changed.key != first.key
+    assert "extra-pkg==1.0" in changed.manifest["base"]["packages"]
+
+
 def test_flashinfer_jit_cache_in_base_is_refused(tmp_path, pb_home):
     base = tmp_path / "base"
     subprocess.run([envs.uv_bin(), "venv", "-q", "--no-config", "--python", sys.executable,

@@ -1,5 +1,10 @@
 """What builds and runs an env, probed now (cheap: it runs on every ensure_env, reuse included):
-the interpreter (through `toolkit/probes/interpreter_probe.py`, run by that interpreter), nvcc, uv."""
+the interpreter (through `toolkit/probes/interpreter_probe.py`, run by that interpreter), nvcc, uv.
+
+An interpreter's probe is kept for the process while nothing it read has changed (the interpreter,
+its site dirs, torch's version file: installing, removing or upgrading a package changes its site
+dir): a sweep, bisect or attribute asks once per env, and started a Python each time (~0.17 CPU-s,
+0.4-1 s on a busy box) to learn the same thing again."""
 
 from __future__ import annotations
 
@@ -19,8 +24,38 @@ from toolkit.resources import PROBES_DIR
 PROBE = PROBES_DIR / "interpreter_probe.py"
 
 
+_PROBED: dict[str, tuple[tuple, dict]] = {}
+
+
+def _signature(python: str, probed: dict) -> tuple:
+    """What a probe of `python` read, as (path, mtime_ns, size) of each: a change means probe again."""
+    paths = [python, *probed.get("site_dirs", [])]
+    torch = probed.get("torch") or {}
+    if torch.get("path"):
+        paths.append(os.path.join(torch["path"], "version.py"))
+    out = []
+    for path in paths:
+        try:
+            st = os.stat(path)
+            out.append((path, st.st_mtime_ns, st.st_size))
+        except OSError:
+            out.append((path, None, None))
+    return tuple(out)
+
+
 def probe_python(python: str | os.PathLike) -> dict:
-    """Version, real interpreter, site dirs, package set and torch of an interpreter."""
+    """Version, real interpreter, site dirs, package set and torch of an interpreter (kept for the
+    process while its files are as they were; see the module doc)."""
+    key = str(python)
+    kept = _PROBED.get(key)
+    if kept is not None and _signature(key, kept[1]) == kept[0]:
+        return json.loads(json.dumps(kept[1]))  # a copy: callers may change theirs
+    probed = _probe_python(key)
+    _PROBED[key] = (_signature(key, probed), probed)
+    return json.loads(json.dumps(probed))
+
+
+def _probe_python(python: str) -> dict:
     try:
         out = subprocess.run([str(python), "-I", str(PROBE)], capture_output=True, text=True,
                              timeout=120, stdin=subprocess.DEVNULL)
