@@ -25,12 +25,17 @@ def _noxfile():
     return mod
 
 
-def test_the_tests_session_writes_bytecode_to_its_own_folder_not_beside_the_sources(tmp_path):
+def test_the_tests_session_writes_bytecode_to_its_own_folder_not_beside_the_sources(tmp_path, monkeypatch):
     venv = tmp_path / "venv"
     prefix = venv / "pycache"
+    uv_cache = Path("/var/cache/patchbench-test-uv")  # only its mirror under the prefix is made
+    monkeypatch.setenv("UV_CACHE_DIR", str(uv_cache))
     kept = prefix / "work" / "repo" / "__init__.cpython-311.pyc"  # the repository's own: kept
     stale = prefix / Path(tempfile.gettempdir()).resolve().relative_to("/") / "old-scratch" / "m.pyc"
-    for f in (kept, stale):
+    # setuptools in a `uv build`'s isolated env, under a new name in uv's cache at every build: dropped
+    build_env = prefix / uv_cache.relative_to("/") / "builds-v0" / ".tmpAbC123" / "setuptools" / "dist.cpython-311.pyc"
+    uv_kept = prefix / uv_cache.relative_to("/") / "archive-v0" / "x" / "m.cpython-311.pyc"
+    for f in (kept, stale, build_env, uv_kept):
         f.parent.mkdir(parents=True)
         f.write_bytes(b"x")
 
@@ -38,6 +43,7 @@ def test_the_tests_session_writes_bytecode_to_its_own_folder_not_beside_the_sour
 
     assert env == {"PYTHONPYCACHEPREFIX": str(prefix), "PYTHONDONTWRITEBYTECODE": ""}
     assert kept.is_file() and not stale.exists()  # the last session's scratch trees are never seen again
+    assert not build_env.exists() and uv_kept.is_file()  # nor uv's build envs, each used once
     src = tmp_path / "src"
     src.mkdir()
     (src / "mod.py").write_text("X = 1\n")
