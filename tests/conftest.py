@@ -131,12 +131,24 @@ def run_toolchain(tmp_path_factory) -> Path:
     return d
 
 
+RUN_CACHES = ("ccache", "wheels", "toolchain")  # run_ccache, run_wheels, run_toolchain
+
+
+def link_run_caches(home: Path, tmp_path_factory) -> Path:
+    """`home`'s compiler cache, wheel cache and toolchain dir as the test run's (the fixtures above):
+    for a module fixture's own PATCHBENCH_HOME, as the `home` fixture has them."""
+    for name in RUN_CACHES:
+        shared = run_dir(tmp_path_factory) / name
+        shared.mkdir(exist_ok=True)
+        (home / name).symlink_to(shared, target_is_directory=True)
+    return home
+
+
 @pytest.fixture
-def home(tmp_path, monkeypatch, run_ccache, run_wheels, run_toolchain):
+def home(tmp_path, tmp_path_factory, monkeypatch, run_ccache, run_wheels, run_toolchain):
     h = tmp_path / "home"
     h.mkdir()
-    for name, shared in (("ccache", run_ccache), ("wheels", run_wheels), ("toolchain", run_toolchain)):
-        (h / name).symlink_to(shared, target_is_directory=True)
+    link_run_caches(h, tmp_path_factory)
     monkeypatch.setenv("PATCHBENCH_HOME", str(h))
     return h
 

@@ -20,7 +20,7 @@ from urllib.parse import unquote, urlsplit
 
 import pytest
 
-from conftest import REPO_ROOT, TEST_CACHE, cli_json
+from conftest import REPO_ROOT, TEST_CACHE, cli_json, link_run_caches
 from toolkit.cli import main
 from toolkit.results.store import Store
 
@@ -48,6 +48,7 @@ def filled(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         home = root / "home"
         home.mkdir()
+        link_run_caches(home, tmp_path_factory)
         mp.setenv("PATCHBENCH_HOME", str(home))
         proj = root / "proj"
         shutil.copytree(REPO_ROOT / "upstream" / "minisglang", proj / "upstream" / "minisglang",

@@ -12,6 +12,7 @@ import re
 
 import pytest
 
+from conftest import link_run_caches
 from toolkit.cli import main
 
 # one worker builds the module's campaign (under --dist loadgroup its tests would otherwise go to
@@ -31,6 +32,7 @@ def measured(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         home = tmp / "home"
         home.mkdir()
+        link_run_caches(home, tmp_path_factory)
         mp.setenv("PATCHBENCH_HOME", str(home))
         root = quick_pair(tmp, mp)
         base = root / "recipes" / "demo" / "baseline.toml"  # a middle point, where the answers are not asked
