@@ -10,8 +10,9 @@ from rich.console import Console
 from rich.table import Table
 
 from toolkit import roofline as rl
+from toolkit.run.parallel_layout import SHARED_TP1_A2A, a2a_dispatch_dtype
 
-HELP = "theoretical decode tok/s (memory/compute/all-reduce roofline) for a model on a GPU"
+HELP = "theoretical decode tok/s (memory/compute/communication roofline) for a model on a GPU"
 
 
 def _batches(text: str) -> list[int]:
@@ -49,6 +50,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--shared-experts-tp", type=int, default=None, dest="shared_tp",
                         help="GPUs a shared expert is split over (default: --tp; 1: replicated on every GPU, as "
                              "sglang builds them under --moe-a2a-backend deepep/mooncake/... or the FP4 all-gather)")
+    parser.add_argument("--moe-a2a-backend", default="none", dest="moe_a2a",
+                        choices=["none", *SHARED_TP1_A2A],
+                        help="sglang's --moe-a2a-backend: the MoE layer's traffic is a dispatch + combine all-to-all of "
+                             "the routed tokens instead of an all-reduce (shared experts replicated, as sglang builds "
+                             "them); default none")
+    parser.add_argument("--a2a-dispatch-dtype", default=None, dest="a2a_dispatch", choices=sorted(rl.DISPATCH_BYTES),
+                        help="dtype the all-to-all dispatches hidden states in (default: what sglang 0.5.23 picks for "
+                             "the backend with no flags: deepep fp8, mooncake fp8, nixl fp8, flashinfer bf16, else bf16)")
     parser.add_argument("--batch", type=_batches, default=[1, 2, 4, 8, 16, 32, 64], help="batch sizes, e.g. 1,2,4,8")
     parser.add_argument("--context", type=int, default=0, help="tokens in each sequence's KV cache (default 0)")
     parser.add_argument(
@@ -95,9 +104,9 @@ def summary_table(result: rl.RooflineResult) -> Table:
         "KV GB/GPU",
         "mem ms",
         "compute ms",
-        "all-reduces",
-        "AR MB/GPU",
-        "AR ms",
+        "collectives",
+        "comm MB/GPU",
+        "comm ms",
         "step ms",
         "tok/s",
         "bound",
@@ -137,15 +146,20 @@ def component_table(result: rl.RooflineResult) -> Table:
             c = row.component(comp.name)
             cells.append(f"{_gb(c.bytes)} / {_ms(c.time_s)} {'C' if c.bound == 'compute' else 'M'}")
         table.add_row(comp.name, comp.fmt, *cells)
-    cells = []
-    for row in result.rows:
-        ar = row.allreduce
-        cells.append(f"{ar.count} x / {_ms(ar.time_s)}")
-    table.add_row("all-reduce", "bf16", *cells)
+    link = result.inputs.gpu.link_bw_gbps * 1e9
+    lat = result.inputs.latency_us * 1e-6
+    for i, (what, _, _) in enumerate(first.allreduce.parts):
+        cells = [f"{row.allreduce.parts[i][1]} x / {_ms(row.allreduce.parts[i][1] * lat + row.allreduce.parts[i][2] / link)}"
+                 for row in result.rows]
+        table.add_row(what, "", *cells)
     return table
 
 
 def run(args: argparse.Namespace) -> int:
+    a2a, shared_tp = args.moe_a2a, args.shared_tp
+    dispatch = args.a2a_dispatch or a2a_dispatch_dtype({"moe_a2a_backend": a2a})[0]
+    if a2a != "none" and shared_tp is None:
+        shared_tp = 1  # sglang 0.5.23 builds the shared experts replicated under an all-to-all backend
     inputs = rl.make_inputs(
         args.model,
         args.gpu,
@@ -160,8 +174,10 @@ def run(args: argparse.Namespace) -> int:
         attn_dp=args.attn_dp,
         attn_cp=args.attn_cp,
         moe_dp=args.moe_dp,
-        shared_tp=args.shared_tp,
+        shared_tp=shared_tp,
         dcp=args.dcp,
+        moe_a2a=a2a,
+        a2a_dispatch=dispatch,
     )
     result = rl.roofline(inputs)
     if args.json:

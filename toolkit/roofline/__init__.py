@@ -6,7 +6,7 @@ Pure model. The only I/O is reading the shipped data files (``toolkit/data/gpus.
 Per GPU, per decode step at batch b (DOMAIN.md, "The decode roofline")::
 
     component time = max(bytes_read / mem_bw, flops / peak_flops)      # per component, see below
-    step time      = sum(component times) + n_allreduce * (latency + ring_bytes / link_bw)
+    step time      = sum(component times) + n_collectives * latency + bytes_sent / link_bw   # see comm
     tok/s          = b / step time
 
 Components: ``attention`` (projection weights), ``indexer`` (DSA indexer weights, GLM-5 /
@@ -23,7 +23,8 @@ Reproducing the seed (GLM-5-NVFP4, 8x RTX PRO 6000, TP8, b=1: 156 all-reduces, ~
 a negligible KV cache (context ~0) and the all-reduce transfer term: see :func:`seed_glm5_inputs`.
 
 The package, one concept per module (everything public is re-exported here):
-``configs`` (GPU table, model configs, HF config.json -> ModelShape: the only I/O), ``formats``
+``configs`` (GPU table, model configs, HF config.json -> ModelShape: the only I/O), ``comm`` (the
+communication term: all-reduces, attention-DP gather/scatter, all-to-all dispatch/combine), ``formats``
 (bytes per parameter, the weight-spec parser), ``inputs`` (RooflineInputs), ``model`` (the pure
 model and its result types) and ``assumptions`` (the sentences printed beside the numbers).
 """
@@ -31,6 +32,7 @@ model and its result types) and ``assumptions`` (the sentences printed beside th
 from __future__ import annotations
 
 from toolkit.roofline.assumptions import assumptions
+from toolkit.roofline.comm import DISPATCH_BYTES, comm_cost
 from toolkit.roofline.configs import (
     DATA_DIR, GPUS_FILE, MODELS_DIR, GpuSpec, ModelShape, expected_distinct_experts, experts_on_busiest_gpu, get_gpu,
     known_models, load_gpus, load_model_config, model_shape,
@@ -54,6 +56,7 @@ __all__ = [
     "DATA_DIR",
     "DEFAULT_FORMAT",
     "DEFAULT_WEIGHTS",
+    "DISPATCH_BYTES",
     "FORMAT_NOTES",
     "GLM5_CHECKPOINT_WEIGHTS",
     "GPUS_FILE",
@@ -71,6 +74,7 @@ __all__ = [
     "RooflineResult",
     "WeightFormats",
     "assumptions",
+    "comm_cost",
     "expected_distinct_experts",
     "experts_on_busiest_gpu",
     "get_gpu",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from toolkit.roofline.configs import experts_on_busiest_gpu
 from toolkit.roofline.formats import BYTES_PER_PARAM, DEFAULT_FORMAT, FORMAT_NOTES, KV_BYTES
+from toolkit.roofline.comm import DISPATCH_BYTES
 from toolkit.roofline.inputs import ACT_BYTES, RooflineInputs
 
 
@@ -15,6 +16,47 @@ def _shared(inputs: RooflineInputs) -> str:
     if inputs.shared_experts_tp == 1 and inputs.tp > 1:
         return "replicated on every GPU (sglang's TP1 shared experts: each GPU reads them whole)"
     return f"over {'TP ' if inputs.shared_tp is None else ''}{inputs.shared_experts_tp}"
+
+
+def _communication(inputs: RooflineInputs) -> str:
+    """What the communication term counts, as the layout makes sglang 0.5.23 communicate (roofline.comm)."""
+    m, g, atp = inputs.model, inputs.gpu, inputs.attn_tp
+    a2a = inputs.moe_a2a != "none" and m.is_moe
+    lat = inputs.latency_us
+    src = "overridden" if inputs.allreduce_latency_us is not None else f"{g.interconnect} table value"
+    per = ("b spread evenly over the attention-DP ranks (the busiest holds ceil(b / "
+           f"{inputs.attn_dp}))" if inputs.attn_dp > 1 else "")
+    text = [f"Communication per layer (hidden {m.hidden} x {ACT_BYTES} B bf16 a token"
+            + (f"; {per}" if per else "") + "): "]
+    attn = (f"one all-reduce after attention over attention TP {atp}" if atp > 1
+            else "none after attention (attention TP 1)")
+    if a2a and atp > 1:
+        attn += (f" (MoE layers: reduce-scatter after it and all-gather before the next, of the rows padded to a "
+                 f"multiple of {atp}, as the MoE runs on each rank's own rows)")
+    text.append(attn + "; ")
+    if a2a:
+        text.append(
+            f"MoE under --moe-a2a-backend {inputs.moe_a2a}: no all-reduce; a dispatch of each token's top-k={m.top_k} "
+            f"copies in {inputs.a2a_dispatch} ({DISPATCH_BYTES[inputs.a2a_dispatch]:.4g} B/elem with scales) and "
+            f"a bf16 combine of them back, the 1/EP={inputs.ep} share routed to the rank's own experts staying "
+            "local (uniform routing; each rank sends its own tokens, ceil(tokens / attention TP), padding not "
+            "dispatched); ")
+    elif m.is_moe and inputs.attn_dp > 1:
+        text.append(f"MoE: the attention-DP ranks' tokens gathered over TP {inputs.tp} before it and reduced back "
+                    "after (sglang's SUM_LEN: two all-reduces of the summed rows, or MAX_LEN: all-gather + "
+                    "reduce-scatter of every rank padded to the largest; the cheaper of the two at each b); ")
+    elif m.is_moe:
+        text.append(f"one all-reduce after the MoE over {inputs.moe_group} GPUs; ")
+    if m.dense_layers:
+        text.append("dense MLP: " + ("none (replicated)" if inputs.mlp_tp == 1 else
+                                     "DP gather + reduce over TP as for the MoE" if inputs.attn_dp > 1
+                                     and inputs.mlp_tp != atp else f"one all-reduce over {inputs.mlp_tp} GPUs") + "; ")
+    text.append(
+        "ring traffic per GPU: all-reduce 2(N-1)/N x message, all-gather / reduce-scatter (N-1)/N x the whole "
+        f"buffer (N the group's GPUs); each collective costs {lat:g} us latency ({src}) + its bytes / "
+        f"{g.link_bw_gbps:g} GB/s link ({g.interconnect or 'link'}); the embedding all-reduce and the logits "
+        "all-gather are not counted.")
+    return "".join(text)
 
 
 def assumptions(inputs: RooflineInputs) -> tuple[str, ...]:
@@ -162,15 +204,7 @@ def assumptions(inputs: RooflineInputs) -> tuple[str, ...]:
         "no overlap of communication with compute."
     )
     if tp > 1:
-        lat = inputs.latency_us
-        src = "overridden" if inputs.allreduce_latency_us is not None else f"{g.interconnect} table value"
-        out.append(
-            "All-reduce: one after attention (over the attention-TP group, none when it is 1 GPU) and one after the "
-            "MLP/MoE (over TP; none for a replicated dense MLP) per layer; message = hidden "
-            f"{m.hidden} x {ACT_BYTES} B (bf16) x b; ring traffic per GPU = 2(N-1)/N x message (N the group's GPUs); "
-            f"each costs {lat:g} us latency ({src}) + traffic / {g.link_bw_gbps:g} GB/s link; the embedding all-reduce "
-            "and the logits all-gather are not counted."
-        )
+        out.append(_communication(inputs))
     else:
         out.append("TP=1: no all-reduce.")
     out.append(

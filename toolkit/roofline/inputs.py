@@ -22,6 +22,8 @@ same (all the group's query heads over 1/dcp of the tokens).
 The shared experts of a DeepSeek-style MoE are split over `shared_tp` GPUs (None: tp; 1: replicated on every
 rank, as sglang 0.5.23 builds them under an all-to-all MoE backend or the FlashInfer FP4 all-gather:
 models/deepseek_v2.py DeepseekV2MoE, `parallel_group="replicated"`; toolkit.run.parallel_layout reads which).
+Under an all-to-all MoE backend (`moe_a2a`, sglang's moe_a2a_backend) the MoE layer's traffic is a dispatch
+(at `a2a_dispatch`) and combine of the routed tokens, not an all-reduce: toolkit.roofline.comm.
 """
 
 from __future__ import annotations
@@ -56,6 +58,8 @@ class RooflineInputs:
     moe_dp: int = 1  # MoE data-parallel groups within TP (sglang's moe_dp_size): each holds all experts
     shared_tp: int | None = None  # GPUs a shared expert is split over (None: tp; 1: replicated)
     dcp: int = 1  # decode context parallelism inside attention TP (sglang's dcp_size): KV tokens split dcp ways
+    moe_a2a: str = "none"  # sglang's moe_a2a_backend: "none", or the all-to-all that dispatches/combines MoE tokens
+    a2a_dispatch: str = "bf16"  # the dtype the all-to-all dispatches hidden states in (toolkit.roofline.comm)
 
     @property
     def attn_tp(self) -> int:

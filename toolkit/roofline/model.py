@@ -1,4 +1,4 @@
-"""The pure decode-roofline model: per-component costs, all-reduces, and the result per batch size."""
+"""The pure decode-roofline model: per-component costs, the communication term (comm), the result per batch size."""
 
 from __future__ import annotations
 
@@ -8,11 +8,12 @@ from pathlib import Path
 
 from toolkit.errors import BadInput
 from toolkit.roofline.assumptions import assumptions
+from toolkit.roofline.comm import DISPATCH_BYTES, AllReduceCost, comm_cost
 from toolkit.roofline.configs import (
     GpuSpec, ModelShape, expected_distinct_experts, experts_on_busiest_gpu, get_gpu, load_model_config, model_shape,
 )
 from toolkit.roofline.formats import BYTES_PER_PARAM, KV_BYTES, SEED_GLM5_WEIGHTS, WeightFormats, parse_weights
-from toolkit.roofline.inputs import ACT_BYTES, SHARDINGS, RooflineInputs
+from toolkit.roofline.inputs import SHARDINGS, RooflineInputs
 
 
 class Bounded:
@@ -39,20 +40,6 @@ class ComponentCost(Bounded):
     peak_dtype: str  # which peak the compute time used
     mem_s: float
     compute_s: float
-
-
-@dataclass(frozen=True)
-class AllReduceCost:
-    count: int  # per step
-    message_bytes: float  # one all-reduce's payload (hidden * 2 B * b)
-    ring_factor: float  # 2(N-1)/N (N the group's GPUs; the mean over attention and MLP groups)
-    bytes_per_gpu: float  # whole step: count * message * ring_factor
-    latency_s: float  # whole step: count * per-all-reduce latency
-    transfer_s: float  # whole step: bytes_per_gpu / link_bw
-
-    @property
-    def time_s(self) -> float:
-        return self.latency_s + self.transfer_s
 
 
 @dataclass(frozen=True)
@@ -113,7 +100,8 @@ class BatchResult:
             "batch": self.batch,
             "distinct_experts": self.distinct_experts,
             "components": [{**asdict(c), "time_s": c.time_s, "bound": c.bound} for c in self.components],
-            "allreduce": {**asdict(self.allreduce), "time_s": self.allreduce.time_s},
+            "allreduce": {**asdict(self.allreduce), "time_s": self.allreduce.time_s,
+                          "parts": [{"what": w, "count": n, "bytes_per_gpu": x} for w, n, x in self.allreduce.parts]},
             "weight_bytes": self.weight_bytes,
             "kv_bytes": self.kv_bytes,
             "mem_s": self.mem_s,
@@ -152,6 +140,8 @@ class RooflineResult:
             "moe_dp": i.moe_dp,
             "shared_tp": i.shared_experts_tp,
             "dcp": i.dcp,
+            "moe_a2a_backend": i.moe_a2a,
+            "a2a_dispatch": i.a2a_dispatch,
             "lm_head_tp": i.lm_head_tp,
             "context": i.context,
             "kv_dtype": i.kv_dtype,
@@ -212,6 +202,12 @@ def validate(inputs: RooflineInputs) -> None:
         raise BadInput(f"unknown KV dtype {inputs.kv_dtype!r}", hint=f"use one of {', '.join(KV_BYTES)}")
     if inputs.sharding not in SHARDINGS:
         raise BadInput(f"unknown sharding {inputs.sharding!r}", hint=f"use one of {', '.join(SHARDINGS)}")
+    if inputs.a2a_dispatch not in DISPATCH_BYTES:
+        raise BadInput(f"unknown all-to-all dispatch dtype {inputs.a2a_dispatch!r}",
+                       hint=f"use one of {', '.join(DISPATCH_BYTES)}")
+    if inputs.moe_a2a != "none" and inputs.moe_dp > 1:
+        raise BadInput(f"MoE DP {inputs.moe_dp} under --moe-a2a-backend {inputs.moe_a2a} is not modelled",
+                       hint="use --moe-dp 1 with an all-to-all MoE backend")
     if inputs.latency_us < 0:
         raise BadInput("all-reduce latency must be >= 0", hint="e.g. --allreduce-latency-us 10")
 
@@ -233,25 +229,6 @@ def _validate_moe_dp(inputs: RooflineInputs) -> None:
     if moe_dp != inputs.attn_cp:
         raise BadInput(f"MoE DP {moe_dp} must equal attention CP {inputs.attn_cp}",
                        hint="sglang: attn_cp_size != moe_dp_size is only supported when moe_dp_size == 1")
-
-
-def _allreduce(inputs: RooflineInputs, b: int) -> AllReduceCost:
-    """One all-reduce after attention (over the attention-TP group) and one after the MLP/MoE (over
-    TP, or the MoE-DP group's tp / moe_dp GPUs; none for a dense layer that is replicated) in every layer."""
-    m, g = inputs.model, inputs.gpu
-    groups = [(m.layers, inputs.attn_tp), (m.moe_layers, inputs.moe_group), (m.dense_layers, inputs.mlp_tp)]
-    groups = [(n, size) for n, size in groups if n and size > 1]
-    count = sum(n for n, _ in groups)
-    message = m.hidden * ACT_BYTES * b
-    ar_bytes = sum(n * message * 2 * (size - 1) / size for n, size in groups)
-    return AllReduceCost(
-        count=count,
-        message_bytes=float(message),
-        ring_factor=ar_bytes / (count * message) if count else 0.0,
-        bytes_per_gpu=ar_bytes,
-        latency_s=count * inputs.latency_us * 1e-6,
-        transfer_s=ar_bytes / (g.link_bw_gbps * 1e9) if count else 0.0,
-    )
 
 
 def _batch(inputs: RooflineInputs, b: int) -> BatchResult:
@@ -324,7 +301,7 @@ def _batch(inputs: RooflineInputs, b: int) -> BatchResult:
         kv_flops = 2 * b * m.layers * (m.heads / atp) * ctx * (m.attn_score_dim + m.attn_value_dim)
     peak = g.peak("bf16")
     out.append(ComponentCost("kv_cache", inputs.kv_dtype, kv_bytes, kv_flops, "bf16", kv_bytes / bw, kv_flops / peak))
-    return BatchResult(batch=b, distinct_experts=distinct, components=tuple(out), allreduce=_allreduce(inputs, b))
+    return BatchResult(batch=b, distinct_experts=distinct, components=tuple(out), allreduce=comm_cost(inputs, b))
 
 
 def roofline(inputs: RooflineInputs) -> RooflineResult:
@@ -349,7 +326,7 @@ def make_inputs(
     **parallel,
 ) -> RooflineInputs:
     """Build inputs from names: a model NAME/path/config dict, a GPU name, a weight spec; `parallel`:
-    RooflineInputs' attn_dp, attn_cp, pp, dp, dense_tp, dp_lm_head, moe_dp, shared_tp, dcp."""
+    RooflineInputs' attn_dp, attn_cp, pp, dp, dense_tp, dp_lm_head, moe_dp, shared_tp, dcp, moe_a2a, a2a_dispatch."""
     if isinstance(model, ModelShape):
         shape = model
     elif isinstance(model, Mapping):

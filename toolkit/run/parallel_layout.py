@@ -129,6 +129,46 @@ def shared_experts_tp(info: Mapping, lay: Mapping, environ: Mapping | None = Non
     return None, ""
 
 
+def a2a_dispatch_dtype(info: Mapping, environ: Mapping | None = None) -> tuple[str, str]:
+    """(the dtype sglang 0.5.23's all-to-all MoE backend dispatches hidden states in, why) from the resolved
+    config and the server's environment. deepep: --deepep-dispatcher-output-dtype when not auto, else
+    SGLANG_DEEPEP_BF16_DISPATCH -> bf16, NVFP4 when a modelopt_fp4 checkpoint sets its input scale for the
+    dispatcher (SGLANG_MOE_NVFP4_DISPATCH, quantization/modelopt_quant.py:294-301, :2913-2925), bf16 under the
+    flashinfer_cutedsl / cutlass runners (they quantize themselves), else fp8 (layers/moe/utils.py:344-406,
+    get_deepep_output_dtype); flashinfer: --flashinfer-a2a-dispatch-type, else SGLANG_MOE_NVFP4_DISPATCH, else
+    bf16 (layers/moe/utils.py:323-336); mooncake: fp8 (token_dispatcher/mooncake.py:184); nixl: fp8 unless
+    SGLANG_NIXL_EP_BF16_DISPATCH (token_dispatcher/nixl.py:364); any other: bf16, not read from sglang."""
+    env = environ or {}
+    a2a = str(flag(info, "moe_a2a_backend") or "none")
+    nvfp4_env = enabled(env.get("SGLANG_MOE_NVFP4_DISPATCH", "false"))
+    if a2a == "deepep":
+        asked = str(flag(info, "deepep_dispatcher_output_dtype") or "auto")
+        if asked != "auto":
+            return ("fp8" if asked == "int8" else asked), f"deepep_dispatcher_output_dtype {asked}"
+        if enabled(env.get("SGLANG_DEEPEP_BF16_DISPATCH", "false")):
+            return "bf16", "SGLANG_DEEPEP_BF16_DISPATCH"
+        if nvfp4_env and flag(info, "quantization") == "modelopt_fp4":
+            return "nvfp4", "SGLANG_MOE_NVFP4_DISPATCH with modelopt_fp4"
+        runner = str(flag(info, "moe_runner_backend") or "auto")
+        if runner in ("flashinfer_cutedsl", "cutlass", "humming"):
+            return "bf16", f"moe_runner_backend {runner} quantizes itself"
+        return "fp8", "deepep's default"
+    if a2a == "flashinfer":
+        asked = flag(info, "flashinfer_a2a_dispatch_type")
+        if asked not in (None, "", "auto"):
+            return str(asked), f"flashinfer_a2a_dispatch_type {asked}"
+        if "SGLANG_MOE_NVFP4_DISPATCH" in env:
+            return ("nvfp4" if nvfp4_env else "bf16"), "SGLANG_MOE_NVFP4_DISPATCH"
+        return "bf16", "flashinfer's default"
+    if a2a == "mooncake":
+        return "fp8", "mooncake dispatches fp8"
+    if a2a == "nixl":
+        if enabled(env.get("SGLANG_NIXL_EP_BF16_DISPATCH", "false")):
+            return "bf16", "SGLANG_NIXL_EP_BF16_DISPATCH"
+        return "fp8", "nixl's default"
+    return "bf16", f"bf16 assumed: {a2a}'s dispatch dtype is not read"
+
+
 def roofline_layout(info: Mapping[str, Any] | None, source: str = "/server_info",
                     environ: Mapping | None = None) -> tuple[dict, str] | str:
     """The roofline's parallel arguments and their text ("TP8 EP8 from /server_info") from a resolved

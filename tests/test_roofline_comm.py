@@ -1,0 +1,92 @@
+"""The decode roofline's communication term is what sglang 0.5.23 communicates at the layout, worked by hand
+for GLM-5 (toolkit/data/models/glm-5.json: hidden 6144, 78 layers = 3 dense + 75 MoE, top-8 of 256 experts)
+on 8 RTX PRO 6000 over PCIe (64 GB/s a direction, 10 us a collective):
+
+- TP8: an all-reduce after attention and one after the MLP/MoE in every layer.
+- TP8 + EP8 + --moe-a2a-backend deepep: the MoE runs on each rank's own rows, so a MoE layer's attention
+  output is reduce-scattered and all-gathered over TP8 (rows padded to 8), and the MoE sends its tokens'
+  top-8 copies (7/8 of them to other ranks) as an fp8 dispatch and a bf16 combine: no MoE all-reduce.
+- attention DP8: no attention all-reduce; the MLP/MoE's tokens are gathered over TP8 and reduced back, the
+  cheaper of sglang's SUM_LEN (two all-reduces of the summed rows) and MAX_LEN (all-gather + reduce-scatter
+  of every rank padded to the largest).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from toolkit.cli import main
+from toolkit.roofline import make_inputs, roofline
+
+ROW = 6144 * 2  # one token's bf16 hidden state
+FP8 = 1 + 4 / 128  # DeepEP's fp8 dispatch: 1 B an element + an fp32 scale per 128
+
+
+def _comm(b: int, **kw):
+    return roofline(make_inputs("glm-5", "rtx-pro-6000", tp=8, batches=(b,), weights="all=nvfp4", **kw)).rows[0]
+
+
+@pytest.mark.parametrize("b, kw, count, nbytes", [
+    # TP8: 156 all-reduces of b rows, 2 x 7/8 of the message each
+    (1, {}, 156, 156 * 2 * 7 / 8 * ROW),
+    (16, {}, 156, 156 * 2 * 7 / 8 * 16 * ROW),
+    # deepep: 3 dense layers keep both all-reduces; 75 MoE layers: RS + AG of 8 padded rows (2 x 7/8 x 8 rows)
+    # and a dispatch + combine of 1 token x 8 copies x 7/8 remote, fp8 out and bf16 back
+    (1, dict(ep=8, moe_a2a="deepep", a2a_dispatch="fp8", shared_tp=1), 3 + 150 + 150 + 3,
+     6 * 2 * 7 / 8 * ROW + 75 * 2 * 7 / 8 * 8 * ROW + 75 * 7 * 6144 * (FP8 + 2)),
+    # b=16: 16 rows (already a multiple of 8) and 2 tokens a rank
+    (16, dict(ep=8, moe_a2a="deepep", a2a_dispatch="fp8", shared_tp=1), 306,
+     6 * 2 * 7 / 8 * 16 * ROW + 75 * 2 * 7 / 8 * 16 * ROW + 75 * 2 * 7 * 6144 * (FP8 + 2)),
+    # NVFP4 dispatch (SGLANG_MOE_NVFP4_DISPATCH): 0.5 B + an fp8 scale per 16
+    (1, dict(ep=8, moe_a2a="deepep", a2a_dispatch="nvfp4", shared_tp=1), 306,
+     6 * 2 * 7 / 8 * ROW + 75 * 2 * 7 / 8 * 8 * ROW + 75 * 7 * 6144 * (0.5625 + 2)),
+    # attention DP8, b=1: SUM_LEN, 2 all-reduces of the 1 summed row in each of the 78 layers (the 3 dense MLPs
+    # over TP8 are gathered too), cheaper than MAX_LEN's 8 padded rows
+    (1, dict(attn_dp=8), 156, 78 * 2 * 2 * 7 / 8 * ROW),
+    # b=16: 2 tokens a rank; MAX_LEN (AG + RS of 8 x 2 rows: 2 x 7/8 x 16 rows) beats SUM_LEN (4 x 7/8 x 16 rows)
+    (16, dict(attn_dp=8), 156, 78 * 2 * 7 / 8 * 16 * ROW),
+])
+def test_glm5_communication_worked_by_hand(b, kw, count, nbytes):
+    ar = _comm(b, **kw).allreduce
+    assert ar.count == count
+    assert ar.bytes_per_gpu == pytest.approx(nbytes)
+    assert ar.time_s == pytest.approx(count * 10e-6 + nbytes / 64e9)
+
+
+def test_deepep_on_pcie_is_not_priced_as_an_all_reduce():
+    """At b=1 over PCIe the all-to-all layout moves ~7x the bytes of TP8's all-reduces and runs ~2x the
+    collectives: its roofline is well below TP8's, and the NVLink table row makes the same traffic cheaper."""
+    tp8, a2a = _comm(1), _comm(1, ep=8, moe_a2a="deepep", a2a_dispatch="fp8", shared_tp=1)
+    assert a2a.allreduce.bytes_per_gpu > 6 * tp8.allreduce.bytes_per_gpu
+    assert a2a.allreduce.time_s > 1.9 * tp8.allreduce.time_s
+    pcie = a2a.allreduce.transfer_s
+    nvl = roofline(make_inputs("glm-5", "b200", tp=8, ep=8, moe_a2a="deepep", a2a_dispatch="fp8", shared_tp=1,
+                               weights="all=nvfp4")).rows[0].allreduce.transfer_s
+    assert nvl == pytest.approx(pcie * 64 / 900)
+
+
+def test_cli_says_what_was_modelled(capsys):
+    assert main(["roofline", "--model", "glm-5", "--gpu", "rtx-pro-6000", "--tp", "8", "--ep", "8",
+                 "--moe-a2a-backend", "deepep", "--batch", "1", "--weights", "all=nvfp4"]) == 0
+    out = capsys.readouterr().out
+    assert "MoE deepep dispatch (fp8) + combine (bf16)" in out
+    assert "attention reduce-scatter + all-gather" in out
+    assert "MoE under --moe-a2a-backend deepep: no all-reduce" in out
+    assert "shared experts replicated on every GPU" in out  # as sglang builds them under deepep
+    assert main(["roofline", "--model", "glm-5", "--gpu", "rtx-pro-6000", "--tp", "8", "--attn-dp", "8",
+                 "--batch", "1,16", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert [p["what"] for r in data["rows"] for p in r["allreduce"]["parts"]] == [
+        "MoE DP gather + scatter (SUM_LEN)", "dense MLP DP gather + scatter (SUM_LEN)",
+        "MoE DP gather + scatter (MAX_LEN)", "dense MLP DP gather + scatter (MAX_LEN)"]
+    assert any("gathered over TP 8 before it and reduced back" in line for line in data["assumptions"])
+
+
+def test_a2a_with_moe_dp_is_a_clear_error(capsys):
+    rc = main(["roofline", "--model", "glm-5", "--gpu", "rtx-pro-6000", "--tp", "8", "--attn-cp", "2",
+               "--moe-dp", "2", "--ep", "4", "--moe-a2a-backend", "deepep"])
+    err = capsys.readouterr().err
+    assert rc != 0 and "MoE DP 2 under --moe-a2a-backend deepep is not modelled" in err
+    assert "Traceback" not in err

@@ -1,0 +1,140 @@
+"""The decode roofline's communication term: what sglang 0.5.23 moves between GPUs per decode step (pure).
+
+Per layer, by the parallel layout (0.5.23 srt/layers/layer_boundary/factories.py _resolve_ffn: an FFN
+computes on the attention's rows, or on this rank's own rows when the MoE input is scattered across
+DP ranks, moe/utils.py:721 is_moe_input_scattered_across_dp_ranks):
+
+- TP only (no attention DP, no all-to-all MoE backend): one all-reduce after attention (over
+  attention TP) and one after the MLP/MoE (over TP, or the MoE-DP group), each of the b tokens' hidden
+  states in bf16.
+- All-to-all MoE backend (deepep, mooncake, flashinfer, megamoe, ...): a MoE layer runs on each
+  rank's own rows, so the attention output is reduce-scattered over attention TP and all-gathered
+  again before the next attention (rows padded to a multiple of attention TP,
+  forward_batch_info.py:1770-1772), and the MoE's traffic is a dispatch of each token's top-k copies
+  (low-latency mode at decode: one copy per routed expert) at the dispatch dtype plus a bf16 combine of
+  the same copies back; the share routed to the rank's own experts, 1/EP under uniform routing, stays
+  local. Shared experts are replicated there (no traffic).
+- Attention DP without an all-to-all backend: before the MLP/MoE the DP ranks' tokens are gathered over
+  TP and after it reduced back (dp_attention.py:987-1043 _dp_gather, :1080 dp_scatter, :1120
+  dp_reduce_scatter_tensor). sglang picks one of two modes (DpPaddingMode, dp_attention.py:152-219):
+  SUM_LEN gathers with an all-reduce of the summed buffer and reduces with a second all-reduce;
+  MAX_LEN pads every rank to the largest and uses an all-gather then a reduce-scatter. The roofline
+  takes the cheaper of the two at each batch (a bound: CUDA-graph decode takes MAX_LEN unless the custom
+  all-reduce holds the sum).
+
+Each collective costs the GPU table's latency plus its bytes per GPU over the link (ring traffic:
+all-reduce 2(N-1)/N x message, reduce-scatter and all-gather (N-1)/N x the whole buffer).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from toolkit.roofline.inputs import ACT_BYTES, RooflineInputs
+
+# Bytes per hidden element a dispatch sends, scales included: fp8 with one fp32 scale per 128 (DeepEP's
+# low-latency FP8 dispatch), NVFP4 with one fp8 scale per 16, MX formats with one e8m0 scale per 32.
+DISPATCH_BYTES = {"bf16": 2.0, "fp8": 1 + 4 / 128, "nvfp4": 0.5 + 1 / 16, "mxfp4": 0.5 + 1 / 32, "mxfp8": 1 + 1 / 32}
+COMBINE_BYTES = float(ACT_BYTES)  # the combine returns bf16 expert outputs
+
+
+@dataclass(frozen=True)
+class AllReduceCost:
+    """The whole communication term of a step (all-reduces, DP gathers/scatters, all-to-alls)."""
+
+    count: int  # collectives per step
+    message_bytes: float  # one all-reduce of the b tokens' hidden states (hidden * 2 B * b)
+    ring_factor: float  # bytes_per_gpu / (count * message_bytes)
+    bytes_per_gpu: float  # whole step, sent by the busiest GPU
+    latency_s: float  # whole step: count * per-collective latency
+    transfer_s: float  # whole step: bytes_per_gpu / link_bw
+    parts: tuple[tuple[str, int, float], ...] = ()  # (what, collectives per step, bytes per GPU per step)
+
+    @property
+    def time_s(self) -> float:
+        return self.latency_s + self.transfer_s
+
+
+def _ceil(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _align(rows: int, to: int) -> int:
+    return _ceil(rows, to) * to if to > 1 else rows
+
+
+def slot_rows(inputs: RooflineInputs, b: int) -> int:
+    """Tokens on the busiest attention-DP rank (b spread evenly over the DP ranks)."""
+    return _ceil(b, inputs.attn_dp) if inputs.attn_dp > 1 else b
+
+
+def dp_gather_scatter(inputs: RooflineInputs, b: int) -> tuple[str, int, float]:
+    """(mode, collectives, bytes per GPU) of one attention-DP gather before an FFN and its reduction after,
+    over the TP group: the cheaper of SUM_LEN (two all-reduces of the summed, attention-TP-aligned rows) and
+    MAX_LEN (all-gather and reduce-scatter of every rank padded to the largest)."""
+    n, dp, atp, h = inputs.tp, inputs.attn_dp, inputs.attn_tp, inputs.model.hidden * ACT_BYTES
+    q, r = divmod(b, dp)
+    sum_len = r * _align(q + 1, atp) + (dp - r) * _align(q, atp) if q or r else 0
+    max_len = _align(q + (1 if r else 0), atp)
+    sum_bytes = 2 * 2 * (n - 1) / n * sum_len * h
+    max_bytes = 2 * (n - 1) / n * dp * max_len * h
+    return ("SUM_LEN", 2, sum_bytes) if sum_bytes < max_bytes else ("MAX_LEN", 2, max_bytes)
+
+
+def a2a_bytes(inputs: RooflineInputs, b: int) -> float:
+    """Dispatch + combine bytes the busiest GPU sends per MoE layer: its tokens' top-k copies that go to
+    other EP ranks, the dispatch at its dtype and the combine in bf16."""
+    m = inputs.model
+    tokens = _ceil(slot_rows(inputs, b), inputs.attn_tp)
+    copies = tokens * m.top_k * (inputs.ep - 1) / inputs.ep
+    return copies * m.hidden * (DISPATCH_BYTES[inputs.a2a_dispatch] + COMBINE_BYTES)
+
+
+def comm_cost(inputs: RooflineInputs, b: int) -> AllReduceCost:
+    """The step's collectives at batch b: per layer, by what it runs (see the module docstring)."""
+    m, g = inputs.model, inputs.gpu
+    h = m.hidden * ACT_BYTES
+    atp, slot = inputs.attn_tp, slot_rows(inputs, b)
+    a2a = inputs.moe_a2a != "none" and m.is_moe
+    parts: list[tuple[str, int, float]] = []
+
+    def ring_ar(size: int, rows: int) -> float:
+        return 2 * (size - 1) / size * rows * h
+
+    if atp > 1:
+        ar_layers = m.layers - (m.moe_layers if a2a else 0)
+        if ar_layers:
+            parts.append(("attention all-reduce", ar_layers, ar_layers * ring_ar(atp, slot)))
+        if a2a and m.moe_layers:
+            rows = _align(slot, atp)
+            parts.append(("attention reduce-scatter + all-gather", 2 * m.moe_layers,
+                          m.moe_layers * 2 * (atp - 1) / atp * rows * h))
+    if m.moe_layers and m.is_moe:
+        if a2a:
+            parts.append((f"MoE {inputs.moe_a2a} dispatch ({inputs.a2a_dispatch}) + combine (bf16)",
+                          2 * m.moe_layers, m.moe_layers * a2a_bytes(inputs, b)))
+        elif inputs.attn_dp > 1:
+            mode, n, nbytes = dp_gather_scatter(inputs, b)
+            parts.append((f"MoE DP gather + scatter ({mode})", n * m.moe_layers, nbytes * m.moe_layers))
+        elif inputs.moe_group > 1:
+            parts.append(("MoE all-reduce", m.moe_layers, m.moe_layers * ring_ar(inputs.moe_group, b)))
+    if m.dense_layers and inputs.mlp_tp > 1:
+        if inputs.attn_dp > 1 and inputs.mlp_tp == atp:
+            parts.append(("dense MLP all-reduce", m.dense_layers, m.dense_layers * ring_ar(atp, slot)))
+        elif inputs.attn_dp > 1:
+            mode, n, nbytes = dp_gather_scatter(inputs, b)
+            parts.append((f"dense MLP DP gather + scatter ({mode})", n * m.dense_layers, nbytes * m.dense_layers))
+        else:
+            parts.append(("dense MLP all-reduce", m.dense_layers, m.dense_layers * ring_ar(inputs.mlp_tp, b)))
+    count = sum(n for _, n, _ in parts)
+    total = sum(x for _, _, x in parts)
+    message = m.hidden * ACT_BYTES * b
+    return AllReduceCost(
+        count=count,
+        message_bytes=float(message),
+        ring_factor=total / (count * message) if count else 0.0,
+        bytes_per_gpu=total,
+        latency_s=count * inputs.latency_us * 1e-6,
+        transfer_s=total / (g.link_bw_gbps * 1e9) if count else 0.0,
+        parts=tuple(parts),
+    )
