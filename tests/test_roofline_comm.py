@@ -18,7 +18,8 @@ import json
 import pytest
 
 from toolkit.cli import main
-from toolkit.roofline import make_inputs, roofline
+from toolkit.roofline import make_inputs, roofline, theoretical_tok_s
+from toolkit.run.parallel_layout import roofline_layout
 
 ROW = 6144 * 2  # one token's bf16 hidden state
 FP8 = 1 + 4 / 128  # DeepEP's fp8 dispatch: 1 B an element + an fp32 scale per 128
@@ -65,6 +66,23 @@ def test_deepep_on_pcie_is_not_priced_as_an_all_reduce():
     nvl = roofline(make_inputs("glm-5", "b200", tp=8, ep=8, moe_a2a="deepep", a2a_dispatch="fp8", shared_tp=1,
                                weights="all=nvfp4")).rows[0].allreduce.transfer_s
     assert nvl == pytest.approx(pcie * 64 / 900)
+
+
+def test_server_info_layout_carries_the_a2a_backend_and_its_dispatch_dtype():
+    """The efficiency line's denominator comes from /server_info: deepep (EP8, shared experts replicated) with
+    its fp8 default, or NVFP4 where the server's env asks for it on a modelopt_fp4 checkpoint; it is said."""
+    info = {"tp_size": 8, "ep_size": 8, "moe_a2a_backend": "deepep", "quantization": "modelopt_fp4"}
+    kw, text = roofline_layout(info)
+    assert (kw["moe_a2a"], kw["a2a_dispatch"], kw["shared_tp"]) == ("deepep", "fp8", 1)
+    assert "MoE all-to-all deepep (fp8 dispatch: deepep's default)" in text
+    kw4, text4 = roofline_layout(info, environ={"SGLANG_MOE_NVFP4_DISPATCH": "1"})
+    assert kw4["a2a_dispatch"] == "nvfp4" and "nvfp4 dispatch" in text4
+    kwb, _ = roofline_layout({**info, "deepep_dispatcher_output_dtype": "bf16"})
+    assert kwb["a2a_dispatch"] == "bf16"
+    theo = theoretical_tok_s("glm-5", "rtx-pro-6000", batch=1, context=0, weights="all=nvfp4", **kw)
+    tp8 = theoretical_tok_s("glm-5", "rtx-pro-6000", tp=8, ep=1, batch=1, context=0, weights="all=nvfp4")
+    assert theo < tp8 * 0.7  # replicated shared experts and the PCIe all-to-all, not TP8's all-reduces
+    assert roofline_layout({"tp_size": 8})[0].get("moe_a2a", "none") == "none"
 
 
 def test_cli_says_what_was_modelled(capsys):

@@ -10,8 +10,8 @@ enable_dp_attention set whenever attention DP runs. So the width is read from re
 (`attn-dp-size`, or `dp-size` with `enable-dp-attention`), from 0.5.23's resolved fields (attn_dp_size
 with dp_size 1) and from older releases' fields (dp_size with enable_dp_attention) alike.
 
-`roofline_layout(info)`: the decode roofline's parallel arguments (toolkit.roofline.make_inputs; moe_dp_size
-and dcp_size (decode context parallelism: the KV cache split) included, sglang 0.5.23 srt/runtime_context.py derive_parallel_widths) from a
+`roofline_layout(info)`: the decode roofline's parallel arguments (toolkit.roofline.make_inputs; moe_dp_size,
+the all-to-all MoE backend and its dispatch dtype (`a2a_dispatch_dtype`), and dcp_size (decode context parallelism: the KV cache split) included, sglang 0.5.23 srt/runtime_context.py derive_parallel_widths) from a
 run's stored /server_info (sglang's resolved config), or why there are none.
 
 With attention DP, 0.5.23 divides the chunked prefill size among the attention-DP ranks
@@ -184,14 +184,20 @@ def roofline_layout(info: Mapping[str, Any] | None, source: str = "/server_info"
         dense = flag(info, "moe_dense_tp_size")
         dense_tp = int(dense) if dense not in (None, "") else None
         shared_tp, shared_why = shared_experts_tp(info, lay, environ)
+        a2a = str(flag(info, "moe_a2a_backend") or "none")
+        dispatch, dispatch_why = a2a_dispatch_dtype(info, environ)
     except (PatchbenchError, TypeError, ValueError) as exc:
         return f"{source} has an unreadable parallel field ({exc})"
     kw = {"tp": lay["tp_size"], "ep": lay["ep_size"], "attn_dp": lay["attn_dp_size"], "attn_cp": cp,
           "pp": lay["pp_size"], "dp": 1 if lay["dp_attention"] else lay["dp_size"], "dense_tp": dense_tp,
           "dp_lm_head": enabled(flag(info, "enable_dp_lm_head")), "moe_dp": moe_dp, "shared_tp": shared_tp, "dcp": dcp}
+    if a2a != "none":
+        kw.update(moe_a2a=a2a, a2a_dispatch=dispatch)
     parts = [f"TP{kw['tp']}"] + [f"{name}{kw[key]}" for key, name in
                                  (("ep", "EP"), ("attn_dp", "attn-DP"), ("attn_cp", "attn-CP"), ("moe_dp", "MoE-DP"),
                                   ("dcp", "DCP"), ("pp", "PP"), ("dp", "DP")) if kw[key] > 1]
+    if a2a != "none":
+        parts.append(f"MoE all-to-all {a2a} ({dispatch} dispatch: {dispatch_why})")
     if shared_tp is not None:
         parts.append(f"shared experts {'replicated' if shared_tp == 1 else f'TP{shared_tp}'} ({shared_why})")
     return kw, " ".join(parts) + f" from {source}"
