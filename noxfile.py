@@ -39,11 +39,13 @@ def _machine_pip_sources(session: nox.Session) -> list[str]:
     return json.loads(out.strip().splitlines()[-1])
 
 
-def _test_workers() -> str:
-    """pytest-xdist workers: twice the usable CPUs, at least 4, at most 16. The tests mostly wait
-    (on miniature servers, their paced steps, builds), so more workers than cores finish sooner."""
+def _test_workers(slow: bool) -> str:
+    """pytest-xdist workers. The fast tier mostly waits (on miniature servers, their paced steps, builds),
+    so more workers than cores finish sooner: 3 per CPU, at least 6 (2026-12-06, this 2-core box, the
+    same 874 tests: -n 4 9m22s, -n 6 7m01s, 650 CPU-s either way). The slow tier adds real sglang
+    launches (GBs of memory, CPU-bound imports and model loads each): 2 per CPU, at least 4. At most 16."""
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return str(min(16, max(4, 2 * cpus)))
+    return str(min(16, max(4, 2 * cpus)) if slow else min(16, max(6, 3 * cpus)))
 
 
 @nox.session(python="3.11")
@@ -56,7 +58,8 @@ def tests(session: nox.Session) -> None:
     session.install(*_machine_pip_sources(session), "torch==2.13.0")
     # Each test has its own PATCHBENCH_HOME (the `home` fixture); tests sharing one costly fixture
     # carry an xdist_group mark and run on one worker. A later -n in posargs wins.
-    session.run("pytest", "-n", _test_workers(), "--dist", "loadgroup", "--durations", "15", *session.posargs,
+    slow = os.environ.get("PATCHBENCH_SLOW") == "1" or "--slow" in session.posargs
+    session.run("pytest", "-n", _test_workers(slow), "--dist", "loadgroup", "--durations", "15", *session.posargs,
                 env={"PATCHBENCH_REQUIRE_TORCH": "1", **_bytecode_cache(session)})
 
 
