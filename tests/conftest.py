@@ -391,6 +391,24 @@ def bare_python(tmp_path_factory) -> Path:
     return py
 
 
+def interrupt_launches_after(monkeypatch, n: int) -> list[str]:
+    """Ctrl-C (KeyboardInterrupt) at the launch after the first `n` of `toolkit.run.pipeline.run_once`:
+    a campaign killed part-way. Returns the run ids of the launches that completed (filled as they do);
+    `monkeypatch.undo()` or setting run_once back restores the real one."""
+    import toolkit.run.pipeline as pipeline
+
+    real, launched = pipeline.run_once, []
+
+    def interrupted(*a, **kw):
+        if len(launched) >= n:
+            raise KeyboardInterrupt
+        launched.append(real(*a, **kw))
+        return launched[-1]
+
+    monkeypatch.setattr(pipeline, "run_once", interrupted)
+    return launched
+
+
 def demo_project(tmp_path: Path, monkeypatch) -> Path:
     """A scratch project holding the demo recipes, their patches and the miniature, as a user's own
     clone would (the current directory; recipes/ found from there)."""

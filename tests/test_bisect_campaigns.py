@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from conftest import cli_json, demo_project
+from conftest import cli_json, demo_project, interrupt_launches_after
 from toolkit.results.store import Store
 
 BENCH = ('[benchmark]\nconcurrency = [1]\ninput_len = 16\noutput_len = 16\nnum_prompts = 8\nwarmup = 1\n'
@@ -71,15 +71,7 @@ def test_a_killed_bisect_asked_again_continues_its_own_campaign(tmp_path, home, 
 
     root = demo_project(tmp_path, monkeypatch)
     _harmless_stack(root)
-    real, launched = pipeline.run_once, []
-
-    def dies_after_three(*a, **kw):
-        if len(launched) == 3:
-            raise KeyboardInterrupt
-        launched.append(real(*a, **kw))
-        return launched[-1]
-
-    monkeypatch.setattr(pipeline, "run_once", dies_after_three)
+    real, launched = pipeline.run_once, interrupt_launches_after(monkeypatch, 3)
     assert main([*BISECT, "--json"]) != 0
     capsys.readouterr()
     monkeypatch.setattr(pipeline, "run_once", real)
@@ -143,15 +135,7 @@ def test_a_killed_bisect_another_process_is_continuing_is_not_launched_into_twic
 
     root = demo_project(tmp_path, monkeypatch)
     _harmless_stack(root, 1)
-    real, launched = pipeline.run_once, []
-
-    def dies_after_one(*a, **kw):
-        if launched:
-            raise KeyboardInterrupt
-        launched.append(real(*a, **kw))
-        return launched[-1]
-
-    monkeypatch.setattr(pipeline, "run_once", dies_after_one)
+    real, launched = pipeline.run_once, interrupt_launches_after(monkeypatch, 1)
     assert main([*ONE, "--json"]) != 0
     capsys.readouterr()
     monkeypatch.setattr(pipeline, "run_once", real)

@@ -10,7 +10,7 @@ import subprocess
 
 from rich.console import Console
 
-from conftest import REPO_ROOT, demo_project
+from conftest import REPO_ROOT, demo_project, interrupt_launches_after
 from toolkit.history.autobisect import bisect_change
 from toolkit.history.series import Entry
 from toolkit.results.metrics import parse_spec
@@ -64,15 +64,7 @@ def test_a_killed_history_bisect_is_continued_under_its_lease_and_a_finished_one
                              home=home, store=store, console=Console(file=printed, width=300), group_id=group,
                              max_repeats=3)
 
-    real, launched = pipeline.run_once, []
-
-    def dies_after_one(*a, **kw):
-        if launched:
-            raise KeyboardInterrupt
-        launched.append(real(*a, **kw))
-        return launched[-1]
-
-    monkeypatch.setattr(pipeline, "run_once", dies_after_one)
+    real, launched = pipeline.run_once, interrupt_launches_after(monkeypatch, 1)
     try:
         bisect("killed000001")
         raise AssertionError("the bisect was not killed")
