@@ -23,7 +23,10 @@ from toolkit.tree.applied import AppliedTree
 REPO_ROOT = Path(__file__).resolve().parent.parent
 MINI_PY = REPO_ROOT / "upstream" / "minisglang" / "python"
 # Downloads and base venvs the tests keep between runs (CI keeps them for one run).
-TEST_CACHE = Path(os.environ.get("PATCHBENCH_TEST_CACHE", Path.home() / ".cache" / "patchbench-test"))
+# The tests' shared cache (releases, envs, downloads): PATCHBENCH_TEST_CACHE (PATCHBENCH_TEST_HOME, the name
+# some tests read, is the same place), else ~/.cache/patchbench-test. One definition, every test reads it.
+TEST_CACHE = Path(os.environ.get("PATCHBENCH_TEST_CACHE") or os.environ.get("PATCHBENCH_TEST_HOME")
+                  or Path.home() / ".cache" / "patchbench-test")
 
 
 def _load_mini_test_utils():

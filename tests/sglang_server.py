@@ -22,7 +22,9 @@ from pathlib import Path
 
 import pytest
 
-SHARED_HOME = Path(os.environ.get("PATCHBENCH_TEST_HOME", Path.home() / ".cache" / "patchbench-test"))
+from conftest import TEST_CACHE  # noqa: E402
+
+SHARED_HOME = TEST_CACHE  # conftest: one shared cache for every test
 RECIPE = "cpu/baseline"
 MODEL = "tiny-glm4-moe"
 READY_TIMEOUT_S = 1800

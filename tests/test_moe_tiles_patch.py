@@ -239,7 +239,7 @@ def test_the_recipes_env_logs_the_evidence_when_it_makes_the_moe_module(tmp_path
     from toolkit.run.pipeline import prepare
 
     recipe = load_recipe("moe-tiles")
-    home = Path(os.environ.get("PATCHBENCH_TEST_HOME", TEST_CACHE))
+    home = TEST_CACHE
     p = prepare(recipe, home, until="build")
     env = {**p.env.run_environ(), "CUDA_VISIBLE_DEVICES": "", "FLASHINFER_CUDA_ARCH_LIST": "12.0a",
            "FLASHINFER_WORKSPACE_BASE": str(tmp_path)}

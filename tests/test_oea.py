@@ -385,7 +385,7 @@ def test_select_experts_in_the_oea_env(torch):
     from toolkit.run.pipeline import prepare
     from toolkit.recipe.load import load_recipe
 
-    home = Path(os.environ.get("PATCHBENCH_TEST_HOME", TEST_CACHE))
+    home = TEST_CACHE
     p = prepare(load_recipe("oea"), home, until="build")
     proc = subprocess.run([str(p.env.python), str(CHECK), json.dumps(_recipe_env())], capture_output=True,
                           text=True, env={**p.env.run_environ(), "CUDA_VISIBLE_DEVICES": ""}, cwd=REPO_ROOT)

@@ -6,20 +6,19 @@ A patch written against sglang's git layout (python/sglang/...) must apply uncha
 
 from __future__ import annotations
 
-import os
 import textwrap
 from pathlib import Path
 
 import pytest
 
-from conftest import git
+from conftest import TEST_CACHE, git
 from toolkit.cli import main
 from toolkit.recipe.load import load_recipe
 from toolkit.tree.applied import apply_recipe
 
 pytestmark = pytest.mark.slow
 
-SHARED_HOME = Path(os.environ.get("PATCHBENCH_TEST_HOME", Path.home() / ".cache" / "patchbench-test"))
+SHARED_HOME = TEST_CACHE  # conftest: one shared cache for every test
 
 # Touches a file whose neighbourhood is the same in both releases (the version module) and adds a
 # module: both in git layout.

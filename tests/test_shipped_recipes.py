@@ -4,17 +4,16 @@ the static config check with the pinned sglang's own parser. Slow: full sglang e
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
 
-from conftest import REPO_ROOT
+from conftest import TEST_CACHE, REPO_ROOT
 from toolkit.cli import main
 
 pytestmark = pytest.mark.slow
 
-SHARED_HOME = Path(os.environ.get("PATCHBENCH_TEST_HOME", Path.home() / ".cache" / "patchbench-test"))
+SHARED_HOME = TEST_CACHE  # conftest: one shared cache for every test
 GLM5_TP8 = ["baseline", "cutlass", "ep8", "sbo", "oea", "tiles", "moe-tiles", "arch-120f", "full-stack"]
 SHIPPED = ["baseline", "cutlass", "ep8", "ep-vs-tp", "sm120-backends", "sbo", "oea", "tiles", "moe-tiles", "arch-120f", "full-stack", "sglang-0.5.10", "sglang-0.5.10-cutlass", "sglang-0.5.10-oea"]
 

@@ -5,18 +5,17 @@ Slow: a full sglang env (shared with test_shipped_recipes) and a resolution of a
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 
 import pytest
 
-from conftest import REPO_ROOT
+from conftest import TEST_CACHE, REPO_ROOT
 from toolkit.cli import main
 
 pytestmark = pytest.mark.slow
 
-SHARED_HOME = Path(os.environ.get("PATCHBENCH_TEST_HOME", Path.home() / ".cache" / "patchbench-test"))
+SHARED_HOME = TEST_CACHE  # conftest: one shared cache for every test
 
 
 @pytest.fixture
