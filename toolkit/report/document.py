@@ -10,7 +10,6 @@ the Markdown links the same plots as PNG files written beside it.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import PurePath
