@@ -270,7 +270,7 @@ class VariantMeter:
         the others are named in `reused`. The first call decides the sweep (`_join`)."""
         from toolkit.analysis import search_campaign
 
-        rows = [r for r in self.store.runs(run_ids=cached) if r.run_id in set(cached)] if cached else []
+        rows = self.store.runs(run_ids=cached) if cached else []
         order = {rid: i for i, rid in enumerate(cached)}
         rows.sort(key=lambda r: order[r.run_id])
         if not self.joined:

@@ -186,7 +186,8 @@ def launches_of(store, sel) -> dict[str, list[RunRow]]:
         idents = sorted({r.identity for r in mine if r.identity})
         groups = {r.group_id for r in mine if r.group_id}
         rows = {r.run_id: r for r in store.runs(recipe=name, identity=idents, limit=None)} if idents else {}
-        rows.update({r.run_id: r for r in store.runs(recipe=name, limit=None) if r.group_id in groups})
+        for group in sorted(groups):  # the store filters: a recipe's whole history is not read to find them
+            rows.update({r.run_id: r for r in store.runs(recipe=name, group_id=group, limit=None)})
         rows.update({r.run_id: r for r in mine})
         out[name] = sorted(rows.values(), key=lambda r: (r.started_at or "", r.run_id))
     return out

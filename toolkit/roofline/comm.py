@@ -59,6 +59,16 @@ def _ceil(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def _all_reduce(size: int, nbytes: float) -> float:
+    """Ring all-reduce traffic per GPU of an `nbytes` buffer over `size` GPUs: 2(N-1)/N of it."""
+    return 2 * (size - 1) / size * nbytes
+
+
+def _gather(size: int, nbytes: float) -> float:
+    """Ring all-gather (or reduce-scatter) traffic per GPU of the whole `nbytes` buffer: (N-1)/N of it."""
+    return (size - 1) / size * nbytes
+
+
 def _align(rows: int, to: int) -> int:
     return _ceil(rows, to) * to if to > 1 else rows
 
@@ -76,8 +86,8 @@ def dp_gather_scatter(inputs: RooflineInputs, b: int) -> tuple[str, int, float]:
     q, r = divmod(b, dp)
     sum_len = r * _align(q + 1, atp) + (dp - r) * _align(q, atp) if q or r else 0
     max_len = _align(q + (1 if r else 0), atp)
-    sum_bytes = 2 * 2 * (n - 1) / n * sum_len * h
-    max_bytes = 2 * (n - 1) / n * dp * max_len * h
+    sum_bytes = 2 * _all_reduce(n, sum_len * h)
+    max_bytes = 2 * _gather(n, dp * max_len * h)
     return ("SUM_LEN", 2, sum_bytes) if sum_bytes < max_bytes else ("MAX_LEN", 2, max_bytes)
 
 
@@ -98,17 +108,14 @@ def comm_cost(inputs: RooflineInputs, b: int) -> AllReduceCost:
     a2a = inputs.moe_a2a != "none" and m.is_moe
     parts: list[tuple[str, int, float]] = []
 
-    def ring_ar(size: int, rows: int) -> float:
-        return 2 * (size - 1) / size * rows * h
-
     if atp > 1:
         ar_layers = m.layers - (m.moe_layers if a2a else 0)
         if ar_layers:
-            parts.append(("attention all-reduce", ar_layers, ar_layers * ring_ar(atp, slot)))
+            parts.append(("attention all-reduce", ar_layers, ar_layers * _all_reduce(atp, slot * h)))
         if a2a and m.moe_layers:
             rows = _align(slot, atp)
             parts.append(("attention reduce-scatter + all-gather", 2 * m.moe_layers,
-                          m.moe_layers * 2 * (atp - 1) / atp * rows * h))
+                          m.moe_layers * 2 * _gather(atp, rows * h)))
     if m.moe_layers and m.is_moe:
         if a2a:
             parts.append((f"MoE {inputs.moe_a2a} dispatch ({inputs.a2a_dispatch}) + combine (bf16)",
@@ -117,15 +124,15 @@ def comm_cost(inputs: RooflineInputs, b: int) -> AllReduceCost:
             mode, n, nbytes = dp_gather_scatter(inputs, b)
             parts.append((f"MoE DP gather + scatter ({mode})", n * m.moe_layers, nbytes * m.moe_layers))
         elif inputs.moe_group > 1:
-            parts.append(("MoE all-reduce", m.moe_layers, m.moe_layers * ring_ar(inputs.moe_group, b)))
+            parts.append(("MoE all-reduce", m.moe_layers, m.moe_layers * _all_reduce(inputs.moe_group, b * h)))
     if m.dense_layers and inputs.mlp_tp > 1:
         if inputs.attn_dp > 1 and inputs.mlp_tp == atp:
-            parts.append(("dense MLP all-reduce", m.dense_layers, m.dense_layers * ring_ar(atp, slot)))
+            parts.append(("dense MLP all-reduce", m.dense_layers, m.dense_layers * _all_reduce(atp, slot * h)))
         elif inputs.attn_dp > 1:
             mode, n, nbytes = dp_gather_scatter(inputs, b)
             parts.append((f"dense MLP DP gather + scatter ({mode})", n * m.dense_layers, nbytes * m.dense_layers))
         else:
-            parts.append(("dense MLP all-reduce", m.dense_layers, m.dense_layers * ring_ar(inputs.mlp_tp, b)))
+            parts.append(("dense MLP all-reduce", m.dense_layers, m.dense_layers * _all_reduce(inputs.mlp_tp, b * h)))
     count = sum(n for _, n, _ in parts)
     total = sum(x for _, _, x in parts)
     message = m.hidden * ACT_BYTES * b
