@@ -512,3 +512,24 @@ def test_replicated_shared_experts_are_read_whole_on_every_gpu():
     assert any("shared experts replicated on every GPU" in line for line in tp1.assumptions)
     with pytest.raises(BadInput, match="shared-expert TP 3 must divide TP=8"):
         rl.roofline(rl.seed_glm5_inputs(shared_tp=3))
+
+
+def test_attention_dp_kv_cache_holds_only_the_ranks_own_sequences(capsys):
+    """sglang 0.5.23 sends each request to one attention-DP rank (round robin), which keeps its KV cache: at
+    b=8 over attention DP8 a GPU reads one sequence's KV, not eight (the old roofline charged all b)."""
+    from toolkit.cli import main
+
+    args = ["roofline", "--model", "glm-5", "--gpu", "rtx-pro-6000", "--tp", "8", "--batch", "1,8,9",
+            "--context", "4096", "--weights", "experts=nvfp4,rest=bf16", "--json"]
+    assert main(args) == 0
+    tp8 = json.loads(capsys.readouterr().out)["rows"]
+    assert main(args + ["--attn-dp", "8"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    dp8 = data["rows"]
+    kv = {r["batch"]: r["kv_bytes"] for r in dp8}
+    assert kv[8] == pytest.approx(kv[1]) and kv[8] == pytest.approx(tp8[0]["kv_bytes"])
+    assert kv[9] == pytest.approx(2 * kv[1])  # the busiest rank holds ceil(9 / 8) = 2
+    assert tp8[1]["kv_bytes"] == pytest.approx(8 * tp8[0]["kv_bytes"])  # without attention DP: all b on each GPU
+    attn = {r["batch"]: next(c for c in r["components"] if c["name"] == "attention") for r in dp8}
+    assert attn[8]["flops"] == pytest.approx(attn[1]["flops"])  # its own row through the replicated projections
+    assert any("ceil(b / 8) sequences" in line for line in data["assumptions"])

@@ -182,6 +182,11 @@ def assumptions(inputs: RooflineInputs) -> tuple[str, ...]:
             f"{m.kv_heads} KV heads x head_dim {m.head_dim} x 2 (K,V) per token per layer, KV heads split over TP "
             "(at least one per GPU)."
         )
+    if inputs.attn_dp > 1:
+        out.append(f"Attention DP {inputs.attn_dp}: each DP rank schedules its own requests with its own KV cache "
+                   "(sglang's round-robin dispatch), so the busiest GPU's attention, indexer and KV cache serve "
+                   f"ceil(b / {inputs.attn_dp}) sequences; the MoE"
+                   + (" and lm_head" if not inputs.dp_lm_head else "") + " run on all b tokens gathered over TP.")
     if inputs.dcp > 1:
         out.append(f"DCP={inputs.dcp} (sglang's dcp_size) inside attention TP: each GPU holds 1/{inputs.dcp} of every "
                    f"sequence's KV tokens, KV heads split over attention TP / DCP = {inputs.kv_tp}; the DCP "

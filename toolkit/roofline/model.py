@@ -8,7 +8,7 @@ from pathlib import Path
 
 from toolkit.errors import BadInput
 from toolkit.roofline.assumptions import assumptions
-from toolkit.roofline.comm import DISPATCH_BYTES, AllReduceCost, comm_cost
+from toolkit.roofline.comm import DISPATCH_BYTES, AllReduceCost, comm_cost, slot_rows
 from toolkit.roofline.configs import (
     GpuSpec, ModelShape, expected_distinct_experts, experts_on_busiest_gpu, get_gpu, load_model_config, model_shape,
 )
@@ -244,6 +244,11 @@ def _batch(inputs: RooflineInputs, b: int) -> BatchResult:
         peak = g.peak(dtype) or g.peak("bf16")
         out.append(ComponentCost(name, fmt, nbytes, flops, dtype, nbytes / bw, flops / peak if peak else 0.0))
 
+    # Attention DP: each DP rank is its own scheduler with its own KV pool, and the controller spreads the
+    # requests over the ranks (0.5.23 managers/data_parallel_controller.py:880-899 round_robin_scheduler, the
+    # default: arg_groups/serving_hook.py:222-233; :140-155 DPBudget.dispatch for the load-based ones), so the busiest GPU's attention, indexer
+    # and KV cache serve ceil(b / attn_dp) sequences, not b (the MoE still sees all b tokens, gathered over TP).
+    rows = slot_rows(inputs, b)
     # Attention projections, split over the attention-TP group (tp / attention DP / CP). "even": all
     # / attn_tp. "sglang": MLA q_a/kv_a replicated; GQA K/V split by KV head with at least one head
     # per rank (QKVParallelLinear replicates when kv_heads < attn_tp).
@@ -252,13 +257,14 @@ def _batch(inputs: RooflineInputs, b: int) -> BatchResult:
         attn = m.layers * (m.attn_sharded / atp + m.attn_replicated + m.attn_kv * kv_share)
     else:
         attn = m.layers * (m.attn_sharded + m.attn_replicated + m.attn_kv) / atp
-    add("attention", attn, 2 * b * attn)
+    add("attention", attn, 2 * rows * attn)
     if m.indexer_params:
         idx = m.layers * m.indexer_params * (1 if sglang else 1 / atp)
-        add("indexer", idx, 2 * b * idx)
+        add("indexer", idx, 2 * rows * idx)
     if m.dense_layers:
         dense = m.dense_layers * m.dense_mlp_params / inputs.mlp_tp
-        add("dense_mlp", dense, 2 * b * dense)
+        local = inputs.attn_dp > 1 and inputs.mlp_tp == atp  # split like attention: its own rows, no DP gather
+        add("dense_mlp", dense, 2 * (rows if local else b) * dense)
     distinct = 0.0
     if m.is_moe:
         # MoE DP: the busiest MoE-DP group runs its share of the b tokens over all experts on tp / moe_dp GPUs.
@@ -278,27 +284,28 @@ def _batch(inputs: RooflineInputs, b: int) -> BatchResult:
         add("router", router, 2 * b * router)
     add("embed", b * m.hidden / tp, 0.0)  # lookup of b rows
     head = m.vocab * m.hidden / inputs.lm_head_tp
-    add("lm_head", head, 2 * b * head)
+    add("lm_head", head, 2 * (rows if inputs.dp_lm_head else b) * head)
 
-    # KV cache: bytes read and the attention score/context FLOPs (heads split over attention TP).
+    # KV cache: bytes read and the attention score/context FLOPs (heads split over attention TP) of the busiest
+    # attention-DP rank's `rows` sequences.
     # DCP: each rank of a DCP group holds 1/dcp of every sequence's KV tokens (the index keys too).
     kvb = KV_BYTES[inputs.kv_dtype]
     ctx, dcp = inputs.context, inputs.dcp
     if m.is_mla:
         attn_tokens = min(ctx, m.index_topk) if m.index_topk else ctx
-        kv_bytes = b * m.layers * attn_tokens / dcp * m.kv_elems_per_token * kvb  # latent replicated per rank
+        kv_bytes = rows * m.layers * attn_tokens / dcp * m.kv_elems_per_token * kvb  # latent replicated per rank
         if m.index_topk:
-            kv_bytes += b * m.layers * ctx / dcp * (m.index_head_dim + 4)  # fp8 index keys + fp32 scale
-            idx_flops = (2 * b * m.layers * ctx / dcp * m.index_heads * m.index_head_dim
+            kv_bytes += rows * m.layers * ctx / dcp * (m.index_head_dim + 4)  # fp8 index keys + fp32 scale
+            idx_flops = (2 * rows * m.layers * ctx / dcp * m.index_heads * m.index_head_dim
                          * (1 if sglang else 1 / atp))
         else:
             idx_flops = 0.0
-        core = 2 * b * m.layers * (m.heads / atp) * attn_tokens * (m.attn_score_dim + m.attn_value_dim)
+        core = 2 * rows * m.layers * (m.heads / atp) * attn_tokens * (m.attn_score_dim + m.attn_value_dim)
         kv_flops = core + idx_flops
     else:
         heads_per_gpu = max(m.kv_heads / inputs.kv_tp, 1.0)
-        kv_bytes = b * m.layers * ctx / dcp * 2 * heads_per_gpu * m.head_dim * kvb
-        kv_flops = 2 * b * m.layers * (m.heads / atp) * ctx * (m.attn_score_dim + m.attn_value_dim)
+        kv_bytes = rows * m.layers * ctx / dcp * 2 * heads_per_gpu * m.head_dim * kvb
+        kv_flops = 2 * rows * m.layers * (m.heads / atp) * ctx * (m.attn_score_dim + m.attn_value_dim)
     peak = g.peak("bf16")
     out.append(ComponentCost("kv_cache", inputs.kv_dtype, kv_bytes, kv_flops, "bf16", kv_bytes / bw, kv_flops / peak))
     return BatchResult(batch=b, distinct_experts=distinct, components=tuple(out), allreduce=comm_cost(inputs, b))
