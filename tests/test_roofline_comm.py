@@ -108,3 +108,36 @@ def test_a2a_with_moe_dp_is_a_clear_error(capsys):
     err = capsys.readouterr().err
     assert rc != 0 and "MoE DP 2 under --moe-a2a-backend deepep is not modelled" in err
     assert "Traceback" not in err
+
+
+FP4_INFO = {"tp_size": 8, "ep_size": 8, "attn_dp_size": 8, "dp_size": 1, "enable_dp_attention": True,
+            "moe_a2a_backend": "none", "moe_runner_backend": "flashinfer_cutlass", "quantization": "modelopt_fp4",
+            "disable_flashinfer_cutlass_moe_fp4_allgather": False}
+
+
+def test_flashinfer_fp4_allgather_moves_nvfp4_tokens_not_a_bf16_dp_gather(capsys):
+    """sglang 0.5.23's FlashInfer cutlass FP4 all-gather (layers/moe/utils.py:707-718; token_dispatcher/standard.py
+    :177-210 and :288-300): each MoE layer all-gathers the b tokens over TP8 as NVFP4 (0.5 B + an fp8 scale per 16)
+    with their top-8 fp32 weights and int32 ids in one grouped call, and reduce-scatters the bf16 outputs back.
+    /server_info's resolved fields select it; it was priced as the bf16 DP gather + scatter."""
+    kw, text = roofline_layout(FP4_INFO)
+    kw = {k: v for k, v in kw.items() if k != "tp"}
+    assert kw["fp4_allgather"] is True and kw["shared_tp"] == 1 and "FP4 all-gather" in text
+    assert "fp4_allgather" not in roofline_layout({**FP4_INFO, "disable_flashinfer_cutlass_moe_fp4_allgather": True})[0]
+    for b in (1, 64):
+        ar = _comm(b, **kw).allreduce
+        moe = 75 * (7 / 8 * b * (6144 * 0.5625 + 8 * 8) + 7 / 8 * b * ROW)
+        dense = 3 * {1: 2 * 2 * 7 / 8 * ROW, 64: 2 * 7 / 8 * 64 * ROW}[b]  # the 3 dense layers' DP gather as before
+        assert ar.count == 156 and ar.bytes_per_gpu == pytest.approx(moe + dense)
+        assert ar.parts[0][0] == "MoE FP4 all-gather (nvfp4) + reduce-scatter (bf16)"
+        bf16 = _comm(b, **{**kw, "fp4_allgather": False}).allreduce
+        assert ar.bytes_per_gpu < 0.7 * bf16.bytes_per_gpu
+    assert main(["roofline", "--model", "glm-5", "--gpu", "rtx-pro-6000", "--tp", "8", "--ep", "8", "--attn-dp", "8",
+                 "--fp4-allgather", "--batch", "1", "--weights", "all=nvfp4", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["fp4_allgather"] and data["shared_tp"] == 1
+    assert data["rows"][0]["allreduce"]["bytes_per_gpu"] == pytest.approx(_comm(1, **kw).allreduce.bytes_per_gpu)
+    assert any("FP4 all-gather" in line and "NVFP4" in line for line in data["assumptions"])
+    rc = main(["roofline", "--model", "glm-5", "--gpu", "rtx-pro-6000", "--tp", "8", "--ep", "8", "--fp4-allgather"])
+    err = capsys.readouterr().err
+    assert rc != 0 and "FP4 all-gather needs a MoE model with attention DP = EP = TP" in err and "Traceback" not in err

@@ -58,6 +58,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--a2a-dispatch-dtype", default=None, dest="a2a_dispatch", choices=sorted(rl.DISPATCH_BYTES),
                         help="dtype the all-to-all dispatches hidden states in (default: what sglang 0.5.23 picks for "
                              "the backend with no flags: deepep fp8, mooncake fp8, nixl fp8, flashinfer bf16, else bf16)")
+    parser.add_argument("--fp4-allgather", action="store_true",
+                        help="sglang's FlashInfer cutlass FP4 all-gather MoE path (moe_runner_backend flashinfer_cutlass, "
+                             "modelopt_fp4, attention DP = EP = TP): the MoE's tokens gathered in NVFP4 and the outputs "
+                             "reduce-scattered in bf16, shared experts replicated; default off")
     parser.add_argument("--batch", type=_batches, default=[1, 2, 4, 8, 16, 32, 64], help="batch sizes, e.g. 1,2,4,8")
     parser.add_argument("--context", type=int, default=0, help="tokens in each sequence's KV cache (default 0)")
     parser.add_argument(
@@ -93,7 +97,8 @@ def summary_table(result: rl.RooflineResult) -> Table:
     title = (
         f"Decode roofline: {i.model.name} on {i.tp}x {i.gpu.key} (TP{i.tp}, EP{i.ep}"
         + (f", attention DP{i.attn_dp}" if i.attn_dp > 1 else "") + (f", attention CP{i.attn_cp}" if i.attn_cp > 1 else "")
-        + (f", MoE DP{i.moe_dp}" if i.moe_dp > 1 else "") + (f", DCP{i.dcp}" if i.dcp > 1 else "") + f"), context {i.context}, "
+        + (f", MoE DP{i.moe_dp}" if i.moe_dp > 1 else "") + (f", DCP{i.dcp}" if i.dcp > 1 else "")
+        + (", FP4 all-gather" if i.fp4_allgather else "") + f"), context {i.context}, "
         f"weights {i.weights.spec}, sharding {i.sharding}"
     )
     table = Table(title=title, title_justify="left")
@@ -158,8 +163,8 @@ def component_table(result: rl.RooflineResult) -> Table:
 def run(args: argparse.Namespace) -> int:
     a2a, shared_tp = args.moe_a2a, args.shared_tp
     dispatch = args.a2a_dispatch or a2a_dispatch_dtype({"moe_a2a_backend": a2a})[0]
-    if a2a != "none" and shared_tp is None:
-        shared_tp = 1  # sglang 0.5.23 builds the shared experts replicated under an all-to-all backend
+    if (a2a != "none" or args.fp4_allgather) and shared_tp is None:
+        shared_tp = 1  # sglang 0.5.23 builds the shared experts replicated there (parallel_layout.shared_experts_tp)
     inputs = rl.make_inputs(
         args.model,
         args.gpu,
@@ -178,6 +183,7 @@ def run(args: argparse.Namespace) -> int:
         dcp=args.dcp,
         moe_a2a=a2a,
         a2a_dispatch=dispatch,
+        fp4_allgather=args.fp4_allgather,
     )
     result = rl.roofline(inputs)
     if args.json:

@@ -41,6 +41,13 @@ def _communication(inputs: RooflineInputs) -> str:
             f"a bf16 combine of them back, the 1/EP={inputs.ep} share routed to the rank's own experts staying "
             "local (uniform routing; each rank sends its own tokens, ceil(tokens / attention TP), padding not "
             "dispatched); ")
+    elif m.is_moe and inputs.fp4_allgather:
+        text.append(f"MoE under the FlashInfer cutlass FP4 all-gather: each rank's tokens quantized to NVFP4 "
+                    f"({DISPATCH_BYTES['nvfp4']:.4g} B/elem with scales) plus top-k={m.top_k} fp32 weights and int32 "
+                    f"ids all-gathered over TP {inputs.tp} (the b tokens unpadded, a bound: MAX_LEN padding would gather "
+                    f"{inputs.attn_dp} x ceil(b / {inputs.attn_dp}) rows), the bf16 expert outputs "
+                    "reduce-scattered back (assumes the checkpoint's input scale is set, as for modelopt_fp4 "
+                    "without per-token activations; else sglang gathers bf16); ")
     elif m.is_moe and inputs.attn_dp > 1:
         text.append(f"MoE: the attention-DP ranks' tokens gathered over TP {inputs.tp} before it and reduced back "
                     "after (sglang's SUM_LEN: two all-reduces of the summed rows, or MAX_LEN: all-gather + "

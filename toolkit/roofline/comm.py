@@ -14,6 +14,13 @@ DP ranks, moe/utils.py:721 is_moe_input_scattered_across_dp_ranks):
   (low-latency mode at decode: one copy per routed expert) at the dispatch dtype plus a bf16 combine of
   the same copies back; the share routed to the rank's own experts, 1/EP under uniform routing, stays
   local. Shared experts are replicated there (no traffic).
+- FlashInfer cutlass FP4 all-gather (attention DP = EP = TP, moe_runner_backend flashinfer_cutlass, a
+  modelopt_fp4 checkpoint: layers/moe/utils.py:707-718 should_use_flashinfer_cutlass_moe_fp4_allgather):
+  each rank quantizes its own tokens to NVFP4 before the gather and the dispatcher all-gathers them over TP
+  in one grouped call (token_dispatcher/standard.py:177-210: the fp4 values, their fp8 scales per 16, the
+  fp32 top-k weights and int32 top-k ids; parallel_state.py:1441-1510 all_gatherv of the ranks' counts
+  as padded for the gather, dp_attention.py:395-411: the roofline takes the unpadded b tokens, a bound
+  like SUM_LEN below), then reduce-scatters the bf16 expert outputs back (standard.py:288-300 reduce_scatterv).
 - Attention DP without an all-to-all backend: before the MLP/MoE the DP ranks' tokens are gathered over
   TP and after it reduced back (dp_attention.py:987-1043 _dp_gather, :1080 dp_scatter, :1120
   dp_reduce_scatter_tensor). sglang picks one of two modes (DpPaddingMode, dp_attention.py:152-219):
@@ -36,6 +43,7 @@ from toolkit.roofline.inputs import ACT_BYTES, RooflineInputs
 # low-latency FP8 dispatch), NVFP4 with one fp8 scale per 16, MX formats with one e8m0 scale per 32.
 DISPATCH_BYTES = {"bf16": 2.0, "fp8": 1 + 4 / 128, "nvfp4": 0.5 + 1 / 16, "mxfp4": 0.5 + 1 / 32, "mxfp8": 1 + 1 / 32}
 COMBINE_BYTES = float(ACT_BYTES)  # the combine returns bf16 expert outputs
+TOPK_BYTES = 4 + 4  # per routed copy in the FP4 all-gather: an fp32 top-k weight and an int32 expert id
 
 
 @dataclass(frozen=True)
@@ -100,6 +108,14 @@ def a2a_bytes(inputs: RooflineInputs, b: int) -> float:
     return copies * m.hidden * (DISPATCH_BYTES[inputs.a2a_dispatch] + COMBINE_BYTES)
 
 
+def fp4_allgather_bytes(inputs: RooflineInputs, b: int) -> float:
+    """Bytes per GPU of one MoE layer's FP4 all-gather path: all b tokens gathered over TP (NVFP4 hidden states
+    with their scales, top-k weights and ids) and their bf16 outputs reduce-scattered back."""
+    m, n = inputs.model, inputs.tp
+    gathered = b * (m.hidden * DISPATCH_BYTES["nvfp4"] + m.top_k * TOPK_BYTES)
+    return _gather(n, gathered) + _gather(n, b * m.hidden * COMBINE_BYTES)
+
+
 def comm_cost(inputs: RooflineInputs, b: int) -> AllReduceCost:
     """The step's collectives at batch b: per layer, by what it runs (see the module docstring)."""
     m, g = inputs.model, inputs.gpu
@@ -120,6 +136,9 @@ def comm_cost(inputs: RooflineInputs, b: int) -> AllReduceCost:
         if a2a:
             parts.append((f"MoE {inputs.moe_a2a} dispatch ({inputs.a2a_dispatch}) + combine (bf16)",
                           2 * m.moe_layers, m.moe_layers * a2a_bytes(inputs, b)))
+        elif inputs.fp4_allgather:
+            parts.append(("MoE FP4 all-gather (nvfp4) + reduce-scatter (bf16)", 2 * m.moe_layers,
+                          m.moe_layers * fp4_allgather_bytes(inputs, b)))
         elif inputs.attn_dp > 1:
             mode, n, nbytes = dp_gather_scatter(inputs, b)
             parts.append((f"MoE DP gather + scatter ({mode})", n * m.moe_layers, nbytes * m.moe_layers))

@@ -23,7 +23,9 @@ The shared experts of a DeepSeek-style MoE are split over `shared_tp` GPUs (None
 rank, as sglang 0.5.23 builds them under an all-to-all MoE backend or the FlashInfer FP4 all-gather:
 models/deepseek_v2.py DeepseekV2MoE, `parallel_group="replicated"`; toolkit.run.parallel_layout reads which).
 Under an all-to-all MoE backend (`moe_a2a`, sglang's moe_a2a_backend) the MoE layer's traffic is a dispatch
-(at `a2a_dispatch`) and combine of the routed tokens, not an all-reduce: toolkit.roofline.comm.
+(at `a2a_dispatch`) and combine of the routed tokens, not an all-reduce; under the FlashInfer cutlass FP4
+all-gather (`fp4_allgather`) an NVFP4 all-gather of the DP ranks' tokens and a bf16 reduce-scatter back:
+toolkit.roofline.comm.
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ class RooflineInputs:
     dcp: int = 1  # decode context parallelism inside attention TP (sglang's dcp_size): KV tokens split dcp ways
     moe_a2a: str = "none"  # sglang's moe_a2a_backend: "none", or the all-to-all that dispatches/combines MoE tokens
     a2a_dispatch: str = "bf16"  # the dtype the all-to-all dispatches hidden states in (toolkit.roofline.comm)
+    fp4_allgather: bool = False  # the FlashInfer cutlass FP4 all-gather MoE path (toolkit.roofline.comm)
 
     @property
     def attn_tp(self) -> int:

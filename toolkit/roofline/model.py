@@ -142,6 +142,7 @@ class RooflineResult:
             "dcp": i.dcp,
             "moe_a2a_backend": i.moe_a2a,
             "a2a_dispatch": i.a2a_dispatch,
+            "fp4_allgather": i.fp4_allgather,
             "lm_head_tp": i.lm_head_tp,
             "context": i.context,
             "kv_dtype": i.kv_dtype,
@@ -208,6 +209,13 @@ def validate(inputs: RooflineInputs) -> None:
     if inputs.moe_a2a != "none" and inputs.moe_dp > 1:
         raise BadInput(f"MoE DP {inputs.moe_dp} under --moe-a2a-backend {inputs.moe_a2a} is not modelled",
                        hint="use --moe-dp 1 with an all-to-all MoE backend")
+    if inputs.fp4_allgather and not (inputs.model.is_moe and inputs.attn_dp == inputs.ep == inputs.tp
+                                     and inputs.moe_a2a == "none"):
+        raise BadInput(f"the FlashInfer FP4 all-gather needs a MoE model with attention DP = EP = TP and no "
+                       f"all-to-all backend (got TP{inputs.tp} EP{inputs.ep} attention DP{inputs.attn_dp}, "
+                       f"--moe-a2a-backend {inputs.moe_a2a})",
+                       hint="sglang 0.5.23 takes it only when ep_size == attn_dp_size (layers/moe/utils.py:707-718) "
+                            "and all-gathers over TP with one size per DP rank: e.g. --tp 8 --ep 8 --attn-dp 8")
     if inputs.latency_us < 0:
         raise BadInput("all-reduce latency must be >= 0", hint="e.g. --allreduce-latency-us 10")
 
@@ -333,7 +341,8 @@ def make_inputs(
     **parallel,
 ) -> RooflineInputs:
     """Build inputs from names: a model NAME/path/config dict, a GPU name, a weight spec; `parallel`:
-    RooflineInputs' attn_dp, attn_cp, pp, dp, dense_tp, dp_lm_head, moe_dp, shared_tp, dcp, moe_a2a, a2a_dispatch."""
+    RooflineInputs' attn_dp, attn_cp, pp, dp, dense_tp, dp_lm_head, moe_dp, shared_tp, dcp, moe_a2a, a2a_dispatch,
+    fp4_allgather."""
     if isinstance(model, ModelShape):
         shape = model
     elif isinstance(model, Mapping):

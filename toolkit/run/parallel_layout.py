@@ -11,7 +11,8 @@ enable_dp_attention set whenever attention DP runs. So the width is read from re
 with dp_size 1) and from older releases' fields (dp_size with enable_dp_attention) alike.
 
 `roofline_layout(info)`: the decode roofline's parallel arguments (toolkit.roofline.make_inputs; moe_dp_size,
-the all-to-all MoE backend and its dispatch dtype (`a2a_dispatch_dtype`), and dcp_size (decode context parallelism: the KV cache split) included, sglang 0.5.23 srt/runtime_context.py derive_parallel_widths) from a
+the all-to-all MoE backend and its dispatch dtype (`a2a_dispatch_dtype`), the FlashInfer FP4 all-gather
+(`fp4_allgather`), and dcp_size (decode context parallelism: the KV cache split) included, sglang 0.5.23 srt/runtime_context.py derive_parallel_widths) from a
 run's stored /server_info (sglang's resolved config), or why there are none.
 
 With attention DP, 0.5.23 divides the chunked prefill size among the attention-DP ranks
@@ -106,6 +107,16 @@ SHARED_TP1_A2A = ("deepep", "pplx", "mooncake", "nixl", "mori", "ascend_fuseep",
                   "flashinfer_megamoe", "deepep_v2")
 
 
+def fp4_allgather(info: Mapping, lay: Mapping) -> bool:
+    """Whether sglang 0.5.23 runs the FlashInfer cutlass FP4 all-gather MoE path (layers/moe/utils.py:707-718
+    should_use_flashinfer_cutlass_moe_fp4_allgather): no all-to-all backend, moe_runner_backend flashinfer_cutlass,
+    attention DP, a modelopt_fp4 checkpoint, ep_size == attn_dp_size, not disable_flashinfer_cutlass_moe_fp4_allgather."""
+    return (str(flag(info, "moe_a2a_backend") or "none") == "none"
+            and not enabled(flag(info, "disable_flashinfer_cutlass_moe_fp4_allgather"))
+            and flag(info, "moe_runner_backend") == "flashinfer_cutlass" and lay["attn_dp_size"] > 1
+            and flag(info, "quantization") == "modelopt_fp4" and lay["ep_size"] == lay["attn_dp_size"])
+
+
 def shared_experts_tp(info: Mapping, lay: Mapping, environ: Mapping | None = None) -> tuple[int | None, str]:
     """(GPUs a DeepSeek-style shared expert is split over: None for TP, 1 replicated; why), as sglang 0.5.23
     builds it from the resolved config: `shared_experts_tp_size` when set (Kimi-K3's flag,
@@ -120,9 +131,7 @@ def shared_experts_tp(info: Mapping, lay: Mapping, environ: Mapping | None = Non
     a2a = str(flag(info, "moe_a2a_backend") or "none")
     if a2a in SHARED_TP1_A2A:
         return 1, f"moe_a2a_backend {a2a}"
-    if (a2a == "none" and not enabled(flag(info, "disable_flashinfer_cutlass_moe_fp4_allgather"))
-            and flag(info, "moe_runner_backend") == "flashinfer_cutlass" and lay["attn_dp_size"] > 1
-            and flag(info, "quantization") == "modelopt_fp4" and lay["ep_size"] == lay["attn_dp_size"]):
+    if fp4_allgather(info, lay):
         return 1, "the FlashInfer cutlass FP4 all-gather"
     if enabled((environ or {}).get("SGLANG_SHARED_EXPERT_TP1", "false")):
         return 1, "SGLANG_SHARED_EXPERT_TP1"
@@ -193,11 +202,15 @@ def roofline_layout(info: Mapping[str, Any] | None, source: str = "/server_info"
           "dp_lm_head": enabled(flag(info, "enable_dp_lm_head")), "moe_dp": moe_dp, "shared_tp": shared_tp, "dcp": dcp}
     if a2a != "none":
         kw.update(moe_a2a=a2a, a2a_dispatch=dispatch)
+    if fp4_allgather(info, lay):
+        kw["fp4_allgather"] = True
     parts = [f"TP{kw['tp']}"] + [f"{name}{kw[key]}" for key, name in
                                  (("ep", "EP"), ("attn_dp", "attn-DP"), ("attn_cp", "attn-CP"), ("moe_dp", "MoE-DP"),
                                   ("dcp", "DCP"), ("pp", "PP"), ("dp", "DP")) if kw[key] > 1]
     if a2a != "none":
         parts.append(f"MoE all-to-all {a2a} ({dispatch} dispatch: {dispatch_why})")
+    if kw.get("fp4_allgather"):
+        parts.append("MoE FlashInfer cutlass FP4 all-gather")
     if shared_tp is not None:
         parts.append(f"shared experts {'replicated' if shared_tp == 1 else f'TP{shared_tp}'} ({shared_why})")
     return kw, " ".join(parts) + f" from {source}"
