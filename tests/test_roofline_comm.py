@@ -141,3 +141,27 @@ def test_flashinfer_fp4_allgather_moves_nvfp4_tokens_not_a_bf16_dp_gather(capsys
     rc = main(["roofline", "--model", "glm-5", "--gpu", "rtx-pro-6000", "--tp", "8", "--ep", "8", "--fp4-allgather"])
     err = capsys.readouterr().err
     assert rc != 0 and "FP4 all-gather needs a MoE model with attention DP = EP = TP" in err and "Traceback" not in err
+
+
+def test_bound_names_the_collective_and_each_batch_keeps_its_padding_mode(capsys):
+    """A communication-bound row says which collective costs most (under deepep there is no all-reduce after
+    the MoE: it used to say "all-reduce"), and the per-collective rows show each batch's own attention-DP
+    padding mode (the b=64 column was labelled with b=1's SUM_LEN while priced as MAX_LEN)."""
+    args = ["roofline", "--model", "qwen3-30b-a3b", "--gpu", "rtx-pro-6000", "--tp", "8", "--ep", "8", "--batch", "1",
+            "--weights", "all=nvfp4", "--moe-a2a-backend", "deepep"]
+    assert main(args + ["--json"]) == 0
+    row = json.loads(capsys.readouterr().out)["rows"][0]
+    times = {p["what"]: p["count"] * 10e-6 + p["bytes_per_gpu"] / 64e9 for p in row["allreduce"]["parts"]}
+    assert row["allreduce"]["time_s"] > row["mem_s"] + row["compute_s"]
+    assert row["bound"] == f"comm: {max(times, key=times.get)}" == "comm: attention reduce-scatter + all-gather"
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "comm: attention reduce-scatter + all-gather" in out and "│ all-reduce" not in out
+    assert "MoE all-to-all deepep (fp8 dispatch)" in out  # the title names the layout
+    assert main(["roofline", "--model", "glm-5", "--gpu", "rtx-pro-6000", "--tp", "8", "--attn-dp", "8",
+                 "--batch", "1,64", "--weights", "all=nvfp4"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if "MoE DP gather + scatter" in x)
+    assert "SUM_LEN" in line.split("│")[3] and "MAX_LEN" in line.split("│")[4]
+    assert main(["roofline", "--model", "glm-5", "--gpu", "rtx-pro-6000", "--tp", "8", "--batch", "1",
+                 "--weights", "experts=nvfp4,rest=bf16", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["rows"][0]["bound"] == "memory"

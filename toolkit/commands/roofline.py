@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from toolkit import roofline as rl
+from toolkit.roofline.comm import split_mode
 from toolkit.run.parallel_layout import SHARED_TP1_A2A, a2a_dispatch_dtype
 
 HELP = "theoretical decode tok/s (memory/compute/communication roofline) for a model on a GPU"
@@ -98,7 +99,8 @@ def summary_table(result: rl.RooflineResult) -> Table:
         f"Decode roofline: {i.model.name} on {i.tp}x {i.gpu.key} (TP{i.tp}, EP{i.ep}"
         + (f", attention DP{i.attn_dp}" if i.attn_dp > 1 else "") + (f", attention CP{i.attn_cp}" if i.attn_cp > 1 else "")
         + (f", MoE DP{i.moe_dp}" if i.moe_dp > 1 else "") + (f", DCP{i.dcp}" if i.dcp > 1 else "")
-        + (", FP4 all-gather" if i.fp4_allgather else "") + f"), context {i.context}, "
+        + (", FP4 all-gather" if i.fp4_allgather else "")
+        + (f", MoE all-to-all {i.moe_a2a} ({i.a2a_dispatch} dispatch)" if i.moe_a2a != "none" else "") + f"), context {i.context}, "
         f"weights {i.weights.spec}, sharding {i.sharding}"
     )
     table = Table(title=title, title_justify="left")
@@ -138,7 +140,8 @@ def summary_table(result: rl.RooflineResult) -> Table:
 
 def component_table(result: rl.RooflineResult) -> Table:
     table = Table(
-        title="Per component, per GPU per step: GB read / ms (M memory-bound, C compute-bound)", title_justify="left"
+        title="Per component, per GPU per step: GB read / ms (M memory-bound, C compute-bound); per collective: "
+              "count x / ms (attention DP: sglang's padding mode)", title_justify="left"
     )
     table.add_column("component")
     table.add_column("format")
@@ -151,12 +154,12 @@ def component_table(result: rl.RooflineResult) -> Table:
             c = row.component(comp.name)
             cells.append(f"{_gb(c.bytes)} / {_ms(c.time_s)} {'C' if c.bound == 'compute' else 'M'}")
         table.add_row(comp.name, comp.fmt, *cells)
-    link = result.inputs.gpu.link_bw_gbps * 1e9
-    lat = result.inputs.latency_us * 1e-6
     for i, (what, _, _) in enumerate(first.allreduce.parts):
-        cells = [f"{row.allreduce.parts[i][1]} x / {_ms(row.allreduce.parts[i][1] * lat + row.allreduce.parts[i][2] / link)}"
-                 for row in result.rows]
-        table.add_row(what, "", *cells)
+        cells = []
+        for row in result.rows:  # the same parts at every batch; the attention-DP padding mode can differ
+            mode = split_mode(row.allreduce.parts[i][0])[1]
+            cells.append(f"{row.allreduce.parts[i][1]} x / {_ms(row.allreduce.part_time_s(i))}" + (f" {mode}" if mode else ""))
+        table.add_row(split_mode(what)[0], "", *cells)
     return table
 
 

@@ -62,6 +62,32 @@ class AllReduceCost:
     def time_s(self) -> float:
         return self.latency_s + self.transfer_s
 
+    def part_time_s(self, index: int) -> float:
+        """Seconds of one part: its collectives' latency plus its bytes over the link."""
+        _, n, nbytes = self.parts[index]
+        return (n * self.latency_s / self.count if self.count else 0.0) + (
+            nbytes * self.transfer_s / self.bytes_per_gpu if self.bytes_per_gpu else 0.0)
+
+    @property
+    def costliest(self) -> str:
+        """The part that takes the most time, by name without its DP padding mode ("" without collectives)."""
+        if not self.parts:
+            return ""
+        i = max(range(len(self.parts)), key=self.part_time_s)
+        return split_mode(self.parts[i][0])[0]
+
+
+DP_MODES = ("SUM_LEN", "MAX_LEN")
+
+
+def split_mode(what: str) -> tuple[str, str]:
+    """("MoE DP gather + scatter", "SUM_LEN") from "MoE DP gather + scatter (SUM_LEN)"; (what, "") otherwise:
+    a part's name is the same at every batch, its attention-DP padding mode may not be."""
+    for mode in DP_MODES:
+        if what.endswith(f" ({mode})"):
+            return what[: -len(mode) - 3], mode
+    return what, ""
+
 
 def _ceil(a: int, b: int) -> int:
     return -(-a // b)

@@ -90,10 +90,13 @@ class BatchResult:
 
     @property
     def bound(self) -> str:
-        parts = {"memory": 0.0, "compute": 0.0, "all-reduce": self.allreduce.time_s}
+        """"memory", "compute", or "comm: " and the collective that costs the most (e.g. "comm: MoE deepep
+        dispatch (fp8) + combine (bf16)"), whichever of the three sums is largest."""
+        parts = {"memory": 0.0, "compute": 0.0, "comm": self.allreduce.time_s}
         for c in self.components:
             parts[c.bound] += c.time_s
-        return max(parts, key=parts.get)
+        top = max(parts, key=parts.get)
+        return f"comm: {self.allreduce.costliest}" if top == "comm" else top
 
     def to_dict(self) -> dict:
         return {
