@@ -457,7 +457,7 @@ def test_a_server_with_decode_context_parallelism_gets_its_kv_split(capsys):
             "dcp_size": 2, "pp_size": 1, "moe_dense_tp_size": None, "enable_dp_lm_head": False,
             "enable_dp_attention": False}
     kw, text = roofline_layout(info)
-    assert text == "TP8 DCP2 from /server_info" and kw["dcp"] == 2
+    assert text == "TP8 DCP2 DCP exchange a2a (assumed: no dcp_comm_backend) from /server_info" and kw["dcp"] == 2
     w = "experts=nvfp4,rest=bf16"
     dcp = rl.roofline(rl.make_inputs("glm-5", "rtx-pro-6000", batches=(8,), context=65536, weights=w, **kw)).rows[0]
     flat = rl.roofline(rl.make_inputs("glm-5", "rtx-pro-6000", batches=(8,), context=65536, weights=w,

@@ -165,3 +165,53 @@ def test_bound_names_the_collective_and_each_batch_keeps_its_padding_mode(capsys
     assert main(["roofline", "--model", "glm-5", "--gpu", "rtx-pro-6000", "--tp", "8", "--batch", "1",
                  "--weights", "experts=nvfp4,rest=bf16", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["rows"][0]["bound"] == "memory"
+
+
+# GLM-5 (DSA, MLA: 64 heads, kv_lora 512 + rope 64) at TP8 DCP2: 8 query heads a rank, 16 in the DCP group
+HEADS, SCORE, VALUE = 8, 512 + 64, 512
+
+
+@pytest.mark.parametrize("info, what, count, per_layer", [
+    # 0.5.23 default on CUDA for a DSA model: a2a, and dcp_replicate_q_proj on (model_overrides/deepseek_v2.py:32):
+    # one all-to-all of [2, b, 8 heads, 512 + 2] bf16, half of it leaving the rank
+    ({"dcp_comm_backend": "a2a", "dcp_replicate_q_proj": True}, ["DCP output all-to-all (a2a)"], 78,
+     1 / 2 * 2 * 4 * HEADS * (VALUE + 2) * 2),
+    # --no-dcp-replicate-q-proj: the absorbed queries [8 heads, b, 576] bf16 all-gathered first
+    ({"dcp_comm_backend": "a2a", "dcp_replicate_q_proj": False}, ["DCP query all-gather", "DCP output all-to-all (a2a)"],
+     156, 1 / 2 * 2 * 4 * HEADS * SCORE * 2 + 1 / 2 * 2 * 4 * HEADS * (VALUE + 2) * 2),
+    # ag_rs: query all-gather, the fp32 LSEs [b, 16] all-gathered, the fp32 outputs [16, b, 512] reduce-scattered
+    ({"dcp_comm_backend": "ag_rs", "dcp_replicate_q_proj": False},
+     ["DCP query all-gather", "DCP LSE all-gather + output reduce-scatter (fp32)"], 234,
+     1 / 2 * 2 * 4 * HEADS * SCORE * 2 + 1 / 2 * 2 * 4 * 16 * 4 + 1 / 2 * 4 * 16 * VALUE * 4),
+])
+def test_dcp_exchange_of_partial_attention_outputs_is_priced(info, what, count, per_layer, capsys):
+    """sglang 0.5.23's DCP (layers/dcp/comm.py) merges each layer's partial attention outputs across the DCP
+    group; the roofline used to count DCP's KV split and none of this traffic (b=4, no TP all-reduce left out)."""
+    base = {"tp_size": 8, "dcp_size": 2}
+    kw, text = roofline_layout({**base, **info})
+    assert f"DCP exchange {info['dcp_comm_backend']}" in text
+    kw = {k: v for k, v in kw.items() if k != "tp"}
+    ar = _comm(4, **kw).allreduce
+    dcp = [p for p in ar.parts if p[0].startswith("DCP")]
+    assert [p[0] for p in dcp] == what
+    assert sum(p[1] for p in dcp) == count and sum(p[2] for p in dcp) == pytest.approx(78 * per_layer)
+    assert ar.bytes_per_gpu == pytest.approx(156 * 2 * 7 / 8 * 4 * ROW + 78 * per_layer)
+    assert main(["roofline", "--model", "glm-5", "--gpu", "rtx-pro-6000", "--tp", "8", "--dcp", "2", "--batch", "4",
+                 "--weights", "all=nvfp4", "--json", "--dcp-comm-backend", info["dcp_comm_backend"],
+                 "--dcp-replicate-q-proj" if info["dcp_replicate_q_proj"] else "--no-dcp-replicate-q-proj"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["rows"][0]["allreduce"]["bytes_per_gpu"] == pytest.approx(ar.bytes_per_gpu)
+    assert any("per layer the group exchanges" in line for line in data["assumptions"])
+
+
+def test_dcp_defaults_follow_sglang_and_gqa_uses_the_triton_merge():
+    # the CLI's defaults for a DSA model: a2a with the query projection replicated, no query all-gather
+    glm = _comm(1, dcp=2).allreduce.parts
+    assert [p[0] for p in glm if p[0].startswith("DCP")] == ["DCP output all-to-all (a2a)"]
+    # GQA (Llama-3.1-8B: 32 heads of 128 at TP8: 4 a rank) always gathers queries and all-reduces fp32 outputs
+    gqa = roofline(make_inputs("llama-3.1-8b", "rtx-pro-6000", tp=8, dcp=2, batches=(1,))).rows[0].allreduce.parts
+    dcp = {p[0]: p[2] for p in gqa if p[0].startswith("DCP")}
+    assert dcp == pytest.approx({"DCP query all-gather": 32 * 1 / 2 * 2 * 4 * 128 * 2,
+                                 "DCP LSE all-gather + output all-reduce (fp32)": 32 * (1 / 2 * 2 * 8 * 4 + 8 * 128 * 4)})
+    with pytest.raises(Exception, match="unknown DCP communication backend"):
+        _comm(1, dcp=2, dcp_comm="nccl")

@@ -48,6 +48,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dcp", type=int, default=1,
                         help="decode context-parallel size within the attention TP (sglang's dcp_size): each GPU "
                              "holds 1/dcp of every sequence's KV cache; default 1")
+    parser.add_argument("--dcp-comm-backend", default="a2a", dest="dcp_comm", choices=list(rl.DCP_COMMS),
+                        help="how the DCP ranks merge partial attention outputs (sglang's --dcp-comm-backend): one "
+                             "all-to-all (a2a, fi_a2a) or an all-gather + reduce-scatter (ag_rs); default a2a")
+    parser.add_argument("--dcp-replicate-q-proj", action=argparse.BooleanOptionalAction, default=None,
+                        dest="dcp_replicate_q",
+                        help="sglang's --dcp-replicate-q-proj: no query all-gather in the DCP group (default: on for "
+                             "DSA models under a2a/fi_a2a, as sglang 0.5.23 sets it)")
     parser.add_argument("--shared-experts-tp", type=int, default=None, dest="shared_tp",
                         help="GPUs a shared expert is split over (default: --tp; 1: replicated on every GPU, as "
                              "sglang builds them under --moe-a2a-backend deepep/mooncake/... or the FP4 all-gather)")
@@ -187,6 +194,8 @@ def run(args: argparse.Namespace) -> int:
         moe_a2a=a2a,
         a2a_dispatch=dispatch,
         fp4_allgather=args.fp4_allgather,
+        dcp_comm=args.dcp_comm,
+        dcp_replicate_q=args.dcp_replicate_q,
     )
     result = rl.roofline(inputs)
     if args.json:

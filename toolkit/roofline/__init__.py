@@ -32,7 +32,7 @@ model and its result types) and ``assumptions`` (the sentences printed beside th
 from __future__ import annotations
 
 from toolkit.roofline.assumptions import assumptions
-from toolkit.roofline.comm import DISPATCH_BYTES, comm_cost
+from toolkit.roofline.comm import DCP_COMMS, DISPATCH_BYTES, comm_cost
 from toolkit.roofline.configs import (
     DATA_DIR, GPUS_FILE, MODELS_DIR, GpuSpec, ModelShape, expected_distinct_experts, experts_on_busiest_gpu, get_gpu,
     known_models, load_gpus, load_model_config, model_shape,
@@ -54,6 +54,7 @@ __all__ = [
     "COMPONENTS",
     "COMPONENT_ALIASES",
     "DATA_DIR",
+    "DCP_COMMS",
     "DEFAULT_FORMAT",
     "DEFAULT_WEIGHTS",
     "DISPATCH_BYTES",

@@ -66,6 +66,21 @@ def _communication(inputs: RooflineInputs) -> str:
     return "".join(text)
 
 
+def _dcp_exchange(inputs: RooflineInputs) -> str:
+    """What a DCP group sends per layer (roofline.comm.dcp_parts), in words."""
+    m = inputs.model
+    q = ("its queries (all-gathered: each rank attends with the group's heads)" if inputs.dcp_q_gathered else
+         "no queries (dcp_replicate_q_proj: each rank projects the group's heads itself; that projection's extra "
+         "weight reads are not counted)")
+    if m.is_mla and inputs.dcp_comm in ("a2a", "fi_a2a"):
+        merge = f"one {inputs.dcp_comm} all-to-all of the bf16 partial outputs with their LSEs packed in"
+    elif m.is_mla:
+        merge = "an fp32 LSE all-gather and an fp32 reduce-scatter of the partial outputs (ag_rs)"
+    else:
+        merge = "an fp32 LSE all-gather and an fp32 all-reduce of the partial outputs (the triton backend's)"
+    return f"{q}, then {merge}"
+
+
 def assumptions(inputs: RooflineInputs) -> tuple[str, ...]:
     """Every assumption behind the numbers, as sentences to print next to them."""
     m, g, w, tp, ep = inputs.model, inputs.gpu, inputs.weights, inputs.tp, inputs.ep
@@ -196,8 +211,8 @@ def assumptions(inputs: RooflineInputs) -> tuple[str, ...]:
                    + (" and lm_head" if not inputs.dp_lm_head else "") + " run on all b tokens gathered over TP.")
     if inputs.dcp > 1:
         out.append(f"DCP={inputs.dcp} (sglang's dcp_size) inside attention TP: each GPU holds 1/{inputs.dcp} of every "
-                   f"sequence's KV tokens, KV heads split over attention TP / DCP = {inputs.kv_tp}; the DCP "
-                   "attention reduction (partial outputs and LSEs exchanged in the group) is not counted.")
+                   f"sequence's KV tokens, KV heads split over attention TP / DCP = {inputs.kv_tp}; per layer the "
+                   "group exchanges " + _dcp_exchange(inputs) + ".")
     if inputs.context == 0:
         out.append("Context 0: KV cache reads and attention-core FLOPs are left out (the single-token limit).")
     out.append(

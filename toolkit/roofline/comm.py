@@ -29,6 +29,14 @@ DP ranks, moe/utils.py:721 is_moe_input_scattered_across_dp_ranks):
   takes the cheaper of the two at each batch (a bound: CUDA-graph decode takes MAX_LEN unless the custom
   all-reduce holds the sum).
 
+- Decode context parallelism (dcp_size N inside attention TP; 0.5.23 layers/dcp/comm.py): each DCP rank
+  attends over its 1/N of the tokens with the group's N x heads/attn_tp query heads, so per layer the
+  queries are all-gathered over the group (MLA: absorbed q_nope + q_pe, forward_mla.py:664-670, skipped under
+  dcp_replicate_q_proj; GQA: the triton backend, triton_backend.py:2422-2470) and the partial outputs
+  merged: a2a / fi_a2a one all-to-all of bf16 outputs with their LSE packed in (dcp_a2a_lse_reduce,
+  comm.py:474-537), ag_rs an fp32 LSE all-gather and an fp32 reduce-scatter of the outputs (MLA,
+  cp_lse_ag_out_rs_mla, comm.py:85-123) or all-reduce (GQA, cp_lse_ag_out_rs_mha, comm.py:56-82).
+
 Each collective costs the GPU table's latency plus its bytes per GPU over the link (ring traffic:
 all-reduce 2(N-1)/N x message, reduce-scatter and all-gather (N-1)/N x the whole buffer).
 """
@@ -78,6 +86,7 @@ class AllReduceCost:
 
 
 DP_MODES = ("SUM_LEN", "MAX_LEN")
+DCP_COMMS = ("a2a", "fi_a2a", "ag_rs")  # sglang 0.5.23's --dcp-comm-backend choices (fields/parallel.py:127-139)
 
 
 def split_mode(what: str) -> tuple[str, str]:
@@ -142,6 +151,28 @@ def fp4_allgather_bytes(inputs: RooflineInputs, b: int) -> float:
     return _gather(n, gathered) + _gather(n, b * m.hidden * COMBINE_BYTES)
 
 
+def dcp_parts(inputs: RooflineInputs, b: int) -> list[tuple[str, int, float]]:
+    """The DCP group's per-step exchange (see the module docstring): Q all-gather and output merge, per layer."""
+    m, n, layers = inputs.model, inputs.dcp, inputs.model.layers
+    rows, heads = slot_rows(inputs, b), m.heads / inputs.attn_tp  # this rank's tokens and query heads
+    group_heads = n * heads
+    out: list[tuple[str, int, float]] = []
+    if inputs.dcp_q_gathered:
+        q_dim = m.attn_score_dim  # MLA absorbed: kv_lora + rope; GQA: head_dim
+        out.append(("DCP query all-gather", layers, layers * _gather(n, n * rows * heads * q_dim * ACT_BYTES)))
+    lse = _gather(n, n * rows * group_heads * 4)  # every rank's fp32 LSE of the group's heads
+    if inputs.dcp_comm in ("a2a", "fi_a2a") and m.is_mla:
+        packed = n * rows * heads * (m.attn_value_dim + 2) * ACT_BYTES  # LSE as 2 bf16 columns (comm.py:497-503)
+        out.append((f"DCP output all-to-all ({inputs.dcp_comm})", layers, layers * _gather(n, packed)))
+    elif m.is_mla:
+        rs = _gather(n, rows * group_heads * m.attn_value_dim * 4)
+        out.append(("DCP LSE all-gather + output reduce-scatter (fp32)", 2 * layers, layers * (lse + rs)))
+    else:
+        ar = _all_reduce(n, rows * group_heads * m.attn_value_dim * 4)
+        out.append(("DCP LSE all-gather + output all-reduce (fp32)", 2 * layers, layers * (lse + ar)))
+    return out
+
+
 def comm_cost(inputs: RooflineInputs, b: int) -> AllReduceCost:
     """The step's collectives at batch b: per layer, by what it runs (see the module docstring)."""
     m, g = inputs.model, inputs.gpu
@@ -170,6 +201,8 @@ def comm_cost(inputs: RooflineInputs, b: int) -> AllReduceCost:
             parts.append((f"MoE DP gather + scatter ({mode})", n * m.moe_layers, nbytes * m.moe_layers))
         elif inputs.moe_group > 1:
             parts.append(("MoE all-reduce", m.moe_layers, m.moe_layers * _all_reduce(inputs.moe_group, b * h)))
+    if inputs.dcp > 1:
+        parts.extend(dcp_parts(inputs, b))
     if m.dense_layers and inputs.mlp_tp > 1:
         if inputs.attn_dp > 1 and inputs.mlp_tp == atp:
             parts.append(("dense MLP all-reduce", m.dense_layers, m.dense_layers * _all_reduce(atp, slot * h)))

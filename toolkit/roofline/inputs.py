@@ -63,6 +63,8 @@ class RooflineInputs:
     moe_a2a: str = "none"  # sglang's moe_a2a_backend: "none", or the all-to-all that dispatches/combines MoE tokens
     a2a_dispatch: str = "bf16"  # the dtype the all-to-all dispatches hidden states in (toolkit.roofline.comm)
     fp4_allgather: bool = False  # the FlashInfer cutlass FP4 all-gather MoE path (toolkit.roofline.comm)
+    dcp_comm: str = "a2a"  # sglang's dcp_comm_backend: how DCP ranks merge partial attention outputs
+    dcp_replicate_q: bool | None = None  # sglang's dcp_replicate_q_proj (None: its default, dcp_q_gathered)
 
     @property
     def attn_tp(self) -> int:
@@ -93,6 +95,16 @@ class RooflineInputs:
         """Groups a layer's KV heads are split over: attention TP / DCP (the DCP ranks of a group hold the
         same heads, each 1/dcp of the tokens; 0.5.23 configs/model_config.py get_num_kv_heads)."""
         return max(self.attn_tp // self.dcp, 1)
+
+    @property
+    def dcp_q_gathered(self) -> bool:
+        """Whether an MLA layer all-gathers its queries over the DCP group: unless dcp_replicate_q_proj, which
+        0.5.23 turns on by default for DSA models under the a2a/fi_a2a exchange (arg_groups/model_overrides/
+        deepseek_v2.py:32-33) and allows only there (arg_groups/parallel_hook.py:265-273)."""
+        replicate = self.dcp_replicate_q
+        if replicate is None:
+            replicate = bool(self.model.index_topk) and self.dcp_comm in ("a2a", "fi_a2a")
+        return not (replicate and self.model.is_mla)
 
     @property
     def mlp_tp(self) -> int:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from toolkit.errors import BadInput
 from toolkit.roofline.assumptions import assumptions
-from toolkit.roofline.comm import DISPATCH_BYTES, AllReduceCost, comm_cost, slot_rows
+from toolkit.roofline.comm import DCP_COMMS, DISPATCH_BYTES, AllReduceCost, comm_cost, slot_rows
 from toolkit.roofline.configs import (
     GpuSpec, ModelShape, expected_distinct_experts, experts_on_busiest_gpu, get_gpu, load_model_config, model_shape,
 )
@@ -146,6 +146,8 @@ class RooflineResult:
             "moe_a2a_backend": i.moe_a2a,
             "a2a_dispatch": i.a2a_dispatch,
             "fp4_allgather": i.fp4_allgather,
+            "dcp_comm": i.dcp_comm,
+            "dcp_q_gathered": i.dcp_q_gathered,
             "lm_head_tp": i.lm_head_tp,
             "context": i.context,
             "kv_dtype": i.kv_dtype,
@@ -212,6 +214,8 @@ def validate(inputs: RooflineInputs) -> None:
     if inputs.moe_a2a != "none" and inputs.moe_dp > 1:
         raise BadInput(f"MoE DP {inputs.moe_dp} under --moe-a2a-backend {inputs.moe_a2a} is not modelled",
                        hint="use --moe-dp 1 with an all-to-all MoE backend")
+    if inputs.dcp_comm not in DCP_COMMS:
+        raise BadInput(f"unknown DCP communication backend {inputs.dcp_comm!r}", hint=f"use one of {', '.join(DCP_COMMS)}")
     if inputs.fp4_allgather and not (inputs.model.is_moe and inputs.attn_dp == inputs.ep == inputs.tp
                                      and inputs.moe_a2a == "none"):
         raise BadInput(f"the FlashInfer FP4 all-gather needs a MoE model with attention DP = EP = TP and no "
@@ -345,7 +349,7 @@ def make_inputs(
 ) -> RooflineInputs:
     """Build inputs from names: a model NAME/path/config dict, a GPU name, a weight spec; `parallel`:
     RooflineInputs' attn_dp, attn_cp, pp, dp, dense_tp, dp_lm_head, moe_dp, shared_tp, dcp, moe_a2a, a2a_dispatch,
-    fp4_allgather."""
+    fp4_allgather, dcp_comm, dcp_replicate_q."""
     if isinstance(model, ModelShape):
         shape = model
     elif isinstance(model, Mapping):

@@ -12,7 +12,7 @@ with dp_size 1) and from older releases' fields (dp_size with enable_dp_attentio
 
 `roofline_layout(info)`: the decode roofline's parallel arguments (toolkit.roofline.make_inputs; moe_dp_size,
 the all-to-all MoE backend and its dispatch dtype (`a2a_dispatch_dtype`), the FlashInfer FP4 all-gather
-(`fp4_allgather`), and dcp_size (decode context parallelism: the KV cache split) included, sglang 0.5.23 srt/runtime_context.py derive_parallel_widths) from a
+(`fp4_allgather`), and dcp_size with its dcp_comm_backend and dcp_replicate_q_proj (decode context parallelism: the KV cache split) included, sglang 0.5.23 srt/runtime_context.py derive_parallel_widths) from a
 run's stored /server_info (sglang's resolved config), or why there are none.
 
 With attention DP, 0.5.23 divides the chunked prefill size among the attention-DP ranks
@@ -209,6 +209,11 @@ def roofline_layout(info: Mapping[str, Any] | None, source: str = "/server_info"
                                   ("dcp", "DCP"), ("pp", "PP"), ("dp", "DP")) if kw[key] > 1]
     if a2a != "none":
         parts.append(f"MoE all-to-all {a2a} ({dispatch} dispatch: {dispatch_why})")
+    if dcp > 1:
+        comm = str(flag(info, "dcp_comm_backend") or "")
+        rep = flag(info, "dcp_replicate_q_proj")
+        kw.update(dcp_comm=comm or "a2a", dcp_replicate_q=None if rep is None else enabled(rep))
+        parts.append(f"DCP exchange {comm}" if comm else "DCP exchange a2a (assumed: no dcp_comm_backend)")
     if kw.get("fp4_allgather"):
         parts.append("MoE FlashInfer cutlass FP4 all-gather")
     if shared_tp is not None:
