@@ -215,3 +215,35 @@ def test_dcp_defaults_follow_sglang_and_gqa_uses_the_triton_merge():
                                  "DCP LSE all-gather + output all-reduce (fp32)": 32 * (1 / 2 * 2 * 8 * 4 + 8 * 128 * 4)})
     with pytest.raises(Exception, match="unknown DCP communication backend"):
         _comm(1, dcp=2, dcp_comm="nccl")
+
+
+def test_cp_decode_attention_tp_slices_attention_weights_and_dwdp_is_refused_with_its_reason(capsys):
+    """sglang 0.5.23's enable_cp_decode_attn_tp (layers/cp/cp_decode_attn_tp.py, models/deepseek_v2.py:2265-2289)
+    slices GLM-5's q_b_proj, w_kc/w_vc and o_proj over the CP ranks at decode, o_proj all-reducing over them: the
+    roofline read those weights whole on every CP rank. dwdp_size re-fetches remote experts each decode step
+    (arg_groups/parallel_hook.py:459-464): refused with that reason rather than priced as plain TP."""
+    info = {"tp_size": 8, "attn_cp_size": 8, "moe_dp_size": 1, "enable_cp_decode_attn_tp": True}
+    kw, text = roofline_layout(info)
+    assert kw["cp_attn_tp"] is True and "attn-CP8" in text and "CP decode attention TP" in text
+    kw = {k: v for k, v in kw.items() if k != "tp"}
+    on, off = _comm(1, **kw), _comm(1, **{**kw, "cp_attn_tp": False})
+    glm = on.component("attention").bytes
+    m = make_inputs("glm-5", "rtx-pro-6000").model
+    sharded, replicated = 78 * m.attn_sharded * 0.5625, 78 * m.attn_replicated * 0.5625  # all=nvfp4
+    assert off.component("attention").bytes == pytest.approx(sharded + replicated)  # attention TP 1: all of it
+    assert glm == pytest.approx(sharded / 8 + replicated)
+    assert [p[0] for p in on.allreduce.parts][0] == "attention all-reduce"
+    assert on.allreduce.parts[0][1:] == (78, pytest.approx(78 * 2 * 7 / 8 * ROW))
+    assert "attention all-reduce" not in [p[0] for p in off.allreduce.parts]
+    assert main(["roofline", "--model", "glm-5", "--gpu", "rtx-pro-6000", "--tp", "8", "--attn-cp", "8",
+                 "--cp-decode-attn-tp", "--batch", "1", "--weights", "all=nvfp4", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["cp_decode_attn_tp"] == 8 and data["rows"][0]["step_s"] == pytest.approx(on.step_s)
+    assert main(["roofline", "--model", "llama-3.1-8b", "--gpu", "rtx-pro-6000", "--tp", "8", "--attn-cp", "2",
+                 "--cp-decode-attn-tp"]) == 2
+    assert "MLA models only" in capsys.readouterr().err
+    kw, text = roofline_layout({"tp_size": 8, "dwdp_size": 8, "attn_dp_size": 8, "ep_size": 8})
+    assert "DWDP8" in text
+    with pytest.raises(Exception, match="DWDP \\(dwdp_size 8\\) is not modelled") as exc:
+        theoretical_tok_s("glm-5", "rtx-pro-6000", batch=1, context=0, weights="all=nvfp4", **kw)
+    assert "re-fetches every remote expert" in exc.value.hint

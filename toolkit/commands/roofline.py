@@ -42,6 +42,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "--enable-dp-attention): attention runs over tp/attn-dp GPUs; default 1")
     parser.add_argument("--attn-cp", type=int, default=1,
                         help="attention context-parallel size within --tp (sglang's attn_cp_size); default 1")
+    parser.add_argument("--cp-decode-attn-tp", action="store_true", dest="cp_attn_tp",
+                        help="sglang's --enable-cp-decode-attn-tp: at decode the attention's head-split weights are "
+                             "sliced over the --attn-cp ranks too (MLA models); default off")
     parser.add_argument("--moe-dp", type=int, default=1,
                         help="MoE data-parallel size within --tp (sglang's moe_dp_size, equal to --attn-cp when > 1): "
                              "each group of tp/moe-dp GPUs holds every expert and runs its own tokens; default 1")
@@ -196,6 +199,7 @@ def run(args: argparse.Namespace) -> int:
         fp4_allgather=args.fp4_allgather,
         dcp_comm=args.dcp_comm,
         dcp_replicate_q=args.dcp_replicate_q,
+        cp_attn_tp=args.cp_attn_tp,
     )
     result = rl.roofline(inputs)
     if args.json:

@@ -28,7 +28,9 @@ def _communication(inputs: RooflineInputs) -> str:
            f"{inputs.attn_dp}))" if inputs.attn_dp > 1 else "")
     text = [f"Communication per layer (hidden {m.hidden} x {ACT_BYTES} B bf16 a token"
             + (f"; {per}" if per else "") + "): "]
-    attn = (f"one all-reduce after attention over attention TP {atp}" if atp > 1
+    datp = inputs.decode_attn_tp
+    attn = (f"one all-reduce after attention over attention TP {atp}" if datp == atp > 1
+            else f"one all-reduce after attention over the {datp} GPUs of CP decode attention TP" if datp > 1
             else "none after attention (attention TP 1)")
     if a2a and atp > 1:
         attn += (f" (MoE layers: reduce-scatter after it and all-gather before the next, of the rows padded to a "
@@ -209,6 +211,11 @@ def assumptions(inputs: RooflineInputs) -> tuple[str, ...]:
                    "(sglang's round-robin dispatch), so the busiest GPU's attention, indexer and KV cache serve "
                    f"ceil(b / {inputs.attn_dp}) sequences; the MoE"
                    + (" and lm_head" if not inputs.dp_lm_head else "") + " run on all b tokens gathered over TP.")
+    if inputs.decode_attn_tp != atp:
+        out.append(f"CP decode attention TP (sglang's enable_cp_decode_attn_tp): at decode the head-split attention "
+                   f"weights (q_b_proj, kv_b's w_kc/w_vc, o_proj) and the heads are sliced over attention TP {atp} x CP "
+                   f"{inputs.attn_cp} = {inputs.decode_attn_tp} GPUs (q_a/kv_a and the indexer stay as they are) and "
+                   f"o_proj all-reduces over those {inputs.decode_attn_tp}.")
     if inputs.dcp > 1:
         out.append(f"DCP={inputs.dcp} (sglang's dcp_size) inside attention TP: each GPU holds 1/{inputs.dcp} of every "
                    f"sequence's KV tokens, KV heads split over attention TP / DCP = {inputs.kv_tp}; per layer the "

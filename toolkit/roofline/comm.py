@@ -181,14 +181,13 @@ def comm_cost(inputs: RooflineInputs, b: int) -> AllReduceCost:
     a2a = inputs.moe_a2a != "none" and m.is_moe
     parts: list[tuple[str, int, float]] = []
 
-    if atp > 1:
-        ar_layers = m.layers - (m.moe_layers if a2a else 0)
+    if inputs.decode_attn_tp > 1:  # o_proj's all-reduce: over attention TP (x CP under CP decode attention TP)
+        ar_layers = m.layers - (m.moe_layers if a2a and atp > 1 else 0)
         if ar_layers:
-            parts.append(("attention all-reduce", ar_layers, ar_layers * _all_reduce(atp, slot * h)))
-        if a2a and m.moe_layers:
-            rows = _align(slot, atp)
-            parts.append(("attention reduce-scatter + all-gather", 2 * m.moe_layers,
-                          m.moe_layers * 2 * _gather(atp, rows * h)))
+            parts.append(("attention all-reduce", ar_layers, ar_layers * _all_reduce(inputs.decode_attn_tp, slot * h)))
+    if atp > 1 and a2a and m.moe_layers:
+        rows = _align(slot, atp)
+        parts.append(("attention reduce-scatter + all-gather", 2 * m.moe_layers, m.moe_layers * 2 * _gather(atp, rows * h)))
     if m.moe_layers and m.is_moe:
         if a2a:
             parts.append((f"MoE {inputs.moe_a2a} dispatch ({inputs.a2a_dispatch}) + combine (bf16)",

@@ -65,11 +65,21 @@ class RooflineInputs:
     fp4_allgather: bool = False  # the FlashInfer cutlass FP4 all-gather MoE path (toolkit.roofline.comm)
     dcp_comm: str = "a2a"  # sglang's dcp_comm_backend: how DCP ranks merge partial attention outputs
     dcp_replicate_q: bool | None = None  # sglang's dcp_replicate_q_proj (None: its default, dcp_q_gathered)
+    cp_attn_tp: bool = False  # sglang's enable_cp_decode_attn_tp: attention weights sliced over the CP ranks at decode
+    dwdp: int = 1  # sglang's dwdp_size (refused: toolkit.roofline.model.validate)
 
     @property
     def attn_tp(self) -> int:
         """GPUs one attention layer's weights are split over."""
         return max(self.tp // (self.attn_dp * self.attn_cp), 1)
+
+    @property
+    def decode_attn_tp(self) -> int:
+        """GPUs one attention layer's head-split weights (MLA q_b_proj, kv_b's w_kc/w_vc, o_proj) are sliced over at
+        decode: attention TP, times the CP ranks under enable_cp_decode_attn_tp (0.5.23 layers/cp/
+        cp_decode_attn_tp.py:53-75, models/deepseek_v2.py:2265-2289: q_b_proj, o_proj, w_kc, w_vc and the heads sliced
+        over attn_cp ranks; o_proj then all-reduces, layers/linear.py:1803-1823). Without CP it does nothing."""
+        return self.attn_tp * self.attn_cp if self.cp_attn_tp and self.attn_cp > 1 else self.attn_tp
 
     @property
     def moe_tp(self) -> int:

@@ -147,6 +147,7 @@ class RooflineResult:
             "a2a_dispatch": i.a2a_dispatch,
             "fp4_allgather": i.fp4_allgather,
             "dcp_comm": i.dcp_comm,
+            "cp_decode_attn_tp": i.decode_attn_tp if i.decode_attn_tp != i.attn_tp else None,
             "dcp_q_gathered": i.dcp_q_gathered,
             "lm_head_tp": i.lm_head_tp,
             "context": i.context,
@@ -216,6 +217,14 @@ def validate(inputs: RooflineInputs) -> None:
                        hint="use --moe-dp 1 with an all-to-all MoE backend")
     if inputs.dcp_comm not in DCP_COMMS:
         raise BadInput(f"unknown DCP communication backend {inputs.dcp_comm!r}", hint=f"use one of {', '.join(DCP_COMMS)}")
+    if inputs.dwdp > 1:
+        raise BadInput(f"DWDP (dwdp_size {inputs.dwdp}) is not modelled",
+                       hint="sglang 0.5.23 arg_groups/parallel_hook.py:459-464: under DWDP each decode step re-fetches "
+                            "every remote expert's weights over the link; the roofline has no term for that")
+    if inputs.cp_attn_tp and inputs.attn_cp > 1 and not inputs.model.is_mla:
+        raise BadInput("CP decode attention TP (enable_cp_decode_attn_tp) is modelled for MLA models only",
+                       hint="sglang 0.5.23 allows it only for GLM-5 / DeepSeek-V4 architectures "
+                            "(arg_groups/model_hook.py:193-203, layers/cp/cp_decode_attn_tp.py:28-37)")
     if inputs.fp4_allgather and not (inputs.model.is_moe and inputs.attn_dp == inputs.ep == inputs.tp
                                      and inputs.moe_a2a == "none"):
         raise BadInput(f"the FlashInfer FP4 all-gather needs a MoE model with attention DP = EP = TP and no "
@@ -267,11 +276,14 @@ def _batch(inputs: RooflineInputs, b: int) -> BatchResult:
     # Attention projections, split over the attention-TP group (tp / attention DP / CP). "even": all
     # / attn_tp. "sglang": MLA q_a/kv_a replicated; GQA K/V split by KV head with at least one head
     # per rank (QKVParallelLinear replicates when kv_heads < attn_tp).
+    # enable_cp_decode_attn_tp slices the head-split part over the CP ranks too (inputs.decode_attn_tp).
+    datp = inputs.decode_attn_tp
     if sglang:
         kv_share = max(m.kv_heads / atp, 1.0) / m.kv_heads if m.kv_heads else 0.0
-        attn = m.layers * (m.attn_sharded / atp + m.attn_replicated + m.attn_kv * kv_share)
+        attn = m.layers * (m.attn_sharded / datp + m.attn_replicated + m.attn_kv * kv_share)
     else:
-        attn = m.layers * (m.attn_sharded + m.attn_replicated + m.attn_kv) / atp
+        attn = m.layers * ((m.attn_sharded + m.attn_replicated + m.attn_kv) / atp
+                           - m.attn_sharded * (1 / atp - 1 / datp))
     add("attention", attn, 2 * rows * attn)
     if m.indexer_params:
         idx = m.layers * m.indexer_params * (1 if sglang else 1 / atp)
@@ -315,7 +327,7 @@ def _batch(inputs: RooflineInputs, b: int) -> BatchResult:
                          * (1 if sglang else 1 / atp))
         else:
             idx_flops = 0.0
-        core = 2 * rows * m.layers * (m.heads / atp) * attn_tokens * (m.attn_score_dim + m.attn_value_dim)
+        core = 2 * rows * m.layers * (m.heads / datp) * attn_tokens * (m.attn_score_dim + m.attn_value_dim)
         kv_flops = core + idx_flops
     else:
         heads_per_gpu = max(m.kv_heads / inputs.kv_tp, 1.0)
@@ -349,7 +361,7 @@ def make_inputs(
 ) -> RooflineInputs:
     """Build inputs from names: a model NAME/path/config dict, a GPU name, a weight spec; `parallel`:
     RooflineInputs' attn_dp, attn_cp, pp, dp, dense_tp, dp_lm_head, moe_dp, shared_tp, dcp, moe_a2a, a2a_dispatch,
-    fp4_allgather, dcp_comm, dcp_replicate_q."""
+    fp4_allgather, dcp_comm, dcp_replicate_q, cp_attn_tp, dwdp."""
     if isinstance(model, ModelShape):
         shape = model
     elif isinstance(model, Mapping):

@@ -12,7 +12,8 @@ with dp_size 1) and from older releases' fields (dp_size with enable_dp_attentio
 
 `roofline_layout(info)`: the decode roofline's parallel arguments (toolkit.roofline.make_inputs; moe_dp_size,
 the all-to-all MoE backend and its dispatch dtype (`a2a_dispatch_dtype`), the FlashInfer FP4 all-gather
-(`fp4_allgather`), and dcp_size with its dcp_comm_backend and dcp_replicate_q_proj (decode context parallelism: the KV cache split) included, sglang 0.5.23 srt/runtime_context.py derive_parallel_widths) from a
+(`fp4_allgather`), dcp_size with its dcp_comm_backend and dcp_replicate_q_proj, enable_cp_decode_attn_tp and
+dwdp_size (the roofline refuses DWDP, with the reason) (decode context parallelism: the KV cache split) included, sglang 0.5.23 srt/runtime_context.py derive_parallel_widths) from a
 run's stored /server_info (sglang's resolved config), or why there are none.
 
 With attention DP, 0.5.23 divides the chunked prefill size among the attention-DP ranks
@@ -189,6 +190,7 @@ def roofline_layout(info: Mapping[str, Any] | None, source: str = "/server_info"
         lay = layout(info)
         cp = int(flag(info, "attn_cp_size") or 1)
         dcp = int(flag(info, "dcp_size") or 1)
+        dwdp = int(flag(info, "dwdp_size") or 1)
         moe_dp = lay["moe_dp_size"]
         dense = flag(info, "moe_dense_tp_size")
         dense_tp = int(dense) if dense not in (None, "") else None
@@ -202,6 +204,10 @@ def roofline_layout(info: Mapping[str, Any] | None, source: str = "/server_info"
           "dp_lm_head": enabled(flag(info, "enable_dp_lm_head")), "moe_dp": moe_dp, "shared_tp": shared_tp, "dcp": dcp}
     if a2a != "none":
         kw.update(moe_a2a=a2a, a2a_dispatch=dispatch)
+    if cp > 1 and enabled(flag(info, "enable_cp_decode_attn_tp")):
+        kw["cp_attn_tp"] = True
+    if dwdp > 1:
+        kw["dwdp"] = dwdp
     if fp4_allgather(info, lay):
         kw["fp4_allgather"] = True
     parts = [f"TP{kw['tp']}"] + [f"{name}{kw[key]}" for key, name in
@@ -214,6 +220,10 @@ def roofline_layout(info: Mapping[str, Any] | None, source: str = "/server_info"
         rep = flag(info, "dcp_replicate_q_proj")
         kw.update(dcp_comm=comm or "a2a", dcp_replicate_q=None if rep is None else enabled(rep))
         parts.append(f"DCP exchange {comm}" if comm else "DCP exchange a2a (assumed: no dcp_comm_backend)")
+    if kw.get("cp_attn_tp"):
+        parts.append("CP decode attention TP")
+    if dwdp > 1:
+        parts.append(f"DWDP{dwdp}")
     if kw.get("fp4_allgather"):
         parts.append("MoE FlashInfer cutlass FP4 all-gather")
     if shared_tp is not None:
