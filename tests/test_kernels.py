@@ -83,9 +83,10 @@ def test_moe_dp_slices_each_expert_over_tp_ep_moe_dp(monkeypatch):
     assert (dims["experts.gate_up"]["n"], dims["experts.down"]["k"]) == (1024, 512)
 
 
-def test_moe_dp_divides_the_decode_tokens_among_the_groups_as_the_roofline_does(monkeypatch):
-    """Each MoE-DP group runs its experts on its own share of the batch (ceil(b / moe_dp)): the kernel
-    shapes must take M from that share, as the roofline's experts row does, not from the whole batch."""
+def test_moe_dp_groups_each_run_the_whole_decode_batch_as_the_roofline_does(monkeypatch):
+    """sglang 0.5.23 splits a batch's tokens over the attention-CP ranks only in a context-parallel extend
+    (layers/layer_boundary/layout.py:206-214), so at decode each MoE-DP group (moe_dp == attn_cp) runs all b
+    tokens: the kernel shapes take M from b, as the roofline's experts row does (they took ceil(b / 2))."""
     monkeypatch.delenv("PATCHBENCH_GPUS", raising=False)
     resolved = {"tp_size": 8, "ep_size": 1, "attn_cp_size": 2, "moe_dp_size": 2, "pp_size": 1, "dp_size": 1}
     recipe = load_recipe("baseline")
@@ -99,9 +100,9 @@ def test_moe_dp_divides_the_decode_tokens_among_the_groups_as_the_roofline_does(
                                                                                            model.top_k, t)))
     by_b = {b: s.dims["m"] for s in model_shapes(lay, MM) if s.label == "experts.down" for b in s.points}
     whole = layout_of(recipe, {**resolved, "moe_dp_size": 1, "attn_cp_size": 1})
-    assert by_b[1024] == whole.tokens_per_expert(512) == 16 != whole.tokens_per_expert(1024)
+    assert by_b[1024] == whole.tokens_per_expert(1024) == 32
     moe = {b: s.dims["tokens"] for s in model_shapes(lay, MOE) for b in s.points}
-    assert moe[1024] == 512 and moe[1] == 1 and moe[2] == 1  # b = 1 and 2 give one shape, both points kept
+    assert moe[1024] == 1024 and moe[1] == 1 and moe[2] == 2
 
 
 def test_shapes_from_jsonl_and_a_flashinfer_trace_dump(tmp_path):

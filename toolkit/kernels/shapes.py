@@ -13,10 +13,10 @@ table) for the decode shapes of the routed experts at every benchmark concurrenc
   E * (1 - (1 - k/E)^b) distinct experts (the roofline's expected count), so an active expert sees
   M = round(b * k / distinct) tokens on average (at least 1): M = 1 up to b ~ E/k, then it grows
   (GLM-5: M = 1, 2, 4, 8, 16, 32 at b = 1, 32, 128, 256, 512, 1024). Under MoE DP each of the
-  moe_dp groups runs its experts on its own share of the tokens, b' = ceil(b / moe_dp) (the roofline's
-  RooflineInputs.moe_tokens), so b' replaces b here.
+  moe_dp groups runs its experts on the whole decode batch (CP splits only a prefill's tokens: the
+  roofline's RooflineInputs.moe_tokens), so b stays b.
 
-For the MoE op a shape is one GPU's grouped problem: tokens b (b' under MoE DP), experts E/EP, top-k (k/EP of each
+For the MoE op a shape is one GPU's grouped problem: tokens b, experts E/EP, top-k (k/EP of each
 token's experts land on one rank under EP: at least 1), hidden, I_s.
 
 `--shapes FILE`: a JSONL (or JSON list) of objects with the op's dimensions ({"m","n","k"} for a
@@ -86,13 +86,12 @@ class Layout:
         return self.model.n_experts // self.ep
 
     def moe_tokens(self, b: int) -> int:
-        """The decode tokens one MoE-DP group's experts see at concurrency b: its share, ceil(b / moe_dp),
-        as the roofline counts them (RooflineInputs.moe_tokens: each group runs the MoE for its own
-        attention-CP rank's tokens only)."""
-        return -(-b // self.moe_dp)
+        """The decode tokens one MoE-DP group's experts see at concurrency b: all b, as the roofline counts them
+        (RooflineInputs.moe_tokens: CP splits only a prefill's tokens, so every MoE-DP group runs the batch)."""
+        return b
 
     def tokens_per_expert(self, b: int) -> int:
-        """The mean tokens an active expert sees at decode concurrency b (its MoE-DP group's share), rounded
+        """The mean tokens an active expert sees at decode concurrency b, rounded
         (at least 1)."""
         m, t = self.model, self.moe_tokens(b)
         return max(1, round(t * m.top_k / expected_distinct_experts(m.n_experts, m.top_k, t)))

@@ -175,8 +175,8 @@ def assumptions(inputs: RooflineInputs) -> tuple[str, ...]:
             out.append(
                 f"MoE DP={inputs.moe_dp} (sglang's moe_dp_size): {inputs.moe_dp} groups of TP/MoE-DP={inputs.moe_group} "
                 f"GPUs each hold every expert (sliced over TP/EP/MoE-DP={inputs.moe_tp}) and run the MoE for their "
-                "own tokens only (their attention-CP rank's): the busiest group takes ceil(b / MoE DP) of the b "
-                "tokens; its MoE output is all-reduced over its own GPUs.")
+                "attention-CP rank's rows, which at decode are all b tokens (CP splits only a prefill's tokens); its "
+                "MoE output is all-reduced over its own GPUs.")
     if inputs.pp > 1:
         out.append(
             f"PP={inputs.pp}: each stage holds 1/{inputs.pp} of the layers, but a sequence's token passes through "

@@ -11,8 +11,9 @@ bytes per token of one sequence: they are recorded so the assumptions say so.
 MoE data parallelism (sglang's `moe_dp_size`, 0.5.23 srt/runtime_context.py derive_parallel_widths:
 moe_tp_size = tp_size // moe_ep_size // moe_dp_size) splits the TP group into `moe_dp` groups of
 tp / moe_dp GPUs; each holds every expert (E/ep per EP rank, sliced over moe_tp = tp / ep / moe_dp) and
-runs the MoE for its own tokens only (its attention-CP rank's: srt/arg_groups/parallel_hook.py allows
-moe_dp > 1 only with moe_dp == attn_cp_size; srt/distributed/parallel_state.py builds the MoE-DP group).
+runs the MoE on its attention-CP rank's rows (srt/arg_groups/parallel_hook.py allows moe_dp > 1 only with
+moe_dp == attn_cp_size; srt/distributed/parallel_state.py builds the MoE-DP group): at decode those are
+all b tokens, as CP splits only a prefill's tokens (moe_tokens).
 Decode context parallelism (sglang's `dcp_size`, 0.5.23 runtime_context.py: attn_dcp_size, inside the
 attention-TP group) leaves every weight where it was and splits each sequence's KV cache: a DCP group's
 `dcp` ranks hold the same KV heads (heads split over attn_tp / dcp groups: configs/model_config.py
@@ -97,8 +98,11 @@ class RooflineInputs:
         return self.tp if self.shared_tp is None else self.shared_tp
 
     def moe_tokens(self, b: int) -> int:
-        """Tokens the busiest MoE-DP group's experts see at batch b (its share of the b, at least 1)."""
-        return -(-b // self.moe_dp) if self.moe_dp > 1 else b
+        """Tokens a MoE-DP group's experts see at decode batch b: all b. Only a context-parallel extend splits a
+        batch's tokens over the attention-CP ranks (0.5.23 layers/layer_boundary/layout.py:206-214
+        _batch_shards_over_cp; layers/cp/utils.py:121-135 is_cp_active): at decode every CP rank, so every
+        MoE-DP group (moe_dp == attn_cp), runs the same b tokens, and sums them over its own GPUs."""
+        return b
 
     @property
     def kv_tp(self) -> int:

@@ -294,7 +294,7 @@ def _batch(inputs: RooflineInputs, b: int) -> BatchResult:
         add("dense_mlp", dense, 2 * (rows if local else b) * dense)
     distinct = 0.0
     if m.is_moe:
-        # MoE DP: the busiest MoE-DP group runs its share of the b tokens over all experts on tp / moe_dp GPUs.
+        # MoE DP: each MoE-DP group runs the decode batch's tokens over all experts on tp / moe_dp GPUs.
         tokens, group = inputs.moe_tokens(b), inputs.moe_group
         distinct = expected_distinct_experts(m.n_experts, m.top_k, tokens)
         # The busiest GPU: EP 1 reads a 1/moe_tp slice of every active expert; EP > 1 reads the whole
