@@ -107,6 +107,7 @@ def test_a2a_with_moe_dp_is_a_clear_error(capsys):
                "--moe-dp", "2", "--ep", "4", "--moe-a2a-backend", "deepep"])
     err = capsys.readouterr().err
     assert rc != 0 and "MoE DP 2 under --moe-a2a-backend deepep is not modelled" in err
+    assert "dispatches over the whole TP group (layers/moe/fused_moe_triton/layer.py:163-172)" in err
     assert "Traceback" not in err
 
 

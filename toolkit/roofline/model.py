@@ -213,8 +213,12 @@ def validate(inputs: RooflineInputs) -> None:
         raise BadInput(f"unknown all-to-all dispatch dtype {inputs.a2a_dispatch!r}",
                        hint=f"use one of {', '.join(DISPATCH_BYTES)}")
     if inputs.moe_a2a != "none" and inputs.moe_dp > 1:
+        # 0.5.23's config checks let it through (arg_groups/parallel_hook.py:170-192), but its all-to-all dispatchers
+        # run over the whole TP group (layers/moe/fused_moe_triton/layer.py:163-172 _get_deepep_comm_group, :219
+        # deepep_v2, :234 flashinfer), not a MoE-DP group of tp / moe_dp ranks holding E / ep experts each.
         raise BadInput(f"MoE DP {inputs.moe_dp} under --moe-a2a-backend {inputs.moe_a2a} is not modelled",
-                       hint="use --moe-dp 1 with an all-to-all MoE backend")
+                       hint="sglang 0.5.23 dispatches over the whole TP group (layers/moe/fused_moe_triton/layer.py:"
+                            "163-172), not per MoE-DP group: what it would send is not defined; use --moe-dp 1")
     if inputs.dcp_comm not in DCP_COMMS:
         raise BadInput(f"unknown DCP communication backend {inputs.dcp_comm!r}", hint=f"use one of {', '.join(DCP_COMMS)}")
     if inputs.dwdp > 1:
