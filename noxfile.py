@@ -107,7 +107,7 @@ def demo_real(session: nox.Session) -> None:
     ready); ~15-18 min on a loaded one."""
     _toolkit(session)
     # --fixed: the recipes' 2 launches each. On CPU, OEA's speed effect is within the launch noise, so
-    # the sequential default would launch up to 8 each (2-3 min a launch) to say "not settled"
+    # the sequential default would launch up to 16 each (2-3 min a launch) to say "not settled"
     session.run("patchbench", "run", *DEMO_REAL, "--fixed", *session.posargs)
     session.run("patchbench", "compare", *DEMO_REAL, "--metric", "output_tok_s", "--metric", "itl_ms_median")
     session.run("patchbench", "report", *DEMO_REAL, "-o", "patchbench-report-real")

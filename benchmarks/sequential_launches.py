@@ -3,13 +3,17 @@
 Simulated comparisons (seeded): B/A effects drawn uniformly from 0 to 30% (either sign), per-launch
 noise uniformly 1-5% (log-normal), and in half of them a heavy-tailed launch outlier model (each
 launch has a 5% chance to run 10-20% slow). Each comparison is launched A B B A ... and judged by
-`toolkit.analysis.sequential` after every pair (min 2, max 8 launches each). Plus A/A comparisons
+`toolkit.analysis.sequential` after every pair (min 2, max 16 launches each: the default design).
+Plus A/A comparisons
 (zero effect, the same noise models) for the false "faster"/"slower" rate with its 95% CI.
 
 The fixed design is the same three-way rule with a fixed-sample pooled Student t interval at n
 launches each, looked at once. It is compared at two error levels: the stated alpha (0.05), and
-the largest alpha on a grid of 233 (0.05 .. 0.0005, 2% apart) whose A/A false faster/slower rate is
-no worse than the sequential one's (matched error; the old grid of 5 alphas jumped from 0.05 to
+the smallest alpha on a grid of 269 (0.10 .. 0.0005, 2% apart) whose A/A false faster/slower rate is
+no lower than the sequential one's, so that the sequential design is at an equal or better error
+rate (matched error; until 2026-12-06 the largest alpha up to 0.05 whose rate was no higher, which
+could not match a sequential design whose rate lies above the fixed one's at 0.05; the old grid of
+5 alphas jumped from 0.05 to
 0.02 and so compared with a fixed design far stricter than the sequential one). At each level, "of
 the same power" is the smallest n whose rate of correct settled verdicts reaches the sequential
 one's: over all comparisons, and in every |effect| range from min_effect (2-5, 5-10, 10-20, 20-30%:
@@ -39,6 +43,24 @@ unchanged box only.
 Goal: the sequential mean launches <= 0.5x the fixed design's at equal or better error rates, and
 the false faster/slower rate at zero effect within alpha. Exit status 0 when both hold.
 
+Measured 2026-12-06 (2000 + 2000 comparisons, seed 20261201), the default design (cap 16, futility
+with a one-standard-error allowance, toolkit.analysis.sequential.FUTILITY_SE):
+  8.78 launches a comparison, 10.15 per settled verdict, 86.5% correct, 0.05% false; A/A false
+  faster/slower 4.05% [3.23-5.01%] (gaussian 4.33%, outliers 3.77%), A/A "equal" 308 of 2000, 14.47
+  launches an A/A pair. Fixed t of the same power: at alpha 0.05, 11 each (A/A 3.50%): **0.40x**
+  (continuous 10.82 each, 0.41x; as strong in every range 13 each, 0.34x); at the matched error
+  (alpha 0.0598, A/A 4.10%), 10 each: **0.44x** (continuous 9.59 each, 0.46x; every range 0.34x).
+  The goal holds (exit 0). Seeds 1 and 7: 0.43x and 0.42x at the matched error.
+  Per range at the matched error: 2-5% 0.58x, 5-10% 0.55x, 10-20% 0.44x, 20-30% 0.40x (0-2%:
+  power 15%, 15.4 launches, fixed 8 each).
+  --max-repeats 8 (the old cap, new futility): 7.01 launches, 81.8% correct, A/A 4.30%: 0.58x
+    (0.61x continuous) at the matched error. --max-repeats 32: 11.84 launches, 90.5%, A/A 3.00%:
+    0.33x at alpha 0.05, 0.28x at the matched error (alpha 0.0427).
+  --history 10: 7.86 launches, 83.2%, A/A 1.35% [0.89-1.96%]; 0.39x at the matched error (alpha
+    0.0186), 0.56x at alpha 0.05 (the prior buys error rate). --history 20: 8.00 launches, A/A 0.70%,
+    0.36x matched. A box 1.5x noisier than its history (--history 10 --drift 1.5): A/A 4.65%
+    [3.77-5.67%]; 2x (--history 20 --drift 2): 7.20%, beyond the promise.
+Until 2026-12-06 (cap 8, the futility rule taking the estimate of 3 launches as the truth):
 Measured (2000 + 2000 comparisons, seed 20261201, 2026-12-02; equal by TOST since 2026-12-05):
   repeated intervals (the default, 2..8 each): 6.12 launches a comparison, 8.01 per settled verdict,
     76.3% correct, 0.10% false (2 "equal" verdicts at effects just past the 2% zone: the equivalence
@@ -117,7 +139,11 @@ from toolkit.analysis import sequential as seq  # noqa: E402
 from toolkit.analysis import noise_prior  # noqa: E402
 
 MAX_FIXED = 24
-FIXED_ALPHAS = tuple(float(x) for x in np.geomspace(0.05, 0.0005, 233))  # largest first, 2% apart
+STATED_ALPHA = seq.DEFAULT_ALPHA
+# the matched-error grid, largest first, 2% apart: it reaches above the stated alpha, for a sequential design
+# whose measured A/A rate lies above the fixed design's at the stated alpha (a fixed design at that
+# higher error rate needs fewer launches, and is the fair comparator)
+FIXED_ALPHAS = tuple(float(x) for x in np.geomspace(0.10, 0.0005, 269))
 RANGES = (0.0, 0.02, 0.05, 0.10, 0.20, 0.31)  # |effect| ranges the power is matched in
 
 
@@ -243,7 +269,7 @@ def second_campaign(design: seq.Design, data: dict, stored: int, m: float) -> di
                 res["false_faster_slower"] = {"count": k, "of": len(vs), "rate": k / len(vs), "ci95": binomial_ci(k, len(vs))}
             else:
                 correct = np.array([truth(v, t, m) is True for v, t in zip(vs, d["theta"])])
-                n = fixed_design(data, m, FIXED_ALPHAS[0], lambda c: c.mean() >= correct.mean())
+                n = fixed_design(data, m, STATED_ALPHA, lambda c: c.mean() >= correct.mean())
                 res["fixed_same_power"] = None if n is None else {"n": n, "new_launches": n + max(0, n - stored),
                                                                   "ratio": res["mean_launches"] / (n + max(0, n - stored))}
             row[name] = res
@@ -281,8 +307,8 @@ def interpolated_n(data: dict, m: float, alpha: float, n: int, target: float, ma
 
 
 def compare_fixed(data: dict, vs: list[str], ls: np.ndarray, m: float, aa_rate: float) -> dict:
-    """The fixed designs the sequential one is compared with: at the stated alpha and at the largest
-    alpha whose A/A false faster/slower rate is no worse than the sequential one's (matched error);
+    """The fixed designs the sequential one is compared with: at the stated alpha and at the smallest
+    alpha whose A/A false faster/slower rate is no lower than the sequential one's (matched error);
     each of the same overall power, and of the same power in every |effect| range from min_effect."""
     eff, null = data["effects"], data["null"]
     theta = eff["theta"]
@@ -290,12 +316,15 @@ def compare_fixed(data: dict, vs: list[str], ls: np.ndarray, m: float, aa_rate: 
     seq_settled = sum(v in (seq.FASTER, seq.SLOWER, seq.EQUAL) for v in vs)
     mag = np.expm1(np.abs(theta))
     ranges = [(lo, hi, (mag >= lo) & (mag < hi)) for lo, hi in zip(RANGES[:-1], RANGES[1:])]
-    matched = next((fa for fa in FIXED_ALPHAS
-                    if np.isin(fixed_verdicts(null["a"], null["b"], fixed_design(
-                        data, m, fa, lambda c: c.mean() >= correct.mean()) or MAX_FIXED, m, fa), [1, -1]).mean()
-                    <= aa_rate), FIXED_ALPHAS[-1])
+    def aa_of(fa: float) -> float:
+        n = fixed_design(data, m, fa, lambda c: c.mean() >= correct.mean()) or MAX_FIXED
+        return float(np.isin(fixed_verdicts(null["a"], null["b"], n, m, fa), [1, -1]).mean())
+
+    # the smallest alpha whose A/A false rate is no lower than the sequential one's: the sequential design is
+    # then at an equal or better error rate (the goal's terms), and no fixed design at a lower rate is credited
+    matched = next((fa for fa in reversed(FIXED_ALPHAS) if aa_of(fa) >= aa_rate), FIXED_ALPHAS[0])
     out = {}
-    for label, fa in (("stated_alpha", FIXED_ALPHAS[0]), ("matched_error", matched)):
+    for label, fa in (("stated_alpha", STATED_ALPHA), ("matched_error", matched)):
         row = {"alpha": fa}
         n_all = fixed_design(data, m, fa, lambda c: c.mean() >= correct.mean())
         per = []

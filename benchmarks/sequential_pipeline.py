@@ -5,8 +5,8 @@ variable PB_BENCH_SIDE, which the miniature ignores, so that the two sides have 
 identities: recipes of one identity share their stored runs, and an A/A pair of one identity would
 compare a run with itself; a different `random-seed` is no A/A: it changes the miniature's output
 lengths, 135 against 330 tok/s) and N A/B comparisons (demo/fast,
-decode step 12 ms -> 8 ms, against demo/baseline), each once sequentially (`run A B`, 2..8 launches
-each) and once with the fixed design (`run A B --fixed --repeats 4`, then `compare`), every
+decode step 12 ms -> 8 ms, against demo/baseline), each once sequentially (`run A B`, the default
+2..16 launches each) and once with the fixed design (`run A B --fixed --repeats 4`, then `compare`), every
 comparison on recipes of its own identities, in one scratch project and store. The miniature's
 benchmark is shrunk as in tests/test_sequential.py (concurrency 1 and 4, 8 prompts of 16 tokens).
 Per design: launches, settled verdicts (one per point), launches per settled verdict, and false
@@ -14,7 +14,16 @@ verdicts (A/A: faster or slower; A/B: slower or equal).
 
     python benchmarks/sequential_launches.py --pipeline N [--seed S] [--json]
 
-Measured 2026-12-02 on the shared 2-core box (`--pipeline 6 --seed 1`, 785 s; with `--pipeline 2`):
+Measured 2026-12-06 (the default cap of 16, futility with a one-standard-error allowance;
+`--pipeline 3 --seed 1`, 349 s on the shared 2-core box):
+  A/B (6 point verdicts): sequential 12 launches (4.0 a comparison), 6 "faster" at 2 each; fixed 4+4
+    24 launches, 6 "faster".
+  A/A (6): sequential 34 launches (11.3 a comparison), 6 "equal within 2%", 0 false; fixed 24, all
+    "not significant".
+  Both: sequential 46 launches for 12 settled verdicts (3.83 each) against fixed 48 for 6 (8.0):
+    0.48x per settled verdict.
+Measured 2026-12-02 (cap 8, the old futility rule) on the shared 2-core box (`--pipeline 6 --seed 1`,
+785 s; with `--pipeline 2`):
   A/B (12 point verdicts): sequential 38 launches (6.3 a comparison), 10 settled "faster", 2 not
     settled, 3.80 launches per settled verdict; fixed 4+4: 48 launches, 8 "faster", 4 "not
     significant", 6.00 per settled verdict: 0.63x per settled verdict, 0.79x per comparison.

@@ -282,7 +282,7 @@ def speed_rows() -> list[Row]:
 
 
 def equal_case(effect: float, cv: float) -> Simulate:
-    """The sequential verdict (2..8 launches each, interleaved looks) called "equal within 2%" for a
+    """The sequential verdict (the default design: 2..16 launches each, interleaved looks) called "equal within 2%" for a
     true ratio of 1 + effect at a launch spread of cv (log-normal)."""
     from toolkit.analysis import sequential as seq
 

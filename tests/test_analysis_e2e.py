@@ -126,7 +126,7 @@ def test_attribute_two_patches_and_compare_identical(mini, capsys):
         _cost_patch(mini, "STEP_PER_SEQ_S = 0.00004", "STEP_PER_SEQ_S = 0.004", "slower per sequence",
                     after=(("STEP_BASE_S = 0.012", "STEP_BASE_S = 0.008"),)))
     recipe = _recipe(mini, "two", ["fast.patch", "slow.patch"])
-    # the default sequential design: a step launched until its verdict is settled (2..8 each), so a
+    # the default sequential design: a step launched until its verdict is settled (2..16 each), so a
     # run slowed by a loaded box is outvoted instead of turning a 1.5x gain into "not significant"
     assert main(["attribute", recipe, "--metric", "output_tok_s@1", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)

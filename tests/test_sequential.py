@@ -28,7 +28,7 @@ def test_a_2x_pair_settles_in_min_repeats():
 
 
 def test_a_a_pairs_keep_alpha_under_repeated_looks():
-    """Looked at after every pair of launches up to 8 each: faster/slower on A/A pairs stays within
+    """Looked at after every pair of launches up to 16 each (the default cap): faster/slower on A/A pairs stays within
     alpha (the upper end of the 95% binomial CI of the count is tested against alpha); the other
     verdicts are equal or not settled."""
     rng = np.random.default_rng(20261201)
@@ -36,7 +36,7 @@ def test_a_a_pairs_keep_alpha_under_repeated_looks():
     trials, wrong, other = 400, 0, set()
     for i in range(trials):
         noise = 0.01 + 0.04 * (i % 5) / 4
-        v = seq.verdict(_launches(rng, 8, noise=noise), _launches(rng, 8, noise=noise), higher_is_better=True,
+        v = seq.verdict(_launches(rng, 16, noise=noise), _launches(rng, 16, noise=noise), higher_is_better=True,
                         design=design)
         if v.verdict in (seq.FASTER, seq.SLOWER):
             wrong += 1
@@ -52,13 +52,13 @@ def test_quiet_a_a_pair_is_equal_and_a_noisy_one_says_its_interval():
     rng = np.random.default_rng(3)
     v = seq.verdict(_launches(rng, 8, noise=0.002), _launches(rng, 8, noise=0.002), higher_is_better=True)
     assert v.verdict == seq.EQUAL and v.n <= 4 and v.text.startswith(f"equal within 2% after {v.n} launches each")
-    a, b = _launches(rng, 8, noise=0.05), _launches(rng, 8, noise=0.05)
+    a, b = _launches(rng, 16, noise=0.05), _launches(rng, 16, noise=0.05)
     v = seq.verdict(a, b, higher_is_better=True, design=seq.Design(futility=False))
-    assert v.verdict == seq.UNSETTLED and v.n == 8 and not seq.more_needed(v)
-    assert v.text.startswith("noisy: not settled after 8 launches each, the pair's spread ") and v.low < 1 < v.high
-    early = seq.verdict(a, b, higher_is_better=True)  # futility: it could not settle by 8 at this spread
-    assert early.verdict == seq.UNSETTLED and early.futile and early.n < 8 and not seq.more_needed(early)
-    assert f"after {early.n} launches each (could not settle by 8), the pair's spread" in early.text
+    assert v.verdict == seq.UNSETTLED and v.n == 16 and not seq.more_needed(v)
+    assert v.text.startswith("noisy: not settled after 16 launches each, the pair's spread ") and v.low < 1 < v.high
+    early = seq.verdict(a, b, higher_is_better=True)  # futility: it could not settle by 16 at this spread
+    assert early.verdict == seq.UNSETTLED and early.futile and early.n < 16 and not seq.more_needed(early)
+    assert f"after {early.n} launches each (could not settle by 16), the pair's spread" in early.text
     assert seq.more_needed(seq.verdict([100, 101], [99, 103], higher_is_better=True))
 
 
@@ -91,11 +91,15 @@ def test_repeated_intervals_sit_between_the_fixed_and_the_open_ended_ones_and_th
     d = seq.Design()
     level = seq.nominal_level(d.alpha, d.min_repeats, d.max_repeats)
     assert 0.005 < level < d.alpha
-    for n in range(2, 9):
+    for n in range(2, 17):
         c = seq.critical(n, n, d)
-        assert sp.t.ppf(0.975, 2 * n - 2) < c < seq.critical_t(n, n)
-    assert seq.critical(9, 9, d) == seq.critical_t(9, 9) and seq.critical(3, 4, d) == seq.critical_t(3, 4)
-    assert f"{level:.4f}" in seq.legend(d) and "within 8 each" in seq.legend(d)
+        assert sp.t.ppf(0.975, 2 * n - 2) < c
+        # 15 looks: at 2 each (2 df) Pocock's c is above the mixture's (11.0 against 10.05), from 3 below it
+        assert (c < seq.critical_t(n, n)) == (n >= 3), n
+    assert seq.critical(17, 17, d) == seq.critical_t(17, 17) and seq.critical(3, 4, d) == seq.critical_t(3, 4)
+    assert f"{level:.4f}" in seq.legend(d) and "within 16 each" in seq.legend(d)
+    eight = seq.Design(max_repeats=8)  # 7 looks: between the two at every look
+    assert all(sp.t.ppf(0.975, 2 * n - 2) < seq.critical(n, n, eight) < seq.critical_t(n, n) for n in range(2, 9))
     assert "confidence sequence" in seq.legend(seq.Design(method=seq.MIXTURE))
     with pytest.raises(ValueError):
         seq.Design(method="wald")
@@ -376,13 +380,13 @@ def test_attribute_launches_each_step_until_settled(tmp_path, home, monkeypatch,
 def test_noisy_pair_says_so_and_a_quiet_unsettled_one_does_not():
     rng = np.random.default_rng(11)
     d = seq.Design(futility=False)
-    noisy = seq.verdict(_launches(rng, 8, noise=0.08), _launches(rng, 8, ratio=1.03, noise=0.08),
+    noisy = seq.verdict(_launches(rng, 16, noise=0.08), _launches(rng, 16, ratio=1.03, noise=0.08),
                         higher_is_better=True, design=d)
-    assert noisy.noisy and noisy.text.startswith("noisy: not settled after 8 launches each, the pair's spread ")
+    assert noisy.noisy and noisy.text.startswith("noisy: not settled after 16 launches each, the pair's spread ")
     assert not seq.more_needed(noisy)
     assert f"below {100 * seq.quiet_spread(d):.1f}%" in noisy.text
     # quiet launches, a true effect right at min_effect: unsettled, but the box is not the problem
-    quiet = seq.verdict(_launches(rng, 8, noise=0.004), _launches(rng, 8, ratio=1.02, noise=0.004),
+    quiet = seq.verdict(_launches(rng, 16, noise=0.004), _launches(rng, 16, ratio=1.02, noise=0.004),
                         higher_is_better=True, design=d)
     assert not quiet.noisy and not quiet.text.startswith("noisy")
 
@@ -412,6 +416,9 @@ def test_plan_without_runs_assumes_the_spread_and_the_timeout(home, capsys):
     text = " ".join(capsys.readouterr().out.split())
     assert "a launch holds 8 GPU(s) for 1800 s" in text and "GPU-h (" in text and "campaign: baseline against oea" in text
     assert f"the fixed design (each recipe's [benchmark] repeats): {repeats} launches" in text, text
+    # the worst case: no pair settles nor turns futile before the cap (16 launches each, both recipes)
+    assert camp["worst"]["launches"] == 32 and camp["worst"]["max_repeats"] == 16
+    assert "at worst (no pair settles before the cap, max_repeats 16): 32 launches" in text, text
 
 
 def test_plan_reads_the_spread_of_the_configuration_as_defined_now(tmp_path, home, monkeypatch, capsys):
@@ -631,7 +638,7 @@ def test_a_candidates_own_cap_is_named_as_unused():
     mine = SimpleNamespace(name="demo/mine", benchmark=BenchSpec(max_repeats=4))
     same = SimpleNamespace(name="demo/same", benchmark=BenchSpec())
     (line,) = unused_settings(ref, [mine, same])
-    assert line.startswith("demo/mine: `[benchmark] max_repeats = 4` is not used") and "max_repeats = 8" in line
+    assert line.startswith("demo/mine: `[benchmark] max_repeats = 4` is not used") and "max_repeats = 16" in line
 
 
 def test_attribute_min_effect_sets_the_sequential_indifference_zone_too():

@@ -229,7 +229,7 @@ def add_sequential_step_arguments(parser) -> None:
                         help="the fixed design: the recipe's `[benchmark] repeats` values per variant (as --repeats N)")
     parser.add_argument("--max-repeats", type=positive_int, default=None, metavar="N",
                         help="sequential: launches each at most while a step is not settled "
-                             "(default: the recipe's `[benchmark] max_repeats`, 8)")
+                             "(default: the recipe's `[benchmark] max_repeats`, 16)")
 
 
 def step_design(args, recipe):

@@ -18,7 +18,7 @@ HELP = "estimate the launches and GPU hours of comparing recipes (sequential ver
 
 def add_arguments(parser) -> None:
     recipe_arg(parser, many=True)
-    parser.add_argument("--max-repeats", type=int, default=None, metavar="N", help="as `run --max-repeats` (default: the recipe's `[benchmark] max_repeats`, 8)")
+    parser.add_argument("--max-repeats", type=int, default=None, metavar="N", help="as `run --max-repeats` (default: the recipe's `[benchmark] max_repeats`, 16)")
     parser.add_argument("--min-effect", type=float, default=None, metavar="FRACTION",
                         help="as `run --min-effect` (default: the recipe's `[benchmark] min_effect`)")
     parser.add_argument("--json", action="store_true")
@@ -98,6 +98,10 @@ def run(args) -> int:
         f = campaign["fixed"]
         console.print(f"  the fixed design (each recipe's [benchmark] repeats): {f['launches']} launches, "
                       f"{_held(f['seconds'], f['gpu_seconds'])}", markup=False, highlight=False)
+        w = campaign["worst"]
+        console.print(f"  at worst (no pair settles before the cap, max_repeats {w['max_repeats']}): {w['launches']} "
+                      f"launches, {_held(w['seconds'], w['gpu_seconds'])}; lower the cap with --max-repeats or "
+                      "`[benchmark] max_repeats`", markup=False, highlight=False)
     if out:
         console.print(f"[dim]{out[0]['legend']}[/]")
     return 0
@@ -139,9 +143,15 @@ def campaign_of(plans: list[dict], recipes: list, designs, args) -> dict:
         rows.append({"effect": eff, "launches": round(n_ref + sum(each), 1), "seconds": round(seconds, 1),
                      "gpu_seconds": round(gpu, 1)})
     fixed = [(r.benchmark.repeats, p["seconds_per_launch"], p["gpus"]) for r, p in zip(recipes, plans)]
+    capped = [(design.max_repeats, p["seconds_per_launch"], p["gpus"]) for p in plans]  # no pair settles nor turns futile
     return {"reference": ref["recipe"], "variants": [p["recipe"] for p in others], "effects": rows,
-            "fixed": {"launches": sum(n for n, _, _ in fixed), "seconds": round(sum(n * s for n, s, _ in fixed), 1),
-                      "gpu_seconds": round(sum(n * s * g for n, s, g in fixed), 1)}}
+            "fixed": _total(fixed), "worst": {**_total(capped), "max_repeats": design.max_repeats}}
+
+
+def _total(launches: list[tuple[int, float, int]]) -> dict:
+    """(launches, seconds a launch, GPUs) per recipe -> the campaign's launches, seconds and GPU seconds."""
+    return {"launches": sum(n for n, _, _ in launches), "seconds": round(sum(n * s for n, s, _ in launches), 1),
+            "gpu_seconds": round(sum(n * s * g for n, s, g in launches), 1)}
 
 
 def _held(seconds: float, gpu_seconds: float) -> str:

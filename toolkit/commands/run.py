@@ -113,7 +113,7 @@ def add_sequential_arguments(parser) -> None:
                         help=f"launches each before the first sequential verdict (default {seq.DEFAULT_MIN_REPEATS})")
     parser.add_argument("--max-repeats", type=int, default=None, metavar="N",
                         help="launches each at most while a pair is not settled (default: the baseline recipe's "
-                             "`[benchmark] max_repeats`, 8)")
+                             "`[benchmark] max_repeats`, 16)")
     parser.add_argument("--min-effect", type=float, default=None, metavar="FRACTION",
                         help="the sequential verdict's indifference zone (default: the reference's "
                              "`[benchmark] min_effect`, 0.02)")

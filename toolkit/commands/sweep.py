@@ -34,7 +34,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--fixed", action="store_true",
                         help="a plain sweep's fixed design: the recipe's `[benchmark] repeats` runs per variant")
     parser.add_argument("--max-repeats", type=positive_int, default=None, metavar="N",
-                        help="sequential: launches each at most while a variant is not settled (default 8)")
+                        help="sequential: launches each at most while a variant is not settled (default: the recipe's `[benchmark] max_repeats`, 16)")
     parser.add_argument("--until", choices=("check", "store"), default="store",
                         help="check: stop after the static check of every variant (prints what is pruned)")
     parser.add_argument("--slurm-jobs", type=positive_int, default=4, metavar="N",

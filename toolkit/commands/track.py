@@ -36,7 +36,7 @@ def add_arguments(parser) -> None:
                         help="a step between neighbouring points measured now whose runs differ by at least the "
                              "recipe's min_effect launches both points until its sequential verdict is settled")
     parser.add_argument("--max-repeats", type=int, default=None, metavar="N",
-                        help="with --settle: launches each a step may take (default 8)")
+                        help="with --settle: launches each a step may take (default: the recipe's `[benchmark] max_repeats`, 16)")
     parser.add_argument("--json", action="store_true")
     add_executor_arguments(parser)
 

@@ -25,7 +25,7 @@ sglang = ["sglang/oea-topk.patch"]   # ordered; relative to patches/ beside reci
              # num_prompts, warmup, seed, repeats, endpoint, strict_box (GPU state flags -> invalid),
              # min_effect (run's sequential verdicts: the indifference zone, default 0.02),
              # pool_stored_spread (the sequential looks pool stored launches' spread: opt-in),
-             # max_repeats (the sequential design's cap on launches each, default 8)
+             # max_repeats (the sequential design's cap on launches each, default 16)
 [expect]     # effective-config expectations: field -> value (checked statically and at /server_info)
 [roofline]   # model (config name or path), gpu, weights, context
 [evidence."sglang/oea-topk.patch"]   # how a live server proves the patch ran (checked after the benchmark)

@@ -86,7 +86,7 @@ class BenchTable(_Table):
     pool_stored_spread: bool | None = Field(None, description="the sequential verdict pools the launch-to-launch spread "
                                             "of stored launches of the same configuration (fewer launches; alpha kept while the "
                                             "box is up to 1.5x noisier now than then, not beyond)")
-    max_repeats: int | None = Field(None, description="the sequential verdict's cap on launches each (default 8); "
+    max_repeats: int | None = Field(None, description="the sequential verdict's cap on launches each (default 16); "
                                     "its early looks' boundaries depend on it, so compare and report judge with it too")
     flush_cache: bool | None = Field(None, description="empty the server's prefix cache (POST /flush_cache) before each "
                                      "point, so no point is measured with earlier points' requests filling the KV pool")

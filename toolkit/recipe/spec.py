@@ -76,7 +76,7 @@ class BenchSpec:
     pool_stored_spread: bool = False
     # the sequential design's cap (launches each): its early looks' boundaries depend on it, so every
     # command that judges these runs (run, sweep, attribute, compare, report, plan, track --settle) uses it
-    max_repeats: int = 8
+    max_repeats: int = 16
     # each point starts from an empty prefix (radix) cache: POST /flush_cache before its warm-up, so a
     # point is not measured with the previous points' requests filling the KV pool (eviction work)
     flush_cache: bool = False
