@@ -48,3 +48,27 @@ def test_a_failed_launch_is_in_every_cost_line_said_apart(tmp_path, home, monkey
     listed = _cost_lines(capsys.readouterr().out)
     assert listed[0].startswith("t/base: 2 launches, ") and ": stored 1 (" in listed[0] and ", failed 1 (" in listed[0]
     json.dumps(out)
+
+
+def test_the_report_cost_heading_counts_the_launches_its_lines_count(tmp_path, home, monkeypatch, capsys):
+    """t/base ran twice without a GPU ([server] gpus = 0), then once edited to hold one GPU, a launch that
+    crashed: the report's section was headed "Cost (launch time; no GPU held)" (titled by the runs used)
+    above a line of 0.02 GPU-min (every launch). Now the heading is titled by the launches its lines count."""
+    from toolkit.run import machine
+
+    root = demo_project(tmp_path, monkeypatch)
+    (root / "recipes" / "t").mkdir()
+    base = root / "recipes" / "t" / "base.toml"
+    base.write_text('extends = "demo/baseline"\n' + BENCH)
+    assert main(["run", "t/base", "--fixed", "--repeats", "2"]) == 0
+    base.write_text('extends = "demo/baseline"\n' + BENCH + "[server]\ngpus = 1\n")
+    monkeypatch.setattr(machine, "has_cuda_gpu", lambda: True)  # the miniature serves on the CPU all the same
+    monkeypatch.setenv("SGLANG_MINI_CRASH_AFTER_REQUESTS", "2")
+    assert main(["run", "t/base", "--fixed", "--repeats", "1"]) != 0
+    monkeypatch.delenv("SGLANG_MINI_CRASH_AFTER_REQUESTS")
+    base.write_text('extends = "demo/baseline"\n' + BENCH)
+    assert main(["report", "t/base", "-o", str(tmp_path / "rep")]) == 0
+    capsys.readouterr()
+    md = " ".join((tmp_path / "rep" / "report.md").read_text().split())
+    assert "### Cost (GPU minutes) - t/base: 3 launches, " in md and ", failed 1 (" in md and "GPU-min" in md, md
+    assert "no GPU held" not in md

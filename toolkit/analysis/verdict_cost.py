@@ -207,6 +207,12 @@ def of_selection(store, sel, rows: Sequence) -> tuple[list[RecipeCost], list[Pai
     apart by what the verdicts made of it; each pair's PairCost) for a selection
     (`toolkit.analysis.selection.Selection`) and its compare rows: the cost lines of `results --selected`,
     `compare` and `report` alike."""
+    per_recipe, pairs, _ = _costs(store, sel, rows)
+    return per_recipe, pairs
+
+
+def _costs(store, sel, rows: Sequence) -> tuple[list[RecipeCost], list[PairCost], list[RunRow]]:
+    """of_selection's two lists, and every launch they count (the runs a cost heading is titled by)."""
     from toolkit.results.metrics import throughput_headline
 
     by_id = {r.run_id: r for rs in [*sel.runs.values(), *sel.sequences.values()] for r in rs}
@@ -214,11 +220,19 @@ def of_selection(store, sel, rows: Sequence) -> tuple[list[RecipeCost], list[Pai
     used = {r.run_id for name in sel.recipes for r in sel.runs[name]}  # the runs the selection lists ("runs used")
     used |= {i for ids in pairs.values() for side in ids for i in side}
     launched = launches_of(store, sel)
+    counted = [r for name in sel.recipes for r in launched[name]]
     return ([recipe_cost(name, launched[name], used, sel.group_id) for name in sel.recipes],
-            pair_costs(rows, by_id, throughput_headline(), pairs))
+            pair_costs(rows, by_id, throughput_headline(), pairs), counted)
 
 
 def lines_of(store, sel, rows: Sequence) -> list[str]:
     """The cost lines of a selection (of_selection): one per recipe, one per pair."""
-    per_recipe, pairs = of_selection(store, sel, rows)
-    return [*(c.text() for c in per_recipe), *(p.text() for p in pairs)]
+    return section(store, sel, rows)[1]
+
+
+def section(store, sel, rows: Sequence) -> tuple[str, list[str]]:
+    """(the heading, the cost lines) of a selection: the heading is titled by the launches the lines count
+    (every launch of the configurations and sweeps, `launches_of`, not only the runs used), so a section
+    whose lines count GPU minutes is never headed "no GPU held"."""
+    per_recipe, pairs, counted = _costs(store, sel, rows)
+    return title(counted), [*(c.text() for c in per_recipe), *(p.text() for p in pairs)]

@@ -190,8 +190,7 @@ def collect(store: Any, recipes: Sequence[str], metrics_: Sequence[str] | None =
         for n in names[1:]:
             base, var = sel.newest(names[0]), sel.newest(n)
             differences[n] = diff_provenance(base, var) + run_env_differences(base, var)
-    cost = cost_lines(store, sel, rows)
-    from toolkit.analysis.verdict_cost import title as cost_title
+    cost_title, cost = cost_section(store, sel, rows)
     return ReportData(
         title=title or ("patchbench: " + " vs ".join(names)),
         recipes=tuple(summaries), metrics=tuple(chosen),
@@ -203,15 +202,17 @@ def collect(store: Any, recipes: Sequence[str], metrics_: Sequence[str] | None =
         where=where_by_recipe(sel.runs),
         quality=quality_section.collect(sel) if len(names) >= 2 else {},
         gate=quality_section.gates(sel) if len(names) >= 2 else {}, cost=tuple(cost),
-        cost_title=cost_title([r for n in names for r in sel.runs[n]]))
+        cost_title=cost_title)
 
 
-def cost_lines(store, sel, rows) -> list[str]:
-    """What every launch of the recipes cost, said apart (used, reused, left out, failed, interrupted), and
-    per verdict against the fixed design (toolkit.analysis.verdict_cost: the lines compare and results print)."""
+def cost_section(store, sel, rows) -> tuple[str, list[str]]:
+    """(the heading, the lines) of what every launch of the recipes cost, said apart (used, reused, left out,
+    failed, interrupted), and per verdict against the fixed design (toolkit.analysis.verdict_cost: the lines
+    compare and results print; the heading titled by the same launches)."""
     from toolkit.analysis import verdict_cost
 
-    return [*verdict_cost.lines_of(store, sel, rows), verdict_cost.LEGEND]
+    heading, lines = verdict_cost.section(store, sel, rows)
+    return heading, [*lines, verdict_cost.LEGEND]
 
 # -- table contents shared by both renderers --------------------------------------------------------
 
