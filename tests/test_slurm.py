@@ -431,3 +431,38 @@ def test_a_slurm_bisect_reads_only_its_own_campaign_and_never_a_run_twice(slurm,
     assert len(runs) == len(ids) and len({r.group_id for r in runs}) == 1, [r.group_id for r in runs]
     base = next(p for p in res["probes"] if p["label"] == "prefix0")
     assert base["reused"] == stored and res["left_out"]["prefix0"].startswith("prefix0: 2 stored run(s) from another")
+
+
+@pytest.mark.slow  # the Slurm tests run one after another on one worker: this one keeps `nox -s tests` short
+def test_a_finished_slurm_bisect_asked_again_says_it_measures_again_in_a_new_sweep(slurm, home, tmp_path):
+    """A local bisect asked again replays its finished sweep; through Slurm each job measures anew, so the
+    same bisect asked again launched every probe again in a new sweep and said nothing of the first one
+    (README: "Slurm probes follow the same rule"). Now the text and the JSON name the sweep it did not
+    replay and the new one it measured in."""
+    import shutil
+
+    from test_bisect_campaigns import _harmless_stack
+
+    root = tmp_path / "proj"
+    root.mkdir()
+    for part in ("recipes/demo", "patches/demo", "upstream/minisglang"):
+        shutil.copytree(Path(__file__).resolve().parents[1] / part, root / part,
+                        ignore=shutil.ignore_patterns("*.lock.json", "__pycache__"))
+    _harmless_stack(root, 1)
+    (home / "config.toml").write_text(f'[cluster]\npoll_s = 0.5\nnode_home = "{home}"\n')
+    here = {"PYTHONPATH": str(Path(__file__).resolve().parents[1])}  # this checkout's toolkit, here and in the jobs
+    argv = ["bisect", "t/stack", "--metric", "output_tok_s@1", "--threshold", "30", "--max-repeats", "3",
+            "--executor", "slurm"]
+    first = patchbench(home, *argv, "--json", cwd=root, env_extra=here)
+    assert first.returncode == 0, first.stderr[-3000:]
+    one = json.loads(first.stdout)
+    assert one["not_continued"] is None and one["runs"] >= 4, one
+    again = patchbench(home, *argv, "--json", cwd=root, env_extra=here)
+    assert again.returncode == 0, again.stderr[-3000:]
+    two = json.loads(again.stdout)
+    assert two["sweep"] != one["sweep"] and two["replayed"] is None and two["runs"] >= 4, two
+    assert two["not_continued"]["sweep"] == one["sweep"] and two["not_continued"]["finished"], two
+    said = f"note: sweep {one['sweep']} of this search, finished "
+    assert said in again.stderr and f"measures again in a new sweep {two['sweep']}" in again.stderr
+    text = patchbench(home, *argv, cwd=root, env_extra=here)  # the text says it where the result is printed
+    assert text.returncode == 0 and f"note: sweep " in text.stdout and "not replayed through Slurm" in text.stdout

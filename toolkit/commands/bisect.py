@@ -277,6 +277,8 @@ def _run(args, leases, *, fresh: bool) -> int:
     print_runs_used(meter)
     _print_left_out(meter)
     _print_skipped(meter)
+    if getattr(meter, "not_continued", None):  # a Slurm bisect: an earlier sweep of this search measured again
+        console.print(f"note: {meter.not_continued_line()}", markup=False, highlight=False)
     if commit_result is not None:
         console.print("[bold]commits[/] between the neighbouring releases:")
         _print_result(commit_result, stats, commit_direction)
@@ -342,7 +344,7 @@ def _slurm_meter(recipe, home, meter, spec, args):
 
     return SlurmVariantMeter(recipe, home, meter.store, spec, err, group_id=meter.group_id,
                              missing_evidence=meter.missing_evidence, design=meter.design, search=meter.search,
-                             cfg=cluster_config(args, home), command="bisect")
+                             cfg=cluster_config(args, home), command="bisect", joined=meter.joined)
 
 
 def _bisect_commits(meter, recipe, source: str, commits: list[str], span: str, kw: dict):
