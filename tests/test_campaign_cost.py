@@ -72,3 +72,37 @@ def test_the_report_cost_heading_counts_the_launches_its_lines_count(tmp_path, h
     md = " ".join((tmp_path / "rep" / "report.md").read_text().split())
     assert "### Cost (GPU minutes) - t/base: 3 launches, " in md and ", failed 1 (" in md and "GPU-min" in md, md
     assert "no GPU held" not in md
+
+
+def test_a_resumed_run_costs_the_launches_its_verdicts_read_not_only_its_own(tmp_path, home, monkeypatch, capsys):
+    """`run t/base t/fast` killed after 3 launches, asked again: it launched 1 more and printed "cost: 1
+    launches ...; the fixed design: 8 launches" for a verdict that read 4 launches (a saving of 8x it never
+    made). Now the line and the JSON count the stored launches the verdicts read besides this call's."""
+    import re
+
+    import toolkit.run.pipeline as pipeline
+    from conftest import interrupt_launches_after
+
+    root = demo_project(tmp_path, monkeypatch)
+    (root / "recipes" / "t").mkdir()
+    (root / "recipes" / "t" / "base.toml").write_text('extends = "demo/baseline"\n' + BENCH)
+    (root / "recipes" / "t" / "fast.toml").write_text('extends = "demo/fast"\n' + BENCH)
+    real, launched = pipeline.run_once, interrupt_launches_after(monkeypatch, 3)
+    assert main(["run", "t/base", "t/fast"]) != 0
+    monkeypatch.setattr(pipeline, "run_once", real)
+    capsys.readouterr()
+    assert main(["run", "t/base", "t/fast"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    got = re.search(r"cost: (\d+) launches, .*?; the verdicts also read (\d+) stored launches of an earlier call "
+                    r"\([\d.]+ min\): (\d+) launches, [\d.]+ min in all; the fixed design", text)
+    assert got, text
+    now, stored, total = map(int, got.groups())
+    assert now >= 1 and stored == 3 and total == now + stored, text
+    rc, out = cli_json(capsys, ["run", "t/base", "t/fast"])  # settled from the store now: nothing launched
+    used = {rid for ids in out["used"].values() for rid in ids}
+    assert rc == 0 and set(launched) <= used and len(used) == total and not out["runs"], out
+    assert out["cost"]["launches"] == 0 and out["cost"]["stored_launches"] == total, out["cost"]
+    assert main(["run", "t/base", "t/fast"]) == 0
+    said = " ".join(capsys.readouterr().out.split())
+    assert f"cost: nothing launched (the stored runs of these configurations decided it: {total} stored launches" \
+        in said, said

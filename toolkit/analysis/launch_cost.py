@@ -36,25 +36,34 @@ def launch_seconds(run: RunRow) -> float:
 
 
 def cost(launched: Sequence[RunRow], used: Sequence[RunRow], recipes: Mapping[str, Recipe]) -> dict:
-    """{"launches", "seconds", "gpu_minutes", "fixed_launches", "fixed_seconds", "fixed_gpu_minutes",
-    "per_recipe"}: what `launched` cost, and what the fixed design (each recipe's `[benchmark]
-    repeats`) would have, at the mean launch time of the runs used (`used`, else `launched`)."""
-    out = {"launches": 0, "seconds": 0.0, "gpu_minutes": 0.0, "fixed_launches": 0, "fixed_seconds": 0.0,
-           "fixed_gpu_minutes": 0.0, "per_recipe": {}}
+    """{"launches", "seconds", "gpu_minutes", "stored_launches", "stored_seconds", "stored_gpu_minutes",
+    "fixed_launches", "fixed_seconds", "fixed_gpu_minutes", "per_recipe"}: what `launched` cost, what the
+    runs used that this call did not launch cost (`stored_*`: a killed call's launches a resumed sweep reads,
+    or an earlier call's), and what the fixed design (each recipe's `[benchmark] repeats`) would have, at
+    the mean launch time of the runs used (`used`, else `launched`)."""
+    out = {"launches": 0, "seconds": 0.0, "gpu_minutes": 0.0, "stored_launches": 0, "stored_seconds": 0.0,
+           "stored_gpu_minutes": 0.0, "fixed_launches": 0, "fixed_seconds": 0.0, "fixed_gpu_minutes": 0.0,
+           "per_recipe": {}}
+    now = {r.run_id for r in launched}
     for name, recipe in recipes.items():
         gpus = gpus_held(recipe)
         mine = [r for r in launched if r.recipe == name]
         basis = [r for r in used if r.recipe == name] or mine
+        stored = [r for r in used if r.recipe == name and r.run_id not in now]
         seconds = sum(launch_seconds(r) for r in mine)
+        earlier = sum(launch_seconds(r) for r in stored)
         mean = sum(launch_seconds(r) for r in basis) / len(basis) if basis else 0.0
         repeats = recipe.benchmark.repeats
         row = {"launches": len(mine), "seconds": round(seconds, 1), "gpus": gpus,
-               "gpu_minutes": round(seconds * gpus / 60.0, 2), "fixed_launches": repeats,
-               "fixed_seconds": round(repeats * mean, 1), "fixed_gpu_minutes": round(repeats * mean * gpus / 60.0, 2)}
+               "gpu_minutes": round(seconds * gpus / 60.0, 2), "stored_launches": len(stored),
+               "stored_seconds": round(earlier, 1), "stored_gpu_minutes": round(earlier * gpus / 60.0, 2),
+               "fixed_launches": repeats, "fixed_seconds": round(repeats * mean, 1),
+               "fixed_gpu_minutes": round(repeats * mean * gpus / 60.0, 2)}
         out["per_recipe"][name] = row
-        for k in ("launches", "seconds", "gpu_minutes", "fixed_launches", "fixed_seconds", "fixed_gpu_minutes"):
+        for k in ("launches", "seconds", "gpu_minutes", "stored_launches", "stored_seconds", "stored_gpu_minutes",
+                  "fixed_launches", "fixed_seconds", "fixed_gpu_minutes"):
             out[k] += row[k]
-    for k in ("seconds", "gpu_minutes", "fixed_seconds", "fixed_gpu_minutes"):
+    for k in ("seconds", "gpu_minutes", "stored_seconds", "stored_gpu_minutes", "fixed_seconds", "fixed_gpu_minutes"):
         out[k] = round(out[k], 2)
     return out
 
@@ -65,13 +74,21 @@ def describe(c: dict) -> str:
     alone, never as "0.00 GPU-min"."""
     gpus = any(row.get("gpus") for row in c.get("per_recipe", {}).values())
     fixed_gpu = f", ~{c['fixed_gpu_minutes']:.2f} GPU-min" if gpus else ""
+    k = c.get("stored_launches") or 0
     if not c["launches"]:
-        return (f"cost: nothing launched (the stored runs of these configurations decided it); the fixed design "
-                f"(each recipe's [benchmark] repeats) would have launched {c['fixed_launches']}, ~"
+        stored = f": {k} stored launches, {c['stored_seconds'] / 60:.1f} min" if k else ""
+        return (f"cost: nothing launched (the stored runs of these configurations decided it{stored}); the fixed "
+                f"design (each recipe's [benchmark] repeats) would have launched {c['fixed_launches']}, ~"
                 f"{c['fixed_seconds'] / 60:.1f} min{fixed_gpu}" + ("" if gpus else " (no GPU held)"))
     how = ("launch to ready + benchmark, x each recipe's tp x dp; none for [server] gpus = 0" if gpus
            else "launch to ready + benchmark; no GPU held: [server] gpus = 0")
     gpu = f", {c['gpu_minutes']:.2f} GPU-min" if gpus else ""
-    return (f"cost: {c['launches']} launches, {c['seconds'] / 60:.1f} min{gpu} ({how}); the fixed design (each "
-            f"recipe's [benchmark] repeats): {c['fixed_launches']} launches, ~{c['fixed_seconds'] / 60:.1f} min"
+    # a resumed sweep: the verdicts read launches an earlier (killed) call made too; the fixed design is
+    # compared with every launch they read, never with this call's share alone
+    stored = "" if not k else (
+        f"; the verdicts also read {k} stored launches of an earlier call ({c['stored_seconds'] / 60:.1f} min): "
+        f"{c['launches'] + k} launches, {(c['seconds'] + c['stored_seconds']) / 60:.1f} min"
+        + (f", {c['gpu_minutes'] + c['stored_gpu_minutes']:.2f} GPU-min" if gpus else "") + " in all")
+    return (f"cost: {c['launches']} launches, {c['seconds'] / 60:.1f} min{gpu} ({how}){stored}; the fixed design "
+            f"(each recipe's [benchmark] repeats): {c['fixed_launches']} launches, ~{c['fixed_seconds'] / 60:.1f} min"
             f"{fixed_gpu}")
