@@ -149,3 +149,24 @@ def test_a_killed_bisect_another_process_is_continuing_is_not_launched_into_twic
     assert f"sweep {killed} of this search is being measured by another process now" in cap.err
     assert out["sweep"] != killed and out["left_out"]["prefix0"].startswith("prefix0: 1 stored run(s)"), out
     assert launched[0] not in {rid for p in out["probes"] for rid in p["run_ids"]}
+
+
+def test_a_replayed_bisect_never_says_it_launched_a_probe_again(tmp_path, home, monkeypatch, capsys):
+    """A finished bisect asked again after a `run` of its base: the replay launched nothing ("0 new run(s)")
+    yet said of the base's stored run from that other campaign "left out: prefix0: ...; launched again in
+    this bisect". Now the replay says those runs were not read by the replay of its sweep, nothing launched."""
+    from toolkit.cli import main
+
+    root = demo_project(tmp_path, monkeypatch)
+    _harmless_stack(root, 1)
+    rc, first = cli_json(capsys, ONE)
+    assert rc == 0 and first["replayed"] is None, first
+    assert main(["run", "t/base", "--fixed", "--repeats", "1"]) == 0
+    capsys.readouterr()
+    assert main(ONE) == 0
+    cap = capsys.readouterr()
+    text = " ".join(cap.out.split())
+    assert "replaying sweep" in cap.err and "0 new run(s)" in text, text
+    assert "left out: prefix0: 1 stored run(s) from another campaign" in text, text
+    assert "launched again in this bisect" not in text
+    assert f"not read by this replay of sweep {first['sweep']} (its own launches answer; nothing launched)" in text

@@ -303,9 +303,12 @@ def _search_key(recipe, args) -> str:
 
 
 def _print_left_out(meter) -> None:
-    """One line per probe whose stored runs from another campaign its looks left out (it launched again)."""
+    """One line per probe whose stored runs from another campaign its looks left out (it launched again; in
+    the replay of a finished sweep nothing launched: that sweep's own launches answer)."""
+    tail = (f"not read by this replay of sweep {meter.group_id} (its own launches answer; nothing launched)"
+            if meter.replay_of else "launched again in this bisect")
     for line in meter.left_out_lines().values():
-        console.print(f"left out: {line}; launched again in this bisect", markup=False, highlight=False)
+        console.print(f"left out: {line}; {tail}", markup=False, highlight=False)
 
 
 def _print_skipped(meter) -> None:
