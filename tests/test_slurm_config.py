@@ -66,3 +66,26 @@ def test_a_slurm_probe_job_carries_the_design_its_runs_record(monkeypatch, tmp_p
     monkeypatch.setattr(slurm_variants, "direct_store", lambda store: None)
     meter._submit("prefix1", {}, 2)
     assert sent and sent[0].design == design
+
+
+def test_slurm_says_it_measures_the_fixed_design_and_refuses_the_sequential_options(tmp_path, home, monkeypatch,
+                                                                                    capsys):
+    """`run A B --executor slurm --max-repeats 16` (and `sweep --max-repeats`) measured each recipe's
+    [benchmark] repeats in the job and never said the sequential options went unused; a plain `run A B`
+    (sequential locally) said nothing of it either. Now the options are refused (exit 2, one line) and
+    the plain call says which design the job measures."""
+    from conftest import demo_project
+    from toolkit.cli import main
+
+    demo_project(tmp_path, monkeypatch)
+    for argv in (["run", "demo/baseline", "demo/fast", "--max-repeats", "16"],
+                 ["run", "demo/baseline", "demo/fast", "--sequential"],
+                 ["sweep", "demo/sweep", "--max-repeats", "4"]):
+        assert main([*argv, "--executor", "slurm"]) == 2, argv
+        said = " ".join(capsys.readouterr().err.split())
+        assert f"error: {argv[0]} --executor slurm measures the fixed design" in said and "runs locally only" in said
+    monkeypatch.setenv("PATH", str(tmp_path / "no-slurm-here"))  # stops at "no sbatch on PATH", after the note
+    assert main(["run", "demo/baseline", "demo/fast", "--executor", "slurm"]) == 2
+    said = " ".join(capsys.readouterr().err.split())
+    assert "note: run --executor slurm measures the fixed design (each recipe's [benchmark] repeats" in said, said
+    assert "no `sbatch` on PATH" in said

@@ -41,8 +41,18 @@ def run(args) -> int:
     home = home_of(args)
     store = store_of(args)
     if args.executor == "slurm":  # the same sweep as one Slurm job; its runs imported here
-        from toolkit.executors.config import cluster_config
+        from toolkit.executors.config import cluster_config, fixed_design_only
         from toolkit.executors.slurm import run_on_slurm
+
+        asked = [flag for flag, given in (("--sequential", args.sequential), ("--min-repeats", args.min_repeats),
+                                          ("--max-repeats", args.max_repeats), ("--min-effect", args.min_effect))
+                 if given not in (None, False)]
+        note = fixed_design_only("run", asked, plain=len(recipes) > 1 and args.repeats is None and not args.fixed
+                                 and args.until == "store")
+        if note:
+            from rich.markup import escape
+
+            err.print(f"[yellow]note[/]: {escape(note)}")
 
         result = run_on_slurm(recipes, home=home, store=store, cfg=cluster_config(args, home), repeats=args.repeats,
                               until=args.until, frozen=args.frozen, console=err, strict=args.strict_check)

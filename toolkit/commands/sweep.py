@@ -140,6 +140,15 @@ def run(args) -> int:
     from toolkit.results import metrics
 
     bounds = parse_bounds(args.sla)  # bad bounds: exit 2 before any work
+    if args.executor == "slurm":  # a Slurm job measures the fixed design: said, or refused when asked otherwise
+        from rich.markup import escape
+
+        from toolkit.executors.config import fixed_design_only
+
+        note = fixed_design_only("sweep", ["--max-repeats"] if args.max_repeats is not None else [],
+                                 plain=not bounds and args.repeats is None and not args.fixed and args.until == "store")
+        if note:
+            err.print(f"[yellow]note[/]: {escape(note)}")
     spec = metrics.parse_spec(args.metric) if args.metric else None
     recipe = load(args.recipe)
     if bounds and recipe.benchmark.driver != "serving":

@@ -149,3 +149,17 @@ def cluster_config(args, home: Path) -> ClusterConfig:
     if extra:
         over["slurm_args"] = {**cfg.slurm_args, **extra}
     return replace(cfg, **over)
+
+
+def fixed_design_only(command: str, asked: list[str], *, plain: bool) -> str | None:
+    """A Slurm job measures the fixed design (each recipe's `[benchmark] repeats`, interleaved in one job):
+    the sequential design's options (`asked`: those given) are refused (BadInput) rather than silently
+    unused; `plain` (the call would be sequential locally): the note saying so, else None."""
+    if asked:
+        raise BadInput(f"{command} --executor slurm measures the fixed design (each recipe's [benchmark] repeats); "
+                       f"{', '.join(asked)} {'is' if len(asked) == 1 else 'are'} the sequential design's, which runs "
+                       "locally only", hint="drop them (or --repeats N), or run without --executor slurm")
+    if plain:
+        return (f"{command} --executor slurm measures the fixed design (each recipe's [benchmark] repeats, or "
+                "--repeats N); launching until each verdict is settled (the local default) runs locally only")
+    return None
