@@ -5,7 +5,7 @@ earlier campaign; then the box's mean shifts by `--shift` (3-8%: a box loaded si
 thermal state changed) and a harmless variant is measured against it, per-launch noise uniformly
 1-5% (log-normal), half the pairs with slow-launch outliers (5% of launches 10-20% slow), as in
 benchmarks/sequential_launches.py. Two rules, both `toolkit.analysis.sequential_steps.settle_pairs`
-(`run`'s and the steps' scheduling, the default design: 2..8 launches each):
+(`run`'s and the steps' scheduling, the default design: 2..16 launches each since 2026-12-06, 2..8 before):
 
 - before (until 2026-12-06): the reference's stored launches are its first values, the variant's
   launches made on the changed box are judged against them (the stored ones a look does not use pooled,
@@ -28,7 +28,14 @@ bisect took. Exit status 0 when the after rule names a false culprit in <= 5% at
     python benchmarks/campaign_drift.py [--pairs 2000] [--stored 4] [--shift 0 0.03 0.05 0.08] [--pool] [--json]
     python benchmarks/campaign_drift.py --bisect 7 [--pairs 1000] [--json]
 
-Measured (2000 pairs a shift, seed 20261206, --stored 4, 2026-12-06), false faster/slower [95% CI]:
+Measured at the default cap of 16 (2000 pairs a shift, seed 20261206, --stored 4, 2026-12-06, after the
+futility change), false faster/slower [95% CI] and new launches a pair:
+  shift   before                            after
+  0%      4.15% [3.32-5.12] (10.7 launches)   4.45% [3.59-5.45] (14.6)
+  3%     17.20% [15.57-18.93] (11.6)          3.80% [3.01-4.73] (14.6)
+  5%     34.15% [32.07-36.28] (10.8)          4.05% [3.23-5.01] (14.8)
+  8%     56.00% [53.79-58.19] (9.3)           4.15% [3.32-5.12] (14.8)
+At the cap of 8 with the old futility rule (same seed and date):
   shift   before                    after
   0%      3.75% [2.96-4.68]         3.60% [2.83-4.51]
   3%     18.65% [16.96-20.43]       3.00% [2.30-3.84]
