@@ -93,7 +93,7 @@ def profile_recipe(recipe: Recipe, *, home: Path, store, concurrency: int, steps
                    console: Console | None = None, strict: bool = False) -> ProfileRun:
     from toolkit.run.pipeline import needs_gpu, prepare
     from toolkit.run.sglang_args import check_record, launch_argv, server_info_problems
-    from toolkit.run.launch_env import launch_environ, record as launch_env_record
+    from toolkit.run.launch_env import launch_environ, record as launch_env_record, scratch_dir
 
     console = console or Console(stderr=True)
     families = load_families(families_file)
@@ -136,7 +136,7 @@ def profile_recipe(recipe: Recipe, *, home: Path, store, concurrency: int, steps
 
         server = srv.launch_ready(p.env.python, lambda port: launch_argv(recipe.server, host=host, port=port),
                                   host=host, port=recipe.server.port, log=server_log, environ=environ,
-                                  timeout_s=recipe.server.timeout_s, retrying=again)
+                                  timeout_s=recipe.server.timeout_s, retrying=again, scratch=scratch_dir(run_dir))
         with server:
             timings["launch"] = time.monotonic() - server.started
             argv = server.argv[3:]  # the port it bound: another than the first pick after a race for it

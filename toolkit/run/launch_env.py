@@ -23,6 +23,9 @@ Left as they are: Inductor's `.best_config` files (torch.compile or piecewise CU
 switch, autotune_local_cache, has no environment variable, and a launch-private TORCHINDUCTOR_CACHE_DIR
 would also throw its compiled kernels away).
 
+The launch's temporary files (TMPDIR, PROMETHEUS_MULTIPROC_DIR) go to a directory of its own that is
+removed when the launch ends (toolkit.run.scratch).
+
 The recipe's `[server.env]` comes last and may set any of them (the deployment's reuse, said in the run).
 
 What the calling shell hands the server is recorded too (`record`'s "inherited"): the variables sglang,
@@ -39,18 +42,27 @@ import os
 from pathlib import Path
 from typing import Mapping
 
+from toolkit.run import scratch
+
 PER_LAUNCH = {"SGLANG_FLASHINFER_AUTOTUNE_CACHE": "0", "FLA_CACHE_RESULTS": "0"}
 PER_LAUNCH_DIRS = {"FLASHINFER_AUTOTUNE_DIR": "flashinfer-autotune"}  # under the launch's run directory
 
 
 def launch_environ(env_vars: Mapping[str, str], server_env: Mapping, run_dir: Path) -> dict[str, str]:
     """The launch's environment: `env_vars` (the env's run_environ()), the per-launch settings above
-    (directories under `run_dir`, created), then the recipe's `[server.env]`."""
+    (directories under `run_dir`, created), its scratch directory's variables (scratch_dir(run_dir),
+    created by the spawn that uses it), then the recipe's `[server.env]`."""
     per_launch = {**PER_LAUNCH, **{name: str(Path(run_dir) / sub) for name, sub in PER_LAUNCH_DIRS.items()}}
-    environ = {**env_vars, **per_launch, **{str(k): str(v) for k, v in dict(server_env).items()}}
+    environ = {**env_vars, **per_launch, **scratch.variables(scratch_dir(run_dir)),
+               **{str(k): str(v) for k, v in dict(server_env).items()}}
     for name in PER_LAUNCH_DIRS:  # made here: not every FlashInfer writer creates its directory
         Path(environ[name]).mkdir(parents=True, exist_ok=True)
     return environ
+
+
+def scratch_dir(run_dir: Path) -> Path:
+    """The directory of the launch's temporary files, owned and removed by patchbench (toolkit.run.scratch)."""
+    return scratch.path_for(run_dir)
 
 
 RUNTIME_PREFIXES = ("SGLANG_", "SGL_", "NCCL_", "TRITON_", "TORCH", "PYTORCH_", "CUDA_", "CUBLAS", "CUDNN_",

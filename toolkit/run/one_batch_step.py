@@ -6,7 +6,7 @@ from __future__ import annotations
 from toolkit.run.attempt import Attempt, supervise
 from toolkit.run.bench import Sample
 from toolkit.run.bench.one_batch import find_one_batch_module, one_batch_argv, parse_one_batch_jsonl, run_one_batch
-from toolkit.run.launch_env import launch_environ, record as launch_env_record
+from toolkit.run.launch_env import launch_environ, record as launch_env_record, scratch_dir
 from toolkit.run.sglang_args import recipe_args
 
 
@@ -23,5 +23,6 @@ def measure(a: Attempt) -> list[Sample]:
                           server_argv=recipe_args(p.recipe.server))
     a.logs["result"] = out
     run_one_batch(argv, log=log, environ=environ, timeout_s=bench.timeout_s,
-                  started=lambda proc: supervise(a, proc, "one-batch", stop=lambda: None))
+                  started=lambda proc: supervise(a, proc, "one-batch", stop=lambda: None),
+                  scratch=scratch_dir(a.run_dir))
     return parse_one_batch_jsonl(out, input_len=bench.input_len, output_len=bench.output_len)

@@ -37,7 +37,7 @@ from toolkit.envs import Env, ensure_env as build_env
 from toolkit.errors import BadInput, NoGPU, PatchbenchError, plural, raise_refused
 from toolkit.recipe.load import Recipe
 from toolkit.run.check_cache import cached_check_recipe
-from toolkit.run.launch_env import launch_environ, record as launch_env_record
+from toolkit.run.launch_env import launch_environ, record as launch_env_record, scratch_dir
 from toolkit.run.same_server import Guard as SameServerGuard
 from toolkit.run.sglang_args import check_record, check_summary, launch_argv, recipe_args, server_info_problems
 from toolkit.results.store import Store, StoreUnavailable
@@ -192,7 +192,7 @@ def launch(attempt: Attempt) -> Launched:
     server = srv.launch_ready(p.env.python, lambda port: launch_argv(server_spec, host=attempt.host, port=port),
                               host=attempt.host, port=server_spec.port, log=log,
                               environ=environ,
-                              timeout_s=server_spec.timeout_s, retrying=again,
+                              timeout_s=server_spec.timeout_s, retrying=again, scratch=scratch_dir(attempt.run_dir),
                               started=lambda s: supervise(attempt, s.proc, "server", stop=s.stop))
     attempt.console.print(f"[bold]{escape(attempt.title)}[/]: server ready in {time.monotonic() - server.started:.1f} s "
                           f"at {server.url}")

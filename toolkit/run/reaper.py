@@ -8,7 +8,8 @@ what is left to act on when even that did not happen, and it names the run to ma
 
 `reap(home)` (run at the start of `patchbench run`) ends every group whose owner is dead, marks
 its run `interrupted` in its store, and marks `interrupted` every other run of the store still
-`running` for a dead patchbench process on this host. Effects: signals, store writes, file removal.
+`running` for a dead patchbench process on this host, and removes the launch's temporary files
+(toolkit.run.scratch). Effects: signals, store writes, file removal.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import psutil
 from filelock import FileLock
 
 from toolkit.errors import PatchbenchError
-from toolkit.run import supervisor
+from toolkit.run import scratch, supervisor
 from toolkit.results.store import Store, process_alive
 
 LIVE_DIR = "live"
@@ -127,6 +128,7 @@ def reap(home: Path, store: Store | None = None) -> list[str]:
                 continue
             store_of = Store(rec.store)
             n = end_group(rec)  # a group still alive held its GPUs until now: its step counts to now
+            scratch.remove(scratch.path_for(home / "runs" / rec.run_id))  # its supervisor died too: left to us
             spent = _spent(store_of, rec.run_id, until=time.time() if n else None)
             if n:
                 done.append(f"ended {n} process(es) of the {rec.what} of run {rec.run_id[:8]} "

@@ -24,7 +24,7 @@ from typing import Callable
 
 import psutil
 
-from toolkit.run import supervisor
+from toolkit.run import scratch as scratch_dir, supervisor
 from toolkit.errors import PatchbenchError
 
 CRASH_PATTERNS = re.compile(
@@ -117,6 +117,7 @@ class Server:
     log: Path
     proc: subprocess.Popen
     started: float = field(default_factory=time.monotonic)
+    scratch: Path | None = None  # the launch's temporary files (toolkit.run.scratch), removed by stop()
     _descendants: set = field(default_factory=set)
 
     @property
@@ -213,7 +214,8 @@ class Server:
         raise PatchbenchError(f"server gave no server info ({last})", log=self.log)
 
     def stop(self, grace: float = 15.0) -> None:
-        """Kill the process group and every descendant seen; wait until none is alive."""
+        """Kill the process group and every descendant seen; wait until none is alive; remove the
+        launch's scratch directory."""
         self._remember_children()
         procs = []
         for pid in {self.proc.pid, *self._descendants}:
@@ -226,6 +228,7 @@ class Server:
             self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
             pass
+        scratch_dir.remove(self.scratch)
 
     def __enter__(self) -> "Server":
         return self
@@ -239,7 +242,7 @@ PORT_TRIES = 3  # launches when another process takes the free port patchbench p
 
 def launch_ready(python: Path, args_for: Callable[[int], list[str]], *, host: str, port: int | None, log: Path,
                  environ: dict, timeout_s: float, started: Callable[[Server], None] | None = None,
-                 retrying: Callable[[PortTaken], None] | None = None) -> Server:
+                 retrying: Callable[[PortTaken], None] | None = None, scratch: Path | None = None) -> Server:
     """Launch the server on `port` (None: a free one) and wait until it is ready. When another
     process answers on a picked free port first (PortTaken: a race between two launches on one box),
     stop this server and launch again on a new free port, at most PORT_TRIES launches; a fixed
@@ -248,7 +251,7 @@ def launch_ready(python: Path, args_for: Callable[[int], list[str]], *, host: st
     fails to become ready is stopped; the error is raised."""
     for tries_left in range(PORT_TRIES - 1, -1, -1):
         picked = port or free_port(host)
-        server = launch(python, args_for(picked), host=host, port=picked, log=log, environ=environ)
+        server = launch(python, args_for(picked), host=host, port=picked, log=log, environ=environ, scratch=scratch)
         try:
             if started is not None:
                 started(server)
@@ -266,14 +269,19 @@ def launch_ready(python: Path, args_for: Callable[[int], list[str]], *, host: st
     raise AssertionError("unreachable")
 
 
-def launch(python: Path, args: list[str], *, host: str, port: int, log: Path, environ: dict) -> Server:
+def launch(python: Path, args: list[str], *, host: str, port: int, log: Path, environ: dict,
+           scratch: Path | None = None) -> Server:
     """Start `python -m sglang.launch_server ARGS` under the supervisor (its own process group, ended
-    when patchbench dies), output to `log`. Raises BindError first if host:port cannot be bound."""
+    when patchbench dies), output to `log`; `scratch` (the directory environ's TMPDIR names) is created
+    and removed when the server stops or patchbench dies. Raises BindError first if host:port cannot be bound."""
     check_bindable(host, port)
     argv = [str(python), "-m", "sglang.launch_server", *args]
     log.parent.mkdir(parents=True, exist_ok=True)
     try:
-        proc = supervisor.spawn(argv, log=log, environ=environ)
+        if scratch is not None:
+            scratch_dir.prepare(scratch, environ)
+        proc = supervisor.spawn(argv, log=log, environ=environ, scratch=scratch)
     except OSError as exc:
+        scratch_dir.remove(scratch)
         raise PatchbenchError(f"cannot start the server: {exc}", log=log) from None
-    return Server(argv=argv, host=host, port=port, log=log, proc=proc)
+    return Server(argv=argv, host=host, port=port, log=log, proc=proc, scratch=scratch)

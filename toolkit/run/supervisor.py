@@ -1,6 +1,6 @@
 """A tiny supervisor that ties a process group to the life of patchbench.
 
-    python supervisor.py PARENT_PID -- ARGV...
+    python supervisor.py PARENT_PID [--scratch DIR] -- ARGV...
 
 Started by patchbench (toolkit/run/server.py `spawn`) in a new session, so its pid is the process
 group of everything below it. It asks the kernel for SIGTERM when its parent dies
@@ -9,6 +9,8 @@ group of everything below it. It asks the kernel for SIGTERM when its parent die
 - ARGV exits: the supervisor exits the same way (its code, or the same signal).
 - patchbench dies (SIGKILL, SIGTERM, a crash) or sends SIGTERM/SIGINT: the whole group gets SIGTERM,
   then SIGKILL after a short grace, together with any descendant that left the group.
+- either way, `--scratch DIR` (the launch's temporary files, toolkit/run/scratch.py) is removed once the
+  processes that wrote there are gone.
 
 Run by file path with patchbench's own Python (psutil finds descendants that called setsid), so it
 starts in a fraction of a second. The functions below `main` are patchbench's side: `spawn` a
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -53,8 +56,9 @@ def _descendants() -> list:
         return []
 
 
-def _end_group(child: subprocess.Popen, seen: dict) -> None:
-    """SIGTERM to the group, SIGKILL after GRACE_S to the group and every descendant seen."""
+def _end_group(child: subprocess.Popen, seen: dict, scratch: str | None) -> None:
+    """SIGTERM to the group, SIGKILL after GRACE_S to the group and every descendant seen; the
+    scratch directory removed once they are gone."""
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     pgid = os.getpgrp()
     try:
@@ -64,17 +68,28 @@ def _end_group(child: subprocess.Popen, seen: dict) -> None:
     deadline = time.monotonic() + GRACE_S
     while time.monotonic() < deadline and child.poll() is None:
         time.sleep(0.05)
-    for p in list(seen.values()) + _descendants():
+    procs = list(seen.values()) + _descendants()
+    for p in procs:
         try:
             p.kill()
         except Exception:
             pass
+    psutil.wait_procs(procs, timeout=2.0)
+    _remove(scratch)
     os.killpg(pgid, signal.SIGKILL)  # ends this process too
 
 
+def _remove(scratch: str | None) -> None:
+    if scratch:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
 def main(argv: list[str]) -> int:
+    scratch = None
+    if len(argv) > 2 and argv[1] == "--scratch":
+        scratch, argv = argv[2], [argv[0], *argv[3:]]
     if len(argv) < 3 or argv[1] != "--":
-        print("usage: supervisor.py PARENT_PID -- ARGV...", file=sys.stderr)
+        print("usage: supervisor.py PARENT_PID [--scratch DIR] -- ARGV...", file=sys.stderr)
         return 2
     parent = int(argv[0])
     signal.signal(signal.SIGTERM, _on_signal)
@@ -88,6 +103,7 @@ def main(argv: list[str]) -> int:
     while True:
         code = child.poll()
         if code is not None:
+            _remove(scratch)
             if code < 0:
                 if -code not in (signal.SIGKILL, signal.SIGSTOP):  # those two take no handler
                     signal.signal(-code, signal.SIG_DFL)
@@ -96,7 +112,7 @@ def main(argv: list[str]) -> int:
         if _stop or os.getppid() != parent:  # said in the log: its last write marks when the launch ended
             gone = "asked to stop" if os.getppid() == parent else f"patchbench (pid {parent}) is gone"
             print(f"[supervisor] {time.strftime('%Y-%m-%d %H:%M:%S')} {gone}: ending the group", flush=True)
-            _end_group(child, seen)
+            _end_group(child, seen, scratch)
         for p in _descendants():
             seen.setdefault(p.pid, p)
         time.sleep(POLL_S)
@@ -105,14 +121,16 @@ def main(argv: list[str]) -> int:
 
 # ------------------------------------------------------------------ patchbench's side (imported)
 
-def spawn(argv: list[str], *, log, environ: dict) -> subprocess.Popen:
+def spawn(argv: list[str], *, log, environ: dict, scratch=None) -> subprocess.Popen:
     """Start ARGV under a supervisor in a new process group whose id is the returned process's
-    pid; ARGV's output (and the supervisor's) is appended to `log`. Raises OSError."""
+    pid; ARGV's output (and the supervisor's) is appended to `log`. `scratch`: the launch's temporary
+    directory (toolkit/run/scratch.py), which the supervisor removes when the group ends. Raises OSError."""
+    own = ["--scratch", str(scratch)] if scratch is not None else []
     with open(log, "ab") as fh:
         fh.write(("$ " + " ".join(str(a) for a in argv) + "\n").encode())
         fh.flush()
         # -I: the env's PYTHONPATH/PYTHONHOME (meant for ARGV) must not reach patchbench's own Python
-        return subprocess.Popen([sys.executable, "-I", os.path.abspath(__file__), str(os.getpid()), "--", *argv],
+        return subprocess.Popen([sys.executable, "-I", os.path.abspath(__file__), str(os.getpid()), *own, "--", *argv],
                                 stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 env=environ, start_new_session=True)
 

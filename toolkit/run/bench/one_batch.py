@@ -23,7 +23,7 @@ import subprocess
 from pathlib import Path
 from typing import Callable, Iterable, Optional, Sequence
 
-from toolkit.run import supervisor
+from toolkit.run import scratch as scratch_dir, supervisor
 from toolkit.run.bench import Sample
 from toolkit.run.bench.sglang_jsonl import (  # noqa: F401  (re-exported importers)
     parse_bench_serving_jsonl,
@@ -90,11 +90,14 @@ class OneBatchFailed(PatchbenchError):
 
 
 def run_one_batch(argv: list[str], *, log: Path, environ: dict, timeout_s: float,
-                  started: Callable[[subprocess.Popen], None] = lambda proc: None) -> None:
+                  started: Callable[[subprocess.Popen], None] = lambda proc: None, scratch: Path | None = None) -> None:
     """Run the benchmark in its own supervised process group (ended if patchbench dies), output
     appended to `log`; `started(proc)` is called once it runs (proc.pid is its group). On a timeout the
-    whole group is killed. Raises OneBatchFailed with the last lines of the log on failure."""
-    proc = supervisor.spawn(argv, log=log, environ=environ)
+    whole group is killed; `scratch` (the launch's temporary files, toolkit.run.scratch) is removed after
+    it. Raises OneBatchFailed with the last lines of the log on failure."""
+    if scratch is not None:
+        scratch_dir.prepare(scratch, environ)
+    proc = supervisor.spawn(argv, log=log, environ=environ, scratch=scratch)
     try:
         started(proc)
         try:
@@ -105,6 +108,7 @@ def run_one_batch(argv: list[str], *, log: Path, environ: dict, timeout_s: float
                                  "killed)", log=log, tail=log_tail(log, lines=12)) from None
     finally:
         supervisor.stop_group(proc, grace=5.0)  # no process of the group outlives the benchmark
+        scratch_dir.remove(scratch)
     if code != 0:
         tail = log_tail(log, lines=12)
         lines = [ln.strip() for ln in tail.splitlines() if ln.strip()]
