@@ -400,7 +400,8 @@ def test_plan_without_runs_assumes_the_spread_and_the_timeout(home, capsys):
 
     assert main(["plan", "demo/baseline"]) == 0
     text = capsys.readouterr().out
-    assert "varies 3.0% launch to launch (assumed" in text and "for 60 s ([server] timeout_s" in text
+    assert "varies 3.0% launch to launch (assumed" in text
+    assert "for 60 s (no launch recorded: assuming [server] timeout_s, an upper bound)" in " ".join(text.split())
     # the miniature runs without a GPU ([server] gpus = 0): its cost is its minutes, not GPU time
     assert "a launch holds no GPU ([server] gpus = 0)" in text and "min (no GPU) a pair" in text
     assert "effect 20%: ~" in text and "GPU-" not in text and "campaign" not in text
@@ -420,6 +421,34 @@ def test_plan_without_runs_assumes_the_spread_and_the_timeout(home, capsys):
     # the worst case: no pair settles nor turns futile before the cap (16 launches each, both recipes)
     assert camp["worst"]["launches"] == 32 and camp["worst"]["max_repeats"] == 16
     assert "at worst (no pair settles before the cap, max_repeats 16): 32 launches" in text, text
+
+
+def test_plan_without_benchmark_runs_takes_the_launch_time_of_stored_launches(home, tmp_path, monkeypatch, capsys):
+    """No benchmark run of a configuration: plan takes the launch time from its own verify/profile launches,
+    else the same model's, and says which; the timeout (an upper bound: 1800 s for the CPU recipes, whose
+    launches take 0.5-4 min) only when nothing was ever launched."""
+    import json
+
+    from conftest import demo_project
+    from toolkit.cli import main
+
+    demo_project(tmp_path, monkeypatch)
+    assert main(["run", "demo/baseline", "--until", "verify"]) == 0  # a launch, no benchmark
+    capsys.readouterr()
+    assert main(["plan", "demo/baseline", "demo/fast", "--json"]) == 0
+    base, fast = json.loads(capsys.readouterr().out)["plans"]
+    assert base["seconds_from"] == "recipe" and fast["seconds_from"] == "model", (base, fast)
+    assert 0 < base["seconds_per_launch"] < 30 and fast["seconds_per_launch"] == base["seconds_per_launch"]
+    assert "launch to ready of 1 stored launches of the same model" in fast["seconds_why"], fast
+    assert main(["plan", "demo/fast"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "the benchmark's time not known, not counted" in text and "timeout_s" not in text, text
+    assert main(["run", "demo/baseline", "--repeats", "1"]) == 0  # now with this benchmark: its whole launch
+    capsys.readouterr()
+    assert main(["plan", "demo/fast", "--json"]) == 0
+    (fast,) = json.loads(capsys.readouterr().out)["plans"]
+    assert fast["seconds_from"] == "model" and "with this benchmark (demo/baseline)" in fast["seconds_why"], fast
+    assert fast["seconds_per_launch"] > base["seconds_per_launch"]  # launch + benchmark + checks
 
 
 def test_plan_reads_the_spread_of_the_configuration_as_defined_now(tmp_path, home, monkeypatch, capsys):

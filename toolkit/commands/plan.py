@@ -2,7 +2,7 @@
 
 Per recipe: the launch-to-launch spread of its headline throughput (first point) over its stored
 runs of its configuration as defined now (3% assumed below two), the mean seconds a launch held its GPUs (launch to ready + benchmark;
-the recipe's `[server] timeout_s` when none is recorded), and for effects of 2%, 5% and 20% the
+without such runs, the best stored evidence: toolkit.analysis.launch_time, said in the line), and for effects of 2%, 5% and 20% the
 launches each side a sequential verdict is expected to take (toolkit.analysis.launch_plan) and the
 GPU time of such a pair (x tp x dp). With several recipes, the campaign: the first against each other,
 its launches and GPU time at each effect (the reference launches until its last pair settles), beside
@@ -40,8 +40,9 @@ def _load_labelled(ref: str, store):
 
 
 def run(args) -> int:
-    from toolkit.analysis import launch_cost, launch_plan, noise_prior, sequential as seq, sequential_design as designs
+    from toolkit.analysis import launch_cost, launch_plan, launch_time, noise_prior, sequential as seq, sequential_design as designs
     from toolkit.analysis.selection import values_at
+    from toolkit.results.records import bench_key
 
     store = store_of(args)
     out = []
@@ -55,9 +56,10 @@ def run(args) -> int:
         ids = [r.run_id for r in runs]
         values = values_at(store.samples(ids, metric=metric), metric, point, ids) if ids else []
         spread = launch_plan.spread_of(values)
-        timed = [launch_cost.launch_seconds(r) for r in runs if launch_cost.launch_seconds(r) > 0]
-        seconds = sum(timed) / len(timed) if timed else float(recipe.server.timeout_s)
         gpus = launch_cost.gpus_held(recipe)
+        took = launch_time.estimate(runs, evidence_pools(store, recipe, name, ids, gpus),
+                                    bench_key=bench_key(b.driver, b.params()), timeout_s=recipe.server.timeout_s)
+        seconds = took.seconds
         used = spread if spread is not None else launch_plan.ASSUMED_SPREAD
         # a recipe that pools its stored spread (`pool_stored_spread`): the stopping rule borrows the
         # stored launches' degrees of freedom, as `run` will (this recipe's; a stored counterpart adds its own)
@@ -70,7 +72,7 @@ def run(args) -> int:
                          "gpu_hours": round(launch_plan.gpu_hours(e.launches_each, seconds, gpus), 3)})
         out.append({"recipe": name, "metric": metric, "point": point, "runs": len(values),
                     "spread": used, "spread_from": "runs" if spread is not None else "assumed",
-                    "seconds_per_launch": round(seconds, 1), "seconds_from": "runs" if timed else "timeout_s",
+                    "seconds_per_launch": round(seconds, 1), "seconds_from": took.source, "seconds_why": took.text,
                     "gpus": gpus, "prior_dof": min(prior_dof, noise_prior.MAX_DOF), "effects": rows,
                     "legend": seq.legend(design)})
     campaign = campaign_of(out, [_load_labelled(r, store)[0] for r in args.recipes], designs, args) \
@@ -80,7 +82,7 @@ def run(args) -> int:
         return 0
     for p in out:
         src = f"over {p['runs']} runs" if p["spread_from"] == "runs" else "assumed: fewer than 2 runs stored"
-        secs = "recorded" if p["seconds_from"] == "runs" else "[server] timeout_s: none recorded"
+        secs = p["seconds_why"]
         console.print(f"{p['recipe']}: {p['metric']} @ {p['point']} varies {100 * p['spread']:.1f}% launch to launch "
                       f"({src}); a launch holds {_gpus(p['gpus'])} for {p['seconds_per_launch']:.0f} s ({secs})"
                       + (f"; the stopping rule pools the stored spread (~{p['prior_dof']} df)" if p["prior_dof"] else ""),
@@ -105,6 +107,25 @@ def run(args) -> int:
     if out:
         console.print(f"[dim]{out[0]['legend']}[/]")
     return 0
+
+
+def evidence_pools(store, recipe, name: str, current: list[str], gpus: int) -> list:
+    """Stored launches that tell a launch's time where the configuration has no runs, best first
+    (toolkit.analysis.launch_time): the recipe's own other launches (profile, verify, older definitions),
+    other recipes' launches of the same env, then of the same model on as many GPUs."""
+    from toolkit.analysis.verdict_cost import run_gpus
+
+    current_ids = set(current)
+    own = [r for r in store.runs(recipe=name, limit=None) if r.run_id not in current_ids]
+    keys = sorted({r.env_key for r in own if r.env_key})
+    env = [r for r in store.runs(env_key=keys, limit=None) if r.recipe != name] if keys else []
+    model = (recipe.to_dict().get("server") or {}).get("model") or recipe.server.model  # as stored: tiny:<name>
+    same_model = [r for r in store.runs(status=["ok", "invalid"], limit=None)
+                  if r.recipe != name and ((r.recipe_resolved or {}).get("server") or {}).get("model") == model] \
+        if model else []
+    held = [[r for r in rows if run_gpus(r) == gpus] for rows in (own, env, same_model)]  # a launch on as many GPUs
+    return [("recipe", "this recipe (profile, verify or an older definition)", held[0]),
+            ("env", "the same env", held[1]), ("model", f"the same model ({model}) on as many GPUs", held[2])]
 
 
 def current_runs(store, name: str) -> list:
