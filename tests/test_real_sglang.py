@@ -110,7 +110,8 @@ def test_the_check_refuses_a_cpu_crash_and_names_a_graph_flag_cpu_ignores(tmp_pa
     """Real sglang 0.5.23's parser and resolution for --device cpu: `--attention-backend flashinfer`
     parses and resolves, then the server dies at its first forward (NameError, a 3-minute launch
     seen by an audit): refused at the check; `--cuda-graph-max-bs-decode 8` is echoed while the
-    decode graphs sglang resolves are disabled: the check passes and says the flag has no effect."""
+    decode graphs sglang resolves are disabled: the check passes and says the flag has no effect;
+    `--kv-cache-dtype fp8_e4m3` resolves, then the KV cache configurator refuses it at model load: refused."""
     base = os.path.relpath(REPO_ROOT / "recipes" / "cpu" / "baseline.toml", tmp_path)  # extends takes ../ paths
     for name, arg in (("fi", 'attention-backend = "flashinfer"'), ("cg", "cuda-graph-max-bs-decode = 8")):
         (tmp_path / f"{name}.toml").write_text(f'extends = "{base}"\n[server.args]\n{arg}\n')
@@ -120,6 +121,11 @@ def test_the_check_refuses_a_cpu_crash_and_names_a_graph_flag_cpu_ignores(tmp_pa
     rc = main(["run", str(tmp_path / "cg.toml"), "--until", "check", "--home", str(SHARED_HOME)])
     out = " ".join((lambda c: c.out + c.err)(capsys.readouterr()).split())
     assert rc == 0 and "--cuda-graph-max-bs-decode: sglang 0.5.23 echoes the flag" in out, out[-1500:]
+    # an fp8 KV cache: parsed and resolved, then "CPU FP8 KV cache requires Intel AMX support." at model load
+    (tmp_path / "kv.toml").write_text(f'extends = "{base}"\n[server.args]\nkv-cache-dtype = "fp8_e4m3"\n')
+    rc = main(["run", str(tmp_path / "kv.toml"), "--until", "check", "--home", str(SHARED_HOME)])
+    out = " ".join((lambda c: c.out + c.err)(capsys.readouterr()).split())
+    assert rc == 2 and "CPU FP8 KV cache requires Intel AMX support." in out, out[-1500:]
 
 
 @pytest.mark.skipif(os.environ.get("PATCHBENCH_REAL_STACK") != "1",

@@ -64,6 +64,28 @@ def test_flashinfer_attention_on_cpu_is_refused_before_a_launch():
     assert release_rules({**fields, "device": "cuda"}, "0.5.23", Where("x"), "load") == []
 
 
+def test_an_fp8_kv_cache_on_cpu_is_refused_where_sglang_refuses_it_at_load():
+    """0.5.23 on --device cpu stores fp8_e4m3 as float8_e4m3fn and its KV cache configurator raises at model
+    load unless MHA + AMX + intel_amx attention (a 1-4 minute launch on this CPU ended in "CPU FP8 KV
+    cache requires Intel AMX support.")."""
+    glm = Where("Glm4MoeForCausalLM", cpu_amx=False)
+    fields = {"device": "cpu", "attention_backend": "torch_native", "kv_cache_dtype": "fp8_e4m3"}
+    (line,) = release_rules(fields, "0.5.23", glm, "load")
+    assert "CPU FP8 KV cache requires Intel AMX support." in line and "kv_cache_configurator.py:459-468" in line
+    amx = Where("Glm4MoeForCausalLM", cpu_amx=True)
+    assert release_rules(fields, "0.5.23", amx, "load")  # torch_native attention: refused with AMX too
+    assert release_rules({**fields, "attention_backend": "intel_amx"}, "0.5.23", glm, "load")  # no AMX here
+    amx_ok = {**fields, "attention_backend": "intel_amx"}
+    assert release_rules(amx_ok, "0.5.23", amx, "load") == []  # what 0.5.23 serves
+    assert release_rules({**amx_ok, "decode_attention_backend": "torch_native"}, "0.5.23", amx, "load")
+    assert release_rules(amx_ok, "0.5.23", Where("DeepseekV3ForCausalLM", cpu_amx=True), "load")  # MLA
+    (e5m2,) = release_rules({**fields, "kv_cache_dtype": "fp8_e5m2"}, "0.5.23", amx, "load")
+    assert "fp8_e5m2 is not supported on CPU" in e5m2
+    assert release_rules({**fields, "kv_cache_dtype": "auto"}, "0.5.23", glm, "load") == []
+    assert release_rules({**fields, "device": "cuda"}, "0.5.23", glm, "load") == []
+    assert release_rules(fields, "0.5.10.post1", glm, "load") == []  # read against 0.5.23 only
+
+
 # What sglang 0.5.23's static check resolves for GLM-5-NVFP4 on the SM120 target (`run --until check`):
 # attention `dsa`, an fp8_e4m3 KV cache and both DSA backends flashinfer_sparse_mla.
 GLM5_SM120 = {"attention_backend": "dsa", "kv_cache_dtype": "fp8_e4m3",

@@ -37,6 +37,18 @@ def has_cuda_gpu() -> bool:
     return bool(gpus())
 
 
+def cpu_has_amx() -> bool | None:
+    """Whether this CPU offers Intel AMX tiles (the `amx_tile` flag of /proc/cpuinfo); None where unknown."""
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("flags"):
+                    return "amx_tile" in line.split()
+    except OSError:
+        return None
+    return None
+
+
 def gpu_key(gpu_rows: list[dict]) -> str:
     """'8x NVIDIA RTX PRO 6000 Blackwell ...' or 'none': what results must share to be compared."""
     if not gpu_rows:

@@ -25,6 +25,7 @@ class Where:
 
     architecture: str = ""
     capability: tuple | None = None  # the [target]'s compute capability, (12, 0) for SM120; None: no target
+    cpu_amx: bool | None = None  # --device cpu: whether the CPU the server runs on has AMX tiles; None: unknown
 
 
 @dataclass(frozen=True)
@@ -205,3 +206,36 @@ def release_rules(fields: Mapping, version: str | None, where: Where, kind: str)
     """The lines of the `kind` rules read against `version` that hold for these resolved fields."""
     return [f"sglang {r.release}: {r.text}" for r in RULES
             if r.kind == kind and version == r.release and r.applies(fields, where)]
+
+
+# sglang 0.5.23 on --device cpu: the KV cache dtypes it stores as float8_e4m3fn ("fp8_e4m3", and "mxfp8":
+# mem_cache/kv_cache_dtype.py:67-73) pass the parser and the resolution, then the KV cache configurator
+# raises at model load unless the model is MHA, the CPU backend has AMX and every attention backend is
+# intel_amx (mem_cache/kv_cache_configurator.py:459-468). Its AMX test (utils/common.py:354-372,
+# cpu_has_amx_support) also wants sgl_kernel's CPU build (torch.ops.sgl_kernel.convert_weight_packed), which
+# a CPU env on the stand-in (upstream/sgl-kernel-standin) lacks; and intel_amx without AMX resolves to
+# torch_native (arg_groups/overrides.py:1301-1309).
+MLA_ARCHS = ("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "DeepseekV32ForCausalLM", "GlmMoeDsaForCausalLM")
+
+
+def _cpu_fp8_kv_refused(f: Mapping, w: Where) -> bool:
+    if str(f.get("device")) != "cpu" or str(f.get("kv_cache_dtype")) not in ("fp8_e4m3", "mxfp8"):
+        return False
+    backends = {_attn(f, "prefill"), _attn(f, "decode")} - {"None"}
+    return w.architecture in MLA_ARCHS or w.cpu_amx is False or bool(backends - {"intel_amx"})
+
+
+RULES = RULES + (
+    Rule("0.5.23", "load", _cpu_fp8_kv_refused,
+         "--kv-cache-dtype fp8_e4m3 (or mxfp8) with --device cpu: sglang 0.5.23 parses and resolves it, then its "
+         "KV cache configurator raises ValueError at model load ('CPU FP8 KV cache requires Intel AMX support.', "
+         "'... requires the intel_amx attention backend.', '... is only supported for MHA.'; "
+         "mem_cache/kv_cache_configurator.py:459-468) unless the model is MHA, the CPU has AMX with sgl_kernel's "
+         "CPU build (utils/common.py:354-372; not the stand-in) and both attention backends are intel_amx "
+         "(use the model's dtype: kv-cache-dtype auto)"),
+    Rule("0.5.23", "load",
+         lambda f, w: str(f.get("device")) == "cpu" and str(f.get("kv_cache_dtype")) == "fp8_e5m2",
+         "--kv-cache-dtype fp8_e5m2 with --device cpu: sglang 0.5.23 parses and resolves it, then raises "
+         "ValueError ('--kv-cache-dtype fp8_e5m2 is not supported on CPU.') when the model loads "
+         "(mem_cache/kv_cache_dtype.py:60-62)"),
+)

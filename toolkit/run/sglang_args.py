@@ -343,6 +343,7 @@ def check_recipe(python: Path, recipe, workdir: Path, *, environ: dict | None = 
     `[target]` (toolkit/probes/server_args.py), then patchbench's model-shape rules
     (toolkit/run/model_shape.py). Raises BadInput on a refusal or a broken shape rule."""
     from toolkit.recipe.target import target_facts
+    from toolkit.run import machine
     from toolkit.run.release_rules import Where, release_rules
     from toolkit.run.model_shape import check_model_shape
 
@@ -358,7 +359,8 @@ def check_recipe(python: Path, recipe, workdir: Path, *, environ: dict | None = 
         return check
     args = {**check.fields, **check.resolved_config}
     where = Where((config.get("architectures") or [""])[0] or "",
-                  tuple(facts["capability"]) if facts and facts.get("capability") else None)
+                  tuple(facts["capability"]) if facts and facts.get("capability") else None,
+                  machine.cpu_has_amx() if str(args.get("device")) == "cpu" else None)  # a CPU server runs here
     refused = release_rules(args, check.version, where, "load")
     if refused:
         raise BadInput(f"{refused[0]} (patchbench's rule, read against sglang's source: it refuses at load)",
