@@ -20,7 +20,8 @@ sglang = ["sglang/oea-topk.patch"]   # ordered; relative to patches/ beside reci
 
 [build]      # see toolkit.envs.BuildSpec: mode, python, base_python, arch, jobs, env, packages,
              # install, editable, kernels, cuda (table source -> globs), nvcc_flags, overrides, excludes
-[server]     # model (a path, or tiny:<name>: toolkit.models.tiny), args (flag -> value; true = bare flag), env, timeout_s, host, port
+[server]     # model (a path, or tiny:<name>: toolkit.models.tiny), args (flag -> value; true = bare flag;
+             # config = "FILE.yaml": sglang's --config file, read into args: toolkit.recipe.server_config), env, timeout_s, host, port
 [benchmark]  # driver ("serving" | "one-batch"), input_len, output_len, concurrency, batch_sizes,
              # num_prompts, warmup, seed, repeats, endpoint, strict_box (GPU state flags -> invalid),
              # min_effect (run's sequential verdicts: the indifference zone, default 0.02),
@@ -293,6 +294,10 @@ def _absolute_locations(path: Path, data: dict) -> dict:
                 table[kind] = str((path.parent / loc).resolve())
         sources[sname] = table
     data = {**data, "sources": sources} if sources else data
+    server = data.get("server") or {}
+    config = (server.get("args") or {}).get("config")  # sglang's server-args file (toolkit.recipe.server_config)
+    if isinstance(config, str) and config and "${" not in config:
+        data = {**data, "server": {**server, "args": {**server["args"], "config": str((path.parent / config).resolve())}}}
     quality = dict(data.get("quality") or {})
     for key in ("prompts", "dataset"):  # a file path (not a shipped set's name) is relative to this file
         loc = quality.get(key)

@@ -142,13 +142,16 @@ OWN_FLAGS = {"port": "port", "host": "host", "model-path": "model", "model": "mo
 
 
 def server_spec(path: Path, t: dict) -> ServerSpec:
+    from toolkit.recipe.server_config import merged
+
     args = []
-    for flag, value in t.get("args", {}).items():
+    for flag, value in merged(path, list(t.get("args", {}).items())):
         if flag.startswith("-"):
             raise BadInput(f"{path}: `server.args` keys are flag names without dashes: `{flag.lstrip('-')}`")
         if flag in OWN_FLAGS:
             key = OWN_FLAGS[flag]
-            raise BadInput(f"{path}: `server.args.{flag}`: patchbench passes --{flag} itself (from `[server] {key}`)",
+            raise BadInput(f"{path}: `server.args.{flag}` (or its config file): patchbench passes --{flag} itself "
+                           f"(from `[server] {key}`)",
                            hint=f"write `{key} = {value!r}` under [server] instead".replace("'", '"'))
         args.append((flag, tuple(value) if isinstance(value, list) else value))
     gpus = t.get("gpus")
