@@ -111,3 +111,53 @@ def test_a_sigkilled_patchbench_leaves_no_temporary_files_of_its_launch(home, tm
     assert "server ready" not in log.read_text()
     assert not server.is_running() or server.status() == psutil.STATUS_ZOMBIE
     assert not scratch.exists(), sorted(p.name for p in scratch.rglob("*"))
+
+
+# A server's process that maps shared memory and holds a named semaphore, as sglang 0.5.23's scheduler
+# does (/dev/shm/sglang_loads_<instance>.shm, srt/managers/load_snapshot.py:303; multiprocessing's
+# sem.mp-* under the spawn context), and that is slow to exit on SIGTERM: killed before its own cleanup.
+SERVER = r'''
+import mmap, multiprocessing, os, signal, sys, time, uuid
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+path = f"/dev/shm/sglang_loads_{uuid.uuid4().hex[:12]}_test.shm"
+fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o600)
+os.ftruncate(fd, 4096)
+mem = mmap.mmap(fd, 4096)
+lock = multiprocessing.get_context("spawn").Lock()  # registered with its resource tracker, which unlinks it
+sem = "/dev/shm/sem." + lock._semlock.name.lstrip("/")
+open(sys.argv[1], "w").write(path + "\n" + sem)
+time.sleep(600)
+'''
+
+PATCHBENCH = r'''
+import sys, time
+from toolkit.run import supervisor
+supervisor.spawn([sys.executable, "-c", sys.argv[1], sys.argv[2]], log=sys.argv[3], environ=dict(__import__("os").environ),
+                 scratch=sys.argv[4])
+time.sleep(600)
+'''
+
+
+def test_a_killed_patchbench_leaves_no_shared_memory_of_its_server(tmp_path):
+    """Measured on real sglang 0.5.23 (cpu/baseline, patchbench SIGKILLed after the benchmark): the launch
+    left /dev/shm/sglang_loads_<id>.shm and a sem.mp-* behind (287 such files had accumulated here); the
+    supervisor now removes what the group had mapped and made, once the group is gone."""
+    names, scratch = tmp_path / "names", tmp_path / "scratch"
+    scratch.mkdir()
+    owner = subprocess.Popen([sys.executable, "-c", PATCHBENCH, SERVER, str(names), str(tmp_path / "server.log"),
+                              str(scratch)], cwd=REPO_ROOT, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+    try:
+        deadline = time.monotonic() + 60
+        while not (names.exists() and names.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        made = [Path(p) for p in names.read_text().split()]
+        assert made and all(p.exists() for p in made), made
+        assert any(p.name.startswith("sem.mp-") for p in made), made
+    finally:
+        owner.kill()  # patchbench dies: the supervisor ends the group
+        owner.wait()
+    deadline = time.monotonic() + 20
+    while any(p.exists() for p in made) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [p for p in made if p.exists()], (tmp_path / "server.log").read_text()
+    assert not scratch.exists()

@@ -10,7 +10,8 @@ group of everything below it. It asks the kernel for SIGTERM when its parent die
 - patchbench dies (SIGKILL, SIGTERM, a crash) or sends SIGTERM/SIGINT: the whole group gets SIGTERM,
   then SIGKILL after a short grace, together with any descendant that left the group.
 - either way, `--scratch DIR` (the launch's temporary files, toolkit/run/scratch.py) is removed once the
-  processes that wrote there are gone.
+  processes that wrote there are gone, and so are the /dev/shm files the group made and still had mapped
+  when it was ended (sglang 0.5.23's load snapshot, named semaphores: `_shm_files`).
 
 Run by file path with patchbench's own Python (psutil finds descendants that called setsid), so it
 starts in a fraction of a second. The functions below `main` are patchbench's side: `spawn` a
@@ -57,26 +58,90 @@ def _descendants() -> list:
 
 
 def _end_group(child: subprocess.Popen, seen: dict, scratch: str | None) -> None:
-    """SIGTERM to the group, SIGKILL after GRACE_S to the group and every descendant seen; the
-    scratch directory removed once they are gone."""
+    """SIGTERM to the group; after GRACE_S (or once all are gone) SIGKILL to the group and every
+    descendant seen, Python's resource trackers last (they unlink the named semaphores of their
+    processes once those are gone); then what the group left behind is removed: the /dev/shm files it
+    had mapped and made (_shm_files), and the scratch directory."""
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     pgid = os.getpgrp()
+    procs = list({p.pid: p for p in list(seen.values()) + _descendants()}.values())
+    shm = _shm_files(procs)
     try:
         os.killpg(pgid, signal.SIGTERM)
     except OSError:
         pass
     deadline = time.monotonic() + GRACE_S
-    while time.monotonic() < deadline and child.poll() is None:
+    while time.monotonic() < deadline and (child.poll() is None or _alive(procs, trackers=False)):
         time.sleep(0.05)
-    procs = list(seen.values()) + _descendants()
+    procs = list({p.pid: p for p in procs + _descendants()}.values())
+    trackers = [p for p in procs if _is_tracker(p)]
+    _kill([p for p in procs if p not in trackers])
+    psutil.wait_procs(procs, timeout=TRACKER_S)  # a tracker exits by itself once its processes are gone
+    _kill(trackers)
+    psutil.wait_procs(trackers, timeout=1.0)
+    for path in shm:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+    _remove(scratch)
+    os.killpg(pgid, signal.SIGKILL)  # ends this process too
+
+
+TRACKER_S = 2.0
+
+
+def _is_tracker(p) -> bool:
+    try:
+        return "multiprocessing.resource_tracker" in " ".join(p.cmdline())
+    except Exception:
+        return False
+
+
+def _alive(procs: list, *, trackers: bool) -> bool:
+    """Whether one of `procs` (resource trackers only with `trackers`) still runs."""
+    for p in procs:
+        try:
+            if p.status() != psutil.STATUS_ZOMBIE and (trackers or not _is_tracker(p)):
+                return True
+        except Exception:
+            pass
+    return False
+
+
+def _kill(procs: list) -> None:
     for p in procs:
         try:
             p.kill()
         except Exception:
             pass
-    psutil.wait_procs(procs, timeout=2.0)
-    _remove(scratch)
-    os.killpg(pgid, signal.SIGKILL)  # ends this process too
+
+
+def _shm_files(procs: list) -> list[str]:
+    """The /dev/shm files (POSIX shared memory, named semaphores: sglang 0.5.23's load snapshot
+    /dev/shm/sglang_loads_<instance>.shm, multiprocessing's sem.mp-*) that the group's processes have
+    mapped and that were made since the group started: theirs, left behind when they are killed before
+    their own cleanup."""
+    started = psutil.Process().create_time() - 1.0
+    out = set()
+    for p in procs:
+        try:
+            with open(f"/proc/{p.pid}/maps") as fh:
+                for line in fh:
+                    fields = line.split(None, 5)
+                    path = fields[5].strip() if len(fields) == 6 else ""
+                    if path.startswith("/dev/shm/") and not path.endswith("(deleted)"):
+                        out.add(path)
+        except OSError:
+            pass
+    return sorted(f for f in out if _made_since(f, started))
+
+
+def _made_since(path: str, started: float) -> bool:
+    try:
+        return os.stat(path).st_ctime >= started
+    except OSError:
+        return False
 
 
 def _remove(scratch: str | None) -> None:
