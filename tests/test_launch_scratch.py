@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import psutil
+import pytest
 
 from conftest import REPO_ROOT, demo_project
 
@@ -118,6 +119,7 @@ def test_a_sigkilled_patchbench_leaves_no_temporary_files_of_its_launch(home, tm
 # sem.mp-* under the spawn context), and that is slow to exit on SIGTERM: killed before its own cleanup.
 SERVER = r'''
 import mmap, multiprocessing, os, signal, sys, time, uuid
+crash = sys.argv[2] == "crash"
 signal.signal(signal.SIGTERM, signal.SIG_IGN)
 path = f"/dev/shm/sglang_loads_{uuid.uuid4().hex[:12]}_test.shm"
 fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o600)
@@ -126,26 +128,31 @@ mem = mmap.mmap(fd, 4096)
 lock = multiprocessing.get_context("spawn").Lock()  # registered with its resource tracker, which unlinks it
 sem = "/dev/shm/sem." + lock._semlock.name.lstrip("/")
 open(sys.argv[1], "w").write(path + "\n" + sem)
+if crash:  # dies a few seconds in, its shared memory left mapped to nobody (its loader crashed)
+    time.sleep(4)
+    os._exit(1)
 time.sleep(600)
 '''
 
 PATCHBENCH = r'''
 import sys, time
 from toolkit.run import supervisor
-supervisor.spawn([sys.executable, "-c", sys.argv[1], sys.argv[2]], log=sys.argv[3], environ=dict(__import__("os").environ),
-                 scratch=sys.argv[4])
+supervisor.spawn([sys.executable, "-c", sys.argv[1], sys.argv[2], sys.argv[5]], log=sys.argv[3],
+                 environ=dict(__import__("os").environ), scratch=sys.argv[4])
 time.sleep(600)
 '''
 
 
-def test_a_killed_patchbench_leaves_no_shared_memory_of_its_server(tmp_path):
-    """Measured on real sglang 0.5.23 (cpu/baseline, patchbench SIGKILLed after the benchmark): the launch
-    left /dev/shm/sglang_loads_<id>.shm and a sem.mp-* behind (287 such files had accumulated here); the
-    supervisor now removes what the group had mapped and made, once the group is gone."""
+@pytest.mark.parametrize("how", ["killed", "crash"])
+def test_a_launch_leaves_no_shared_memory_of_its_server(tmp_path, how):
+    """Measured on real sglang 0.5.23 (cpu/baseline): a launch whose patchbench was SIGKILLed after the
+    benchmark left /dev/shm/sglang_loads_<id>.shm and a sem.mp-* behind, a launch that crashed at model
+    load (an fp8 KV cache on CPU) its sglang_loads file (~290 such files and semaphores had accumulated
+    here); the supervisor now removes what the group had mapped and made, once the group is gone."""
     names, scratch = tmp_path / "names", tmp_path / "scratch"
     scratch.mkdir()
     owner = subprocess.Popen([sys.executable, "-c", PATCHBENCH, SERVER, str(names), str(tmp_path / "server.log"),
-                              str(scratch)], cwd=REPO_ROOT, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+                              str(scratch), how], cwd=REPO_ROOT, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
     try:
         deadline = time.monotonic() + 60
         while not (names.exists() and names.read_text()) and time.monotonic() < deadline:
@@ -153,6 +160,11 @@ def test_a_killed_patchbench_leaves_no_shared_memory_of_its_server(tmp_path):
         made = [Path(p) for p in names.read_text().split()]
         assert made and all(p.exists() for p in made), made
         assert any(p.name.startswith("sem.mp-") for p in made), made
+        if how == "crash":  # the server exits by itself; patchbench (here: asleep) stops nothing
+            deadline = time.monotonic() + 30
+            while any(p.exists() for p in made) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert not [p for p in made if p.exists()], (tmp_path / "server.log").read_text()
     finally:
         owner.kill()  # patchbench dies: the supervisor ends the group
         owner.wait()

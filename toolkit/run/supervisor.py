@@ -10,8 +10,8 @@ group of everything below it. It asks the kernel for SIGTERM when its parent die
 - patchbench dies (SIGKILL, SIGTERM, a crash) or sends SIGTERM/SIGINT: the whole group gets SIGTERM,
   then SIGKILL after a short grace, together with any descendant that left the group.
 - either way, `--scratch DIR` (the launch's temporary files, toolkit/run/scratch.py) is removed once the
-  processes that wrote there are gone, and so are the /dev/shm files the group made and still had mapped
-  when it was ended (sglang 0.5.23's load snapshot, named semaphores: `_shm_files`).
+  processes that wrote there are gone, and so are the /dev/shm files the group made and had mapped
+  (sglang 0.5.23's load snapshot: `_shm_files`, looked for while it runs and when it ends).
 
 Run by file path with patchbench's own Python (psutil finds descendants that called setsid), so it
 starts in a fraction of a second. The functions below `main` are patchbench's side: `spawn` a
@@ -57,7 +57,7 @@ def _descendants() -> list:
         return []
 
 
-def _end_group(child: subprocess.Popen, seen: dict, scratch: str | None) -> None:
+def _end_group(child: subprocess.Popen, seen: dict, scratch: str | None, shm: set) -> None:
     """SIGTERM to the group; after GRACE_S (or once all are gone) SIGKILL to the group and every
     descendant seen, Python's resource trackers last (they unlink the named semaphores of their
     processes once those are gone); then what the group left behind is removed: the /dev/shm files it
@@ -65,7 +65,7 @@ def _end_group(child: subprocess.Popen, seen: dict, scratch: str | None) -> None
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     pgid = os.getpgrp()
     procs = list({p.pid: p for p in list(seen.values()) + _descendants()}.values())
-    shm = _shm_files(procs)
+    shm = shm | set(_shm_files(procs))
     try:
         os.killpg(pgid, signal.SIGTERM)
     except OSError:
@@ -79,16 +79,21 @@ def _end_group(child: subprocess.Popen, seen: dict, scratch: str | None) -> None
     psutil.wait_procs(procs, timeout=TRACKER_S)  # a tracker exits by itself once its processes are gone
     _kill(trackers)
     psutil.wait_procs(trackers, timeout=1.0)
-    for path in shm:
-        try:
-            os.unlink(path)
-        except OSError:
-            pass
+    _unlink(shm)
     _remove(scratch)
     os.killpg(pgid, signal.SIGKILL)  # ends this process too
 
 
 TRACKER_S = 2.0
+SCAN_S = 1.0
+
+
+def _unlink(paths) -> None:
+    for path in paths:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
 
 
 def _is_tracker(p) -> bool:
@@ -165,9 +170,12 @@ def main(argv: list[str]) -> int:
         return 1
     child = subprocess.Popen(argv[2:], stdin=subprocess.DEVNULL)
     seen: dict = {}
+    shm: set = set()  # the group's /dev/shm files, looked for at 1, 2, 4, ... 60 s, then every minute
+    gap, scan = SCAN_S, time.monotonic() + SCAN_S
     while True:
         code = child.poll()
-        if code is not None:
+        if code is not None:  # it exited by itself (a crash): what its processes made goes with it
+            _unlink(shm | set(_shm_files(list(seen.values()) + _descendants())))
             _remove(scratch)
             if code < 0:
                 if -code not in (signal.SIGKILL, signal.SIGSTOP):  # those two take no handler
@@ -177,9 +185,13 @@ def main(argv: list[str]) -> int:
         if _stop or os.getppid() != parent:  # said in the log: its last write marks when the launch ended
             gone = "asked to stop" if os.getppid() == parent else f"patchbench (pid {parent}) is gone"
             print(f"[supervisor] {time.strftime('%Y-%m-%d %H:%M:%S')} {gone}: ending the group", flush=True)
-            _end_group(child, seen, scratch)
+            _end_group(child, seen, scratch, shm)
         for p in _descendants():
             seen.setdefault(p.pid, p)
+        if time.monotonic() >= scan:
+            shm.update(_shm_files(list(seen.values())))
+            gap = min(2 * gap, 60.0)
+            scan = time.monotonic() + gap
         time.sleep(POLL_S)
 
 
