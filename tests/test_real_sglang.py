@@ -48,6 +48,10 @@ def test_baseline_and_oea_on_real_sglang(tmp_path, capsys):
     for r in runs:
         log = (SHARED_HOME / "runs" / r.run_id / "server.log").read_text(errors="replace")
         assert standin_calls(log) == []  # the real tier reached no stand-in name
+        # sglang's prometheus counters, ipc sockets and temp files went to the launch's own directory, removed
+        from toolkit.run.launch_env import scratch_dir
+
+        assert not scratch_dir(SHARED_HOME / "runs" / r.run_id).exists()
         assert "OEA active" in log if r.recipe == "cpu/oea" else "OEA active" not in log
         # `[benchmark] flush_cache`: real sglang's POST /flush_cache emptied the prefix cache before the point
         assert r.extra["server_account"]["8"]["prefix_cache"] == "flushed", r.extra["server_account"]
