@@ -17,6 +17,11 @@ def test_a_config_file_is_read_into_the_server_args(home, tmp_path, monkeypatch,
                                     'chunked-prefill-size = 1024\n')
     (demo / "yamlexpect.toml").write_text('extends = "demo/yaml"\n[expect]\nmax_running_requests = 6\n')
     assert main(["run", "demo/yamlexpect", "--until", "check"]) == 0, capsys.readouterr().err  # the file's 6
+    capsys.readouterr()
+    assert main(["show", "demo/yaml", "--json"]) == 0  # each option with the file it came from
+    values = __import__("json").loads(capsys.readouterr().out)["values"]
+    assert values["server.args.max-running-requests"] == {"value": 6, "file": str(demo / "server.yaml")}
+    assert values["server.args.chunked-prefill-size"]["value"] == 1024  # the recipe's own, not the file's 512
     assert main(["run", "demo/yaml", "--until", "verify"]) == 0, capsys.readouterr().err
     store = Store(home / "results.sqlite")
     [run] = store.runs(recipe="demo/yaml")

@@ -46,6 +46,21 @@ def _short(path: Path, root: Path) -> str:
         return str(path)
 
 
+def _with_config_file(rows: list) -> list:
+    """After `server.args.config`, the options its file gives the server (toolkit.recipe.server_config), each
+    from that file; one the recipe sets itself is the recipe's (sglang's command line wins)."""
+    from toolkit.recipe.server_config import file_args
+
+    at = next((i for i, (k, _, _) in enumerate(rows) if k == "server.args.config"), None)
+    if at is None:
+        return rows
+    path = Path(str(rows[at][1]))
+    own = {k for k, _, _ in rows}
+    given = [(f"server.args.{flag}", value, path) for flag, value in file_args(rows[at][2], str(path))
+             if f"server.args.{flag}" not in own]
+    return rows[:at + 1] + given + rows[at + 1:]
+
+
 def _generated_description(recipe) -> bool:
     """Whether the description is the loader's words (a recipe that extends another and has none of its
     own: toolkit.recipe.load.child_description), not a file's."""
@@ -66,6 +81,7 @@ def run(args) -> int:
     generated = _generated_description(recipe)
     rows = [(k, v, recipe.path if k == "description" and generated else _origin(k, dict(recipe.origins), recipe.path))
             for k, v in _leaves(dict(recipe.raw))]
+    rows = _with_config_file(rows)
     if not rows:  # an empty file: nothing to show, and nothing apply, build or run could use
         from toolkit.tree.applied import require_sources
 
