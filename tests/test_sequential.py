@@ -84,6 +84,27 @@ def test_critical_value_is_the_crossing_of_the_bayes_factor():
     assert seq.critical_t(1, 1) == math.inf
 
 
+def test_each_looks_critical_value_and_borrowing_test_are_exactly_the_stated_t_and_f_tests():
+    """The critical value of look n is the Student t quantile at the calibrated level with 2n - 2 plus
+    the borrowed degrees of freedom (one- and two-sided), and a stored spread is refused by the F
+    test's p-value, to the last bit: a verdict or `plan` computes them thousands of times, through
+    scipy.special instead of scipy.stats' slow argument handling, and must give the same numbers."""
+    for d in (seq.Design(), seq.Design(alpha=0.1, max_repeats=4), seq.Design(min_repeats=3, max_repeats=6)):
+        for n in range(d.min_repeats, d.max_repeats + 1):
+            for borrowed, stored in ((0, seq.NONE), (5, seq.Stored(prior_dof=5)), (0, seq.Stored(0, 9, 9))):
+                for sides in (1, 2):
+                    level = seq.nominal_level(d.alpha, d.min_repeats, d.max_repeats, *stored.key(d), sides=sides)
+                    want = float(sp.t.isf(level / 2 if sides == 2 else level, 2 * n - 2 + borrowed))
+                    assert seq.critical(n, n, d, stored, borrowed, sides) == want
+    from toolkit.analysis import noise_prior
+
+    f = np.array([0.0, 0.3, 1.0, 2.2, 4.0, 9.5, 40.0, np.inf])
+    for dof, prior_dof in ((2, 3), (6, 14), (np.array([2.0] * 8), np.array([5.0] * 8))):
+        want = (np.sqrt(f) >= noise_prior.FACTOR) & (sp.f.sf(f, dof, prior_dof) < noise_prior.ALPHA)
+        assert np.array_equal(noise_prior.flagged_against(f, dof, prior_dof), want)
+        assert want.any() and not want.all()
+
+
 def test_repeated_intervals_sit_between_the_fixed_and_the_open_ended_ones_and_the_legend_says_its_level():
     """The default method spends alpha over the looks 2..max only: each look's critical value is
     wider than the fixed-sample t (the price of looking) and narrower than the open-ended mixture's;
