@@ -253,6 +253,36 @@ def test_crash_summary_quotes_the_exception_line():
     assert crash_line("all fine\n") is None
 
 
+def test_a_process_that_left_the_group_just_before_patchbench_died_is_ended_too(tmp_path):
+    """The supervisor ends the server's group when patchbench dies, and with it a descendant that
+    called setsid (out of the group), even one started after the tree had been quiet for a while
+    (the supervisor then scans for descendants less often) and just before patchbench died."""
+    pidfile = tmp_path / "escaped.pid"
+    server = ("import subprocess, sys, time; time.sleep(2.5); "
+              "p = subprocess.Popen(['sleep', '300'], start_new_session=True); "
+              f"open({str(pidfile)!r} + '.tmp', 'w').write(str(p.pid)); "
+              f"__import__('os').rename({str(pidfile)!r} + '.tmp', {str(pidfile)!r}); time.sleep(300)")
+    patchbench = ("import sys; from toolkit.run import supervisor; "
+                  f"supervisor.spawn([sys.executable, '-c', {server!r}], log={str(tmp_path / 'server.log')!r}, "
+                  "environ=dict(__import__('os').environ)); __import__('time').sleep(300)")
+    stand_in = subprocess.Popen([sys.executable, "-c", patchbench], cwd=os.path.dirname(os.path.dirname(__file__)))
+    try:
+        deadline = time.monotonic() + 60
+        while not pidfile.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        escaped = int(pidfile.read_text())
+        assert os.getsid(escaped) == escaped  # out of the supervisor's group and session
+        stand_in.kill()  # patchbench dies: the supervisor's parent-death signal
+        stand_in.wait()
+        gone = psutil.wait_procs([psutil.Process(escaped)], timeout=15)[0]
+        assert [p.pid for p in gone] == [escaped], "the descendant that left the group outlived patchbench"
+    finally:
+        if stand_in.poll() is None:
+            stand_in.kill()
+        if pidfile.exists() and psutil.pid_exists(int(pidfile.read_text())):
+            os.kill(int(pidfile.read_text()), signal.SIGKILL)
+
+
 def test_the_servers_pythonpath_does_not_reach_the_supervisor(proj, home, tmp_path):
     """A recipe's PYTHONPATH is for the server's env; patchbench's supervisor must not import from it."""
     shadow = tmp_path / "shadow"
