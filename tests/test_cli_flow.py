@@ -60,3 +60,26 @@ def test_every_help_page_renders(argv, capsys):
         main(argv)
     assert exc.value.code == 0
     assert "usage: patchbench" in capsys.readouterr().out
+
+
+def test_a_verb_starts_with_its_own_module_only_and_every_verb_stays_listed(home):
+    """`patchbench show` loads the show verb and what it imports, not the other verbs' modules (the
+    run pipeline, the store, SQLAlchemy: half a CPU-second of every start); the verb list, the
+    help of each verb and an unknown verb's error still name every verb."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = ("import sys; from toolkit.cli import main; rc = main(['show', 'demo/baseline']); "
+            "print(rc, sorted(m for m in sys.modules if m.startswith(('toolkit.commands.', 'toolkit.run.pipeline', "
+            "'toolkit.results.store', 'sqlalchemy')) and m.count('.') < 3))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[1], capture_output=True,
+                         text=True, check=True).stdout.splitlines()[-1]
+    assert out == "0 ['toolkit.commands.common', 'toolkit.commands.show']", out
+    from toolkit.cli import VERBS, build_parser
+
+    listed = build_parser().format_help()
+    assert all(verb in listed for verb in VERBS) and "run recipes end to end" in listed
+    bad = subprocess.run([sys.executable, "-m", "toolkit", "nosuchverb"], cwd=Path(__file__).resolve().parents[1],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and all(f"'{verb}'" in bad.stderr for verb in VERBS)
