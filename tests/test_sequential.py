@@ -87,8 +87,9 @@ def test_critical_value_is_the_crossing_of_the_bayes_factor():
 def test_each_looks_critical_value_and_borrowing_test_are_exactly_the_stated_t_and_f_tests():
     """The critical value of look n is the Student t quantile at the calibrated level with 2n - 2 plus
     the borrowed degrees of freedom (one- and two-sided), and a stored spread is refused by the F
-    test's p-value, to the last bit: a verdict or `plan` computes them thousands of times, through
-    scipy.special instead of scipy.stats' slow argument handling, and must give the same numbers."""
+    test's p-value (and a configuration is flagged noisy by its F test), to the last bit: a verdict
+    or `plan` computes them thousands of times through scipy.special, without scipy.stats' slow
+    argument handling, and must give scipy.stats' numbers."""
     for d in (seq.Design(), seq.Design(alpha=0.1, max_repeats=4), seq.Design(min_repeats=3, max_repeats=6)):
         for n in range(d.min_repeats, d.max_repeats + 1):
             for borrowed, stored in ((0, seq.NONE), (5, seq.Stored(prior_dof=5)), (0, seq.Stored(0, 9, 9))):
@@ -103,6 +104,15 @@ def test_each_looks_critical_value_and_borrowing_test_are_exactly_the_stated_t_a
         want = (np.sqrt(f) >= noise_prior.FACTOR) & (sp.f.sf(f, dof, prior_dof) < noise_prior.ALPHA)
         assert np.array_equal(noise_prior.flagged_against(f, dof, prior_dof), want)
         assert want.any() and not want.all()
+    from toolkit.analysis import spread_flag
+
+    rng = np.random.default_rng(7)
+    values = {"quiet": _launches(rng, 6, noise=0.01), "calm": _launches(rng, 6, noise=0.01),
+              "noisy": _launches(rng, 6, noise=0.2)}
+    (flag,) = spread_flag.flags(values)
+    lq = [np.log(values[k]) for k in ("quiet", "calm")]
+    pooled = sum(float(x.var(ddof=1)) for x in lq) / 2
+    assert flag.name == "noisy" and flag.p_value == float(sp.f.sf(float(np.log(values["noisy"]).var(ddof=1)) / pooled, 5, 10))
 
 
 def test_repeated_intervals_sit_between_the_fixed_and_the_open_ended_ones_and_the_legend_says_its_level():

@@ -53,7 +53,7 @@ def _var(values: Sequence[float]) -> tuple[float, int]:
 
 def flags(values: Mapping[str, Sequence[float]], *, factor: float = FACTOR, alpha: float = ALPHA) -> list[SpreadFlag]:
     """The configurations (name -> per-launch values) whose spread is far larger than their peers'."""
-    from scipy import stats
+    from scipy import special  # fdtrc: scipy.stats.f.sf's own function (the same bits), without importing scipy.stats
 
     var = {name: _var(v) for name, v in values.items()}
     out = []
@@ -68,7 +68,7 @@ def flags(values: Mapping[str, Sequence[float]], *, factor: float = FACTOR, alph
         if pooled <= 0:
             continue
         f = v / pooled
-        p = float(stats.f.sf(f, dof, pdof))
+        p = float(special.fdtrc(dof, pdof, f))
         if math.sqrt(f) >= factor and p < alpha:
             out.append(SpreadFlag(name, math.sqrt(v), math.sqrt(pooled), dof + 1, p))
     return out
