@@ -51,6 +51,34 @@ def test_an_answer_from_another_process_on_the_port_is_not_ready(impostor, tmp_p
         proc.wait()
 
 
+def test_a_slow_loading_server_is_waited_for_without_scanning_the_box_every_poll(tmp_path, monkeypatch):
+    """Real sglang loads for 1-12 minutes; readiness polls every 0.2 s, but looks for the server's
+    descendants (psutil reads every process on the box) only while its tree changes, then less and
+    less often: a helper it started is still remembered (stop ends it)."""
+    port = srv.free_port("127.0.0.1")
+    code = ("import http.server, subprocess, sys, time\n"
+            "helper = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+            "open(sys.argv[2], 'w').write(str(helper.pid))\n"
+            "time.sleep(5)\n"
+            "class H(http.server.BaseHTTPRequestHandler):\n"
+            "    def do_GET(self):\n        self.send_response(200); self.end_headers(); self.wfile.write(b'ok')\n"
+            "    def log_message(self, *a): pass\n"
+            "http.server.HTTPServer(('127.0.0.1', int(sys.argv[1])), H).serve_forever()\n")
+    log = tmp_path / "server.log"
+    proc = srv.supervisor.spawn([sys.executable, "-c", code, str(port), str(tmp_path / "helper.pid")], log=log,
+                                environ=dict(os.environ))
+    server = srv.Server(argv=[], host="127.0.0.1", port=port, log=log, proc=proc)
+    scans = []
+    remember = srv.Server._remember_children
+    monkeypatch.setattr(srv.Server, "_remember_children", lambda self: scans.append(1) or remember(self))
+    try:
+        assert 5 <= server.wait_ready(60) < 60
+        assert int((tmp_path / "helper.pid").read_text()) in server._descendants
+        assert len(scans) <= 10, f"{len(scans)} scans of every process in ~5 s of loading"
+    finally:
+        server.stop(grace=5)
+
+
 @pytest.mark.parametrize("argv, pick", [
     pytest.param(["run", "demo/baseline", "--repeats", "1"], 1, id="run"),
     # profile's server is a torch env (the miniature's profiler records a torch trace)

@@ -126,12 +126,15 @@ class Server:
 
     # -------------------------------------------------------------------------------- lifecycle
 
-    def _remember_children(self) -> None:
+    def _remember_children(self) -> set:
+        """Add the server's descendants now to those seen; return them (psutil reads every process's
+        /proc/PID/stat to find them: a few ms of CPU on a busy box)."""
         try:
-            for child in psutil.Process(self.proc.pid).children(recursive=True):
-                self._descendants.add(child.pid)
+            now = {child.pid for child in psutil.Process(self.proc.pid).children(recursive=True)}
         except psutil.Error:
-            pass
+            return set()
+        self._descendants |= now
+        return now
 
     def check_alive(self, wait: float = 0.0) -> None:
         """Raise ServerFailed if the server exited. With `wait` (after requests failed), give a
@@ -162,9 +165,11 @@ class Server:
         when the answer came from another process listening on the port (it took the port between
         `free_port` and this server's bind, while this one was still loading), ServerFailed otherwise."""
         deadline = time.monotonic() + timeout
+        scan = supervisor.Scan()  # the supervisor's schedule: real sglang loads for minutes, its tree settles early
         while time.monotonic() < deadline:
             self.check_alive()
-            self._remember_children()
+            if scan.due(time.monotonic()):
+                scan.scanned(time.monotonic(), self._remember_children())
             try:
                 with urllib.request.urlopen(f"{self.url}/health_generate", timeout=10) as resp:
                     if resp.status == 200:
