@@ -404,18 +404,7 @@ def test_a_slurm_bisect_reads_only_its_own_campaign_and_never_a_run_twice(slurm,
     no run ids sent back. Now a job reads only this bisect's sweep and never a run the bisect already
     holds: every value is one run of its own, launched in the bisect's sweep; the stored base is named
     as left out, as a local bisect names it."""
-    from test_bisect_campaigns import _harmless_stack
-
-    root = tmp_path / "proj"
-    root.mkdir()
-    for part in ("recipes/demo", "patches/demo", "upstream/minisglang"):
-        import shutil
-
-        shutil.copytree(Path(__file__).resolve().parents[1] / part, root / part,
-                        ignore=shutil.ignore_patterns("*.lock.json", "__pycache__"))
-    _harmless_stack(root, 1)
-    (home / "config.toml").write_text(f'[cluster]\npoll_s = 0.5\nnode_home = "{home}"\n')
-    here = {"PYTHONPATH": str(Path(__file__).resolve().parents[1])}  # this checkout's toolkit, here and in the jobs
+    root, here = _harmless_bisect_project(tmp_path, home)
     first = patchbench(home, "run", "t/base", "--repeats", "2", "--store", pg_url, "--json", cwd=root, env_extra=here)
     assert first.returncode == 0, first.stderr[-2000:]
     stored = [rid for _, rid in json.loads(first.stdout)["runs"]]
@@ -439,18 +428,7 @@ def test_a_finished_slurm_bisect_asked_again_says_it_measures_again_in_a_new_swe
     same bisect asked again launched every probe again in a new sweep and said nothing of the first one
     (README: "Slurm probes follow the same rule"). Now the text and the JSON name the sweep it did not
     replay and the new one it measured in."""
-    import shutil
-
-    from test_bisect_campaigns import _harmless_stack
-
-    root = tmp_path / "proj"
-    root.mkdir()
-    for part in ("recipes/demo", "patches/demo", "upstream/minisglang"):
-        shutil.copytree(Path(__file__).resolve().parents[1] / part, root / part,
-                        ignore=shutil.ignore_patterns("*.lock.json", "__pycache__"))
-    _harmless_stack(root, 1)
-    (home / "config.toml").write_text(f'[cluster]\npoll_s = 0.5\nnode_home = "{home}"\n')
-    here = {"PYTHONPATH": str(Path(__file__).resolve().parents[1])}  # this checkout's toolkit, here and in the jobs
+    root, here = _harmless_bisect_project(tmp_path, home)
     argv = ["bisect", "t/stack", "--metric", "output_tok_s@1", "--threshold", "30", "--max-repeats", "3",
             "--executor", "slurm"]
     first = patchbench(home, *argv, "--json", cwd=root, env_extra=here)
@@ -465,4 +443,21 @@ def test_a_finished_slurm_bisect_asked_again_says_it_measures_again_in_a_new_swe
     said = f"note: sweep {one['sweep']} of this search, finished "
     assert said in again.stderr and f"measures again in a new sweep {two['sweep']}" in again.stderr
     text = patchbench(home, *argv, cwd=root, env_extra=here)  # the text says it where the result is printed
-    assert text.returncode == 0 and f"note: sweep " in text.stdout and "not replayed through Slurm" in text.stdout
+    assert text.returncode == 0 and "note: sweep " in text.stdout and "not replayed through Slurm" in text.stdout
+
+
+def _harmless_bisect_project(tmp_path, home):
+    """A project of the demo recipes with a stack of one harmless patch (t/stack) and a cluster config
+    polling fast; (its root, the env that gives the jobs this checkout's toolkit)."""
+    import shutil
+
+    from test_bisect_campaigns import _harmless_stack
+
+    root = tmp_path / "proj"
+    root.mkdir()
+    for part in ("recipes/demo", "patches/demo", "upstream/minisglang"):
+        shutil.copytree(Path(__file__).resolve().parents[1] / part, root / part,
+                        ignore=shutil.ignore_patterns("*.lock.json", "__pycache__"))
+    _harmless_stack(root, 1)
+    (home / "config.toml").write_text(f'[cluster]\npoll_s = 0.5\nnode_home = "{home}"\n')
+    return root, {"PYTHONPATH": str(Path(__file__).resolve().parents[1])}  # this checkout's toolkit, here and in the jobs
