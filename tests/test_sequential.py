@@ -454,6 +454,36 @@ def test_plan_without_runs_assumes_the_spread_and_the_timeout(home, capsys):
     assert "at worst (no pair settles before the cap, max_repeats 16): 32 launches" in text, text
 
 
+def test_plan_judges_every_pair_with_the_references_cap_and_shows_the_worst_case(tmp_path, home, monkeypatch, capsys):
+    """`run demo/baseline demo/cap4` judges the pair with the reference's design (16 launches each; the
+    candidate's own `max_repeats = 4` is named as unused): `plan` of the same recipes plans the candidate's
+    rows with that cap too (it had planned them at 4, under the reference's legend of 16, beside a campaign
+    at 16), says the candidate's setting is unused, and a plan of one recipe shows its worst case as well."""
+    import json
+
+    from conftest import demo_project
+    from toolkit.cli import main
+
+    root = demo_project(tmp_path, monkeypatch)
+    (root / "recipes" / "demo" / "cap4.toml").write_text(
+        'extends = "demo/baseline"\n[server.args]\nrandom-seed = 2\n[benchmark]\nmax_repeats = 4\n')
+    assert main(["plan", "demo/baseline", "demo/cap4", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    ref, cand = doc["plans"]
+    assert cand["worst"] == {**cand["worst"], "max_repeats": 16, "launches": 32}, cand
+    assert cand["effects"] == ref["effects"], (ref, cand)  # same spread (assumed), same design: same plan
+    assert "launches 2..16 each" in cand["legend"] and doc["campaign"]["worst"]["max_repeats"] == 16
+    assert doc["notes"] and "demo/cap4: `[benchmark] max_repeats = 4` is not used" in doc["notes"][0]
+    assert main(["plan", "demo/baseline", "demo/cap4"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "note: demo/cap4: `[benchmark] max_repeats = 4` is not used" in text, text
+    # alone, a recipe is planned with its own cap, and its worst case is printed
+    assert main(["plan", "demo/cap4"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "at worst (the pair never settles before the cap, max_repeats 4): 4 launches each" in text, text
+    assert "note:" not in text
+
+
 def test_plan_without_benchmark_runs_takes_the_launch_time_of_stored_launches(home, tmp_path, monkeypatch, capsys):
     """No benchmark run of a configuration: plan takes the launch time from its own verify/profile launches,
     else the same model's, and says which; the timeout (an upper bound: 1800 s for the CPU recipes, whose

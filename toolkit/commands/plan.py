@@ -46,9 +46,14 @@ def run(args) -> int:
 
     store = store_of(args)
     out = []
-    for ref in args.recipes:
-        recipe, name = _load_labelled(ref, store)
-        design = designs.for_bench(recipe.benchmark, min_effect=args.min_effect, max_repeats=args.max_repeats)
+    loaded = [_load_labelled(ref, store) for ref in args.recipes]
+    # with several recipes every pair is judged with the reference's design, as `run` judges it (a
+    # candidate's own max_repeats/min_effect is unused there): its rows are planned with that design too
+    shared = designs.for_bench(loaded[0][0].benchmark, min_effect=args.min_effect, max_repeats=args.max_repeats) \
+        if len(loaded) > 1 else None
+    notes = designs.unused_settings(loaded[0][0], [r for r, _ in loaded[1:]])
+    for recipe, name in loaded:
+        design = shared or designs.for_bench(recipe.benchmark, min_effect=args.min_effect, max_repeats=args.max_repeats)
         b = recipe.benchmark
         metric = "decode_tok_s" if b.driver == "one-batch" else "output_tok_s"
         point = (b.batch_sizes if b.driver == "one-batch" else b.concurrency)[0]
@@ -70,16 +75,21 @@ def run(args) -> int:
             rows.append({"effect": eff, "launches_each": round(e.launches_each, 2), "settled": e.settled,
                          "hours": round(launch_plan.gpu_hours(e.launches_each, seconds, 1), 3),
                          "gpu_hours": round(launch_plan.gpu_hours(e.launches_each, seconds, gpus), 3)})
+        # the worst case of a pair of two such recipes: neither settles nor turns futile before the cap
+        worst = {"max_repeats": design.max_repeats, "launches": 2 * design.max_repeats,
+                 "hours": round(launch_plan.gpu_hours(design.max_repeats, seconds, 1), 3),
+                 "gpu_hours": round(launch_plan.gpu_hours(design.max_repeats, seconds, gpus), 3)}
         out.append({"recipe": name, "metric": metric, "point": point, "runs": len(values),
                     "spread": used, "spread_from": "runs" if spread is not None else "assumed",
                     "seconds_per_launch": round(seconds, 1), "seconds_from": took.source, "seconds_why": took.text,
                     "gpus": gpus, "prior_dof": min(prior_dof, noise_prior.MAX_DOF), "effects": rows,
-                    "legend": seq.legend(design)})
-    campaign = campaign_of(out, [_load_labelled(r, store)[0] for r in args.recipes], designs, args) \
-        if len(out) > 1 else None
+                    "worst": worst, "legend": seq.legend(design)})
+    campaign = campaign_of(out, [r for r, _ in loaded], designs, args) if len(out) > 1 else None
     if args.json:
-        print_json({"plans": out, "campaign": campaign})
+        print_json({"plans": out, "campaign": campaign, "notes": notes})
         return 0
+    for line in notes:
+        console.print(f"note: {line}", markup=False, highlight=False)
     for p in out:
         src = f"over {p['runs']} runs" if p["spread_from"] == "runs" else "assumed: fewer than 2 runs stored"
         secs = p["seconds_why"]
@@ -91,6 +101,10 @@ def run(args) -> int:
             cost = _held(r["hours"] * 3600, r["gpu_hours"] * 3600)
             console.print(f"  effect {100 * r['effect']:g}%: ~{r['launches_each']:.1f} launches each, settled in "
                           f"{100 * r['settled']:.0f}%, {cost} a pair of two such recipes", markup=False, highlight=False)
+        w = p["worst"]
+        console.print(f"  at worst (the pair never settles before the cap, max_repeats {w['max_repeats']}): "
+                      f"{w['max_repeats']} launches each, {_held(w['hours'] * 3600, w['gpu_hours'] * 3600)} a pair",
+                      markup=False, highlight=False)
     if campaign:
         console.print(f"campaign: {campaign['reference']} against {', '.join(campaign['variants'])}, every variant's "
                       "effect the same:", markup=False, highlight=False)
