@@ -4,6 +4,7 @@ repeated looks on A/A pairs, say how far an unsettled pair got."""
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -653,6 +654,10 @@ def test_track_settle_launches_a_step_that_looks_like_a_change_until_settled(hom
     assert (step["before"], step["after"], step["verdict"]) == ("0.1.1", "0.1.2", "slower") and step["settled"]
     n = step["launches_each"]  # 2 on a quiet box; a busy 2-core one can need a third
     assert 2 <= n <= 8 and len(out["run_ids"]) == 2 * n and f"slower after {n} launches each" in step["text"]
+    # the track says the cap its steps were judged with and what settling cost beside a plain track's
+    st = out["settle"]
+    assert (st["max_repeats"], st["steps"], st["launches"], st["plain_launches"]) == (8, 1, 2 * n, 2), st
+    assert "launches 2..8 each" in st["legend"] and st["seconds"] > 0, st
     # compare reads the step as track settled it: its runs record the design they were launched under
     assert main(["compare", "demo/update@0.1.1", "demo/update@0.1.2", "--metric", "output_tok_s@1", "--json"]) == 0
     (row,) = json.loads(capsys.readouterr().out)["rows"]
@@ -674,6 +679,13 @@ def test_track_settle_launches_a_step_that_looks_like_a_change_until_settled(hom
         assert later["left_out"][0].startswith(f"0.1.2: {n} stored run(s) from another campaign"), later
     assert main(["track", "demo/update", "--source", "sglang", "--releases", "--max-repeats", "4"]) == 2
     assert "--max-repeats is for --settle" in capsys.readouterr().err
+    # in text too: nothing new to measure, the stored steps read again, the design and the cost named
+    assert main([a for a in argv if a != "--json"]) == 0
+    captured = capsys.readouterr()
+    text = " ".join(captured.out.split())
+    assert re.search(r"settle: \d step\(s\) judged sequentially, 2\.\.8 launches each \(max_repeats 8, min_effect 2%\); "
+                     r"cost: \d+ launch\(es\) now, [0-9.]+ min \(no GPU held", text), text
+    assert "launches 2..8 each" in " ".join(captured.err.split())
 
 
 def mini_releases_meta():

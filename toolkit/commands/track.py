@@ -101,9 +101,10 @@ def run(args) -> int:
     res = track(recipe, args.source, points, lambda p: variant_for(recipe, args.source, p, home), home=home,
                 store=store, console=err, repeats=args.repeats, group_id=group_id, limit=args.limit,
                 elsewhere=elsewhere, settle=settle)
+    summary = settle_summary(recipe, settle, res, store) if settle is not None else None
     if args.json:
         print_json({"recipe": recipe.name, "source": args.source, "points": [p.to_dict() for p in points],
-                    **res.to_dict()})
+                    **res.to_dict(), **({"settle": summary} if summary else {})})
     else:
         console.print(f"{len(res.measured)} point(s) measured now, {len(res.already)} measured before")
         for label, what in res.again.items():
@@ -115,9 +116,33 @@ def run(args) -> int:
         for st in res.steps:
             console.print(f"  step {st['before']} -> {st['after']}, {st['metric']} @ {st['point']}: {st['text']}",
                           markup=False)
+        if summary:
+            console.print(summary["text"], markup=False, highlight=False)
+            err.print(f"[dim]{summary['legend']}[/]")
         from toolkit.history.settle import headline
 
         metric, point = headline(recipe)  # a metric and point this recipe's benchmark measures
         console.print(f"next: patchbench history {recipe.name} --source {args.source} --metric {metric}@{point}",
                       markup=False)
     return 0 if not res.failed else 1
+
+
+def settle_summary(recipe, design, res, store) -> dict:
+    """`--settle`: the design its steps were judged with (the cap among it) and what this track launched:
+    its launches and their time (launch to ready + benchmark, x the GPUs a launch holds) against the
+    one launch a point that a plain track takes."""
+    from toolkit.analysis import launch_cost, sequential as seq
+
+    rows = store.runs(run_ids=res.run_ids) if res.run_ids else []
+    seconds = sum(launch_cost.launch_seconds(r) for r in rows)
+    gpus = launch_cost.gpus_held(recipe)
+    plain = len(res.measured)  # a plain track: one launch a point measured now
+    held = f"{seconds / 60:.1f} min" + (f", {seconds * gpus / 60:.2f} GPU-min" if gpus else " (no GPU held: [server] gpus = 0)")
+    steps = len(res.steps)
+    text = (f"settle: {steps} step(s) judged sequentially, {design.min_repeats}..{design.max_repeats} launches each "
+            f"(max_repeats {design.max_repeats}, min_effect {100 * design.min_effect:g}%); cost: {len(rows)} launch(es) "
+            f"now, {held}; a plain track: {plain} (one a point measured now)")
+    return {"max_repeats": design.max_repeats, "min_repeats": design.min_repeats, "min_effect": design.min_effect,
+            "steps": steps, "launches": len(rows), "seconds": round(seconds, 1),
+            "gpu_minutes": round(seconds * gpus / 60.0, 2), "plain_launches": plain, "text": text,
+            "legend": seq.legend(design)}
