@@ -388,6 +388,8 @@ def test_attribute_launches_each_step_until_settled(tmp_path, home, monkeypatch,
 
     from toolkit.cli import main
 
+    from toolkit.recipe.load import load_recipe
+
     small_demo(tmp_path, monkeypatch, concurrency="[1]")
     # up to 6 each: at 4 a busy 2-core box can leave a 1.5x step futile at 3 (too wide to settle by 4)
     argv = ["attribute", "demo/fast", "--metric", "output_tok_s@1", "--max-repeats", "6", "--json"]
@@ -397,9 +399,20 @@ def test_attribute_launches_each_step_until_settled(tmp_path, home, monkeypatch,
     assert step["verdict"] == "faster" and 2 <= step["launches_each"] <= 6, step
     assert out["runs"] == 2 * step["launches_each"] and "too few repeats" not in out["lines"][0]
     assert "faster" in out["lines"][0]
+    # what the steps cost, as run says it: these launches against the fixed design's repeats a variant
+    repeats = load_recipe("demo/fast").benchmark.repeats
+    cost = out["cost"]
+    assert (cost["launches"], cost["stored_launches"], cost["fixed_launches"]) == (out["runs"], 0, 2 * repeats), cost
+    assert cost["seconds"] > 0 and set(cost["per_recipe"]) == {"prefix0", "prefix1"}, cost
     assert main(argv) == 0
     again = json.loads(capsys.readouterr().out)
     assert again["runs"] == 0 and again["sequential"] == out["sequential"]
+    # again: nothing launched, the stored launches its verdicts read are its cost (text as in `run`)
+    assert again["cost"]["launches"] == 0 and again["cost"]["stored_launches"] == out["runs"], again["cost"]
+    assert main([a for a in argv if a != "--json"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert (f"cost: nothing launched (the stored runs of these configurations decided it: {out['runs']} stored "
+            f"launches") in text and f"would have launched {2 * repeats}," in text, text
     # compare reads the step as attribute settled it (its runs record the design, cap 6 included)
     assert main(["compare", "demo/fast@prefix0", "demo/fast", "--metric", "output_tok_s@1", "--json"]) == 0
     (row,) = json.loads(capsys.readouterr().out)["rows"]

@@ -96,6 +96,7 @@ class VariantMeter:
     skipped: dict = field(default_factory=dict)  # label -> why it has no values
     _gpu_key: str | None = None
     log: list = field(default_factory=list)  # (label, run identity, values, run ids) for the report
+    launched: list = field(default_factory=list)  # run ids this meter launched (what the call cost)
     missing_evidence: bool = False  # runs stored invalid for missing activation evidence count too
     stored: dict = field(default_factory=dict)  # label -> values stored before its first measure (handed out first)
     answers_design: object | None = None  # toolkit.analysis.answers_sequential.Design: sequential answers
@@ -235,6 +236,7 @@ class VariantMeter:
                                   console=self.console, answer_launches=self._answer_launches(label),
                                   answer_rule=self._answer_rule(label, p, key))
                 self.runs += 1
+                self.launched.append(run_id)
             used.add(run_id)
             ids.append(run_id)
             got = self._values(self.counting([self.store.get_run(run_id)], key))

@@ -163,6 +163,7 @@ def run(args) -> int:
     unmeasured = unmeasured_prefixes(meter, prefix_values, names)
     # the runs a verdict judged, per variant: the steps' and the table's cumulative rows' (base against each prefix)
     judged = meter.judged([*steps, *(("prefix0", f"prefix{k}") for k in range(2, len(stack) + 1))]) if steps else None
+    cost = steps_cost(meter, recipe, judged) if design is not None else None
     if args.json:
         print_json({"recipe": recipe.name, "metric": spec.metric, "point": meter.point, "lines": result.lines(),
                     "unmeasured": unmeasured,
@@ -175,6 +176,7 @@ def run(args) -> int:
                     "builds": meter.builds, "runs": meter.runs, "min_effect": min_effect,
                     "notes": vouched.notes,
                     "sequential": steps_json(steps, names, meter), "sequential_legend": step_legend(design),
+                    "cost": cost,
                     "values_from": values_from(meter, judged)})
         return 1 if unmeasured else 0
     worst = {int(k.split()[0][1:]): quality_runs.worst(per) for k, per in answers.items()}
@@ -199,6 +201,10 @@ def run(args) -> int:
     for line in vouched.notes:
         console.print(f"note: {line}", markup=False, highlight=False)
     print_runs_used(meter, judged)
+    if cost is not None:
+        from toolkit.analysis.launch_cost import describe
+
+        console.print(describe(cost), markup=False, highlight=False)
     console.print(f"{meter.builds} variant(s) prepared, {meter.runs} new run(s); cached values reused per env key")
     for line in unmeasured:  # a row of dashes is no attribution: say why, and fail
         err.print(f"error: {line}", markup=False, highlight=False)
@@ -230,6 +236,26 @@ def add_sequential_step_arguments(parser) -> None:
     parser.add_argument("--max-repeats", type=positive_int, default=None, metavar="N",
                         help="sequential: launches each at most while a step is not settled "
                              "(default: the recipe's `[benchmark] max_repeats`, 16)")
+
+
+def steps_cost(meter, recipe, judged: dict | None) -> dict:
+    """What the sequential steps cost (toolkit.analysis.launch_cost.cost): the launches of this call, the
+    stored ones its verdicts read, against the fixed design (`[benchmark] repeats` a variant). Every
+    variant is the recipe with other patches: its launch holds the recipe's GPUs."""
+    import dataclasses
+
+    from toolkit.analysis import launch_cost
+
+    label_of = {rid: label for label, _, _, ids in meter.log for rid in ids}  # a variant's runs may carry
+    # another recipe's name (a stored run of the base recipe itself): each is costed under its variant
+    used = [rid for ids, _ in judged.values() for rid in ids] if judged else list(label_of)
+
+    def rows(ids):
+        found = meter.store.runs(run_ids=list(dict.fromkeys(ids))) if ids else []
+        return [dataclasses.replace(r, recipe=label_of.get(r.run_id, r.recipe)) for r in found]
+
+    launched, counted = rows(meter.launched), rows(used)
+    return launch_cost.cost(launched, counted, {r.recipe: recipe for r in [*launched, *counted]})
 
 
 def step_design(args, recipe):
