@@ -42,8 +42,8 @@ At the cap of 8 with the old futility rule (same seed and date):
   5%     37.75% [35.62-39.92]       3.10% [2.38-3.96]
   8%     59.05% [56.86-61.22]       3.65% [2.87-4.57]
   new launches a pair: 3.3-4.0 before (the reference reused), 6.5 after (it launches again).
-  --pool (pool_stored_spread): before 3.35 / 16.60 / 37.30 / 60.40%, after 1.85 / 2.25 / 2.00 / 1.50%
-  (6.4 launches: the stored spread as a prior around its own mean).
+  --pool (pool_stored_spread), cap 8: before 3.35 / 16.60 / 37.30 / 60.40%, after 1.85 / 2.25 / 2.00 /
+  1.50% (6.4 launches: the stored spread as a prior around its own mean).
 """
 
 from __future__ import annotations

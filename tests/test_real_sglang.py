@@ -39,7 +39,7 @@ def test_baseline_and_oea_on_real_sglang(tmp_path, capsys):
     common = ["--home", str(SHARED_HOME), "--store", str(store)]
     # fixed designs: the baseline's 2 launches (the answers' floor), OEA's 1 (a candidate answers once);
     # OEA's CPU speed effect is within the launch noise, so the sequential default would launch up to
-    # 8 each, 2-3 min a launch, to say "not settled" (nox -s demo-real runs the 2 + 2)
+    # 16 each, 2-3 min a launch, to say "not settled" (nox -s demo-real runs the 2 + 2)
     assert main(["run", "cpu/baseline", "--repeats", "2", *common]) == 0, capsys.readouterr().err
     assert main(["run", "cpu/oea", "--repeats", "1", *common]) == 0, capsys.readouterr().err
     runs = Store(store).runs()

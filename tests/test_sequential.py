@@ -809,3 +809,17 @@ def test_a_launched_pair_with_zero_values_is_not_judged_by_the_fixed_rule():
     zeros = [0.0, 0.0, 0.0]
     c0 = stats.compare_values(zeros, zeros, higher_is_better=False)
     assert seq.settle(c0, zeros, zeros, seq.Design(), launched=True) is c0
+
+
+def test_the_readme_states_the_default_cap():
+    """A newcomer reads the cap in the README's command list and its calibration table: both say the
+    default design's (they said "<= 8 each" and "2..8" after the default became 16)."""
+    from conftest import REPO_ROOT
+
+    text = (REPO_ROOT / "README.md").read_text()
+    cap = seq.DEFAULT_MAX_REPEATS
+    run_line = next(ln for ln in text.splitlines() if ln.startswith("patchbench run baseline oea  "))
+    assert f"<= {cap} each" in run_line, run_line
+    row = next(ln for ln in text.splitlines() if ln.startswith("| speed, sequential (the default"))
+    assert f"looks at {seq.DEFAULT_MIN_REPEATS}..{cap} launches each" in row, row
+    assert f"not settled after {cap} launches each" in text
