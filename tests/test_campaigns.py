@@ -64,8 +64,21 @@ def test_a_stored_reference_from_before_the_box_slowed_is_launched_again_not_jud
     design = seq.Design(max_repeats=4)
     assert row["text"].startswith(seq.verdict(a, b, higher_is_better=True, design=design).text)
     assert main(["compare", "demo/baseline", "demo/same", "--json"]) == 0
-    rows = [r for r in json.loads(capsys.readouterr().out)["rows"] if r["metric"] == "output_tok_s"]
+    doc = json.loads(capsys.readouterr().out)
+    rows = [r for r in doc["rows"] if r["metric"] == "output_tok_s"]
     assert rows and not set(rows[0]["base_runs"]) & set(stored), rows[0]
+    # its cost says the same: the stored four are left out (not "reused"), and the pair's launches are the
+    # first n of each side made here (the stored four's seconds not counted among them)
+    from toolkit.analysis.launch_cost import launch_seconds
+
+    base_cost = doc["cost"]["recipes"]["demo/baseline"]
+    assert base_cost["left out"]["launches"] == 4 and "reused" not in base_cost, base_cost
+    (pair,) = doc["cost"]["pairs"]
+    counted = [*rows[0]["base_runs"][:n], *rows[0]["variant_runs"][:n]]
+    assert pair["launches"] == 2 * n and pair["seconds"] == round(sum(launch_seconds(r) for r in store.runs(
+        run_ids=counted)), 1), (pair, counted)
+    assert main(["compare", "demo/baseline", "demo/same"]) == 0
+    assert "left out 4 (" in " ".join(capsys.readouterr().out.split())
 
 
 def test_the_spread_flag_and_the_runs_used_are_the_launches_judged_not_a_stored_reference(tmp_path, home,

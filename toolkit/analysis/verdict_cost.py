@@ -13,7 +13,7 @@ and the fixed design would have launched each side's `[benchmark] repeats` (as s
 runs), at the mean launch time of that side's runs. A recipe's line (`recipe_cost`) counts every
 launch of the configuration the verdicts read (its run identity) and of the sweeps they came from,
 said apart: used (in the selection's campaign), reused (used, from another campaign), left out
-(stored, not used), failed, interrupted, running; `results` (no verdict: stored, failed,
+(stored, not used: a launched pair's runs of one side from another campaign too, as its verdicts), failed, interrupted, running; `results` (no verdict: stored, failed,
 interrupted), `results --selected`, `compare` and `report` print these same lines (`of_selection`;
 `launches_of` is this module's one store read); `run` prints what its own launches cost
 (`launch_cost.cost`).
@@ -216,13 +216,32 @@ def _costs(store, sel, rows: Sequence) -> tuple[list[RecipeCost], list[PairCost]
     from toolkit.results.metrics import throughput_headline
 
     by_id = {r.run_id: r for rs in [*sel.runs.values(), *sel.sequences.values()] for r in rs}
-    pairs = {(r.baseline, r.recipe): sel.pair(r.baseline, r.recipe) for r in rows}
-    used = {r.run_id for name in sel.recipes for r in sel.runs[name]}  # the runs the selection lists ("runs used")
+    pairs, left = together({(r.baseline, r.recipe): sel.pair(r.baseline, r.recipe) for r in rows}, sel, by_id)
+    used = {r.run_id for name in sel.recipes for r in sel.runs[name]} - left  # the runs the selection lists ("runs used")
     used |= {i for ids in pairs.values() for side in ids for i in side}
     launched = launches_of(store, sel)
     counted = [r for name in sel.recipes for r in launched[name]]
     return ([recipe_cost(name, launched[name], used, sel.group_id) for name in sel.recipes],
             pair_costs(rows, by_id, throughput_headline(), pairs), counted)
+
+
+def together(pairs: Mapping, sel, by_id: Mapping[str, RunRow]) -> tuple[dict, set]:
+    """(pairs with a launched pair's sides cut to the runs made in a campaign of both, as its verdicts read
+    them: toolkit.analysis.compare.launched_together; the run ids so left out of every pair). A stored
+    run of one side from another campaign is no launch its verdicts used: not "used"/"reused", nor
+    among the first launches a sequential verdict's cost counts."""
+    from toolkit.analysis import campaigns
+
+    out, left, kept = {}, set(), set()
+    for (a, b), (ids_a, ids_b) in pairs.items():
+        if sel.launched_under(a, b) is not None:
+            sp = campaigns.split([by_id[i] for i in ids_a if i in by_id], [by_id[i] for i in ids_b if i in by_id])
+            if sp.a and sp.b:  # sides that share no campaign: the rows read all (and claim no faster/slower)
+                left |= {*sp.reused_a, *sp.reused_b}
+                ids_a, ids_b = list(sp.a), list(sp.b)
+        out[(a, b)] = (ids_a, ids_b)
+        kept |= {*ids_a, *ids_b}
+    return out, left - kept
 
 
 def lines_of(store, sel, rows: Sequence) -> list[str]:
