@@ -544,6 +544,16 @@ def test_plan_reads_the_spread_of_the_configuration_as_defined_now(tmp_path, hom
     (plan,) = json.loads(capsys.readouterr().out)["plans"]
     assert plan["runs"] == 2 and plan["spread_from"] == "runs", plan
     assert plan["spread"] < 0.2, plan  # 4 ms against 8 ms steps would read as ~0.4 (log scale)
+    # `run` launches until the pair settles at every point (here c=1 and c=4): the plan reads the noisiest
+    # point's spread, not the first point's alone, and names the others
+    spreads = plan["spreads"]
+    assert set(spreads) == {"1", "4"} and all(v is not None for v in spreads.values()), plan
+    assert plan["spread"] == max(spreads.values()) and spreads[str(plan["point"])] == plan["spread"], plan
+    assert main(["plan", "demo/quick"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    other = "1" if plan["point"] == 4 else "4"
+    assert (f"output_tok_s @ {plan['point']} varies {100 * plan['spread']:.1f}% launch to launch (over 2 runs; its "
+            f"noisiest point, as every point must settle: @ {other} {100 * spreads[other]:.1f}%)") in text, text
 
 
 def test_launch_cost_counts_launch_and_benchmark_times_tp_dp():

@@ -1,6 +1,7 @@
 """`patchbench plan RECIPE...`: launches and GPU hours a comparison is expected to take, before it starts.
 
-Per recipe: the launch-to-launch spread of its headline throughput (first point) over its stored
+Per recipe: the launch-to-launch spread of its headline throughput (at its noisiest benchmark point:
+`run` launches until the pair is settled at every point) over its stored
 runs of its configuration as defined now (3% assumed below two), the mean seconds a launch held its GPUs (launch to ready + benchmark;
 without such runs, the best stored evidence: toolkit.analysis.launch_time, said in the line), and for effects of 2%, 5% and 20% the
 launches each side a sequential verdict is expected to take (toolkit.analysis.launch_plan) and the
@@ -56,11 +57,16 @@ def run(args) -> int:
         design = shared or designs.for_bench(recipe.benchmark, min_effect=args.min_effect, max_repeats=args.max_repeats)
         b = recipe.benchmark
         metric = "decode_tok_s" if b.driver == "one-batch" else "output_tok_s"
-        point = (b.batch_sizes if b.driver == "one-batch" else b.concurrency)[0]
         runs = current_runs(store, name)
         ids = [r.run_id for r in runs]
-        values = values_at(store.samples(ids, metric=metric), metric, point, ids) if ids else []
-        spread = launch_plan.spread_of(values)
+        samples = store.samples(ids, metric=metric) if ids else []
+        # `run` launches until the pair is settled at every point: the noisiest point decides the launches
+        by_point = {c: values_at(samples, metric, c, ids) if ids else []
+                    for c in (b.batch_sizes if b.driver == "one-batch" else b.concurrency)}
+        spreads = {c: launch_plan.spread_of(v) for c, v in by_point.items()}
+        known = [c for c, sp in spreads.items() if sp is not None]
+        point = max(known, key=lambda c: spreads[c]) if known else next(iter(by_point))
+        values, spread = by_point[point], spreads[point]
         gpus = launch_cost.gpus_held(recipe)
         took = launch_time.estimate(runs, evidence_pools(store, recipe, name, ids, gpus),
                                     bench_key=bench_key(b.driver, b.params()), timeout_s=recipe.server.timeout_s)
@@ -80,6 +86,7 @@ def run(args) -> int:
                  "hours": round(launch_plan.gpu_hours(design.max_repeats, seconds, 1), 3),
                  "gpu_hours": round(launch_plan.gpu_hours(design.max_repeats, seconds, gpus), 3)}
         out.append({"recipe": name, "metric": metric, "point": point, "runs": len(values),
+                    "spreads": {str(c): sp for c, sp in spreads.items()},
                     "spread": used, "spread_from": "runs" if spread is not None else "assumed",
                     "seconds_per_launch": round(seconds, 1), "seconds_from": took.source, "seconds_why": took.text,
                     "gpus": gpus, "prior_dof": min(prior_dof, noise_prior.MAX_DOF), "effects": rows,
@@ -93,8 +100,10 @@ def run(args) -> int:
     for p in out:
         src = f"over {p['runs']} runs" if p["spread_from"] == "runs" else "assumed: fewer than 2 runs stored"
         secs = p["seconds_why"]
+        others = [f"@ {c} {100 * sp:.1f}%" for c, sp in p["spreads"].items() if sp is not None and c != str(p["point"])]
+        noisiest = f"; its noisiest point, as every point must settle: {', '.join(others)}" if others else ""
         console.print(f"{p['recipe']}: {p['metric']} @ {p['point']} varies {100 * p['spread']:.1f}% launch to launch "
-                      f"({src}); a launch holds {_gpus(p['gpus'])} for {p['seconds_per_launch']:.0f} s ({secs})"
+                      f"({src}{noisiest}); a launch holds {_gpus(p['gpus'])} for {p['seconds_per_launch']:.0f} s ({secs})"
                       + (f"; the stopping rule pools the stored spread (~{p['prior_dof']} df)" if p["prior_dof"] else ""),
                       markup=False, highlight=False)
         for r in p["effects"]:
