@@ -833,3 +833,17 @@ def test_the_readme_states_the_default_cap():
     row = next(ln for ln in text.splitlines() if ln.startswith("| speed, sequential (the default"))
     assert f"looks at {seq.DEFAULT_MIN_REPEATS}..{cap} launches each" in row, row
     assert f"not settled after {cap} launches each" in text
+
+
+def test_a_cap_an_sla_search_would_not_use_is_refused(tmp_path, monkeypatch, capsys):
+    """`sweep --sla ... --max-repeats 4` ran the SLA search at the recipe's fixed repeats a point and exited 0,
+    the cap silently unused (as --max-repeats with --repeats/--fixed is refused): now one line, exit 2,
+    before anything is built."""
+    from conftest import demo_project
+    from toolkit.cli import main
+
+    demo_project(tmp_path, monkeypatch)
+    assert main(["sweep", "demo/sweep", "--sla", "itl_ms_median<=20.5", "--max-repeats", "4"]) == 2
+    captured = capsys.readouterr()
+    assert "--max-repeats is the sequential design's cap; an SLA search (--sla)" in captured.err, captured.err
+    assert "Traceback" not in captured.err and "static check" not in captured.err

@@ -34,7 +34,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--fixed", action="store_true",
                         help="a plain sweep's fixed design: the recipe's `[benchmark] repeats` runs per variant")
     parser.add_argument("--max-repeats", type=positive_int, default=None, metavar="N",
-                        help="sequential: launches each at most while a variant is not settled (default: the recipe's `[benchmark] max_repeats`, 16)")
+                        help="sequential: launches each at most while a variant is not settled (default: the recipe's `[benchmark] max_repeats`, 16); not with --sla")
     parser.add_argument("--until", choices=("check", "store"), default="store",
                         help="check: stop after the static check of every variant (prints what is pruned)")
     parser.add_argument("--slurm-jobs", type=positive_int, default=4, metavar="N",
@@ -140,6 +140,11 @@ def run(args) -> int:
     from toolkit.results import metrics
 
     bounds = parse_bounds(args.sla)  # bad bounds: exit 2 before any work
+    if bounds and args.max_repeats is not None:  # an SLA search measures each point a fixed number of times
+        from toolkit.errors import BadInput
+
+        raise BadInput("--max-repeats is the sequential design's cap; an SLA search (--sla) measures each point "
+                       "the recipe's `[benchmark] repeats` times, or --repeats N", hint="drop --max-repeats, or --sla")
     if args.executor == "slurm":  # a Slurm job measures the fixed design: said, or refused when asked otherwise
         from rich.markup import escape
 
