@@ -613,6 +613,7 @@ def test_repeats_keeps_the_fixed_design_and_bad_settings_are_bad_input():
     from toolkit.recipe.spec import BenchSpec
 
     class R:
+        name = "demo/r"
         benchmark = BenchSpec()
 
     def ns(**kw):
@@ -627,7 +628,9 @@ def test_repeats_keeps_the_fixed_design_and_bad_settings_are_bad_input():
     assert sequential_design(ns(sequential=False), [R(), R()]) is not None  # the default: sequential
     with pytest.raises(BadInput):
         sequential_design(ns(fixed=True, max_repeats=4), [R(), R()])
-    assert sequential_design(ns(), [R()]) is None  # one recipe: nothing to compare
+    assert sequential_design(ns(sequential=False), [R()]) is None  # one recipe: nothing to compare
+    with pytest.raises(BadInput, match="--sequential: the sequential design judges a pair"):  # asked: said, not dropped
+        sequential_design(ns(), [R()])
     assert sequential_design(ns(until="verify"), [R(), R()]) is None
     d = sequential_design(ns(max_repeats=6), [R(), R()])
     assert (d.min_repeats, d.max_repeats, d.min_effect) == (2, 6, 0.02)
@@ -847,3 +850,19 @@ def test_a_cap_an_sla_search_would_not_use_is_refused(tmp_path, monkeypatch, cap
     captured = capsys.readouterr()
     assert "--max-repeats is the sequential design's cap; an SLA search (--sla)" in captured.err, captured.err
     assert "Traceback" not in captured.err and "static check" not in captured.err
+
+
+def test_sequential_options_on_one_recipe_are_refused_not_ignored(tmp_path, monkeypatch, capsys):
+    """`run mine/one --sequential --max-repeats 8` launched the recipe's fixed repeats and exited 0, the
+    options silently unused (a sequential verdict is between recipes): now one line naming them, exit 2,
+    nothing launched."""
+    from conftest import demo_project
+    from toolkit.cli import main
+
+    demo_project(tmp_path, monkeypatch)
+    assert main(["run", "demo/baseline", "--sequential", "--max-repeats", "8"]) == 2
+    err = capsys.readouterr().err
+    assert "--sequential/--max-repeats: the sequential design judges a pair of recipes; one recipe (demo/baseline) " \
+           "launches its `[benchmark] repeats` (4)" in " ".join(err.split()), err
+    assert main(["run", "demo/baseline", "--min-effect", "0.05", "--until", "check"]) == 2
+    assert "--min-effect: the sequential design judges a pair" in capsys.readouterr().err

@@ -141,6 +141,13 @@ def sequential_design(args, recipes):
         raise BadInput(f"--repeats {args.repeats} is the fixed design (that many launches each, whatever the data "
                        "say); --sequential/--min-repeats/--max-repeats/--min-effect are the sequential one",
                        hint="drop --repeats to launch until the verdict is settled, or drop the others")
+    asked_for = [flag for flag, given in (("--sequential", args.sequential), ("--min-repeats", args.min_repeats is not None),
+                                          ("--max-repeats", args.max_repeats is not None),
+                                          ("--min-effect", getattr(args, "min_effect", None) is not None)) if given]
+    if len(recipes) < 2 and asked_for:  # a verdict is between recipes: one recipe launches its fixed repeats
+        raise BadInput(f"{'/'.join(asked_for)}: the sequential design judges a pair of recipes; one recipe ({recipes[0].name}) "
+                       f"launches its `[benchmark] repeats` ({recipes[0].benchmark.repeats}), or --repeats N",
+                       hint="name the reference and the candidate: `patchbench run BASE CANDIDATE`")
     from toolkit.analysis import sequential_design as designs
 
     # the settings are checked whatever the call does with them (--until check too): before anything is built
