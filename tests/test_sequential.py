@@ -233,11 +233,13 @@ def test_run_launches_a_3x_pair_until_settled_and_resumes_from_the_store(tmp_pat
     # what the verdict cost against the fixed design, per recipe and per verdict (report and results)
     assert "### Cost (launch time; no GPU held)" in md and f"- demo/baseline: {n} launches, " in md, md
     assert f"demo/quick vs demo/baseline (output_tok_s): {2 * n} launches" in md
-    assert "(sequential, every point's verdict by" in md and "the fixed design (each side's [benchmark] repeats): ~8 launches" in md
+    # the cost line says the cap the pair was launched under (the recipe's 4), in the report and in results
+    assert "(sequential up to 4 each, every point's verdict by" in md and "the fixed design (each side's [benchmark] repeats): ~8 launches" in md
     capsys.readouterr()
     assert main(["results", "--selected", "demo/baseline", "demo/quick"]) == 0
     text = " ".join(capsys.readouterr().out.split())
     assert f"cost: demo/quick vs demo/baseline (output_tok_s): {2 * n} launches" in text, text
+    assert f"(sequential up to 4 each, every point's verdict by {n} launches each)" in text, text
     assert "no GPU" in text  # the miniature holds none: its minutes are the cost
     assert main(["results"]) == 0
     assert f"cost: demo/quick: {n} launches" in " ".join(capsys.readouterr().out.split())
@@ -594,12 +596,14 @@ def test_a_verdicts_gpu_minutes_count_its_look_and_the_fixed_design_its_repeats(
     runs = {f"{side}{i}": RunRow(f"{side}{i}", side, recipe_resolved=resolved,
                                  timings={"build": 900.0, "launch": 240.0, "benchmark": 60.0})
             for side in "ab" for i in range(3)}
-    row = SimpleNamespace(baseline="a", recipe="b", metric="output_tok_s", launches_each=2, launched_under={"alpha": 0.05},
+    row = SimpleNamespace(baseline="a", recipe="b", metric="output_tok_s", launches_each=2,
+                          launched_under={"alpha": 0.05, "max_repeats": 16},
                           base_runs=("a0", "a1", "a2"), variant_runs=("b0", "b1", "b2"))
     (cost,) = verdict_cost.pair_costs([row], runs, ["output_tok_s"])
     assert cost.used.launches == 4 and cost.used.seconds == 1200.0 and cost.used.gpu_minutes == 160.0
     assert cost.fixed.launches == 10 and cost.fixed.gpu_minutes == 400.0
-    assert "4 launches, 20.0 min, 160.00 GPU-min (sequential, every point's verdict by 2 launches each)" in cost.text()
+    assert "4 launches, 20.0 min, 160.00 GPU-min (sequential up to 16 each, every point's verdict by 2 launches each)" \
+        in cost.text() and cost.to_dict()["max_repeats"] == 16
     assert "~10 launches, 50.0 min, 400.00 GPU-min: 0.40x its time" in cost.text()
     fixed = SimpleNamespace(**{**row.__dict__, "launched_under": None})  # launched by the fixed design: every run
     assert verdict_cost.pair_costs([fixed], runs, ["output_tok_s"])[0].used.launches == 6

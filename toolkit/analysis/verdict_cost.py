@@ -81,9 +81,11 @@ class PairCost:
     each: int | None  # a sequential verdict's launches each (its slowest point's first settled look); None: fixed
     used: Spend  # the launches the verdicts used
     fixed: Spend  # what the fixed design would have launched
+    cap: int | None = None  # the sequential design's max_repeats the pair was launched under
 
     def text(self) -> str:
-        how = (f"sequential, every point's verdict by {self.each} launches each" if self.each is not None
+        cap = f" up to {self.cap} each" if self.cap else ""
+        how = (f"sequential{cap}, every point's verdict by {self.each} launches each" if self.each is not None
                else "the fixed rule, every run")
         ratio = f": {self.used.seconds / self.fixed.seconds:.2f}x its time" if self.fixed.seconds else ""
         return (f"{self.recipe} vs {self.baseline} ({self.metric}): {self.used.text()} ({how}); the fixed design "
@@ -91,6 +93,7 @@ class PairCost:
 
     def to_dict(self) -> dict:
         return {"baseline": self.baseline, "recipe": self.recipe, "metric": self.metric, "launches_each": self.each,
+                "max_repeats": self.cap,
                 "launches": self.used.launches, "seconds": round(self.used.seconds, 1),
                 "gpu_minutes": round(self.used.gpu_minutes, 3), "fixed_launches": self.fixed.launches,
                 "fixed_seconds": round(self.fixed.seconds, 1), "fixed_gpu_minutes": round(self.fixed.gpu_minutes, 3)}
@@ -115,8 +118,10 @@ def pair_costs(rows: Sequence, runs: Mapping[str, RunRow], headline: Sequence[st
         all_var = [runs[i] for i in dict.fromkeys(ids_b) if i in runs]
         base, var = (all_base[:each], all_var[:each]) if each is not None else (all_base, all_var)
         fb, fv = fixed_spend(all_base), fixed_spend(all_var)
+        caps = {(getattr(r, "launched_under", None) or {}).get("max_repeats") for r in mine} if sequential else set()
         out.append(PairCost(pair[0], pair[1], metric, each, spend(base + var),
-                            Spend(fb.launches + fv.launches, fb.seconds + fv.seconds, fb.gpu_minutes + fv.gpu_minutes)))
+                            Spend(fb.launches + fv.launches, fb.seconds + fv.seconds, fb.gpu_minutes + fv.gpu_minutes),
+                            caps.pop() if len(caps) == 1 else None))
     return out
 
 
