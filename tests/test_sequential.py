@@ -870,3 +870,25 @@ def test_sequential_options_on_one_recipe_are_refused_not_ignored(tmp_path, monk
            "launches its `[benchmark] repeats` (4)" in " ".join(err.split()), err
     assert main(["run", "demo/baseline", "--min-effect", "0.05", "--until", "check"]) == 2
     assert "--min-effect: the sequential design judges a pair" in capsys.readouterr().err
+
+
+def test_sweep_takes_the_zone_as_run_does(tmp_path, home, monkeypatch, capsys):
+    """`sweep --min-effect` (run, attribute, plan, compare and report had it; sweep refused the flag): the
+    variants are launched and judged with that zone, their runs record it (compare reads the pair as the
+    sweep judged it), and with --sla or --fixed it is refused as unused."""
+    import json
+
+    from toolkit.cli import main
+
+    root = small_demo(tmp_path, monkeypatch, concurrency="[1]")
+    (root / "recipes" / "demo" / "sq.toml").write_text('extends = "demo/baseline"\n[matrix]\n'
+                                                       'server.args.mini-step-base-ms = [4]\n')
+    assert main(["sweep", "demo/sq", "--min-effect", "0.5", "--json", "-o", str(tmp_path / "sw")]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    (variant,) = [r for r in doc["ranked"] if r["variant"] != "demo/sq"]
+    assert variant["verdict"].startswith("faster"), doc["ranked"]
+    assert main(["compare", "demo/sq", variant["variant"], "--metric", "output_tok_s@1", "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)["rows"]
+    assert row["launched_under"]["min_effect"] == 0.5, row
+    assert main(["sweep", "demo/sq", "--min-effect", "0.5", "--fixed"]) == 2
+    assert "--min-effect is the sequential verdict's zone" in capsys.readouterr().err

@@ -35,6 +35,9 @@ def add_arguments(parser) -> None:
                         help="a plain sweep's fixed design: the recipe's `[benchmark] repeats` runs per variant")
     parser.add_argument("--max-repeats", type=positive_int, default=None, metavar="N",
                         help="sequential: launches each at most while a variant is not settled (default: the recipe's `[benchmark] max_repeats`, 16); not with --sla")
+    parser.add_argument("--min-effect", type=float, default=None, metavar="FRACTION",
+                        help="sequential: the verdict's indifference zone (default: the recipe's `[benchmark] "
+                             "min_effect`, 0.02), as `run --min-effect`; not with --sla, --repeats or --fixed")
     parser.add_argument("--until", choices=("check", "store"), default="store",
                         help="check: stop after the static check of every variant (prints what is pruned)")
     parser.add_argument("--slurm-jobs", type=positive_int, default=4, metavar="N",
@@ -145,17 +148,27 @@ def run(args) -> int:
 
         raise BadInput("--max-repeats is the sequential design's cap; an SLA search (--sla) measures each point "
                        "the recipe's `[benchmark] repeats` times, or --repeats N", hint="drop --max-repeats, or --sla")
+    if args.min_effect is not None and (bounds or args.repeats is not None or args.fixed):
+        from toolkit.errors import BadInput
+
+        raise BadInput("--min-effect is the sequential verdict's zone; an SLA search (--sla) and the fixed design "
+                       "(--repeats/--fixed) do not use it", hint="drop --min-effect, or the others")
     if args.executor == "slurm":  # a Slurm job measures the fixed design: said, or refused when asked otherwise
         from rich.markup import escape
 
         from toolkit.executors.config import fixed_design_only
 
-        note = fixed_design_only("sweep", ["--max-repeats"] if args.max_repeats is not None else [],
+        note = fixed_design_only("sweep", [f for f, v in (("--max-repeats", args.max_repeats), ("--min-effect", args.min_effect))
+                                           if v is not None],
                                  plain=not bounds and args.repeats is None and not args.fixed and args.until == "store")
         if note:
             err.print(f"[yellow]note[/]: {escape(note)}")
     spec = metrics.parse_spec(args.metric) if args.metric else None
     recipe = load(args.recipe)
+    if args.min_effect is not None:  # a bad zone is one line before anything is built
+        from toolkit.analysis import sequential_design as designs
+
+        designs.for_bench(recipe.benchmark, min_effect=args.min_effect, max_repeats=args.max_repeats)
     if bounds and recipe.benchmark.driver != "serving":
         from toolkit.errors import BadInput
 
@@ -258,7 +271,7 @@ def _design(args, recipe, kept, recipes):
         return None
     from toolkit.analysis import sequential_design as designs
 
-    return designs.for_bench(recipe.benchmark, max_repeats=args.max_repeats)
+    return designs.for_bench(recipe.benchmark, min_effect=args.min_effect, max_repeats=args.max_repeats)
 
 
 def _measure_sequential(store, kept, home, args, design, guard):
