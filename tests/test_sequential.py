@@ -885,8 +885,12 @@ def test_sweep_takes_the_zone_as_run_does(tmp_path, home, monkeypatch, capsys):
                                                        'server.args.mini-step-base-ms = [4]\n')
     assert main(["sweep", "demo/sq", "--min-effect", "0.5", "--json", "-o", str(tmp_path / "sw")]) == 0
     doc = json.loads(capsys.readouterr().out)
+    assert "the ratio is at least 50% (min_effect)" in doc["sequential_legend"], doc.get("sequential_legend")
     (variant,) = [r for r in doc["ranked"] if r["variant"] != "demo/sq"]
     assert variant["verdict"].startswith("faster"), doc["ranked"]
+    # the written report says the rule (cap and zone) and what the launches cost, as the console does
+    md = (tmp_path / "sw" / "sweep.md").read_text()
+    assert "launches 2..4 each (max_repeats)" in md and "at least 50% (min_effect)" in md and "- cost: " in md, md
     assert main(["compare", "demo/sq", variant["variant"], "--metric", "output_tok_s@1", "--json"]) == 0
     (row,) = json.loads(capsys.readouterr().out)["rows"]
     assert row["launched_under"]["min_effect"] == 0.5, row

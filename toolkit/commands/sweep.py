@@ -222,6 +222,11 @@ def run(args) -> int:
                        repeats=args.repeats or recipe.benchmark.repeats, gate=gates)
     if cost is not None:  # what the sequential launches cost, and the fixed design would have
         doc["cost"] = cost
+    design = None if bounds else _design(args, recipe, kept, recipes)
+    if design is not None:  # the rule the verdicts used (its cap, its zone): in the JSON and the written report
+        from toolkit.analysis import sequential as seq
+
+        doc["sequential_legend"] = seq.legend(design)
     doc["notes"] = vouched.notes
     doc["server"] = _server_lines(store, outcomes)
     from toolkit.report.sweep import write_sweep_report

@@ -95,6 +95,15 @@ def notes(doc: dict) -> list[str]:
     return out
 
 
+def design_notes(doc: dict) -> list[str]:
+    """A sequential sweep's cost line and its rule (the cap among it): what `sweep` prints as it ends, for
+    the written report (the console has them from toolkit.commands.run.print_sequential already)."""
+    from toolkit.analysis.launch_cost import describe
+
+    return ([describe(doc["cost"])] if doc.get("cost") else []) + \
+        ([doc["sequential_legend"]] if doc.get("sequential_legend") else [])
+
+
 def write_sweep_report(doc: dict, out: Path) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     title = f"sweep {doc['recipe']}" + (f" (SLA {', '.join(doc['sla'])})" if doc["sla"] else "")
@@ -105,10 +114,11 @@ def write_sweep_report(doc: dict, out: Path) -> list[Path]:
     write_text(svg_path, svg_text + "\n")
     head, rows = _table(doc)
     md = [f"# {title}", "", *md_table(head, rows)]
-    md += [""] + [f"- {line}" for line in notes(doc)] + ["", f"![Pareto front]({png.name})", ""]
+    lines = [*notes(doc), *design_notes(doc)]
+    md += [""] + [f"- {line}" for line in lines] + ["", f"![Pareto front]({png.name})", ""]
     write_text(out / "sweep.md", "\n".join(md))
     page = [f"<!doctype html><html><head><meta charset='utf-8'><title>{esc(title)}</title></head><body>",
             f"<h1>{esc(title)}</h1>", html_table(head, rows, "border='1' cellspacing='0' cellpadding='4'")]
-    page += ["<ul>"] + [f"<li>{esc(line)}</li>" for line in notes(doc)] + ["</ul>", svg_text, "</body></html>"]
+    page += ["<ul>"] + [f"<li>{esc(line)}</li>" for line in lines] + ["</ul>", svg_text, "</body></html>"]
     write_text(out / "sweep.html", "\n".join(page))
     return [out / "sweep.md", out / "sweep.html", png, svg_path]
