@@ -23,7 +23,7 @@ matched). A verdict is *correct* when its claim holds for the true ratio (faster
 slower: B worse; equal: within min_effect), *false* when it does not; not settled is neither.
 
     python benchmarks/sequential_launches.py [--comparisons 2000] [--seed 20261201] [--method repeated|mixture]
-        [--max-repeats 8] [--json]
+        [--max-repeats 16] [--json]
     python benchmarks/sequential_launches.py --pipeline N     # through `run` on the miniature
     python benchmarks/sequential_launches.py --history 10 [--drift 1.5]   # with a stored-spread prior
     python benchmarks/sequential_launches.py --stored 8       # a second campaign against a stored reference
@@ -115,7 +115,7 @@ Measured (2000 + 2000 comparisons, seed 20261201, 2026-12-02; equal by TOST sinc
   341 of 2000 stopped unsettled, most by futility): against the fixed design of the same (2.00%) error
   rate (alpha 0.0287) 9 each, **0.45x** (0.47x on a continuous n; as strong in every range, 0.40x /
   0.41x); against the fixed design at the stated alpha (A/A 3.55%, worse) 0.57x (0.59x continuous).
-  The saving grows with the power asked of it; the default cap of 8 keeps the worst case at 16
+  The saving grows with the power asked of it; the then default cap of 8 kept the worst case at 16
   launches of a ~400 GB model.
   Other boundary shapes (spending alpha earlier or later) and caps of 12-24: benchmarks/
   sequential_boundaries.py; none reaches 0.5x at the cap of 8, caps of 16-24 touch it (0.49-0.50x)
