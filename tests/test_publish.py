@@ -10,10 +10,8 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import subprocess
 import sys
 from collections import defaultdict
-from concurrent.futures import ThreadPoolExecutor
 from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
@@ -21,6 +19,7 @@ from urllib.parse import unquote, urlsplit
 import pytest
 
 from conftest import REPO_ROOT, TEST_CACHE, cli_json, link_run_caches
+from headless_chromium import render_pages
 from toolkit.cli import main
 from toolkit.results.store import Store
 
@@ -95,14 +94,6 @@ def _parse(text: str) -> Links:
     return p
 
 
-def _render(page: Path, profile: Path) -> tuple[str, str]:
-    """The DOM headless Chromium built from `page`, and what it logged (console messages included)."""
-    out = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", f"--user-data-dir={profile}",
-                          "--enable-logging=stderr", "--v=0", "--dump-dom", page.as_uri()],
-                         capture_output=True, text=True, timeout=120, check=True)
-    return out.stdout, out.stderr
-
-
 @pytest.fixture(scope="module")
 def site(filled, tmp_path_factory):
     out = tmp_path_factory.mktemp("site") / "site"
@@ -129,17 +120,16 @@ def test_every_page_renders_and_every_link_resolves(site, tmp_path):
     if not CHROMIUM:
         pytest.skip("no chromium to render the pages with (apt-get install chromium); links checked")
 
-    def render(i_page):
-        i, page = i_page
-        return page, *_render(page, tmp_path / f"profile{i % 2}")
-
-    with ThreadPoolExecutor(max_workers=2) as pool:  # two Chromiums at a time, a profile each
-        for page, dom, log in pool.map(render, enumerate(pages)):
-            console = [line for line in log.splitlines() if ":CONSOLE" in line]
-            assert not console, f"{page.relative_to(site)}: {console}"
-            src, got = _parse(page.read_text()), _parse(dom)
-            assert got.tags["h1"] == 1 and got.tags["table"] == src.tags["table"], page
-            assert got.tags["svg"] == src.tags["svg"] and got.tags["img"] == src.tags["img"], page
+    # one Chromium renders every page in turn (a Chromium per page cost a CPU-second each)
+    rendered, browser_log = render_pages(CHROMIUM, pages, tmp_path / "profile", tmp_path / "chromium.log")
+    assert len(rendered) == len(pages)
+    for page, (dom, console) in zip(pages, rendered):
+        assert not console, f"{page.relative_to(site)}: {console}"
+        src, got = _parse(page.read_text()), _parse(dom)
+        assert got.tags["h1"] == 1 and got.tags["table"] == src.tags["table"], page
+        assert got.tags["svg"] == src.tags["svg"] and got.tags["img"] == src.tags["img"], page
+    console = [line for line in browser_log.splitlines() if ":CONSOLE" in line]  # as Chromium logs it
+    assert not console, console
 
 
 def test_the_index_and_pages_say_what_the_store_holds(site, filled, capsys):
