@@ -331,3 +331,41 @@ def test_a_port_taken_reads_as_a_port_in_use_in_pythons_words_and_uvicorns():
                "('127.0.0.1', 30000): address already in use\nINFO:     Waiting for application shutdown.\n")
     assert in_use_line(uvicorn).endswith("('127.0.0.1', 30000): address already in use")
     assert in_use_line("all fine\n") is None
+
+
+def test_ending_a_group_does_not_wait_for_init_to_reap_an_orphaned_zombie(tmp_path):
+    """A server whose subprocess it did not reap (the miniature's detokenizer when the supervisor's
+    second SIGTERM ends the server mid-shutdown; real sglang's scheduler likewise) leaves an exited
+    orphan whose parent is now PID 1, which in a container reaps late or never (docker without
+    --init). Ending the group waited for that zombie to vanish: the grace, then 5 s more, at every
+    stop of every launch. Here patchbench's stand-in is a subreaper that never reaps, as such an
+    init: the group still ends, and its end takes well under the grace."""
+    ready = tmp_path / "ready"
+    server = ("import os, signal, sys, time\n"
+              "kid = os.fork()\n"
+              "if kid == 0:\n"
+              "    signal.signal(signal.SIGTERM, signal.SIG_DFL); time.sleep(300); os._exit(0)\n"
+              "signal.signal(signal.SIGTERM, lambda *a: os._exit(0))  # exits without reaping its child\n"
+              f"open({str(ready)!r}, 'w').write(str(kid)); time.sleep(300)\n")
+    patchbench = ("import json, os, sys, time, psutil\n"
+                  "from toolkit.run import supervisor\n"
+                  f"proc = supervisor.spawn([sys.executable, '-c', {server!r}], log={str(tmp_path / 's.log')!r}, "
+                  "environ=dict(os.environ))\n"
+                  f"while not os.path.exists({str(ready)!r}): time.sleep(0.01)\n"
+                  "procs = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]\n"
+                  "t = time.monotonic(); supervisor.end_group(proc.pid, procs, grace=10.0); took = time.monotonic() - t\n"
+                  "proc.wait(timeout=5)\n"
+                  "states = {}\n"
+                  "for p in procs:\n"
+                  "    try: states[p.pid] = p.status()\n"
+                  "    except psutil.Error: states[p.pid] = 'gone'\n"
+                  "print(json.dumps({'took': took, 'states': states}))\n")
+    init = ("import ctypes, subprocess, sys\n"  # PR_SET_CHILD_SUBREAPER: orphans below come here, never reaped
+            "ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)\n"
+            f"sys.exit(subprocess.run([sys.executable, '-c', {patchbench!r}]).returncode)\n")
+    out = subprocess.run([sys.executable, "-c", init], cwd=os.path.dirname(os.path.dirname(__file__)),
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout)
+    assert len(got["states"]) == 3 and set(got["states"].values()) <= {"gone", psutil.STATUS_ZOMBIE}, got
+    assert got["took"] < 5.0, got  # was 15 s: the grace (10 s) and the 5 s after SIGKILL, for a zombie

@@ -85,9 +85,9 @@ def _end_group(child: subprocess.Popen, seen: dict, scratch: str | None, shm: se
     procs = list({p.pid: p for p in procs + _descendants()}.values())
     trackers = [p for p in procs if _is_tracker(p)]
     _kill([p for p in procs if p not in trackers])
-    psutil.wait_procs(procs, timeout=TRACKER_S)  # a tracker exits by itself once its processes are gone
+    wait_exited(procs, TRACKER_S)  # a tracker exits by itself once its processes are gone
     _kill(trackers)
-    psutil.wait_procs(trackers, timeout=1.0)
+    wait_exited(trackers, 1.0)
     _unlink(shm)
     _remove(scratch)
     os.killpg(pgid, signal.SIGKILL)  # ends this process too
@@ -273,10 +273,32 @@ def end_group(pgid: int, procs: list, grace: float) -> None:
     after `grace` seconds SIGKILL the group and whatever of `procs` is alive; wait for them."""
     kill_group(pgid, signal.SIGTERM)
     _each(procs, psutil.Process.terminate)
-    _, alive = psutil.wait_procs(procs, timeout=grace)
+    alive = wait_exited(procs, grace)
     kill_group(pgid, signal.SIGKILL)
     _each(alive, psutil.Process.kill)
-    psutil.wait_procs(alive, timeout=5)
+    wait_exited(alive, 5)
+
+
+def wait_exited(procs: list, timeout: float) -> list:
+    """Those of `procs` still running once none is or `timeout` seconds passed. A zombie has exited:
+    what is left of it is its parent's wait, and an orphan's parent is PID 1, which in a container
+    reaps late or never (docker without --init). psutil.wait_procs counts a zombie as alive: a server
+    that died before reaping its subprocess (the miniature's detokenizer, sglang's scheduler) held
+    each stop of its launch for this box's init (about 2 s), or for the grace and 5 s more."""
+    deadline = time.monotonic() + timeout
+    alive = list(procs)
+    while True:
+        alive = [p for p in alive if _running(p)]
+        if not alive or time.monotonic() >= deadline:
+            return alive
+        time.sleep(0.02)  # polling the processes' state, as psutil.wait_procs does
+
+
+def _running(p) -> bool:
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 def _each(procs: list, action) -> None:
