@@ -68,7 +68,8 @@ def run(args) -> int:
         point = max(known, key=lambda c: spreads[c]) if known else next(iter(by_point))
         values, spread = by_point[point], spreads[point]
         gpus = launch_cost.gpus_held(recipe)
-        took = launch_time.estimate(runs, evidence_pools(store, recipe, name, ids, gpus),
+        timed = any(launch_cost.launch_seconds(r) > 0 for r in runs)  # its own runs decide: no other evidence read
+        took = launch_time.estimate(runs, [] if timed else evidence_pools(store, recipe, name, ids, gpus),
                                     bench_key=bench_key(b.driver, b.params()), timeout_s=recipe.server.timeout_s)
         seconds = took.seconds
         used = spread if spread is not None else launch_plan.ASSUMED_SPREAD
