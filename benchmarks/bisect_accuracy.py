@@ -47,14 +47,20 @@ def make_stack(rng: random.Random) -> tuple[int, list[float]]:
 
 
 def trial(rng: random.Random, *, threshold_pct: float, initial_repeats: int, max_repeats: int,
-          options: dict, verbose: bool):
+          options: dict, verbose: bool, drift: float = 0.0, switch: float = 0.1):
     culprit, factors = make_stack(rng)
+    loaded = [False]
 
     def measure(prefix: int, repeats: int) -> list[float]:
         true = BASE_VALUE
         for f in factors[:prefix]:
             true *= f
-        return [true * (1.0 + rng.gauss(0.0, NOISE)) for _ in range(repeats)]
+        out = []
+        for _ in range(repeats):
+            if drift and rng.random() < switch:  # the box turns loaded or calm again
+                loaded[0] = not loaded[0]
+            out.append(true * (1.0 - (drift if loaded[0] else 0.0)) * (1.0 + rng.gauss(0.0, NOISE)))
+        return out
 
     res = bisect_stack(N_PATCHES, measure, higher_is_better=True, threshold_pct=threshold_pct,
                        initial_repeats=initial_repeats, max_repeats=max_repeats, alpha=0.05,
@@ -75,6 +81,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-repeats", type=int, default=10)
     ap.add_argument("--long", type=int, default=1000, metavar="N",
                     help="also report the rates over N more trials (0: skip; default 1000)")
+    ap.add_argument("--drift", type=float, default=0.0, metavar="F",
+                    help="a box that is loaded now and then: each launch it turns loaded (every value F slower, "
+                         "e.g. 0.15) or calm again with probability --switch (default: never loaded)")
+    ap.add_argument("--switch", type=float, default=0.1, metavar="Q")
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args(argv)
 
@@ -85,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(trials):
             culprit, res = trial(rng, threshold_pct=args.threshold,
                                  initial_repeats=args.initial_repeats, max_repeats=args.max_repeats,
-                                 options=options, verbose=verbose)
+                                 options=options, verbose=verbose, drift=args.drift, switch=args.switch)
             found += res.culprit == culprit
             confirmed += res.culprit == culprit and res.confirmed
             builds.append(res.builds)
@@ -97,6 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"bisect accuracy: {N_PATCHES}-patch stack, {REGRESSION:.0%} regression planted, "
           f"{NOISE:.0%} noise, other patches +-{OTHER_EFFECT:.0%}, threshold {args.threshold:g}%, "
           f"repeats {args.initial_repeats}..{args.max_repeats}, seed {args.seed}, "
+          f"{f'box loaded {args.drift:.0%} slow, switching with p={args.switch:g} a launch, ' if args.drift else ''}"
           f"build bound without skips {max_builds_bound(N_PATCHES)}")
     ok = True
     configs = (({}, "default (repair=True: a weak answer gets a second pass)"),

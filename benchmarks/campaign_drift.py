@@ -24,6 +24,10 @@ base yesterday): before (until 2026-12-06) the meter handed the stored values ou
 (toolkit.analysis.search_campaign) the base launches again in the bisect. Printed: how often a culprit
 is named (every one false; stated: a decided step calls a harmless item bad <= 2.5%) and the launches a
 bisect took. Exit status 0 when the after rule names a false culprit in <= 5% at every shift.
+Since 2026-12-06 every step launches its reference around the probe (r p p r) and reads only those
+launches, so "before" is guarded too: 2,000 bisects a shift of 7 patches, before / after, false culprits
+(launches): 0% 2.45% (35.9) / 2.40% (40.1); 3% 4.20% (38.7) / 2.20% (40.0); 5% 6.70% (40.2) / 2.90% (40.2);
+8% 15.40% (43.6) / 2.45% (40.1).
 
     python benchmarks/campaign_drift.py [--pairs 2000] [--stored 4] [--shift 0 0.03 0.05 0.08] [--pool] [--json]
     python benchmarks/campaign_drift.py --bisect 7 [--pairs 1000] [--json]

@@ -334,7 +334,9 @@ def test_bisect_names_its_skipped_probe_and_links_every_value_to_its_runs(mini, 
     assert "planted crash" in Path(log).read_text()
     probes = {p["label"]: p for p in out["probes"]}
     assert set(probes) == {"prefix0", "prefix3", "prefix4"}, probes
-    assert probes["prefix3"]["values"] == out["good_values"] and probes["prefix4"]["values"] == out["bad_values"]
+    # the conviction's values are each probe's latest, those measured together with the other's
+    good, bad = out["good_values"], out["bad_values"]
+    assert probes["prefix3"]["values"][-len(good):] == good and probes["prefix4"]["values"][-len(bad):] == bad
     assert all(len(p["run_ids"]) == len(p["values"]) for p in probes.values())
     # the text says the same: the skipped probe with its log, and the runs of every value used
     assert main(argv) == 0

@@ -55,7 +55,8 @@ def test_bisect_names_the_release_that_brought_the_gain_then_its_commit(home, mo
     assert out["commit"]["culprit_label"] == gain_releases["planted_commit"][:12]
     # every value of each phase is linked to its runs: the releases' probes, then the commits'
     commits = {p["label"]: p for p in out["commit"]["probes"]}
-    assert commits[gain_releases["planted_commit"][:12]]["values"] == out["commit"]["bad_values"]
+    bad = out["commit"]["bad_values"]  # the planted commit's latest values, measured together with its parent's
+    assert commits[gain_releases["planted_commit"][:12]]["values"][-len(bad):] == bad
     assert all(p["run_ids"] and len(p["run_ids"]) == len(p["values"]) for p in [*out["probes"], *commits.values()])
     assert {p["label"] for p in out["probes"]} >= {"0.1.0", "0.1.5"} and not out["skipped"]
     # The default direction looks for a regression, and there is none.

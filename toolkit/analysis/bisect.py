@@ -19,17 +19,26 @@ be met when n is a power of two. A culprit is convicted by measurements at culpr
 culprit (bad).
 
 Noise: each step compares the prefix with the base through the (1 - alpha) confidence interval of
-the ratio of means (`toolkit.analysis.stats.ratio_ci`, delta method with Welch's t). The step is decided when
+the ratio of means (`toolkit.analysis.stats.ratio_ci`, delta method with Welch's t), over the values of the
+two measured in the same stretch of time: the reference is launched around the probe's first launches
+(r p p r), and a step reads the reference's launch just before the probe's first and every one after it,
+never its launches of another moment. A box that turns loaded for a while then slows both sides of a step
+alike, instead of reading as a change at every probe measured in that while (a harmless patch named the
+culprit on a loaded CI box, 2026-12-06). It costs the reference's launches in every step:
+benchmarks/bisect_accuracy.py, 16 patches, CLI settings, 1000 trials: 56.5 launches a bisect instead of
+36.5 on a steady box, the culprit found in 99.1% (99.4%); with `--drift 0.15` (a box 15% slow now and then)
+found in 69.4% instead of 43.0%. The step is decided when
 the whole interval of the relative loss lies above the threshold (bad) or below it (good); until then
-it asks for `repeat_step` more values of the prefix (and of the base, when the base has no more values
-than the prefix), up to `max_repeats` each. A step still undecided there is *uncertain*: when both
+it asks for `repeat_step` more values of the prefix (and of the reference, when it has no more values in
+the step than the prefix; the two in alternating order), up to `max_repeats` each in the step (a prefix that
+is the reference of several steps is launched in each). A step still undecided there is *uncertain*: when both
 neighbours lo and hi have been measured it sides with the one its mean is closer to (asv find's rule:
 insensitive to the base's own sampling error and to the drift of the other items), otherwise with
 the point estimate's side of the threshold. Values are cached per prefix; the base's values serve
 every step.
 
 Conviction and repair: once found, culprit-1 and culprit are topped up to `confirm_repeats` values
-and compared directly (`conviction`, `confirmed` when that step alone is a significant regression).
+measured together (the one measured earlier launched again) and compared directly (`conviction`, `confirmed` when that step alone is a significant regression).
 A weak conviction triggers one more pass over the same cache (now holding the conviction's extra
 values) that measures the whole stack first (a real hi for the closeness rule): after uncertain
 steps, and after certain ones too, since the reference's first values were measured before the
@@ -97,12 +106,13 @@ def legend(*, threshold_pct: float, direction: str = "worse", reference: str = "
     culprit = "a culprit" if direction == "worse" else "the gain"
     if sequential:
         how = (f"the anytime-valid {c} confidence sequence (two-sample t mixture) of the ratio of geometric means, "
-               f"one more value a side a look")
+               f"one more value a side a look, the two launched together (r p p r, then alternating)")
         rate = (f"a step decided (not 'uncertain') calls an item that does not move the metric {bad} with "
                 f"probability <= {alpha / 2:g} however many looks it took")
         conviction = "the same sequence, topped up one value a side, excludes 1"
     else:
-        how = f"the {c} t interval (delta method, Welch) of the ratio of means, re-read after each top-up"
+        how = (f"the {c} t interval (delta method, Welch) of the ratio of means, re-read after each top-up, the two "
+               f"launched together (r p p r, then alternating)")
         rate = (f"a step decided (not 'uncertain') calls an item that does not move the metric {bad} with "
                 f"probability <= {alpha / 2:g} at its first look only (the re-looks after top-ups are not covered)")
         conviction = f"the fixed-sample comparison at {c} is significant"
@@ -190,6 +200,10 @@ def _picture(n: int, lo: int, hi: int, p: int, width: int = 40) -> str:
     return "".join(chars)
 
 
+def _mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values) if values else math.nan
+
+
 def _fmt_pct(x: float) -> str:
     return f"{x:+.1f}%" if math.isfinite(x) else "?"
 
@@ -239,6 +253,7 @@ def bisect_stack(n_patches: int, measure: Measure, *, higher_is_better: bool = T
     change_word = "regression" if direction == "worse" else "gain"
 
     cache: dict[int, list[float]] = {}
+    order: list[int] = []  # the prefix of every value, in the order they were measured
     skipped: set[int] = set()
     counters = {"measurements": 0, "calls": 0}
     uncertain: list[int] = []
@@ -263,15 +278,42 @@ def bisect_stack(n_patches: int, measure: Measure, *, higher_is_better: bool = T
         if not all(math.isfinite(v) for v in vals):
             raise PatchbenchError(f"bisect: non-finite measurement at prefix {p}: {vals}")
         cache.setdefault(p, []).extend(vals)
+        order.extend([p] * len(vals))
         counters["measurements"] += len(vals)
         return True
+
+    def since(x: int, y: int) -> list[float]:
+        """x's values measured together with y's: x's launch just before y's first (when the launch just before
+        it was x's) and every x launch after it. Older values of x were measured in another moment of the box
+        and would read its drift as a change between x and y."""
+        start = order.index(y) if y in cache else len(order)
+        j = start - 1 if start > 0 and order[start - 1] == x else start
+        return cache.get(x, [])[order[:j].count(x):]
+
+    def window(x: int, y: int) -> tuple[list[float], list[float]]:
+        """(x's values, y's values) measured in the same stretch of time: every value of the one measured
+        later, and the other's from just before that one's first on (`since`); the latest `max_repeats` of each
+        (a second pass re-reads prefixes first measured in the first)."""
+        if x not in cache or (y in cache and order.index(y) < order.index(x)):
+            a, b = cache.get(x, []), since(y, x)
+        else:
+            a, b = since(x, y), cache.get(y, [])
+        return a[-max_repeats:], b[-max_repeats:]
+
+    def together(x: int, y: int) -> tuple[list[float], list[float]]:
+        """The values x and y are compared by: their `window`, or every value of each (the latest
+        `max_repeats`) when one side could not be measured again."""
+        a, b = window(x, y)
+        if not a or not b:
+            a, b = cache.get(x, [])[-max_repeats:], cache.get(y, [])[-max_repeats:]
+        return a, b
 
     def top_up(p: int, want: int) -> bool:
         have = len(cache.get(p, ()))
         return have >= want or get(p, want - have)
 
     def loss_of(p: int) -> tuple[float, tuple[float, float]]:
-        a, b = cache[ref[0]], cache[p]
+        a, b = together(ref[0], p)
         if sequential and min(*a, *b) > 0:
             from toolkit.analysis import sequential as seq
 
@@ -290,20 +332,36 @@ def bisect_stack(n_patches: int, measure: Measure, *, higher_is_better: bool = T
     def classify(p: int) -> tuple[str, bool]:
         """Measure p against the base until decided: (good|bad|skip, certain). Uncertain: the
         point estimate's side of the threshold."""
-        if not top_up(p, initial_repeats):
+        r = ref[0]
+        if p in skipped:
             return SKIP, True
+        # the reference is launched around the probe's first launches: r p p r
+        if p not in cache and (not order or order[-1] != r):
+            get(r, 1)
+        have = len(window(r, p)[1]) if p in cache else 0
+        if have < initial_repeats and not get(p, initial_repeats - have) and p not in cache:
+            return SKIP, True
+        have = len(window(r, p)[0])
+        if have < initial_repeats:
+            get(r, initial_repeats - have)
+        looks = 0
         while True:
             loss, (llo, lhi) = loss_of(p)
             if math.isfinite(llo) and llo > thr:
                 return BAD, True
             if math.isfinite(lhi) and lhi < thr:
                 return GOOD, True
-            np_, nb = len(cache[p]), len(cache[ref[0]])
-            grew = False
+            a, b = window(r, p)
+            np_, nb = len(b), len(a)
+            asks = []
             if np_ < max_repeats:
-                grew = get(p, min(repeat_step, max_repeats - np_)) or grew
+                asks.append((p, min(repeat_step, max_repeats - np_)))
             if nb < max_repeats and nb <= np_:
-                grew = get(ref[0], min(repeat_step, max_repeats - nb)) or grew
+                asks.append((r, min(repeat_step, max_repeats - nb)))
+            looks += 1
+            grew = False
+            for q, k in (asks[::-1] if looks % 2 == 0 else asks):  # alternating order: a drift hits both sides
+                grew = get(q, k) or grew
             if not grew:
                 return (BAD if loss > thr else GOOD), False
 
@@ -340,16 +398,16 @@ def bisect_stack(n_patches: int, measure: Measure, *, higher_is_better: bool = T
                             pass_no=current_pass[0])
         else:
             loss, ci = loss_of(p)
-            vals, base = cache[p], cache[ref[0]]
+            base, vals = together(ref[0], p)
             # shown as the change of the metric itself (ratio - 1), whatever its direction
             sign = -1.0 if moved_hib else 1.0
             chg, chg_ci = sign * loss * 100, sorted((sign * ci[0] * 100, sign * ci[1] * 100))
             line = (f"step {len(steps) + 1:>2} {pic} prefix {p:>3}/{n} {label(p)}: "
-                    f"{stats.format_value(mean(p))} vs {'base' if ref[0] == 0 else label(ref[0])} "
-                    f"{stats.format_value(mean(ref[0]))}: "
+                    f"{stats.format_value(_mean(vals))} vs {'base' if ref[0] == 0 else label(ref[0])} "
+                    f"{stats.format_value(_mean(base))}: "
                     f"{_fmt_pct(chg)} [{_fmt_pct(chg_ci[0])}, {_fmt_pct(chg_ci[1])}] "
                     f"n={len(vals)}/{len(base)}: {words[outcome]}{'' if certain else ' (uncertain)'}")
-            st = BisectStep(len(steps) + 1, p, lo, hi, outcome, len(vals), len(base), mean(p), mean(ref[0]),
+            st = BisectStep(len(steps) + 1, p, lo, hi, outcome, len(vals), len(base), _mean(vals), _mean(base),
                             loss * 100, (ci[0] * 100, ci[1] * 100), certain, label(p), line,
                             current_pass[0])
         steps.append(st)
@@ -391,10 +449,12 @@ def bisect_stack(n_patches: int, measure: Measure, *, higher_is_better: bool = T
         if sequential:
             return convict_sequentially(lo, hi)
         want = min(max(confirm_repeats, initial_repeats), max_repeats)
-        top_up(lo, want)
-        top_up(hi, want)
-        return stats.compare_values(cache[lo], cache[hi], higher_is_better=higher_is_better,
-                                    alpha=alpha)
+        for side in (0, 1):
+            have = len(window(lo, hi)[side])
+            if have < want:
+                get((lo, hi)[side], want - have)
+        a, b = together(lo, hi)
+        return stats.compare_values(a, b, higher_is_better=higher_is_better, alpha=alpha)
 
     def convict_sequentially(lo: int, hi: int) -> stats.Comparison:
         """The step lo -> hi by the confidence sequence the search decided with: topped up one value a
@@ -406,21 +466,25 @@ def bisect_stack(n_patches: int, measure: Measure, *, higher_is_better: bool = T
         from toolkit.analysis import sequential as seq
 
         def as_comparison(verdict: str, ratio: float, rlo: float, rhi: float) -> stats.Comparison:
-            c = stats.compare_values(cache[lo], cache[hi], higher_is_better=higher_is_better, alpha=alpha)
+            c = stats.compare_values(*together(lo, hi), higher_is_better=higher_is_better, alpha=alpha)
             return dataclasses.replace(c, verdict=verdict, ratio=ratio, ci_low=rlo, ci_high=rhi, p_value=math.nan)
 
         while True:
-            a, b = cache[lo], cache[hi]
+            a, b = window(lo, hi)
+            if not a or not b:  # one side measured only before the other: measure it again
+                if not get(lo if not a else hi, 1):
+                    a, b = together(lo, hi)
+                    return stats.compare_values(a, b, higher_is_better=higher_is_better, alpha=alpha)
+                continue
             if min(*a, *b) <= 0:
                 return stats.compare_values(a, b, higher_is_better=higher_is_better, alpha=alpha)
             ratio, rlo, rhi = seq.interval(a, b, design=design)
             if math.isfinite(rhi) and (rlo > 1.0 or rhi < 1.0):
                 better = (rlo > 1.0) == (higher_is_better is not False)
                 return as_comparison(stats.FASTER if better else stats.SLOWER, ratio, rlo, rhi)
-            side = lo if len(a) <= len(b) else hi
-            if not (len(cache[side]) < max_repeats and get(side, 1)):
-                other = hi if side == lo else lo
-                if not (len(cache[other]) < max_repeats and get(other, 1)):
+            side, other = ((lo, len(a)), (hi, len(b))) if len(a) <= len(b) else ((hi, len(b)), (lo, len(a)))
+            if not (side[1] < max_repeats and get(side[0], 1)):
+                if not (other[1] < max_repeats and get(other[0], 1)):
                     finite = math.isfinite(rhi)
                     return as_comparison(stats.NOT_SIGNIFICANT, ratio, rlo if finite else math.nan,
                                          rhi if finite else math.nan)
@@ -444,7 +508,7 @@ def bisect_stack(n_patches: int, measure: Measure, *, higher_is_better: bool = T
     if hi == lo + 1 and hi <= n:
         culprit = hi
         conviction = convict(lo, hi)
-        good_values, bad_values = tuple(cache[lo]), tuple(cache[hi])
+        good_values, bad_values = map(tuple, together(lo, hi))
         confirmed = conviction.verdict == moved
         msg = (f"{'culprit' if direction == 'worse' else 'the gain'}: {label(hi)} (item {hi}/{n}): "
                f"{stats.format_comparison(conviction)} against {label(lo)}")
