@@ -8,7 +8,8 @@ import random
 import pytest
 
 from toolkit.analysis.attribute import attribute, render_attribution
-from toolkit.analysis.bisect import bisect_items, bisect_stack, legend, max_builds_bound
+from toolkit.analysis.bisect import bisect_items, bisect_stack, max_builds_bound
+from toolkit.analysis.bisect_rule import legend
 from toolkit.errors import PatchbenchError
 
 

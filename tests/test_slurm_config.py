@@ -54,7 +54,7 @@ def test_gpus_per_node_follow_the_recipe_unless_asked():
 def test_a_slurm_probe_job_carries_the_design_its_runs_record(monkeypatch, tmp_path):
     """bisect on Slurm: the job that measures a probe gets the sequential design, so the node's runs
     record it (extra.sequential) as a local bisect's probes do."""
-    from toolkit.analysis.bisect import step_design
+    from toolkit.analysis.bisect_rule import step_design
     from toolkit.analysis.variants import MetricSpec
     from toolkit.executors import slurm_variants
 

@@ -60,10 +60,11 @@ measuring the tree at the k-th commit; `bisect_items` wraps that with labels.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from toolkit.analysis import stats
+from toolkit.analysis.bisect_outcome import BisectResult, BisectStep, format_pct, mean_of, progress_picture
+from toolkit.analysis.bisect_rule import step_design
 from toolkit.errors import PatchbenchError
 
 Measure = Callable[[int, int], "list[float] | None"]
@@ -82,130 +83,9 @@ class BaseNotMeasured(PatchbenchError):
         return PatchbenchError(self.message + (f": {why}" if why else ""), **{"step": self.step, **where})
 
 
-def step_design(*, threshold_pct: float, initial_repeats: int = 2, max_repeats: int = 8, alpha: float = 0.05):
-    """The sequential design a step of a sequential bisect computes with (`sequential=True`): the
-    anytime-valid mixture confidence sequence at `alpha` (its interval depends on nothing else), one value
-    a side a look from `initial_repeats` up to `max_repeats`, the threshold as its indifference zone
-    (capped below 1, as a Design's must be). The probes' runs record it (`extra["sequential"]`), as `run`'s
-    launches record theirs, so compare and the report judge a pair of probes by the rule that launched them."""
-    from toolkit.analysis import sequential as seq
-
-    lo = max(2, int(initial_repeats))
-    return seq.Design(alpha=alpha, method=seq.MIXTURE, min_effect=max(0.0, min(threshold_pct / 100.0, 0.99)),
-                      min_repeats=lo, max_repeats=max(lo, int(max_repeats)))
-
-
-def legend(*, threshold_pct: float, direction: str = "worse", reference: str = "neighbour", sequential: bool = True,
-           alpha: float = 0.05, max_repeats: int = 8) -> str:
-    """The rule `bisect_stack` decides with, and its error rate, in one line (the values given to it)."""
-    c = f"{100 * (1 - alpha):g}%"
-    against = "the nearest item before it found good" if reference == "neighbour" else "the base"
-    if direction != "worse" and reference == "neighbour":
-        against = "the nearest item before it found 'before the gain'"
-    bad, good = ("bad", "good") if direction == "worse" else ("'with the gain'", "'before the gain'")
-    culprit = "a culprit" if direction == "worse" else "the gain"
-    if sequential:
-        how = (f"the anytime-valid {c} confidence sequence (two-sample t mixture) of the ratio of geometric means, "
-               f"one more value a side a look, the two launched together (r p p r, then alternating)")
-        rate = (f"a step decided (not 'uncertain') calls an item that does not move the metric {bad} with "
-                f"probability <= {alpha / 2:g} however many looks it took")
-        conviction = "the same sequence, topped up one value a side, excludes 1"
-    else:
-        how = (f"the {c} t interval (delta method, Welch) of the ratio of means, re-read after each top-up, the two "
-               f"launched together (r p p r, then alternating)")
-        rate = (f"a step decided (not 'uncertain') calls an item that does not move the metric {bad} with "
-                f"probability <= {alpha / 2:g} at its first look only (the re-looks after top-ups are not covered)")
-        conviction = f"the fixed-sample comparison at {c} is significant"
-    return (f"bisect step: each probe against {against} by {how}; {bad} when it lies wholly beyond "
-            f"{threshold_pct:g}% {direction}, {good} when wholly short of it, else more values up to {max_repeats} "
-            f"each (then the side of the closer measured neighbour or the point estimate: 'uncertain'); {rate}; "
-            f"{culprit} is confirmed when, between it and the item before it, {conviction}")
-
-
 def max_builds_bound(n: int) -> int:
     """Most distinct prefixes one bisection measures without skips (base included)."""
     return math.ceil(math.log2(n + 1)) + 1 if n > 0 else 1
-
-
-@dataclass(frozen=True)
-class BisectStep:
-    """One step: `prefix` was tested while the culprit was known to be in (lo, hi]."""
-
-    number: int
-    prefix: int
-    lo: int
-    hi: int  # n + 1 while the whole stack has not been found bad
-    outcome: str  # good | bad | skip
-    n_values: int = 0
-    n_base: int = 0
-    mean: float = float("nan")
-    base_mean: float = float("nan")
-    loss_pct: float = float("nan")  # how much worse than the base, in % (negative: better)
-    loss_ci_pct: tuple[float, float] = (float("nan"), float("nan"))
-    certain: bool = True
-    label: str = ""
-    line: str = ""  # rendered progress line
-    pass_no: int = 1  # 2 for the repair pass
-
-
-@dataclass(frozen=True)
-class BisectResult:
-    """Outcome of a bisection. `culprit` is the 1-based item number whose application made the
-    metric worse than the base by more than the threshold (None: no such item, or ambiguous:
-    see `candidates`)."""
-
-    n: int
-    culprit: int | None
-    culprit_label: str | None
-    candidates: tuple[int, int] | None  # inclusive range of possible culprits when skips hide it
-    confirmed: bool  # culprit-1 -> culprit is itself a significant regression (conviction "slower")
-    repaired: bool  # a weak first answer led to a second pass (see `repair`)
-    good_values: tuple[float, ...]  # measurements at culprit - 1
-    bad_values: tuple[float, ...]  # measurements at culprit
-    base_values: tuple[float, ...]
-    conviction: stats.Comparison | None  # culprit-1 (A) vs culprit (B)
-    steps: tuple[BisectStep, ...]
-    builds: int  # distinct prefixes measured (base included)
-    measurements: int  # values obtained from `measure`
-    calls: int  # calls to `measure` (skips included)
-    skipped: tuple[int, ...]
-    uncertain: tuple[int, ...]  # prefixes decided at max_repeats by the point estimate
-    values: dict = field(default_factory=dict)  # prefix -> tuple of values (the cache)
-    threshold_pct: float = 0.0
-    higher_is_better: bool = True
-    message: str = ""
-
-    @property
-    def found(self) -> bool:
-        return self.culprit is not None
-
-    def render_steps(self) -> list[str]:
-        return [s.line for s in self.steps]
-
-
-def _picture(n: int, lo: int, hi: int, p: int, width: int = 40) -> str:
-    """asv-find-like picture of the search range [lo, hi] over prefixes 0..n, `O` at `p`."""
-    cols = min(n + 1, width)
-
-    def col(i: int) -> int:
-        return min(cols - 1, i * cols // (n + 1))
-
-    chars = ["."] * cols
-    for c in range(col(lo), col(min(hi, n)) + 1):
-        chars[c] = "-"
-    chars[col(lo)] = "<"
-    if hi <= n:
-        chars[col(hi)] = ">"
-    chars[col(p)] = "O"
-    return "".join(chars)
-
-
-def _mean(values: Sequence[float]) -> float:
-    return sum(values) / len(values) if values else math.nan
-
-
-def _fmt_pct(x: float) -> str:
-    return f"{x:+.1f}%" if math.isfinite(x) else "?"
 
 
 def bisect_stack(n_patches: int, measure: Measure, *, higher_is_better: bool = True,
@@ -389,7 +269,7 @@ def bisect_stack(n_patches: int, measure: Measure, *, higher_is_better: bool = T
     current_pass = [1]
 
     def record(p: int, lo: int, hi: int, outcome: str, certain: bool) -> None:
-        pic = _picture(n, lo, hi, p)
+        pic = progress_picture(n, lo, hi, p)
         if current_pass[0] > 1:
             pic = f"(pass {current_pass[0]}) {pic}"
         if outcome == SKIP:
@@ -403,11 +283,11 @@ def bisect_stack(n_patches: int, measure: Measure, *, higher_is_better: bool = T
             sign = -1.0 if moved_hib else 1.0
             chg, chg_ci = sign * loss * 100, sorted((sign * ci[0] * 100, sign * ci[1] * 100))
             line = (f"step {len(steps) + 1:>2} {pic} prefix {p:>3}/{n} {label(p)}: "
-                    f"{stats.format_value(_mean(vals))} vs {'base' if ref[0] == 0 else label(ref[0])} "
-                    f"{stats.format_value(_mean(base))}: "
-                    f"{_fmt_pct(chg)} [{_fmt_pct(chg_ci[0])}, {_fmt_pct(chg_ci[1])}] "
+                    f"{stats.format_value(mean_of(vals))} vs {'base' if ref[0] == 0 else label(ref[0])} "
+                    f"{stats.format_value(mean_of(base))}: "
+                    f"{format_pct(chg)} [{format_pct(chg_ci[0])}, {format_pct(chg_ci[1])}] "
                     f"n={len(vals)}/{len(base)}: {words[outcome]}{'' if certain else ' (uncertain)'}")
-            st = BisectStep(len(steps) + 1, p, lo, hi, outcome, len(vals), len(base), _mean(vals), _mean(base),
+            st = BisectStep(len(steps) + 1, p, lo, hi, outcome, len(vals), len(base), mean_of(vals), mean_of(base),
                             loss * 100, (ci[0] * 100, ci[1] * 100), certain, label(p), line,
                             current_pass[0])
         steps.append(st)

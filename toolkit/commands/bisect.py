@@ -147,7 +147,7 @@ def _run(args, leases, *, fresh: bool) -> int:
               max_repeats=args.max_repeats, on_step=lambda s: err.print(s.line, markup=False, highlight=False),
               direction=args.direction, reference=args.reference, sequential=not args.fixed)
     if not args.fixed:  # one more value a side after each look, as the sequential rule looks
-        from toolkit.analysis.bisect import step_design
+        from toolkit.analysis.bisect_rule import step_design
 
         kw["repeat_step"] = 1
         # each probe's runs record the design they were launched under, as `run`'s launches do
@@ -248,7 +248,7 @@ def _run(args, leases, *, fresh: bool) -> int:
         repro += ["--git", args.git, "--tag-format", args.tag_format]
     meter.finish()  # answered: a later call of this search replays this sweep, never launches into it
     answers, gates, notes = _quality(meter, names)
-    from toolkit.analysis.bisect import legend
+    from toolkit.analysis.bisect_rule import legend
 
     rule = legend(threshold_pct=args.threshold, direction=direction, reference=args.reference,
                   sequential=not args.fixed, max_repeats=args.max_repeats)

@@ -24,7 +24,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
-from toolkit.analysis.bisect import BaseNotMeasured, bisect_items, legend, step_design
+from toolkit.analysis.bisect import BaseNotMeasured, bisect_items
+from toolkit.analysis.bisect_rule import legend, step_design
 from toolkit.analysis.releases import git_variant, tag_for
 from toolkit.analysis import search_campaign
 from toolkit.analysis.variants import VariantMeter, upstream_commits
