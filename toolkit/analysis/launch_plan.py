@@ -8,6 +8,9 @@ settles. `spread_of(values)`: that standard deviation from one value per stored 
 `prior_dof` (a design that pools the stored spread, the recipe's `pool_stored_spread`), each
 simulated pair's stopping rule also pools a stored spread of that many degrees of freedom drawn from
 the same noise (a chi-square variance), as `run` pools the recipe's stored launches.
+`planning_spread(spread, runs)`: the spread a plan uses. A spread from fewer than `FEW_RUNS` launches is
+planned at the larger of its `UPPER_LEVEL` upper confidence bound (chi-square) and `ASSUMED_SPREAD`: two
+launches that happened to agree (a spread of 0.0%) would otherwise plan a comparison at 2 launches each.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ from toolkit.analysis import sequential as seq
 
 EFFECTS = (0.02, 0.05, 0.20)
 ASSUMED_SPREAD = 0.03  # when fewer than 2 launches are stored
+FEW_RUNS = 4  # a spread from fewer launches is not taken at face value
+UPPER_LEVEL = 0.8
 TRIALS = 300
 SEED = 20261201
 
@@ -30,6 +35,18 @@ def spread_of(values: Sequence[float]) -> float | None:
     """Sample standard deviation of the log-values (None below 2 positive values)."""
     x = np.log(np.asarray([v for v in values if v > 0], dtype=float))
     return float(x.std(ddof=1)) if x.size >= 2 else None
+
+
+def planning_spread(spread: float | None, runs: int) -> tuple[float, str]:
+    """(the spread a plan uses, where it comes from: "runs", "few runs" or "assumed")."""
+    if spread is None or runs < 2:
+        return ASSUMED_SPREAD, "assumed"
+    if runs >= FEW_RUNS:
+        return spread, "runs"
+    from scipy.special import chdtri
+
+    upper = spread * math.sqrt((runs - 1) / chdtri(runs - 1, UPPER_LEVEL))
+    return max(upper, ASSUMED_SPREAD), "few runs"
 
 
 @dataclass(frozen=True)

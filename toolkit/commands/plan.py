@@ -72,7 +72,7 @@ def run(args) -> int:
         took = launch_time.estimate(runs, [] if timed else evidence_pools(store, recipe, name, ids, gpus),
                                     bench_key=bench_key(b.driver, b.params()), timeout_s=recipe.server.timeout_s)
         seconds = took.seconds
-        used = spread if spread is not None else launch_plan.ASSUMED_SPREAD
+        used, spread_from = launch_plan.planning_spread(spread, len(values))
         # a recipe that pools its stored spread (`pool_stored_spread`): the stopping rule borrows the
         # stored launches' degrees of freedom, as `run` will (this recipe's; a stored counterpart adds its own)
         prior_dof = len(values) - 1 if design.pool_stored and spread is not None else 0
@@ -88,7 +88,7 @@ def run(args) -> int:
                  "gpu_hours": round(launch_plan.gpu_hours(design.max_repeats, seconds, gpus), 3)}
         out.append({"recipe": name, "metric": metric, "point": point, "runs": len(values),
                     "spreads": {str(c): sp for c, sp in spreads.items()},
-                    "spread": used, "spread_from": "runs" if spread is not None else "assumed",
+                    "spread": used, "spread_measured": spread, "spread_from": spread_from,
                     "seconds_per_launch": round(seconds, 1), "seconds_from": took.source, "seconds_why": took.text,
                     "gpus": gpus, "prior_dof": min(prior_dof, noise_prior.MAX_DOF), "effects": rows,
                     "worst": worst, "legend": seq.legend(design)})
@@ -99,11 +99,16 @@ def run(args) -> int:
     for line in notes:
         console.print(f"note: {line}", markup=False, highlight=False)
     for p in out:
-        src = f"over {p['runs']} runs" if p["spread_from"] == "runs" else "assumed: fewer than 2 runs stored"
+        src = {"runs": f"over {p['runs']} runs",
+               "few runs": (f"over {p['runs']} runs, too few to take at face value: planned at {100 * p['spread']:.1f}%, "
+                            f"the larger of its {100 * launch_plan.UPPER_LEVEL:.0f}% upper bound and the assumed "
+                            f"{100 * launch_plan.ASSUMED_SPREAD:g}%"),
+               "assumed": "assumed: fewer than 2 runs stored"}[p["spread_from"]]
         secs = p["seconds_why"]
         others = [f"@ {c} {100 * sp:.1f}%" for c, sp in p["spreads"].items() if sp is not None and c != str(p["point"])]
         noisiest = f"; its noisiest point, as every point must settle: {', '.join(others)}" if others else ""
-        console.print(f"{p['recipe']}: {p['metric']} @ {p['point']} varies {100 * p['spread']:.1f}% launch to launch "
+        shown = p["spread"] if p["spread_measured"] is None else p["spread_measured"]
+        console.print(f"{p['recipe']}: {p['metric']} @ {p['point']} varies {100 * shown:.1f}% launch to launch "
                       f"({src}{noisiest}); a launch holds {_gpus(p['gpus'])} for {p['seconds_per_launch']:.0f} s ({secs})"
                       + (f"; the stopping rule pools the stored spread (~{p['prior_dof']} df)" if p["prior_dof"] else ""),
                       markup=False, highlight=False)
