@@ -333,13 +333,16 @@ def test_a_port_taken_reads_as_a_port_in_use_in_pythons_words_and_uvicorns():
     assert in_use_line("all fine\n") is None
 
 
-def test_ending_a_group_does_not_wait_for_init_to_reap_an_orphaned_zombie(tmp_path):
+@pytest.mark.parametrize("ending", ["end_group", "stop_group"])
+def test_ending_a_group_does_not_wait_for_init_to_reap_an_orphaned_zombie(tmp_path, ending):
     """A server whose subprocess it did not reap (the miniature's detokenizer when the supervisor's
     second SIGTERM ends the server mid-shutdown; real sglang's scheduler likewise) leaves an exited
     orphan whose parent is now PID 1, which in a container reaps late or never (docker without
     --init). Ending the group waited for that zombie to vanish: the grace, then 5 s more, at every
     stop of every launch. Here patchbench's stand-in is a subreaper that never reaps, as such an
-    init: the group still ends, and its end takes well under the grace."""
+    init: the group still ends, and its end takes well under the grace. `stop_group` ends the groups of the
+    one-batch benchmark, the gate's harness and sgl-eval: it waited its whole grace while the zombie was in
+    the group."""
     ready = tmp_path / "ready"
     server = ("import os, signal, sys, time\n"
               "kid = os.fork()\n"
@@ -353,7 +356,10 @@ def test_ending_a_group_does_not_wait_for_init_to_reap_an_orphaned_zombie(tmp_pa
                   "environ=dict(os.environ))\n"
                   f"while not os.path.exists({str(ready)!r}): time.sleep(0.01)\n"
                   "procs = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]\n"
-                  "t = time.monotonic(); supervisor.end_group(proc.pid, procs, grace=10.0); took = time.monotonic() - t\n"
+                  "t = time.monotonic()\n"
+                  + ("supervisor.end_group(proc.pid, procs, grace=10.0)\n" if ending == "end_group" else
+                     "supervisor.stop_group(proc, grace=10.0)\n")
+                  + "took = time.monotonic() - t\n"
                   "proc.wait(timeout=5)\n"
                   "states = {}\n"
                   "for p in procs:\n"

@@ -255,11 +255,14 @@ def kill_group(pgid: int, sig: int) -> bool:
 
 
 def stop_group(proc: subprocess.Popen, grace: float = 10.0) -> None:
-    """End a spawned group: SIGTERM, SIGKILL after `grace` seconds, then reap the supervisor."""
+    """End a spawned group: SIGTERM, SIGKILL after `grace` seconds (or once only zombies are left: see
+    `wait_exited`), then reap the supervisor."""
     if kill_group(proc.pid, signal.SIGTERM):
         deadline = time.monotonic() + grace
         while time.monotonic() < deadline and kill_group(proc.pid, 0):
             proc.poll()
+            if not _group_running(proc.pid):
+                break
             time.sleep(0.05)
         kill_group(proc.pid, signal.SIGKILL)
     try:
@@ -292,6 +295,17 @@ def wait_exited(procs: list, timeout: float) -> list:
         if not alive or time.monotonic() >= deadline:
             return alive
         time.sleep(0.02)  # polling the processes' state, as psutil.wait_procs does
+
+
+def _group_running(pgid: int) -> bool:
+    """Whether a process of group `pgid` has not exited (its zombies have: they wait for their parent)."""
+    for p in psutil.process_iter():
+        try:
+            if os.getpgid(p.pid) == pgid and _running(p):
+                return True
+        except (OSError, psutil.Error):
+            pass
+    return False
 
 
 def _running(p) -> bool:
