@@ -4,7 +4,7 @@ effect, from seeded simulations run through the public verdict functions (the an
 verdict `toolkit.analysis.stats.verdict`, the change point `toolkit.history.otava.detect_many`
 (Apache Otava in its own env, then `toolkit.history.change_verdict.judge`), the bisect step
 `toolkit.analysis.bisect.bisect_stack`, the kernel shape `toolkit.kernels.table.compare`, the box's
-clock flag `toolkit.results.box_flags.clock_flags`, the profile's kernel-family verdict
+clock flag `toolkit.results.box_flags.clock_flags`, a sweep's "dominated" `toolkit.analysis.pareto.dominated_variants`, the profile's kernel-family verdict
 `toolkit.profile.diff.kernel_diff`).
 
 A row of the table is a `Row` in `ROWS`: a name, the stated alpha, `false_alarm(seed, n)` and
@@ -33,6 +33,9 @@ Noise models (the ones each verdict assumes):
 - bisect step: a one-patch stack (its one step decides), each run's value gaussian with CV 3%, the
   default threshold (5%), repeats (3, up to 10) and alpha; the alarm is the step calling the patch
   bad. At half the threshold, only a *decided* bad step counts (an undecided one says "uncertain").
+- pareto dominated: 3 variants on 1 GPU at 1 or 3 concurrencies (throughput 100 * c^0.7), 3 launches a
+  point, CV 3%; the alarm: the first variant called dominated (`toolkit.analysis.pareto`); the effect:
+  that variant 10% slower at every point.
 - kernel shape: 10 trials per record, each the median of 5 timed iterations with 2% noise.
 - box flag: 8 runs of one GPU kind, each run's median SM clock with 0.5% relative noise (a quarter
   of the 2% tolerance, `box_flags.STEADY_CLOCK_NOISE`); the alarm: the first run flagged.
@@ -420,6 +423,40 @@ def bisect_rows() -> list[Row]:
                 stats.DEFAULT_ALPHA / 2, bisect_case(BISECT_THRESHOLD / 100, certain_only=True, sequential=True))]
 
 
+# --- Pareto "dominated" ----------------------------------------------------------------------------
+
+PARETO_VARIANTS = 3
+PARETO_LAUNCHES = 3
+
+
+def pareto_case(points: int, slower: float) -> Simulate:
+    """A sweep of PARETO_VARIANTS variants on 1 GPU at `points` concurrencies (1, 4, 16: throughput
+    100 * c^0.7, sublinear as serving is), PARETO_LAUNCHES launches a point with CV 3%; the first variant
+    `slower` below the others at every point. Alarm: the first variant called dominated."""
+    from toolkit.analysis import pareto
+
+    conc = (1, 4, 16)[:points]
+
+    def simulate(seed: int, cases: int) -> int:
+        rng = np.random.default_rng(seed)
+        alarms = 0
+        for _ in range(cases):
+            pts = [pareto.point(f"v{i}", c, list(100.0 * c ** 0.7 * (1 - (slower if i == 0 else 0.0))
+                                                 * (1 + CV * rng.standard_normal(PARETO_LAUNCHES))), 1)
+                   for i in range(PARETO_VARIANTS) for c in conc]
+            alarms += "v0" in pareto.dominated_variants(pts)
+        return alarms
+    return simulate
+
+
+def pareto_rows() -> list[Row]:
+    from toolkit.analysis import pareto
+
+    return [Row(f"pareto dominated: {PARETO_VARIANTS} equal variants, {n} concurrenc{'y' if n == 1 else 'ies'}, "
+                f"{PARETO_LAUNCHES} launches, CV {CV:.0%}", pareto.ALPHA / 2, pareto_case(n, 0.0),
+                pareto_case(n, 0.10), "one variant -10% at every point") for n in (1, 3)]
+
+
 # --- kernel shape compare --------------------------------------------------------------------------
 
 TRIALS = 10
@@ -521,7 +558,7 @@ def profile_rows() -> list[Row]:
                 profile_case(2, 0.30, 0.10), "-30% family time")]
 
 
-ROWS: list[Row] = [*answers_rows(), *answers_sequential_rows(), *gate_rows(), *speed_rows(), *equal_rows(), *change_rows(), *bisect_rows(), *kernel_rows(),
+ROWS: list[Row] = [*answers_rows(), *answers_sequential_rows(), *gate_rows(), *speed_rows(), *equal_rows(), *change_rows(), *bisect_rows(), *pareto_rows(), *kernel_rows(),
                    *box_rows(), *profile_rows()]
 
 

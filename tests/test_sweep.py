@@ -10,7 +10,7 @@ import random
 import pytest
 
 from conftest import MINI_RECIPE, MINI_SERVED, demo_project
-from toolkit.analysis.pareto import Point, dominated_variants, front
+from toolkit.analysis.pareto import dominated_variants, front, legend, point
 from toolkit.analysis.sla import Bisection, max_points, parse_bound, search
 from toolkit.cli import main
 from toolkit.errors import BadInput
@@ -158,13 +158,33 @@ def test_bisection_advances_one_point_per_round():
 
 # -- Pareto ----------------------------------------------------------------------------------------
 
+def _launches(mean: float, spread: float = 0.005) -> list[float]:
+    return [mean * (1 - spread), mean, mean * (1 + spread)]
+
+
 def test_pareto_front_membership():
-    pts = [Point("a", 1, 100, 100), Point("a", 8, 40, 320),
-           Point("b", 1, 90, 90), Point("b", 8, 30, 240),  # b is worse than a at every load
-           Point("c", 16, 20, 400)]  # the most per GPU: on the front
+    pts = [point("a", 1, _launches(100), 1), point("a", 8, _launches(320), 1),
+           point("b", 1, _launches(90), 1), point("b", 8, _launches(240), 1),  # b is worse than a at every load
+           point("c", 16, _launches(400), 1)]  # the most per GPU: on the front
     on = front(pts)
     assert [(p.variant, p.concurrency) for p in on] == [("a", 1), ("a", 8), ("c", 16)]
     assert dominated_variants(pts) == ["b"]
+
+
+def test_a_variant_behind_the_front_only_within_the_noise_is_not_called_dominated():
+    """b's means are 1% below a's at every load, inside a 5% launch-to-launch spread: the front drawn (the
+    means') leaves b off, but "dominated" is a verdict and b is not shown beaten. A point measured once has no
+    noise to judge, and is never beaten."""
+    pts = [point("a", 1, _launches(100, 0.05), 1), point("a", 8, _launches(320, 0.05), 1),
+           point("b", 1, _launches(99, 0.05), 1), point("b", 8, _launches(317, 0.05), 1)]
+    assert {p.variant for p in front(pts)} == {"a"}
+    assert dominated_variants(pts) == []
+    assert dominated_variants([point("a", 1, [100.0], 1), point("b", 1, [50.0], 1)]) == []
+    # more GPUs: as good per GPU needs the throughput times the GPU ratio
+    wide = [point("a", 1, _launches(100), 1), point("b", 1, _launches(150), 2)]
+    assert dominated_variants(wide) == []  # b: more per user, less per GPU
+    assert dominated_variants([point("a", 1, _launches(100), 1), point("b", 1, _launches(210), 2)]) == ["a"]
+    assert "one-sided at 0.025 / (variants - 1)" in legend() and "<= 0.025" in legend()
 
 
 # -- on the miniature ----------------------------------------------------------------------------

@@ -171,7 +171,7 @@ def pareto_points(store: Store, outcomes: Sequence[Outcome]) -> list[pareto.Poin
         for c, runs in sorted(o.points.items()):
             xs = values(store, runs, "output_tok_s", c)
             if xs:
-                pts.append(pareto.point(o.name, c, sum(xs) / len(xs), gpus_of(o.recipe.server.args)))
+                pts.append(pareto.point(o.name, c, xs, gpus_of(o.recipe.server.args)))
     return pts
 
 
@@ -241,5 +241,6 @@ def document(table_rows: Sequence[Row], outcomes: Sequence[Outcome], points: Seq
         "pareto": [{"variant": p.variant, "concurrency": p.concurrency, "tok_s_per_user": p.per_user,
                     "tok_s_per_gpu": p.per_gpu, "on_front": (p.variant, p.concurrency) in front} for p in points],
         "dominated": pareto.dominated_variants(points),
+        "dominated_legend": pareto.legend(),
         "gate": {v: g.to_dict() for v, g in (gate or {}).items()},
     }

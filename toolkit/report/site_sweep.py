@@ -58,8 +58,8 @@ def points(store, variants: list[str], current: dict | None = None,
                 continue
         if not found:
             notes.append(_same_server(store, v) or why or f"{v}: no output tok/s at any concurrency")
-        for c, (mean, gpus) in sorted(found.items()):
-            pts.append(pareto.point(v, c, mean, gpus))
+        for c, (values, gpus) in sorted(found.items()):
+            pts.append(pareto.point(v, c, values, gpus))
     return pts, notes
 
 
@@ -74,12 +74,12 @@ def _same_server(store, v: str) -> str | None:
     return None
 
 
-def _measured(store, sel) -> dict[int, tuple[float, int]]:
-    """concurrency -> (mean output tok/s, GPUs) over a selection's runs of its one recipe."""
+def _measured(store, sel) -> dict[int, tuple[list[float], int]]:
+    """concurrency -> (output tok/s of each run, GPUs) over a selection's runs of its one recipe."""
     (v,) = sel.recipes
     ids = sel.run_ids(v)
     gpus = _gpus(sel.runs[v][-1].recipe_resolved or {})
-    return {point: (sum(obs.values) / len(obs.values), gpus)
+    return {point: (list(obs.values), gpus)
             for (metric, point, kind), obs in reduce(store.samples(ids, metric="output_tok_s"), ids).items()
             if kind == "concurrency" and obs.values}
 
@@ -115,7 +115,7 @@ def write_page(store, site: Path, base: str, variants: list[str], current: dict 
     parts = [f"<p>{len(variants)} configuration(s) stored; the default configuration is {esc(base)}"
              + ("" if base in variants else " (no runs of its own)") + ".</p>"]
     if pts:
-        fig = pareto_figure(doc_points, f"{base}: tokens/s per user vs per GPU")
+        fig = pareto_figure(doc_points, f"{base}: tokens/s per user vs per GPU", dominated)
         png = write_png(fig, assets / "pareto.png")
         svg_text = svg(fig, "Pareto front")
         write_text(assets / "pareto.svg", svg_text + "\n")
@@ -128,7 +128,7 @@ def write_page(store, site: Path, base: str, variants: list[str], current: dict 
             for p in sorted(pts, key=lambda p: (p.variant, p.concurrency))]
     parts.append(html_table(head, body))
     if dominated:
-        parts.append("<p>Dominated (no point on the Pareto front, grey in the figure): "
+        parts.append("<p>Dominated (every point beaten beyond the noise, grey in the figure): "
                      + esc(", ".join(dominated)) + "</p>")
     links = [f"<li>{link(page, Site.recipe(v), v)}"
              + (f" · {link(page, compare_pages[v], 'compared with ' + base)}" if v in compare_pages else "")
@@ -137,8 +137,8 @@ def write_page(store, site: Path, base: str, variants: list[str], current: dict 
     if notes:
         parts.append("<h2>Notes</h2><ul>" + "".join(f"<li>{esc(n)}</li>" for n in notes) + "</ul>")
     parts.append('<p class="note">Per user = output tok/s / concurrency; per GPU = output tok/s / GPUs serving '
-                 "the variant. A point is on the front when no other point is at least as good on both and better "
-                 "on one.</p>")
+                 "the variant. A point is on the front when no other point's means are at least as good on both and "
+                 f"better on one. {esc(pareto.legend())}.</p>")
     (site / page).parent.mkdir(parents=True, exist_ok=True)
     write_text(site / page, shell(page, f"sweep {base}: Pareto front", "\n".join(parts)))
     return {"page": page, "front": sorted(front), "dominated": dominated, "points": len(pts)}

@@ -19,16 +19,17 @@ from toolkit.report.tables import esc, html_table, md_table
 GREY = "#b0b0b0"
 
 
-def pareto_figure(points: list[dict], title: str) -> Figure:
-    """`points`: the JSON document's `pareto` entries."""
+def pareto_figure(points: list[dict], title: str, dominated: list[str]) -> Figure:
+    """`points`: the JSON document's `pareto` entries; `dominated`: its variants beaten beyond the noise
+    (grey)."""
     fig = Figure(figsize=(7.6, 4.6 + 0.16 * len({p["variant"] for p in points})))
     ax = fig.add_subplot()
     variants = list(dict.fromkeys(p["variant"] for p in points))
-    on_front = {p["variant"] for p in points if p["on_front"]}
     colors = iter(PALETTE * 10)
+    grey = set(dominated)
     for v in variants:
         pts = sorted((p for p in points if p["variant"] == v), key=lambda p: p["concurrency"])
-        dominated = v not in on_front
+        dominated = v in grey
         line = ax.plot([p["tok_s_per_gpu"] for p in pts], [p["tok_s_per_user"] for p in pts], marker="o",
                        color=GREY if dominated else next(colors), alpha=0.6 if dominated else 1.0,
                        label=v + (" (dominated)" if dominated else ""), zorder=1 if dominated else 2)
@@ -84,7 +85,9 @@ def notes(doc: dict) -> list[str]:
         for line in (v["sla"] or {}).get("breaks", []):
             out.append(f"{v['variant']}: {line}")
     if doc["dominated"]:
-        out.append("dominated (no point on the Pareto front): " + ", ".join(doc["dominated"]))
+        out.append("dominated (every point beaten beyond the noise): " + ", ".join(doc["dominated"]))
+        if doc.get("dominated_legend"):
+            out.append(doc["dominated_legend"])
     gate = doc.get("gate") or {}
     out += [f"gate: {v}: {g['text']}" for v, g in gate.items()]
     out += list(dict.fromkeys(g["rule"] for g in gate.values() if g.get("rule")))
@@ -107,7 +110,7 @@ def design_notes(doc: dict) -> list[str]:
 def write_sweep_report(doc: dict, out: Path) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     title = f"sweep {doc['recipe']}" + (f" (SLA {', '.join(doc['sla'])})" if doc["sla"] else "")
-    fig = pareto_figure(doc["pareto"], f"{doc['recipe']}: tokens/s per user vs per GPU")
+    fig = pareto_figure(doc["pareto"], f"{doc['recipe']}: tokens/s per user vs per GPU", doc["dominated"])
     png = write_png(fig, out / "pareto.png")
     svg_text = svg(fig, "Pareto front")
     svg_path = out / "pareto.svg"
