@@ -258,7 +258,7 @@ def test_run_launches_a_3x_pair_until_settled_and_resumes_from_the_store(tmp_pat
     (plan,) = json.loads(capsys.readouterr().out)["plans"]
     assert plan["spread_from"] == ("runs" if n >= 4 else "few runs") and plan["runs"] == n
     assert plan["seconds_from"] == "runs"
-    assert plan["seconds_per_launch"] < 60 and [r["effect"] for r in plan["effects"]] == [0.02, 0.05, 0.2]
+    assert plan["seconds_per_launch"] < 60 and [r["effect"] for r in plan["effects"]] == [0.0, 0.02, 0.05, 0.2]
 
 
 def test_a_run_killed_before_each_recipe_launched_is_resumed_into_its_sweep(tmp_path, home, monkeypatch, capsys):
@@ -453,6 +453,7 @@ def test_plan_without_runs_assumes_the_spread_and_the_timeout(home, capsys):
     # the miniature runs without a GPU ([server] gpus = 0): its cost is its minutes, not GPU time
     assert "a launch holds no GPU ([server] gpus = 0)" in text and "min (no GPU) a pair" in text
     assert "effect 20%: ~" in text and "GPU-" not in text and "campaign" not in text
+    assert "no change (settled 'equal' or futile): ~" in text
     assert main(["plan", "baseline", "oea", "--json"]) == 0  # GLM-5 on 8 GPUs: GPU hours, the campaign's
     doc = json.loads(capsys.readouterr().out)
     camp = doc["campaign"]
@@ -460,8 +461,10 @@ def test_plan_without_runs_assumes_the_spread_and_the_timeout(home, capsys):
     # 1800 s a launch (the timeout: none recorded) x 8 GPUs; the fixed design: each recipe's repeats
     repeats = sum(load_recipe(r).benchmark.repeats for r in ("baseline", "oea"))
     assert camp["fixed"] == {"launches": repeats, "seconds": repeats * 1800.0, "gpu_seconds": repeats * 1800.0 * 8}
-    big, small = camp["effects"][-1], camp["effects"][0]  # a 20% effect settles in fewer launches than a 2% one
+    same, small, big = camp["effects"][0], camp["effects"][1], camp["effects"][-1]
     assert big["effect"] == 0.2 and big["launches"] < small["launches"] and big["gpu_seconds"] == big["seconds"] * 8
+    # no change (an A/A pair): it settles "equal" or turns futile, and costs more than a 20% effect
+    assert same["effect"] == 0.0 and same["launches"] > big["launches"]
     assert main(["plan", "baseline", "oea"]) == 0
     text = " ".join(capsys.readouterr().out.split())
     assert "a launch holds 8 GPU(s) for 1800 s" in text and "GPU-h (" in text and "campaign: baseline against oea" in text

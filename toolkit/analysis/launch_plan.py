@@ -23,7 +23,7 @@ import numpy as np
 
 from toolkit.analysis import sequential as seq
 
-EFFECTS = (0.02, 0.05, 0.20)
+EFFECTS = (0.0, 0.02, 0.05, 0.20)  # 0: no change (an A/A pair: settled "equal within min_effect", or futile)
 ASSUMED_SPREAD = 0.03  # when fewer than 2 launches are stored
 FEW_RUNS = 4  # a spread from fewer launches is not taken at face value
 UPPER_LEVEL = 0.8

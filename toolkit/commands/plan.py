@@ -3,7 +3,7 @@
 Per recipe: the launch-to-launch spread of its headline throughput (at its noisiest benchmark point:
 `run` launches until the pair is settled at every point) over its stored
 runs of its configuration as defined now (3% assumed below two), the mean seconds a launch held its GPUs (launch to ready + benchmark;
-without such runs, the best stored evidence: toolkit.analysis.launch_time, said in the line), and for effects of 2%, 5% and 20% the
+without such runs, the best stored evidence: toolkit.analysis.launch_time, said in the line), and for no change and effects of 2%, 5% and 20% the
 launches each side a sequential verdict is expected to take (toolkit.analysis.launch_plan) and the
 GPU time of such a pair (x tp x dp). With several recipes, the campaign: the first against each other,
 its launches and GPU time at each effect (the reference launches until its last pair settles), beside
@@ -114,7 +114,7 @@ def run(args) -> int:
                       markup=False, highlight=False)
         for r in p["effects"]:
             cost = _held(r["hours"] * 3600, r["gpu_hours"] * 3600)
-            console.print(f"  effect {100 * r['effect']:g}%: ~{r['launches_each']:.1f} launches each, settled in "
+            console.print(f"  {_effect(r['effect'])}: ~{r['launches_each']:.1f} launches each, settled in "
                           f"{100 * r['settled']:.0f}%, {cost} a pair of two such recipes", markup=False, highlight=False)
         w = p["worst"]
         console.print(f"  at worst (the pair never settles before the cap, max_repeats {w['max_repeats']}): "
@@ -124,7 +124,7 @@ def run(args) -> int:
         console.print(f"campaign: {campaign['reference']} against {', '.join(campaign['variants'])}, every variant's "
                       "effect the same:", markup=False, highlight=False)
         for r in campaign["effects"]:
-            console.print(f"  effect {100 * r['effect']:g}%: ~{r['launches']:.0f} launches, {_held(r['seconds'], r['gpu_seconds'])}",
+            console.print(f"  {_effect(r['effect'])}: ~{r['launches']:.0f} launches, {_held(r['seconds'], r['gpu_seconds'])}",
                           markup=False, highlight=False)
         f = campaign["fixed"]
         console.print(f"  the fixed design (each recipe's [benchmark] repeats): {f['launches']} launches, "
@@ -215,3 +215,7 @@ def _held(seconds: float, gpu_seconds: float) -> str:
 
 def _gpus(n: int) -> str:
     return "no GPU ([server] gpus = 0)" if n == 0 else f"{n} GPU(s)"
+
+
+def _effect(effect: float) -> str:
+    return f"effect {100 * effect:g}%" if effect else "no change (settled 'equal' or futile)"
