@@ -474,6 +474,23 @@ def test_plan_without_runs_assumes_the_spread_and_the_timeout(home, capsys):
     assert "at worst (no pair settles before the cap, max_repeats 16): 32 launches" in text, text
 
 
+def test_plan_of_a_recipe_with_a_matrix_is_the_sweep_campaign(home, capsys):
+    """`plan demo/sweep` plans what `sweep demo/sweep` launches: the default configuration against each of its
+    [matrix] variants, not the default alone."""
+    import json
+
+    from toolkit.cli import main
+    from toolkit.recipe.load import expand_recipe, load_recipe
+
+    variants = [v.name for v in expand_recipe(load_recipe("demo/sweep"))]
+    assert main(["plan", "demo/sweep", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [p["recipe"] for p in doc["plans"]] == ["demo/sweep", *variants]
+    assert doc["campaign"]["reference"] == "demo/sweep" and doc["campaign"]["variants"] == variants
+    assert doc["notes"][0].startswith(f"demo/sweep has a [matrix]: planned as `patchbench sweep` measures it, the "
+                                      f"default configuration against each of its {len(variants)} variants")
+
+
 def test_plan_judges_every_pair_with_the_references_cap_and_shows_the_worst_case(tmp_path, home, monkeypatch, capsys):
     """`run demo/baseline demo/cap4` judges the pair with the reference's design (16 launches each; the
     candidate's own `max_repeats = 4` is named as unused): `plan` of the same recipes plans the candidate's

@@ -48,11 +48,20 @@ def run(args) -> int:
     store = store_of(args)
     out = []
     loaded = [_load_labelled(ref, store) for ref in args.recipes]
+    swept = []
+    if len(loaded) == 1:  # a recipe with a [matrix]: planned as `sweep` measures it, the default against each variant
+        from toolkit.recipe.load import expand_recipe
+
+        swept = expand_recipe(loaded[0][0])
+        loaded += [(v, v.name) for v in swept]
     # with several recipes every pair is judged with the reference's design, as `run` judges it (a
     # candidate's own max_repeats/min_effect is unused there): its rows are planned with that design too
     shared = designs.for_bench(loaded[0][0].benchmark, min_effect=args.min_effect, max_repeats=args.max_repeats) \
         if len(loaded) > 1 else None
     notes = designs.unused_settings(loaded[0][0], [r for r, _ in loaded[1:]])
+    if swept:
+        notes.insert(0, f"{loaded[0][1]} has a [matrix]: planned as `patchbench sweep` measures it, the default "
+                        f"configuration against each of its {len(swept)} variants")
     for recipe, name in loaded:
         design = shared or designs.for_bench(recipe.benchmark, min_effect=args.min_effect, max_repeats=args.max_repeats)
         b = recipe.benchmark
