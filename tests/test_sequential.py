@@ -341,6 +341,11 @@ def test_compare_judges_a_sequential_pair_as_run_did_across_sweeps(tmp_path, hom
     (row,) = json.loads(capsys.readouterr().out)["rows"]
     assert row["sequential"] == pair["text"] and row["verdict"] == pair["verdict"], (row, pair)
     assert list(row["base_runs"]) == again_here[:n]  # this campaign's launches, as run judged
+    # the runs listed under the table are the selection's (both campaigns'); the line after it names those judged
+    assert main(["compare", "demo/baseline", "demo/quick2", "--metric", "output_tok_s"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert (f"judged: demo/baseline: the rows judged {n} of its {len(again_here) + len(stored)} run(s) "
+            f"[{', '.join(i[:8] for i in again_here[:n])}]") in text, text
     assert row["launched_under"]["min_repeats"] == 3
     assert main(["report", "demo/baseline", "demo/quick2", "--output", str(tmp_path / "rep")]) == 0
     capsys.readouterr()

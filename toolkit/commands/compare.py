@@ -191,6 +191,7 @@ def run(args) -> int:
                     "quality_floor": {v: {str(p): q.to_dict() for p, q in per.items()} for v, per in floor.items()},
                     "gate": {v: g.to_dict() for v, g in quality_runs.gate_verdicts(sel).items()},
                     "efficiency": efficiency_lines(store, sel), "runs": {r: sel.run_ids(r) for r in sel.recipes},
+                    "judged_runs": judged_runs(sel, rows),
                     "box": box_lines(sel), "server": server_lines(sel), "tactics": tactic_lines(sel),
                     "group": sel.group_id, "selection": sel.describe(), "notes": list(sel.notes),
                     "min_effect": args.min_effect,
@@ -222,6 +223,8 @@ def run(args) -> int:
             console.print(f"[dim]{escape(rule)}[/]")
     for line in sel.describe():
         console.print(f"[dim]runs used:[/] {escape(line)}", highlight=False)
+    for line in judged_lines(sel, rows):
+        console.print(f"[dim]judged:[/] {escape(line)}", highlight=False)
     for line in sel.notes:
         console.print(f"[yellow]note:[/] {escape(line)}")
     for line in diffs:
@@ -238,3 +241,25 @@ def run(args) -> int:
         console.print(f"cost: {line}", markup=False, highlight=False)
     console.print(f"[dim]{escape(verdict_cost.LEGEND)}[/]")
     return 0
+
+
+def judged_runs(sel, rows) -> dict[str, list[str]]:
+    """Each recipe's runs that its rows judged (a sequential pair's: the launches made with the other side,
+    up to its deciding look), in the selection's order."""
+    judged: dict[str, set] = {}
+    for r in rows:
+        judged.setdefault(r.baseline, set()).update(r.base_runs)
+        judged.setdefault(r.recipe, set()).update(r.variant_runs)
+    return {name: [i for i in sel.run_ids(name) if i in judged.get(name, ())] for name in sel.recipes}
+
+
+def judged_lines(sel, rows) -> list[str]:
+    """One line per recipe whose rows judged fewer runs than `runs used` lists: which, and why the rest are not."""
+    out = []
+    for name, ids in judged_runs(sel, rows).items():
+        every = sel.run_ids(name)
+        if ids and len(ids) < len(every):
+            out.append(f"{name}: the rows judged {len(ids)} of its {len(every)} run(s) [{', '.join(i[:8] for i in ids)}]: "
+                       "a sequential pair is read over the launches made with the other side, up to its deciding look; "
+                       "the others are another campaign's or later")
+    return out
