@@ -19,6 +19,20 @@ def test_the_shipped_table_is_this_codes_simulation():
         assert table["levels"][cache.key(args)] == level.simulated_level(*args)
 
 
+def test_an_edited_comment_keeps_the_levels_and_an_edited_line_of_code_does_not():
+    """The levels are a function of the code, not of its comments: a comment or blank line edited in
+    noise_prior.py keeps the shipped table (it used to invalidate it, and every verdict simulated its levels
+    again); a changed constant does not."""
+    from pathlib import Path
+
+    src = (Path(cache.__file__).parent / "noise_prior.py").read_bytes()
+    same = src.replace(b"\nMAX_DOF", b"\n# a note\n\nMAX_DOF", 1).replace(b"  # the largest prior", b"  # the biggest prior")
+    assert cache._code_tokens(same) == cache._code_tokens(src)
+    first = src.index(b"= ", src.index(b"\nMAX_DOF"))
+    changed = src[:first] + b"= 1 + " + src[first + 2:]
+    assert cache._code_tokens(changed) != cache._code_tokens(src)
+
+
 def test_a_level_outside_the_table_is_simulated_once_and_kept(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     args = (0.05, 2, 4, 6, 0, 0, 2)  # a stored-spread prior of 6 df: not shipped
