@@ -49,7 +49,7 @@ def add_arguments(parser) -> None:
                         help="look for the change that made the metric worse (a regression, default) or better (a gain)")
     parser.add_argument("--repeats", type=positive_int, default=None,
                         help="initial values per step (default 2; 3 with --fixed)")
-    parser.add_argument("--max-repeats", type=positive_int, default=MAX_REPEATS, help="bound on values per step when undecided")
+    parser.add_argument("--max-repeats", type=positive_int, default=MAX_REPEATS, help="bound on the values a step compares, each side, when undecided (the reference is launched in each step it serves)")
     parser.add_argument("--fixed", action="store_true",
                         help="judge each step by the fixed-sample t interval (looked at after every top-up) instead "
                              "of the sequential confidence sequence, which keeps its error rate however often it is "
