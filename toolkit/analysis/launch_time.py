@@ -8,12 +8,15 @@ definition), then other recipes' launches of the same env, then of the same mode
 whole launch time where they ran this benchmark, else their launch-to-ready time alone (said: the
 benchmark's share is not known); else the recipe's `[server] timeout_s`, an upper bound, said so. The
 timeout used to stand in for every recipe without benchmark runs: 1800 s ("3.4 h" for a pair) for the
-CPU recipes whose launches take 0.5-4 min.
+CPU recipes whose launches take 0.5-4 min. Each figure is the median of its launches: an env's first launch
+also compiles its bytecode (real sglang on this box: 66-72 s, then 39-40 s a launch), which a campaign
+launching an existing env does not pay again.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from statistics import median
 from typing import Sequence
 
 from toolkit.analysis.launch_cost import launch_seconds
@@ -46,18 +49,18 @@ def estimate(timed: Sequence[RunRow], pools: Sequence[tuple[str, str, Sequence[R
     benchmark identity (toolkit.results.records.bench_key), whose stored runs give a whole launch's time."""
     own = [launch_seconds(r) for r in timed if launch_seconds(r) > 0]
     if own:
-        return LaunchTime(sum(own) / len(own), "runs", f"recorded over {len(own)} launches")
+        return LaunchTime(median(own), "runs", f"median of {len(own)} recorded launches")
     for source, what, rows in pools:
         reached = [r for r in rows if r.status in REACHED]
         same = [r for r in reached if r.kind == "benchmark" and r.bench_key == bench_key and launch_seconds(r) > 0]
         if same:
-            mean = sum(launch_seconds(r) for r in same) / len(same)
-            return LaunchTime(mean, source, f"no run of this configuration: {len(same)} stored launches of {what} "
+            return LaunchTime(median([launch_seconds(r) for r in same]), source,
+                              f"no run of this configuration: the median of {len(same)} stored launches of {what} "
                                             f"with this benchmark ({_names(same)})")
         ready = [r for r in reached if ready_seconds(r) > 0]
         if ready:
-            mean = sum(ready_seconds(r) for r in ready) / len(ready)
-            return LaunchTime(mean, source, f"no run of this configuration: launch to ready of {len(ready)} stored "
+            return LaunchTime(median([ready_seconds(r) for r in ready]), source,
+                              f"no run of this configuration: the median launch to ready of {len(ready)} stored "
                                             f"launches of {what} ({_names(ready)}); the benchmark's time not known, "
                                             "not counted")
     return LaunchTime(float(timeout_s), "timeout_s", "no launch recorded: assuming [server] timeout_s, an upper bound")

@@ -2,7 +2,7 @@
 
 Per recipe: the launch-to-launch spread of its headline throughput (at its noisiest benchmark point:
 `run` launches until the pair is settled at every point) over its stored
-runs of its configuration as defined now (3% assumed below two), the mean seconds a launch held its GPUs (launch to ready + benchmark;
+runs of its configuration as defined now (3% assumed below two), the median seconds a launch held its GPUs (launch to ready + benchmark;
 without such runs, the best stored evidence: toolkit.analysis.launch_time, said in the line), and for no change and effects of 2%, 5% and 20% the
 launches each side a sequential verdict is expected to take (toolkit.analysis.launch_plan) and the
 GPU time of such a pair (x tp x dp). With several recipes, the campaign: the first against each other,
