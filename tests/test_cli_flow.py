@@ -80,6 +80,21 @@ def test_a_verb_starts_with_its_own_module_only_and_every_verb_stays_listed(home
 
     listed = build_parser().format_help()
     assert all(verb in listed for verb in VERBS) and "run recipes end to end" in listed
+    # `patchbench --help` lists every verb with its help, read from the verb modules' sources, none loaded
+    import importlib
+
+    code = ("import sys, contextlib, io; from toolkit.cli import main\n"
+            "buf = io.StringIO()\n"
+            "with contextlib.redirect_stdout(buf):\n"
+            "    try: main(['--help'])\n"
+            "    except SystemExit: pass\n"
+            "print(sorted(m for m in sys.modules if m.startswith('toolkit.commands.')))")
+    loaded = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[1], capture_output=True,
+                            text=True, check=True).stdout.splitlines()[-1]
+    assert loaded == "[]", loaded
+    for verb, module in VERBS.items():
+        first = importlib.import_module(f"toolkit.commands.{module}").HELP.split()[:3]
+        assert " ".join(first) in " ".join(listed.split()), (verb, first)
     bad = subprocess.run([sys.executable, "-m", "toolkit", "nosuchverb"], cwd=Path(__file__).resolve().parents[1],
                          capture_output=True, text=True)
     assert bad.returncode == 2 and all(f"'{verb}'" in bad.stderr for verb in VERBS)
