@@ -44,10 +44,12 @@ def _comm(b: int, **kw):
     (1, dict(ep=8, moe_a2a="deepep", a2a_dispatch="nvfp4", shared_tp=1), 306,
      6 * 2 * 7 / 8 * ROW + 75 * 2 * 7 / 8 * 8 * ROW + 75 * 7 * 6144 * (0.5625 + 2)),
     # attention DP8, b=1: SUM_LEN, 2 all-reduces of the 1 summed row in each of the 78 layers (the 3 dense MLPs
-    # over TP8 are gathered too), cheaper than MAX_LEN's 8 padded rows
-    (1, dict(attn_dp=8), 156, 78 * 2 * 2 * 7 / 8 * ROW),
-    # b=16: 2 tokens a rank; MAX_LEN (AG + RS of 8 x 2 rows: 2 x 7/8 x 16 rows) beats SUM_LEN (4 x 7/8 x 16 rows)
-    (16, dict(attn_dp=8), 156, 78 * 2 * 7 / 8 * 16 * ROW),
+    # over TP8 are gathered too), cheaper than MAX_LEN's 8 padded rows; and before lm_head one all-reduce of the
+    # 8 ranks' last hidden states, each rank padded to the CUDA graph's 1 row (2 x 7/8 x 8 rows)
+    (1, dict(attn_dp=8), 157, 78 * 2 * 2 * 7 / 8 * ROW + 2 * 7 / 8 * 8 * ROW),
+    # b=16: 2 tokens a rank; MAX_LEN (AG + RS of 8 x 2 rows: 2 x 7/8 x 16 rows) beats SUM_LEN (4 x 7/8 x 16 rows);
+    # lm_head's gather: 8 x 2 rows
+    (16, dict(attn_dp=8), 157, 78 * 2 * 7 / 8 * 16 * ROW + 2 * 7 / 8 * 16 * ROW),
 ])
 def test_glm5_communication_worked_by_hand(b, kw, count, nbytes):
     ar = _comm(b, **kw).allreduce
@@ -97,8 +99,8 @@ def test_cli_says_what_was_modelled(capsys):
                  "--batch", "1,16", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert [p["what"] for r in data["rows"] for p in r["allreduce"]["parts"]] == [
-        "MoE DP gather + scatter (SUM_LEN)", "dense MLP DP gather + scatter (SUM_LEN)",
-        "MoE DP gather + scatter (MAX_LEN)", "dense MLP DP gather + scatter (MAX_LEN)"]
+        "MoE DP gather + scatter (SUM_LEN)", "dense MLP DP gather + scatter (SUM_LEN)", "lm_head DP gather (all-reduce)",
+        "MoE DP gather + scatter (MAX_LEN)", "dense MLP DP gather + scatter (MAX_LEN)", "lm_head DP gather (all-reduce)"]
     assert any("gathered over TP 8 before it and reduced back" in line for line in data["assumptions"])
 
 
@@ -129,7 +131,8 @@ def test_flashinfer_fp4_allgather_moves_nvfp4_tokens_not_a_bf16_dp_gather(capsys
         ar = _comm(b, **kw).allreduce
         moe = 75 * (7 / 8 * b * (6144 * 0.5625 + 8 * 8) + 7 / 8 * b * ROW)
         dense = 3 * {1: 2 * 2 * 7 / 8 * ROW, 64: 2 * 7 / 8 * 64 * ROW}[b]  # the 3 dense layers' DP gather as before
-        assert ar.count == 156 and ar.bytes_per_gpu == pytest.approx(moe + dense)
+        head = 2 * 7 / 8 * {1: 8, 64: 64}[b] * ROW  # lm_head's gather of the 8 ranks' (padded) rows
+        assert ar.count == 157 and ar.bytes_per_gpu == pytest.approx(moe + dense + head)
         assert ar.parts[0][0] == "MoE FP4 all-gather (nvfp4) + reduce-scatter (bf16)"
         bf16 = _comm(b, **{**kw, "fp4_allgather": False}).allreduce
         assert ar.bytes_per_gpu < 0.7 * bf16.bytes_per_gpu
@@ -248,3 +251,29 @@ def test_cp_decode_attention_tp_slices_attention_weights_and_dwdp_is_refused_wit
     with pytest.raises(Exception, match="DWDP \\(dwdp_size 8\\) is not modelled") as exc:
         theoretical_tok_s("glm-5", "rtx-pro-6000", batch=1, context=0, weights="all=nvfp4", **kw)
     assert "re-fetches every remote expert" in exc.value.hint
+
+
+def test_attention_dp_lm_head_gathers_every_ranks_rows_unless_dp_lm_head(capsys):
+    """Under attention DP without enable_dp_lm_head, sglang 0.5.23 all-reduces every DP rank's last hidden states
+    (bf16) into one buffer over TP before lm_head (logits_processor.py:483-489, :1216-1242 -> dp_attention.py:1065,
+    :661-713), every rank padded to the CUDA graph's batch (decode_cuda_graph_runner.py:740-745, :1154-1162), and
+    runs lm_head on all of them against its vocab/TP shard; enable_dp_lm_head splits the vocab over attention TP
+    (vocab_parallel_embedding.py:258-263) and runs the rank's own rows: no gather. GLM-5 TP8 attention DP8, b=1."""
+    vocab_hidden = 154880 * 6144
+    base = {**FP4_INFO, "moe_runner_backend": "auto", "quantization": None}  # attention DP8, no FP4 all-gather
+    kw, _ = roofline_layout(base)
+    row = _comm(1, **{k: v for k, v in kw.items() if k != "tp"})
+    gather = [p for p in row.allreduce.parts if p[0] == "lm_head DP gather (all-reduce)"]
+    assert gather == [("lm_head DP gather (all-reduce)", 1, pytest.approx(2 * 7 / 8 * 8 * ROW))]  # 172,032 B
+    i = row.allreduce.parts.index(gather[0])
+    assert row.allreduce.part_time_s(i) == pytest.approx(10e-6 + 172032 / 64e9)
+    assert row.component("lm_head").flops == pytest.approx(2 * 8 * vocab_hidden / 8)  # 8 padded rows, 1/8 vocab
+    kw, _ = roofline_layout({**base, "enable_dp_lm_head": True})
+    own = _comm(1, **{k: v for k, v in kw.items() if k != "tp"})
+    assert not [p for p in own.allreduce.parts if p[0].startswith("lm_head")]
+    assert own.component("lm_head").bytes == pytest.approx(vocab_hidden * 0.5625)  # whole vocab (attention TP 1)
+    assert own.component("lm_head").flops == pytest.approx(2 * 1 * vocab_hidden)  # its own row
+    assert main(["roofline", "--model", "glm-5", "--gpu", "rtx-pro-6000", "--tp", "8", "--ep", "8", "--attn-dp", "8",
+                 "--batch", "1", "--weights", "all=nvfp4"]) == 0
+    out = capsys.readouterr().out
+    assert "lm_head DP gather (all-reduce)" in out and "last hidden states gathered by one all-reduce" in out

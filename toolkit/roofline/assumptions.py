@@ -60,6 +60,11 @@ def _communication(inputs: RooflineInputs) -> str:
         text.append("dense MLP: " + ("none (replicated)" if inputs.mlp_tp == 1 else
                                      "DP gather + reduce over TP as for the MoE" if inputs.attn_dp > 1
                                      and inputs.mlp_tp != atp else f"one all-reduce over {inputs.mlp_tp} GPUs") + "; ")
+    if inputs.attn_dp > 1 and not inputs.dp_lm_head:
+        text.append(f"lm_head: the {inputs.attn_dp} attention-DP ranks' last hidden states gathered by one all-reduce "
+                    f"over TP {inputs.tp}, each rank padded to the busiest's ceil(b / {inputs.attn_dp}) as a CUDA-graph "
+                    f"decode pads it ({inputs.attn_dp} x that many rows; an eager step gathers b), and lm_head run on "
+                    "all of them against the GPU's vocab shard (no gather with enable_dp_lm_head); ")
     text.append(
         "ring traffic per GPU: all-reduce 2(N-1)/N x message, all-gather / reduce-scatter (N-1)/N x the whole "
         f"buffer (N the group's GPUs); each collective costs {lat:g} us latency ({src}) + its bytes / "
@@ -209,8 +214,10 @@ def assumptions(inputs: RooflineInputs) -> tuple[str, ...]:
     if inputs.attn_dp > 1:
         out.append(f"Attention DP {inputs.attn_dp}: each DP rank schedules its own requests with its own KV cache "
                    "(sglang's round-robin dispatch), so the busiest GPU's attention, indexer and KV cache serve "
-                   f"ceil(b / {inputs.attn_dp}) sequences; the MoE"
-                   + (" and lm_head" if not inputs.dp_lm_head else "") + " run on all b tokens gathered over TP.")
+                   f"ceil(b / {inputs.attn_dp}) sequences; the MoE runs on all b tokens gathered over TP"
+                   + ("" if inputs.dp_lm_head else f", lm_head on {inputs.attn_dp} x ceil(b / {inputs.attn_dp}) "
+                      "gathered rows (every rank padded to the busiest, as a CUDA-graph decode step pads them)")
+                   + ".")
     if inputs.decode_attn_tp != atp:
         out.append(f"CP decode attention TP (sglang's enable_cp_decode_attn_tp): at decode the head-split attention "
                    f"weights (q_b_proj, kv_b's w_kc/w_vc, o_proj) and the heads are sliced over attention TP {atp} x CP "

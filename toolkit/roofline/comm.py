@@ -29,6 +29,17 @@ DP ranks, moe/utils.py:721 is_moe_input_scattered_across_dp_ranks):
   takes the cheaper of the two at each batch (a bound: CUDA-graph decode takes MAX_LEN unless the custom
   all-reduce holds the sum).
 
+- lm_head under attention DP without enable_dp_lm_head (logits_processor.py:483-489
+  do_tensor_parallel_all_gather_dp_attn): the DP ranks' last hidden states (bf16, the model dtype:
+  dp_attention.py:486-495) are gathered into one buffer by an all-reduce over TP (the logits metadata forces
+  SUM_LEN, logits_processor.py:419; _gather_dp_attn_hidden_states :1216-1242 -> dp_gather_replicate,
+  dp_attention.py:1065 -> _dp_gather_via_all_reduce :661-713), and every GPU runs lm_head on all of them
+  against its vocab/TP shard. A CUDA-graph decode step (the default) pads every DP rank to the captured
+  batch size (decode_cuda_graph_runner.py:740-745 [num_tokens] * num_dp_ranks, :1154-1162 the buffer is
+  their sum), at least the busiest rank's ceil(b / attention DP): the roofline takes attention DP x that
+  (lm_head_rows; an eager step would gather the b rows). With enable_dp_lm_head the vocab is split over
+  attention TP (vocab_parallel_embedding.py:258-263) and each rank runs its own rows: no gather.
+
 - Decode context parallelism (dcp_size N inside attention TP; 0.5.23 layers/dcp/comm.py): each DCP rank
   attends over its 1/N of the tokens with the group's N x heads/attn_tp query heads, so per layer the
   queries are all-gathered over the group (MLA: absorbed q_nope + q_pe, forward_mla.py:664-670, skipped under
@@ -121,6 +132,14 @@ def slot_rows(inputs: RooflineInputs, b: int) -> int:
     return _ceil(b, inputs.attn_dp) if inputs.attn_dp > 1 else b
 
 
+def lm_head_rows(inputs: RooflineInputs, b: int) -> int:
+    """Rows lm_head runs on at batch b: the rank's own without attention DP or with enable_dp_lm_head, else the
+    DP ranks' gathered buffer, every rank padded to the busiest's ceil(b / attention DP) (CUDA-graph decode)."""
+    if inputs.attn_dp == 1 or inputs.dp_lm_head:
+        return slot_rows(inputs, b)
+    return inputs.attn_dp * slot_rows(inputs, b)
+
+
 def dp_gather_scatter(inputs: RooflineInputs, b: int) -> tuple[str, int, float]:
     """(mode, collectives, bytes per GPU) of one attention-DP gather before an FFN and its reduction after,
     over the TP group: the cheaper of SUM_LEN (two all-reduces of the summed, attention-TP-aligned rows) and
@@ -210,6 +229,8 @@ def comm_cost(inputs: RooflineInputs, b: int) -> AllReduceCost:
             parts.append((f"dense MLP DP gather + scatter ({mode})", n * m.dense_layers, nbytes * m.dense_layers))
         else:
             parts.append(("dense MLP all-reduce", m.dense_layers, m.dense_layers * _all_reduce(inputs.mlp_tp, b * h)))
+    if inputs.attn_dp > 1 and not inputs.dp_lm_head:
+        parts.append(("lm_head DP gather (all-reduce)", 1, _all_reduce(inputs.tp, lm_head_rows(inputs, b) * h)))
     count = sum(n for _, n, _ in parts)
     total = sum(x for _, _, x in parts)
     message = m.hidden * ACT_BYTES * b

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from toolkit.errors import BadInput
 from toolkit.roofline.assumptions import assumptions
-from toolkit.roofline.comm import DCP_COMMS, DISPATCH_BYTES, AllReduceCost, comm_cost, slot_rows
+from toolkit.roofline.comm import DCP_COMMS, DISPATCH_BYTES, AllReduceCost, comm_cost, lm_head_rows, slot_rows
 from toolkit.roofline.configs import (
     GpuSpec, ModelShape, expected_distinct_experts, experts_on_busiest_gpu, get_gpu, load_model_config, model_shape,
 )
@@ -315,7 +315,7 @@ def _batch(inputs: RooflineInputs, b: int) -> BatchResult:
         add("router", router, 2 * b * router)
     add("embed", b * m.hidden / tp, 0.0)  # lookup of b rows
     head = m.vocab * m.hidden / inputs.lm_head_tp
-    add("lm_head", head, 2 * (rows if inputs.dp_lm_head else b) * head)
+    add("lm_head", head, 2 * lm_head_rows(inputs, b) * head)  # the DP ranks' gathered rows: comm.lm_head_rows
 
     # KV cache: bytes read and the attention score/context FLOPs (heads split over attention TP) of the busiest
     # attention-DP rank's `rows` sequences.
