@@ -465,7 +465,9 @@ def test_a_server_with_decode_context_parallelism_gets_its_kv_split(capsys):
     dcp = rl.roofline(rl.make_inputs("glm-5", "rtx-pro-6000", batches=(8,), context=65536, weights=w, **kw)).rows[0]
     flat = rl.roofline(rl.make_inputs("glm-5", "rtx-pro-6000", batches=(8,), context=65536, weights=w,
                                       **{**kw, "dcp": 1})).rows[0]
-    assert dcp.kv_bytes == pytest.approx(flat.kv_bytes / 2) and dcp.weight_bytes == flat.weight_bytes
+    # a2a's default dcp_replicate_q_proj (GLM-5 is DSA): each rank also reads its DCP peer's q_b_proj and w_kc shard
+    # (78 layers x (2048 x 64 x 256 + 512 x 64 x 192) / 8 x 2 B = 776,994,816 B); the other weights are unchanged
+    assert dcp.kv_bytes == pytest.approx(flat.kv_bytes / 2) and dcp.weight_bytes == flat.weight_bytes + 776_994_816
     assert rl.theoretical_tok_s("glm-5", "rtx-pro-6000", batch=8, context=65536, weights=w, **kw) > \
         rl.theoretical_tok_s("glm-5", "rtx-pro-6000", batch=8, context=65536, weights=w, **{**kw, "dcp": 1})
     # GQA (Llama-3.1-8B, 8 KV heads): at TP8 each GPU holds 1 head, with DCP2 2 heads of half the tokens (the

@@ -277,3 +277,30 @@ def test_attention_dp_lm_head_gathers_every_ranks_rows_unless_dp_lm_head(capsys)
                  "--batch", "1", "--weights", "all=nvfp4"]) == 0
     out = capsys.readouterr().out
     assert "lm_head DP gather (all-reduce)" in out and "last hidden states gathered by one all-reduce" in out
+
+
+def test_dcp_replicated_query_projection_reads_the_groups_head_shards(capsys):
+    """sglang 0.5.23's dcp_replicate_q_proj (on by default for a DSA model under a2a, arg_groups/model_overrides/
+    deepseek_v2.py:32-33) all-gathers each DCP rank's q_b_proj and w_kc head shard at load (model_executor/
+    model_runner.py:1133-1163) and projects the group's heads locally at decode (forward_mla.py:327-336, :401-403,
+    :503-506): the query all-gather is gone, but every rank reads DCP x its shards. GLM-5 (q_lora 2048, 64 heads,
+    qk 192 + 64, kv_lora 512) at TP8 DCP2: + 78 x (2048 x 64 x 256 + 512 x 64 x 192) / 8 = 388,497,408 params a GPU."""
+    extra = 78 * (2048 * 64 * 256 + 512 * 64 * 192) / 8
+    assert extra == 388_497_408
+    w = "experts=nvfp4,rest=bf16"
+    gathered = roofline(make_inputs("glm-5", "rtx-pro-6000", tp=8, dcp=2, dcp_replicate_q=False, weights=w)).rows[0]
+    replicated = roofline(make_inputs("glm-5", "rtx-pro-6000", tp=8, dcp=2, dcp_replicate_q=True, weights=w)).rows[0]
+    attn_g, attn_r = gathered.component("attention"), replicated.component("attention")
+    assert attn_r.bytes - attn_g.bytes == pytest.approx(2 * extra)  # bf16 attention
+    assert attn_r.flops - attn_g.flops == pytest.approx(2 * extra)  # b=1: 2 FLOPs a weight
+    assert [p[0] for p in replicated.allreduce.parts if p[0].startswith("DCP")] == ["DCP output all-to-all (a2a)"]
+    # GQA has no such projection: --dcp-replicate-q-proj changes nothing there
+    gqa = [roofline(make_inputs("llama-3.1-8b", "rtx-pro-6000", tp=8, dcp=2, dcp_replicate_q=r)).rows[0].weight_bytes
+           for r in (False, True)]
+    assert gqa[0] == gqa[1]
+    assert main(["roofline", "--model", "glm-5", "--gpu", "rtx-pro-6000", "--tp", "8", "--dcp", "2",
+                 "--weights", w, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    attn = next(c for c in data["rows"][0]["components"] if c["name"] == "attention")
+    assert attn["bytes"] == pytest.approx(attn_r.bytes)  # the CLI's default for GLM-5 under a2a: replicated
+    assert any("reading 2 head shards of q_b_proj and w_kc, counted in attention" in a for a in data["assumptions"])

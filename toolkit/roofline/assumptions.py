@@ -77,8 +77,8 @@ def _dcp_exchange(inputs: RooflineInputs) -> str:
     """What a DCP group sends per layer (roofline.comm.dcp_parts), in words."""
     m = inputs.model
     q = ("its queries (all-gathered: each rank attends with the group's heads)" if inputs.dcp_q_gathered else
-         "no queries (dcp_replicate_q_proj: each rank projects the group's heads itself; that projection's extra "
-         "weight reads are not counted)")
+         f"no queries (dcp_replicate_q_proj: each rank projects the group's heads itself, reading {inputs.dcp} head "
+         "shards of q_b_proj and w_kc, counted in attention)")
     if m.is_mla and inputs.dcp_comm in ("a2a", "fi_a2a"):
         merge = f"one {inputs.dcp_comm} all-to-all of the bf16 partial outputs with their LSEs packed in"
     elif m.is_mla:

@@ -84,6 +84,9 @@ class ModelShape:
     shared_params: int  # all shared experts of one MoE layer
     router_params: int  # per MoE layer
     source: str = ""
+    # MLA per layer: q_b_proj (q_proj without q_lora) + kv_b's w_kc, the head-split weights sglang's
+    # dcp_replicate_q_proj gathers whole over the DCP group (0 for GQA)
+    attn_q_replicable: int = 0
 
     @property
     def is_moe(self) -> bool:
@@ -248,6 +251,7 @@ def _model_shape(config: Mapping, name: str = "") -> ModelShape:
         kv_b = kv_lora * heads * (nope + v_dim)
         o = heads * v_dim * hidden
         attn_sharded, attn_replicated, attn_kv, kv_heads = q_b + kv_b + o, q_a + kv_a, 0, 0
+        q_replicable = q_b + kv_lora * heads * nope  # q_b_proj / q_proj + w_kc
         head_dim = v_dim
         kv_elems = kv_lora + rope
         score_dim, value_dim = kv_lora + rope, kv_lora  # absorbed MLA at decode
@@ -265,6 +269,7 @@ def _model_shape(config: Mapping, name: str = "") -> ModelShape:
         attn_kv = 2 * hidden * kv_heads * head_dim
         kv_elems = 2 * kv_heads * head_dim
         score_dim = value_dim = head_dim
+        q_replicable = 0
 
     n_experts = int(cfg.get("n_routed_experts") or cfg.get("num_experts") or cfg.get("num_local_experts") or 0)
     top_k = int(cfg.get("num_experts_per_tok") or 0) if n_experts else 0
@@ -325,4 +330,5 @@ def _model_shape(config: Mapping, name: str = "") -> ModelShape:
         shared_params=shared,
         router_params=router,
         source=str(config.get("_source", "")),
+        attn_q_replicable=q_replicable,
     )

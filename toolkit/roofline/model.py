@@ -288,6 +288,11 @@ def _batch(inputs: RooflineInputs, b: int) -> BatchResult:
     else:
         attn = m.layers * ((m.attn_sharded + m.attn_replicated + m.attn_kv) / atp
                            - m.attn_sharded * (1 / atp - 1 / datp))
+    if m.is_mla and inputs.dcp > 1 and not inputs.dcp_q_gathered:
+        # dcp_replicate_q_proj: each DCP rank holds its group's dcp head shards of q_b_proj and w_kc, all-gathered
+        # once at load (0.5.23 model_executor/model_runner.py:1133-1163), and projects the group's dcp x heads itself
+        # at decode (forward_mla.py:327-336, :401-403, :479-480, :503-506): it reads dcp shards of them, not one.
+        attn += m.layers * (inputs.dcp - 1) * m.attn_q_replicable / datp
     add("attention", attn, 2 * rows * attn)
     if m.indexer_params:
         idx = m.layers * m.indexer_params * (1 if sglang else 1 / atp)
