@@ -129,13 +129,14 @@ def test_flashinfer_fp4_allgather_moves_nvfp4_tokens_not_a_bf16_dp_gather(capsys
     assert "fp4_allgather" not in roofline_layout({**FP4_INFO, "disable_flashinfer_cutlass_moe_fp4_allgather": True})[0]
     for b in (1, 64):
         ar = _comm(b, **kw).allreduce
-        moe = 75 * (7 / 8 * b * (6144 * 0.5625 + 8 * 8) + 7 / 8 * b * ROW)
+        rows = {1: 8, 64: 64}[b]  # every rank padded to the busiest's rows (CUDA-graph decode): 8 x ceil(b / 8)
+        moe = 75 * (7 / 8 * rows * (6144 * 0.5625 + 8 * 8) + 7 / 8 * rows * ROW)
         dense = 3 * {1: 2 * 2 * 7 / 8 * ROW, 64: 2 * 7 / 8 * 64 * ROW}[b]  # the 3 dense layers' DP gather as before
-        head = 2 * 7 / 8 * {1: 8, 64: 64}[b] * ROW  # lm_head's gather of the 8 ranks' (padded) rows
+        head = 2 * 7 / 8 * rows * ROW  # lm_head's gather of the 8 ranks' (padded) rows
         assert ar.count == 157 and ar.bytes_per_gpu == pytest.approx(moe + dense + head)
         assert ar.parts[0][0] == "MoE FP4 all-gather (nvfp4) + reduce-scatter (bf16)"
-        bf16 = _comm(b, **{**kw, "fp4_allgather": False}).allreduce
-        assert ar.bytes_per_gpu < 0.7 * bf16.bytes_per_gpu
+    bf16 = _comm(64, **{**kw, "fp4_allgather": False}).allreduce
+    assert _comm(64, **kw).allreduce.bytes_per_gpu < 0.7 * bf16.bytes_per_gpu
     assert main(["roofline", "--model", "glm-5", "--gpu", "rtx-pro-6000", "--tp", "8", "--ep", "8", "--attn-dp", "8",
                  "--fp4-allgather", "--batch", "1", "--weights", "all=nvfp4", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
@@ -304,3 +305,15 @@ def test_dcp_replicated_query_projection_reads_the_groups_head_shards(capsys):
     attn = next(c for c in data["rows"][0]["components"] if c["name"] == "attention")
     assert attn["bytes"] == pytest.approx(attn_r.bytes)  # the CLI's default for GLM-5 under a2a: replicated
     assert any("reading 2 head shards of q_b_proj and w_kc, counted in attention" in a for a in data["assumptions"])
+
+
+@pytest.mark.parametrize("b, rows", [(1, 8), (8, 8), (9, 16), (64, 64)])
+def test_fp4_allgather_moves_every_ranks_padded_rows(b, rows):
+    """sglang 0.5.23's FP4 all-gather passes the per-rank counts as padded for the gather (token_dispatcher/
+    standard.py:177-210 all_gatherv(sizes=get_dp_global_num_tokens())): at a CUDA-graph decode step every rank
+    runs the captured batch of the busiest rank (decode_cuda_graph_runner.py:1623-1626, :740-745), so GLM-5 at TP8
+    EP8 attention DP8 gathers 8 x ceil(b / 8) rows, not b: at b=1 eight (the roofline priced one)."""
+    kw = {k: v for k, v in roofline_layout(FP4_INFO)[0].items() if k != "tp"}
+    part = next(p for p in _comm(b, **kw).allreduce.parts if p[0].startswith("MoE FP4"))
+    per_row = 7 / 8 * (6144 * 0.5625 + 8 * 8) + 7 / 8 * ROW  # nvfp4 + scales + top-8 weights/ids out, bf16 back
+    assert part == ("MoE FP4 all-gather (nvfp4) + reduce-scatter (bf16)", 150, pytest.approx(75 * rows * per_row))

@@ -46,8 +46,9 @@ def _communication(inputs: RooflineInputs) -> str:
     elif m.is_moe and inputs.fp4_allgather:
         text.append(f"MoE under the FlashInfer cutlass FP4 all-gather: each rank's tokens quantized to NVFP4 "
                     f"({DISPATCH_BYTES['nvfp4']:.4g} B/elem with scales) plus top-k={m.top_k} fp32 weights and int32 "
-                    f"ids all-gathered over TP {inputs.tp} (the b tokens unpadded, a bound: MAX_LEN padding would gather "
-                    f"{inputs.attn_dp} x ceil(b / {inputs.attn_dp}) rows), the bf16 expert outputs "
+                    f"ids all-gathered over TP {inputs.tp} ({inputs.attn_dp} x ceil(b / {inputs.attn_dp}) rows: every rank "
+                    "padded to the busiest, as a CUDA-graph decode step pads them; an eager step may gather b), "
+                    "the bf16 expert outputs "
                     "reduce-scattered back (assumes the checkpoint's input scale is set, as for modelopt_fp4 "
                     "without per-token activations; else sglang gathers bf16); ")
     elif m.is_moe and inputs.attn_dp > 1:

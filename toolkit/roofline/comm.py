@@ -19,8 +19,13 @@ DP ranks, moe/utils.py:721 is_moe_input_scattered_across_dp_ranks):
   each rank quantizes its own tokens to NVFP4 before the gather and the dispatcher all-gathers them over TP
   in one grouped call (token_dispatcher/standard.py:177-210: the fp4 values, their fp8 scales per 16, the
   fp32 top-k weights and int32 top-k ids; parallel_state.py:1441-1510 all_gatherv of the ranks' counts
-  as padded for the gather, dp_attention.py:395-411: the roofline takes the unpadded b tokens, a bound
-  like SUM_LEN below), then reduce-scatters the bf16 expert outputs back (standard.py:288-300 reduce_scatterv).
+  as padded for the gather, dp_attention.py:395-411), then reduce-scatters the bf16 expert outputs back
+  (standard.py:288-300 reduce_scatterv). Those counts are padded: a CUDA-graph decode step (the default;
+  under attention DP without an all-to-all backend utils/common.py:4079-4096 require_mlp_tp_gather) runs
+  every rank at the captured batch size of the busiest rank (decode_cuda_graph_runner.py:1623-1626,
+  :740-745 [num_tokens] * num_dp_ranks), so the gather and the reduce-scatter move attention DP x
+  ceil(b / attention DP) rows (dp_padded_rows; a bucket above the busiest rank's count moves more; an eager
+  SUM_LEN step would move the b rows).
 - Attention DP without an all-to-all backend: before the MLP/MoE the DP ranks' tokens are gathered over
   TP and after it reduced back (dp_attention.py:987-1043 _dp_gather, :1080 dp_scatter, :1120
   dp_reduce_scatter_tensor). sglang picks one of two modes (DpPaddingMode, dp_attention.py:152-219):
@@ -132,12 +137,18 @@ def slot_rows(inputs: RooflineInputs, b: int) -> int:
     return _ceil(b, inputs.attn_dp) if inputs.attn_dp > 1 else b
 
 
+def dp_padded_rows(inputs: RooflineInputs, b: int) -> int:
+    """Rows of a buffer gathered from every attention-DP rank at a CUDA-graph decode step: each rank padded to the
+    busiest's ceil(b / attention DP) (the smallest captured batch that holds it)."""
+    return inputs.attn_dp * slot_rows(inputs, b)
+
+
 def lm_head_rows(inputs: RooflineInputs, b: int) -> int:
     """Rows lm_head runs on at batch b: the rank's own without attention DP or with enable_dp_lm_head, else the
-    DP ranks' gathered buffer, every rank padded to the busiest's ceil(b / attention DP) (CUDA-graph decode)."""
+    DP ranks' gathered buffer (dp_padded_rows)."""
     if inputs.attn_dp == 1 or inputs.dp_lm_head:
         return slot_rows(inputs, b)
-    return inputs.attn_dp * slot_rows(inputs, b)
+    return dp_padded_rows(inputs, b)
 
 
 def dp_gather_scatter(inputs: RooflineInputs, b: int) -> tuple[str, int, float]:
@@ -163,11 +174,12 @@ def a2a_bytes(inputs: RooflineInputs, b: int) -> float:
 
 
 def fp4_allgather_bytes(inputs: RooflineInputs, b: int) -> float:
-    """Bytes per GPU of one MoE layer's FP4 all-gather path: all b tokens gathered over TP (NVFP4 hidden states
-    with their scales, top-k weights and ids) and their bf16 outputs reduce-scattered back."""
-    m, n = inputs.model, inputs.tp
-    gathered = b * (m.hidden * DISPATCH_BYTES["nvfp4"] + m.top_k * TOPK_BYTES)
-    return _gather(n, gathered) + _gather(n, b * m.hidden * COMBINE_BYTES)
+    """Bytes per GPU of one MoE layer's FP4 all-gather path: every DP rank's rows, padded as a CUDA-graph decode pads
+    them (dp_padded_rows), gathered over TP (NVFP4 hidden states with their scales, top-k weights and ids) and their
+    bf16 outputs reduce-scattered back."""
+    m, n, rows = inputs.model, inputs.tp, dp_padded_rows(inputs, b)
+    gathered = rows * (m.hidden * DISPATCH_BYTES["nvfp4"] + m.top_k * TOPK_BYTES)
+    return _gather(n, gathered) + _gather(n, rows * m.hidden * COMBINE_BYTES)
 
 
 def dcp_parts(inputs: RooflineInputs, b: int) -> list[tuple[str, int, float]]:
