@@ -217,11 +217,11 @@ def _row(**kw):
     # TP8 EP8: a GPU holds whole experts; top-2 over 8 ranks: the busiest reads 1 whole expert a layer (4x TP8's)
     (dict(tp=8, ep=8), 2 * ATTN / 8, 2 * 1 * EXPERT, HEAD / 8, 4, 4 * 512 * 2 * 7 / 8),
     # TP8 with attention DP8: attention replicated on every GPU, no all-reduce after it; the MoE's tokens are
-    # gathered over TP8 and reduced back (0.5.23 dp_attention.py _dp_gather / dp_scatter): at b=1 SUM_LEN, two
-    # all-reduces of the 1 summed row (2 x 2 x 7/8 x 512 B), cheaper than MAX_LEN's all-gather + reduce-scatter
-    # of 8 padded rows (2 x 7/8 x 8 x 512 B); and lm_head's hidden-state gather, one all-reduce over TP8 of the 8
-    # ranks' rows as a CUDA-graph decode pads them (2 x 7/8 x 8 x 512 B; logits_processor.py:1216-1242)
-    (dict(tp=8, attn_dp=8), 2 * ATTN, 2 * 2 * EXPERT / 8, HEAD / 8, 5, 2 * 2 * 2 * 512 * 7 / 8 + 2 * 7 / 8 * 8 * 512),
+    # gathered over TP8 and reduced back (0.5.23 dp_attention.py _dp_gather / dp_scatter): at b=1 a CUDA-graph step
+    # pads every rank to 1 row, so MAX_LEN's all-gather + reduce-scatter of 8 rows (2 x 7/8 x 8 x 512 B a layer),
+    # cheaper than SUM_LEN's two all-reduces of the same 8 rows; and lm_head's hidden-state gather, one all-reduce
+    # over TP8 of the 8 ranks' rows (2 x 7/8 x 8 x 512 B; logits_processor.py:1216-1242)
+    (dict(tp=8, attn_dp=8), 2 * ATTN, 2 * 2 * EXPERT / 8, HEAD / 8, 5, 2 * 2 * 7 / 8 * 8 * 512 + 2 * 7 / 8 * 8 * 512),
     # TP4, attention DP2, EP2: attention over 2 GPUs, experts whole on 2 ranks sliced over 2: 1 expert / 2;
     # attention all-reduce of 1 row over 2 (512 B) + the DP gather/reduce over TP4 of rows aligned to attention
     # TP 2: SUM_LEN 2 rows x 2 all-reduces (2 x 2 x 3/4 x 2 x 512) = MAX_LEN 2 ranks x 2 rows (2 x 3/4 x 4 x 512)

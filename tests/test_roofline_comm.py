@@ -8,7 +8,7 @@ on 8 RTX PRO 6000 over PCIe (64 GB/s a direction, 10 us a collective):
   top-8 copies (7/8 of them to other ranks) as an fp8 dispatch and a bf16 combine: no MoE all-reduce.
 - attention DP8: no attention all-reduce; the MLP/MoE's tokens are gathered over TP8 and reduced back, the
   cheaper of sglang's SUM_LEN (two all-reduces of the summed rows) and MAX_LEN (all-gather + reduce-scatter
-  of every rank padded to the largest).
+  of every rank padded to the largest), every rank padded to the busiest as a CUDA-graph decode step pads it.
 """
 
 from __future__ import annotations
@@ -43,10 +43,10 @@ def _comm(b: int, **kw):
     # NVFP4 dispatch (SGLANG_MOE_NVFP4_DISPATCH): 0.5 B + an fp8 scale per 16
     (1, dict(ep=8, moe_a2a="deepep", a2a_dispatch="nvfp4", shared_tp=1), 306,
      6 * 2 * 7 / 8 * ROW + 75 * 2 * 7 / 8 * 8 * ROW + 75 * 7 * 6144 * (0.5625 + 2)),
-    # attention DP8, b=1: SUM_LEN, 2 all-reduces of the 1 summed row in each of the 78 layers (the 3 dense MLPs
-    # over TP8 are gathered too), cheaper than MAX_LEN's 8 padded rows; and before lm_head one all-reduce of the
-    # 8 ranks' last hidden states, each rank padded to the CUDA graph's 1 row (2 x 7/8 x 8 rows)
-    (1, dict(attn_dp=8), 157, 78 * 2 * 2 * 7 / 8 * ROW + 2 * 7 / 8 * 8 * ROW),
+    # attention DP8, b=1: the CUDA graph runs every rank at 1 row, so MAX_LEN: AG + RS of 8 rows in each of the 78
+    # layers (the 3 dense MLPs over TP8 are gathered too; SUM_LEN would all-reduce the same 8 rows twice); and
+    # before lm_head one all-reduce of the 8 ranks' last hidden states (2 x 7/8 x 8 rows)
+    (1, dict(attn_dp=8), 157, 78 * 2 * 7 / 8 * 8 * ROW + 2 * 7 / 8 * 8 * ROW),
     # b=16: 2 tokens a rank; MAX_LEN (AG + RS of 8 x 2 rows: 2 x 7/8 x 16 rows) beats SUM_LEN (4 x 7/8 x 16 rows);
     # lm_head's gather: 8 x 2 rows
     (16, dict(attn_dp=8), 157, 78 * 2 * 7 / 8 * 16 * ROW + 2 * 7 / 8 * 16 * ROW),
@@ -99,7 +99,7 @@ def test_cli_says_what_was_modelled(capsys):
                  "--batch", "1,16", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert [p["what"] for r in data["rows"] for p in r["allreduce"]["parts"]] == [
-        "MoE DP gather + scatter (SUM_LEN)", "dense MLP DP gather + scatter (SUM_LEN)", "lm_head DP gather (all-reduce)",
+        "MoE DP gather + scatter (MAX_LEN)", "dense MLP DP gather + scatter (MAX_LEN)", "lm_head DP gather (all-reduce)",
         "MoE DP gather + scatter (MAX_LEN)", "dense MLP DP gather + scatter (MAX_LEN)", "lm_head DP gather (all-reduce)"]
     assert any("gathered over TP 8 before it and reduced back" in line for line in data["assumptions"])
 
@@ -131,12 +131,12 @@ def test_flashinfer_fp4_allgather_moves_nvfp4_tokens_not_a_bf16_dp_gather(capsys
         ar = _comm(b, **kw).allreduce
         rows = {1: 8, 64: 64}[b]  # every rank padded to the busiest's rows (CUDA-graph decode): 8 x ceil(b / 8)
         moe = 75 * (7 / 8 * rows * (6144 * 0.5625 + 8 * 8) + 7 / 8 * rows * ROW)
-        dense = 3 * {1: 2 * 2 * 7 / 8 * ROW, 64: 2 * 7 / 8 * 64 * ROW}[b]  # the 3 dense layers' DP gather as before
+        dense = 3 * 2 * 7 / 8 * rows * ROW  # the 3 dense layers' DP gather (MAX_LEN of the same padded rows)
         head = 2 * 7 / 8 * rows * ROW  # lm_head's gather of the 8 ranks' (padded) rows
         assert ar.count == 157 and ar.bytes_per_gpu == pytest.approx(moe + dense + head)
         assert ar.parts[0][0] == "MoE FP4 all-gather (nvfp4) + reduce-scatter (bf16)"
-    bf16 = _comm(64, **{**kw, "fp4_allgather": False}).allreduce
-    assert _comm(64, **kw).allreduce.bytes_per_gpu < 0.7 * bf16.bytes_per_gpu
+        bf16 = _comm(b, **{**kw, "fp4_allgather": False}).allreduce
+        assert ar.bytes_per_gpu < 0.7 * bf16.bytes_per_gpu
     assert main(["roofline", "--model", "glm-5", "--gpu", "rtx-pro-6000", "--tp", "8", "--ep", "8", "--attn-dp", "8",
                  "--fp4-allgather", "--batch", "1", "--weights", "all=nvfp4", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
@@ -166,7 +166,7 @@ def test_bound_names_the_collective_and_each_batch_keeps_its_padding_mode(capsys
     assert main(["roofline", "--model", "glm-5", "--gpu", "rtx-pro-6000", "--tp", "8", "--attn-dp", "8",
                  "--batch", "1,64", "--weights", "all=nvfp4"]) == 0
     line = next(x for x in capsys.readouterr().out.splitlines() if "MoE DP gather + scatter" in x)
-    assert "SUM_LEN" in line.split("│")[3] and "MAX_LEN" in line.split("│")[4]
+    assert "MAX_LEN" in line.split("│")[3] and "MAX_LEN" in line.split("│")[4]  # each column labelled with its own
     assert main(["roofline", "--model", "glm-5", "--gpu", "rtx-pro-6000", "--tp", "8", "--batch", "1",
                  "--weights", "experts=nvfp4,rest=bf16", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["rows"][0]["bound"] == "memory"
@@ -317,3 +317,15 @@ def test_fp4_allgather_moves_every_ranks_padded_rows(b, rows):
     part = next(p for p in _comm(b, **kw).allreduce.parts if p[0].startswith("MoE FP4"))
     per_row = 7 / 8 * (6144 * 0.5625 + 8 * 8) + 7 / 8 * ROW  # nvfp4 + scales + top-8 weights/ids out, bf16 back
     assert part == ("MoE FP4 all-gather (nvfp4) + reduce-scatter (bf16)", 150, pytest.approx(75 * rows * per_row))
+
+
+@pytest.mark.parametrize("b, rows", [(1, 8), (9, 16), (16, 16)])
+def test_attention_dp_gather_moves_the_cuda_graphs_padded_rows(b, rows):
+    """At a CUDA-graph decode step sglang 0.5.23 runs every attention-DP rank at the busiest rank's captured batch
+    (decode_cuda_graph_runner.py:1623-1626, :740-745), so the MoE's DP gather moves 8 x ceil(b / 8) rows whichever
+    mode it takes; it was priced as SUM_LEN's two all-reduces of the b unpadded rows (an eager step's), which made
+    the bf16 gather look cheaper than the FP4 all-gather at b=1. GLM-5 TP8 attention DP8: MAX_LEN's AG + RS."""
+    part = next(p for p in _comm(b, attn_dp=8).allreduce.parts if p[0].startswith("MoE DP gather"))
+    assert part == ("MoE DP gather + scatter (MAX_LEN)", 150, pytest.approx(75 * 2 * 7 / 8 * rows * ROW))
+    fp4 = {k: v for k, v in roofline_layout(FP4_INFO)[0].items() if k != "tp"}
+    assert _comm(b, **fp4).allreduce.time_s < _comm(b, **{**fp4, "fp4_allgather": False}).allreduce.time_s

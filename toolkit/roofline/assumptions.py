@@ -54,7 +54,9 @@ def _communication(inputs: RooflineInputs) -> str:
     elif m.is_moe and inputs.attn_dp > 1:
         text.append(f"MoE: the attention-DP ranks' tokens gathered over TP {inputs.tp} before it and reduced back "
                     "after (sglang's SUM_LEN: two all-reduces of the summed rows, or MAX_LEN: all-gather + "
-                    "reduce-scatter of every rank padded to the largest; the cheaper of the two at each b); ")
+                    "reduce-scatter of every rank padded to the largest; the cheaper of the two at each b, every "
+                    f"rank's rows padded to the busiest's ceil(b / {inputs.attn_dp}) as a CUDA-graph decode step "
+                    "pads them, so MAX_LEN); ")
     elif m.is_moe:
         text.append(f"one all-reduce after the MoE over {inputs.moe_group} GPUs; ")
     if m.dense_layers:

@@ -30,9 +30,12 @@ DP ranks, moe/utils.py:721 is_moe_input_scattered_across_dp_ranks):
   TP and after it reduced back (dp_attention.py:987-1043 _dp_gather, :1080 dp_scatter, :1120
   dp_reduce_scatter_tensor). sglang picks one of two modes (DpPaddingMode, dp_attention.py:152-219):
   SUM_LEN gathers with an all-reduce of the summed buffer and reduces with a second all-reduce;
-  MAX_LEN pads every rank to the largest and uses an all-gather then a reduce-scatter. The roofline
-  takes the cheaper of the two at each batch (a bound: CUDA-graph decode takes MAX_LEN unless the custom
-  all-reduce holds the sum).
+  MAX_LEN pads every rank to the largest and uses an all-gather then a reduce-scatter. At a CUDA-graph
+  decode step (the default) every rank's count is already the busiest's captured batch
+  (decode_cuda_graph_runner.py:1623-1626, :740-745; :1215-1217 the mode: SUM_LEN while the custom
+  all-reduce holds the padded sum, dp_attention.py:207-243), so SUM_LEN's buffer is as padded as MAX_LEN's
+  and its two all-reduces move twice the bytes: the roofline takes the cheaper, MAX_LEN's bytes (a bound;
+  only an eager step sums the unpadded rows).
 
 - lm_head under attention DP without enable_dp_lm_head (logits_processor.py:483-489
   do_tensor_parallel_all_gather_dp_attn): the DP ranks' last hidden states (bf16, the model dtype:
@@ -154,11 +157,11 @@ def lm_head_rows(inputs: RooflineInputs, b: int) -> int:
 def dp_gather_scatter(inputs: RooflineInputs, b: int) -> tuple[str, int, float]:
     """(mode, collectives, bytes per GPU) of one attention-DP gather before an FFN and its reduction after,
     over the TP group: the cheaper of SUM_LEN (two all-reduces of the summed, attention-TP-aligned rows) and
-    MAX_LEN (all-gather and reduce-scatter of every rank padded to the largest)."""
+    MAX_LEN (all-gather and reduce-scatter of every rank padded to the largest), every rank's count being the
+    busiest's ceil(b / attention DP) as a CUDA-graph decode step pads it (dp_padded_rows)."""
     n, dp, atp, h = inputs.tp, inputs.attn_dp, inputs.attn_tp, inputs.model.hidden * ACT_BYTES
-    q, r = divmod(b, dp)
-    sum_len = r * _align(q + 1, atp) + (dp - r) * _align(q, atp) if q or r else 0
-    max_len = _align(q + (1 if r else 0), atp)
+    max_len = _align(slot_rows(inputs, b), atp)
+    sum_len = dp * max_len
     sum_bytes = 2 * _all_reduce(n, sum_len * h)
     max_bytes = 2 * _gather(n, dp * max_len * h)
     return ("SUM_LEN", 2, sum_bytes) if sum_bytes < max_bytes else ("MAX_LEN", 2, max_bytes)
