@@ -25,8 +25,8 @@ ROW = 6144 * 2  # one token's bf16 hidden state
 FP8 = 1 + 4 / 128  # DeepEP's fp8 dispatch: 1 B an element + an fp32 scale per 128
 
 
-def _comm(b: int, **kw):
-    return roofline(make_inputs("glm-5", "rtx-pro-6000", tp=8, batches=(b,), weights="all=nvfp4", **kw)).rows[0]
+def _comm(b: int, weights: str = "all=nvfp4", **kw):
+    return roofline(make_inputs("glm-5", "rtx-pro-6000", tp=8, batches=(b,), weights=weights, **kw)).rows[0]
 
 
 @pytest.mark.parametrize("b, kw, count, nbytes", [
@@ -196,13 +196,13 @@ def test_dcp_exchange_of_partial_attention_outputs_is_priced(info, what, count, 
     kw, text = roofline_layout({**base, **info})
     assert f"DCP exchange {info['dcp_comm_backend']}" in text
     kw = {k: v for k, v in kw.items() if k != "tp"}
-    ar = _comm(4, **kw).allreduce
+    ar = _comm(4, weights="experts=nvfp4,rest=bf16", **kw).allreduce  # the checkpoint's bf16 attention
     dcp = [p for p in ar.parts if p[0].startswith("DCP")]
     assert [p[0] for p in dcp] == what
     assert sum(p[1] for p in dcp) == count and sum(p[2] for p in dcp) == pytest.approx(78 * per_layer)
     assert ar.bytes_per_gpu == pytest.approx(156 * 2 * 7 / 8 * 4 * ROW + 78 * per_layer)
     assert main(["roofline", "--model", "glm-5", "--gpu", "rtx-pro-6000", "--tp", "8", "--dcp", "2", "--batch", "4",
-                 "--weights", "all=nvfp4", "--json", "--dcp-comm-backend", info["dcp_comm_backend"],
+                 "--weights", "experts=nvfp4,rest=bf16", "--json", "--dcp-comm-backend", info["dcp_comm_backend"],
                  "--dcp-replicate-q-proj" if info["dcp_replicate_q_proj"] else "--no-dcp-replicate-q-proj"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["rows"][0]["allreduce"]["bytes_per_gpu"] == pytest.approx(ar.bytes_per_gpu)
@@ -211,7 +211,7 @@ def test_dcp_exchange_of_partial_attention_outputs_is_priced(info, what, count, 
 
 def test_dcp_defaults_follow_sglang_and_gqa_uses_the_triton_merge():
     # the CLI's defaults for a DSA model: a2a with the query projection replicated, no query all-gather
-    glm = _comm(1, dcp=2).allreduce.parts
+    glm = _comm(1, weights="experts=nvfp4,rest=bf16", dcp=2).allreduce.parts
     assert [p[0] for p in glm if p[0].startswith("DCP")] == ["DCP output all-to-all (a2a)"]
     # GQA (Llama-3.1-8B: 32 heads of 128 at TP8: 4 a rank) always gathers queries and all-reduces fp32 outputs
     gqa = roofline(make_inputs("llama-3.1-8b", "rtx-pro-6000", tp=8, dcp=2, batches=(1,))).rows[0].allreduce.parts
@@ -329,3 +329,24 @@ def test_attention_dp_gather_moves_the_cuda_graphs_padded_rows(b, rows):
     assert part == ("MoE DP gather + scatter (MAX_LEN)", 150, pytest.approx(75 * 2 * 7 / 8 * rows * ROW))
     fp4 = {k: v for k, v in roofline_layout(FP4_INFO)[0].items() if k != "tp"}
     assert _comm(b, **fp4).allreduce.time_s < _comm(b, **{**fp4, "fp4_allgather": False}).allreduce.time_s
+
+
+@pytest.mark.parametrize("weights, gathered", [
+    ("experts=nvfp4,rest=bf16", False), ("all=fp8", False), ("all=nvfp4", True), ("all=mxfp4", True),
+    ("all=fp32", True)])
+def test_dcp_replicate_q_proj_applies_only_to_the_projections_sglang_gathers(weights, gathered, capsys):
+    """sglang 0.5.23 replicates a layer's query projection only when q_b_proj is unquantized 16-bit or block FP8 and
+    w_kc is 16-bit (model_executor/model_runner.py:1146-1157: 'skipping unsupported q-proj' / 'non-16-bit w_kc'; an
+    FP8 checkpoint's w_kc is dequantized to bf16, deepseek_weight_loader.py:690-707); a skipped layer keeps the query
+    all-gather (forward_mla.py:327-336, :666-671). GLM-5 TP8 DCP2 a2a (the DSA default: replicate on)."""
+    row = _comm(4, weights=weights, dcp=2)
+    names = [p[0] for p in row.allreduce.parts if p[0].startswith("DCP")]
+    assert names == (["DCP query all-gather"] if gathered else []) + ["DCP output all-to-all (a2a)"]
+    no_rep = _comm(4, weights=weights, dcp=2, dcp_replicate_q=False)
+    extra = row.component("attention").bytes - no_rep.component("attention").bytes
+    assert (extra == 0) == gathered  # replicated shards are read only where sglang replicates
+    assert main(["roofline", "--model", "glm-5", "--gpu", "rtx-pro-6000", "--tp", "8", "--dcp", "2",
+                 "--weights", weights, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["dcp_q_gathered"] is gathered
+    assert any(("dcp_replicate_q_proj skips" in a) == gathered for a in data["assumptions"] if a.startswith("DCP=2"))

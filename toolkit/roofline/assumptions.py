@@ -5,7 +5,7 @@ from __future__ import annotations
 from toolkit.roofline.configs import experts_on_busiest_gpu
 from toolkit.roofline.formats import BYTES_PER_PARAM, DEFAULT_FORMAT, FORMAT_NOTES, KV_BYTES
 from toolkit.roofline.comm import DISPATCH_BYTES
-from toolkit.roofline.inputs import ACT_BYTES, RooflineInputs
+from toolkit.roofline.inputs import ACT_BYTES, DCP_Q_REPLICABLE, RooflineInputs
 
 
 def _fmt_gb(x: float) -> str:
@@ -79,7 +79,10 @@ def _communication(inputs: RooflineInputs) -> str:
 def _dcp_exchange(inputs: RooflineInputs) -> str:
     """What a DCP group sends per layer (roofline.comm.dcp_parts), in words."""
     m = inputs.model
-    q = ("its queries (all-gathered: each rank attends with the group's heads)" if inputs.dcp_q_gathered else
+    skipped = inputs.dcp_replicate_requested and inputs.weights.of("attention") not in DCP_Q_REPLICABLE
+    q = (f"its queries (all-gathered: each rank attends with the group's heads"
+         + (f"; dcp_replicate_q_proj skips {inputs.weights.of('attention')} query projections" if skipped else "")
+         + ")" if inputs.dcp_q_gathered else
          f"no queries (dcp_replicate_q_proj: each rank projects the group's heads itself, reading {inputs.dcp} head "
          "shards of q_b_proj and w_kc, counted in attention)")
     if m.is_mla and inputs.dcp_comm in ("a2a", "fi_a2a"):

@@ -38,6 +38,7 @@ from toolkit.roofline.formats import WeightFormats
 
 SHARDINGS = ("even", "sglang")
 ACT_BYTES = 2  # all-reduce payload: bf16 activations
+DCP_Q_REPLICABLE = ("bf16", "fp16", "fp8")  # attention formats whose q_b_proj / w_kc dcp_replicate_q_proj gathers
 
 
 @dataclass(frozen=True)
@@ -114,11 +115,20 @@ class RooflineInputs:
     def dcp_q_gathered(self) -> bool:
         """Whether an MLA layer all-gathers its queries over the DCP group: unless dcp_replicate_q_proj, which
         0.5.23 turns on by default for DSA models under the a2a/fi_a2a exchange (arg_groups/model_overrides/
-        deepseek_v2.py:32-33) and allows only there (arg_groups/parallel_hook.py:265-273)."""
+        deepseek_v2.py:32-33) and allows only there (arg_groups/parallel_hook.py:265-273). Even then a layer whose
+        q_b_proj is neither unquantized 16-bit nor block FP8 (NVFP4, MXFP4) or whose w_kc is not 16-bit (fp32) keeps
+        the all-gather: model_executor/model_runner.py:1146-1157 skips it (FP8 checkpoints' w_kc is dequantized to
+        bf16, deepseek_weight_loader.py:690-707)."""
+        replicable = self.weights.of("attention") in DCP_Q_REPLICABLE
+        return not (self.dcp_replicate_requested and replicable)
+
+    @property
+    def dcp_replicate_requested(self) -> bool:
+        """sglang's resolved dcp_replicate_q_proj for an MLA model (None: its default, see dcp_q_gathered)."""
         replicate = self.dcp_replicate_q
         if replicate is None:
             replicate = bool(self.model.index_topk) and self.dcp_comm in ("a2a", "fi_a2a")
-        return not (replicate and self.model.is_mla)
+        return bool(replicate) and self.model.is_mla
 
     @property
     def mlp_tp(self) -> int:
