@@ -423,6 +423,20 @@ def demo_project(tmp_path: Path, monkeypatch) -> Path:
     return proj
 
 
+def shrink_demo_benchmark(proj: Path, benchmark: str, *, quality_count: int | None = None) -> None:
+    """demo/baseline's [benchmark] table in the `demo_project` at `proj` replaced by `benchmark` (its
+    lines, without the header), and its output check asked of `quality_count` prompts instead of 16:
+    for tests whose assertions do not depend on the demo's full workload (3 points of 8-64 requests of
+    32 tokens at a 12 ms decode step: ~8 s a launch, ~1.5 s more for the output check)."""
+    base = proj / "recipes" / "demo" / "baseline.toml"
+    head, rest = base.read_text().split("[benchmark]", 1)
+    rest = rest[rest.index("\n[", 1):]
+    if quality_count is not None:
+        assert "\ncount = 16\n" in rest
+        rest = rest.replace("\ncount = 16\n", f"\ncount = {quality_count}\n")
+    base.write_text(head + "[benchmark]\n" + benchmark.strip("\n") + "\n" + rest)
+
+
 def pip_download(args: list[str], dest: Path) -> subprocess.CompletedProcess:
     """`pip download --no-deps -d DEST ARGS` with the first pip there is: this interpreter's, else
     one on PATH (a uv-made test venv has no pip; pip reads the machine's sources, which uv does not)."""

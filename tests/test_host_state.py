@@ -45,16 +45,29 @@ def test_the_window_splits_the_machines_cpu_time_into_own_foreign_and_steal():
     assert box_flags.host_flags({"available": False}) == []
 
 
+BENCH = """
+driver = "serving"
+input_len = 16
+output_len = 16
+concurrency = [1, 2, 4]
+num_prompts = 4
+warmup = 1
+repeats = 4
+"""
+
+
 def test_a_cpu_burner_beside_a_run_is_foreign_and_flagged(tmp_path, home, monkeypatch, capsys):
     """A real `python -c 'while True: pass'` runs through a miniature run: the record counts its CPU
     time as foreign (at least what psutil saw it use), the server's as the run's own; `results`
     shows the flag in the box column (beside "no GPU state"), `compare` lists it, and so does a
     sequential `run` whose pair did not settle."""
-    from conftest import demo_project
+    from conftest import demo_project, shrink_demo_benchmark
     from toolkit.cli import main
     from toolkit.results.store import Store
 
-    demo_project(tmp_path, monkeypatch)
+    # 6 launches: the demo's benchmark (~8 s each) made ~1.5 s; still 3 points and a window of seconds,
+    # the server asleep between its paced steps while the burner runs
+    shrink_demo_benchmark(demo_project(tmp_path, monkeypatch), BENCH, quality_count=4)
     with foreign_burner() as burner:
         t0, before = time.monotonic(), burner.cpu_times()
         assert main(["run", "demo/baseline", "--repeats", "1"]) == 0
