@@ -32,6 +32,13 @@ CRASH_PATTERNS = re.compile(
     r"Segmentation fault|core dumped|NCCL error",
 )
 
+# wait_ready asks /health_generate every READY_POLL_S for the first READY_FINE_S of a launch, then every
+# supervisor.POLL_S (real sglang loads for a minute or more). The miniature is ready 0.1-0.3 s after its
+# spawn: polled every 0.2 s from the start, a launch waited up to 0.2 s more than its server needed (0.1
+# on average), in its "ready in" and before its benchmark. A refused connection costs well under a ms.
+READY_POLL_S = 0.02
+READY_FINE_S = 3.0
+
 
 class ServerFailed(PatchbenchError):
     """The server exited, crashed or hung; carries the log tail."""
@@ -181,7 +188,8 @@ class Server:
                         return time.monotonic() - self.started
             except (urllib.error.URLError, OSError, TimeoutError):
                 pass
-            time.sleep(0.2)
+            elapsed = time.monotonic() - self.started
+            time.sleep(READY_POLL_S if elapsed < READY_FINE_S else supervisor.POLL_S)
         raise ServerFailed(f"server not ready after {timeout:.0f} s (hang)", log=self.log,
                            tail=log_tail(self.log), kind="hung")
 
