@@ -59,6 +59,13 @@ def filled(tmp_path_factory):
         head, rest = base.read_text().split("[benchmark]", 1)
         rest = rest[rest.index("\n[", 1):].replace("count = 16", "count = 4")  # 4 prompts in the output check
         base.write_text(head + "[benchmark]\n" + SMALL + rest)
+        # track's releases: one point of 3 requests of 8 tokens (the demo's 6 of 16), the planted 2x step
+        # as plain in the history's values
+        update = proj / "recipes" / "demo" / "update.toml"
+        text = update.read_text()
+        assert "output_len = 16\n" in text and "num_prompts = 6\n" in text
+        update.write_text(text.replace("output_len = 16\n", "output_len = 8\n").replace("num_prompts = 6\n",
+                                                                                         "num_prompts = 3\n"))
         (proj / "recipes" / "mine").mkdir()
         (proj / "recipes" / "mine" / "sweep.toml").write_text(SWEEP)
         mp.setenv("PATCHBENCH_RECIPES", str(proj / "recipes"))
