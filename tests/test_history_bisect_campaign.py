@@ -16,7 +16,7 @@ from toolkit.history.series import Entry
 from toolkit.results.metrics import parse_spec
 from toolkit.results.store import Store
 
-BENCH = ('[benchmark]\nconcurrency = [1]\ninput_len = 16\noutput_len = 16\nnum_prompts = 8\nwarmup = 1\n'
+BENCH = ('[benchmark]\nconcurrency = [1]\ninput_len = 16\noutput_len = 8\nnum_prompts = 4\nwarmup = 1\n'
          'repeats = 2\n[quality]\nlaunches = 0\n')
 
 
