@@ -9,7 +9,7 @@ import json
 from conftest import cli_json, demo_project, interrupt_launches_after
 from toolkit.results.store import Store
 
-BENCH = ('[benchmark]\nconcurrency = [1]\ninput_len = 16\noutput_len = 16\nnum_prompts = 8\nwarmup = 1\n'
+BENCH = ('[benchmark]\nconcurrency = [1]\ninput_len = 16\noutput_len = 8\nnum_prompts = 4\nwarmup = 1\n'
          'repeats = 4\n[quality]\nlaunches = 0\n')
 
 
