@@ -170,3 +170,25 @@ def test_a_replayed_bisect_never_says_it_launched_a_probe_again(tmp_path, home, 
     assert "left out: prefix0: 1 stored run(s) from another campaign" in text, text
     assert "launched again in this bisect" not in text
     assert f"not read by this replay of sweep {first['sweep']} (its own launches answer; nothing launched)" in text
+
+
+def test_a_probe_that_cannot_be_built_costs_no_launch_of_its_reference(tmp_path, home, monkeypatch, capsys):
+    """Step 2 compares the last patch (it does not apply) with note2, found good in step 1 against the base.
+    The reference was launched just before the probe (r p p r) and only then the probe was prepared: its
+    apply failed, and that launch of note2 was spent on nothing (prefix2: 3 values, step 1 read 2, and a real
+    build would have separated "the launch just before" from the probe's first by the build's minutes). Now a
+    probe is prepared before its reference's launch: a probe that cannot be built launches nothing."""
+    root = demo_project(tmp_path, monkeypatch)
+    _harmless_stack(root)
+    (root / "patches" / "t" / "note3.patch").write_text(
+        "Subject: t: does not apply\n\ndiff --git a/python/sglang/absent.py b/python/sglang/absent.py\n"
+        "--- a/python/sglang/absent.py\n+++ b/python/sglang/absent.py\n@@ -1 +1 @@\n-X = 1\n+X = 2\n")
+    rc, out = cli_json(capsys, [*BISECT, "--threshold", "25"])
+    assert rc == 1 and out["culprit"] is None and "could not be measured" in out["message"], out["message"]
+    assert [s["outcome"] for s in out["steps"]] == ["good", "skip"], out["steps"]
+    assert "does not apply" in out["skipped"]["prefix3"]
+    probes = {p["label"]: p for p in out["probes"]}
+    assert set(probes) == {"prefix0", "prefix2"}
+    n_probe = int(out["steps"][0]["line"].split(" n=")[1].split("/")[0])
+    assert len(probes["prefix2"]["run_ids"]) == n_probe, (out["steps"][0]["line"], probes["prefix2"])
+    assert out["runs"] == sum(len(p["run_ids"]) for p in probes.values())

@@ -49,7 +49,8 @@ taken if it convicts (`repaired`). `full_stack_if_uncertain=True` measures the w
 instead: a little more accurate, ~0.2 more builds on average, up to one build over the bound.
 
 Skips: `measure` returning None (or no values) means the prefix cannot be measured (apply/build
-failure, `git bisect run`'s exit 125). The step then tries the nearest untried prefix inside
+failure, `git bisect run`'s exit 125); with `ready`, a probe that cannot be prepared is skipped before
+its reference's launch just before it (none is spent on it). The step then tries the nearest untried prefix inside
 (lo, hi), alternating after and before the middle; if every prefix there is skipped, the result
 names the range of candidates instead of one culprit.
 
@@ -96,7 +97,7 @@ def bisect_stack(n_patches: int, measure: Measure, *, higher_is_better: bool = T
                  base_label: str = "base", max_builds: int | None = None,
                  on_step: Callable[[BisectStep], None] | None = None,
                  direction: str = "worse", reference: str = "neighbour",
-                 sequential: bool = False) -> BisectResult:
+                 sequential: bool = False, ready: Callable[[int], bool] | None = None) -> BisectResult:
     """Find the first prefix worse (`direction="better"`: better) than the base by more than `threshold_pct` (see the module
     docstring). `measure(prefix_len, repeats)` returns `repeats` new values for that prefix, or None
     to skip it. `labels[i - 1]` names item i (patch file, commit). `max_builds` stops the search
@@ -108,6 +109,9 @@ def bisect_stack(n_patches: int, measure: Measure, *, higher_is_better: bool = T
     `toolkit.analysis.sequential` (ratio of geometric means) instead of the fixed-sample t interval,
     so its good/bad decision keeps alpha however many top-ups it took (the fixed interval, looked at
     after every top-up, does not).
+    `ready(prefix)`: prepare (apply, build) a prefix before its first launch; False skips it. It is asked
+    before the reference is launched around a new probe, so a probe that cannot be built costs no reference
+    launch, and the reference's launch just before the probe's first is not separated from it by the build.
     """
     n = int(n_patches)
     if n < 1:
@@ -214,6 +218,9 @@ def bisect_stack(n_patches: int, measure: Measure, *, higher_is_better: bool = T
         point estimate's side of the threshold."""
         r = ref[0]
         if p in skipped:
+            return SKIP, True
+        if p not in cache and ready is not None and not ready(p):  # built first: no reference launch spent on it
+            skipped.add(p)
             return SKIP, True
         # the reference is launched around the probe's first launches: r p p r
         if p not in cache and (not order or order[-1] != r):

@@ -206,6 +206,11 @@ class VariantMeter:
                                        lambda: self.store.runs(recipe=base.name, identity=base_key),
                                        self.answers_design)
 
+    def ready(self, label: str, overrides: dict, recipe: Recipe | None = None) -> bool:
+        """Prepare the variant (apply, build, static check) without launching it; False: it is a skip (why in
+        `skipped`). A bisect asks it before launching a probe's reference just before the probe's first launch."""
+        return self._prepare(label, overrides, recipe) is not None
+
     def measure(self, label: str, overrides: dict, repeats: int, recipe: Recipe | None = None) -> list[float] | None:
         """`repeats` values not handed out before for this env: stored ones first, then new runs.
         `recipe`: a variant recipe (another release) instead of overrides of this one."""

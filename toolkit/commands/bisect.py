@@ -197,7 +197,10 @@ def _run(args, leases, *, fresh: bool) -> int:
             def measure(k: int, r: int):
                 return meter.measure(versions[k], {}, r, recipe=variants[k])
 
-            result = _measured(meter, versions[0], recipe, lambda: bisect_items(versions, measure, **kw))
+            def ready(k: int) -> bool:
+                return meter.ready(versions[k], {}, recipe=variants[k])
+
+            result = _measured(meter, versions[0], recipe, lambda: bisect_items(versions, measure, ready=ready, **kw))
             repro += ["--source", args.source] + (["--versions", args.versions] if args.versions
                                                   else ["--good", args.good, "--bad", args.bad])
             if args.git and result.culprit is not None:
@@ -226,7 +229,11 @@ def _run(args, leases, *, fresh: bool) -> int:
         def measure(k: int, r: int):
             return meter.measure(f"prefix{k}", prefix_overrides(recipe, k), r)
 
-        result = _measured(meter, "prefix0", recipe, lambda: bisect_stack(len(stack), measure, labels=names, **kw))
+        def ready(k: int) -> bool:
+            return meter.ready(f"prefix{k}", prefix_overrides(recipe, k))
+
+        result = _measured(meter, "prefix0", recipe,
+                           lambda: bisect_stack(len(stack), measure, labels=names, ready=ready, **kw))
     commit_result = commit_meter = None
     first_builds = meter.builds
     commit_direction = direction
@@ -358,7 +365,11 @@ def _bisect_commits(meter, recipe, source: str, commits: list[str], span: str, k
     def measure(k: int, r: int):
         return meter.measure(commits[k][:12], {source: {"rev": commits[k]}}, r, recipe=recipe)
 
-    return _measured(meter, commits[0][:12], recipe, lambda: bisect_items([c[:12] for c in commits], measure, **kw))
+    def ready(k: int) -> bool:
+        return meter.ready(commits[k][:12], {source: {"rev": commits[k]}}, recipe=recipe)
+
+    return _measured(meter, commits[0][:12], recipe,
+                     lambda: bisect_items([c[:12] for c in commits], measure, ready=ready, **kw))
 
 
 def _measured(meter, base_label: str, recipe, search):

@@ -79,6 +79,10 @@ class SlurmVariantMeter(VariantMeter):
             out["not_continued"] = self.not_continued
         return out
 
+    def ready(self, label: str, overrides: dict, recipe=None) -> bool:
+        """The node prepares each variant in its own job: nothing is built here first."""
+        return True
+
     def measure(self, label: str, overrides: dict, repeats: int, recipe=None) -> list[float] | None:
         """`recipe`: a variant recipe (a release) instead of overrides of this one."""
         if not self.joined:

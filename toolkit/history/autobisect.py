@@ -121,8 +121,11 @@ def _measure(*, recipe: Recipe, source: str, commits: list[str], spec: MetricSpe
     def measure(k: int, r: int):
         return meter.measure(commits[k][:12], {source: {"rev": commits[k]}}, r, recipe=base)
 
+    def ready(k: int) -> bool:  # built before its reference's launch just before it
+        return meter.ready(commits[k][:12], {source: {"rev": commits[k]}}, recipe=base)
+
     try:
-        result = bisect_items([c[:12] for c in commits], measure, higher_is_better=spec.info.higher_is_better,
+        result = bisect_items([c[:12] for c in commits], measure, ready=ready, higher_is_better=spec.info.higher_is_better,
                               threshold_pct=thr, initial_repeats=initial, max_repeats=max_repeats,
                               direction=direction, on_step=lambda s: console.print(s.line),
                               # the rule `patchbench bisect` uses: a step's anytime-valid confidence sequence, one
