@@ -369,3 +369,29 @@ def test_no_culprit_says_which_steps_were_not_settled():
     clean = bisect_stack(2, Stack(2, 0, seed=3, noise=0.005, other=0.0), threshold_pct=5, initial_repeats=2,
                          max_repeats=8, repeat_step=1, sequential=True)
     assert clean.culprit is None and not clean.uncertain and "not settled" not in clean.message
+
+
+def test_an_uncertain_step_shows_what_it_was_decided_with_not_the_whole_stacks_launches():
+    """Prefix 2 stays uncertain against the base (at 100); the whole stack is then measured against the
+    base, whose launches around it read 70 (a slow while). Prefix 2's step line read its window after those
+    launches: "98.0 vs base 77.5: +26.5%" for a step decided at 98 against 100. Now it shows the values its
+    step compared (the base at 100, -2.0%)."""
+    seq = []
+
+    def measure(p, k):
+        out = []
+        for _ in range(k):
+            odd = len(seq) % 2
+            if p == 0:
+                v = (70.0 if any(q == 3 for q, _ in seq) else 100.0) + (1 if odd else -1)
+            else:
+                v = (92.0 if odd else 104.0) if p == 2 else 80.0 + (1 if odd else -1)
+            seq.append((p, v))
+            out.append(v)
+        return out
+
+    res = bisect_stack(3, measure, threshold_pct=5, initial_repeats=2, max_repeats=4, full_stack_if_uncertain=True,
+                       repair=False)
+    [step] = [s for s in res.steps if s.prefix == 2]
+    assert not step.certain and step.base_mean == 100.0 and step.n_base == 4, step.line
+    assert "98.0 vs base 100: -2.0% [" in step.line and "n=4/4: good (uncertain)" in step.line, step.line

@@ -257,6 +257,8 @@ def bisect_stack(n_patches: int, measure: Measure, *, higher_is_better: bool = T
         lo and hi (the whole stack is measured first if hi is still virtual). Returns (outcome,
         certain, hi): hi becomes n when the whole stack was measured bad on the way."""
         outcome, certain = classify(p)
+        if outcome != SKIP:  # what p's step compared, before the whole stack's launches add to its reference's
+            shown[p] = (loss_of(p), together(ref[0], p))
         if certain or outcome == SKIP:
             return outcome, certain, hi
         if p not in uncertain:
@@ -274,6 +276,7 @@ def bisect_stack(n_patches: int, measure: Measure, *, higher_is_better: bool = T
         return outcome, False, hi
 
     current_pass = [1]
+    shown: dict[int, tuple] = {}  # prefix -> (loss, ci), (reference's values, its values) its step decided with
 
     def record(p: int, lo: int, hi: int, outcome: str, certain: bool) -> None:
         pic = progress_picture(n, lo, hi, p)
@@ -284,8 +287,7 @@ def bisect_stack(n_patches: int, measure: Measure, *, higher_is_better: bool = T
             st = BisectStep(len(steps) + 1, p, lo, hi, SKIP, label=label(p), line=line,
                             pass_no=current_pass[0])
         else:
-            loss, ci = loss_of(p)
-            base, vals = together(ref[0], p)
+            (loss, ci), (base, vals) = shown.pop(p, None) or (loss_of(p), together(ref[0], p))
             # shown as the change of the metric itself (ratio - 1), whatever its direction
             sign = -1.0 if moved_hib else 1.0
             chg, chg_ci = sign * loss * 100, sorted((sign * ci[0] * 100, sign * ci[1] * 100))
