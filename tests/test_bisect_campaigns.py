@@ -192,3 +192,38 @@ def test_a_probe_that_cannot_be_built_costs_no_launch_of_its_reference(tmp_path,
     n_probe = int(out["steps"][0]["line"].split(" n=")[1].split("/")[0])
     assert len(probes["prefix2"]["run_ids"]) == n_probe, (out["steps"][0]["line"], probes["prefix2"])
     assert out["runs"] == sum(len(p["run_ids"]) for p in probes.values())
+
+
+def test_a_failed_top_up_of_a_measured_probe_is_a_failed_launch_not_a_skip(tmp_path, home, monkeypatch, capsys):
+    """The base's launch after the probe's two (r p p r) crashes. The bisect goes on with the base's other
+    launches, but the JSON and text said "skipped: prefix0: run ... failed" (a probe that gave no value) for a
+    base with four values. Now it is a failed launch of that probe, its other values counted."""
+    import os
+
+    import toolkit.run.pipeline as pipeline
+    from toolkit.cli import main
+
+    root = demo_project(tmp_path, monkeypatch)
+    _harmless_stack(root, 1)
+    real, n = pipeline.run_once, [0]
+
+    def crash_fifth(*a, **kw):  # the fifth launch: the base's after prefix1's two
+        n[0] += 1
+        if n[0] == 5:
+            os.environ["SGLANG_MINI_CRASH_AFTER_REQUESTS"] = "0"
+        try:
+            return real(*a, **kw)
+        finally:
+            os.environ.pop("SGLANG_MINI_CRASH_AFTER_REQUESTS", None)
+
+    monkeypatch.setattr(pipeline, "run_once", crash_fifth)
+    rc, out = cli_json(capsys, ONE)
+    assert rc == 0 and out["culprit"] is None, out["message"]
+    probes = {p["label"]: p for p in out["probes"]}
+    assert len(probes["prefix0"]["values"]) >= 3 and out["skipped"] == {}, out["skipped"]
+    [why] = out["failed_launches"]["prefix0"]
+    assert why.startswith("run ") and " failed: " in why and "(log: " in why, why
+    n[0] = 0  # the text says the same, in a new campaign whose fifth launch crashes too
+    assert main([*ONE, "--fresh"]) == 0
+    text = capsys.readouterr().out
+    assert "failed launch: prefix0: run " in text and "(its other values count)" in text and "skipped:" not in text, text

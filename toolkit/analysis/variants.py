@@ -94,6 +94,9 @@ class VariantMeter:
     _used: dict = field(default_factory=dict)  # env key -> run ids already handed out
     _prepared: dict = field(default_factory=dict)  # label -> Prepared | None
     skipped: dict = field(default_factory=dict)  # label -> why it has no values
+    # label -> why each of its launches that gave no value failed, for a label with values (a top-up's crash:
+    # its other values count; it is no skip)
+    failed: dict = field(default_factory=dict)
     _gpu_key: str | None = None
     log: list = field(default_factory=list)  # (label, run identity, values, run ids) for the report
     launched: list = field(default_factory=list)  # run ids this meter launched (what the call cost)
@@ -250,6 +253,10 @@ class VariantMeter:
                 logs = run.log_paths or {}
                 log = logs.get("server") or logs.get("run_dir")
                 why = f"run {run_id[:8]} {run.status}: {run.error}" + (f" (log: {log})" if log else "")
+                if not values and self._ids(label):  # a top-up of a measured variant: its earlier values count
+                    self.console.print(f"[yellow]failed launch[/] {label}: {why} (its earlier values count)")
+                    self.failed.setdefault(label, []).append(why)
+                    return None
                 self.console.print(f"[yellow]skip[/] {label}: {why}")
                 if not values:
                     self.skipped[label] = why
@@ -346,11 +353,12 @@ class VariantMeter:
 
     def evidence(self) -> dict:
         """What each variant's values came from, as JSON: `probes` (label, run identity, values, run ids,
-        in the order first measured) and `skipped` (label -> why it has no values: the apply or build
-        error, or the failed run with its log)."""
+        in the order first measured), `skipped` (label -> why it has no values: the apply or build
+        error, or the failed run with its log) and `failed_launches` (label -> why each launch of a variant
+        that has values gave none: the failed run with its log)."""
         out = {"probes": [{"label": lab, "identity": key, "values": list(vals), "run_ids": list(ids)}
                           for lab, key, vals, ids in self.log],
-               "skipped": dict(self.skipped)}
+               "skipped": dict(self.skipped), "failed_launches": {k: list(v) for k, v in self.failed.items()}}
         if self.search:  # a bisect's probes: the stored runs of another campaign its looks left out
             for probe in out["probes"]:
                 probe["reused"] = list(self.reused.get(probe["label"], ()))

@@ -319,9 +319,13 @@ def _print_left_out(meter) -> None:
 
 
 def _print_skipped(meter) -> None:
-    """One line per probe that gave no value: why (the apply or build error, the failed run and its log)."""
+    """One line per probe that gave no value: why (the apply or build error, the failed run and its log); one
+    per failed launch of a probe that has values."""
     for label, why in meter.skipped.items():
         console.print(f"skipped: {label}: {why}", markup=False, highlight=False)
+    for label, whys in getattr(meter, "failed", {}).items():  # a measured probe's top-up that failed: no skip
+        for why in whys:
+            console.print(f"failed launch: {label}: {why} (its other values count)", markup=False, highlight=False)
 
 
 def _exit_code(result) -> int:
