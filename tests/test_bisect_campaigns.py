@@ -194,6 +194,51 @@ def test_a_probe_that_cannot_be_built_costs_no_launch_of_its_reference(tmp_path,
     assert out["runs"] == sum(len(p["run_ids"]) for p in probes.values())
 
 
+def _crash_launch(monkeypatch, which: int) -> list[int]:
+    """The `which`-th launch of `toolkit.run.pipeline.run_once` from now crashes its server (a CUDA error at the first
+    step); returns the launch counter (set it back to 0 to count again)."""
+    import os
+
+    import toolkit.run.pipeline as pipeline
+
+    real, n = pipeline.run_once, [0]
+
+    def crashing(*a, **kw):
+        n[0] += 1
+        if n[0] == which:
+            os.environ["SGLANG_MINI_CRASH_AFTER_REQUESTS"] = "0"
+        try:
+            return real(*a, **kw)
+        finally:
+            os.environ.pop("SGLANG_MINI_CRASH_AFTER_REQUESTS", None)
+
+    monkeypatch.setattr(pipeline, "run_once", crashing)
+    return n
+
+
+def test_a_replay_meets_a_failed_launch_where_the_first_call_met_it(tmp_path, home, monkeypatch, capsys):
+    """The base's launch after the probe's two (r p p r) crashes; the bisect goes on with the base's later launches.
+    Its replay handed the stored values of the base oldest first, skipping the failure: the base's later launch
+    took the crashed one's place (a look with a value the first call did not have), and the replay never met the
+    failure the first call met. Now a replay hands the sweep's runs in launch order, the failure where it was:
+    the same steps, the same failed launch, the same runs, nothing launched."""
+    import toolkit.run.pipeline as pipeline
+    from toolkit.cli import main
+
+    root = demo_project(tmp_path, monkeypatch)
+    _harmless_stack(root, 1)
+    real = pipeline.run_once
+    _crash_launch(monkeypatch, 5)
+    rc, first = cli_json(capsys, ONE)
+    assert rc == 0 and list(first["failed_launches"]) == ["prefix0"], first["failed_launches"]
+    monkeypatch.setattr(pipeline, "run_once", real)
+    assert main([*ONE, "--json"]) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert again["replayed"] and again["runs"] == 0, again
+    assert again["failed_launches"] == first["failed_launches"] and again["steps"] == first["steps"]
+    assert again["probes"] == first["probes"] and again["message"] == first["message"]
+
+
 def test_a_failed_top_up_of_a_measured_probe_is_a_failed_launch_not_a_skip(tmp_path, home, monkeypatch, capsys):
     """The base's launch after the probe's two (r p p r) crashes. The bisect goes on with the base's other
     launches, but the JSON and text said "skipped: prefix0: run ... failed" (a probe that gave no value) for a

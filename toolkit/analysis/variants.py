@@ -232,12 +232,16 @@ class VariantMeter:
             cached = self._own(label, cached)
         if label not in self.stored:  # the sequential steps pool the spread of the stored ones a look does not use
             self.stored[label] = len(self._values(cached)) if cached else 0
-        take = cached[:repeats]
+        # a search hands its sweep's runs out in the order they were launched, a failed one where the first call
+        # met it (`met`): a replayed or continued call then decides as that call did
+        take, met = self._in_order(key, cached, used, repeats) if self.search else (cached[:repeats], None)
         values = self._values(take)
         used.update(take)
         ids = list(take)
         while len(values) < repeats:
-            if self.replay_of is not None:  # a finished sweep takes no launch: its failed launch fails again
+            if met is not None:  # the failed launch the call that measured this sweep met here, met again
+                run_id, met = met, None
+            elif self.replay_of is not None:  # a finished sweep takes no launch: its failed launch fails again
                 run_id = self._replayed_failure(label, key, used, len(values), repeats)
             else:
                 run_id = run_once(p, home=self.home, store=self.store, repeat=len(used), group_id=self.group_id,
@@ -267,13 +271,28 @@ class VariantMeter:
         self.record(label, key, values, ids)
         return values
 
+    def _in_order(self, key: str, cached: list[str], used: set, repeats: int) -> tuple[list[str], str | None]:
+        """Up to `repeats` of the sweep's runs of this identity not handed out yet (`cached`: those that give a
+        value), in launch order, stopping at the first that gave none (a failed launch: returned second, to be
+        met where the call that launched it met it, not after the later launches' values)."""
+        counting, take = set(cached), []
+        for r in self.store.runs(identity=key, group_id=self.group_id) if self.group_id else []:
+            if len(take) >= repeats:
+                break
+            if r.run_id in used or r.status not in ("ok", "invalid", "failed"):  # interrupted: no call met it
+                continue
+            if r.run_id not in counting:
+                return take, r.run_id
+            take.append(r.run_id)
+        return take + [r for r in cached if r not in take][:repeats - len(take)], None
+
     def _replayed_failure(self, label: str, key: str, used: set, have: int, want: int) -> str:
         """In the replay of a finished sweep, the next launch of this identity in it that gave no value (the
         crash the first call met, met again); none: search_campaign.NotReplayable."""
         from toolkit.analysis.search_campaign import NotReplayable
 
         for r in self.store.runs(identity=key, group_id=self.group_id):
-            if r.run_id not in used:
+            if r.run_id not in used and r.status in ("ok", "invalid", "failed"):
                 return r.run_id
         raise NotReplayable(f"sweep {self.group_id} of this search (finished {self.replay_of[:16]}) holds {have} of "
                             f"the {want} value(s) {label} needs now (its configuration changed since, or its runs "
