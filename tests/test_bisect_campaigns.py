@@ -189,8 +189,9 @@ def test_a_probe_that_cannot_be_built_costs_no_launch_of_its_reference(tmp_path,
     assert "does not apply" in out["skipped"]["prefix3"]
     probes = {p["label"]: p for p in out["probes"]}
     assert set(probes) == {"prefix0", "prefix2"}
-    n_probe = int(out["steps"][0]["line"].split(" n=")[1].split("/")[0])
-    assert len(probes["prefix2"]["run_ids"]) == n_probe, (out["steps"][0]["line"], probes["prefix2"])
+    step = out["steps"][0]
+    assert step["reference"] == "base" and f"n={step['n']}/{step['n_reference']}:" in step["line"], step
+    assert len(probes["prefix2"]["run_ids"]) == step["n"], (step["line"], probes["prefix2"])
     assert out["runs"] == sum(len(p["run_ids"]) for p in probes.values())
 
 

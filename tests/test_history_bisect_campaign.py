@@ -78,8 +78,13 @@ def test_a_killed_history_bisect_is_continued_under_its_lease_and_a_finished_one
     assert "sweep killed000001 of this search is being measured by another process now" in printed.getvalue()
     assert out["sweep"] == "second000001" and out["replayed"] is None and out["runs"] >= 4, out
     assert launched[0] not in {rid for p in out["probes"] for rid in p["run_ids"]}
+    # the verdict keeps each step as printed, with what it compared: n values of the probe against n of its reference
+    steps = [s for s in out["steps"] if s["outcome"] != "skip"]
+    assert steps and steps[0]["reference"] == commits[0][:12], out["steps"]
+    assert all(s["line"] in printed.getvalue() and f"n={s['n']}/{s['n_reference']}:" in s["line"] for s in steps)
     printed.truncate(0)
     again = bisect("third0000001")
     assert again["runs"] == 0 and again["sweep"] == "second000001" and again["replayed"], again
     assert [p["run_ids"] for p in again["probes"]] == [p["run_ids"] for p in out["probes"]]
+    assert again["steps"] == out["steps"]
     assert "replaying sweep second000001 of this search, finished" in printed.getvalue()

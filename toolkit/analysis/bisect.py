@@ -285,7 +285,7 @@ def bisect_stack(n_patches: int, measure: Measure, *, higher_is_better: bool = T
         if outcome == SKIP:
             line = f"step {len(steps) + 1:>2} {pic} prefix {p:>3}/{n} {label(p)}: skipped (cannot measure)"
             st = BisectStep(len(steps) + 1, p, lo, hi, SKIP, label=label(p), line=line,
-                            pass_no=current_pass[0])
+                            pass_no=current_pass[0], reference=label(ref[0]))
         else:
             (loss, ci), (base, vals) = shown.pop(p, None) or (loss_of(p), together(ref[0], p))
             # shown as the change of the metric itself (ratio - 1), whatever its direction
@@ -298,7 +298,7 @@ def bisect_stack(n_patches: int, measure: Measure, *, higher_is_better: bool = T
                     f"n={len(vals)}/{len(base)}: {words[outcome]}{'' if certain else ' (uncertain)'}")
             st = BisectStep(len(steps) + 1, p, lo, hi, outcome, len(vals), len(base), mean_of(vals), mean_of(base),
                             loss * 100, (ci[0] * 100, ci[1] * 100), certain, label(p), line,
-                            current_pass[0])
+                            current_pass[0], label(ref[0]))
         steps.append(st)
         if on_step is not None:
             on_step(st)

@@ -29,6 +29,14 @@ class BisectStep:
     label: str = ""
     line: str = ""  # rendered progress line
     pass_no: int = 1  # 2 for the repair pass
+    reference: str = ""  # the label of what the probe was compared with (the base, or the nearest good item)
+
+    def to_dict(self) -> dict:
+        """The step as JSON: what it compared (`reference`; `n` values of the probe against `n_reference` of the
+        reference, launched together), how it was decided, and its line as printed."""
+        return {"prefix": self.prefix, "label": self.label, "outcome": self.outcome, "certain": self.certain,
+                "pass": self.pass_no, "reference": self.reference, "n": self.n_values, "n_reference": self.n_base,
+                "line": self.line}
 
 
 @dataclass(frozen=True)

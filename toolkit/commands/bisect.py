@@ -392,8 +392,7 @@ def _result_json(result) -> dict:
             "confirmed": result.confirmed, "repaired": result.repaired, "good_values": result.good_values, "bad_values": result.bad_values,
             "message": result.message,
             # each step as it was decided (its line as printed): which probes were skipped, or decided uncertain
-            "steps": [{"prefix": s.prefix, "label": s.label, "outcome": s.outcome, "certain": s.certain,
-                       "pass": s.pass_no, "line": s.line} for s in result.steps]}
+            "steps": [s.to_dict() for s in result.steps]}
 
 
 def _print_result(result, stats, direction: str = "worse") -> None:

@@ -137,6 +137,7 @@ def _measure(*, recipe: Recipe, source: str, commits: list[str], spec: MetricSpe
     rule = legend(threshold_pct=thr, direction=direction, max_repeats=max_repeats)
     out = {**verdict, "rule": rule, "culprit": result.culprit_label, "culprit_kind": "commit", "confirmed": result.confirmed,
            "candidates": result.candidates, "builds": meter.builds, "runs": meter.runs, "message": result.message,
+           "steps": [s.to_dict() for s in result.steps],  # what each step compared (n a side), as printed
            **meter.evidence()}  # the runs each probe's values came from, and why a probe gave none
     if result.culprit is not None:
         out["culprit_id"] = commits[result.culprit]
