@@ -258,6 +258,15 @@ def test_sequential_settings_that_cannot_hold_are_refused_before_anything_is_bui
     assert not (home / "envs").exists() or not any((home / "envs").iterdir())
 
 
+def test_a_bisect_cap_below_its_first_values_is_refused_before_anything_is_built(home, capsys):
+    """`bisect --repeats 5 --max-repeats 3` would start each step at 5 values a side and state a cap of 3
+    that does not hold (bisect_stack raises it to 5): refused, one line, nothing built."""
+    assert main(["bisect", "demo/fast", "--metric", "output_tok_s@1", "--repeats", "5", "--max-repeats", "3"]) == 2
+    line = _error(capsys)
+    assert "--max-repeats 3 is below the 5 values a step starts with (--repeats)" in line, line
+    assert not (home / "envs").exists() or not any((home / "envs").iterdir())
+
+
 def test_an_unknown_option_is_named_by_its_verb_with_the_closest_one(home, capsys):
     with pytest.raises(SystemExit) as exc:
         main(["run", "demo/fast", "--untl", "check"])

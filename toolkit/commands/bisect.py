@@ -136,6 +136,9 @@ def _run(args, leases, *, fresh: bool) -> int:
     if args.threshold >= 100 and (args.direction == "worse") == bool(hib):
         raise BadInput(f"--threshold {args.threshold:g}: {spec.metric} ({'higher' if hib else 'lower'} is better) "
                        f"cannot get {args.direction} by {args.threshold:g}% or more (it would fall to zero or below)")
+    if args.repeats is not None and args.max_repeats < max(2, args.repeats):
+        raise BadInput(f"--max-repeats {args.max_repeats} is below the {max(2, args.repeats)} values a step starts "
+                       "with (--repeats): the cap would not hold", hint=f"--max-repeats {max(2, args.repeats)} or more")
     home = home_of(args)
     meter = VariantMeter(recipe, home, store_of(args), spec, err, group_id=uuid.uuid4().hex[:12],
                          missing_evidence=args.missing_evidence, search=_search_key(recipe, args),

@@ -134,7 +134,7 @@ def _measure(*, recipe: Recipe, source: str, commits: list[str], spec: MetricSpe
     except BaseNotMeasured as exc:
         raise exc.because(meter.skipped.get(commits[0][:12]), recipe=recipe.name) from None
     meter.finish()  # answered: asked again (its verdict file lost), it replays this sweep, never launches into it
-    rule = legend(threshold_pct=thr, direction=direction, max_repeats=max_repeats)
+    rule = legend(threshold_pct=thr, direction=direction, max_repeats=max(max_repeats, initial))  # bisect_stack's cap
     out = {**verdict, "rule": rule, "culprit": result.culprit_label, "culprit_kind": "commit", "confirmed": result.confirmed,
            "candidates": result.candidates, "builds": meter.builds, "runs": meter.runs, "message": result.message,
            "steps": [s.to_dict() for s in result.steps],  # what each step compared (n a side), as printed
