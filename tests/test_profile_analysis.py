@@ -269,8 +269,9 @@ def test_floors_use_the_layout_sglang_resolved():
     """The recipe says `--dp-size 8 --enable-dp-attention` beside tp 8; sglang 0.5.23 resolves it to
     attention DP 8 (attn_dp_size 8, dp_size 1): attention is replicated on every GPU, so its floor is 8x
     the TP8 one, and no all-reduce follows it; the MLP/MoE's tokens are gathered over TP8 before it and
-    reduced after (0.5.23 dp_attention.py _dp_gather / dp_scatter): at b=1 two all-reduces of the one row,
-    as many collectives and bytes as TP8's two all-reduces a layer."""
+    reduced after (0.5.23 dp_attention.py _dp_gather / dp_scatter): at b=1 as many collectives as TP8's two
+    all-reduces a layer, each of the rows a CUDA-graph decode pads every rank to (8 x ceil(1/8) = 8 rows,
+    decode_cuda_graph_runner.py), so more bytes than TP8's one row."""
     recipe = {"roofline": {"model": "glm-5", "gpu": "rtx-pro-6000", "weights": "all=nvfp4"},
               "server": {"args": {"tp-size": 8, "dp-size": 8, "enable-dp-attention": True}},
               "benchmark": {"input_len": 1024, "output_len": 256}}
@@ -280,7 +281,8 @@ def test_floors_use_the_layout_sglang_resolved():
     assert resolved.text().startswith("glm-5 on rtx-pro-6000, TP8 attn-DP8 from /server_info,")
     a, b = component_floors_ms(resolved), component_floors_ms(tp8)
     assert a["attention"] == pytest.approx(8 * b["attention"])
-    assert a["allreduce"] == pytest.approx(b["allreduce"])  # the DP gather takes the attention all-reduce's place
+    # the DP gather takes the attention all-reduce's place, on 8 padded rows instead of 1
+    assert b["allreduce"] < a["allreduce"] < 8 * b["allreduce"]
 
 
 def _profile(**per_family_steps):
