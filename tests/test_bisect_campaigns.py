@@ -244,25 +244,11 @@ def test_a_failed_top_up_of_a_measured_probe_is_a_failed_launch_not_a_skip(tmp_p
     """The base's launch after the probe's two (r p p r) crashes. The bisect goes on with the base's other
     launches, but the JSON and text said "skipped: prefix0: run ... failed" (a probe that gave no value) for a
     base with four values. Now it is a failed launch of that probe, its other values counted."""
-    import os
-
-    import toolkit.run.pipeline as pipeline
     from toolkit.cli import main
 
     root = demo_project(tmp_path, monkeypatch)
     _harmless_stack(root, 1)
-    real, n = pipeline.run_once, [0]
-
-    def crash_fifth(*a, **kw):  # the fifth launch: the base's after prefix1's two
-        n[0] += 1
-        if n[0] == 5:
-            os.environ["SGLANG_MINI_CRASH_AFTER_REQUESTS"] = "0"
-        try:
-            return real(*a, **kw)
-        finally:
-            os.environ.pop("SGLANG_MINI_CRASH_AFTER_REQUESTS", None)
-
-    monkeypatch.setattr(pipeline, "run_once", crash_fifth)
+    n = _crash_launch(monkeypatch, 5)  # the fifth launch: the base's after prefix1's two
     rc, out = cli_json(capsys, ONE)
     assert rc == 0, out["message"]  # (a harmless patch; on a loaded box its step may stay uncertain at the cap)
     probes = {p["label"]: p for p in out["probes"]}
