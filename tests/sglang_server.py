@@ -66,12 +66,13 @@ class RealServer:
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = log
         environ = {**os.environ, "SGLANG_USE_CPU_ENGINE": "1", **(env or {})}
-        with open(log, "wb") as f:
-            self.proc = subprocess.Popen(
-                [str(python), "-m", "sglang.launch_server", "--model-path", str(model), *ARGS, *extra_args,
-                 "--host", "127.0.0.1", "--port", str(self.port)],
-                stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=environ,
-                start_new_session=True)
+        from toolkit.run import supervisor
+
+        # under patchbench's supervisor (its own process group, ended when this test process dies, even by
+        # SIGKILL): a pytest worker killed mid-test left its real sglang serving, a core busy, for good
+        self.proc = supervisor.spawn([str(python), "-m", "sglang.launch_server", "--model-path", str(model), *ARGS,
+                                      *extra_args, "--host", "127.0.0.1", "--port", str(self.port)],
+                                     log=log, environ=environ)
 
     def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> float:
         t0 = time.monotonic()
