@@ -211,7 +211,7 @@ def bisect_stack(n_patches: int, measure: Measure, *, higher_is_better: bool = T
         return ratio - 1.0, (lo - 1.0, hi - 1.0)
 
     def mean(p: int) -> float:
-        return sum(cache[p]) / len(cache[p])
+        return mean_of(cache[p])
 
     def classify(p: int) -> tuple[str, bool]:
         """Measure p against the base until decided: (good|bad|skip, certain). Uncertain: the
